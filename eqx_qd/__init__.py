@@ -1,0 +1,73 @@
+"""eqx_qd: Quality-Diversity and population-based RL as Equinox modules."""
+
+from importlib.metadata import PackageNotFoundError, version as _version
+
+from ._custom_types import (
+    Centroids as Centroids,
+    Descriptors as Descriptors,
+    Fitnesses as Fitnesses,
+    Genotypes as Genotypes,
+    PRNGKey as PRNGKey,
+)
+from ._emitters import (
+    AbstractEmitter as AbstractEmitter,
+    ComposedEmitter as ComposedEmitter,
+    MixingEmitter as MixingEmitter,
+)
+from ._io import load_repertoire as load_repertoire, save_repertoire as save_repertoire
+from ._map_elites import (
+    MAPElites as MAPElites,
+    MAPElitesState as MAPElitesState,
+    run as run,
+    StepInfo as StepInfo,
+)
+from ._metrics import METRIC_NAMES as METRIC_NAMES, qd_metrics as qd_metrics, QDMetrics as QDMetrics
+from ._misc import (
+    filter_scan as filter_scan,
+    tree_concatenate as tree_concatenate,
+    tree_take as tree_take,
+)
+from ._repertoire import (
+    AddInfo as AddInfo,
+    AddStatus as AddStatus,
+    Elites as Elites,
+    init_repertoire as init_repertoire,
+    MapElitesRepertoire as MapElitesRepertoire,
+)
+from ._selectors import (
+    AbstractSelector as AbstractSelector,
+    FitnessProportionalSelector as FitnessProportionalSelector,
+    UniformSelector as UniformSelector,
+)
+from ._tasks import (
+    AbstractTask as AbstractTask,
+    Arm as Arm,
+    make_task as make_task,
+    Rastrigin as Rastrigin,
+    Sphere as Sphere,
+)
+from ._tessellation import (
+    AbstractTessellation as AbstractTessellation,
+    cvt_centroids as cvt_centroids,
+    CVTTessellation as CVTTessellation,
+    GridTessellation as GridTessellation,
+    nearest_centroid as nearest_centroid,
+)
+from ._variation import (
+    AbstractMutation as AbstractMutation,
+    AbstractVariation as AbstractVariation,
+    gaussian_mutation as gaussian_mutation,
+    GaussianMutation as GaussianMutation,
+    isoline_variation as isoline_variation,
+    IsoLineVariation as IsoLineVariation,
+    polynomial_mutation as polynomial_mutation,
+    PolynomialMutation as PolynomialMutation,
+    sbx_crossover as sbx_crossover,
+    SBXCrossover as SBXCrossover,
+)
+
+
+try:
+    __version__ = _version("eqx_qd")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0"

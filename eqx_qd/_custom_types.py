@@ -1,0 +1,19 @@
+"""Named jaxtyping aliases shared across the package.
+
+A leading space in a one-axis shape string (``" batch"``) keeps linters from reading it as a name.
+"""
+
+from typing import Any, TypeAlias
+
+from jaxtyping import Array, Bool, Float, Int, Key, PyTree
+
+
+PRNGKey: TypeAlias = Key[Array, ""]
+Genotypes: TypeAlias = PyTree[Any]
+"""A batch of genotypes: any pytree whose array leaves share a leading batch axis."""
+Fitnesses: TypeAlias = Float[Array, " batch"]
+Descriptors: TypeAlias = Float[Array, "batch num_descriptors"]
+Centroids: TypeAlias = Float[Array, "num_cells num_descriptors"]
+CellIndices: TypeAlias = Int[Array, " batch"]
+Mask: TypeAlias = Bool[Array, " batch"]
+Extra: TypeAlias = PyTree[Any]

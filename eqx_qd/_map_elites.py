@@ -1,0 +1,99 @@
+"""The MAP-Elites loop: a stateless algorithm module, its state, and a jitted scan runner."""
+
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax.random as jr
+from jaxtyping import Array, Float, Int
+
+from ._custom_types import Extra, Genotypes, PRNGKey
+from ._emitters import AbstractEmitter
+from ._metrics import qd_metrics, QDMetrics
+from ._misc import f32, filter_scan, i32
+from ._repertoire import AddInfo, init_repertoire, MapElitesRepertoire
+from ._tessellation import AbstractTessellation
+
+
+ScoringFn = Callable[..., tuple[Float[Array, " batch"], Float[Array, "batch d"], Extra]]
+"""``scoring_fn(genotypes, *, key) -> (fitnesses, descriptors, extra)``."""
+
+
+class MAPElitesState(eqx.Module):
+    """Everything that changes during a MAP-Elites run."""
+
+    repertoire: MapElitesRepertoire
+    emitter_state: Any
+    iteration: Int[Array, ""] = eqx.field(converter=i32)
+
+
+class StepInfo(eqx.Module):
+    """What one iteration emitted and how it went (for logs and lineage)."""
+
+    fitnesses: Float[Array, " batch"]
+    descriptors: Float[Array, "batch num_descriptors"]
+    add_info: AddInfo
+    emit_extra: Extra
+
+
+@typing.final
+class MAPElites(eqx.Module):
+    """MAP-Elites: emit a batch, score it, insert it, update the emitter, report metrics.
+
+    Stateless: the run lives in `MAPElitesState`. `init` and `update` are pure; wrap them in
+    `eqx.filter_jit`, or use `run` (all iterations in one jitted ``lax.scan``).
+    """
+
+    emitter: AbstractEmitter
+    scoring_fn: ScoringFn
+    qd_offset: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+
+    def init(
+        self, genotypes: Genotypes, tessellation: AbstractTessellation, *, key: PRNGKey
+    ) -> tuple[MAPElitesState, QDMetrics]:
+        """Score an initial population and build the repertoire and emitter state from it."""
+        score_key, emitter_key = jr.split(key)
+        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
+        repertoire, _ = init_repertoire(tessellation, genotypes, descriptors, fitnesses)
+        emitter_state = self.emitter.init(
+            repertoire, genotypes, fitnesses, descriptors, extra, key=emitter_key
+        )
+        state = MAPElitesState(repertoire, emitter_state, 0)
+        return state, qd_metrics(repertoire, self.qd_offset)
+
+    def step(
+        self, state: MAPElitesState, *, key: PRNGKey
+    ) -> tuple[MAPElitesState, QDMetrics, StepInfo]:
+        """One iteration, also returning the per-candidate `StepInfo`."""
+        emit_key, score_key = jr.split(key)
+        genotypes, emit_extra = self.emitter.emit(
+            state.repertoire, state.emitter_state, key=emit_key
+        )
+        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
+        repertoire, add_info = state.repertoire.add(genotypes, descriptors, fitnesses)
+        emitter_state = self.emitter.state_update(
+            state.emitter_state, repertoire, genotypes, fitnesses, descriptors, extra
+        )
+        new_state = MAPElitesState(repertoire, emitter_state, state.iteration + 1)
+        info = StepInfo(fitnesses, descriptors, add_info, emit_extra)
+        return new_state, qd_metrics(repertoire, self.qd_offset), info
+
+    def update(self, state: MAPElitesState, *, key: PRNGKey) -> tuple[MAPElitesState, QDMetrics]:
+        """One iteration: the new state and the metrics of the new repertoire."""
+        new_state, metrics, _ = self.step(state, key=key)
+        return new_state, metrics
+
+
+@eqx.filter_jit
+def run(
+    algorithm: MAPElites, state: MAPElitesState, num_iters: int, *, key: PRNGKey
+) -> tuple[MAPElitesState, QDMetrics]:
+    """``num_iters`` calls of ``algorithm.update`` in one ``lax.scan``.
+
+    Iteration ``i`` uses ``jax.random.split(key, num_iters)[i]``, so the result equals a Python
+    loop of `MAPElites.update` with those keys. Returns the final state and the metrics history
+    (each field with a leading ``num_iters`` axis).
+    """
+    keys = jr.split(key, num_iters)
+    return filter_scan(lambda s, k: algorithm.update(s, key=k), state, keys)

@@ -1,0 +1,54 @@
+"""QD metrics: the columns of PGA-MAP-Elites' progress file, computed on device."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from ._repertoire import MapElitesRepertoire
+
+
+class QDMetrics(eqx.Module):
+    """Summary of a repertoire (scalars, or a leading time axis for a history).
+
+    - `qd_score`: sum over filled cells of ``fitness + qd_offset``.
+    - `coverage`: fraction of filled cells, in ``[0, 1]``.
+    - `num_filled`: number of filled cells (the PGA-ME repo's "coverage" column).
+    - `max_fitness`, `mean_fitness`, `median_fitness`, `p5_fitness`, `p95_fitness`: over the
+      filled cells; ``-inf`` (max) or NaN (the others) for an empty repertoire.
+    """
+
+    qd_score: Float[Array, "*t"]
+    coverage: Float[Array, "*t"]
+    num_filled: Int[Array, "*t"]
+    max_fitness: Float[Array, "*t"]
+    mean_fitness: Float[Array, "*t"]
+    median_fitness: Float[Array, "*t"]
+    p5_fitness: Float[Array, "*t"]
+    p95_fitness: Float[Array, "*t"]
+
+    def as_dict(self) -> dict[str, Array]:
+        return {name: getattr(self, name) for name in METRIC_NAMES}
+
+
+METRIC_NAMES = tuple(QDMetrics.__dataclass_fields__)
+
+
+def qd_metrics(repertoire: MapElitesRepertoire, qd_offset: float | Array) -> QDMetrics:
+    """`QDMetrics` of ``repertoire`` with QD-score offset ``qd_offset``."""
+    fit = repertoire.fitnesses
+    filled = jnp.isfinite(fit)
+    num_filled = jnp.sum(filled, dtype=jnp.int32)
+    qd_score = jnp.sum(jnp.where(filled, fit + qd_offset, 0.0))
+    masked = jnp.where(filled, fit, jnp.nan)
+    p5, median, p95 = jnp.nanpercentile(masked, jnp.array([5.0, 50.0, 95.0]))
+    mean = jnp.sum(jnp.where(filled, fit, 0.0)) / num_filled
+    return QDMetrics(
+        qd_score=qd_score.astype(jnp.float32),
+        coverage=(num_filled / repertoire.num_cells).astype(jnp.float32),
+        num_filled=num_filled,
+        max_fitness=jnp.max(fit),
+        mean_fitness=jnp.where(num_filled > 0, mean, jnp.nan).astype(jnp.float32),
+        median_fitness=median.astype(jnp.float32),
+        p5_fitness=p5.astype(jnp.float32),
+        p95_fitness=p95.astype(jnp.float32),
+    )

@@ -1,0 +1,105 @@
+"""Small pytree helpers used across the package (array-only indexing, scan over modules)."""
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Int, PyTree
+
+
+_T = TypeVar("_T")
+_Y = TypeVar("_Y")
+
+
+def f32(x: Any) -> Array:
+    """Converter pinning a float32 array (avoids weak types and Python-float retraces)."""
+    return jnp.asarray(x, jnp.float32)
+
+
+def i32(x: Any) -> Array:
+    """Converter pinning an int32 array."""
+    return jnp.asarray(x, jnp.int32)
+
+
+def is_concrete(x: Any) -> bool:
+    """True when ``x`` holds a value we can inspect now (not a tracer inside jit/vmap)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def batch_size_of(tree: PyTree) -> int:
+    """Leading-axis size shared by the array leaves of ``tree``."""
+    leaves = [x for x in jax.tree.leaves(tree) if eqx.is_array(x)]
+    if not leaves:
+        raise ValueError("the pytree has no array leaves, so it has no batch axis")
+    sizes = {x.shape[0] if x.ndim else None for x in leaves}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError(f"array leaves must share a leading batch axis; got leading sizes {sizes}")
+    return sizes.pop()
+
+
+def tree_take(tree: _T, idx: Int[Array, "..."] | int) -> _T:
+    """Index the leading axis of every array leaf; non-array leaves pass through."""
+    return jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, tree)
+
+
+def tree_scatter(tree: _T, idx: Int[Array, " batch"], values: _T) -> _T:
+    """Write ``values`` rows at ``idx`` along the leading axis; out-of-range rows are dropped."""
+
+    def put(x, v):
+        if not eqx.is_array(x):
+            return x
+        return x.at[idx].set(v.astype(x.dtype), mode="drop")
+
+    return jax.tree.map(put, tree, values)
+
+
+def tree_where(mask: Array, on_true: _T, on_false: _T) -> _T:
+    """Per-row select between two pytrees of the same structure (mask over the leading axis)."""
+
+    def pick(a, b):
+        if not eqx.is_array(a):
+            return a
+        m = jnp.reshape(mask, mask.shape + (1,) * (a.ndim - mask.ndim))
+        return jnp.where(m, a, b)
+
+    return jax.tree.map(pick, on_true, on_false)
+
+
+def tree_concatenate(trees: Sequence[_T]) -> _T:
+    """Concatenate pytrees of one structure along the leading axis of their array leaves."""
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs) if eqx.is_array(xs[0]) else xs[0], *trees)
+
+
+def tree_slice(tree: _T, start: int, stop: int) -> _T:
+    """Rows ``start:stop`` of every array leaf (static bounds)."""
+    return jax.tree.map(lambda x: x[start:stop] if eqx.is_array(x) else x, tree)
+
+
+def tree_zeros_batch(example: _T, n: int) -> _T:
+    """A batch of ``n`` zero rows shaped like one unbatched ``example``."""
+    return jax.tree.map(
+        lambda x: jnp.zeros((n,) + jnp.shape(x), jnp.result_type(x)) if eqx.is_array(x) else x,
+        example,
+    )
+
+
+def filter_scan(
+    f: Callable[[_T, Any], tuple[_T, _Y]], init: _T, xs: Any, length: int | None = None
+) -> tuple[_T, _Y]:
+    """`jax.lax.scan` whose carry may hold non-array leaves (functions, Python scalars).
+
+    The static part of the carry is split off once and must come back unchanged from ``f``.
+    """
+    dynamic, static = eqx.partition(init, eqx.is_array)
+
+    def body(carry, x):
+        out, y = f(eqx.combine(carry, static), x)
+        new_dynamic, new_static = eqx.partition(out, eqx.is_array)
+        if not eqx.tree_equal(new_static, static):
+            raise ValueError("the non-array part of the scan carry changed inside the loop")
+        return new_dynamic, y
+
+    dynamic, ys = jax.lax.scan(body, dynamic, xs, length=length)
+    return eqx.combine(dynamic, static), ys

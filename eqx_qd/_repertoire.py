@@ -1,0 +1,212 @@
+"""The MAP-Elites repertoire: one elite per cell, batch insertion and selection."""
+
+import enum
+import typing
+from typing import Any
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+from ._custom_types import Descriptors, Extra, Fitnesses, Genotypes, PRNGKey
+from ._misc import batch_size_of, tree_scatter, tree_take, tree_zeros_batch
+from ._selectors import AbstractSelector, UniformSelector
+from ._tessellation import AbstractTessellation
+
+
+class AddStatus(enum.IntEnum):
+    """What happened to one candidate offered to `MapElitesRepertoire.add`."""
+
+    NOT_ADDED = 0
+    """Not inserted: a better elite or a better candidate of the same batch holds its cell, or
+    its fitness / descriptor was not finite."""
+    IMPROVED = 1
+    """Replaced a worse elite."""
+    NEW = 2
+    """Filled an empty cell."""
+
+
+class AddInfo(eqx.Module):
+    """Per-candidate outcome of an insertion (all arrays of shape ``(batch,)``).
+
+    ``delta`` is the candidate's fitness minus the cell's elite fitness before the batch
+    (``+inf`` when the cell was empty, NaN when the candidate's fitness was NaN).
+    """
+
+    cell: Int[Array, " batch"]
+    status: Int[Array, " batch"]
+    delta: Float[Array, " batch"]
+
+    @property
+    def inserted(self) -> Bool[Array, " batch"]:
+        return self.status != AddStatus.NOT_ADDED
+
+    @property
+    def novel(self) -> Bool[Array, " batch"]:
+        return self.status == AddStatus.NEW
+
+
+class Elites(eqx.Module):
+    """A batch of elites drawn from a repertoire."""
+
+    genotypes: Genotypes
+    fitnesses: Float[Array, " batch"]
+    descriptors: Float[Array, "batch num_descriptors"]
+    cells: Int[Array, " batch"]
+    extra: Extra
+
+
+def _valid(fitnesses: Fitnesses, descriptors: Descriptors) -> Bool[Array, " batch"]:
+    return jnp.isfinite(fitnesses) & jnp.all(jnp.isfinite(descriptors), axis=-1)
+
+
+@typing.final
+class MapElitesRepertoire(eqx.Module):
+    """An archive of elites, one per cell of a tessellation (grid or CVT).
+
+    **Fields:**
+
+    - `genotypes`: any pytree whose array leaves have a leading ``num_cells`` axis. Non-array
+      leaves (an MLP's activation, say) are shared by all cells.
+    - `fitnesses`: ``(num_cells,)`` float32; ``-inf`` marks an empty cell.
+    - `descriptors`: ``(num_cells, num_descriptors)``; the elite's own descriptor.
+    - `tessellation`: maps descriptors to cells and holds the centroids.
+    - `extra`: optional per-cell data stored with each elite (ids, say), or ``None``.
+
+    Immutable: `add` returns a new repertoire. Build one with `MapElitesRepertoire.empty`.
+    """
+
+    genotypes: Genotypes
+    fitnesses: Float[Array, " num_cells"]
+    descriptors: Float[Array, "num_cells num_descriptors"]
+    tessellation: AbstractTessellation
+    extra: Extra = None
+
+    def __check_init__(self):
+        n, d = self.tessellation.num_cells, self.tessellation.num_descriptors
+        if self.fitnesses.shape != (n,):
+            raise ValueError(f"fitnesses must have shape ({n},), got {self.fitnesses.shape}")
+        if self.descriptors.shape != (n, d):
+            raise ValueError(
+                f"descriptors must have shape ({n}, {d}), got {self.descriptors.shape}"
+            )
+        if batch_size_of(self.genotypes) != n:
+            raise ValueError(f"genotypes must have a leading axis of {n} cells")
+        if self.extra is not None and batch_size_of(self.extra) != n:
+            raise ValueError(f"extra must have a leading axis of {n} cells")
+
+    @classmethod
+    def empty(
+        cls, tessellation: AbstractTessellation, genotype: Genotypes, extra: Extra = None
+    ) -> "MapElitesRepertoire":
+        """An empty repertoire whose cells hold zeros shaped like one (unbatched) ``genotype``
+        (and one unbatched ``extra``, if given)."""
+        n = tessellation.num_cells
+        return cls(
+            genotypes=tree_zeros_batch(genotype, n),
+            fitnesses=jnp.full((n,), -jnp.inf, jnp.float32),
+            descriptors=jnp.zeros((n, tessellation.num_descriptors), jnp.float32),
+            tessellation=tessellation,
+            extra=None if extra is None else tree_zeros_batch(extra, n),
+        )
+
+    @property
+    def num_cells(self) -> int:
+        return self.tessellation.num_cells
+
+    @property
+    def centroids(self) -> Float[Array, "num_cells num_descriptors"]:
+        return self.tessellation.centroids
+
+    @property
+    def filled(self) -> Bool[Array, " num_cells"]:
+        return jnp.isfinite(self.fitnesses)
+
+    @property
+    def num_filled(self) -> Int[Array, ""]:
+        return jnp.sum(self.filled, dtype=jnp.int32)
+
+    def add(
+        self,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        extra: Extra = None,
+    ) -> tuple["MapElitesRepertoire", AddInfo]:
+        """Insert a batch; returns the new repertoire and an `AddInfo` per candidate.
+
+        Per cell, the best candidate of the batch (lowest batch index among ties) replaces the
+        elite if it is strictly better. Candidates with a non-finite fitness or descriptor are
+        never inserted, so a bad batch cannot overwrite what is stored.
+        """
+        batch = fitnesses.shape[0]
+        if batch_size_of(genotypes) != batch:
+            raise ValueError(
+                f"genotypes have batch size {batch_size_of(genotypes)}, fitnesses have {batch}"
+            )
+        if (extra is None) != (self.extra is None):
+            raise ValueError("extra must be given exactly when the repertoire stores extra")
+        fitnesses = fitnesses.astype(jnp.float32)
+        n = self.num_cells
+        valid = _valid(fitnesses, descriptors)
+        cells = self.tessellation.index(jnp.where(valid[:, None], descriptors, 0.0))
+        offered = jnp.where(valid, fitnesses, -jnp.inf)
+        # Best offer per cell, then its lowest-index holder: deterministic, order-free up to ties.
+        best = jnp.full((n,), -jnp.inf, jnp.float32).at[cells].max(offered)
+        holds_best = valid & (offered == best[cells])
+        rows = jnp.arange(batch, dtype=jnp.int32)
+        winner = jnp.full((n,), batch, jnp.int32).at[cells].min(jnp.where(holds_best, rows, batch))
+        previous = self.fitnesses[cells]
+        inserted = (winner[cells] == rows) & (offered > previous)
+        target = jnp.where(inserted, cells, n)  # row n is out of range: dropped by the scatter
+
+        new = eqx.tree_at(
+            lambda r: (r.genotypes, r.fitnesses, r.descriptors, r.extra),
+            self,
+            (
+                tree_scatter(self.genotypes, target, genotypes),
+                self.fitnesses.at[target].set(fitnesses, mode="drop"),
+                self.descriptors.at[target].set(descriptors.astype(jnp.float32), mode="drop"),
+                None if extra is None else tree_scatter(self.extra, target, extra),
+            ),
+            is_leaf=lambda x: x is None,
+        )
+        status = jnp.where(
+            inserted,
+            jnp.where(jnp.isfinite(previous), AddStatus.IMPROVED, AddStatus.NEW),
+            AddStatus.NOT_ADDED,
+        ).astype(jnp.int32)
+        info = AddInfo(cell=cells, status=status, delta=fitnesses - previous)
+        return new, info
+
+    def select(
+        self, num: int, *, key: PRNGKey, selector: AbstractSelector = UniformSelector()
+    ) -> Elites:
+        """Draw ``num`` elites (with replacement) with ``selector`` (uniform by default)."""
+        idx = selector.indices(self.fitnesses, num, key=key)
+        return Elites(
+            genotypes=tree_take(self.genotypes, idx),
+            fitnesses=self.fitnesses[idx],
+            descriptors=self.descriptors[idx],
+            cells=idx,
+            extra=tree_take(self.extra, idx),
+        )
+
+    def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
+        """Cell index of each descriptor."""
+        return self.tessellation.index(descriptors)
+
+
+def init_repertoire(
+    tessellation: AbstractTessellation,
+    genotypes: Genotypes,
+    descriptors: Float[Array, "batch num_descriptors"],
+    fitnesses: Float[Array, " batch"],
+    extra: Extra = None,
+) -> tuple[MapElitesRepertoire, AddInfo]:
+    """An empty repertoire shaped after the batch, with the batch inserted."""
+    first: Any = tree_take(genotypes, 0)
+    empty = MapElitesRepertoire.empty(
+        tessellation, first, None if extra is None else tree_take(extra, 0)
+    )
+    return empty.add(genotypes, descriptors, fitnesses, extra)

@@ -1,0 +1,164 @@
+"""Fast pure-JAX QD tasks: rastrigin, sphere and a planar arm.
+
+A task is a module called as ``task(genotypes, key=key) -> (fitnesses, descriptors, extra)`` (the
+scoring-function contract) that also knows its descriptor bounds, its QD-score offset and how to
+draw an initial population.
+"""
+
+import abc
+import math
+import typing
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float
+
+from ._custom_types import Extra, PRNGKey
+
+
+class AbstractTask(eqx.Module):
+    """A scoring function plus what MAP-Elites needs to know about it."""
+
+    genotype_dim: eqx.AbstractVar[int]
+
+    @property
+    @abc.abstractmethod
+    def num_descriptors(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def descriptor_bounds(self) -> tuple[float, float]:
+        """(min, max) of every descriptor dimension."""
+
+    @property
+    @abc.abstractmethod
+    def qd_offset(self) -> float:
+        """Added to every elite's fitness in the QD-score so that it stays positive."""
+
+    @abc.abstractmethod
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch num_descriptors"], Extra]: ...
+
+    def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
+        """``num`` genotypes drawn uniformly in ``[0, 1]^genotype_dim``."""
+        return jr.uniform(key, (num, self.genotype_dim))
+
+
+def _check_dim(dim: int, minimum: int) -> None:
+    if dim < minimum:
+        raise ValueError(f"genotype_dim must be at least {minimum}, got {dim}")
+
+
+@typing.final
+class Rastrigin(AbstractTask):
+    """Rastrigin on ``y = 10x - 5`` (maximised, optimum 0 at ``x = 0.5``).
+
+    Descriptor: the first two genes clipped to ``[0, 1]``. QD offset ``50 * genotype_dim``.
+    Same definition as QDax's ``rastrigin`` with clipped descriptors.
+    """
+
+    genotype_dim: int = eqx.field(default=100, static=True)
+
+    def __check_init__(self):
+        _check_dim(self.genotype_dim, 2)
+
+    @property
+    def num_descriptors(self) -> int:
+        return 2
+
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    @property
+    def qd_offset(self) -> float:
+        return 50.0 * self.genotype_dim
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
+        y = 10.0 * genotypes - 5.0
+        terms = y**2 - 10.0 * jnp.cos(2.0 * jnp.pi * y)
+        fitnesses = -(10.0 * self.genotype_dim + jnp.sum(terms, axis=-1))
+        return fitnesses, jnp.clip(genotypes[:, :2], 0.0, 1.0), None
+
+
+@typing.final
+class Sphere(AbstractTask):
+    """Sphere ``-sum(y^2)`` on ``y = 10x - 5`` (optimum 0 at ``x = 0.5``).
+
+    Descriptor: the first two genes clipped to ``[0, 1]``. QD offset ``25 * genotype_dim``.
+    """
+
+    genotype_dim: int = eqx.field(default=100, static=True)
+
+    def __check_init__(self):
+        _check_dim(self.genotype_dim, 2)
+
+    @property
+    def num_descriptors(self) -> int:
+        return 2
+
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    @property
+    def qd_offset(self) -> float:
+        return 25.0 * self.genotype_dim
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
+        y = 10.0 * genotypes - 5.0
+        return -jnp.sum(y**2, axis=-1), jnp.clip(genotypes[:, :2], 0.0, 1.0), None
+
+
+@typing.final
+class Arm(AbstractTask):
+    """A planar arm of ``genotype_dim`` equal links of total length 1.
+
+    Genes in ``[0, 1]`` map to joint angles in ``[-pi, pi]``; fitness is minus the standard
+    deviation of the angles (smooth postures win); the descriptor is the end-effector position
+    rescaled to ``[0, 1]^2``. QD offset 1.
+    """
+
+    genotype_dim: int = eqx.field(default=8, static=True)
+
+    def __check_init__(self):
+        _check_dim(self.genotype_dim, 1)
+
+    @property
+    def num_descriptors(self) -> int:
+        return 2
+
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    @property
+    def qd_offset(self) -> float:
+        return 1.0
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
+        angles = (jnp.clip(genotypes, 0.0, 1.0) - 0.5) * 2.0 * math.pi
+        cumulative = jnp.cumsum(angles, axis=-1)
+        link = 1.0 / self.genotype_dim
+        x = jnp.sum(link * jnp.cos(cumulative), axis=-1)
+        y = jnp.sum(link * jnp.sin(cumulative), axis=-1)
+        descriptors = (jnp.stack([x, y], axis=-1) + 1.0) / 2.0
+        return -jnp.std(angles, axis=-1), descriptors, None
+
+
+TASKS: dict[str, type[AbstractTask]] = {"rastrigin": Rastrigin, "sphere": Sphere, "arm": Arm}
+
+
+def make_task(name: str, genotype_dim: int | None = None) -> AbstractTask:
+    """A built-in task by name (``rastrigin``, ``sphere``, ``arm``)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
+    return TASKS[name]() if genotype_dim is None else TASKS[name](genotype_dim=genotype_dim)

@@ -1,0 +1,291 @@
+"""Variation operators: functions over batched pytree genotypes, and small modules wrapping them.
+
+A *mutation* maps one batch of parents to children; a *variation* (crossover) maps two batches.
+Every operator works leaf-wise on any pytree whose array leaves share a leading batch axis, and
+clips to ``[min_genotype, max_genotype]`` when bounds are given. Names follow the PGA-MAP-Elites
+configuration (``iso_sigma``, ``line_sigma``, ``eta_m``, ``eta_c``, ``sigma``, ``mutation_rate``,
+``crossover_rate``, ``min_genotype``, ``max_genotype``).
+"""
+
+import abc
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float
+
+from ._custom_types import Genotypes, PRNGKey
+from ._misc import batch_size_of, f32, is_concrete
+
+
+Bound = Float[Array, ""] | None
+
+
+def _bound(x: Any) -> Bound:
+    return None if x is None else f32(x)
+
+
+def _clip(x: Array, lo: Bound, hi: Bound) -> Array:
+    if lo is None and hi is None:
+        return x
+    return jnp.clip(x, lo, hi)
+
+
+def _leafwise(fn: Callable[..., Array], key: PRNGKey, *trees: Genotypes) -> Genotypes:
+    """Apply ``fn(key, *leaves)`` to the array leaves of ``trees`` with one key per leaf."""
+    leaves, treedef = jax.tree.flatten(trees[0])
+    others = [treedef.flatten_up_to(t) for t in trees[1:]]
+    keys = jr.split(key, max(len(leaves), 1))
+    out = [
+        fn(k, leaf, *(o[i] for o in others)) if eqx.is_array(leaf) else leaf
+        for i, (k, leaf) in enumerate(zip(keys, leaves))
+    ]
+    return jax.tree.unflatten(treedef, out)
+
+
+def _per_row(values: Array, like: Array) -> Array:
+    return jnp.reshape(values, values.shape + (1,) * (like.ndim - 1))
+
+
+def isoline_variation(
+    x1: Genotypes,
+    x2: Genotypes,
+    *,
+    key: PRNGKey,
+    iso_sigma: Any,
+    line_sigma: Any,
+    min_genotype: Any = None,
+    max_genotype: Any = None,
+) -> Genotypes:
+    """Iso+line-DD (Vassiliades & Mouret 2018).
+
+    Child ``= x1 + iso_sigma * N(0, I) + line_sigma * N(0, 1) * (x2 - x1)``.
+
+    The line coefficient is one draw per child, shared by all leaves of its genotype.
+    """
+    line_key, iso_key = jr.split(key)
+    line = jr.normal(line_key, (batch_size_of(x1),)) * line_sigma
+
+    def child(k, a, b):
+        iso = jr.normal(k, a.shape, a.dtype) * iso_sigma
+        out = a + iso + _per_row(line, a).astype(a.dtype) * (b - a)
+        return _clip(out, _bound(min_genotype), _bound(max_genotype))
+
+    return _leafwise(child, iso_key, x1, x2)
+
+
+def gaussian_mutation(
+    x: Genotypes,
+    *,
+    key: PRNGKey,
+    sigma: Any,
+    mutation_rate: Any = 1.0,
+    min_genotype: Any = None,
+    max_genotype: Any = None,
+) -> Genotypes:
+    """Add ``sigma * N(0, 1)`` to each gene with probability ``mutation_rate``."""
+
+    def mutate(k, a):
+        noise_key, mask_key = jr.split(k)
+        noise = jr.normal(noise_key, a.shape, a.dtype) * sigma
+        mask = jr.uniform(mask_key, a.shape) < mutation_rate
+        return _clip(jnp.where(mask, a + noise, a), _bound(min_genotype), _bound(max_genotype))
+
+    return _leafwise(mutate, key, x)
+
+
+def polynomial_mutation(
+    x: Genotypes,
+    *,
+    key: PRNGKey,
+    eta_m: Any,
+    mutation_rate: Any,
+    min_genotype: Any,
+    max_genotype: Any,
+) -> Genotypes:
+    """Deb's bounded polynomial mutation with distribution index ``eta_m``.
+
+    Each gene is mutated with probability ``mutation_rate``; bounds are required because the
+    perturbation is scaled by the distance to them.
+    """
+    lo, hi = f32(min_genotype), f32(max_genotype)
+
+    def mutate(k, a):
+        r_key, mask_key = jr.split(k)
+        span = hi - lo
+        y = jnp.clip(a, lo, hi)
+        delta_1 = (y - lo) / span
+        delta_2 = (hi - y) / span
+        r = jr.uniform(r_key, a.shape)
+        power = 1.0 / (eta_m + 1.0)
+        below = 2.0 * r + (1.0 - 2.0 * r) * (1.0 - delta_1) ** (eta_m + 1.0)
+        above = 2.0 * (1.0 - r) + 2.0 * (r - 0.5) * (1.0 - delta_2) ** (eta_m + 1.0)
+        dq = jnp.where(r < 0.5, below**power - 1.0, 1.0 - above**power)
+        mask = jr.uniform(mask_key, a.shape) < mutation_rate
+        return jnp.clip(jnp.where(mask, y + dq * span, a), lo, hi).astype(a.dtype)
+
+    return _leafwise(mutate, key, x)
+
+
+def sbx_crossover(
+    x1: Genotypes,
+    x2: Genotypes,
+    *,
+    key: PRNGKey,
+    eta_c: Any,
+    crossover_rate: Any = 1.0,
+    min_genotype: Any = None,
+    max_genotype: Any = None,
+) -> Genotypes:
+    """Simulated binary crossover (Deb & Agrawal 1995) with distribution index ``eta_c``.
+
+    Returns the first child of each pair; a gene is crossed with probability ``crossover_rate``
+    and copied from ``x1`` otherwise. A large ``eta_c`` keeps children near their parents.
+    """
+
+    def cross(k, a, b):
+        u_key, mask_key = jr.split(k)
+        u = jr.uniform(u_key, a.shape)
+        exponent = 1.0 / (eta_c + 1.0)
+        beta = jnp.where(u <= 0.5, (2.0 * u) ** exponent, (1.0 / (2.0 * (1.0 - u))) ** exponent)
+        child = 0.5 * ((1.0 + beta) * a + (1.0 - beta) * b)
+        mask = jr.uniform(mask_key, a.shape) < crossover_rate
+        out = jnp.where(mask, child, a).astype(a.dtype)
+        return _clip(out, _bound(min_genotype), _bound(max_genotype))
+
+    return _leafwise(cross, key, x1, x2)
+
+
+class AbstractMutation(eqx.Module):
+    """One parent per child. Subclass and implement ``__call__`` to add an operator."""
+
+    @abc.abstractmethod
+    def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes: ...
+
+
+class AbstractVariation(eqx.Module):
+    """Two parents per child. Subclass and implement ``__call__`` to add an operator."""
+
+    @abc.abstractmethod
+    def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes: ...
+
+
+def _check_bounds(lo: Bound, hi: Bound) -> None:
+    if lo is not None and hi is not None and is_concrete(lo) and is_concrete(hi):
+        if not bool(hi > lo):
+            raise ValueError(f"max_genotype ({float(hi)}) must exceed min_genotype ({float(lo)})")
+
+
+def _check_range(name: str, value: Array, low: float, high: float | None = None) -> None:
+    if not is_concrete(value):
+        return
+    v = float(value)
+    if not (v >= low and (high is None or v <= high)):
+        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be {bounds}, got {v}")
+
+
+@typing.final
+class IsoLineVariation(AbstractVariation):
+    """Iso+line-DD variation (`isoline_variation`) as a module."""
+
+    iso_sigma: Float[Array, ""] = eqx.field(converter=f32)
+    line_sigma: Float[Array, ""] = eqx.field(converter=f32)
+    min_genotype: Bound = eqx.field(default=None, converter=_bound)
+    max_genotype: Bound = eqx.field(default=None, converter=_bound)
+
+    def __check_init__(self):
+        _check_range("iso_sigma", self.iso_sigma, 0.0)
+        _check_range("line_sigma", self.line_sigma, 0.0)
+        _check_bounds(self.min_genotype, self.max_genotype)
+
+    def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
+        return isoline_variation(
+            x1,
+            x2,
+            key=key,
+            iso_sigma=self.iso_sigma,
+            line_sigma=self.line_sigma,
+            min_genotype=self.min_genotype,
+            max_genotype=self.max_genotype,
+        )
+
+
+@typing.final
+class SBXCrossover(AbstractVariation):
+    """Simulated binary crossover (`sbx_crossover`) as a module."""
+
+    eta_c: Float[Array, ""] = eqx.field(converter=f32)
+    crossover_rate: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
+    min_genotype: Bound = eqx.field(default=None, converter=_bound)
+    max_genotype: Bound = eqx.field(default=None, converter=_bound)
+
+    def __check_init__(self):
+        _check_range("eta_c", self.eta_c, 0.0)
+        _check_range("crossover_rate", self.crossover_rate, 0.0, 1.0)
+        _check_bounds(self.min_genotype, self.max_genotype)
+
+    def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
+        return sbx_crossover(
+            x1,
+            x2,
+            key=key,
+            eta_c=self.eta_c,
+            crossover_rate=self.crossover_rate,
+            min_genotype=self.min_genotype,
+            max_genotype=self.max_genotype,
+        )
+
+
+@typing.final
+class PolynomialMutation(AbstractMutation):
+    """Bounded polynomial mutation (`polynomial_mutation`) as a module."""
+
+    eta_m: Float[Array, ""] = eqx.field(converter=f32)
+    mutation_rate: Float[Array, ""] = eqx.field(converter=f32)
+    min_genotype: Float[Array, ""] = eqx.field(converter=f32)
+    max_genotype: Float[Array, ""] = eqx.field(converter=f32)
+
+    def __check_init__(self):
+        _check_range("eta_m", self.eta_m, 0.0)
+        _check_range("mutation_rate", self.mutation_rate, 0.0, 1.0)
+        _check_bounds(self.min_genotype, self.max_genotype)
+
+    def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
+        return polynomial_mutation(
+            x,
+            key=key,
+            eta_m=self.eta_m,
+            mutation_rate=self.mutation_rate,
+            min_genotype=self.min_genotype,
+            max_genotype=self.max_genotype,
+        )
+
+
+@typing.final
+class GaussianMutation(AbstractMutation):
+    """Gaussian mutation (`gaussian_mutation`) as a module."""
+
+    sigma: Float[Array, ""] = eqx.field(converter=f32)
+    mutation_rate: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
+    min_genotype: Bound = eqx.field(default=None, converter=_bound)
+    max_genotype: Bound = eqx.field(default=None, converter=_bound)
+
+    def __check_init__(self):
+        _check_range("sigma", self.sigma, 0.0)
+        _check_range("mutation_rate", self.mutation_rate, 0.0, 1.0)
+        _check_bounds(self.min_genotype, self.max_genotype)
+
+    def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
+        return gaussian_mutation(
+            x,
+            key=key,
+            sigma=self.sigma,
+            mutation_rate=self.mutation_rate,
+            min_genotype=self.min_genotype,
+            max_genotype=self.max_genotype,
+        )
