@@ -41,10 +41,11 @@ def qd_metrics(repertoire: MapElitesRepertoire, qd_offset: float | Array) -> QDM
     qd_score = jnp.sum(jnp.where(filled, fit + qd_offset, 0.0))
     masked = jnp.where(filled, fit, jnp.nan)
     p5, median, p95 = jnp.nanpercentile(masked, jnp.array([5.0, 50.0, 95.0]))
-    mean = jnp.sum(jnp.where(filled, fit, 0.0)) / num_filled
+    count = num_filled.astype(jnp.float32)
+    mean = jnp.sum(jnp.where(filled, fit, 0.0)) / count
     return QDMetrics(
         qd_score=qd_score.astype(jnp.float32),
-        coverage=(num_filled / repertoire.num_cells).astype(jnp.float32),
+        coverage=count / repertoire.num_cells,
         num_filled=num_filled,
         max_fitness=jnp.max(fit),
         mean_fitness=jnp.where(num_filled > 0, mean, jnp.nan).astype(jnp.float32),

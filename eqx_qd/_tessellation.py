@@ -7,6 +7,7 @@ tessellation (CVT, index of the nearest centroid). CVT centroids come from k-mea
 import abc
 import os
 import typing
+from collections.abc import Sequence
 from typing import Any
 
 import equinox as eqx
@@ -58,7 +59,7 @@ class GridTessellation(AbstractTessellation):
     maxval: Float[Array, " num_descriptors"]
     centroids: Centroids
 
-    def __init__(self, bins: typing.Sequence[int], minval: Any = 0.0, maxval: Any = 1.0):
+    def __init__(self, bins: Sequence[int], minval: Any = 0.0, maxval: Any = 1.0):
         bins = tuple(int(b) for b in bins)
         if not bins or any(b < 1 for b in bins):
             raise ValueError(f"bins must be a non-empty sequence of positive ints, got {bins}")
@@ -76,12 +77,12 @@ class GridTessellation(AbstractTessellation):
         self.centroids = jnp.stack([m.reshape(-1) for m in mesh], axis=-1)
 
     def index(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
-        bins = jnp.asarray(self.bins, jnp.int32)
-        scaled = (descriptors - self.minval) / (self.maxval - self.minval) * bins
-        coords = jnp.clip(jnp.floor(scaled), 0, bins - 1).astype(jnp.int32)
+        bins = jnp.asarray(self.bins, jnp.float32)[None]
+        scaled = (descriptors - self.minval[None]) / (self.maxval - self.minval)[None] * bins
+        coords = jnp.clip(jnp.floor(scaled), 0.0, bins - 1.0).astype(jnp.int32)
         # NaN descriptors floor to an arbitrary cell; callers mask them (they are never inserted).
         strides = np.cumprod((1,) + self.bins[::-1])[:-1][::-1].astype(np.int32)
-        return jnp.sum(coords * jnp.asarray(strides), axis=-1)
+        return jnp.sum(coords * jnp.asarray(strides)[None], axis=-1)
 
 
 def nearest_centroid(
@@ -92,7 +93,7 @@ def nearest_centroid(
     Squared distances up to a per-point constant are ``|c|^2 - 2 p.c`` (one matmul); the minimum
     is found with ``min`` + ``where`` because XLA's CPU ``argmin`` is several times slower.
     """
-    scores = jnp.sum(centroids**2, axis=-1) - 2.0 * points @ centroids.T
+    scores = jnp.sum(centroids**2, axis=-1)[None] - 2.0 * points @ centroids.T
     best = jnp.min(scores, axis=-1, keepdims=True)
     idx = jnp.arange(centroids.shape[0], dtype=jnp.int32)
     return jnp.min(jnp.where(scores == best, idx, centroids.shape[0] - 1), axis=-1)
@@ -156,7 +157,7 @@ def _kmeans_plus_plus(
     first_key, key = jr.split(key)
     first = samples[jr.randint(first_key, (), 0, samples.shape[0])]
     centroids = jnp.zeros((num_cells, samples.shape[1]), samples.dtype).at[0].set(first)
-    dist = jnp.sum((samples - first) ** 2, axis=-1)
+    dist = jnp.sum((samples - first[None]) ** 2, axis=-1)
     uniforms = jr.uniform(key, (num_cells,))
 
     def pick(i, carry):
@@ -164,7 +165,7 @@ def _kmeans_plus_plus(
         cumulative = jnp.cumsum(dist)
         j = jnp.searchsorted(cumulative, uniforms[i] * cumulative[-1], side="right")
         new = samples[jnp.minimum(j, samples.shape[0] - 1)]
-        dist = jnp.minimum(dist, jnp.sum((samples - new) ** 2, axis=-1))
+        dist = jnp.minimum(dist, jnp.sum((samples - new[None]) ** 2, axis=-1))
         return centroids.at[i].set(new), dist
 
     centroids, _ = jax.lax.fori_loop(1, num_cells, pick, (centroids, dist))
@@ -201,7 +202,7 @@ def _kmeans(
 
     def refresh(_, carry):
         centroids, cells = carry
-        gram = jnp.sum(centroids**2, -1) - 2.0 * centroids @ centroids.T
+        gram = jnp.sum(centroids**2, -1)[None] - 2.0 * centroids @ centroids.T
         _, neighbours = jax.lax.top_k(-gram, num_neighbours)
         centroids, cells, _ = jax.lax.fori_loop(
             0, _NEIGHBOUR_REFRESH, lloyd, (centroids, cells, neighbours)
@@ -240,5 +241,6 @@ def cvt_centroids(
     lo = _bounds(minval, num_descriptors, "minval")
     hi = _bounds(maxval, num_descriptors, "maxval")
     sample_key, init_key = jr.split(key)
-    samples = jr.uniform(sample_key, (num_samples, num_descriptors), minval=lo, maxval=hi)
+    unit = jr.uniform(sample_key, (num_samples, num_descriptors))
+    samples = lo[None] + unit * (hi - lo)[None]
     return _kmeans(samples, num_cells, num_iters, min(num_cells, 16), init_key)

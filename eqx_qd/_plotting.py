@@ -1,0 +1,94 @@
+"""Plots: repertoire heatmaps (grid and CVT, rasterised) and metric curves."""
+
+from collections.abc import Mapping, Sequence
+
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from ._repertoire import MapElitesRepertoire
+from ._tessellation import GridTessellation
+
+
+def plot_repertoire(
+    repertoire: MapElitesRepertoire,
+    ax: Axes | None = None,
+    bounds: tuple[float, float] | None = None,
+    resolution: int = 400,
+    cmap: str = "viridis",
+) -> Figure:
+    """Heatmap of the elites' fitness over a 1-D or 2-D descriptor space.
+
+    The image is rasterised: each pixel takes the fitness of its cell (so CVT cells appear as
+    their Voronoi regions, grid cells as rectangles); empty cells stay white.
+    """
+    tess = repertoire.tessellation
+    d = tess.num_descriptors
+    if d not in (1, 2):
+        raise ValueError(f"plot_repertoire draws 1 or 2 descriptors, this repertoire has {d}")
+    if bounds is None:
+        if isinstance(tess, GridTessellation):
+            lo, hi = float(jnp.min(tess.minval)), float(jnp.max(tess.maxval))
+        else:
+            lo, hi = float(jnp.min(tess.centroids)), float(jnp.max(tess.centroids))
+    else:
+        lo, hi = bounds
+    fig = ax.figure if ax is not None else plt.figure(figsize=(5.2, 4.2) if d == 2 else (6, 3))
+    ax = ax if ax is not None else fig.add_subplot()
+    fit = np.asarray(repertoire.fitnesses)
+    axis = np.linspace(lo, hi, resolution, dtype=np.float32)
+    if d == 2:
+        xx, yy = np.meshgrid(axis, axis)
+        pixels = np.stack([xx.ravel(), yy.ravel()], axis=-1)
+    else:
+        pixels = axis[:, None]
+    cells = np.asarray(tess.index(jnp.asarray(pixels)))
+    values = np.where(np.isfinite(fit[cells]), fit[cells], np.nan)
+    finite = fit[np.isfinite(fit)]
+    vmin, vmax = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+    if d == 2:
+        image = ax.imshow(
+            values.reshape(resolution, resolution),
+            origin="lower",
+            extent=(lo, hi, lo, hi),
+            cmap=cmap,
+            vmin=vmin,
+            vmax=vmax,
+            interpolation="nearest",
+        )
+        ax.set_xlabel("descriptor 1")
+        ax.set_ylabel("descriptor 2")
+        fig.colorbar(image, ax=ax, label="fitness")
+    else:
+        ax.plot(axis, values)
+        ax.set_xlabel("descriptor")
+        ax.set_ylabel("fitness")
+    filled = int(np.isfinite(fit).sum())
+    ax.set_title(f"repertoire: {filled}/{fit.size} cells filled")
+    fig.tight_layout()
+    return fig
+
+
+_PANELS = (
+    ("qd_score", "QD-score"),
+    ("coverage", "coverage"),
+    ("max_fitness", "max fitness"),
+    ("mean_fitness", "mean fitness"),
+)
+
+
+def plot_metrics(
+    history: Mapping[str, Sequence[float] | np.ndarray], x_key: str = "evaluations"
+) -> Figure:
+    """QD-score, coverage, max and mean fitness against ``history[x_key]``."""
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6))
+    x = np.asarray(history[x_key])
+    for ax, (key, label) in zip(axes.ravel(), _PANELS):
+        ax.plot(x, np.asarray(history[key]))
+        ax.set_title(label)
+        ax.set_xlabel(x_key)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,109 @@
+"""The ``eqx-qd`` command: ``eqx-qd run map-elites [options]``."""
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit code 2
+        self.exit(2, f"eqx-qd: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="eqx-qd", description="Quality-Diversity runs with eqx_qd.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run = commands.add_parser("run", help="run an algorithm")
+    algos = run.add_subparsers(dest="algorithm", required=True, parser_class=_Parser)
+    me = algos.add_parser(
+        "map-elites",
+        help="MAP-Elites on a pure-JAX task (default: rastrigin, 100-D, CVT 1024 cells)",
+    )
+    me.add_argument("--config", help="TOML file with MapElitesConfig keys (options override it)")
+    me.add_argument("--task", help="rastrigin, sphere or arm")
+    me.add_argument("--genotype-dim", type=_positive_int, dest="genotype_dim")
+    me.add_argument("--cells", type=_positive_int, help="CVT cells, or bins per axis with --grid")
+    me.add_argument("--grid", action="store_true", default=None, help="grid instead of CVT")
+    me.add_argument("--centroids", help=".npy file of CVT centroids")
+    me.add_argument("--cvt-samples", type=_positive_int, dest="cvt_samples")
+    me.add_argument("--batch-size", "--batch", type=_positive_int, dest="batch_size")
+    me.add_argument("--iterations", "--iters", type=_positive_int, dest="iterations")
+    me.add_argument("--log-period", type=_positive_int, dest="log_period")
+    me.add_argument("--iso-sigma", type=_non_negative_float, dest="iso_sigma")
+    me.add_argument("--line-sigma", type=_non_negative_float, dest="line_sigma")
+    me.add_argument("--seed", type=int)
+    me.add_argument("--out", help="run folder (default: runs/map-elites-<time>)")
+    me.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    me.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+_CONFIG_KEYS = (
+    "task",
+    "genotype_dim",
+    "cells",
+    "grid",
+    "centroids",
+    "cvt_samples",
+    "batch_size",
+    "iterations",
+    "log_period",
+    "iso_sigma",
+    "line_sigma",
+    "seed",
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from ._runs import default_run_folder, MapElitesConfig, run_map_elites
+
+    overrides = {k: getattr(args, k) for k in _CONFIG_KEYS if getattr(args, k) is not None}
+    try:
+        if args.config is not None:
+            config = MapElitesConfig.from_toml(args.config, **overrides)
+        else:
+            config = MapElitesConfig.from_mapping(overrides)
+    except (ValueError, TypeError) as e:
+        parser.error(str(e))
+    if config.centroids is not None and not os.path.isfile(config.centroids):
+        parser.error(f"centroids file {config.centroids!r} does not exist")
+    out = args.out or default_run_folder("map-elites")
+    try:
+        result = run_map_elites(config, out, progress=not args.no_progress, plots=not args.no_plots)
+    except ValueError as e:
+        parser.error(str(e))
+    last = {k: v[-1] for k, v in result.history.items()}
+    print(
+        f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
+        f"coverage {100 * last['coverage']:.1f}%, max fitness {last['max_fitness']:.6g}"
+    )
+    print(f"run folder: {result.folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+import os
+
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import equinox as eqx
+import jax
+import jax.random as jr
+import pytest
+from hypothesis import settings
+
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+settings.register_profile("eqx_qd", deadline=None, max_examples=40, derandomize=True)
+settings.load_profile("eqx_qd")
+
+
+@pytest.fixture
+def getkey():
+    counter = iter(range(10**9))
+    base = jr.key(1234)
+    return lambda: jr.fold_in(base, next(counter))
+
+
+@pytest.fixture(scope="session")
+def jit_add():
+    """One jitted `add` shared by all repertoire tests (compiled once per shape)."""
+    return eqx.filter_jit(lambda rep, g, d, f: rep.add(g, d, f))
