@@ -27,12 +27,20 @@ from ._misc import (
     tree_concatenate as tree_concatenate,
     tree_take as tree_take,
 )
+from ._plotting import plot_metrics as plot_metrics, plot_repertoire as plot_repertoire
 from ._repertoire import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,
     Elites as Elites,
     init_repertoire as init_repertoire,
     MapElitesRepertoire as MapElitesRepertoire,
+)
+from ._runs import (
+    load_map_elites_run as load_map_elites_run,
+    MapElitesConfig as MapElitesConfig,
+    read_progress as read_progress,
+    run_map_elites as run_map_elites,
+    RunResult as RunResult,
 )
 from ._selectors import (
     AbstractSelector as AbstractSelector,

@@ -121,8 +121,8 @@ class Arm(AbstractTask):
     """A planar arm of ``genotype_dim`` equal links of total length 1.
 
     Genes in ``[0, 1]`` map to joint angles in ``[-pi, pi]``; fitness is minus the standard
-    deviation of the angles (smooth postures win); the descriptor is the end-effector position
-    rescaled to ``[0, 1]^2``. QD offset 1.
+    deviation of the genes (smooth postures win, at most 0.5 in magnitude); the descriptor is
+    the end-effector position rescaled to ``[0, 1]^2``. QD offset 1 (as in QDax's arm).
     """
 
     genotype_dim: int = eqx.field(default=8, static=True)
@@ -145,13 +145,14 @@ class Arm(AbstractTask):
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
-        angles = (jnp.clip(genotypes, 0.0, 1.0) - 0.5) * 2.0 * math.pi
+        genes = jnp.clip(genotypes, 0.0, 1.0)
+        angles = (genes - 0.5) * 2.0 * math.pi
         cumulative = jnp.cumsum(angles, axis=-1)
         link = 1.0 / self.genotype_dim
         x = jnp.sum(link * jnp.cos(cumulative), axis=-1)
         y = jnp.sum(link * jnp.sin(cumulative), axis=-1)
         descriptors = (jnp.stack([x, y], axis=-1) + 1.0) / 2.0
-        return -jnp.std(angles, axis=-1), descriptors, None
+        return -jnp.std(genes, axis=-1), descriptors, None
 
 
 TASKS: dict[str, type[AbstractTask]] = {"rastrigin": Rastrigin, "sphere": Sphere, "arm": Arm}

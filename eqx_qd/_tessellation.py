@@ -123,7 +123,7 @@ class CVTTessellation(AbstractTessellation):
         minval: Any = 0.0,
         maxval: Any = 1.0,
         num_samples: int = 50_000,
-        num_iters: int = 50,
+        num_iters: int = 20,
         *,
         key: PRNGKey,
     ) -> "CVTTessellation":
@@ -209,7 +209,8 @@ def _kmeans(
         )
         return centroids, cells
 
-    cells = nearest_centroid(samples, init)
+    # Exact first assignment, in chunks so the distance matrix stays small.
+    cells = jax.lax.map(lambda p: nearest_centroid(p[None], init)[0], samples, batch_size=2048)
     num_rounds = -(-num_iters // _NEIGHBOUR_REFRESH)
     centroids, _ = jax.lax.fori_loop(0, num_rounds, refresh, (init, cells))
     return centroids
@@ -221,7 +222,7 @@ def cvt_centroids(
     minval: Any = 0.0,
     maxval: Any = 1.0,
     num_samples: int = 50_000,
-    num_iters: int = 50,
+    num_iters: int = 20,
     *,
     key: PRNGKey,
 ) -> Float[Array, "{num_cells} {num_descriptors}"]:

@@ -1,0 +1,103 @@
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import eqx_qd as q
+
+
+BATCH, DIM = 16, 5
+
+
+def _parents(seed):
+    k1, k2 = jr.split(jr.key(seed))
+    return jr.uniform(k1, (BATCH, DIM)), jr.uniform(k2, (BATCH, DIM))
+
+
+OPERATORS = {
+    "isoline": lambda x1, x2, k: q.isoline_variation(
+        x1, x2, key=k, iso_sigma=0.05, line_sigma=0.5, min_genotype=0.0, max_genotype=1.0
+    ),
+    "sbx": lambda x1, x2, k: q.sbx_crossover(
+        x1, x2, key=k, eta_c=5.0, crossover_rate=0.7, min_genotype=0.0, max_genotype=1.0
+    ),
+    "polynomial": lambda x1, x2, k: q.polynomial_mutation(
+        x1, key=k, eta_m=5.0, mutation_rate=0.5, min_genotype=0.0, max_genotype=1.0
+    ),
+    "gaussian": lambda x1, x2, k: q.gaussian_mutation(
+        x1, key=k, sigma=0.3, min_genotype=0.0, max_genotype=1.0
+    ),
+}
+JITTED = {name: eqx.filter_jit(fn) for name, fn in OPERATORS.items()}
+
+
+@pytest.mark.parametrize("name", sorted(OPERATORS))
+@given(seed=st.integers(0, 2**31 - 1))
+def test_operators_keep_shape_and_bounds(name, seed):
+    x1, x2 = _parents(seed)
+    out = JITTED[name](x1, x2, jr.key(seed + 1))
+    assert out.shape == (BATCH, DIM) and out.dtype == jnp.float32
+    assert bool(jnp.all((out >= 0.0) & (out <= 1.0)))
+    assert not bool(jnp.all(out == x1))  # it does vary
+
+
+def test_isoline_without_noise_lies_on_the_line(getkey):
+    x1, x2 = _parents(3)
+    out = q.isoline_variation(x1, x2, key=getkey(), iso_sigma=0.0, line_sigma=1.0)
+    t = (out - x1) / (x2 - x1)
+    np.testing.assert_allclose(t, jnp.broadcast_to(t[:, :1], t.shape), rtol=1e-3, atol=1e-3)
+
+
+def test_operators_on_pytrees(getkey):
+    tree = {"a": jnp.zeros((BATCH, 2)), "b": (jnp.ones((BATCH, 3, 2)), "static-leaf")}
+    out = q.GaussianMutation(0.1)(tree, key=getkey())
+    assert out["b"][1] == "static-leaf" and out["b"][0].shape == (BATCH, 3, 2)
+    out = q.IsoLineVariation(0.01, 0.1)(tree, tree, key=getkey())
+    assert jax_tree_shapes(out) == jax_tree_shapes(tree)
+
+
+def jax_tree_shapes(tree):
+    return [x.shape for x in (tree["a"], tree["b"][0])]
+
+
+def test_zero_rates_are_identity(getkey):
+    x1, x2 = _parents(5)
+    np.testing.assert_array_equal(q.PolynomialMutation(5.0, 0.0, 0.0, 1.0)(x1, key=getkey()), x1)
+    np.testing.assert_array_equal(q.SBXCrossover(5.0, 0.0)(x1, x2, key=getkey()), x1)
+
+
+def test_sbx_children_spread_around_parents(getkey):
+    x1 = jnp.zeros((4000, 1))
+    x2 = jnp.ones((4000, 1))
+    near = q.sbx_crossover(x1, x2, key=getkey(), eta_c=50.0)
+    far = q.sbx_crossover(x1, x2, key=getkey(), eta_c=1.0)
+    # A large distribution index keeps children closer to the first parent.
+    assert float(jnp.mean(jnp.abs(near))) < float(jnp.mean(jnp.abs(far)))
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: q.IsoLineVariation(-0.1, 0.1), "iso_sigma"),
+        (lambda: q.SBXCrossover(1.0, 1.5), "crossover_rate"),
+        (lambda: q.PolynomialMutation(1.0, 0.5, 1.0, 0.0), "max_genotype"),
+        (lambda: q.GaussianMutation(0.1, mutation_rate=-1.0), "mutation_rate"),
+    ],
+)
+def test_operator_config_is_validated(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_operator_hyperparameters_are_arrays_and_do_not_retrace(getkey):
+    x1, x2 = _parents(1)
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def vary(op, k):
+        return op(x1, x2, key=k)
+
+    vary(q.IsoLineVariation(0.01, 0.1), getkey())
+    vary(q.IsoLineVariation(0.02, 0.3), getkey())  # new values, same program

@@ -1,0 +1,61 @@
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import eqx_qd as q
+
+
+@pytest.fixture(scope="module")
+def small_cvt():
+    return q.cvt_centroids(64, 2, 0.0, 1.0, num_samples=4000, num_iters=20, key=jr.key(0))
+
+
+def test_cvt_is_deterministic_and_in_bounds(small_cvt):
+    again = q.cvt_centroids(64, 2, 0.0, 1.0, num_samples=4000, num_iters=20, key=jr.key(0))
+    np.testing.assert_array_equal(small_cvt, again)
+    assert small_cvt.shape == (64, 2)
+    assert bool(jnp.all((small_cvt >= 0) & (small_cvt <= 1)))
+    assert len(np.unique(np.asarray(small_cvt), axis=0)) == 64
+
+
+def test_cvt_beats_random_centroids(small_cvt):
+    points = jr.uniform(jr.key(9), (20000, 2))
+
+    def distortion(c):
+        i = q.nearest_centroid(points, c)
+        return float(jnp.mean(jnp.sum((points - c[i]) ** 2, -1)))
+
+    random_c = jr.uniform(jr.key(3), (64, 2))
+    assert distortion(small_cvt) < 0.75 * distortion(random_c)
+    # Near the hexagonal optimum: 2 * G * area per cell, G = 0.0802 (plus border effects).
+    assert distortion(small_cvt) < 1.2 * 2 * 0.0802 / 64
+
+
+def test_cvt_respects_per_dimension_bounds():
+    c = q.cvt_centroids(16, 2, [0.0, -5.0], [1.0, 5.0], num_samples=2000, key=jr.key(1))
+    assert float(c[:, 0].max()) <= 1.0 and float(c[:, 1].min()) >= -5.0
+    assert float(c[:, 1].max() - c[:, 1].min()) > 5.0
+
+
+def test_nearest_centroid_matches_brute_force():
+    pts = jr.uniform(jr.key(2), (500, 3))
+    cents = jr.uniform(jr.key(4), (50, 3))
+    brute = np.argmin(((np.asarray(pts)[:, None] - np.asarray(cents)[None]) ** 2).sum(-1), -1)
+    np.testing.assert_array_equal(q.nearest_centroid(pts, cents), brute)
+
+
+def test_centroids_save_and_load(tmp_path, small_cvt):
+    tess = q.CVTTessellation(small_cvt)
+    tess.save(tmp_path / "c.npy")
+    back = q.CVTTessellation.load(tmp_path / "c.npy")
+    np.testing.assert_array_equal(back.centroids, small_cvt)
+
+
+def test_bad_tessellations_raise():
+    with pytest.raises(ValueError, match="bins"):
+        q.GridTessellation((4, 0))
+    with pytest.raises(ValueError, match="maxval"):
+        q.GridTessellation((4,), 1.0, 0.0)
+    with pytest.raises(ValueError, match="num_samples"):
+        q.cvt_centroids(100, 2, num_samples=10, key=jr.key(0))
