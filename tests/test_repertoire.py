@@ -196,3 +196,25 @@ def test_grid_index_equals_nearest_centroid():
     )
     pts = pts + 1e-4  # keep away from exact bin edges
     np.testing.assert_array_equal(tess.index(pts), q.nearest_centroid(pts, tess.centroids))
+
+
+def test_extra_is_stored_with_its_elite(getkey):
+    tess = q.GridTessellation((4,))
+    rep = q.MapElitesRepertoire.empty(tess, jnp.zeros(2), extra={"id": jnp.zeros((), jnp.int32)})
+    ids = {"id": jnp.arange(10, 14, dtype=jnp.int32)}
+    d = jnp.array([[0.1], [0.15], [0.6], [0.9]])
+    rep, info = rep.add(jnp.zeros((4, 2)), d, jnp.array([1.0, 2.0, 3.0, 4.0]), ids)
+    np.testing.assert_array_equal(rep.extra["id"], [11, 0, 12, 13])
+    assert rep.select(3, key=getkey()).extra["id"].shape == (3,)
+    with pytest.raises(ValueError, match="extra"):
+        rep.add(jnp.zeros((4, 2)), d, jnp.ones(4))
+
+
+def test_strategies_register_for_from_type():
+    from hypothesis import find
+
+    from eqx_qd.testing import register_strategies
+
+    register_strategies()
+    rep = find(st.from_type(q.MapElitesRepertoire), lambda r: int(r.num_filled) > 3)
+    assert isinstance(rep, q.MapElitesRepertoire) and rep.num_cells == 16
