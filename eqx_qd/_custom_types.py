@@ -5,7 +5,7 @@ A leading space in a one-axis shape string (``" batch"``) keeps linters from rea
 
 from typing import Any, TypeAlias
 
-from jaxtyping import Array, Bool, Float, Int, Key, PyTree
+from jaxtyping import Array, Float, Key, PyTree
 
 
 PRNGKey: TypeAlias = Key[Array, ""]
@@ -14,6 +14,4 @@ Genotypes: TypeAlias = PyTree[Any]
 Fitnesses: TypeAlias = Float[Array, " batch"]
 Descriptors: TypeAlias = Float[Array, "batch num_descriptors"]
 Centroids: TypeAlias = Float[Array, "num_cells num_descriptors"]
-CellIndices: TypeAlias = Int[Array, " batch"]
-Mask: TypeAlias = Bool[Array, " batch"]
 Extra: TypeAlias = PyTree[Any]

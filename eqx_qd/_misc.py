@@ -55,18 +55,6 @@ def tree_scatter(tree: _T, idx: Int[Array, " batch"], values: _T) -> _T:
     return jax.tree.map(put, tree, values)
 
 
-def tree_where(mask: Array, on_true: _T, on_false: _T) -> _T:
-    """Per-row select between two pytrees of the same structure (mask over the leading axis)."""
-
-    def pick(a, b):
-        if not eqx.is_array(a):
-            return a
-        m = jnp.reshape(mask, mask.shape + (1,) * (a.ndim - mask.ndim))
-        return jnp.where(m, a, b)
-
-    return jax.tree.map(pick, on_true, on_false)
-
-
 def tree_concatenate(trees: Sequence[_T]) -> _T:
     """Concatenate pytrees of one structure along the leading axis of their array leaves."""
     return jax.tree.map(lambda *xs: jnp.concatenate(xs) if eqx.is_array(xs[0]) else xs[0], *trees)
