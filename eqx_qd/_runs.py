@@ -88,11 +88,17 @@ class MapElitesConfig:
         return "\n".join(lines) + "\n"
 
 
-def make_tessellation(config: MapElitesConfig, *, key: jax.Array) -> AbstractTessellation:
+def _grid(config: MapElitesConfig) -> GridTessellation:
     task = make_task(config.task, config.genotype_dim)
     lo, hi = task.descriptor_bounds
+    return GridTessellation((config.cells,) * task.num_descriptors, lo, hi)
+
+
+def make_tessellation(config: MapElitesConfig, *, key: jax.Array) -> AbstractTessellation:
     if config.grid:
-        return GridTessellation((config.cells,) * task.num_descriptors, lo, hi)
+        return _grid(config)
+    task = make_task(config.task, config.genotype_dim)
+    lo, hi = task.descriptor_bounds
     if config.centroids is not None:
         tess = CVTTessellation.load(config.centroids)
         if tess.num_descriptors != task.num_descriptors:
@@ -225,15 +231,10 @@ def load_map_elites_run(
     """Config, final repertoire and progress of a run folder written by `run_map_elites`."""
     folder = os.fspath(folder)
     config = MapElitesConfig.from_toml(os.path.join(folder, "config.toml"))
-    task = make_task(config.task, config.genotype_dim)
-    centroids = np.load(os.path.join(folder, "centroids.npy"))
     if config.grid:
-        lo, hi = task.descriptor_bounds
-        tess: AbstractTessellation = GridTessellation(
-            (config.cells,) * task.num_descriptors, lo, hi
-        )
+        tess: AbstractTessellation = _grid(config)
     else:
-        tess = CVTTessellation(centroids)
+        tess = CVTTessellation.load(os.path.join(folder, "centroids.npy"))
     like = MapElitesRepertoire.empty(tess, jnp.zeros((config.genotype_dim,), jnp.float32))
     repertoire = load_repertoire(os.path.join(folder, "repertoire.eqx"), like)
     return config, repertoire, read_progress(os.path.join(folder, "progress.csv"))

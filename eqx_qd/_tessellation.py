@@ -85,6 +85,13 @@ class GridTessellation(AbstractTessellation):
         return jnp.sum(coords * jnp.asarray(strides)[None], axis=-1)
 
 
+def _argmin_rows(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
+    """Row-wise argmin, lowest index among ties, via min + where (XLA's CPU argmin is slower)."""
+    best = jnp.min(scores, axis=-1, keepdims=True)
+    idx = jnp.arange(scores.shape[-1], dtype=jnp.int32)
+    return jnp.min(jnp.where(scores == best, idx, scores.shape[-1] - 1), axis=-1)
+
+
 def nearest_centroid(
     points: Float[Array, "batch dim"], centroids: Float[Array, "num_cells dim"]
 ) -> Int[Array, " batch"]:
@@ -94,9 +101,7 @@ def nearest_centroid(
     is found with ``min`` + ``where`` because XLA's CPU ``argmin`` is several times slower.
     """
     scores = jnp.sum(centroids**2, axis=-1)[None] - 2.0 * points @ centroids.T
-    best = jnp.min(scores, axis=-1, keepdims=True)
-    idx = jnp.arange(centroids.shape[0], dtype=jnp.int32)
-    return jnp.min(jnp.where(scores == best, idx, centroids.shape[0] - 1), axis=-1)
+    return _argmin_rows(scores)
 
 
 @typing.final
@@ -142,12 +147,6 @@ class CVTTessellation(AbstractTessellation):
     def save(self, path: str | os.PathLike) -> None:
         """Write the centroids to a ``.npy`` file."""
         np.save(path, np.asarray(self.centroids))
-
-
-def _argmin_rows(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
-    best = jnp.min(scores, axis=-1, keepdims=True)
-    idx = jnp.arange(scores.shape[-1], dtype=jnp.int32)
-    return jnp.min(jnp.where(scores == best, idx, scores.shape[-1] - 1), axis=-1)
 
 
 def _kmeans_plus_plus(

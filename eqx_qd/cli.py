@@ -1,6 +1,7 @@
 """The ``eqx-qd`` command: ``eqx-qd run map-elites [options]``."""
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -59,29 +60,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_CONFIG_KEYS = (
-    "task",
-    "genotype_dim",
-    "cells",
-    "grid",
-    "centroids",
-    "cvt_samples",
-    "batch_size",
-    "iterations",
-    "log_period",
-    "iso_sigma",
-    "line_sigma",
-    "seed",
-)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     from ._runs import default_run_folder, MapElitesConfig, run_map_elites
 
-    overrides = {k: getattr(args, k) for k in _CONFIG_KEYS if getattr(args, k) is not None}
+    keys = [f.name for f in dataclasses.fields(MapElitesConfig)]
+    overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
     try:
         if args.config is not None:
             config = MapElitesConfig.from_toml(args.config, **overrides)
