@@ -2,6 +2,11 @@
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
+from ._buffers import (
+    QDTransition as QDTransition,
+    ReplayBuffer as ReplayBuffer,
+    Transition as Transition,
+)
 from ._custom_types import (
     Centroids as Centroids,
     Descriptors as Descriptors,

@@ -1,0 +1,86 @@
+"""Transitions and a fixed-capacity circular replay buffer, as immutable modules."""
+
+import typing
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, PyTree
+
+from ._custom_types import PRNGKey
+from ._misc import batch_size_of, i32, tree_scatter, tree_take, tree_zeros_batch
+
+
+class Transition(eqx.Module):
+    """One environment step (or a batch of them: every field then has the same leading axes).
+
+    ``terminated`` marks a true end of episode (no bootstrap); ``truncated`` a cut-off (time
+    limit or rollout end), after which the value should still be bootstrapped.
+    """
+
+    obs: Float[Array, "*batch obs_dim"]
+    action: Float[Array, "*batch action_dim"]
+    reward: Float[Array, "*batch"]
+    next_obs: Float[Array, "*batch obs_dim"]
+    terminated: Float[Array, "*batch"]
+    truncated: Float[Array, "*batch"]
+
+
+class QDTransition(eqx.Module):
+    """A `Transition` plus the state descriptors QD algorithms read (e.g. feet contacts)."""
+
+    obs: Float[Array, "*batch obs_dim"]
+    action: Float[Array, "*batch action_dim"]
+    reward: Float[Array, "*batch"]
+    next_obs: Float[Array, "*batch obs_dim"]
+    terminated: Float[Array, "*batch"]
+    truncated: Float[Array, "*batch"]
+    state_desc: Float[Array, "*batch desc_dim"]
+    next_state_desc: Float[Array, "*batch desc_dim"]
+
+
+@typing.final
+class ReplayBuffer(eqx.Module):
+    """A circular buffer of ``capacity`` items (any pytree with array leaves).
+
+    `insert` writes a batch after the newest item, overwriting the oldest once full; `sample`
+    draws uniformly (with replacement) among the items inserted so far. Works under `jit`,
+    inside `lax.scan`, and stacked by `eqx.filter_vmap` (one buffer per agent).
+    """
+
+    data: PyTree
+    position: Int[Array, ""] = eqx.field(converter=i32)
+    size: Int[Array, ""] = eqx.field(converter=i32)
+    capacity: int = eqx.field(static=True)
+
+    @classmethod
+    def empty(cls, capacity: int, example: PyTree) -> "ReplayBuffer":
+        """An empty buffer for items shaped like one unbatched ``example``."""
+        if capacity < 1:
+            raise ValueError(f"capacity must be a positive integer, got {capacity}")
+        return cls(tree_zeros_batch(example, capacity), 0, 0, capacity)
+
+    def insert(self, batch: PyTree) -> "ReplayBuffer":
+        """Append a batch (leading axis = items); with more items than ``capacity``, only the
+        last ``capacity`` are kept."""
+        n = batch_size_of(batch)
+        rows = jnp.arange(n, dtype=jnp.int32)
+        target = (self.position + rows) % self.capacity
+        # Rows that a later row of the same batch would overwrite are dropped, so the
+        # scatter never writes one slot twice (XLA leaves such writes unordered).
+        target = jnp.where(rows >= n - self.capacity, target, self.capacity)
+        return eqx.tree_at(
+            lambda b: (b.data, b.position, b.size),
+            self,
+            (
+                tree_scatter(self.data, target, batch),
+                ((self.position + n) % self.capacity).astype(jnp.int32),
+                jnp.minimum(self.size + n, self.capacity).astype(jnp.int32),
+            ),
+        )
+
+    def sample(self, num: int, *, key: PRNGKey) -> PyTree:
+        """``num`` items drawn uniformly among those inserted (error if the buffer is empty)."""
+        idx = jr.randint(key, (num,), 0, jnp.maximum(self.size, 1))
+        idx = eqx.error_if(idx, self.size == 0, "cannot sample from an empty replay buffer")
+        return tree_take(self.data, idx)

@@ -1,0 +1,81 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import eqx_qd as q
+
+
+CAPACITY = 8
+insert = eqx.filter_jit(lambda b, x: b.insert(x))
+sample = eqx.filter_jit(lambda b, k: b.sample(64, key=k))
+
+
+def _ids(start, n):
+    """Items whose value is their global insertion number."""
+    return {"id": jnp.arange(start, start + n, dtype=jnp.int32)}
+
+
+@given(sizes=st.lists(st.integers(1, 11), min_size=1, max_size=6), seed=st.integers(0, 2**31 - 1))
+def test_buffer_keeps_the_newest_items(sizes, seed):
+    buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
+    total = 0
+    for n in sizes:
+        # Pad each batch to a fixed shape by inserting in chunks of at most 11 (one compile).
+        buf = insert(buf, _ids(total, n))
+        total += n
+        assert int(buf.size) == min(total, CAPACITY)
+    stored = (
+        set(np.asarray(buf.data["id"])[: int(buf.size)].tolist())
+        if total < CAPACITY
+        else set(np.asarray(buf.data["id"]).tolist())
+    )
+    newest = set(range(max(0, total - CAPACITY), total))
+    assert stored == newest
+    drawn = np.asarray(sample(buf, jr.key(seed))["id"])
+    assert set(drawn.tolist()) <= newest
+
+
+def test_vmapped_buffers_are_independent(getkey):
+    make = lambda _: q.ReplayBuffer.empty(4, jnp.zeros(2))
+    bufs = eqx.filter_vmap(make)(jnp.arange(3))
+    batches = jnp.arange(3 * 5 * 2, dtype=jnp.float32).reshape(3, 5, 2)
+    bufs = eqx.filter_vmap(lambda b, x: b.insert(x))(bufs, batches)
+    for i in range(3):
+        one = q.ReplayBuffer.empty(4, jnp.zeros(2)).insert(batches[i])
+        np.testing.assert_array_equal(bufs.data[i], one.data)
+        assert int(bufs.size[i]) == 4 and int(bufs.position[i]) == int(one.position)
+    samples = eqx.filter_vmap(lambda b, k: b.sample(6, key=k))(bufs, jr.split(getkey(), 3))
+    for i in range(3):
+        assert set(map(tuple, np.asarray(samples[i]).tolist())) <= set(
+            map(tuple, np.asarray(bufs.data[i]).tolist())
+        )
+
+
+def test_buffer_in_scan_and_transitions(getkey):
+    t = q.Transition(
+        obs=jnp.zeros(3), action=jnp.zeros(2), reward=jnp.zeros(()), next_obs=jnp.zeros(3),
+        terminated=jnp.zeros(()), truncated=jnp.zeros(()),
+    )  # fmt: skip
+    buf = q.ReplayBuffer.empty(16, t)
+
+    def step(b, i):
+        x = jax.tree.map(lambda leaf: jnp.full((2,) + leaf.shape, i, jnp.float32), t)
+        return b.insert(x), None
+
+    buf, _ = jax.lax.scan(step, buf, jnp.arange(5.0))
+    assert int(buf.size) == 10 and buf.data.obs.shape == (16, 3)
+    batch = buf.sample(32, key=getkey())
+    assert isinstance(batch, q.Transition) and batch.reward.shape == (32,)
+    assert float(batch.reward.max()) <= 4.0
+
+
+def test_empty_buffer_errors():
+    with pytest.raises(ValueError, match="capacity"):
+        q.ReplayBuffer.empty(0, jnp.zeros(1))
+    buf = q.ReplayBuffer.empty(4, jnp.zeros(1))
+    with pytest.raises(Exception, match="empty replay buffer"):
+        jax.block_until_ready(sample(buf, jr.key(0)))
