@@ -24,15 +24,10 @@ def test_buffer_keeps_the_newest_items(sizes, seed):
     buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
     total = 0
     for n in sizes:
-        # Pad each batch to a fixed shape by inserting in chunks of at most 11 (one compile).
         buf = insert(buf, _ids(total, n))
         total += n
         assert int(buf.size) == min(total, CAPACITY)
-    stored = (
-        set(np.asarray(buf.data["id"])[: int(buf.size)].tolist())
-        if total < CAPACITY
-        else set(np.asarray(buf.data["id"]).tolist())
-    )
+    stored = set(np.asarray(buf.data["id"])[: int(buf.size)].tolist())
     newest = set(range(max(0, total - CAPACITY), total))
     assert stored == newest
     drawn = np.asarray(sample(buf, jr.key(seed))["id"])
