@@ -129,10 +129,6 @@ class RunResult:
     folder: str | None
 
 
-def _rows(metrics: QDMetrics) -> dict[str, np.ndarray]:
-    return {k: np.atleast_1d(np.asarray(v)) for k, v in metrics.as_dict().items()}
-
-
 def run_map_elites(
     config: MapElitesConfig,
     out_dir: str | os.PathLike | None = None,
@@ -161,18 +157,18 @@ def run_map_elites(
     genotypes = algo.scoring_fn.init_genotypes(config.batch_size, key=pop_key)
     state, metrics = eqx.filter_jit(algo.init)(genotypes, tessellation, key=init_key)
 
-    history: dict[str, list[np.ndarray]] = {k: [] for k in ("iteration", "evaluations")}
-    history.update({k: [] for k in METRIC_NAMES})
+    history: dict[str, list[float]] = {k: [] for k in ("iteration", "evaluations", *METRIC_NAMES)}
 
-    def log(iteration: int, m: dict[str, np.ndarray]) -> None:
-        history["iteration"].append(np.asarray([iteration]))
-        history["evaluations"].append(np.asarray([config.batch_size * (iteration + 1)]))
-        for k in METRIC_NAMES:
-            history[k].append(m[k][-1:])
+    def log(iteration: int, metrics: QDMetrics) -> None:
+        """Append one row: ``metrics`` holds scalars, or a history whose last entry is logged."""
+        history["iteration"].append(iteration)
+        history["evaluations"].append(config.batch_size * (iteration + 1))
+        for k, v in metrics.as_dict().items():
+            history[k].append(np.ravel(np.asarray(v))[-1].item())
         if on_log is not None:
-            on_log({k: float(v[-1][0]) for k, v in history.items()})
+            on_log({k: float(v[-1]) for k, v in history.items()})
 
-    log(0, _rows(metrics))
+    log(0, metrics)
     bar = tqdm(total=config.iterations, disable=not progress, desc="map-elites", unit="it")
     done = 0
     chunk_keys = jr.split(run_key, -(-config.iterations // config.log_period))
@@ -180,12 +176,13 @@ def run_map_elites(
         n = min(config.log_period, config.iterations - done)
         state, chunk = run(algo, state, n, key=chunk_key)
         done += n
-        rows = _rows(chunk)
-        log(done, rows)
-        bar.set_postfix(qd=f"{rows['qd_score'][-1]:.4g}", max=f"{rows['max_fitness'][-1]:.4g}")
+        log(done, chunk)
+        bar.set_postfix(
+            qd=f"{history['qd_score'][-1]:.4g}", max=f"{history['max_fitness'][-1]:.4g}"
+        )
         bar.update(n)
     bar.close()
-    hist = {k: np.concatenate(v) for k, v in history.items()}
+    hist = {k: np.asarray(v) for k, v in history.items()}
     if folder is not None:
         _write_progress(os.path.join(folder, "progress.csv"), hist)
         save_repertoire(os.path.join(folder, "repertoire.eqx"), state.repertoire)
