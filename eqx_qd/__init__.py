@@ -2,6 +2,22 @@
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
+from ._agents import (
+    AbstractAgent as AbstractAgent,
+    SAC as SAC,
+    SACHParams as SACHParams,
+    SACState as SACState,
+    soft_update as soft_update,
+    TD3 as TD3,
+    TD3HParams as TD3HParams,
+    TD3State as TD3State,
+)
+from ._brax_envs import (
+    BraxQDEnv as BraxQDEnv,
+    DEFAULT_BACKEND as DEFAULT_BACKEND,
+    make_env as make_env,
+    QD_BRAX_TASKS as QD_BRAX_TASKS,
+)
 from ._buffers import (
     QDTransition as QDTransition,
     ReplayBuffer as ReplayBuffer,
@@ -19,6 +35,16 @@ from ._emitters import (
     ComposedEmitter as ComposedEmitter,
     MixingEmitter as MixingEmitter,
 )
+from ._envs import (
+    AbstractEnv as AbstractEnv,
+    AbstractQDEnv as AbstractQDEnv,
+    autoreset_step as autoreset_step,
+    EnvState as EnvState,
+    final_descriptor as final_descriptor,
+    mean_descriptor as mean_descriptor,
+    PointMaze as PointMaze,
+    TrainingEnvState as TrainingEnvState,
+)
 from ._io import load_repertoire as load_repertoire, save_repertoire as save_repertoire
 from ._map_elites import (
     MAPElites as MAPElites,
@@ -31,6 +57,24 @@ from ._misc import (
     filter_scan as filter_scan,
     tree_concatenate as tree_concatenate,
     tree_take as tree_take,
+)
+from ._networks import (
+    AbstractPolicy as AbstractPolicy,
+    DeterministicPolicy as DeterministicPolicy,
+    MLP as MLP,
+    QCritics as QCritics,
+    TanhGaussianPolicy as TanhGaussianPolicy,
+)
+from ._normaliser import RunningNormaliser as RunningNormaliser
+from ._off_policy import (
+    EvalMetrics as EvalMetrics,
+    evaluate as evaluate,
+    init_off_policy as init_off_policy,
+    OffPolicyState as OffPolicyState,
+    train as train,
+    train_iteration as train_iteration,
+    TrainMetrics as TrainMetrics,
+    warmup as warmup,
 )
 from ._plotting import plot_metrics as plot_metrics, plot_repertoire as plot_repertoire
 from ._repertoire import (
@@ -46,6 +90,14 @@ from ._runs import (
     read_progress as read_progress,
     run_map_elites as run_map_elites,
     RunResult as RunResult,
+)
+from ._scoring import (
+    Episode as Episode,
+    PolicyScorer as PolicyScorer,
+    reevaluate as reevaluate,
+    Reevaluation as Reevaluation,
+    rollout as rollout,
+    ScoringExtra as ScoringExtra,
 )
 from ._selectors import (
     AbstractSelector as AbstractSelector,

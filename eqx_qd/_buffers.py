@@ -60,22 +60,30 @@ class ReplayBuffer(eqx.Module):
             raise ValueError(f"capacity must be a positive integer, got {capacity}")
         return cls(tree_zeros_batch(example, capacity), 0, 0, capacity)
 
-    def insert(self, batch: PyTree) -> "ReplayBuffer":
+    def insert(self, batch: PyTree, mask: Float[Array, " batch"] | None = None) -> "ReplayBuffer":
         """Append a batch (leading axis = items); with more items than ``capacity``, only the
-        last ``capacity`` are kept."""
+        last ``capacity`` are kept. With ``mask``, only the rows where it is nonzero go in (in
+        order), e.g. the valid steps of fixed-length rollouts."""
         n = batch_size_of(batch)
-        rows = jnp.arange(n, dtype=jnp.int32)
-        target = (self.position + rows) % self.capacity
-        # Rows that a later row of the same batch would overwrite are dropped, so the
+        if mask is None:
+            keep = jnp.ones(n, jnp.bool_)
+        else:
+            if mask.shape != (n,):
+                raise ValueError(f"mask must have shape ({n},), got {mask.shape}")
+            keep = mask != 0
+        rank = jnp.cumsum(keep.astype(jnp.int32)) - 1  # position among the kept rows
+        count = jnp.sum(keep.astype(jnp.int32))
+        target = (self.position + rank) % self.capacity
+        # Rows that a later kept row of the same batch would overwrite are dropped, so the
         # scatter never writes one slot twice (XLA leaves such writes unordered).
-        target = jnp.where(rows >= n - self.capacity, target, self.capacity)
+        target = jnp.where(keep & (rank >= count - self.capacity), target, self.capacity)
         return eqx.tree_at(
             lambda b: (b.data, b.position, b.size),
             self,
             (
                 tree_scatter(self.data, target, batch),
-                ((self.position + n) % self.capacity).astype(jnp.int32),
-                jnp.minimum(self.size + n, self.capacity).astype(jnp.int32),
+                ((self.position + count) % self.capacity).astype(jnp.int32),
+                jnp.minimum(self.size + count, self.capacity).astype(jnp.int32),
             ),
         )
 

@@ -74,3 +74,30 @@ def test_empty_buffer_errors():
     buf = q.ReplayBuffer.empty(4, jnp.zeros(1))
     with pytest.raises(Exception, match="empty replay buffer"):
         jax.block_until_ready(sample(buf, jr.key(0)))
+
+
+masked_insert = eqx.filter_jit(lambda b, x, m: b.insert(x, mask=m))
+
+
+@given(
+    masks=st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=1, max_size=5),
+)
+def test_masked_insert_keeps_exactly_the_newest_kept_rows(masks):
+    buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
+    kept, total = [], 0
+    for mask in masks:
+        buf = masked_insert(buf, _ids(total, 6), jnp.asarray(mask, jnp.float32))
+        kept += [total + i for i, m in enumerate(mask) if m]
+        total += 6
+        assert int(buf.size) == min(len(kept), CAPACITY)
+    stored = np.asarray(buf.data["id"])[: int(buf.size)].tolist()
+    assert set(stored) == set(kept[-CAPACITY:])
+    # Kept rows go in order: the newest sits just before the write position.
+    if kept:
+        assert int(buf.data["id"][(int(buf.position) - 1) % CAPACITY]) == kept[-1]
+
+
+def test_mask_shape_is_checked():
+    buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
+    with pytest.raises(ValueError, match="mask must have shape"):
+        buf.insert(_ids(0, 3), mask=jnp.ones(4))

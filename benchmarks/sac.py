@@ -1,0 +1,102 @@
+"""SAC gradient steps/s for a vmapped population (issue 3 target: >= 1.25x QDax's PBT-SAC).
+
+Workload of ``shared/bench/qdax/bench_pbt_sac.py``: 8 agents x 16 envs on hopper (brax spring,
+episode 100), networks (256, 256), SAC batch 256, buffer 1e5 per agent, one gradient step per
+environment step (16 per iteration), 100 iterations (1,600 env steps per agent) per train call.
+The first call compiles; the others are timed (median). A deterministic evaluation (1 episode x
+16 envs per agent) follows each call. No PBT selection here (that is issue 4).
+
+Usage: python benchmarks/sac.py [--env hopper_uni] [--pop 8] [--calls 3]
+"""
+
+import argparse
+import statistics
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+
+import eqx_qd as q
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--env", default="hopper_uni")
+    p.add_argument("--pop", type=int, default=8)
+    p.add_argument("--env-batch", type=int, default=16)
+    p.add_argument("--steps-per-call", type=int, default=1600)
+    p.add_argument("--calls", type=int, default=3)
+    p.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--buffer", type=int, default=100_000)
+    p.add_argument("--episode-length", type=int, default=100)
+    a = p.parse_args()
+
+    env = q.BraxQDEnv(a.env, episode_length=a.episode_length, reset_noise=True)
+    agent = q.SAC(
+        observation_size=env.observation_size,
+        action_size=env.action_size,
+        policy_hidden=tuple(a.hidden),
+        critic_hidden=tuple(a.hidden),
+        batch_size=a.batch,
+    )
+    P, B = a.pop, a.env_batch
+    iters = a.steps_per_call // B
+
+    init = eqx.filter_jit(
+        eqx.filter_vmap(
+            lambda k: q.init_off_policy(agent, env, key=k, env_batch_size=B, buffer_size=a.buffer)
+        )
+    )
+    t0 = time.perf_counter()
+    pop = jax.block_until_ready(init(jr.split(jr.key(0), P)))
+    t_init = time.perf_counter() - t0
+
+    train = eqx.filter_jit(
+        eqx.filter_vmap(
+            lambda s, k: q.train(agent, env, s, iters, key=k, grad_updates_per_step=1.0)
+        )
+    )
+    evaluate = eqx.filter_jit(
+        eqx.filter_vmap(lambda s, k: q.evaluate(agent, env, s.agent_state, B, key=k))
+    )
+
+    key = jr.key(1)
+    t0 = time.perf_counter()
+    compiled = train.lower(pop, jr.split(key, P)).compile()
+    t_compile = time.perf_counter() - t0
+
+    train_times, eval_times = [], []
+    for i in range(a.calls):
+        key, k1, k2 = jr.split(key, 3)
+        t0 = time.perf_counter()
+        pop, metrics = jax.block_until_ready(compiled(pop, jr.split(k1, P)))
+        train_times.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        ev = jax.block_until_ready(evaluate(pop, jr.split(k2, P)))
+        eval_times.append(time.perf_counter() - t0)
+        print(
+            f"call {i}: train {train_times[-1]:.2f} s, eval {eval_times[-1]:.2f} s, "
+            f"mean return {float(jnp.mean(ev.returns)):.1f}, max {float(jnp.max(ev.returns)):.1f}"
+        )
+
+    steady = train_times[1:] if len(train_times) > 1 else train_times
+    t = statistics.median(steady)
+    grad_steps = P * iters * B
+    print(
+        f"jax {jax.__version__} | {a.env} | {P} agents x {B} envs | "
+        f"hidden {a.hidden} batch {a.batch}"
+    )
+    print(f"init {t_init:.2f} s | train compile {t_compile:.2f} s | train call median {t:.2f} s")
+    print(
+        f"SAC grad steps/s (sum over {P} agents): {grad_steps / t:,.0f} "
+        f"(per agent {grad_steps / P / t:,.1f})"
+    )
+    print(f"env steps/s while training: {P * a.steps_per_call / t:,.0f}")
+    print(f"eval env steps/s: {P * B * a.episode_length / min(eval_times[1:] or eval_times):,.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,292 @@
+"""The environment protocol shared by brax and pure-JAX tasks, and a fast 2-D point-mass maze.
+
+An environment is a stateless module: ``reset(key=) -> EnvState`` and
+``step(state, action, key=) -> EnvState`` on one (unbatched) environment; batch them with
+``jax.vmap``. A QD environment also says how a trajectory of per-step *state descriptors*
+(feet contacts, positions) becomes the descriptor of an episode, its descriptor bounds and its
+reward offset for the QD-score.
+"""
+
+import abc
+import math
+import typing
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, PyTree
+
+from ._custom_types import PRNGKey
+
+
+class EnvState(eqx.Module):
+    """One environment after a reset or a step.
+
+    ``terminated`` (0 or 1) marks a true end of episode; ``state_desc`` is what the descriptor of
+    the episode is computed from (per-step feet contacts, position...). ``physics`` is the
+    environment's own state.
+    """
+
+    physics: PyTree
+    obs: Float[Array, " obs_dim"]
+    reward: Float[Array, ""]
+    terminated: Float[Array, ""]
+    state_desc: Float[Array, " state_desc_dim"]
+
+
+class AbstractEnv(eqx.Module):
+    """A single-agent environment: unbatched, pure, actions in ``[-1, 1]^action_size``."""
+
+    @property
+    @abc.abstractmethod
+    def observation_size(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def action_size(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def state_descriptor_size(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def episode_length(self) -> int:
+        """Steps in a full episode (truncation length of rollouts and training episodes)."""
+
+    @abc.abstractmethod
+    def reset(self, *, key: PRNGKey) -> EnvState: ...
+
+    @abc.abstractmethod
+    def step(
+        self, state: EnvState, action: Float[Array, " action_size"], *, key: PRNGKey
+    ) -> EnvState:
+        """Advance one step (``key`` drives observation noise, if any)."""
+
+
+class AbstractQDEnv(AbstractEnv):
+    """An environment that also defines an episode descriptor (what MAP-Elites bins)."""
+
+    @property
+    @abc.abstractmethod
+    def descriptor_size(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def descriptor_bounds(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(lower, upper) per descriptor dimension."""
+
+    @property
+    @abc.abstractmethod
+    def reward_offset(self) -> float:
+        """A bound on minus the per-step reward; ``reward_offset * episode_length`` keeps every
+        episode return positive in the QD-score."""
+
+    @abc.abstractmethod
+    def descriptor(
+        self,
+        state_descs: Float[Array, "time state_desc_dim"],
+        valid: Float[Array, " time"],
+    ) -> Float[Array, " descriptor_size"]:
+        """The episode descriptor from the per-step state descriptors of its valid steps."""
+
+    @property
+    def qd_offset(self) -> float:
+        """Offset added to every elite's fitness in the QD-score."""
+        return float(self.reward_offset) * self.episode_length
+
+
+def mean_descriptor(
+    state_descs: Float[Array, "time d"], valid: Float[Array, " time"]
+) -> Float[Array, " d"]:
+    """Average of the state descriptors over the valid steps (feet-contact rates)."""
+    total = jnp.sum(state_descs * valid[:, None], axis=0)
+    return total / jnp.maximum(jnp.sum(valid), 1.0)
+
+
+def final_descriptor(
+    state_descs: Float[Array, "time d"], valid: Float[Array, " time"]
+) -> Float[Array, " d"]:
+    """The state descriptor after the last valid step (final position)."""
+    last = jnp.maximum(jnp.sum(valid).astype(jnp.int32) - 1, 0)
+    return state_descs[last]
+
+
+# ---------------------------------------------------------------------------------------------
+# Point-mass maze
+
+
+class _Walls(typing.NamedTuple):
+    y: tuple[float, ...]
+    x_min: tuple[float, ...]
+    x_max: tuple[float, ...]
+
+
+_DEFAULT_WALLS = _Walls(y=(-0.35, 0.35), x_min=(-1.0, -0.5), x_max=(0.5, 1.0))
+
+
+@typing.final
+class PointMaze(AbstractQDEnv):
+    """A point mass in ``[-1, 1]^2`` that must reach a goal past two walls (pure JAX, fast).
+
+    The action moves the point by ``0.1 * clip(action, -1, 1)``; a move that would cross a
+    wall keeps its horizontal part only. The default walls leave a gap on the right of the
+    lower wall and on the left of the upper one, so heading straight to the goal gets stuck
+    (a deceptive task). Reward: minus the distance to the goal; the episode terminates within
+    0.05 of the goal. Observation and state descriptor: the position. Episode descriptor: the
+    final position.
+
+    ``reset_noise`` draws the start uniformly within that distance of ``(0, -0.85)``;
+    ``obs_noise`` adds gaussian noise of that std to observations (stochastic variants).
+    ``walls=False`` removes the walls (an easy task for learning tests).
+    """
+
+    walls: bool = eqx.field(default=True, static=True)
+    length: int = eqx.field(default=100, static=True)
+    reset_noise: float = eqx.field(default=0.0, static=True)
+    obs_noise: float = eqx.field(default=0.0, static=True)
+
+    def __check_init__(self):
+        if self.length < 1:
+            raise ValueError(f"PointMaze episode length must be positive, got {self.length}")
+        if self.reset_noise < 0 or self.obs_noise < 0:
+            raise ValueError("PointMaze reset_noise and obs_noise must be >= 0")
+
+    start = (0.0, -0.85)
+    goal = (0.0, 0.85)
+
+    @property
+    def observation_size(self) -> int:
+        return 2
+
+    @property
+    def action_size(self) -> int:
+        return 2
+
+    @property
+    def state_descriptor_size(self) -> int:
+        return 2
+
+    @property
+    def descriptor_size(self) -> int:
+        return 2
+
+    @property
+    def episode_length(self) -> int:
+        return self.length
+
+    @property
+    def descriptor_bounds(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return (-1.0, -1.0), (1.0, 1.0)
+
+    @property
+    def reward_offset(self) -> float:
+        return math.sqrt(8.0)
+
+    def descriptor(
+        self,
+        state_descs: Float[Array, "time state_desc_dim"],
+        valid: Float[Array, " time"],
+    ) -> Float[Array, " descriptor_size"]:
+        return final_descriptor(state_descs, valid)
+
+    def _observe(self, pos: Float[Array, " 2"], key: PRNGKey) -> Float[Array, " 2"]:
+        if self.obs_noise == 0:  # static: deterministic tasks draw no random numbers
+            return pos
+        return pos + self.obs_noise * jr.normal(key, (2,))
+
+    def reset(self, *, key: PRNGKey) -> EnvState:
+        pos_key, obs_key = jr.split(key)
+        pos = jnp.asarray(self.start, jnp.float32)
+        if self.reset_noise > 0:
+            pos = pos + jr.uniform(pos_key, (2,), minval=-1.0, maxval=1.0) * self.reset_noise
+        zero = jnp.zeros((), jnp.float32)
+        return EnvState(pos, self._observe(pos, obs_key), zero, zero, pos)
+
+    def step(
+        self, state: EnvState, action: Float[Array, " action_size"], *, key: PRNGKey
+    ) -> EnvState:
+        pos = state.physics
+        target = jnp.clip(pos + 0.1 * jnp.clip(action, -1.0, 1.0), -1.0, 1.0)
+        if self.walls:
+            target = _block_walls(pos, target, _DEFAULT_WALLS)
+        distance = jnp.linalg.norm(target - jnp.asarray(self.goal, jnp.float32))
+        terminated = (distance < 0.05).astype(jnp.float32)
+        return EnvState(target, self._observe(target, key), -distance, terminated, target)
+
+
+def _block_walls(
+    pos: Float[Array, " 2"], target: Float[Array, " 2"], walls: _Walls
+) -> Float[Array, " 2"]:
+    """Cancel the vertical part of a move that crosses a horizontal wall segment."""
+    wy = jnp.asarray(walls.y, jnp.float32)
+    x0 = jnp.asarray(walls.x_min, jnp.float32)
+    x1 = jnp.asarray(walls.x_max, jnp.float32)
+    below_before = pos[1] < wy
+    below_after = target[1] < wy
+    dy = target[1] - pos[1]
+    frac = jnp.where(dy == 0, 0.0, (wy - pos[1]) / jnp.where(dy == 0, 1.0, dy))
+    x_cross = pos[0] + frac * (target[0] - pos[0])
+    crossed = (below_before != below_after) & (x_cross >= x0) & (x_cross <= x1)
+    blocked = jnp.any(crossed)
+    return jnp.where(blocked, jnp.stack([target[0], pos[1]]), target)
+
+
+# ---------------------------------------------------------------------------------------------
+# Auto-reset for training loops
+
+
+class TrainingEnvState(eqx.Module):
+    """An `EnvState` plus the bookkeeping of a training loop: the step within the episode and
+    the return so far (for logging finished episodes)."""
+
+    env_state: EnvState
+    t: Float[Array, ""]
+    episode_return: Float[Array, ""]
+
+
+def training_reset(env: AbstractEnv, *, key: PRNGKey) -> TrainingEnvState:
+    zero = jnp.zeros((), jnp.float32)
+    return TrainingEnvState(env.reset(key=key), zero, zero)
+
+
+class AutoResetStep(eqx.Module):
+    """What one auto-reset step produced: the next training state and, for the replay buffer,
+    the transition's reward, next observation (before any reset), flags and finished return."""
+
+    state: TrainingEnvState
+    reward: Float[Array, ""]
+    next_obs: Float[Array, " obs_dim"]
+    next_state_desc: Float[Array, " state_desc_dim"]
+    terminated: Float[Array, ""]
+    truncated: Float[Array, ""]
+    finished_return: Float[Array, ""]
+
+
+def autoreset_step(
+    env: AbstractEnv,
+    state: TrainingEnvState,
+    action: Float[Array, " action_size"],
+    *,
+    key: PRNGKey,
+) -> AutoResetStep:
+    """Step, and start a fresh episode (fresh key) when the episode terminated or reached
+    ``env.episode_length`` steps. Episodes cut by the time limit are marked ``truncated``."""
+    step_key, reset_key = jr.split(key)
+    nxt = env.step(state.env_state, action, key=step_key)
+    t = state.t + 1.0
+    terminated = nxt.terminated
+    truncated = (1.0 - terminated) * (t >= env.episode_length).astype(jnp.float32)
+    done = (terminated + truncated) > 0
+    episode_return = state.episode_return + nxt.reward
+    fresh = env.reset(key=reset_key)
+    env_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, nxt)
+    zero = jnp.zeros((), jnp.float32)
+    new = TrainingEnvState(
+        env_state, jnp.where(done, zero, t), jnp.where(done, zero, episode_return)
+    )
+    return AutoResetStep(
+        new, nxt.reward, nxt.obs, nxt.state_desc, terminated, truncated,
+        jnp.where(done, episode_return, jnp.nan),
+    )  # fmt: skip

@@ -1,0 +1,178 @@
+"""Policy and critic networks as Equinox modules (unbatched: vmap them over observations)."""
+
+import abc
+import math
+import typing
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float
+
+from ._custom_types import PRNGKey
+
+
+def _identity(x):
+    return x
+
+
+@typing.final
+class Dense(eqx.Module):
+    """``x @ weight + bias`` with ``weight`` stored (in, out).
+
+    Stored input-major so that a vmapped call is one plain (batch, in) x (in, out) matmul (no
+    transpose), measurably faster on CPU than ``eqx.nn.Linear``'s ``weight @ x``. Initialised
+    like ``eqx.nn.Linear``: uniform in +-1/sqrt(in).
+    """
+
+    weight: Float[Array, "in_size out_size"]
+    bias: Float[Array, " out_size"]
+
+    def __init__(self, in_size: int, out_size: int, *, key: PRNGKey):
+        wkey, bkey = jr.split(key)
+        lim = 1.0 / math.sqrt(in_size)
+        self.weight = jr.uniform(wkey, (in_size, out_size), minval=-lim, maxval=lim)
+        self.bias = jr.uniform(bkey, (out_size,), minval=-lim, maxval=lim)
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[-1]
+
+    def __call__(self, x: Float[Array, " in_size"]) -> Float[Array, " out_size"]:
+        return x @ self.weight + self.bias
+
+
+@typing.final
+class MLP(eqx.Module):
+    """A multi-layer perceptron with per-layer widths (``eqx.nn.MLP`` has one width only).
+
+    Activations are static (module-level functions), so populations of MLPs vmap, scan and
+    index as pure arrays.
+    """
+
+    layers: tuple[Dense, ...]
+    activation: Callable = eqx.field(static=True)
+    final_activation: Callable = eqx.field(static=True)
+
+    def __init__(
+        self,
+        in_size: int,
+        out_size: int,
+        hidden: Sequence[int],
+        *,
+        key: PRNGKey,
+        activation: Callable = jax.nn.relu,
+        final_activation: Callable = _identity,
+    ):
+        sizes = [in_size, *hidden, out_size]
+        if any(int(s) < 1 for s in sizes):
+            raise ValueError(f"layer sizes must be positive integers, got {sizes}")
+        keys = jr.split(key, len(sizes) - 1)
+        self.layers = tuple(
+            Dense(int(a), int(b), key=k) for a, b, k in zip(sizes[:-1], sizes[1:], keys)
+        )
+        self.activation = activation
+        self.final_activation = final_activation
+
+    def __call__(self, x: Float[Array, " in_size"]) -> Float[Array, " out_size"]:
+        for layer in self.layers[:-1]:
+            x = self.activation(layer(x))
+        return self.final_activation(self.layers[-1](x))
+
+
+class AbstractPolicy(eqx.Module):
+    """A policy whose call gives the deterministic action in ``[-1, 1]^action_size``.
+
+    Policies are the genotypes of policy-search QD: a stacked population of them (built with
+    ``eqx.filter_vmap``) is what scoring functions and variation operators receive.
+    """
+
+    @property
+    def num_params(self) -> int:
+        return sum(x.size for x in jax.tree.leaves(eqx.filter(self, eqx.is_inexact_array)))
+
+    @abc.abstractmethod
+    def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]: ...
+
+
+@typing.final
+class DeterministicPolicy(AbstractPolicy):
+    """``tanh(MLP(obs))`` (TD3, PGA-ME)."""
+
+    net: MLP
+
+    def __init__(self, obs_size: int, action_size: int, hidden: Sequence[int], *, key: PRNGKey):
+        self.net = MLP(obs_size, action_size, hidden, key=key, final_activation=jnp.tanh)
+
+    def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]:
+        return self.net(obs)
+
+
+_LOG_STD_MIN, _LOG_STD_MAX = -5.0, 2.0
+
+
+@typing.final
+class TanhGaussianPolicy(AbstractPolicy):
+    """A gaussian on pre-tanh actions, squashed by tanh (SAC). Calling it gives ``tanh(mean)``."""
+
+    net: MLP
+
+    def __init__(self, obs_size: int, action_size: int, hidden: Sequence[int], *, key: PRNGKey):
+        self.net = MLP(obs_size, 2 * action_size, hidden, key=key)
+
+    def _dist(self, obs):
+        mean, log_std = jnp.split(self.net(obs), 2)
+        return mean, jnp.clip(log_std, _LOG_STD_MIN, _LOG_STD_MAX)
+
+    def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]:
+        return jnp.tanh(self._dist(obs)[0])
+
+    def sample(
+        self, obs: Float[Array, " obs_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " action_dim"], Float[Array, ""]]:
+        """A squashed sample and its log-density (with the tanh change of variables)."""
+        return self.sample_from_noise(obs, jr.normal(key, (self.net.layers[-1].out_features // 2,)))
+
+    def sample_from_noise(
+        self, obs: Float[Array, " obs_dim"], eps: Float[Array, " action_dim"]
+    ) -> tuple[Float[Array, " action_dim"], Float[Array, ""]]:
+        """`sample` with the standard-normal draw given (batched draws are cheaper in one call)."""
+        mean, log_std = self._dist(obs)
+        u = mean + jnp.exp(log_std) * eps
+        gauss = -0.5 * eps**2 - log_std - 0.5 * jnp.log(2.0 * jnp.pi)
+        # log(1 - tanh(u)^2), written stably.
+        log_det = 2.0 * (jnp.log(2.0) - u - jax.nn.softplus(-2.0 * u))
+        return jnp.tanh(u), jnp.sum(gauss - log_det)
+
+
+@typing.final
+class QCritics(eqx.Module):
+    """``num_critics`` independent Q-networks of ``(obs, action)`` (twin Q by default).
+
+    Kept as separate networks: on CPU, two plain matmuls ran as fast as one stacked, batched
+    matmul, and a fused first layer with batched deeper layers was 1.6x slower.
+    """
+
+    nets: tuple[MLP, ...]
+
+    def __init__(
+        self,
+        obs_size: int,
+        action_size: int,
+        hidden: Sequence[int],
+        *,
+        key: PRNGKey,
+        num_critics: int = 2,
+    ):
+        if num_critics < 1:
+            raise ValueError(f"num_critics must be positive, got {num_critics}")
+        keys = jr.split(key, num_critics)
+        self.nets = tuple(MLP(obs_size + action_size, 1, hidden, key=k) for k in keys)
+
+    def __call__(
+        self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
+    ) -> Float[Array, " num_critics"]:
+        x = jnp.concatenate([obs, action])
+        return jnp.concatenate([net(x) for net in self.nets])

@@ -1,0 +1,48 @@
+"""Running mean / variance of observations, as an immutable module."""
+
+import typing
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from ._misc import f32
+
+
+@typing.final
+class RunningNormaliser(eqx.Module):
+    """Running mean and variance of vectors, merged batch by batch (Chan et al.'s parallel
+    update, exact for any batch split).
+
+    `normalise` centres and scales by ``sqrt(var + eps)``, clipped to ``[-clip, clip]``. Before
+    any update it is the identity up to the clip (mean 0, variance 1).
+    """
+
+    mean: Float[Array, " dim"]
+    var: Float[Array, " dim"]
+    count: Float[Array, ""] = eqx.field(converter=f32)
+    eps: float = eqx.field(default=1e-6, static=True)
+    clip: float = eqx.field(default=10.0, static=True)
+
+    @classmethod
+    def create(cls, dim: int, *, eps: float = 1e-6, clip: float = 10.0) -> "RunningNormaliser":
+        return cls(jnp.zeros(dim, jnp.float32), jnp.ones(dim, jnp.float32), 0.0, eps, clip)
+
+    def update(self, batch: Float[Array, "batch dim"]) -> "RunningNormaliser":
+        """Fold a batch of vectors into the statistics."""
+        n = jnp.asarray(batch.shape[0], jnp.float32)
+        batch_mean = jnp.mean(batch, axis=0)
+        batch_var = jnp.var(batch, axis=0)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        mean = self.mean + delta * (n / total)
+        # The prior variance of 1 carries no weight while count == 0.
+        m2 = self.var * self.count + batch_var * n + delta**2 * (self.count * n / total)
+        return eqx.tree_at(lambda s: (s.mean, s.var, s.count), self, (mean, m2 / total, total))
+
+    def normalise(self, x: Float[Array, "*batch dim"]) -> Float[Array, "*batch dim"]:
+        lead = (1,) * (x.ndim - 1)  # explicit broadcast over the batch axes
+        mean = self.mean.reshape(lead + self.mean.shape)
+        std = jnp.sqrt(self.var + self.eps).reshape(lead + self.var.shape)
+        z = (x - mean) / std
+        return jnp.clip(z, -self.clip, self.clip)

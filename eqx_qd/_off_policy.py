@@ -1,0 +1,188 @@
+"""The off-policy training loop (TD3, SAC, or any `AbstractAgent`) and deterministic evaluation.
+
+A training iteration steps ``env_batch_size`` environments once with the exploration policy,
+inserts the transitions into the replay buffer, then takes ``grad_steps`` gradient steps on
+batches sampled from it. `train` runs ``num_iterations`` of them in one ``lax.scan``. Everything
+is a pure function of modules, so a population trains with one ``eqx.filter_vmap``.
+"""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int
+
+from ._agents import AbstractAgent
+from ._buffers import ReplayBuffer, Transition
+from ._custom_types import PRNGKey
+from ._envs import AbstractEnv, AbstractQDEnv, autoreset_step, training_reset, TrainingEnvState
+from ._misc import filter_scan
+from ._scoring import Episode, rollout
+
+
+class OffPolicyState(eqx.Module):
+    """One agent's training run: agent state, replay buffer and its batch of environments."""
+
+    agent_state: eqx.Module
+    buffer: ReplayBuffer
+    env_state: TrainingEnvState  # batched: leading axis env_batch_size
+    env_steps: Int[Array, ""]
+
+
+def init_off_policy(
+    agent: AbstractAgent,
+    env: AbstractEnv,
+    *,
+    key: PRNGKey,
+    env_batch_size: int,
+    buffer_size: int,
+    hparams=None,
+) -> OffPolicyState:
+    """A fresh agent state, an empty buffer of ``buffer_size`` transitions, and
+    ``env_batch_size`` freshly reset environments."""
+    if env_batch_size < 1:
+        raise ValueError(f"env_batch_size must be a positive integer, got {env_batch_size}")
+    if agent.observation_size != env.observation_size or agent.action_size != env.action_size:
+        raise ValueError(
+            f"agent sizes (obs {agent.observation_size}, action {agent.action_size}) do not match "
+            f"the environment (obs {env.observation_size}, action {env.action_size})"
+        )
+    agent_key, env_key = jr.split(key)
+    example = Transition(
+        obs=jnp.zeros(env.observation_size, jnp.float32),
+        action=jnp.zeros(env.action_size, jnp.float32),
+        reward=jnp.zeros((), jnp.float32),
+        next_obs=jnp.zeros(env.observation_size, jnp.float32),
+        terminated=jnp.zeros((), jnp.float32),
+        truncated=jnp.zeros((), jnp.float32),
+    )
+    env_state = jax.vmap(lambda k: training_reset(env, key=k))(jr.split(env_key, env_batch_size))
+    return OffPolicyState(
+        agent.init(hparams, key=agent_key),
+        ReplayBuffer.empty(buffer_size, example),
+        env_state,
+        jnp.zeros((), jnp.int32),
+    )
+
+
+class TrainMetrics(eqx.Module):
+    """Per-iteration training metrics (leading axis: iterations, after `train`).
+
+    ``episode_return`` is the mean return of the episodes that ended in the iteration (NaN when
+    none did); ``losses`` holds the agent's metrics averaged over the iteration's grad steps.
+    """
+
+    reward: Float[Array, ""]
+    episode_return: Float[Array, ""]
+    episodes_done: Float[Array, ""]
+    losses: dict[str, Float[Array, ""]]
+
+
+def _play(agent, env, state: OffPolicyState, key: PRNGKey, random_actions: bool):
+    n = state.env_state.t.shape[0]
+    act_key, step_key = jr.split(key)
+    obs = state.env_state.env_state.obs
+    if random_actions:
+        actions = jr.uniform(act_key, (n, env.action_size), minval=-1.0, maxval=1.0)
+    else:
+        act = lambda o, k: agent.act(state.agent_state, o, key=k)
+        actions = jax.vmap(act)(obs, jr.split(act_key, n))
+    step = lambda s, a, k: autoreset_step(env, s, a, key=k)
+    out = jax.vmap(step)(state.env_state, actions, jr.split(step_key, n))
+    transitions = Transition(obs, actions, out.reward, out.next_obs, out.terminated, out.truncated)
+    agent_state = agent.observe(state.agent_state, obs)
+    new = OffPolicyState(
+        agent_state, state.buffer.insert(transitions), out.state, state.env_steps + n
+    )
+    finished = ~jnp.isnan(out.finished_return)
+    count = jnp.sum(finished.astype(jnp.float32))
+    mean_return = jnp.where(
+        count > 0, jnp.sum(jnp.where(finished, out.finished_return, 0.0)) / jnp.maximum(count, 1.0),
+        jnp.nan,
+    )  # fmt: skip
+    return new, jnp.mean(out.reward), mean_return, count
+
+
+def grad_steps_for(env_batch_size: int, grad_updates_per_step: float) -> int:
+    """Gradient steps per iteration: ``grad_updates_per_step`` per environment step (at least 1)."""
+    if grad_updates_per_step <= 0:
+        raise ValueError(f"grad_updates_per_step must be positive, got {grad_updates_per_step}")
+    return max(1, math.floor(grad_updates_per_step * env_batch_size))
+
+
+def train_iteration(
+    agent: AbstractAgent,
+    env: AbstractEnv,
+    state: OffPolicyState,
+    *,
+    key: PRNGKey,
+    grad_updates_per_step: float = 1.0,
+) -> tuple[OffPolicyState, TrainMetrics]:
+    """One iteration: one step of every environment, then the gradient steps."""
+    play_key, grad_key = jr.split(key)
+    state, reward, episode_return, count = _play(agent, env, state, play_key, False)
+    n = state.env_state.t.shape[0]
+
+    def grad_step(agent_state, k):
+        sample_key, update_key = jr.split(k)
+        batch = state.buffer.sample(agent.batch_size, key=sample_key)
+        return agent.update(agent_state, batch, key=update_key)
+
+    num = grad_steps_for(n, grad_updates_per_step)
+    agent_state, losses = filter_scan(grad_step, state.agent_state, jr.split(grad_key, num))
+    losses = {name: jnp.nanmean(value) for name, value in losses.items()}
+    state = eqx.tree_at(lambda s: s.agent_state, state, agent_state)
+    return state, TrainMetrics(reward, episode_return, count, losses)
+
+
+@eqx.filter_jit
+def train(
+    agent: AbstractAgent,
+    env: AbstractEnv,
+    state: OffPolicyState,
+    num_iterations: int,
+    *,
+    key: PRNGKey,
+    grad_updates_per_step: float = 1.0,
+) -> tuple[OffPolicyState, TrainMetrics]:
+    """``num_iterations`` training iterations in one ``lax.scan``; metrics per iteration."""
+    body = lambda s, k: train_iteration(
+        agent, env, s, key=k, grad_updates_per_step=grad_updates_per_step
+    )
+    return filter_scan(body, state, jr.split(key, num_iterations))
+
+
+@eqx.filter_jit
+def warmup(
+    agent: AbstractAgent, env: AbstractEnv, state: OffPolicyState, num_iterations: int, *, key
+) -> OffPolicyState:
+    """Fill the buffer with ``num_iterations`` steps of uniformly random actions (no learning)."""
+
+    def body(s, k):
+        return _play(agent, env, s, k, True)[0], None
+
+    return filter_scan(body, state, jr.split(key, num_iterations))[0]
+
+
+class EvalMetrics(eqx.Module):
+    """Deterministic-policy evaluation over full episodes (one entry per episode)."""
+
+    returns: Float[Array, " num_episodes"]
+    lengths: Float[Array, " num_episodes"]
+    descriptors: Float[Array, "num_episodes num_descriptors"] | None
+
+
+@eqx.filter_jit
+def evaluate(
+    agent: AbstractAgent, env: AbstractEnv, agent_state, num_episodes: int, *, key: PRNGKey
+) -> EvalMetrics:
+    """Play ``num_episodes`` full episodes (up to ``env.episode_length`` steps) with the
+    deterministic policy."""
+    policy = lambda o: agent.act(agent_state, o, key=jr.key(0), deterministic=True)
+    episodes: Episode = jax.vmap(lambda k: rollout(env, policy, key=k))(jr.split(key, num_episodes))
+    descriptors = None
+    if isinstance(env, AbstractQDEnv):
+        descriptors = jax.vmap(env.descriptor)(episodes.transitions.next_state_desc, episodes.valid)
+    return EvalMetrics(episodes.returns, episodes.lengths, descriptors)

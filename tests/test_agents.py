@@ -1,0 +1,174 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import eqx_qd as q
+
+
+ENV = q.PointMaze(walls=False)
+SIZES = dict(observation_size=2, action_size=2, policy_hidden=(64, 64), critic_hidden=(64, 64))
+AGENTS = {
+    "td3": q.TD3(**SIZES, batch_size=128),
+    "sac": q.SAC(**SIZES, batch_size=128),
+}
+
+
+def _learn(agent, key):
+    k1, k2, k3, k4 = jr.split(key, 4)
+    state = q.init_off_policy(agent, ENV, key=k1, env_batch_size=8, buffer_size=20_000)
+    state = q.warmup(agent, ENV, state, 50, key=k2)
+    state, metrics = q.train(agent, ENV, state, 1500, key=k3, grad_updates_per_step=0.25)
+    evaluation = q.evaluate(agent, ENV, state.agent_state, 8, key=k4)
+    return state, metrics, evaluation
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_agent_learns_the_point_maze(name):
+    agent = AGENTS[name]
+    state, metrics, evaluation = _learn(agent, jr.key(0))
+    # Random play scores about -160; heading straight to the goal scores about -14.
+    assert float(jnp.mean(evaluation.returns)) > -60.0
+    assert int(state.env_steps) == 8 * (50 + 1500)
+    assert int(state.agent_state.steps) == 1500 * 2
+    assert int(state.buffer.size) == 8 * 1550
+    late = np.nanmean(np.asarray(metrics.episode_return)[-300:])
+    early = np.nanmean(np.asarray(metrics.episode_return)[:100])
+    assert late > early + 30.0
+    assert set(metrics.losses) >= {"critic_loss", "policy_loss"}
+
+
+def test_a_policy_that_never_moves_scores_minus_170():
+    class Still(q.AbstractPolicy):
+        def __call__(self, obs):
+            return jnp.zeros(2)
+
+    # 100 steps at distance 1.7 from the goal: the floor the learning test is measured against.
+    ep = q.rollout(ENV, Still(), key=jr.key(0))
+    np.testing.assert_allclose(float(ep.returns), -170.0, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_update_does_not_retrace_when_hyperparameters_change(name, getkey):
+    agent = AGENTS[name]
+    hp_cls = q.TD3HParams if name == "td3" else q.SACHParams
+    batch = q.Transition(
+        obs=jr.normal(getkey(), (128, 2)),
+        action=jr.uniform(getkey(), (128, 2), minval=-1.0),
+        reward=jr.normal(getkey(), (128,)),
+        next_obs=jr.normal(getkey(), (128, 2)),
+        terminated=jnp.zeros(128),
+        truncated=jnp.zeros(128),
+    )
+
+    @eqx.filter_jit
+    @eqx.debug.assert_max_traces(max_traces=1)
+    def update(state, key):
+        return agent.update(state, batch, key=key)
+
+    a = agent.init(hp_cls(policy_lr=1e-3, discount=0.9), key=getkey())
+    b = agent.init(hp_cls(policy_lr=3e-3, discount=0.95), key=getkey())
+    a1, _ = update(a, getkey())
+    b1, _ = update(b, getkey())
+    a2, metrics = update(a1, getkey())
+    assert isinstance(a2.hparams.policy_lr, jax.Array)
+    assert a2.hparams.policy_lr.dtype == jnp.float32
+    assert float(b1.hparams.policy_lr) == pytest.approx(3e-3)
+    assert all(bool(jnp.isfinite(v)) or k == "policy_loss" for k, v in metrics.items())
+
+
+def test_population_trains_with_per_member_hyperparameters(getkey):
+    agent = q.TD3(**SIZES, batch_size=32)
+    lrs = jnp.array([1e-4, 1e-3, 1e-2], jnp.float32)
+
+    def make(lr, key):
+        return q.init_off_policy(
+            agent, ENV, key=key, env_batch_size=4, buffer_size=256,
+            hparams=q.TD3HParams(policy_lr=lr, critic_lr=lr),
+        )  # fmt: skip
+
+    pop0 = eqx.filter_vmap(make)(lrs, jr.split(getkey(), 3))
+    train = eqx.filter_jit(
+        eqx.filter_vmap(lambda s, k: q.train(agent, ENV, s, 5, key=k), in_axes=(0, 0))
+    )
+    pop, metrics = train(pop0, jr.split(getkey(), 3))
+    np.testing.assert_allclose(pop.agent_state.hparams.policy_lr, lrs)
+    assert pop.buffer.size.tolist() == [20, 20, 20]
+    assert metrics.reward.shape == (3, 5)
+    # Each member used its own learning rate: larger rates moved the critic further.
+    moved = sum(
+        jnp.sum((a - b) ** 2, axis=tuple(range(1, a.ndim)))
+        for a, b in zip(
+            jax.tree.leaves(eqx.filter(pop.agent_state.critic, eqx.is_array)),
+            jax.tree.leaves(eqx.filter(pop0.agent_state.critic, eqx.is_array)),
+        )
+    )
+    assert moved[0] < moved[1] < moved[2]
+
+
+def test_optimizer_states_can_be_dropped_and_rebuilt(getkey):
+    for agent in AGENTS.values():
+        state = agent.init(key=getkey())
+        empty = agent.empty_optimizer_states(state)
+        assert empty.policy_opt_state is None and empty.critic_opt_state is None
+        full_bytes = sum(x.nbytes for x in jax.tree.leaves(state) if eqx.is_array(x))
+        empty_bytes = sum(x.nbytes for x in jax.tree.leaves(empty) if eqx.is_array(x))
+        assert empty_bytes < full_bytes
+        rebuilt = agent.init_optimizer_states(empty)
+        assert jax.tree.structure(rebuilt) == jax.tree.structure(state)
+
+
+def test_hyperparameters_are_validated():
+    with pytest.raises(ValueError, match="discount"):
+        q.TD3HParams(discount=1.5)
+    with pytest.raises(ValueError, match="tau"):
+        q.SACHParams(tau=-0.1)
+    with pytest.raises(ValueError, match="batch_size"):
+        q.TD3(observation_size=2, action_size=2, batch_size=0)
+    with pytest.raises(ValueError, match="do not match"):
+        q.init_off_policy(
+            q.TD3(observation_size=3, action_size=2), ENV, key=jr.key(0), env_batch_size=2,
+            buffer_size=8,
+        )  # fmt: skip
+
+
+@given(splits=st.lists(st.integers(1, 6), min_size=1, max_size=4), seed=st.integers(0, 2**31 - 1))
+def test_normaliser_matches_the_statistics_of_all_data(splits, seed):
+    data = np.asarray(jr.normal(jr.key(seed), (sum(splits), 3))) * 3.0 + 1.0
+    norm = q.RunningNormaliser.create(3)
+    start = 0
+    for n in splits:
+        norm = norm.update(jnp.asarray(data[start : start + n]))
+        start += n
+    np.testing.assert_allclose(norm.mean, data.mean(0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(norm.var, data.var(0), rtol=1e-3, atol=1e-4)
+    assert float(norm.count) == len(data)
+
+
+def test_tanh_gaussian_log_prob_matches_a_monte_carlo_density(getkey):
+    policy = q.TanhGaussianPolicy(3, 1, (8,), key=getkey())
+    obs = jnp.ones(3)
+    keys = jr.split(getkey(), 200_000)
+    actions, logps = jax.vmap(lambda k: policy.sample(obs, key=k))(keys)
+    # Histogram density of the squashed samples against exp(log_prob) at the same points.
+    hist, edges = np.histogram(np.asarray(actions[:, 0]), bins=40, range=(-0.95, 0.95))
+    width = edges[1] - edges[0]
+    density = hist / (len(keys) * width)
+    centres = (edges[:-1] + edges[1:]) / 2
+    order = np.argsort(np.asarray(actions[:, 0]))
+    model = np.interp(centres, np.asarray(actions[order, 0]), np.exp(np.asarray(logps[order])))
+    mask = density > 0.05
+    np.testing.assert_allclose(density[mask], model[mask], rtol=0.1)
+
+
+def test_observation_normaliser_follows_the_training_observations(getkey):
+    agent = q.TD3(**SIZES, batch_size=16, normalise_observations=True)
+    state = q.init_off_policy(agent, ENV, key=getkey(), env_batch_size=4, buffer_size=64)
+    state, _ = q.train(agent, ENV, state, 3, key=getkey())
+    norm = state.agent_state.normaliser
+    assert float(norm.count) == 12.0
+    # Every observation so far lies near the start (0, -0.85): the mean is there too.
+    np.testing.assert_allclose(norm.mean, [0.0, -0.85], atol=0.35)

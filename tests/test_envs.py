@@ -1,0 +1,206 @@
+import typing
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import eqx_qd as q
+
+
+def _constant_policy(action):
+    class Constant(q.AbstractPolicy):
+        value: jax.Array
+
+        def __call__(self, obs):
+            return self.value
+
+    return Constant(jnp.asarray(action, jnp.float32))
+
+
+@pytest.fixture(scope="module")
+def jit_rollout():
+    return eqx.filter_jit(lambda env, policy, key: q.rollout(env, policy, key=key))
+
+
+def test_point_maze_walls_block_the_straight_path(jit_rollout, getkey):
+    up = _constant_policy([0.0, 1.0])
+    walled = jit_rollout(q.PointMaze(), up, getkey())
+    open_ = jit_rollout(q.PointMaze(walls=False), up, getkey())
+    # Blocked below the lower wall (y = -0.35) for the whole episode.
+    assert float(jnp.max(walled.transitions.next_obs[:, 1])) < -0.35
+    assert float(walled.lengths) == 100
+    assert float(walled.transitions.truncated[-1]) == 1.0
+    # Without walls the point reaches the goal and the episode terminates early.
+    assert float(open_.lengths) < 20
+    assert float(jnp.sum(open_.transitions.terminated * open_.valid)) == 1.0
+    assert float(jnp.sum(open_.transitions.truncated)) == 0.0
+    assert float(open_.returns) > float(walled.returns)
+
+
+def test_rollout_masks_steps_after_termination(jit_rollout, getkey):
+    ep = jit_rollout(q.PointMaze(walls=False), _constant_policy([0.0, 1.0]), getkey())
+    n = int(ep.lengths)
+    valid = np.asarray(ep.valid)
+    assert valid[:n].all() and not valid[n:].any()
+    rewards = np.asarray(ep.transitions.reward)
+    assert (rewards[n:] == 0).all()
+    np.testing.assert_allclose(float(ep.returns), rewards[:n].sum(), rtol=1e-6)
+    env = q.PointMaze(walls=False)
+    desc = env.descriptor(ep.transitions.next_state_desc, ep.valid)
+    np.testing.assert_allclose(desc, ep.transitions.next_obs[n - 1], rtol=1e-6)
+
+
+def test_noise_options_are_stochastic(jit_rollout):
+    up = _constant_policy([0.3, 1.0])
+    noisy = q.PointMaze(reset_noise=0.05, obs_noise=0.01)
+    a = jit_rollout(noisy, up, jr.key(0))
+    b = jit_rollout(noisy, up, jr.key(1))
+    assert not np.allclose(a.transitions.obs, b.transitions.obs)
+    start = np.asarray(a.transitions.state_desc[0])
+    assert np.all(np.abs(start - np.array([0.0, -0.85])) <= 0.05 + 1e-6)
+    with pytest.raises(ValueError, match="obs_noise"):
+        q.PointMaze(obs_noise=-1.0)
+
+
+def test_autoreset_truncates_and_restarts(getkey):
+    env = q.PointMaze(length=5)
+    step = eqx.filter_jit(lambda s, a, k: q.autoreset_step(env, s, a, key=k))
+    state = q.TrainingEnvState(env.reset(key=getkey()), jnp.zeros(()), jnp.zeros(()))
+    rewards = []
+    for t in range(5):
+        out = step(state, jnp.array([1.0, 0.0]), getkey())
+        rewards.append(float(out.reward))
+        state = out.state
+    assert float(out.truncated) == 1.0 and float(out.terminated) == 0.0
+    np.testing.assert_allclose(float(out.finished_return), sum(rewards), rtol=1e-5)
+    assert float(state.t) == 0.0
+    np.testing.assert_allclose(state.env_state.obs, [0.0, -0.85])
+
+
+@typing.final
+class Drift(q.AbstractQDEnv):
+    """A user-defined 1-D environment: the action is added to the position."""
+
+    @property
+    def observation_size(self):
+        return 1
+
+    @property
+    def action_size(self):
+        return 1
+
+    @property
+    def state_descriptor_size(self):
+        return 1
+
+    @property
+    def descriptor_size(self):
+        return 1
+
+    @property
+    def episode_length(self):
+        return 4
+
+    @property
+    def descriptor_bounds(self):
+        return (-4.0,), (4.0,)
+
+    @property
+    def reward_offset(self):
+        return 1.0
+
+    def descriptor(self, state_descs, valid):
+        return q.final_descriptor(state_descs, valid)
+
+    def reset(self, *, key):
+        zero = jnp.zeros((), jnp.float32)
+        return q.EnvState(jnp.zeros(1), jnp.zeros(1), zero, zero, jnp.zeros(1))
+
+    def step(self, state, action, *, key):
+        pos = state.physics + action
+        zero = jnp.zeros((), jnp.float32)
+        return q.EnvState(pos, pos, -jnp.abs(pos[0]), zero, pos)
+
+
+def test_user_environment_works_with_the_scorer(getkey):
+    scorer = q.PolicyScorer(Drift())
+    policies = eqx.filter_vmap(_constant_policy)(jnp.array([[0.5], [-1.0], [0.0]]))
+    fitnesses, descriptors, extra = eqx.filter_jit(lambda p, k: scorer(p, key=k))(
+        policies, getkey()
+    )
+    np.testing.assert_allclose(descriptors[:, 0], [2.0, -4.0, 0.0])
+    np.testing.assert_allclose(fitnesses, [-5.0, -10.0, 0.0])
+    assert extra.episodes.valid.shape == (3, 4)
+    assert scorer.qd_offset == 4.0
+
+
+def test_reevaluation_statistics(getkey):
+    env = q.PointMaze(walls=False, obs_noise=0.0, reset_noise=0.1)
+    scorer = q.PolicyScorer(env)
+    policies = eqx.filter_vmap(_constant_policy)(jnp.array([[0.0, 1.0], [1.0, 0.0]]))
+    re = eqx.filter_jit(lambda p, k: q.reevaluate(scorer, p, 10, key=k))(policies, getkey())
+    assert re.fitnesses.shape == (10, 2) and re.descriptors.shape == (10, 2, 2)
+    assert bool(jnp.all(re.fitness_std > 0))  # the start position is random
+    np.testing.assert_allclose(re.fitness_mean, jnp.mean(re.fitnesses, axis=0))
+    with pytest.raises(ValueError, match="num_evals"):
+        q.reevaluate(scorer, policies, 0, key=getkey())
+
+
+@pytest.mark.parametrize("name", sorted(q.QD_BRAX_TASKS))
+def test_brax_task_smoke(name, getkey):
+    env = q.BraxQDEnv(name, episode_length=6)
+    make = lambda k: q.DeterministicPolicy(env.observation_size, env.action_size, (8,), key=k)
+    policies = eqx.filter_vmap(make)(jr.split(getkey(), 3))
+    scorer = q.PolicyScorer(env)
+    fitnesses, descriptors, extra = eqx.filter_jit(lambda p, k: scorer(p, key=k))(
+        policies, getkey()
+    )
+    assert fitnesses.shape == (3,)
+    assert descriptors.shape == (3, env.descriptor_size)
+    assert bool(jnp.all(jnp.isfinite(fitnesses)))
+    low, high = (np.asarray(b) for b in env.descriptor_bounds)
+    assert np.all(np.asarray(descriptors) >= low) and np.all(np.asarray(descriptors) <= high)
+    if name.endswith("_uni"):
+        assert env.descriptor_size == len(q.QD_BRAX_TASKS[name].feet)
+        contacts = np.asarray(extra.episodes.transitions.next_state_desc)
+        assert set(np.unique(contacts).tolist()) <= {0.0, 1.0}
+    else:
+        assert env.descriptor_bounds == ((-30.0, -30.0), (30.0, 30.0))
+    assert extra.episodes.transitions.obs.shape == (3, 6, env.observation_size)
+
+
+def test_brax_task_errors():
+    with pytest.raises(ValueError, match="unknown brax QD task"):
+        q.BraxQDEnv("walker3d_uni")
+    with pytest.raises(ValueError, match="backend"):
+        q.BraxQDEnv("hopper_uni", backend="warp")
+    with pytest.raises(ValueError, match="unknown environment"):
+        q.make_env("maze")
+
+
+def test_map_elites_over_policies_on_the_maze(getkey):
+    env = q.PointMaze(length=50)
+    scorer = q.PolicyScorer(env)
+    make = lambda k: q.DeterministicPolicy(2, 2, (16,), key=k)
+    policies = eqx.filter_vmap(make)(jr.split(getkey(), 32))
+    emitter = q.MixingEmitter(
+        batch_size=32, variation_percentage=0.5,
+        variation=q.IsoLineVariation(iso_sigma=0.01, line_sigma=0.1),
+        mutation=q.GaussianMutation(sigma=0.05),
+    )  # fmt: skip
+    algo = q.MAPElites(emitter, scorer, scorer.qd_offset)
+    cells = q.GridTessellation((8, 8), minval=-1.0, maxval=1.0)
+    state, first = eqx.filter_jit(algo.init)(policies, cells, key=getkey())
+    state, history = q.run(algo, state, 10, key=getkey())
+    assert int(history.num_filled[-1]) > int(first.num_filled)
+    assert bool(jnp.all(jnp.diff(history.qd_score) >= 0))
+    # The stored genotypes are policies: the best one replays to its stored fitness.
+    best = int(jnp.argmax(state.repertoire.fitnesses))
+    policy = q.tree_take(state.repertoire.genotypes, best)
+    replay = q.rollout(env, policy, key=getkey())
+    np.testing.assert_allclose(
+        float(replay.returns), float(state.repertoire.fitnesses[best]), rtol=1e-5
+    )
