@@ -32,8 +32,11 @@ from ._custom_types import (
 )
 from ._emitters import (
     AbstractEmitter as AbstractEmitter,
+    ActorType as ActorType,
     ComposedEmitter as ComposedEmitter,
+    Lineage as Lineage,
     MixingEmitter as MixingEmitter,
+    parent_ids as parent_ids,
 )
 from ._envs import (
     AbstractEnv as AbstractEnv,
@@ -75,6 +78,12 @@ from ._off_policy import (
     train_iteration as train_iteration,
     TrainMetrics as TrainMetrics,
     warmup as warmup,
+)
+from ._pga_me import (
+    episode_transitions as episode_transitions,
+    pgame_emitter as pgame_emitter,
+    QualityPGEmitter as QualityPGEmitter,
+    QualityPGState as QualityPGState,
 )
 from ._plotting import plot_metrics as plot_metrics, plot_repertoire as plot_repertoire
 from ._repertoire import (

@@ -244,8 +244,7 @@ class TD3(AbstractAgent[TD3State]):
         self, policy: DeterministicPolicy, state: TD3State, batch: Transition
     ) -> Float[Array, ""]:
         obs = self._norm(state, batch.obs)
-        q = jax.vmap(state.critic)(obs, jax.vmap(policy)(obs))
-        return -jnp.mean(q[:, 0])
+        return -jnp.mean(jax.vmap(state.critic.q1)(obs, jax.vmap(policy)(obs)))
 
     def update(
         self, state: TD3State, batch: Transition, *, key: PRNGKey

@@ -1,22 +1,66 @@
 """Emitters: where each iteration's candidate genotypes come from."""
 
 import abc
+import enum
 import typing
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._misc import tree_concatenate, tree_slice
-from ._repertoire import MapElitesRepertoire
+from ._repertoire import Elites, MapElitesRepertoire
 from ._selectors import AbstractSelector, UniformSelector
 from ._variation import AbstractMutation, AbstractVariation
 
 
 _State = TypeVar("_State")
+
+
+class ActorType(enum.IntEnum):
+    """How a candidate was made (the ``type`` column of PGA-ME's actors file)."""
+
+    RANDOM = 0
+    EVO = 1
+    GRADIENT = 2
+    GREEDY = 3
+
+
+class Lineage(eqx.Module):
+    """Per-candidate parents and origin, returned by emitters as their ``emit`` extra.
+
+    Parent ids are those the repertoire stores per elite when `MAPElites` tracks lineage
+    (``-1``: no such parent, or ids not tracked). ``kind`` holds `ActorType` values.
+    """
+
+    parent1: Int[Array, " batch"]
+    parent2: Int[Array, " batch"]
+    kind: Int[Array, " batch"]
+
+    @classmethod
+    def of(cls, parent1, parent2, kind: ActorType) -> "Lineage":
+        return cls(
+            parent1.astype(jnp.int32),
+            parent2.astype(jnp.int32),
+            jnp.full(parent1.shape, int(kind), jnp.int32),
+        )
+
+
+def parent_ids(elites: Elites) -> Int[Array, " batch"]:
+    """The selected elites' ids when the repertoire stores them (int ``extra``), else ``-1``."""
+    extra = elites.extra
+    if (
+        isinstance(extra, jax.Array)
+        and extra.ndim == 1
+        and jnp.issubdtype(extra.dtype, jnp.integer)
+    ):
+        return extra.astype(jnp.int32)
+    return jnp.full(elites.fitnesses.shape, -1, jnp.int32)
 
 
 class AbstractEmitter(eqx.Module, Generic[_State]):
@@ -113,20 +157,26 @@ class MixingEmitter(AbstractEmitter[None]):
         num_variation, num_mutation = _split_counts(self.batch_size, self.variation_percentage)
         select_key, var_key, mut_key = jr.split(key, 3)
         # One selection call for all parents: the variation needs two per child.
-        parents = repertoire.select(
+        elites = repertoire.select(
             2 * num_variation + num_mutation, key=select_key, selector=self.selector
-        ).genotypes
-        parts = []
+        )
+        parents, ids = elites.genotypes, parent_ids(elites)
+        parts, first, second = [], [], []
         if num_variation > 0:
             assert self.variation is not None
             x1 = tree_slice(parents, 0, num_variation)
             x2 = tree_slice(parents, num_variation, 2 * num_variation)
             parts.append(self.variation(x1, x2, key=var_key))
+            first.append(ids[:num_variation])
+            second.append(ids[num_variation : 2 * num_variation])
         if num_mutation > 0:
             assert self.mutation is not None
             x = tree_slice(parents, 2 * num_variation, 2 * num_variation + num_mutation)
             parts.append(self.mutation(x, key=mut_key))
-        return (parts[0] if len(parts) == 1 else tree_concatenate(parts)), None
+            first.append(ids[2 * num_variation :])
+            second.append(jnp.full((num_mutation,), -1, jnp.int32))
+        lineage = Lineage.of(jnp.concatenate(first), jnp.concatenate(second), ActorType.EVO)
+        return (parts[0] if len(parts) == 1 else tree_concatenate(parts)), lineage
 
 
 @typing.final
@@ -173,7 +223,12 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
     ) -> tuple[Genotypes, Extra]:
         keys = jr.split(key, len(self.emitters))
         outs = [e.emit(repertoire, s, key=k) for e, s, k in zip(self.emitters, state, keys)]
-        return tree_concatenate([g for g, _ in outs]), tuple(x for _, x in outs)
+        extras = [x for _, x in outs]
+        if all(isinstance(x, Lineage) for x in extras):
+            extra: Extra = tree_concatenate(extras)  # one per-candidate lineage for the batch
+        else:
+            extra = tuple(extras)
+        return tree_concatenate([g for g, _ in outs]), extra
 
     def state_update(
         self,

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
 
@@ -21,11 +22,16 @@ ScoringFn = Callable[..., tuple[Float[Array, " batch"], Float[Array, "batch d"],
 
 
 class MAPElitesState(eqx.Module):
-    """Everything that changes during a MAP-Elites run."""
+    """Everything that changes during a MAP-Elites run.
+
+    ``evaluations`` counts every candidate scored so far; candidate ids are given in that order
+    (the initial population gets ``0 .. n-1``).
+    """
 
     repertoire: MapElitesRepertoire
     emitter_state: Any
     iteration: Int[Array, ""] = eqx.field(converter=i32)
+    evaluations: Int[Array, ""] = eqx.field(default=0, converter=i32)
 
 
 class StepInfo(eqx.Module):
@@ -35,6 +41,7 @@ class StepInfo(eqx.Module):
     descriptors: Float[Array, "batch num_descriptors"]
     add_info: AddInfo
     emit_extra: Extra
+    ids: Int[Array, " batch"]
 
 
 @typing.final
@@ -43,11 +50,16 @@ class MAPElites(eqx.Module):
 
     Stateless: the run lives in `MAPElitesState`. `init` and `update` are pure; wrap them in
     `eqx.filter_jit`, or use `run` (all iterations in one jitted ``lax.scan``).
+
+    With ``lineage=True`` the repertoire stores each elite's id as its ``extra``, so emitters
+    can report the ids of the parents they used (`Lineage`) and `StepInfo.ids` ties every
+    candidate to its parents: the actors file of PGA-ME.
     """
 
     emitter: AbstractEmitter
     scoring_fn: ScoringFn
     qd_offset: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+    lineage: bool = eqx.field(default=False, static=True)
 
     def init(
         self, genotypes: Genotypes, tessellation: AbstractTessellation, *, key: PRNGKey
@@ -55,11 +67,13 @@ class MAPElites(eqx.Module):
         """Score an initial population and build the repertoire and emitter state from it."""
         score_key, emitter_key = jr.split(key)
         fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
-        repertoire, _ = init_repertoire(tessellation, genotypes, descriptors, fitnesses)
+        n = fitnesses.shape[0]
+        ids = jnp.arange(n, dtype=jnp.int32) if self.lineage else None
+        repertoire, _ = init_repertoire(tessellation, genotypes, descriptors, fitnesses, ids)
         emitter_state = self.emitter.init(
             repertoire, genotypes, fitnesses, descriptors, extra, key=emitter_key
         )
-        state = MAPElitesState(repertoire, emitter_state, 0)
+        state = MAPElitesState(repertoire, emitter_state, 0, n)
         return state, qd_metrics(repertoire, self.qd_offset)
 
     def step(
@@ -71,12 +85,18 @@ class MAPElites(eqx.Module):
             state.repertoire, state.emitter_state, key=emit_key
         )
         fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
-        repertoire, add_info = state.repertoire.add(genotypes, descriptors, fitnesses)
+        n = fitnesses.shape[0]
+        ids = state.evaluations + jnp.arange(n, dtype=jnp.int32)
+        repertoire, add_info = state.repertoire.add(
+            genotypes, descriptors, fitnesses, ids if self.lineage else None
+        )
         emitter_state = self.emitter.state_update(
             state.emitter_state, repertoire, genotypes, fitnesses, descriptors, extra
         )
-        new_state = MAPElitesState(repertoire, emitter_state, state.iteration + 1)
-        info = StepInfo(fitnesses, descriptors, add_info, emit_extra)
+        new_state = MAPElitesState(
+            repertoire, emitter_state, state.iteration + 1, state.evaluations + n
+        )
+        info = StepInfo(fitnesses, descriptors, add_info, emit_extra, ids)
         return new_state, qd_metrics(repertoire, self.qd_offset), info
 
     def update(self, state: MAPElitesState, *, key: PRNGKey) -> tuple[MAPElitesState, QDMetrics]:

@@ -176,3 +176,9 @@ class QCritics(eqx.Module):
     ) -> Float[Array, " num_critics"]:
         x = jnp.concatenate([obs, action])
         return jnp.concatenate([net(x) for net in self.nets])
+
+    def q1(
+        self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
+    ) -> Float[Array, ""]:
+        """The first critic only (TD3's and PGA-ME's policy objective)."""
+        return self.nets[0](jnp.concatenate([obs, action]))[0]

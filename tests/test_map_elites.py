@@ -82,7 +82,9 @@ def test_emitters_emit_batch_size(state0, getkey):
     )
     assert composed.batch_size == 39
     g, extra = composed.emit(state0.repertoire, (None, None), key=getkey())
-    assert g.shape == (39, 6) and extra == (None, None)
+    assert g.shape == (39, 6)
+    assert isinstance(extra, q.Lineage) and extra.kind.shape == (39,)
+    assert bool(jnp.all(extra.kind == q.ActorType.EVO))
     algo = q.MAPElites(composed, TASK, TASK.qd_offset)
     s, _ = algo.init(TASK.init_genotypes(5, key=getkey()), TESS, key=getkey())
     s, m = algo.update(s, key=getkey())

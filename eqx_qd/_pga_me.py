@@ -1,0 +1,227 @@
+"""PGA-MAP-Elites (Nilsson & Cully, GECCO 2021): the quality policy-gradient emitter and the
+emitter that mixes it with GA variation.
+
+Each iteration, the policy-gradient emitter (1) selects parents from the repertoire and takes
+``num_pg_steps`` Adam steps on each, maximising the critic's Q1(s, pi(s)) over batches from the
+replay buffer (one batch per step, shared by all parents); (2) offers the greedy actor trained
+with the critic; then, once the batch is scored, (3) stores the new transitions and (4) runs
+``num_critic_steps`` TD3 steps (critic every step; greedy actor and targets every
+``policy_delay`` steps).
+"""
+
+import typing
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float
+
+from ._agents import _apply_adam, _init_opt, TD3, TD3HParams, TD3State
+from ._buffers import ReplayBuffer, Transition
+from ._custom_types import Extra, Genotypes, PRNGKey
+from ._emitters import (
+    AbstractEmitter,
+    ActorType,
+    ComposedEmitter,
+    Lineage,
+    MixingEmitter,
+    parent_ids,
+)
+from ._misc import f32, filter_scan, tree_concatenate, tree_take
+from ._networks import DeterministicPolicy
+from ._repertoire import MapElitesRepertoire
+from ._scoring import ScoringExtra
+from ._selectors import AbstractSelector, UniformSelector
+from ._variation import IsoLineVariation
+
+
+class QualityPGState(eqx.Module):
+    """The critic, its targets, the greedy actor (all in a `TD3State`), the replay buffer, and
+    the key for critic training (``state_update`` receives none)."""
+
+    td3: TD3State
+    buffer: ReplayBuffer
+    key: PRNGKey
+
+
+def episode_transitions(extra: ScoringExtra) -> tuple[Transition, Float[Array, " rows"]]:
+    """Flatten a scoring extra's episodes to rows of transitions and their validity mask."""
+    t = extra.episodes.transitions
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    rows = Transition(
+        flat(t.obs),
+        flat(t.action),
+        flat(t.reward),
+        flat(t.next_obs),
+        flat(t.terminated),
+        flat(t.truncated),
+    )
+    return rows, flat(extra.episodes.valid)
+
+
+@typing.final
+class QualityPGEmitter(AbstractEmitter[QualityPGState]):
+    """Policy-gradient variation against a TD3 critic, plus the greedy actor.
+
+    Emits ``batch_size`` genotypes: ``batch_size - 1`` parents improved by ``num_pg_steps``
+    gradient steps at learning rate ``pg_lr``, then the greedy actor. Genotypes must be
+    `DeterministicPolicy` populations shaped like ``td3.init_policy``. The scoring function's
+    extra must be a `ScoringExtra` (as `PolicyScorer` returns): its valid steps feed the buffer.
+    """
+
+    batch_size: int = eqx.field(static=True)
+    td3: TD3
+    hparams: TD3HParams
+    num_critic_steps: int = eqx.field(static=True)
+    num_pg_steps: int = eqx.field(static=True)
+    buffer_size: int = eqx.field(static=True)
+    pg_lr: Float[Array, ""] = eqx.field(converter=f32)
+    selector: AbstractSelector = UniformSelector()
+
+    def __check_init__(self):
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 (the greedy actor), got {self.batch_size}")
+        if self.num_critic_steps < 0 or self.num_pg_steps < 0:
+            raise ValueError("num_critic_steps and num_pg_steps must be >= 0")
+        if self.buffer_size < 1:
+            raise ValueError(f"buffer_size must be positive, got {self.buffer_size}")
+
+    def init(
+        self,
+        repertoire: MapElitesRepertoire,
+        genotypes: Genotypes,
+        fitnesses: Float[Array, " batch"],
+        descriptors: Float[Array, "batch num_descriptors"],
+        extra: Extra,
+        *,
+        key: PRNGKey,
+    ) -> QualityPGState:
+        if not isinstance(extra, ScoringExtra):
+            raise TypeError(
+                "QualityPGEmitter needs the scoring function to return a ScoringExtra "
+                f"(episodes for the replay buffer), got {type(extra).__name__}"
+            )
+        rows, valid = episode_transitions(extra)
+        buffer = ReplayBuffer.empty(self.buffer_size, tree_take(rows, 0))
+        td3_key, train_key = jr.split(key)
+        td3_state = self.td3.init(self.hparams, key=td3_key)
+        return QualityPGState(td3_state, buffer.insert(rows, mask=valid), train_key)
+
+    def emit(
+        self, repertoire: MapElitesRepertoire, state: QualityPGState, *, key: PRNGKey
+    ) -> tuple[Genotypes, Extra]:
+        select_key, pg_key = jr.split(key)
+        num_pg = self.batch_size - 1
+        greedy = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, state.td3.policy)
+        greedy_lineage = Lineage.of(
+            jnp.full((1,), -1, jnp.int32), jnp.full((1,), -1, jnp.int32), ActorType.GREEDY
+        )
+        if num_pg == 0:
+            return greedy, greedy_lineage
+        elites = repertoire.select(num_pg, key=select_key, selector=self.selector)
+        offspring = self.pg_variation(elites.genotypes, state, key=pg_key)
+        ids = parent_ids(elites)
+        lineage = Lineage.of(ids, jnp.full_like(ids, -1), ActorType.GRADIENT)
+        return tree_concatenate([offspring, greedy]), tree_concatenate([lineage, greedy_lineage])
+
+    def pg_variation(
+        self, parents: DeterministicPolicy, state: QualityPGState, *, key: PRNGKey
+    ) -> DeterministicPolicy:
+        """``num_pg_steps`` Adam steps on every parent (vmapped), maximising Q1(s, pi(s))."""
+        critic = state.td3.critic
+        opt_states = eqx.filter_vmap(_init_opt)(parents)
+
+        def loss(policy, obs):
+            return -jnp.mean(jax.vmap(critic.q1)(obs, jax.vmap(policy)(obs)))
+
+        def step_one(policy, opt_state, obs):
+            grads = eqx.filter_grad(loss)(policy, obs)
+            return _apply_adam(policy, grads, opt_state, self.pg_lr)
+
+        def body(carry, k):
+            policies, opts = carry
+            batch = state.buffer.sample(self.td3.batch_size, key=k)
+            policies, opts = eqx.filter_vmap(step_one, in_axes=(0, 0, None))(
+                policies, opts, batch.obs
+            )
+            return (policies, opts), None
+
+        (parents, _), _ = filter_scan(body, (parents, opt_states), jr.split(key, self.num_pg_steps))
+        return parents
+
+    def _train_critic(self, state: QualityPGState, *, key: PRNGKey) -> QualityPGState:
+        def body(td3_state, k):
+            sample_key, update_key = jr.split(k)
+            batch = state.buffer.sample(self.td3.batch_size, key=sample_key)
+            return self.td3.update(td3_state, batch, key=update_key)
+
+        td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.num_critic_steps))
+        return eqx.tree_at(lambda s: s.td3, state, td3_state)
+
+    def state_update(
+        self,
+        state: QualityPGState,
+        repertoire: MapElitesRepertoire,
+        genotypes: Genotypes,
+        fitnesses: Float[Array, " batch"],
+        descriptors: Float[Array, "batch num_descriptors"],
+        extra: Extra,
+    ) -> QualityPGState:
+        """Store the batch's valid transitions, then train the critic and greedy actor."""
+        rows, valid = episode_transitions(extra)
+        key, train_key = jr.split(state.key)
+        state = eqx.tree_at(
+            lambda s: (s.buffer, s.key), state, (state.buffer.insert(rows, mask=valid), key)
+        )
+        return self._train_critic(state, key=train_key)
+
+
+def pgame_emitter(
+    *,
+    batch_size: int,
+    proportion_evo: float,
+    td3: TD3,
+    hparams: TD3HParams,
+    num_critic_steps: int,
+    num_pg_steps: int,
+    pg_lr: float,
+    buffer_size: int,
+    iso_sigma: float = 0.005,
+    line_sigma: float = 0.05,
+    selector: AbstractSelector = UniformSelector(),
+) -> ComposedEmitter:
+    """The PGA-ME emitter: ``round(proportion_evo * batch_size)`` GA offspring (iso+line-DD),
+    the rest from `QualityPGEmitter` (its last slot is the greedy actor).
+
+    With ``proportion_evo = 1`` the greedy actor still takes one slot, so the emitter always
+    keeps training the critic on the evaluated transitions.
+    """
+    if not 0.0 <= proportion_evo <= 1.0:
+        raise ValueError(f"proportion_evo must lie in [0, 1], got {proportion_evo}")
+    num_evo = min(int(round(proportion_evo * batch_size)), batch_size - 1)
+    if batch_size < 2:
+        raise ValueError(f"the PGA-ME batch needs at least 2 slots, got {batch_size}")
+    members: list[AbstractEmitter] = []
+    if num_evo > 0:
+        members.append(
+            MixingEmitter(
+                batch_size=num_evo,
+                variation_percentage=1.0,
+                variation=IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma),
+                selector=selector,
+            )
+        )
+    members.append(
+        QualityPGEmitter(
+            batch_size=batch_size - num_evo,
+            td3=td3,
+            hparams=hparams,
+            num_critic_steps=num_critic_steps,
+            num_pg_steps=num_pg_steps,
+            buffer_size=buffer_size,
+            pg_lr=pg_lr,
+            selector=selector,
+        )
+    )
+    return ComposedEmitter(members)
