@@ -85,7 +85,18 @@ from ._pga_me import (
     QualityPGEmitter as QualityPGEmitter,
     QualityPGState as QualityPGState,
 )
-from ._plotting import plot_metrics as plot_metrics, plot_repertoire as plot_repertoire
+from ._pgame_runs import (
+    load_pgame_run as load_pgame_run,
+    PGAMEConfig as PGAMEConfig,
+    PGAMEResult as PGAMEResult,
+    policy_by_id as policy_by_id,
+    run_pgame as run_pgame,
+)
+from ._plotting import (
+    plot_fitness_density as plot_fitness_density,
+    plot_metrics as plot_metrics,
+    plot_repertoire as plot_repertoire,
+)
 from ._repertoire import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,

@@ -92,3 +92,30 @@ def plot_metrics(
         ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def plot_fitness_density(
+    fitnesses: Sequence[np.ndarray],
+    label: str | None = None,
+    ax: Axes | None = None,
+    bins: int = 100,
+) -> Figure:
+    """Cumulative fitness density: for each fitness ``f``, the number of archive solutions with
+    fitness at least ``f``, averaged over runs (one array of per-cell fitnesses per run; empty
+    cells are ``-inf``). To compare algorithms, call it once per algorithm on the same ``ax``.
+    """
+    fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 3.8))
+    ax = ax if ax is not None else fig.add_subplot()
+    runs = [np.asarray(f, np.float64) for f in fitnesses]
+    finite = np.concatenate([f[np.isfinite(f)] for f in runs]) if runs else np.zeros(0)
+    if finite.size == 0:
+        raise ValueError("plot_fitness_density needs at least one filled cell")
+    grid = np.linspace(finite.min(), finite.max(), bins)
+    counts = np.mean([(f[np.isfinite(f)][None, :] >= grid[:, None]).sum(1) for f in runs], axis=0)
+    ax.plot(grid, counts, label=label)
+    ax.set_xlabel("fitness")
+    ax.set_ylabel("solutions with at least this fitness")
+    ax.grid(alpha=0.3)
+    if label is not None:
+        ax.legend()
+    return fig
