@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -69,12 +69,12 @@ class PGAMEConfig:
     lr: float = 0.001
     iso_sigma: float = 0.005
     line_sigma: float = 0.05
-    neurons_list: tuple[int, ...] = (128, 128)
+    neurons_list: Sequence[int] = (128, 128)
     cvt_samples: int = 100_000
     save_period: int = 10_000
     gradient_op: bool = True
     episode_length: int = 1000
-    critic_hidden: tuple[int, ...] = (256, 256)
+    critic_hidden: Sequence[int] = (256, 256)
     critic_lr: float = 3e-4
     greedy_lr: float = 3e-4
     buffer_size: int = 1_000_000
@@ -431,22 +431,25 @@ def run_pgame(
         while done < config.num_iterations:
             n = min(chunk, config.num_iterations - done)
             state, logs = _run_chunk(algo, state, run_keys[done : done + n], config.num_reevals)
-            logs = jax.device_get(logs)
+            metrics_np = {k: np.asarray(v) for k, v in logs.metrics.as_dict().items()}
+            lineage = logs.info.emit_extra
+            columns = {
+                "ids": logs.info.ids, "fitnesses": logs.info.fitnesses,
+                "descriptors": logs.info.descriptors, "cell": logs.info.add_info.cell,
+                "status": logs.info.add_info.status, "delta": logs.info.add_info.delta,
+                "parent1": lineage.parent1, "parent2": lineage.parent2, "kind": lineage.kind,
+            }  # fmt: skip
+            columns = {k: np.asarray(v) for k, v in columns.items()}
+            reeval_fit, reeval_desc = (
+                np.asarray(logs.reeval_fitness),
+                np.asarray(logs.reeval_descriptor),
+            )
             rows_p, rows_a = [], []
             for i in range(n):
                 evals += config.eval_batch_size
-                m = {k: float(np.asarray(v)[i]) for k, v in logs.metrics.as_dict().items()}
-                rows_p.append(_progress_row(evals, m, float(logs.reeval_fitness[i]),
-                                            logs.reeval_descriptor[i]))  # fmt: skip
-                lineage = logs.info.emit_extra
-                info = {
-                    "ids": logs.info.ids[i], "fitnesses": logs.info.fitnesses[i],
-                    "descriptors": logs.info.descriptors[i], "cell": logs.info.add_info.cell[i],
-                    "status": logs.info.add_info.status[i], "delta": logs.info.add_info.delta[i],
-                    "parent1": lineage.parent1[i], "parent2": lineage.parent2[i],
-                    "kind": lineage.kind[i],
-                }  # fmt: skip
-                rows_a.extend(_actor_rows(evals, info))
+                m = {k: float(v[i]) for k, v in metrics_np.items()}
+                rows_p.append(_progress_row(evals, m, float(reeval_fit[i]), reeval_desc[i]))
+                rows_a.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
             emit_rows(rows_p, rows_a)
             done += n
             bar.update(n * config.eval_batch_size)
