@@ -48,6 +48,15 @@ from ._envs import (
     PointMaze as PointMaze,
     TrainingEnvState as TrainingEnvState,
 )
+from ._hparam_spaces import (
+    AbstractSpace as AbstractSpace,
+    Choice as Choice,
+    log_uniform_learning_rates as log_uniform_learning_rates,
+    LogUniform as LogUniform,
+    SAC_SPACES as SAC_SPACES,
+    TD3_SPACES as TD3_SPACES,
+    Uniform as Uniform,
+)
 from ._io import load_repertoire as load_repertoire, save_repertoire as save_repertoire
 from ._map_elites import (
     MAPElites as MAPElites,
@@ -78,6 +87,17 @@ from ._off_policy import (
     train_iteration as train_iteration,
     TrainMetrics as TrainMetrics,
     warmup as warmup,
+)
+from ._pbt import (
+    evaluate_population as evaluate_population,
+    hparams_table as hparams_table,
+    init_population as init_population,
+    PBT as PBT,
+    PBTInfo as PBTInfo,
+    perturb_hparams as perturb_hparams,
+    population_without_optimizer_states as population_without_optimizer_states,
+    sample_hparams as sample_hparams,
+    train_population as train_population,
 )
 from ._pga_me import (
     episode_transitions as episode_transitions,

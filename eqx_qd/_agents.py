@@ -9,6 +9,7 @@ built inside `update` from those arrays: no optax object is ever a field.
 
 import abc
 import typing
+from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 import equinox as eqx
@@ -20,6 +21,7 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from ._buffers import Transition
 from ._custom_types import PRNGKey
+from ._hparam_spaces import AbstractSpace, SAC_SPACES, TD3_SPACES
 from ._misc import f32, i32, is_concrete
 from ._networks import DeterministicPolicy, QCritics, TanhGaussianPolicy
 from ._normaliser import RunningNormaliser
@@ -89,6 +91,30 @@ class AbstractAgent(eqx.Module, Generic[_S]):
     @abc.abstractmethod
     def update(self, state: _S, batch: Transition, *, key: PRNGKey) -> tuple[_S, Metrics]:
         """One gradient step on a batch of transitions."""
+
+    @abc.abstractmethod
+    def empty_optimizer_states(self, state: _S) -> _S:
+        """The state without optimiser states (what a repertoire stores)."""
+
+    @abc.abstractmethod
+    def init_optimizer_states(self, state: _S) -> _S:
+        """The state with fresh optimiser states for its current parameters."""
+
+    @property
+    def hparam_spaces(self) -> dict[str, AbstractSpace]:
+        """Default PBT ranges of the state's ``hparams`` fields (override in subclasses)."""
+        return {}
+
+    def resample_hyperparams(
+        self, state: _S, *, key: PRNGKey, spaces: Mapping[str, AbstractSpace] | None = None
+    ) -> _S:
+        """``state`` with its hyperparameters drawn again from ``spaces`` (default:
+        `hparam_spaces`). Pure; the state must have an ``hparams`` module."""
+        from ._pbt import sample_hparams
+
+        spaces = self.hparam_spaces if spaces is None else spaces
+        hparams = sample_hparams(state.hparams, spaces, key=key)
+        return eqx.tree_at(lambda s: s.hparams, state, hparams)
 
     def observe(self, state: _S, obs: Float[Array, "batch obs_dim"]) -> _S:
         """Fold observations into the state's normaliser (when observations are normalised)."""
@@ -166,6 +192,10 @@ class TD3(AbstractAgent[TD3State]):
         for name in ("observation_size", "action_size", "batch_size", "policy_delay"):
             if getattr(self, name) < 1:
                 raise ValueError(f"TD3.{name} must be a positive integer")
+
+    @property
+    def hparam_spaces(self) -> dict[str, AbstractSpace]:
+        return dict(TD3_SPACES)
 
     def init_policy(self, *, key: PRNGKey) -> DeterministicPolicy:
         return DeterministicPolicy(
@@ -355,6 +385,10 @@ class SAC(AbstractAgent[SACState]):
                 raise ValueError(f"SAC.{name} must be a positive integer")
         if self.init_alpha <= 0:
             raise ValueError(f"SAC.init_alpha must be positive, got {self.init_alpha}")
+
+    @property
+    def hparam_spaces(self) -> dict[str, AbstractSpace]:
+        return dict(SAC_SPACES)
 
     @property
     def entropy_target(self) -> float:

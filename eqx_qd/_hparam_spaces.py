@@ -1,0 +1,120 @@
+"""Hyperparameter spaces: what PBT samples from, clips into and perturbs within."""
+
+import abc
+import math
+import typing
+from collections.abc import Mapping
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float
+
+from ._custom_types import PRNGKey
+
+
+class AbstractSpace(eqx.Module):
+    """The range of one hyperparameter: draw from it, test membership, clip into it."""
+
+    @abc.abstractmethod
+    def sample(self, *, key: PRNGKey) -> Float[Array, ""]: ...
+
+    @abc.abstractmethod
+    def clip(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]: ...
+
+    def contains(self, x: Float[Array, "*shape"]) -> jax.Array:
+        return jnp.isclose(self.clip(x), x, rtol=1e-6, atol=0.0)
+
+
+@typing.final
+class Uniform(AbstractSpace):
+    """Uniform on ``[low, high]``."""
+
+    low: float = eqx.field(static=True)
+    high: float = eqx.field(static=True)
+
+    def __check_init__(self):
+        if not self.low <= self.high:
+            raise ValueError(f"Uniform needs low <= high, got [{self.low}, {self.high}]")
+
+    def sample(self, *, key: PRNGKey) -> Float[Array, ""]:
+        return jr.uniform(key, (), jnp.float32, self.low, self.high)
+
+    def clip(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+        return jnp.clip(x, self.low, self.high)
+
+
+@typing.final
+class LogUniform(AbstractSpace):
+    """Log-uniform on ``[low, high]`` (both positive): each decade equally likely."""
+
+    low: float = eqx.field(static=True)
+    high: float = eqx.field(static=True)
+
+    def __check_init__(self):
+        if not 0 < self.low <= self.high:
+            raise ValueError(f"LogUniform needs 0 < low <= high, got [{self.low}, {self.high}]")
+
+    def sample(self, *, key: PRNGKey) -> Float[Array, ""]:
+        u = jr.uniform(key, (), jnp.float32, math.log(self.low), math.log(self.high))
+        return jnp.clip(jnp.exp(u), self.low, self.high)
+
+    def clip(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+        return jnp.clip(x, self.low, self.high)
+
+
+def _float_tuple(values) -> tuple[float, ...]:
+    return tuple(float(x) for x in values)
+
+
+@typing.final
+class Choice(AbstractSpace):
+    """One of a few values, equally likely; `clip` snaps to the nearest."""
+
+    values: tuple[float, ...] = eqx.field(
+        static=True, converter=lambda v: tuple(float(x) for x in v)
+    )
+
+    def __check_init__(self):
+        if not self.values:
+            raise ValueError("Choice needs at least one value")
+
+    def sample(self, *, key: PRNGKey) -> Float[Array, ""]:
+        return jr.choice(key, jnp.asarray(self.values, jnp.float32))
+
+    def clip(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+        values = jnp.asarray(self.values, jnp.float32)
+        nearest = jnp.argmin(jnp.abs(x[..., None] - values), axis=-1)
+        return values[nearest]
+
+
+Spaces = Mapping[str, AbstractSpace]
+
+SAC_SPACES: dict[str, AbstractSpace] = {
+    "discount": Uniform(0.9, 1.0),
+    "policy_lr": Uniform(3e-5, 3e-3),
+    "critic_lr": Uniform(3e-5, 3e-3),
+    "alpha_lr": Uniform(3e-5, 3e-3),
+    "reward_scaling": Uniform(0.1, 10.0),
+}
+"""QDax's PBT-SAC ranges (learning rates uniform; see `log_uniform_learning_rates`)."""
+
+TD3_SPACES: dict[str, AbstractSpace] = {
+    "discount": Uniform(0.9, 1.0),
+    "policy_lr": Uniform(3e-5, 3e-3),
+    "critic_lr": Uniform(3e-5, 3e-3),
+    "noise_clip": Uniform(0.0, 1.0),
+    "policy_noise": Uniform(0.0, 1.0),
+    "expl_noise": Uniform(0.0, 0.2),
+}
+"""QDax's PBT-TD3 ranges."""
+
+
+def log_uniform_learning_rates(spaces: Spaces) -> dict[str, AbstractSpace]:
+    """The same spaces with every ``*_lr`` drawn log-uniformly over its range."""
+    out = dict(spaces)
+    for name, space in spaces.items():
+        if name.endswith("_lr") and isinstance(space, (Uniform, LogUniform)):
+            out[name] = LogUniform(space.low, space.high)
+    return out

@@ -1,0 +1,239 @@
+"""Population Based Training: hyperparameter spaces, exploit/explore, and population functions.
+
+PBT (Jaderberg et al., 2017) trains a population of agents and, every so often, replaces the
+worst members by copies of good ones (their networks, optimiser states and replay buffers)
+whose hyperparameters are then explored: resampled from their space, or perturbed.
+Hyperparameters are float32 array leaves of the training state, so all of this is one jitted,
+vmapped program.
+"""
+
+import dataclasses
+import math
+import typing
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int
+
+from ._agents import AbstractAgent
+from ._custom_types import PRNGKey
+from ._envs import AbstractEnv
+from ._hparam_spaces import AbstractSpace, Spaces
+from ._misc import f32, tree_scatter, tree_take
+from ._off_policy import EvalMetrics, evaluate, init_off_policy, OffPolicyState, train
+
+
+def _check_fields(hparams: eqx.Module, spaces: Spaces) -> None:
+    missing = [name for name in spaces if not hasattr(hparams, name)]
+    if missing:
+        raise ValueError(f"{type(hparams).__name__} has no hyperparameters named {missing}")
+
+
+def sample_hparams(template: eqx.Module, spaces: Spaces, *, key: PRNGKey) -> eqx.Module:
+    """``template`` with every field named in ``spaces`` drawn from its space (pure)."""
+    _check_fields(template, spaces)
+    names = sorted(spaces)
+    keys = jr.split(key, len(names))
+    values = [f32(spaces[n].sample(key=k)) for n, k in zip(names, keys)]
+    return eqx.tree_at(lambda h: [getattr(h, n) for n in names], template, values)
+
+
+def perturb_hparams(
+    hparams: eqx.Module,
+    spaces: Spaces,
+    *,
+    key: PRNGKey,
+    factors: tuple[float, float] = (0.8, 1.2),
+) -> eqx.Module:
+    """Multiply each hyperparameter named in ``spaces`` by one of ``factors`` (equally likely)
+    and clip it into its space: PBT's "perturb" explore step."""
+    _check_fields(hparams, spaces)
+    names = sorted(spaces)
+    keys = jr.split(key, len(names))
+    f = jnp.asarray(factors, jnp.float32)
+    values = [
+        f32(spaces[n].clip(getattr(hparams, n) * jr.choice(k, f))) for n, k in zip(names, keys)
+    ]
+    return eqx.tree_at(lambda h: [getattr(h, n) for n in names], hparams, values)
+
+
+def _hparams_of(state: OffPolicyState):
+    return state.agent_state.hparams
+
+
+class PBTInfo(eqx.Module):
+    """Which members were replaced (``replaced``) by copies of which (``sources``)."""
+
+    replaced: Int[Array, " num_worse"]
+    sources: Int[Array, " num_worse"]
+
+
+@typing.final
+class PBT(eqx.Module):
+    """Exploit and explore over a population of `OffPolicyState` (stacked by ``filter_vmap``).
+
+    `update` ranks members by ``returns`` (NaN ranks last), replaces the
+    ``num_worse_to_replace`` worst by copies (agent state, optimiser states, replay buffer) of
+    members drawn uniformly from the ``num_best_to_replace_from`` best, then explores the
+    copies' hyperparameters: ``explore="resample"`` draws them again from ``spaces``;
+    ``"perturb"`` multiplies them by 0.8 or 1.2 (clipped into the spaces).
+    """
+
+    population_size: int = eqx.field(static=True)
+    num_best_to_replace_from: int = eqx.field(static=True)
+    num_worse_to_replace: int = eqx.field(static=True)
+    spaces: dict[str, AbstractSpace]
+    explore: str = eqx.field(default="resample", static=True)
+
+    def __check_init__(self):
+        n, b, w = self.population_size, self.num_best_to_replace_from, self.num_worse_to_replace
+        if n < 2:
+            raise ValueError(f"PBT needs a population of at least 2, got {n}")
+        if b < 1 or w < 1:
+            raise ValueError(
+                f"num_best_to_replace_from ({b}) and num_worse_to_replace ({w}) must be >= 1"
+            )
+        if b + w > n:
+            raise ValueError(
+                f"num_best_to_replace_from + num_worse_to_replace ({b} + {w}) exceeds the "
+                f"population size {n}"
+            )
+        if self.explore not in ("resample", "perturb"):
+            raise ValueError(f"explore must be 'resample' or 'perturb', got {self.explore!r}")
+
+    @classmethod
+    def from_fractions(
+        cls,
+        population_size: int,
+        best_fraction: float,
+        worse_fraction: float,
+        spaces: Spaces,
+        explore: str = "resample",
+    ) -> "PBT":
+        """Counts as ``int(fraction * population_size)``, QDax's convention, with a clear error
+        where one rounds to zero (QDax fails later inside ``jax.random.choice``)."""
+        counts = {}
+        for name, frac in (("best_fraction", best_fraction), ("worse_fraction", worse_fraction)):
+            if not 0.0 < frac <= 1.0:
+                raise ValueError(f"{name} must lie in (0, 1], got {frac}")
+            counts[name] = int(frac * population_size)
+            if counts[name] == 0:
+                raise ValueError(
+                    f"{name}={frac} of a population of {population_size} rounds to 0 members; "
+                    f"use a population of at least {math.ceil(1 / frac)} or a larger fraction"
+                )
+        return cls(
+            population_size, counts["best_fraction"], counts["worse_fraction"], dict(spaces),
+            explore,
+        )  # fmt: skip
+
+    def explore_hparams(self, hparams: eqx.Module, *, key: PRNGKey) -> eqx.Module:
+        if self.explore == "resample":
+            return sample_hparams(hparams, self.spaces, key=key)
+        return perturb_hparams(hparams, self.spaces, key=key)
+
+    def update(
+        self,
+        population: OffPolicyState,
+        returns: Float[Array, " population"],
+        *,
+        key: PRNGKey,
+    ) -> tuple[OffPolicyState, PBTInfo]:
+        if returns.shape != (self.population_size,):
+            raise ValueError(
+                f"returns must have shape ({self.population_size},), got {returns.shape}"
+            )
+        choice_key, explore_key = jr.split(key)
+        order = jnp.argsort(-jnp.where(jnp.isnan(returns), -jnp.inf, returns))  # best first
+        best = order[: self.num_best_to_replace_from]
+        worst = order[self.population_size - self.num_worse_to_replace :]
+        sources = jr.choice(choice_key, best, (self.num_worse_to_replace,), replace=True)
+        copies = tree_take(population, sources)
+        explored = eqx.filter_vmap(lambda h, k: self.explore_hparams(h, key=k))(
+            _hparams_of(copies), jr.split(explore_key, self.num_worse_to_replace)
+        )
+        copies = eqx.tree_at(_hparams_of, copies, explored)
+        return tree_scatter(population, worst, copies), PBTInfo(worst, sources)
+
+
+# ---------------------------------------------------------------------------------------------
+# Population functions (seed 002's init / train / eval / eval-with-descriptors)
+
+
+def init_population(
+    agent: AbstractAgent,
+    env: AbstractEnv,
+    spaces: Spaces | None,
+    population_size: int,
+    *,
+    key: PRNGKey,
+    env_batch_size: int,
+    buffer_size: int,
+    template=None,
+) -> OffPolicyState:
+    """``population_size`` training runs (agent states, replay buffers, environments) whose
+    hyperparameters are drawn from ``spaces`` (``None``: the agent's ``hparam_spaces``); other
+    fields come from ``template`` or the agent's defaults."""
+    if template is None:
+        template = agent.init(key=jr.key(0)).hparams
+    spaces = agent.hparam_spaces if spaces is None else spaces
+
+    def one(k):
+        hp_key, run_key = jr.split(k)
+        hparams = sample_hparams(template, spaces, key=hp_key)
+        return init_off_policy(
+            agent, env, key=run_key, env_batch_size=env_batch_size, buffer_size=buffer_size,
+            hparams=hparams,
+        )  # fmt: skip
+
+    return eqx.filter_vmap(one)(jr.split(key, population_size))
+
+
+@eqx.filter_jit
+def train_population(
+    agent: AbstractAgent,
+    env: AbstractEnv,
+    population: OffPolicyState,
+    num_iterations: int,
+    *,
+    key: PRNGKey,
+    grad_updates_per_step: float = 1.0,
+):
+    """`train` on every member (vmapped); metrics get a leading population axis."""
+    n = jax.tree.leaves(population.env_steps)[0].shape[0]
+    run = lambda s, k: train(
+        agent, env, s, num_iterations, key=k, grad_updates_per_step=grad_updates_per_step
+    )
+    return eqx.filter_vmap(run)(population, jr.split(key, n))
+
+
+@eqx.filter_jit
+def evaluate_population(
+    agent: AbstractAgent,
+    env: AbstractEnv,
+    population: OffPolicyState,
+    num_episodes: int,
+    *,
+    key: PRNGKey,
+) -> EvalMetrics:
+    """Deterministic evaluation of every member; with a QD environment the metrics also hold
+    each episode's descriptor (seed 002's ``eval_qd``)."""
+    n = population.env_steps.shape[0]
+    run = lambda s, k: evaluate(agent, env, s.agent_state, num_episodes, key=k)
+    return eqx.filter_vmap(run)(population, jr.split(key, n))
+
+
+def population_without_optimizer_states(
+    agent: AbstractAgent, population: OffPolicyState
+) -> OffPolicyState:
+    """The population without optimiser states (what a repertoire stores)."""
+    states = eqx.filter_vmap(agent.empty_optimizer_states)(population.agent_state)
+    return eqx.tree_at(lambda p: p.agent_state, population, states, is_leaf=lambda x: x is None)
+
+
+def hparams_table(population: OffPolicyState) -> dict[str, Float[Array, " population"]]:
+    """Every member's hyperparameters, by name (for logs and plots)."""
+    hp = _hparams_of(population)
+    return {f.name: getattr(hp, f.name) for f in dataclasses.fields(hp)}

@@ -1,0 +1,190 @@
+import functools
+import typing
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from hypothesis import given, Phase, settings, strategies as st
+
+import eqx_qd as q
+
+
+ENV = q.PointMaze(walls=False, length=20)
+AGENT = q.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
+              batch_size=8)  # fmt: skip
+POP = 6
+
+
+@functools.cache
+def _population():
+    pop = q.init_population(AGENT, ENV, None, POP, key=jr.key(0), env_batch_size=2, buffer_size=16)
+    # Give each member a distinct buffer so that copies can be traced.
+    pop, _ = q.train_population(AGENT, ENV, pop, 2, key=jr.key(1))
+    return pop
+
+
+@functools.cache
+def _pbt_update():
+    pbt = q.PBT(POP, 2, 3, AGENT.hparam_spaces)
+    return pbt, eqx.filter_jit(lambda p, r, k: pbt.update(p, r, key=k))
+
+
+# Module-level caches, not fixtures: hypothesis would print the whole population in its repr.
+@pytest.fixture
+def population():
+    return _population()
+
+
+@pytest.fixture
+def pbt_update():
+    return _pbt_update()
+
+
+def _member(pop, i):
+    return q.tree_take(pop, i)
+
+
+@settings(max_examples=15, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(
+    returns=st.lists(st.floats(-100, 100, allow_subnormal=False), min_size=POP, max_size=POP),
+    seed=st.integers(0, 999),
+)
+def test_pbt_replaces_the_worst_by_copies_of_the_best(returns, seed):
+    population = _population()
+    pbt, update = _pbt_update()
+    r = jnp.asarray(returns, jnp.float32)
+    new, info = update(population, r, jr.key(seed))
+    values = np.asarray(r)
+    replaced = np.asarray(info.replaced)
+    kept = np.setdiff1d(np.arange(POP), replaced)
+    assert len(set(replaced.tolist())) == 3
+    assert values[replaced].max() <= values[kept].min()  # the worst go (ties broken either way)
+    second_best = np.sort(values)[-2]
+    assert np.all(values[np.asarray(info.sources)] >= second_best)  # copies of the 2 best
+    assert new.env_steps.shape == (POP,)
+    for i in range(POP):
+        after = _member(new, i)
+        if i in np.asarray(info.replaced):
+            j = int(np.asarray(info.sources)[list(np.asarray(info.replaced)).index(i)])
+            source = _member(population, j)
+            assert bool(eqx.tree_equal(after.agent_state.policy, source.agent_state.policy))
+            assert bool(eqx.tree_equal(after.buffer, source.buffer))
+            for name, space in pbt.spaces.items():
+                assert bool(space.contains(getattr(after.agent_state.hparams, name)))
+        else:
+            assert bool(eqx.tree_equal(after, _member(population, i)))
+
+
+def test_nan_returns_rank_last(population, pbt_update):
+    _, update = pbt_update
+    r = jnp.asarray([5.0, jnp.nan, 3.0, 2.0, 1.0, 0.0], jnp.float32)
+    _, info = update(population, r, jr.key(0))
+    assert 1 in np.asarray(info.replaced).tolist()
+
+
+def test_pbt_validation_says_what_is_wrong():
+    with pytest.raises(ValueError, match="rounds to 0 members"):
+        q.PBT.from_fractions(4, 0.1, 0.4, q.TD3_SPACES)
+    with pytest.raises(ValueError, match="exceeds the population size 5"):
+        q.PBT(5, 3, 3, q.TD3_SPACES)
+    with pytest.raises(ValueError, match="explore"):
+        q.PBT(5, 1, 1, q.TD3_SPACES, explore="mutate")
+    pbt = q.PBT.from_fractions(10, 0.1, 0.4, q.TD3_SPACES)
+    assert (pbt.num_best_to_replace_from, pbt.num_worse_to_replace) == (1, 4)
+    with pytest.raises(ValueError, match="no hyperparameters named"):
+        q.sample_hparams(q.TD3HParams(), {"alpha_lr": q.Uniform(0.0, 1.0)}, key=jr.key(0))
+
+
+def test_spaces_sample_clip_and_perturb():
+    keys = jr.split(jr.key(0), 4000)
+    logu = q.LogUniform(1e-5, 1e-1)
+    draws = np.asarray(jax.vmap(lambda k: logu.sample(key=k))(keys))
+    assert draws.min() >= 1e-5 and draws.max() <= 1e-1
+    assert np.median(np.log10(draws)) == pytest.approx(-3.0, abs=0.15)
+    choice = q.Choice([0.9, 0.99, 0.999])
+    assert float(choice.clip(jnp.asarray(0.98, jnp.float32))) == pytest.approx(0.99)
+    spaces = q.log_uniform_learning_rates(q.SAC_SPACES)
+    assert isinstance(spaces["policy_lr"], q.LogUniform)
+    assert isinstance(spaces["discount"], q.Uniform)
+    hp = q.SACHParams(policy_lr=3e-3, discount=0.95)
+    for k in jr.split(jr.key(1), 20):
+        out = q.perturb_hparams(hp, q.SAC_SPACES, key=k)
+        assert float(out.policy_lr) <= 3e-3 + 1e-9  # clipped into the space
+        # 0.95 x 0.8 = 0.76 and 0.95 x 1.2 = 1.14 are both clipped into [0.9, 1.0].
+        assert float(out.discount) in (pytest.approx(0.9), pytest.approx(1.0))
+        assert isinstance(out.discount, jax.Array) and out.discount.dtype == jnp.float32
+
+
+def test_population_without_optimizer_states_is_smaller(population):
+    stored = q.population_without_optimizer_states(AGENT, population)
+    assert stored.agent_state.policy_opt_state is None
+    size = lambda t: sum(x.nbytes for x in jax.tree.leaves(t) if eqx.is_array(x))
+    assert size(stored.agent_state) < size(population.agent_state)
+    rebuilt = eqx.filter_vmap(AGENT.init_optimizer_states)(stored.agent_state)
+    assert jax.tree.structure(rebuilt) == jax.tree.structure(population.agent_state)
+
+
+class DriftHParams(eqx.Module):
+    step_size: jax.Array = eqx.field(converter=lambda x: jnp.asarray(x, jnp.float32))
+
+
+class DriftState(eqx.Module):
+    bias: jax.Array
+    opt_state: typing.Any
+    hparams: DriftHParams
+    steps: jax.Array
+    normaliser: q.RunningNormaliser
+
+
+@typing.final
+class DriftAgent(q.AbstractAgent[DriftState]):
+    """A user-defined agent: a constant action that drifts towards rewarding actions."""
+
+    observation_size: int = 2
+    action_size: int = 2
+    batch_size: int = 4
+    normalise_observations: bool = False
+
+    @property
+    def hparam_spaces(self):
+        return {"step_size": q.LogUniform(1e-3, 1e-1)}
+
+    def init(self, hparams=None, *, key):
+        hp = DriftHParams(0.01) if hparams is None else hparams
+        return DriftState(jnp.zeros(2), jnp.zeros(()), hp, jnp.zeros((), jnp.int32),
+                          q.RunningNormaliser.create(2))  # fmt: skip
+
+    def act(self, state, obs, *, key, deterministic=False):
+        return jnp.tanh(state.bias)
+
+    def update(self, state, batch, *, key):
+        direction = jnp.mean(batch.action * batch.reward[:, None], axis=0)
+        bias = state.bias + state.hparams.step_size * direction
+        new = eqx.tree_at(lambda s: (s.bias, s.steps), state, (bias, state.steps + 1))
+        return new, {"drift": jnp.linalg.norm(direction)}
+
+    def empty_optimizer_states(self, state):
+        return eqx.tree_at(lambda s: s.opt_state, state, None, is_leaf=lambda x: x is None)
+
+    def init_optimizer_states(self, state):
+        return eqx.tree_at(lambda s: s.opt_state, state, jnp.zeros(()), is_leaf=lambda x: x is None)
+
+
+def test_a_user_defined_agent_plugs_into_pbt():
+    agent = DriftAgent()
+    pop = q.init_population(agent, ENV, None, 4, key=jr.key(0), env_batch_size=2, buffer_size=8)
+    steps = pop.agent_state.hparams.step_size
+    assert bool(jnp.all((steps >= 1e-3) & (steps <= 1e-1))) and len(set(steps.tolist())) == 4
+    pop, metrics = q.train_population(agent, ENV, pop, 3, key=jr.key(1))
+    assert metrics.losses["drift"].shape == (4, 3)
+    returns = q.evaluate_population(agent, ENV, pop, 2, key=jr.key(2)).returns.mean(axis=1)
+    pbt = q.PBT(4, 1, 2, agent.hparam_spaces)
+    new, info = pbt.update(pop, returns, key=jr.key(3))
+    assert new.agent_state.bias.shape == (4, 2)
+    resampled = agent.resample_hyperparams(q.tree_take(pop.agent_state, 0), key=jr.key(4))
+    assert 1e-3 <= float(resampled.hparams.step_size) <= 1e-1
+    table = q.hparams_table(new)
+    assert set(table) == {"step_size"} and table["step_size"].shape == (4,)
