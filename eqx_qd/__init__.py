@@ -99,6 +99,13 @@ from ._pbt import (
     sample_hparams as sample_hparams,
     train_population as train_population,
 )
+from ._pbt_runs import (
+    load_pbt_run as load_pbt_run,
+    PBTConfig as PBTConfig,
+    PBTResult as PBTResult,
+    plot_hparams as plot_hparams,
+    run_pbt as run_pbt,
+)
 from ._pga_me import (
     episode_transitions as episode_transitions,
     pgame_emitter as pgame_emitter,

@@ -1,4 +1,4 @@
-"""The ``eqx-qd`` command: ``eqx-qd run map-elites [options]``, ``eqx-qd run pgame [options]``."""
+"""The ``eqx-qd`` command: ``eqx-qd run {map-elites, pgame, pbt} [options]``."""
 
 import argparse
 import dataclasses
@@ -81,7 +81,46 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--out", help="run folder (default: runs/pgame-<time>)")
     pg.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     pg.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    pb = algos.add_parser(
+        "pbt",
+        help="PBT-SAC or PBT-TD3 (default: 8 SAC agents on the open point maze, ~1 min)",
+    )
+    pb.add_argument("--config", help="TOML file with PBTConfig keys (options override it)")
+    pb.add_argument("--agent", help="sac or td3")
+    pb.add_argument("--env", help="point_maze_open, point_maze, or a brax QD task")
+    pb.add_argument("--population-size", type=_positive_int, dest="population_size")
+    pb.add_argument("--rounds", type=_positive_int)
+    pb.add_argument("--iterations-per-round", type=_positive_int, dest="iterations_per_round")
+    pb.add_argument("--explore", help="resample or perturb")
+    pb.add_argument("--seed", type=int)
+    pb.add_argument("--out", help="run folder (default: runs/pbt-<time>)")
+    pb.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    pb.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
+
+
+def _run_pbt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from ._pbt_runs import PBTConfig, run_pbt
+    from ._runs import default_run_folder
+
+    keys = [f.name for f in dataclasses.fields(PBTConfig)]
+    overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    try:
+        if args.config is not None:
+            config = PBTConfig.from_toml(args.config, **overrides)
+        else:
+            config = PBTConfig.from_mapping(overrides)
+    except (ValueError, TypeError) as e:
+        parser.error(str(e))
+    out = args.out or default_run_folder("pbt")
+    result = run_pbt(config, out, progress=not args.no_progress, plots=not args.no_plots)
+    last = result.returns[-1]
+    print(
+        f"done: {config.rounds} rounds, final mean return {last.mean():.6g} (max {last.max():.6g})"
+    )
+    print(f"run folder: {result.folder}")
+    return 0
 
 
 def _run_pgame(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -118,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     if args.algorithm == "pgame":
         return _run_pgame(parser, args)
+    if args.algorithm == "pbt":
+        return _run_pbt(parser, args)
     from ._runs import default_run_folder, MapElitesConfig, run_map_elites
 
     keys = [f.name for f in dataclasses.fields(MapElitesConfig)]

@@ -1,4 +1,5 @@
 import functools
+import os
 import typing
 
 import equinox as eqx
@@ -188,3 +189,32 @@ def test_a_user_defined_agent_plugs_into_pbt():
     assert 1e-3 <= float(resampled.hparams.step_size) <= 1e-1
     table = q.hparams_table(new)
     assert set(table) == {"step_size"} and table["step_size"].shape == (4,)
+
+
+def test_pbt_command_writes_a_run_folder(tmp_path, capsys):
+    from eqx_qd.cli import main
+
+    out = tmp_path / "run"
+    args = ["run", "pbt", "--population-size", "5", "--rounds", "3", "--agent", "td3",
+            "--iterations-per-round", "5", "--explore", "perturb", "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    assert "final mean return" in capsys.readouterr().out
+    names = set(os.listdir(out))
+    assert {"config.toml", "progress.csv", "hparams.csv", "population.eqx"} <= names
+    assert {"returns.png", "hparams.png"} <= names
+    config, states, rows = q.load_pbt_run(out)
+    assert config.population_size == 5 and config.agent == "td3"
+    assert states.policy_opt_state is None and states.hparams.policy_lr.shape == (5,)
+    assert len(rows) == 3 * 5
+    # int(0.2 * 5) = 1 best, int(0.4 * 5) = 2 replaced per round (none after the last).
+    for r in range(2):
+        round_rows = [row for row in rows if int(row["round"]) == r]
+        copied = [row for row in round_rows if int(row["next_copied_from"]) != int(row["member"])]
+        assert len(copied) <= 2
+        best = max(round_rows, key=lambda row: float(row["return"]))
+        assert all(int(row["next_copied_from"]) == int(best["member"]) for row in copied)
+    with pytest.raises(SystemExit) as e:
+        main(["run", "pbt", "--population-size", "4", "--out", str(tmp_path / "bad")])
+    assert e.value.code == 2
+    assert "rounds to 0" in capsys.readouterr().err
