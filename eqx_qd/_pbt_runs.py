@@ -3,11 +3,9 @@ chose for every member."""
 
 import csv
 import dataclasses
-import json
 import os
-import tomllib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -16,6 +14,7 @@ import numpy as np
 
 from ._agents import AbstractAgent, SAC, TD3
 from ._brax_envs import make_env
+from ._config import TomlConfig
 from ._envs import AbstractEnv
 from ._hparam_spaces import log_uniform_learning_rates
 from ._pbt import (
@@ -29,10 +28,12 @@ from ._pbt import (
 
 
 @dataclasses.dataclass(frozen=True)
-class PBTConfig:
+class PBTConfig(TomlConfig):
     """Settings of `run_pbt`. The defaults train 8 SAC agents on the open point maze in about a
     minute here. ``best_fraction`` / ``worse_fraction`` follow QDax (counts are
     ``int(fraction * population_size)`` and must not round to zero)."""
+
+    TABLE: ClassVar[str] = "pbt"
 
     agent: str = "sac"
     env: str = "point_maze_open"
@@ -71,30 +72,6 @@ class PBTConfig:
         return PBT.from_fractions(
             self.population_size, self.best_fraction, self.worse_fraction, spaces, self.explore
         )
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "PBTConfig":
-        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
-        return cls(**values)
-
-    @classmethod
-    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> "PBTConfig":
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except OSError as e:
-            raise ValueError(f"cannot read config {os.fspath(path)!r}: {e.strerror}") from e
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"config {os.fspath(path)!r} is not valid TOML: {e}") from e
-        return cls.from_mapping({**data.get("pbt", data), **overrides})
-
-    def to_toml(self) -> str:
-        out = []
-        for k, v in dataclasses.asdict(self).items():
-            out.append(f"{k} = {json.dumps(list(v) if isinstance(v, tuple) else v)}")
-        return "\n".join(out) + "\n"
 
 
 def make_pbt_env(config: PBTConfig) -> AbstractEnv:

@@ -8,11 +8,9 @@ parameters (``repertoire.eqx``, read back by `load_pgame_run`), ``centroids.npy`
 
 import csv
 import dataclasses
-import json
 import os
-import tomllib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -22,6 +20,7 @@ import numpy as np
 
 from ._agents import TD3, TD3HParams
 from ._brax_envs import make_env
+from ._config import TomlConfig
 from ._custom_types import PRNGKey
 from ._emitters import ActorType, MixingEmitter
 from ._envs import AbstractQDEnv
@@ -38,7 +37,7 @@ from ._variation import IsoLineVariation
 
 
 @dataclasses.dataclass(frozen=True)
-class PGAMEConfig:
+class PGAMEConfig(TomlConfig):
     """PGA-MAP-Elites settings. Field names follow the original repo's arguments; the defaults
     are the GECCO 2021 paper's (1e6 evaluations of 1000-step episodes: an HPC budget).
     `PGAMEConfig.local` is a small preset that runs on a laptop CPU in minutes.
@@ -48,6 +47,8 @@ class PGAMEConfig:
     ``num_reevals`` (the "10" of the averaged max fitness) and ``gradient_op`` (the repo's
     switch: ``False`` gives plain MAP-Elites with the same GA, budget and outputs).
     """
+
+    TABLE: ClassVar[str] = "pgame"
 
     env: str = "walker2d_uni"
     seed: int = 0
@@ -135,36 +136,6 @@ class PGAMEConfig:
         )  # fmt: skip
         values.update(overrides)
         return cls(**values)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], base: Mapping[str, Any] | None = None):
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - fields)
-        if unknown:
-            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
-        return cls(**{**(base or {}), **values})
-
-    @classmethod
-    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> "PGAMEConfig":
-        """Read a TOML file (top-level keys or a ``[pgame]`` table) over the paper's defaults;
-        ``overrides`` win."""
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except OSError as e:
-            raise ValueError(f"cannot read config {os.fspath(path)!r}: {e.strerror}") from e
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"config {os.fspath(path)!r} is not valid TOML: {e}") from e
-        return cls.from_mapping({**data.get("pgame", data), **overrides})
-
-    def to_toml(self) -> str:
-        lines = []
-        for key, value in dataclasses.asdict(self).items():
-            if value is not None:
-                lines.append(
-                    f"{key} = {json.dumps(list(value) if isinstance(value, tuple) else value)}"
-                )
-        return "\n".join(lines) + "\n"
 
     @property
     def num_iterations(self) -> int:

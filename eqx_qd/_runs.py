@@ -3,11 +3,9 @@
 import csv
 import dataclasses
 import datetime
-import json
 import os
-import tomllib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -15,6 +13,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from ._config import TomlConfig
 from ._emitters import MixingEmitter
 from ._io import load_repertoire, save_repertoire
 from ._map_elites import MAPElites, MAPElitesState, run
@@ -26,12 +25,14 @@ from ._variation import IsoLineVariation
 
 
 @dataclasses.dataclass(frozen=True)
-class MapElitesConfig:
+class MapElitesConfig(TomlConfig):
     """Settings of `run_map_elites` (and of ``eqx-qd run map-elites``).
 
     ``cells`` is the number of CVT cells, or with ``grid`` the number of bins per descriptor.
     ``centroids`` names a ``.npy`` file of CVT centroids to use instead of k-means.
     """
+
+    TABLE: ClassVar[str] = "map-elites"
 
     task: str = "rastrigin"
     genotype_dim: int = 100
@@ -58,34 +59,6 @@ class MapElitesConfig:
             raise ValueError("iso_sigma and line_sigma must be non-negative")
         if not self.grid and self.centroids is None and self.cvt_samples < self.cells:
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "MapElitesConfig":
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
-        return cls(**values)
-
-    @classmethod
-    def from_toml(cls, path: str | os.PathLike, **overrides: Any) -> "MapElitesConfig":
-        """Read a TOML file (top-level keys, or a ``[map-elites]`` table); overrides win."""
-        try:
-            with open(path, "rb") as f:
-                data = tomllib.load(f)
-        except OSError as e:
-            raise ValueError(f"cannot read config {os.fspath(path)!r}: {e.strerror}") from e
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"config {os.fspath(path)!r} is not valid TOML: {e}") from e
-        data = data.get("map-elites", data)
-        return cls.from_mapping({**data, **overrides})
-
-    def to_toml(self) -> str:
-        lines = []
-        for key, value in dataclasses.asdict(self).items():
-            if value is not None:
-                lines.append(f"{key} = {json.dumps(value)}")
-        return "\n".join(lines) + "\n"
 
 
 def _grid(config: MapElitesConfig) -> GridTessellation:

@@ -100,19 +100,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _config_from_args(parser, args, cls, default):
+    """The config from ``--config`` (or ``default(options)`` without it), options winning; bad
+    input exits through ``parser.error``."""
+    keys = [f.name for f in dataclasses.fields(cls)]
+    overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    try:
+        if args.config is not None:
+            return cls.from_toml(args.config, **overrides)
+        return default(overrides)
+    except (ValueError, TypeError) as e:
+        parser.error(str(e))
+
+
 def _run_pbt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from ._pbt_runs import PBTConfig, run_pbt
     from ._runs import default_run_folder
 
-    keys = [f.name for f in dataclasses.fields(PBTConfig)]
-    overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-    try:
-        if args.config is not None:
-            config = PBTConfig.from_toml(args.config, **overrides)
-        else:
-            config = PBTConfig.from_mapping(overrides)
-    except (ValueError, TypeError) as e:
-        parser.error(str(e))
+    config = _config_from_args(parser, args, PBTConfig, PBTConfig.from_mapping)
     out = args.out or default_run_folder("pbt")
     result = run_pbt(config, out, progress=not args.no_progress, plots=not args.no_plots)
     last = result.returns[-1]
@@ -127,15 +132,7 @@ def _run_pgame(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     from ._pgame_runs import PGAMEConfig, run_pgame
     from ._runs import default_run_folder
 
-    keys = [f.name for f in dataclasses.fields(PGAMEConfig)]
-    overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
-    try:
-        if args.config is not None:
-            config = PGAMEConfig.from_toml(args.config, **overrides)
-        else:
-            config = PGAMEConfig.local(**overrides)
-    except (ValueError, TypeError) as e:
-        parser.error(str(e))
+    config = _config_from_args(parser, args, PGAMEConfig, lambda o: PGAMEConfig.local(**o))
     out = args.out or default_run_folder("pgame")
     try:
         result = run_pgame(config, out, progress=not args.no_progress, plots=not args.no_plots)
@@ -161,15 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_pbt(parser, args)
     from ._runs import default_run_folder, MapElitesConfig, run_map_elites
 
-    keys = [f.name for f in dataclasses.fields(MapElitesConfig)]
-    overrides = {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
-    try:
-        if args.config is not None:
-            config = MapElitesConfig.from_toml(args.config, **overrides)
-        else:
-            config = MapElitesConfig.from_mapping(overrides)
-    except (ValueError, TypeError) as e:
-        parser.error(str(e))
+    config = _config_from_args(parser, args, MapElitesConfig, MapElitesConfig.from_mapping)
     if config.centroids is not None and not os.path.isfile(config.centroids):
         parser.error(f"centroids file {config.centroids!r} does not exist")
     out = args.out or default_run_folder("map-elites")
