@@ -64,6 +64,12 @@ from ._map_elites import (
     run as run,
     StepInfo as StepInfo,
 )
+from ._me_pbt import (
+    bytes_per_cell as bytes_per_cell,
+    PBTEmitter as PBTEmitter,
+    PBTEmitterConfig as PBTEmitterConfig,
+    PBTEmitterState as PBTEmitterState,
+)
 from ._metrics import METRIC_NAMES as METRIC_NAMES, qd_metrics as qd_metrics, QDMetrics as QDMetrics
 from ._misc import (
     filter_scan as filter_scan,

@@ -7,6 +7,7 @@ return or the descriptor and are dropped when transitions go into a replay buffe
 
 import typing
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -96,9 +97,13 @@ class PolicyScorer(eqx.Module):
     stacked population (``eqx.filter_vmap`` of a policy constructor) of callables
     ``obs -> action``. Fitness: the episode return; descriptor: ``env.descriptor`` of the valid
     steps. Each genotype gets its own key.
+
+    With ``agent``, genotypes are that agent's training states instead (ME-PBT), played with
+    ``agent.act(state, obs, deterministic=True)``.
     """
 
     env: AbstractQDEnv
+    agent: Any = None
 
     @property
     def qd_offset(self) -> float:
@@ -106,7 +111,14 @@ class PolicyScorer(eqx.Module):
 
     def episodes(self, policies, *, key: PRNGKey) -> Episode:
         n = _population_size(policies)
-        play = lambda policy, k: rollout(self.env, policy, key=k)
+        agent = self.agent
+
+        def play(genotype, k):
+            if agent is None:
+                return rollout(self.env, genotype, key=k)
+            policy = lambda obs: agent.act(genotype, obs, key=k, deterministic=True)
+            return rollout(self.env, policy, key=k)
+
         return eqx.filter_vmap(play)(policies, jr.split(key, n))
 
     def __call__(

@@ -1,0 +1,60 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqx_qd as q
+
+
+ENV = q.PointMaze(length=30)
+AGENT = q.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(16,),
+              batch_size=16)  # fmt: skip
+CONFIG = q.PBTEmitterConfig(
+    pg_population_size=4, ga_population_size=4, num_training_iterations=3, env_batch_size=2,
+    buffer_size=500, fraction_best_to_replace_from=0.25, fraction_to_replace_from_best=0.25,
+    fraction_to_replace_from_samples=0.25,
+)  # fmt: skip
+
+
+def test_config_counts_and_errors():
+    assert CONFIG.counts() == (1, 1, 1)
+    assert q.PBTEmitterConfig().counts() == (1, 2, 4)  # seed 000's fractions with 10 agents
+    with pytest.raises(ValueError, match="rounds to 0 agents"):
+        q.PBTEmitterConfig(pg_population_size=4)  # 0.1 x 4 -> 0: QDax's opaque failure
+    with pytest.raises(ValueError, match="more than pg_population_size"):
+        q.PBTEmitterConfig(fraction_to_replace_from_best=0.7, fraction_to_replace_from_samples=0.5)
+
+
+def test_me_pbt_keeps_its_invariants(getkey):
+    emitter = q.PBTEmitter(AGENT, ENV, CONFIG, AGENT.hparam_spaces, q.IsoLineVariation(0.01, 0.1))
+    scorer = q.PolicyScorer(ENV, agent=AGENT)
+    algo = q.MAPElites(emitter, scorer, scorer.qd_offset, lineage=True)
+    cells = q.GridTessellation((6, 6), minval=-1.0, maxval=1.0)
+    genotypes = emitter.initial_genotypes(8, key=getkey())
+    assert genotypes.policy_opt_state is None
+    state, first = eqx.filter_jit(algo.init)(genotypes, cells, key=getkey())
+    step = eqx.filter_jit(lambda s, k: algo.step(s, key=k))
+    filled = [int(first.num_filled)]
+    for _ in range(3):
+        before = state.repertoire
+        state, metrics, info = step(state, getkey())
+        filled.append(int(metrics.num_filled))
+        # A filled cell stays filled and never gets worse.
+        was = np.isfinite(np.asarray(before.fitnesses))
+        assert np.all(
+            np.asarray(state.repertoire.fitnesses)[was] >= np.asarray(before.fitnesses)[was]
+        )
+    assert filled == sorted(filled)
+    pop = state.emitter_state.population
+    assert pop.env_steps.shape == (4,)
+    assert pop.agent_state.policy_opt_state is None  # stored without optimiser states
+    for name, space in AGENT.hparam_spaces.items():
+        assert bool(jnp.all(space.contains(getattr(pop.agent_state.hparams, name))))
+    kinds = np.asarray(info.emit_extra.kind)
+    assert kinds[:4].tolist() == [q.ActorType.EVO] * 4
+    assert kinds[4:].tolist() == [q.ActorType.GRADIENT] * 4
+    # Every agent (copies too) stepped 2 envs x 3 training iterations in each of 3 steps.
+    assert pop.env_steps.tolist() == [2 * 3 * 3] * 4
+    assert q.bytes_per_cell(state.repertoire) > 0
+    assert jax.tree.structure(state.repertoire.genotypes) == jax.tree.structure(genotypes)
