@@ -70,6 +70,12 @@ from ._me_pbt import (
     PBTEmitterConfig as PBTEmitterConfig,
     PBTEmitterState as PBTEmitterState,
 )
+from ._me_pbt_runs import (
+    load_me_pbt_run as load_me_pbt_run,
+    MEPBTConfig as MEPBTConfig,
+    MEPBTResult as MEPBTResult,
+    run_me_pbt as run_me_pbt,
+)
 from ._metrics import METRIC_NAMES as METRIC_NAMES, qd_metrics as qd_metrics, QDMetrics as QDMetrics
 from ._misc import (
     filter_scan as filter_scan,

@@ -74,12 +74,13 @@ class PBTConfig(TomlConfig):
         )
 
 
-def make_pbt_env(config: PBTConfig) -> AbstractEnv:
-    if config.env == "point_maze_open":
-        return make_env("point_maze", walls=False, length=config.episode_length)
-    if config.env == "point_maze":
-        return make_env("point_maze", length=config.episode_length)
-    return make_env(config.env, episode_length=config.episode_length)
+def env_by_name(name: str, episode_length: int) -> AbstractEnv:
+    """``point_maze_open`` (no walls), ``point_maze``, or a brax QD task, with that length."""
+    if name == "point_maze_open":
+        return make_env("point_maze", walls=False, length=episode_length)
+    if name == "point_maze":
+        return make_env("point_maze", length=episode_length)
+    return make_env(name, episode_length=episode_length)
 
 
 def make_pbt_agent(config: PBTConfig, env: AbstractEnv) -> AbstractAgent:
@@ -114,7 +115,7 @@ def run_pbt(
     agent states without optimiser states), ``returns.png`` and ``hparams.png``."""
     from tqdm.auto import tqdm
 
-    env = make_pbt_env(config)
+    env = env_by_name(config.env, config.episode_length)
     agent = make_pbt_agent(config, env)
     spaces = agent.hparam_spaces
     if config.log_uniform_lr:
@@ -229,7 +230,7 @@ def load_pbt_run(folder: str | os.PathLike):
     states are stacked (one per member) and carry no optimiser states."""
     folder = os.fspath(folder)
     config = PBTConfig.from_toml(os.path.join(folder, "config.toml"))
-    env = make_pbt_env(config)
+    env = env_by_name(config.env, config.episode_length)
     agent = make_pbt_agent(config, env)
     like = eqx.filter_vmap(lambda k: agent.empty_optimizer_states(agent.init(key=k)))(
         jr.split(jr.key(0), config.population_size)

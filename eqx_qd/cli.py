@@ -1,4 +1,4 @@
-"""The ``eqx-qd`` command: ``eqx-qd run {map-elites, pgame, pbt} [options]``."""
+"""The ``eqx-qd`` command: ``eqx-qd run {map-elites, pgame, pbt, me-pbt} [options]``."""
 
 import argparse
 import dataclasses
@@ -97,7 +97,39 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument("--out", help="run folder (default: runs/pbt-<time>)")
     pb.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     pb.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    mp = algos.add_parser(
+        "me-pbt",
+        help="ME-PBT, one device (default: 10 PBT-TD3 + 10 GA on the point maze, 40 iterations)",
+    )
+    mp.add_argument("--config", help="TOML file with MEPBTConfig keys (options override it)")
+    mp.add_argument("--agent", help="td3 or sac")
+    mp.add_argument("--env", help="point_maze or a brax QD task")
+    mp.add_argument("--iterations", "--iters", type=_positive_int, dest="iterations")
+    mp.add_argument("--pg-population-size", type=_positive_int, dest="pg_population_size")
+    mp.add_argument("--ga-population-size", type=int, dest="ga_population_size")
+    mp.add_argument("--cells", type=_positive_int)
+    mp.add_argument("--seed", type=int)
+    mp.add_argument("--out", help="run folder (default: runs/me-pbt-<time>)")
+    mp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    mp.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
+
+
+def _run_me_pbt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from ._me_pbt_runs import MEPBTConfig, run_me_pbt
+    from ._runs import default_run_folder
+
+    config = _config_from_args(parser, args, MEPBTConfig, MEPBTConfig.from_mapping)
+    out = args.out or default_run_folder("me-pbt")
+    result = run_me_pbt(config, out, progress=not args.no_progress, plots=not args.no_plots)
+    last = {k: v[-1] for k, v in result.progress.items()}
+    print(
+        f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
+        f"coverage {100 * last['coverage']:.1f}%, max fitness {last['max_fitness']:.6g}"
+    )
+    print(f"run folder: {result.folder}")
+    return 0
 
 
 def _config_from_args(parser, args, cls, default):
@@ -156,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_pgame(parser, args)
     if args.algorithm == "pbt":
         return _run_pbt(parser, args)
+    if args.algorithm == "me-pbt":
+        return _run_me_pbt(parser, args)
     from ._runs import default_run_folder, MapElitesConfig, run_map_elites
 
     config = _config_from_args(parser, args, MapElitesConfig, MapElitesConfig.from_mapping)

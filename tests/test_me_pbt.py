@@ -58,3 +58,41 @@ def test_me_pbt_keeps_its_invariants(getkey):
     assert pop.env_steps.tolist() == [2 * 3 * 3] * 4
     assert q.bytes_per_cell(state.repertoire) > 0
     assert jax.tree.structure(state.repertoire.genotypes) == jax.tree.structure(genotypes)
+
+
+def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
+    import os
+
+    from eqx_qd.cli import main
+
+    config = tmp_path / "tiny.toml"
+    config.write_text(
+        "pg_population_size = 4\nga_population_size = 2\nnum_training_iterations = 2\n"
+        "env_batch_size = 2\nbuffer_size = 200\nhidden = [8]\nbatch_size = 8\n"
+        "fraction_best_to_replace_from = 0.25\nfraction_to_replace_from_best = 0.25\n"
+        "fraction_to_replace_from_samples = 0.25\ncells = 16\ncvt_samples = 1000\n"
+        "episode_length = 20\n"
+    )
+    out = tmp_path / "run"
+    args = ["run", "me-pbt", "--config", str(config), "--iterations", "2", "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    assert "QD-score" in capsys.readouterr().out
+    names = set(os.listdir(out))
+    assert {
+        "config.toml",
+        "progress.csv",
+        "hparams.csv",
+        "repertoire.eqx",
+        "centroids.npy",
+    } <= names
+    assert {"repertoire.png", "progress.png", "hparams.png"} <= names
+    cfg, repertoire = q.load_me_pbt_run(out)
+    assert cfg.iterations == 2 and repertoire.genotypes.policy_opt_state is None
+    assert int(repertoire.num_filled) > 0
+    with open(out / "hparams.csv") as f:
+        assert len(f.read().strip().splitlines()) == 1 + 3 * 4  # header + (init + 2 iters) x 4
+    with pytest.raises(SystemExit) as e:
+        main(["run", "me-pbt", "--pg-population-size", "4", "--out", str(tmp_path / "bad")])
+    assert e.value.code == 2
+    assert "rounds to 0 agents" in capsys.readouterr().err
