@@ -163,6 +163,11 @@ from ._selectors import (
     FitnessProportionalSelector as FitnessProportionalSelector,
     UniformSelector as UniformSelector,
 )
+from ._sharded import (
+    device_mesh as device_mesh,
+    init_sharded as init_sharded,
+    run_sharded as run_sharded,
+)
 from ._tasks import (
     AbstractTask as AbstractTask,
     Arm as Arm,

@@ -5,6 +5,7 @@ from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
@@ -54,49 +55,78 @@ class MAPElites(eqx.Module):
     With ``lineage=True`` the repertoire stores each elite's id as its ``extra``, so emitters
     can report the ids of the parents they used (`Lineage`) and `StepInfo.ids` ties every
     candidate to its parents: the actors file of PGA-ME.
+
+    With ``axis_name`` (inside `run_sharded`'s ``shard_map``), each device emits and scores its
+    own batch, and every device inserts the gathered batches of all devices. The repertoire is
+    therefore the same on every device, while emitter states stay per device.
     """
 
     emitter: AbstractEmitter
     scoring_fn: ScoringFn
     qd_offset: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
     lineage: bool = eqx.field(default=False, static=True)
+    axis_name: str | None = eqx.field(default=None, static=True)
+
+    def _gather(self, tree):
+        """Concatenate a per-device batch over the mapped axis (identity on one device)."""
+        if self.axis_name is None:
+            return tree
+        gather = lambda x: jax.lax.all_gather(x, self.axis_name, tiled=True)
+        return jax.tree.map(lambda x: gather(x) if eqx.is_array(x) else x, tree)
+
+    def _device_key(self, key: PRNGKey) -> PRNGKey:
+        if self.axis_name is None:
+            return key
+        return jr.fold_in(key, jax.lax.axis_index(self.axis_name))
+
+    def _first_id(self, state_evaluations, n: int):
+        if self.axis_name is None:
+            return state_evaluations
+        return state_evaluations + jax.lax.axis_index(self.axis_name) * n
 
     def init(
         self, genotypes: Genotypes, tessellation: AbstractTessellation, *, key: PRNGKey
     ) -> tuple[MAPElitesState, QDMetrics]:
         """Score an initial population and build the repertoire and emitter state from it."""
-        score_key, emitter_key = jr.split(key)
+        score_key, emitter_key = jr.split(self._device_key(key))
         fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
         n = fitnesses.shape[0]
-        ids = jnp.arange(n, dtype=jnp.int32) if self.lineage else None
-        repertoire, _ = init_repertoire(tessellation, genotypes, descriptors, fitnesses, ids)
+        ids = self._first_id(jnp.zeros((), jnp.int32), n) + jnp.arange(n, dtype=jnp.int32)
+        every = self._gather((genotypes, descriptors, fitnesses, ids))
+        repertoire, _ = init_repertoire(
+            tessellation, *every[:3], every[3] if self.lineage else None
+        )
         emitter_state = self.emitter.init(
             repertoire, genotypes, fitnesses, descriptors, extra, key=emitter_key
         )
-        state = MAPElitesState(repertoire, emitter_state, 0, n)
+        state = MAPElitesState(repertoire, emitter_state, 0, every[2].shape[0])
         return state, qd_metrics(repertoire, self.qd_offset)
 
     def step(
         self, state: MAPElitesState, *, key: PRNGKey
     ) -> tuple[MAPElitesState, QDMetrics, StepInfo]:
         """One iteration, also returning the per-candidate `StepInfo`."""
-        emit_key, score_key = jr.split(key)
+        emit_key, score_key = jr.split(self._device_key(key))
         genotypes, emit_extra = self.emitter.emit(
             state.repertoire, state.emitter_state, key=emit_key
         )
         fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
         n = fitnesses.shape[0]
-        ids = state.evaluations + jnp.arange(n, dtype=jnp.int32)
+        ids = self._first_id(state.evaluations, n) + jnp.arange(n, dtype=jnp.int32)
+        # With an axis, every device inserts the whole gathered batch: the repertoires stay equal.
+        all_g, all_d, all_f, all_ids, all_extra = self._gather(
+            (genotypes, descriptors, fitnesses, ids, emit_extra)
+        )
         repertoire, add_info = state.repertoire.add(
-            genotypes, descriptors, fitnesses, ids if self.lineage else None
+            all_g, all_d, all_f, all_ids if self.lineage else None
         )
         emitter_state = self.emitter.state_update(
             state.emitter_state, repertoire, genotypes, fitnesses, descriptors, extra
         )
         new_state = MAPElitesState(
-            repertoire, emitter_state, state.iteration + 1, state.evaluations + n
+            repertoire, emitter_state, state.iteration + 1, state.evaluations + all_f.shape[0]
         )
-        info = StepInfo(fitnesses, descriptors, add_info, emit_extra, ids)
+        info = StepInfo(all_f, all_d, add_info, all_extra, all_ids)
         return new_state, qd_metrics(repertoire, self.qd_offset), info
 
     def update(self, state: MAPElitesState, *, key: PRNGKey) -> tuple[MAPElitesState, QDMetrics]:

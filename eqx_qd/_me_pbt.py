@@ -26,9 +26,9 @@ from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters import AbstractEmitter, ActorType, Lineage, parent_ids
 from ._envs import AbstractEnv
 from ._hparam_spaces import AbstractSpace
-from ._misc import tree_concatenate, tree_scatter, tree_slice
+from ._misc import tree_concatenate, tree_scatter, tree_slice, tree_take
 from ._off_policy import OffPolicyState
-from ._pbt import init_population, PBT, sample_hparams, train_population
+from ._pbt import init_population, sample_hparams, train_population
 from ._repertoire import MapElitesRepertoire
 from ._selectors import AbstractSelector, UniformSelector
 from ._variation import IsoLineVariation
@@ -95,10 +95,13 @@ class PBTEmitterConfig:
 
 
 class PBTEmitterState(eqx.Module):
-    """The PBT agents (training runs with their buffers and environments) and a key."""
+    """The PBT agents (training runs with their buffers and environments), a key, and the
+    returns of the best set that the last replacement copied from (identical on every device
+    when the emitter runs over a mesh axis)."""
 
     population: OffPolicyState
     key: PRNGKey
+    best_returns: Float[Array, " num_best"]
 
 
 @typing.final
@@ -112,6 +115,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
     spaces: dict[str, AbstractSpace]
     variation: IsoLineVariation
     selector: AbstractSelector = UniformSelector()
+    axis_name: str | None = eqx.field(default=None, static=True)
 
     @property
     def batch_size(self) -> int:
@@ -155,7 +159,8 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         # The PBT agents start as the first initial genotypes (as in QDax), without optimisers.
         agents = tree_slice(genotypes, 0, c.pg_population_size)
         population = eqx.tree_at(lambda p: p.agent_state, population, agents)
-        return PBTEmitterState(population, key)
+        num_best = max(1, c.counts()[0])
+        return PBTEmitterState(population, key, jnp.full((num_best,), -jnp.inf, jnp.float32))
 
     def emit(
         self, repertoire: MapElitesRepertoire, state: PBTEmitterState, *, key: PRNGKey
@@ -192,13 +197,32 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
     ) -> PBTEmitterState:
         c = self.config
         num_best, from_best, from_samples = c.counts()
+        num_best = max(1, num_best)
         returns = fitnesses[c.ga_population_size :]
         key, best_key, sample_key, hp_key, train_key = jr.split(state.key, 5)
         population = state.population
-        order = jnp.argsort(-jnp.where(jnp.isnan(returns), -jnp.inf, returns))  # best first
+        clean = jnp.where(jnp.isnan(returns), -jnp.inf, returns)
+        order = jnp.argsort(-clean)  # best first
+        # The best set: the local best, or over a mesh axis the best of every device's local best
+        # (the global top-k lies in the union of the local top-k, so one gather suffices).
+        pool = tree_take(population, order[:num_best])
+        pool_returns = clean[order[:num_best]]
+        if self.axis_name is not None:
+            gather = lambda x: jax.lax.all_gather(x, self.axis_name, tiled=True)
+            pool = jax.tree.map(lambda x: gather(x) if eqx.is_array(x) else x, pool)
+            pool_returns = gather(pool_returns)
+            top = jnp.argsort(-pool_returns)[:num_best]
+            pool, pool_returns = tree_take(pool, top), pool_returns[top]
         if from_best > 0:
-            pbt = PBT(c.pg_population_size, num_best, from_best, self.spaces)
-            population, _ = pbt.update(population, returns, key=best_key)
+            choice_key, explore_key = jr.split(best_key)
+            sources = jr.choice(choice_key, num_best, (from_best,), replace=True)
+            copies = tree_take(pool, sources)
+            hparams = eqx.filter_vmap(lambda h, k: sample_hparams(h, self.spaces, key=k))(
+                copies.agent_state.hparams, jr.split(explore_key, from_best)
+            )
+            copies = eqx.tree_at(lambda p: p.agent_state.hparams, copies, hparams)
+            worst = order[c.pg_population_size - from_best :]
+            population = tree_scatter(population, worst, copies)
         if from_samples > 0:
             slots = order[c.pg_population_size - from_best - from_samples :][:from_samples]
             samples = repertoire.select(from_samples, key=sample_key, selector=self.selector)
@@ -220,7 +244,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         )  # fmt: skip
         agents = eqx.filter_vmap(self.agent.empty_optimizer_states)(population.agent_state)
         population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
-        return PBTEmitterState(population, key)
+        return PBTEmitterState(population, key, pool_returns)
 
 
 def _none(x) -> bool:
