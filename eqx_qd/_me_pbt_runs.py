@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -24,6 +25,7 @@ from ._pbt_runs import env_by_name, plot_hparams
 from ._repertoire import MapElitesRepertoire
 from ._runs import _write_progress
 from ._scoring import PolicyScorer
+from ._sharded import device_mesh, init_sharded, run_sharded
 from ._tessellation import CVTTessellation
 from ._variation import IsoLineVariation
 
@@ -31,7 +33,8 @@ from ._variation import IsoLineVariation
 @dataclasses.dataclass(frozen=True)
 class MEPBTConfig(TomlConfig):
     """Settings of `run_me_pbt`. The defaults (10 PBT-TD3 agents + 10 GA children on the
-    walled point maze, 128 cells) run here in a few minutes. Fractions as in seed 000."""
+    walled point maze, 128 cells) run here in about a minute. Fractions as in seed 000.
+    With ``devices > 1`` the population sizes are per device (`run_sharded`)."""
 
     TABLE: ClassVar[str] = "me-pbt"
 
@@ -54,13 +57,15 @@ class MEPBTConfig(TomlConfig):
     line_sigma: float = 0.05
     cells: int = 128
     cvt_samples: int = 50_000
+    devices: int = 1
     seed: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
         if self.agent not in ("sac", "td3"):
             raise ValueError(f"agent must be 'sac' or 'td3', got {self.agent!r}")
-        for name in ("episode_length", "iterations", "batch_size", "cells", "cvt_samples"):
+        for name in ("episode_length", "iterations", "batch_size", "cells", "cvt_samples",
+                     "devices"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.cvt_samples < self.cells:
@@ -82,6 +87,9 @@ class MEPBTConfig(TomlConfig):
 
 
 def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter, AbstractAgent]:
+    """The algorithm, its emitter and agent; with ``devices > 1`` both use the mesh axis ``p``
+    (sizes are then per device)."""
+    axis = "p" if config.devices > 1 else None
     env = env_by_name(config.env, config.episode_length)  # the PBT job's names
     if not isinstance(env, AbstractQDEnv):
         raise ValueError(f"ME-PBT needs a QD environment, {config.env!r} is not one")
@@ -92,10 +100,11 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter, AbstractAge
     )  # fmt: skip
     emitter = PBTEmitter(
         agent, env, config.emitter_config(), agent.hparam_spaces,
-        IsoLineVariation(config.iso_sigma, config.line_sigma),
+        IsoLineVariation(config.iso_sigma, config.line_sigma), axis_name=axis,
     )  # fmt: skip
     scorer = PolicyScorer(env, agent=agent)
-    return MAPElites(emitter, scorer, scorer.qd_offset, lineage=True), emitter, agent
+    algo = MAPElites(emitter, scorer, scorer.qd_offset, lineage=True, axis_name=axis)
+    return algo, emitter, agent
 
 
 @dataclasses.dataclass
@@ -127,9 +136,19 @@ def run_me_pbt(
     cells = CVTTessellation.from_kmeans(
         config.cells, env.descriptor_size, low, high, num_samples=config.cvt_samples, key=cvt_key
     )
-    genotypes = emitter.initial_genotypes(emitter.batch_size, key=pop_key)
-    state, metrics = eqx.filter_jit(algo.init)(genotypes, cells, key=init_key)
-    step = eqx.filter_jit(lambda s, k: algo.update(s, key=k))
+    if config.devices > 1:
+        mesh = device_mesh(config.devices)
+        genotypes = emitter.initial_genotypes(config.devices * emitter.batch_size, key=pop_key)
+        state, metrics = init_sharded(algo, genotypes, cells, key=init_key, mesh=mesh)
+
+        def step(s, k):
+            s, history = run_sharded(algo, s, 1, key=k, mesh=mesh)
+            return s, jax.tree.map(lambda x: x[0, 0], history)  # identical on every device
+
+    else:
+        genotypes = emitter.initial_genotypes(emitter.batch_size, key=pop_key)
+        state, metrics = eqx.filter_jit(algo.init)(genotypes, cells, key=init_key)
+        step = eqx.filter_jit(lambda s, k: algo.update(s, key=k))
     rows: dict[str, list[float]] = {"iteration": [], "evaluations": []}
     hp_rows: list[dict[str, np.ndarray]] = []
 
@@ -138,8 +157,8 @@ def run_me_pbt(
         rows["evaluations"].append(int(state.evaluations))
         for k, v in metrics.as_dict().items():
             rows.setdefault(k, []).append(float(v))
-        table = hparams_table(state.emitter_state.population)
-        hp_rows.append({n: np.asarray(v) for n, v in table.items()})
+        table = hparams_table(state.emitter_state.population)  # (devices,) + (pg,) when sharded
+        hp_rows.append({n: np.asarray(v).reshape(-1) for n, v in table.items()})
 
     log(0, metrics, state)
     bar = tqdm(total=config.iterations, disable=not progress, desc="me-pbt", unit="it")
@@ -162,7 +181,7 @@ def run_me_pbt(
             w = csv.writer(f)
             w.writerow(["iteration", "member", *names])
             for it in range(len(hp_rows)):
-                for m in range(config.pg_population_size):
+                for m in range(config.devices * config.pg_population_size):
                     w.writerow([it, m, *[float(hparams[n][it, m]) for n in names]])
         save_repertoire(os.path.join(folder, "repertoire.eqx"), state.repertoire)
         np.save(os.path.join(folder, "centroids.npy"), np.asarray(cells.centroids))

@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     mp.add_argument("--pg-population-size", type=_positive_int, dest="pg_population_size")
     mp.add_argument("--ga-population-size", type=int, dest="ga_population_size")
     mp.add_argument("--cells", type=_positive_int)
+    mp.add_argument(
+        "--devices", type=_positive_int,
+        help="devices to shard over (on CPU, this many host devices are created)",
+    )  # fmt: skip
     mp.add_argument("--seed", type=int)
     mp.add_argument("--out", help="run folder (default: runs/me-pbt-<time>)")
     mp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -184,6 +188,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    devices = getattr(args, "devices", None)
+    if devices is not None and devices > 1 and os.environ["JAX_PLATFORMS"] == "cpu":
+        # Read when JAX first initialises its CPU backend, which has not happened yet.
+        flags = os.environ.get("XLA_FLAGS", "")
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}"
     if args.algorithm == "pgame":
         return _run_pgame(parser, args)
     if args.algorithm == "pbt":

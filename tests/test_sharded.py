@@ -77,3 +77,23 @@ def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     # Each device scores 6 candidates per iteration and 6 at init; ids count them all.
     assert r["evaluations"] == devices * 6 * 4
     assert r["max_id"] < r["evaluations"]
+
+
+def test_me_pbt_command_on_two_devices(tmp_path):
+    config = tmp_path / "tiny.toml"
+    config.write_text(
+        "pg_population_size = 4\nga_population_size = 2\nnum_training_iterations = 2\n"
+        "env_batch_size = 2\nbuffer_size = 200\nhidden = [8]\nbatch_size = 8\n"
+        "fraction_best_to_replace_from = 0.25\nfraction_to_replace_from_best = 0.25\n"
+        "fraction_to_replace_from_samples = 0.25\ncells = 16\ncvt_samples = 1000\n"
+        "episode_length = 20\niterations = 2\n"
+    )
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    cmd = [sys.executable, "-m", "eqx_qd.cli", "run", "me-pbt", "--config", str(config),
+           "--devices", "2", "--out", str(out), "--no-progress", "--no-plots"]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "done: 36 evaluations" in done.stdout  # 2 devices x 6 x (init + 2 iterations)
+    with open(out / "hparams.csv") as f:
+        assert len(f.read().strip().splitlines()) == 1 + 3 * 8  # 2 devices x 4 agents
