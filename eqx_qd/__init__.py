@@ -167,6 +167,7 @@ from ._sharded import (
     device_mesh as device_mesh,
     init_sharded as init_sharded,
     run_sharded as run_sharded,
+    train_population_sharded as train_population_sharded,
 )
 from ._tasks import (
     AbstractTask as AbstractTask,

@@ -116,3 +116,48 @@ def _run_mapped(algo, rest_dyn, es_dyn, key, num_iters, mesh, rest_static, es_st
         check_vma=False,
     )
     return mapped(rest_dyn, es_dyn, key)
+
+
+def train_population_sharded(
+    agent,
+    env,
+    population,
+    num_iterations: int,
+    *,
+    key: PRNGKey,
+    mesh: Mesh,
+    grad_updates_per_step: float = 1.0,
+):
+    """`train_population` with the members split over the mesh's devices (the population size
+    must be a multiple of the device count). On a CPU with ``n`` host devices this runs one
+    shard per core, without XLA's intra-op threading between them."""
+    n = population.env_steps.shape[0]
+    devices = mesh.devices.size
+    if n % devices:
+        raise ValueError(f"population of {n} does not split over {devices} devices")
+    dyn, static = eqx.partition(population, eqx.is_array)
+    return _train_mapped(
+        agent, env, dyn, static, jr.split(key, devices), num_iterations, mesh,
+        grad_updates_per_step,
+    )  # fmt: skip
+
+
+@eqx.filter_jit
+def _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh, grad_updates_per_step):
+    from ._pbt import train_population
+
+    (axis,) = mesh.axis_names
+
+    def body(d, k):
+        pop, metrics = train_population(
+            agent, env, eqx.combine(d, static), num_iterations, key=k[0],
+            grad_updates_per_step=grad_updates_per_step,
+        )  # fmt: skip
+        return eqx.filter(pop, eqx.is_array), metrics
+
+    mapped = jax.shard_map(
+        body, mesh=mesh, in_specs=(P(axis), P(axis)), out_specs=(P(axis), P(axis)),
+        check_vma=False,
+    )  # fmt: skip
+    new_dyn, metrics = mapped(dyn, keys)
+    return eqx.combine(new_dyn, static), metrics

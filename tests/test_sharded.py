@@ -35,6 +35,8 @@ hp = state.emitter_state.population.agent_state.hparams
 in_range = all(bool(jnp.all(space.contains(getattr(hp, name))))
                for name, space in agent.hparam_spaces.items())
 ids = np.asarray(state.repertoire.extra)[np.isfinite(np.asarray(state.repertoire.fitnesses))]
+pop = q.init_population(agent, env, None, 4, key=jr.key(5), env_batch_size=2, buffer_size=64)
+pop, tm = q.train_population_sharded(agent, env, pop, 3, key=jr.key(6), mesh=mesh)
 print(json.dumps({
     "devices": len(jax.devices()),
     "first_filled": int(first.num_filled),
@@ -45,6 +47,8 @@ print(json.dumps({
     "evaluations": int(state.evaluations),
     "in_range": in_range,
     "max_id": int(ids.max()),
+    "sharded_env_steps": np.asarray(pop.env_steps).tolist(),
+    "sharded_metrics_shape": list(tm.reward.shape),
 }))
 """
 
@@ -77,6 +81,9 @@ def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     # Each device scores 6 candidates per iteration and 6 at init; ids count them all.
     assert r["evaluations"] == devices * 6 * 4
     assert r["max_id"] < r["evaluations"]
+    # A population of 4 agents split over the devices: each stepped 2 envs x 3 iterations.
+    assert r["sharded_env_steps"] == [6, 6, 6, 6]
+    assert r["sharded_metrics_shape"] == [4, 3]
 
 
 def test_me_pbt_command_on_two_devices(tmp_path):
