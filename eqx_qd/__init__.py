@@ -48,6 +48,7 @@ from ._envs import (
     PointMaze as PointMaze,
     TrainingEnvState as TrainingEnvState,
 )
+from ._gae import gae as gae
 from ._hparam_spaces import (
     AbstractSpace as AbstractSpace,
     Choice as Choice,

@@ -1,0 +1,36 @@
+"""Generalised advantage estimation (Schulman et al., 2016), with termination and truncation
+told apart: a terminated step does not bootstrap, a truncated one does (from the value of the
+true next state), and neither lets advantages flow across the episode boundary."""
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+
+def gae(
+    rewards: Float[Array, " time *batch"],
+    values: Float[Array, " time *batch"],
+    next_values: Float[Array, " time *batch"],
+    terminated: Float[Array, " time *batch"],
+    truncated: Float[Array, " time *batch"],
+    gamma: Float[Array, ""] | float,
+    gae_lambda: Float[Array, ""] | float,
+) -> tuple[Float[Array, " time *batch"], Float[Array, " time *batch"]]:
+    """Advantages and value targets (advantages + values) of a rollout, time on axis 0.
+
+    ``next_values[t]`` is the value of the observation reached by step ``t`` (before any reset);
+    the last step of a rollout cut by its length should be marked ``truncated`` so that the
+    recursion bootstraps there and stops.
+    """
+    gamma = jnp.asarray(gamma, rewards.dtype)
+    gae_lambda = jnp.asarray(gae_lambda, rewards.dtype)
+    deltas = rewards + gamma * (1.0 - terminated) * next_values - values
+    done = jnp.maximum(terminated, truncated)
+
+    def back(carry, x):
+        delta, d = x
+        adv = delta + gamma * gae_lambda * (1.0 - d) * carry
+        return adv, adv
+
+    _, advantages = jax.lax.scan(back, jnp.zeros_like(deltas[0]), (deltas, done), reverse=True)
+    return advantages, advantages + values
