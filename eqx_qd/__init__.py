@@ -83,6 +83,13 @@ from ._misc import (
     tree_concatenate as tree_concatenate,
     tree_take as tree_take,
 )
+from ._multi_agent import (
+    AbstractMultiAgentEnv as AbstractMultiAgentEnv,
+    LineTargets as LineTargets,
+    MultiAgentState as MultiAgentState,
+    SingleAgentView as SingleAgentView,
+    TimeLimit as TimeLimit,
+)
 from ._networks import (
     AbstractPolicy as AbstractPolicy,
     DeterministicPolicy as DeterministicPolicy,

@@ -1,0 +1,193 @@
+"""Multi-agent environments: the protocol, a time limit, a single-agent view, and a fast
+discrete task in pure JAX.
+
+A multi-agent environment is unbatched and pure like `AbstractEnv`, with a leading
+``num_agents`` axis on observations, actions and rewards. ``terminated`` and ``truncated`` are
+kept apart: the episode ends for all agents together.
+"""
+
+import abc
+import typing
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, PyTree
+
+from ._custom_types import PRNGKey
+from ._envs import AbstractEnv
+
+
+class MultiAgentState(eqx.Module):
+    """One multi-agent environment after a reset or a step."""
+
+    physics: PyTree
+    obs: Float[Array, "num_agents obs_dim"]
+    reward: Float[Array, " num_agents"]
+    terminated: Float[Array, ""]
+    truncated: Float[Array, ""]
+    t: Int[Array, ""]
+
+
+class AbstractMultiAgentEnv(eqx.Module):
+    """``num_agents`` agents acting together. With ``discrete``, an action is an int in
+    ``[0, action_size)``; otherwise a vector in ``[-1, 1]^action_size``."""
+
+    @property
+    @abc.abstractmethod
+    def num_agents(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def observation_size(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def action_size(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def discrete(self) -> bool: ...
+
+    @abc.abstractmethod
+    def reset(self, *, key: PRNGKey) -> MultiAgentState: ...
+
+    @abc.abstractmethod
+    def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
+        """``actions``: ``(num_agents,)`` ints when discrete, else ``(num_agents, action_size)``."""
+
+
+@typing.final
+class TimeLimit(AbstractMultiAgentEnv):
+    """Truncates episodes after ``max_steps`` steps (unless they terminated on that step)."""
+
+    env: AbstractMultiAgentEnv
+    max_steps: int = eqx.field(static=True)
+
+    def __check_init__(self):
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be a positive integer, got {self.max_steps}")
+
+    @property
+    def num_agents(self) -> int:
+        return self.env.num_agents
+
+    @property
+    def observation_size(self) -> int:
+        return self.env.observation_size
+
+    @property
+    def action_size(self) -> int:
+        return self.env.action_size
+
+    @property
+    def discrete(self) -> bool:
+        return self.env.discrete
+
+    def reset(self, *, key: PRNGKey) -> MultiAgentState:
+        return self.env.reset(key=key)
+
+    def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
+        nxt = self.env.step(state, actions, key=key)
+        limit = (nxt.t >= self.max_steps).astype(jnp.float32)
+        truncated = jnp.maximum(nxt.truncated, limit * (1.0 - nxt.terminated))
+        return eqx.tree_at(lambda s: s.truncated, nxt, truncated)
+
+
+@typing.final
+class SingleAgentView(AbstractMultiAgentEnv):
+    """A single-agent `AbstractEnv` seen as a one-agent environment (PPO = IPPO with n = 1).
+    Truncation comes from the wrapped environment's ``episode_length``."""
+
+    env: AbstractEnv
+
+    @property
+    def num_agents(self) -> int:
+        return 1
+
+    @property
+    def observation_size(self) -> int:
+        return self.env.observation_size
+
+    @property
+    def action_size(self) -> int:
+        return self.env.action_size
+
+    @property
+    def discrete(self) -> bool:
+        return False
+
+    def _wrap(self, inner, t) -> MultiAgentState:
+        truncated = (t >= self.env.episode_length).astype(jnp.float32) * (1.0 - inner.terminated)
+        return MultiAgentState(
+            inner, inner.obs[None], inner.reward[None], inner.terminated, truncated, t
+        )
+
+    def reset(self, *, key: PRNGKey) -> MultiAgentState:
+        return self._wrap(self.env.reset(key=key), jnp.zeros((), jnp.int32))
+
+    def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
+        inner = self.env.step(state.physics, actions[0], key=key)
+        return self._wrap(inner, state.t + 1)
+
+
+@typing.final
+class LineTargets(AbstractMultiAgentEnv):
+    """A fast discrete cooperative task: ``num_agents`` agents on a line of ``size`` cells,
+    each with its own target cell drawn at reset. Actions: 0 left, 1 stay, 2 right.
+
+    Each agent observes its position and target and the others' positions, scaled to [0, 1].
+    The team reward, the same for every agent, is minus the mean distance to the targets
+    (scaled by ``size``), plus 1 on the step on which every agent stands on its target. That
+    step terminates the episode.
+    """
+
+    n: int = eqx.field(default=2, static=True)
+    size: int = eqx.field(default=8, static=True)
+
+    def __check_init__(self):
+        if self.n < 1 or self.size < 2:
+            raise ValueError(f"LineTargets needs n >= 1 and size >= 2, got {self.n}, {self.size}")
+
+    @property
+    def num_agents(self) -> int:
+        return self.n
+
+    @property
+    def observation_size(self) -> int:
+        return 2 + (self.n - 1)
+
+    @property
+    def action_size(self) -> int:
+        return 3
+
+    @property
+    def discrete(self) -> bool:
+        return True
+
+    def _observe(self, pos: Int[Array, " n"], targets: Int[Array, " n"]):
+        scale = jnp.float32(self.size - 1)
+        p, g = pos.astype(jnp.float32) / scale, targets.astype(jnp.float32) / scale
+        others = jnp.stack([jnp.roll(p, -k) for k in range(1, self.n)], axis=-1)
+        return jnp.concatenate([p[:, None], g[:, None], others.reshape(self.n, -1)], axis=-1)
+
+    def reset(self, *, key: PRNGKey) -> MultiAgentState:
+        pos_key, target_key = jr.split(key)
+        pos = jr.randint(pos_key, (self.n,), 0, self.size)
+        targets = jr.randint(target_key, (self.n,), 0, self.size)
+        zero = jnp.zeros((), jnp.float32)
+        return MultiAgentState(
+            (pos, targets), self._observe(pos, targets), jnp.zeros(self.n, jnp.float32),
+            zero, zero, jnp.zeros((), jnp.int32),
+        )  # fmt: skip
+
+    def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
+        pos, targets = state.physics
+        pos = jnp.clip(pos + actions.astype(pos.dtype) - 1, 0, self.size - 1)
+        distance = jnp.mean(jnp.abs(pos - targets).astype(jnp.float32)) / (self.size - 1)
+        done = jnp.all(pos == targets).astype(jnp.float32)
+        reward = jnp.full((self.n,), -distance + done, jnp.float32)
+        return MultiAgentState(
+            (pos, targets), self._observe(pos, targets), reward, done,
+            jnp.zeros((), jnp.float32), state.t + 1,
+        )  # fmt: skip

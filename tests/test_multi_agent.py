@@ -1,0 +1,74 @@
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import eqx_qd as q
+
+
+def _play(env, policy, steps, key):
+    """Python loop of jitted steps (small sizes): states and rewards per step."""
+    step = eqx.filter_jit(lambda s, a, k: env.step(s, a, key=k))
+    state = env.reset(key=key)
+    out = []
+    for k in jr.split(jr.fold_in(key, 1), steps):
+        state = step(state, policy(state), k)
+        out.append(state)
+    return out
+
+
+def _greedy(state):
+    pos, targets = state.physics
+    return (jnp.sign(targets - pos) + 1).astype(jnp.int32)
+
+
+def test_line_targets_terminates_when_every_agent_is_home(getkey):
+    env = q.LineTargets(n=3, size=6)
+    assert (env.num_agents, env.observation_size, env.action_size, env.discrete) == (3, 4, 3, True)
+    states = _play(env, _greedy, 6, getkey())
+    assert states[0].obs.shape == (3, 4) and states[0].reward.shape == (3,)
+    done = [float(s.terminated) for s in states]
+    assert 1.0 in done  # at most 5 moves apart on a line of 6 cells
+    first = done.index(1.0)
+    final = states[first]
+    assert float(final.reward[0]) == pytest.approx(1.0)  # distance 0, arrival bonus
+    assert np.all(np.asarray(final.reward) == np.asarray(final.reward)[0])  # a team reward
+    assert bool(jnp.all(jnp.abs(final.obs[:, 0] - final.obs[:, 1]) < 1e-6))
+
+
+def test_staying_put_is_penalised_and_truncated_by_the_time_limit(getkey):
+    env = q.TimeLimit(q.LineTargets(n=2, size=8), max_steps=4)
+    step = eqx.filter_jit(lambda s, a, k: env.step(s, a, key=k))
+    state = env.reset(key=getkey())
+    far = (jnp.array([0, 0], jnp.int32), jnp.array([5, 6], jnp.int32))  # nobody is home
+    state = eqx.tree_at(lambda s: s.physics, state, far)
+    states = []
+    for _ in range(4):
+        state = step(state, jnp.ones(2, jnp.int32), getkey())  # stay
+        states.append(state)
+    assert [float(s.truncated) for s in states] == [0.0, 0.0, 0.0, 1.0]
+    assert [float(s.terminated) for s in states] == [0.0] * 4
+    np.testing.assert_allclose([float(s.reward[0]) for s in states], [-(5 + 6) / 2 / 7] * 4)
+    with pytest.raises(ValueError, match="max_steps"):
+        q.TimeLimit(q.LineTargets(), max_steps=0)
+
+
+def test_single_agent_view_is_the_one_agent_case(getkey):
+    env = q.SingleAgentView(q.PointMaze(walls=False, length=5))
+    assert (env.num_agents, env.observation_size, env.action_size, env.discrete) == (1, 2, 2, False)
+    up = lambda s: jnp.array([[0.0, 1.0]], jnp.float32)
+    states = _play(env, up, 5, getkey())
+    assert states[0].obs.shape == (1, 2) and states[0].reward.shape == (1,)
+    assert [float(s.truncated) for s in states] == [0.0, 0.0, 0.0, 0.0, 1.0]
+    np.testing.assert_allclose(states[-1].obs[0], [0.0, -0.35], atol=1e-6)
+
+
+def test_multi_agent_env_vmaps(getkey):
+    env = q.LineTargets(n=2, size=5)
+    states = jax.vmap(lambda k: env.reset(key=k))(jr.split(getkey(), 16))
+    nxt = jax.vmap(lambda s, k: env.step(s, jnp.full(2, 2, jnp.int32), key=k))(
+        states, jr.split(getkey(), 16)
+    )
+    assert nxt.obs.shape == (16, 2, 3) and nxt.t.tolist() == [1] * 16
