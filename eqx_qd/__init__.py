@@ -54,7 +54,9 @@ from ._hparam_spaces import (
     Choice as Choice,
     log_uniform_learning_rates as log_uniform_learning_rates,
     LogUniform as LogUniform,
+    perturb_hparams as perturb_hparams,
     SAC_SPACES as SAC_SPACES,
+    sample_hparams as sample_hparams,
     TD3_SPACES as TD3_SPACES,
     Uniform as Uniform,
 )
@@ -109,14 +111,13 @@ from ._off_policy import (
     warmup as warmup,
 )
 from ._pbt import (
+    copy_into as copy_into,
     evaluate_population as evaluate_population,
     hparams_table as hparams_table,
     init_population as init_population,
     PBT as PBT,
     PBTInfo as PBTInfo,
-    perturb_hparams as perturb_hparams,
     population_without_optimizer_states as population_without_optimizer_states,
-    sample_hparams as sample_hparams,
     train_population as train_population,
 )
 from ._pbt_runs import (

@@ -21,7 +21,7 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from ._buffers import Transition
 from ._custom_types import PRNGKey
-from ._hparam_spaces import AbstractSpace, SAC_SPACES, TD3_SPACES
+from ._hparam_spaces import AbstractSpace, SAC_SPACES, sample_hparams, TD3_SPACES
 from ._misc import f32, i32, is_concrete
 from ._networks import DeterministicPolicy, QCritics, TanhGaussianPolicy
 from ._normaliser import RunningNormaliser
@@ -110,8 +110,6 @@ class AbstractAgent(eqx.Module, Generic[_S]):
     ) -> _S:
         """``state`` with its hyperparameters drawn again from ``spaces`` (default:
         `hparam_spaces`). Pure; the state must have an ``hparams`` module."""
-        from ._pbt import sample_hparams
-
         spaces = self.hparam_spaces if spaces is None else spaces
         hparams = sample_hparams(state.hparams, spaces, key=key)
         return eqx.tree_at(lambda s: s.hparams, state, hparams)

@@ -14,6 +14,10 @@ from jaxtyping import Array, Float
 from ._custom_types import PRNGKey
 
 
+def _f32(x):
+    return jnp.asarray(x, jnp.float32)
+
+
 class AbstractSpace(eqx.Module):
     """The range of one hyperparameter: draw from it, test membership, clip into it."""
 
@@ -118,3 +122,37 @@ def log_uniform_learning_rates(spaces: Spaces) -> dict[str, AbstractSpace]:
         if name.endswith("_lr") and isinstance(space, (Uniform, LogUniform)):
             out[name] = LogUniform(space.low, space.high)
     return out
+
+
+def _check_fields(hparams: eqx.Module, spaces: Spaces) -> None:
+    missing = [name for name in spaces if not hasattr(hparams, name)]
+    if missing:
+        raise ValueError(f"{type(hparams).__name__} has no hyperparameters named {missing}")
+
+
+def sample_hparams(template: eqx.Module, spaces: Spaces, *, key: PRNGKey) -> eqx.Module:
+    """``template`` with every field named in ``spaces`` drawn from its space (pure)."""
+    _check_fields(template, spaces)
+    names = sorted(spaces)
+    keys = jr.split(key, len(names))
+    values = [_f32(spaces[n].sample(key=k)) for n, k in zip(names, keys)]
+    return eqx.tree_at(lambda h: [getattr(h, n) for n in names], template, values)
+
+
+def perturb_hparams(
+    hparams: eqx.Module,
+    spaces: Spaces,
+    *,
+    key: PRNGKey,
+    factors: tuple[float, float] = (0.8, 1.2),
+) -> eqx.Module:
+    """Multiply each hyperparameter named in ``spaces`` by one of ``factors`` (equally likely)
+    and clip it into its space: PBT's "perturb" explore step."""
+    _check_fields(hparams, spaces)
+    names = sorted(spaces)
+    keys = jr.split(key, len(names))
+    f = jnp.asarray(factors, jnp.float32)
+    values = [
+        _f32(spaces[n].clip(getattr(hparams, n) * jr.choice(k, f))) for n, k in zip(names, keys)
+    ]
+    return eqx.tree_at(lambda h: [getattr(h, n) for n in names], hparams, values)

@@ -25,10 +25,10 @@ from ._agents import AbstractAgent
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters import AbstractEmitter, ActorType, Lineage, parent_ids
 from ._envs import AbstractEnv
-from ._hparam_spaces import AbstractSpace
+from ._hparam_spaces import AbstractSpace, sample_hparams
 from ._misc import tree_concatenate, tree_scatter, tree_slice, tree_take
 from ._off_policy import OffPolicyState
-from ._pbt import init_population, sample_hparams, train_population
+from ._pbt import copy_into, init_population, train_population
 from ._repertoire import MapElitesRepertoire
 from ._selectors import AbstractSelector, UniformSelector
 from ._variation import IsoLineVariation
@@ -214,15 +214,9 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
             top = jnp.argsort(-pool_returns)[:num_best]
             pool, pool_returns = tree_take(pool, top), pool_returns[top]
         if from_best > 0:
-            choice_key, explore_key = jr.split(best_key)
-            sources = jr.choice(choice_key, num_best, (from_best,), replace=True)
-            copies = tree_take(pool, sources)
-            hparams = eqx.filter_vmap(lambda h, k: sample_hparams(h, self.spaces, key=k))(
-                copies.agent_state.hparams, jr.split(explore_key, from_best)
-            )
-            copies = eqx.tree_at(lambda p: p.agent_state.hparams, copies, hparams)
             worst = order[c.pg_population_size - from_best :]
-            population = tree_scatter(population, worst, copies)
+            resample = lambda h, k: sample_hparams(h, self.spaces, key=k)
+            population, _ = copy_into(population, pool, worst, resample, key=best_key)
         if from_samples > 0:
             slots = order[c.pg_population_size - from_best - from_samples :][:from_samples]
             samples = repertoire.select(from_samples, key=sample_key, selector=self.selector)

@@ -20,43 +20,9 @@ from jaxtyping import Array, Float, Int
 from ._agents import AbstractAgent
 from ._custom_types import PRNGKey
 from ._envs import AbstractEnv
-from ._hparam_spaces import AbstractSpace, Spaces
-from ._misc import f32, tree_scatter, tree_take
+from ._hparam_spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
+from ._misc import tree_scatter, tree_take
 from ._off_policy import EvalMetrics, evaluate, init_off_policy, OffPolicyState, train
-
-
-def _check_fields(hparams: eqx.Module, spaces: Spaces) -> None:
-    missing = [name for name in spaces if not hasattr(hparams, name)]
-    if missing:
-        raise ValueError(f"{type(hparams).__name__} has no hyperparameters named {missing}")
-
-
-def sample_hparams(template: eqx.Module, spaces: Spaces, *, key: PRNGKey) -> eqx.Module:
-    """``template`` with every field named in ``spaces`` drawn from its space (pure)."""
-    _check_fields(template, spaces)
-    names = sorted(spaces)
-    keys = jr.split(key, len(names))
-    values = [f32(spaces[n].sample(key=k)) for n, k in zip(names, keys)]
-    return eqx.tree_at(lambda h: [getattr(h, n) for n in names], template, values)
-
-
-def perturb_hparams(
-    hparams: eqx.Module,
-    spaces: Spaces,
-    *,
-    key: PRNGKey,
-    factors: tuple[float, float] = (0.8, 1.2),
-) -> eqx.Module:
-    """Multiply each hyperparameter named in ``spaces`` by one of ``factors`` (equally likely)
-    and clip it into its space: PBT's "perturb" explore step."""
-    _check_fields(hparams, spaces)
-    names = sorted(spaces)
-    keys = jr.split(key, len(names))
-    f = jnp.asarray(factors, jnp.float32)
-    values = [
-        f32(spaces[n].clip(getattr(hparams, n) * jr.choice(k, f))) for n, k in zip(names, keys)
-    ]
-    return eqx.tree_at(lambda h: [getattr(h, n) for n in names], hparams, values)
 
 
 def _hparams_of(state: OffPolicyState):
@@ -145,17 +111,34 @@ class PBT(eqx.Module):
             raise ValueError(
                 f"returns must have shape ({self.population_size},), got {returns.shape}"
             )
-        choice_key, explore_key = jr.split(key)
         order = jnp.argsort(-jnp.where(jnp.isnan(returns), -jnp.inf, returns))  # best first
         best = order[: self.num_best_to_replace_from]
         worst = order[self.population_size - self.num_worse_to_replace :]
-        sources = jr.choice(choice_key, best, (self.num_worse_to_replace,), replace=True)
-        copies = tree_take(population, sources)
-        explored = eqx.filter_vmap(lambda h, k: self.explore_hparams(h, key=k))(
-            _hparams_of(copies), jr.split(explore_key, self.num_worse_to_replace)
+        explore = lambda h, k: self.explore_hparams(h, key=k)
+        population, picked = copy_into(
+            population, tree_take(population, best), worst, explore, key=key
         )
-        copies = eqx.tree_at(_hparams_of, copies, explored)
-        return tree_scatter(population, worst, copies), PBTInfo(worst, sources)
+        return population, PBTInfo(worst, best[picked])
+
+
+def copy_into(
+    population: OffPolicyState,
+    pool: OffPolicyState,
+    slots: Int[Array, " num"],
+    explore,
+    *,
+    key: PRNGKey,
+) -> tuple[OffPolicyState, Int[Array, " num"]]:
+    """Overwrite the members at ``slots`` with copies of members drawn uniformly (with
+    replacement) from ``pool`` (whole training runs, buffers included), whose hyperparameters
+    then go through ``explore(hparams, key)``. Returns the population and the pool indices."""
+    choice_key, explore_key = jr.split(key)
+    num = slots.shape[0]
+    picked = jr.choice(choice_key, pool.env_steps.shape[0], (num,), replace=True)
+    copies = tree_take(pool, picked)
+    explored = eqx.filter_vmap(explore)(_hparams_of(copies), jr.split(explore_key, num))
+    copies = eqx.tree_at(_hparams_of, copies, explored)
+    return tree_scatter(population, slots, copies), picked
 
 
 # ---------------------------------------------------------------------------------------------
