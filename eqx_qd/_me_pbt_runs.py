@@ -191,17 +191,11 @@ def run_me_pbt(
 
 
 def _write_plots(folder, repertoire, prog, hparams) -> None:
-    import matplotlib.pyplot as plt
+    from ._plotting import plot_metrics, save_figure, save_repertoire_plot
 
-    from ._plotting import plot_metrics, plot_repertoire
-
-    for name, fig in (
-        ("repertoire.png", plot_repertoire(repertoire)),
-        ("progress.png", plot_metrics(prog)),
-        ("hparams.png", plot_hparams(hparams)),
-    ):
-        fig.savefig(os.path.join(folder, name), dpi=110)
-        plt.close(fig)
+    save_repertoire_plot(folder, repertoire)  # skipped beyond 2 descriptors (ant_uni: 4)
+    save_figure(folder, "progress.png", plot_metrics(prog))
+    save_figure(folder, "hparams.png", plot_hparams(hparams))
 
 
 def load_me_pbt_run(folder: str | os.PathLike):

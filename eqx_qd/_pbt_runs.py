@@ -186,6 +186,8 @@ def _write_csvs(folder, config, returns, hparams, sources, steps) -> None:
 def _write_plots(folder, returns, hparams) -> None:
     import matplotlib.pyplot as plt
 
+    from ._plotting import save_figure
+
     rounds = np.arange(returns.shape[0])
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for m in range(returns.shape[1]):
@@ -195,11 +197,8 @@ def _write_plots(folder, returns, hparams) -> None:
     ax.set_ylabel("evaluation return")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(folder, "returns.png"), dpi=110)
-    plt.close(fig)
-    fig = plot_hparams(hparams)
-    fig.savefig(os.path.join(folder, "hparams.png"), dpi=110)
-    plt.close(fig)
+    save_figure(folder, "returns.png", fig)
+    save_figure(folder, "hparams.png", plot_hparams(hparams))
 
 
 def plot_hparams(hparams: Mapping[str, np.ndarray]):

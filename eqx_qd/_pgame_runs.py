@@ -444,14 +444,9 @@ def run_pgame(
 
 
 def _write_plots(folder: str, repertoire: MapElitesRepertoire, prog: Mapping) -> None:
-    import matplotlib.pyplot as plt
+    from ._plotting import plot_fitness_density, plot_metrics, save_figure, save_repertoire_plot
 
-    from ._plotting import plot_fitness_density, plot_metrics, plot_repertoire
-
-    if repertoire.tessellation.num_descriptors <= 2:
-        fig = plot_repertoire(repertoire)
-        fig.savefig(os.path.join(folder, "repertoire.png"), dpi=110)
-        plt.close(fig)
+    save_repertoire_plot(folder, repertoire)
     curves = {
         "evaluations": prog["evaluations"],
         "qd_score": prog["qd_score"],
@@ -462,11 +457,10 @@ def _write_plots(folder: str, repertoire: MapElitesRepertoire, prog: Mapping) ->
     fig = plot_metrics(curves)
     fig.axes[2].plot(prog["evaluations"], prog["averaged_max_fitness"], label="averaged (re-evals)")
     fig.axes[2].legend()
-    fig.savefig(os.path.join(folder, "progress.png"), dpi=110)
-    plt.close(fig)
-    fig = plot_fitness_density([np.asarray(repertoire.fitnesses)])
-    fig.savefig(os.path.join(folder, "fitness_density.png"), dpi=110)
-    plt.close(fig)
+    save_figure(folder, "progress.png", fig)
+    save_figure(
+        folder, "fitness_density.png", plot_fitness_density([np.asarray(repertoire.fitnesses)])
+    )
 
 
 def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:

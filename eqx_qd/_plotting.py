@@ -1,5 +1,6 @@
 """Plots: repertoire heatmaps (grid and CVT, rasterised) and metric curves."""
 
+import os
 from collections.abc import Mapping, Sequence
 
 import jax.numpy as jnp
@@ -119,3 +120,15 @@ def plot_fitness_density(
     if label is not None:
         ax.legend()
     return fig
+
+
+def save_figure(folder: str, name: str, fig: Figure) -> None:
+    """Write ``fig`` as ``folder/name`` (the run folders' PNGs) and close it."""
+    fig.savefig(os.path.join(folder, name), dpi=110)
+    plt.close(fig)
+
+
+def save_repertoire_plot(folder: str, repertoire: MapElitesRepertoire) -> None:
+    """``repertoire.png`` when the descriptor space can be drawn (1 or 2 dimensions)."""
+    if repertoire.tessellation.num_descriptors <= 2:
+        save_figure(folder, "repertoire.png", plot_repertoire(repertoire))

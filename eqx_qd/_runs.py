@@ -175,17 +175,10 @@ def _write_progress(path: str, history: Mapping[str, np.ndarray]) -> None:
 
 
 def _write_plots(folder: str, repertoire: MapElitesRepertoire, history: Mapping) -> None:
-    import matplotlib.pyplot as plt
+    from ._plotting import plot_metrics, save_figure, save_repertoire_plot
 
-    from ._plotting import plot_metrics, plot_repertoire
-
-    if repertoire.tessellation.num_descriptors <= 2:
-        fig = plot_repertoire(repertoire)
-        fig.savefig(os.path.join(folder, "repertoire.png"), dpi=110)
-        plt.close(fig)
-    fig = plot_metrics(history)
-    fig.savefig(os.path.join(folder, "progress.png"), dpi=110)
-    plt.close(fig)
+    save_repertoire_plot(folder, repertoire)
+    save_figure(folder, "progress.png", plot_metrics(history))
 
 
 def read_progress(path: str | os.PathLike) -> dict[str, np.ndarray]:

@@ -96,3 +96,14 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
         main(["run", "me-pbt", "--pg-population-size", "4", "--out", str(tmp_path / "bad")])
     assert e.value.code == 2
     assert "rounds to 0 agents" in capsys.readouterr().err
+
+
+def test_run_folders_skip_the_repertoire_plot_beyond_two_descriptors(tmp_path):
+    from eqx_qd._plotting import save_repertoire_plot
+
+    flat = q.MapElitesRepertoire.empty(q.GridTessellation((3, 3)), jnp.zeros(2))
+    cube = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2, 2)), jnp.zeros(3))
+    save_repertoire_plot(str(tmp_path), cube)  # ant_uni has 4 descriptors: nothing to draw
+    assert not (tmp_path / "repertoire.png").exists()
+    save_repertoire_plot(str(tmp_path), flat)
+    assert (tmp_path / "repertoire.png").exists()
