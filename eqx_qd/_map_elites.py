@@ -13,7 +13,7 @@ from jaxtyping import Array, Float, Int
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters import AbstractEmitter
 from ._metrics import qd_metrics, QDMetrics
-from ._misc import f32, filter_scan, i32
+from ._misc import f32, filter_scan, i32, tree_all_gather
 from ._repertoire import AddInfo, init_repertoire, MapElitesRepertoire
 from ._tessellation import AbstractTessellation
 
@@ -67,13 +67,6 @@ class MAPElites(eqx.Module):
     lineage: bool = eqx.field(default=False, static=True)
     axis_name: str | None = eqx.field(default=None, static=True)
 
-    def _gather(self, tree):
-        """Concatenate a per-device batch over the mapped axis (identity on one device)."""
-        if self.axis_name is None:
-            return tree
-        gather = lambda x: jax.lax.all_gather(x, self.axis_name, tiled=True)
-        return jax.tree.map(lambda x: gather(x) if eqx.is_array(x) else x, tree)
-
     def _device_key(self, key: PRNGKey) -> PRNGKey:
         if self.axis_name is None:
             return key
@@ -92,7 +85,7 @@ class MAPElites(eqx.Module):
         fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
         n = fitnesses.shape[0]
         ids = self._first_id(jnp.zeros((), jnp.int32), n) + jnp.arange(n, dtype=jnp.int32)
-        every = self._gather((genotypes, descriptors, fitnesses, ids))
+        every = tree_all_gather((genotypes, descriptors, fitnesses, ids), self.axis_name)
         repertoire, _ = init_repertoire(
             tessellation, *every[:3], every[3] if self.lineage else None
         )
@@ -114,8 +107,8 @@ class MAPElites(eqx.Module):
         n = fitnesses.shape[0]
         ids = self._first_id(state.evaluations, n) + jnp.arange(n, dtype=jnp.int32)
         # With an axis, every device inserts the whole gathered batch: the repertoires stay equal.
-        all_g, all_d, all_f, all_ids, all_extra = self._gather(
-            (genotypes, descriptors, fitnesses, ids, emit_extra)
+        all_g, all_d, all_f, all_ids, all_extra = tree_all_gather(
+            (genotypes, descriptors, fitnesses, ids, emit_extra), self.axis_name
         )
         repertoire, add_info = state.repertoire.add(
             all_g, all_d, all_f, all_ids if self.lineage else None

@@ -26,7 +26,7 @@ from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters import AbstractEmitter, ActorType, Lineage, parent_ids
 from ._envs import AbstractEnv
 from ._hparam_spaces import AbstractSpace, sample_hparams
-from ._misc import tree_concatenate, tree_scatter, tree_slice, tree_take
+from ._misc import tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
 from ._off_policy import OffPolicyState
 from ._pbt import copy_into, init_population, train_population
 from ._repertoire import MapElitesRepertoire
@@ -208,9 +208,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         pool = tree_take(population, order[:num_best])
         pool_returns = clean[order[:num_best]]
         if self.axis_name is not None:
-            gather = lambda x: jax.lax.all_gather(x, self.axis_name, tiled=True)
-            pool = jax.tree.map(lambda x: gather(x) if eqx.is_array(x) else x, pool)
-            pool_returns = gather(pool_returns)
+            pool, pool_returns = tree_all_gather((pool, pool_returns), self.axis_name)
             top = jnp.argsort(-pool_returns)[:num_best]
             pool, pool_returns = tree_take(pool, top), pool_returns[top]
         if from_best > 0:

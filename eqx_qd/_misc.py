@@ -65,6 +65,15 @@ def tree_slice(tree: _T, start: int, stop: int) -> _T:
     return jax.tree.map(lambda x: x[start:stop] if eqx.is_array(x) else x, tree)
 
 
+def tree_all_gather(tree: _T, axis_name: str | None) -> _T:
+    """Concatenate every device's rows of the array leaves over a mapped axis (inside
+    ``shard_map``); the identity when ``axis_name`` is ``None``."""
+    if axis_name is None:
+        return tree
+    gather = lambda x: jax.lax.all_gather(x, axis_name, tiled=True)
+    return jax.tree.map(lambda x: gather(x) if eqx.is_array(x) else x, tree)
+
+
 def tree_zeros_batch(example: _T, n: int) -> _T:
     """A batch of ``n`` zero rows shaped like one unbatched ``example``."""
     return jax.tree.map(

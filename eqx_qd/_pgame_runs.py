@@ -241,8 +241,7 @@ class IterationLog(eqx.Module):
 
 
 def _best_reevaluation(algo: MAPElites, repertoire: MapElitesRepertoire, n: int, key: PRNGKey):
-    best = jnp.argmax(repertoire.fitnesses)
-    genotype = jax.tree.map(lambda x: x[best][None] if eqx.is_array(x) else x, repertoire.genotypes)
+    genotype = tree_take(repertoire.genotypes, jnp.argmax(repertoire.fitnesses)[None])
     re = reevaluate(algo.scoring_fn, genotype, n, key=key)
     return re.fitness_mean[0], re.descriptor_mean[0]
 
