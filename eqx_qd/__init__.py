@@ -61,6 +61,7 @@ from ._hparam_spaces import (
     Uniform as Uniform,
 )
 from ._io import load_repertoire as load_repertoire, save_repertoire as save_repertoire
+from ._ma_brax import BraxMultiAgentEnv as BraxMultiAgentEnv, MA_BRAX_TASKS as MA_BRAX_TASKS
 from ._map_elites import (
     MAPElites as MAPElites,
     MAPElitesState as MAPElitesState,
@@ -87,8 +88,10 @@ from ._misc import (
 )
 from ._multi_agent import (
     AbstractMultiAgentEnv as AbstractMultiAgentEnv,
+    autoreset_multi_agent_step as autoreset_multi_agent_step,
     LineTargets as LineTargets,
     MultiAgentState as MultiAgentState,
+    MultiAgentStep as MultiAgentStep,
     SingleAgentView as SingleAgentView,
     TimeLimit as TimeLimit,
 )
@@ -144,6 +147,31 @@ from ._plotting import (
     plot_fitness_density as plot_fitness_density,
     plot_metrics as plot_metrics,
     plot_repertoire as plot_repertoire,
+)
+from ._ppo import (
+    AbstractActor as AbstractActor,
+    CategoricalActor as CategoricalActor,
+    GaussianActor as GaussianActor,
+    IPPO as IPPO,
+    PPOHParams as PPOHParams,
+    PPOState as PPOState,
+    Trajectory as Trajectory,
+    ValueCritic as ValueCritic,
+)
+from ._ppo_training import (
+    Checkpoint as Checkpoint,
+    EpisodeStats as EpisodeStats,
+    evaluate_ippo as evaluate_ippo,
+    list_checkpoints as list_checkpoints,
+    mean_return as mean_return,
+    restore_checkpoint as restore_checkpoint,
+    save_checkpoint as save_checkpoint,
+    summarize as summarize,
+    Summary as Summary,
+    train_ippo as train_ippo,
+    train_updates as train_updates,
+    TrainingLog as TrainingLog,
+    write_run_info as write_run_info,
 )
 from ._repertoire import (
     AddInfo as AddInfo,

@@ -67,7 +67,9 @@ def _import_brax_envs():
 @functools.lru_cache(maxsize=32)
 def _brax_env(robot: str, backend: str, debug: bool) -> Any:
     envs = _import_brax_envs()
-    with warnings.catch_warnings():
+    # Built eagerly even when first asked for inside a trace: the cached system must hold no
+    # tracers.
+    with warnings.catch_warnings(), jax.ensure_compile_time_eval():
         warnings.simplefilter("ignore")  # "brax is not actively maintained"
         return envs.get_environment(robot, backend=backend, debug=debug)
 

@@ -10,6 +10,7 @@ import abc
 import typing
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
@@ -191,3 +192,30 @@ class LineTargets(AbstractMultiAgentEnv):
             (pos, targets), self._observe(pos, targets), reward, done,
             jnp.zeros((), jnp.float32), state.t + 1,
         )  # fmt: skip
+
+
+class MultiAgentStep(eqx.Module):
+    """What one auto-resetting step saw: the reached observations and rewards (before any
+    reset) and how the episode ended. ``state`` is where the next step starts."""
+
+    state: MultiAgentState
+    next_obs: Float[Array, "num_agents obs_dim"]
+    reward: Float[Array, " num_agents"]
+    terminated: Float[Array, ""]
+    truncated: Float[Array, ""]
+
+
+def autoreset_multi_agent_step(
+    env: AbstractMultiAgentEnv, state: MultiAgentState, actions: Array, *, key: PRNGKey
+) -> MultiAgentStep:
+    """Step, and start a fresh episode when the reached state terminated or was truncated.
+
+    The observations reached by the step are returned apart from the reset ones, so a
+    truncated step can still bootstrap from the value of where it really arrived.
+    """
+    step_key, reset_key = jr.split(key)
+    nxt = env.step(state, actions, key=step_key)
+    done = (nxt.terminated + nxt.truncated) > 0
+    fresh = env.reset(key=reset_key)
+    following = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, nxt)
+    return MultiAgentStep(following, nxt.obs, nxt.reward, nxt.terminated, nxt.truncated)

@@ -72,3 +72,71 @@ def test_multi_agent_env_vmaps(getkey):
         states, jr.split(getkey(), 16)
     )
     assert nxt.obs.shape == (16, 2, 3) and nxt.t.tolist() == [1] * 16
+
+
+def test_autoreset_keeps_the_reached_observation_and_starts_afresh():
+    env = q.TimeLimit(q.LineTargets(n=2, size=4), 3)
+    step = eqx.filter_jit(lambda s, a, k: q.autoreset_multi_agent_step(env, s, a, key=k))
+    # Agents at 0 and 3 with targets 3 and 0: staying put never arrives.
+    pos, targets = jnp.asarray([0, 3], jnp.int32), jnp.asarray([3, 0], jnp.int32)
+    start = env.reset(key=jr.key(0))
+    state = eqx.tree_at(lambda s: s.physics, start, (pos, targets))
+    stay = jnp.ones((2,), jnp.int32)
+    outs = []
+    for k in range(3):
+        outs.append(step(state, stay, jr.key(k)))
+        state = outs[-1].state
+    assert [float(o.truncated) for o in outs] == [0.0, 0.0, 1.0]
+    assert [int(o.state.t) for o in outs] == [1, 2, 0]  # a fresh episode after the limit
+    last = outs[-1]
+    assert float(last.terminated) == 0.0
+    # next_obs is where the truncated step arrived (agents unmoved), not the reset state.
+    np.testing.assert_allclose(last.next_obs[:, 0], [0.0, 1.0])
+    np.testing.assert_allclose(last.reward, [-1.0, -1.0])
+    # Reaching the targets terminates and resets too.
+    home = eqx.tree_at(lambda s: s.physics, start, (targets, targets))
+    arrived = step(home, stay, jr.key(9))
+    assert float(arrived.terminated) == 1.0 and float(arrived.truncated) == 0.0
+    assert int(arrived.state.t) == 0
+
+
+@pytest.mark.parametrize(
+    "name, agents, obs, act", [("walker2d_2x3", 2, 11, 3), ("ant_4x2", 4, 15, 2)]
+)
+def test_multi_agent_brax_shapes(name, agents, obs, act):
+    env = q.BraxMultiAgentEnv(name, episode_length=10)
+    assert (env.num_agents, env.observation_size, env.action_size, env.discrete) == (
+        agents, obs, act, False,
+    )  # fmt: skip
+    state = jax.eval_shape(lambda k: env.reset(key=k), jr.key(0))
+    nxt = jax.eval_shape(
+        lambda s, a: env.step(s, a, key=jr.key(0)), state, jnp.zeros((agents, act))
+    )
+    assert nxt.obs.shape == (agents, obs) and nxt.reward.shape == (agents,)
+
+
+def test_walker2d_2x3_splits_actuators_and_shares_the_reward():
+    env = q.BraxMultiAgentEnv("walker2d_2x3", episode_length=2)
+    actions = jnp.asarray([[0.5, -0.3, 0.9], [-1.0, 0.2, 0.0]], jnp.float32)
+
+    @jax.jit
+    def run(key):
+        start = env.reset(key=key)
+        ma = env.step(start, actions, key=key)
+        with q._brax_envs._brax_numerics():
+            raw = env.brax_env.step(start.physics, actions.reshape(-1))
+        return start, ma, env.step(ma, actions, key=key), raw
+
+    start, ma, last, raw = run(jr.key(0))
+    # Agent 0 drives the right leg (actuators 0-2), agent 1 the left one (3-5).
+    np.testing.assert_allclose(ma.physics.pipeline_state.q, raw.pipeline_state.q, atol=1e-6)
+    np.testing.assert_allclose(ma.reward, jnp.full(2, raw.reward), atol=1e-6)
+    q_pos, q_vel = ma.physics.pipeline_state.q, ma.physics.pipeline_state.qd
+    # Local observations: root height and angle, root velocities, then the agent's own joints.
+    np.testing.assert_allclose(
+        ma.obs[0], np.concatenate([q_pos[1:3], q_vel[:3], q_pos[3:6], q_vel[3:6]])
+    )
+    np.testing.assert_allclose(
+        ma.obs[1], np.concatenate([q_pos[1:3], q_vel[:3], q_pos[6:9], q_vel[6:9]])
+    )
+    assert float(ma.truncated) == 0.0 and float(last.truncated) == 1.0 - float(last.terminated)

@@ -1,0 +1,541 @@
+"""PPO and independent PPO (IPPO) for `AbstractMultiAgentEnv` environments.
+
+`IPPO` is a stateless module holding structure only (environment, sizes, epochs); `PPOState`
+holds everything that learns or varies, including `PPOHParams` as float32 array leaves, so a
+hyperparameter sweep is ``eqx.filter_vmap`` over states and changing a value never retraces.
+PPO on a single agent is the ``num_agents = 1`` case (see `SingleAgentView`).
+
+Each agent has its own actor and critic (or one shared pair with ``shared_params``) and is
+trained on its own experience only: the actor and critic updates are vmapped over agents, so
+gradient clipping, Adam moments and the KL early stop are per agent.
+"""
+
+import typing
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import optax
+from jaxtyping import Array, Float, Int, PyTree
+
+from ._agents import _check_ranges
+from ._custom_types import PRNGKey
+from ._gae import gae
+from ._misc import f32, filter_scan, i32, tree_take
+from ._multi_agent import AbstractMultiAgentEnv, autoreset_multi_agent_step, MultiAgentState
+from ._networks import MLP
+
+
+Metrics = dict[str, Float[Array, "..."]]
+
+
+class PPOHParams(eqx.Module):
+    """PPO hyperparameters, float32 scalars (stacked vectors in a sweep)."""
+
+    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
+    gae_lambda: Float[Array, ""] = eqx.field(default=0.95, converter=f32)
+    clip_eps: Float[Array, ""] = eqx.field(default=0.2, converter=f32)
+    ent_coef: Float[Array, ""] = eqx.field(default=0.01, converter=f32)
+    vf_coef: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
+    kl_threshold: Float[Array, ""] = eqx.field(default=0.02, converter=f32)
+    actor_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
+    critic_lr: Float[Array, ""] = eqx.field(default=1e-3, converter=f32)
+    max_grad_norm: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
+
+    def __check_init__(self):
+        inf = float("inf")
+        _check_ranges(
+            self,
+            {
+                "gamma": (0.0, 1.0),
+                "gae_lambda": (0.0, 1.0),
+                "clip_eps": (0.0, inf),
+                "ent_coef": (0.0, inf),
+                "vf_coef": (0.0, inf),
+                "kl_threshold": (0.0, inf),
+                "actor_lr": (0.0, inf),
+                "critic_lr": (0.0, inf),
+                "max_grad_norm": (0.0, inf),
+            },
+        )
+
+    @staticmethod
+    def stack(hparams: Sequence["PPOHParams"]) -> "PPOHParams":
+        """One `PPOHParams` whose leaves are vectors: the batch a sweep vmaps over."""
+        if not hparams:
+            raise ValueError("PPOHParams.stack needs at least one PPOHParams")
+        return jax.tree.map(lambda *xs: jnp.stack(xs), *hparams)
+
+    def to_dict(self) -> dict[str, float | list[float]]:
+        """Plain Python values (lists in a sweep), e.g. to write as JSON."""
+        return {k: np.asarray(getattr(self, k)).tolist() for k in _HPARAM_NAMES}
+
+
+_HPARAM_NAMES = (
+    "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "kl_threshold", "actor_lr",
+    "critic_lr", "max_grad_norm",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- networks
+
+
+def _scale_last_layer(net: MLP, scale: float) -> MLP:
+    last = net.layers[-1]
+    return eqx.tree_at(lambda n: n.layers[-1].weight, net, last.weight * scale)
+
+
+class AbstractActor(eqx.Module):
+    """A stochastic policy for one agent: log-probabilities, entropy, samples and the mode.
+
+    Subclass it for another action distribution; `IPPO` only uses these four methods.
+    """
+
+    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]:
+        raise NotImplementedError
+
+    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
+        raise NotImplementedError
+
+    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Array:
+        raise NotImplementedError
+
+    def mode(self, obs: Float[Array, " obs_dim"]) -> Array:
+        raise NotImplementedError
+
+
+@typing.final
+class CategoricalActor(AbstractActor):
+    """Discrete actions: an MLP gives the logits of a categorical distribution."""
+
+    net: MLP
+
+    def __init__(self, obs_size: int, num_actions: int, hidden: Sequence[int], *, key: PRNGKey):
+        net = MLP(obs_size, num_actions, hidden, key=key, activation=jnp.tanh)
+        self.net = _scale_last_layer(net, 0.01)  # near-uniform initial policy
+
+    def _log_probs(self, obs):
+        return jax.nn.log_softmax(self.net(obs))
+
+    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]:
+        return self._log_probs(obs)[action]
+
+    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
+        log_p = self._log_probs(obs)
+        return -jnp.sum(jnp.exp(log_p) * log_p)
+
+    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Int[Array, ""]:
+        return jr.categorical(key, self.net(obs)).astype(jnp.int32)
+
+    def mode(self, obs: Float[Array, " obs_dim"]) -> Int[Array, ""]:
+        return jnp.argmax(self.net(obs)).astype(jnp.int32)
+
+
+@typing.final
+class GaussianActor(AbstractActor):
+    """Continuous actions: a diagonal gaussian with an MLP mean and a learned, state-independent
+    log standard deviation. Samples are not squashed; environments clip them to [-1, 1]."""
+
+    net: MLP
+    log_std: Float[Array, " action_dim"]
+
+    def __init__(
+        self,
+        obs_size: int,
+        action_size: int,
+        hidden: Sequence[int],
+        *,
+        key: PRNGKey,
+        init_log_std: float = -0.5,
+    ):
+        net = MLP(obs_size, action_size, hidden, key=key, activation=jnp.tanh)
+        self.net = _scale_last_layer(net, 0.01)
+        self.log_std = jnp.full((action_size,), init_log_std, jnp.float32)
+
+    def log_prob(
+        self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
+    ) -> Float[Array, ""]:
+        z = (action - self.net(obs)) * jnp.exp(-self.log_std)
+        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi))
+
+    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
+        return jnp.sum(self.log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e))
+
+    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Float[Array, " action_dim"]:
+        noise = jr.normal(key, self.log_std.shape)
+        return self.net(obs) + jnp.exp(self.log_std) * noise
+
+    def mode(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]:
+        return self.net(obs)
+
+
+@typing.final
+class ValueCritic(eqx.Module):
+    """A state-value network ``V(obs)`` for one agent."""
+
+    net: MLP
+
+    def __init__(self, obs_size: int, hidden: Sequence[int], *, key: PRNGKey):
+        self.net = MLP(obs_size, 1, hidden, key=key, activation=jnp.tanh)
+
+    def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
+        return self.net(obs)[0]
+
+
+# ----------------------------------------------------------------------------- state
+
+
+class PPOState(eqx.Module):
+    """Everything IPPO learns or varies. ``actors`` / ``critics`` and their optimiser states
+    carry a leading ``num_agents`` axis unless parameters are shared. ``env_state`` holds the
+    ``batch_size`` environments that rollouts continue from; ``updates`` counts PPO updates
+    (one rollout each) since the start, across restores."""
+
+    actors: AbstractActor
+    critics: ValueCritic
+    actor_opt_state: PyTree
+    critic_opt_state: PyTree
+    hparams: PPOHParams
+    env_state: MultiAgentState
+    key: PRNGKey
+    updates: Int[Array, ""]
+
+
+class Trajectory(eqx.Module):
+    """A rollout, time-major: ``(rollout_length, batch_size, num_agents, ...)``.
+    ``next_obs`` are the observations each step reached, before any reset."""
+
+    obs: Float[Array, "time batch num_agents obs_dim"]
+    actions: Array
+    log_probs: Float[Array, "time batch num_agents"]
+    rewards: Float[Array, "time batch num_agents"]
+    next_obs: Float[Array, "time batch num_agents obs_dim"]
+    terminated: Float[Array, "time batch"]
+    truncated: Float[Array, "time batch"]
+
+
+class _Samples(eqx.Module):
+    obs: Array
+    actions: Array
+    log_probs: Array
+    advantages: Array
+    targets: Array
+
+
+def _optimizer(learning_rate: Float[Array, ""], max_grad_norm: Float[Array, ""]):
+    # Rebuilt from (traced) arrays at every step; the state's structure depends on neither.
+    clip = optax.clip_by_global_norm(max_grad_norm)
+    return optax.chain(clip, optax.adam(learning_rate, eps=1e-5))
+
+
+def _params(module: PyTree) -> PyTree:
+    return eqx.filter(module, eqx.is_inexact_array)
+
+
+def _init_opt(module: PyTree) -> PyTree:
+    zero = jnp.zeros((), jnp.float32)
+    return _optimizer(zero, zero).init(_params(module))
+
+
+def _apply(module, grads, opt_state, learning_rate, max_grad_norm):
+    with jax.numpy_dtype_promotion("standard"):
+        updates, opt_state = _optimizer(learning_rate, max_grad_norm).update(
+            grads, opt_state, _params(module)
+        )
+        return eqx.apply_updates(module, updates), opt_state
+
+
+def _with_update(state: PPOState, actors, critics, actor_opt, critic_opt, key) -> PPOState:
+    return eqx.tree_at(
+        lambda s: (s.actors, s.critics, s.actor_opt_state, s.critic_opt_state, s.key, s.updates),
+        state,
+        (actors, critics, actor_opt, critic_opt, key, state.updates + 1),
+    )
+
+
+def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:
+    """A fresh shuffle of ``n`` samples cut into ``count`` equal minibatches."""
+    return jr.permutation(key, n).reshape(count, n // count)
+
+
+# ----------------------------------------------------------------------------- agent
+
+
+@typing.final
+class IPPO(eqx.Module):
+    """Independent PPO: per-agent actors and critics trained apart on each agent's experience.
+
+    Each update collects ``rollout_length`` steps in ``batch_size`` parallel environments
+    (auto-reset; the rollout may cut episodes, which then bootstrap), computes GAE, runs up to
+    ``actor_epochs`` epochs of the clipped surrogate with an entropy bonus (stopping early when
+    the approximate KL to the rollout policy passes ``kl_threshold``), then ``critic_epochs``
+    epochs of value regression. Minibatches are reshuffled with a fresh key every epoch.
+    Discrete environments get `CategoricalActor`, continuous ones `GaussianActor`, unless
+    ``make_actor`` says otherwise.
+    """
+
+    env: AbstractMultiAgentEnv
+    rollout_length: int = eqx.field(default=128, static=True)
+    batch_size: int = eqx.field(default=64, static=True)
+    num_minibatches: int = eqx.field(default=16, static=True)
+    actor_epochs: int = eqx.field(default=4, static=True)
+    critic_epochs: int = eqx.field(default=4, static=True)
+    actor_hidden: tuple[int, ...] = eqx.field(default=(64, 64), static=True, converter=tuple)
+    critic_hidden: tuple[int, ...] = eqx.field(default=(64, 64), static=True, converter=tuple)
+    shared_params: bool = eqx.field(default=False, static=True)
+    normalise_advantages: bool = eqx.field(default=True, static=True)
+    make_actor: Callable[..., AbstractActor] | None = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        for name in ("rollout_length", "batch_size", "num_minibatches"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ValueError(f"IPPO.{name} must be a positive integer, got {value}")
+        for name in ("actor_epochs", "critic_epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"IPPO.{name} must be >= 0, got {getattr(self, name)}")
+        samples = self.rollout_length * self.batch_size
+        if samples % self.num_minibatches:
+            raise ValueError(
+                f"rollout_length * batch_size = {samples} samples per agent do not split into "
+                f"num_minibatches={self.num_minibatches} equal minibatches"
+            )
+
+    @property
+    def num_agents(self) -> int:
+        return self.env.num_agents
+
+    # -- construction ---------------------------------------------------------------------
+
+    def _new_actor(self, key: PRNGKey) -> AbstractActor:
+        env = self.env
+        make = self.make_actor
+        if make is None:
+            make = CategoricalActor if env.discrete else GaussianActor
+        return make(env.observation_size, env.action_size, self.actor_hidden, key=key)
+
+    def _new_critic(self, key: PRNGKey) -> ValueCritic:
+        return ValueCritic(self.env.observation_size, self.critic_hidden, key=key)
+
+    def _per_agent_build(self, make, key: PRNGKey):
+        if self.shared_params:
+            return make(key)
+        return eqx.filter_vmap(make)(jr.split(key, self.num_agents))
+
+    def init(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> PPOState:
+        """Fresh networks, optimiser states and ``batch_size`` freshly reset environments."""
+        hparams = PPOHParams() if hparams is None else hparams
+        actor_key, critic_key, env_key, key = jr.split(key, 4)
+        actors = self._per_agent_build(self._new_actor, actor_key)
+        critics = self._per_agent_build(self._new_critic, critic_key)
+        build_opt = _init_opt if self.shared_params else eqx.filter_vmap(_init_opt)
+        env_state = jax.vmap(lambda k: self.env.reset(key=k))(jr.split(env_key, self.batch_size))
+        return PPOState(
+            actors, critics, build_opt(actors), build_opt(critics), hparams, env_state, key, i32(0)
+        )
+
+    # -- acting ---------------------------------------------------------------------------
+
+    def _over_agents(self, fn: Callable, params: PyTree, *args: Array):
+        """``fn(params_i, *args_i)`` for every agent ``i``; ``args`` have the agent axis first."""
+        axis = None if self.shared_params else eqx.if_array(0)
+        return eqx.filter_vmap(fn, in_axes=(axis, *([0] * len(args))))(params, *args)
+
+    def act(
+        self,
+        state: PPOState,
+        obs: Float[Array, "num_agents obs_dim"],
+        *,
+        key: PRNGKey,
+        deterministic: bool = False,
+    ) -> Array:
+        """One action per agent for one environment's observations."""
+        if deterministic:
+            return self._over_agents(lambda a, o: a.mode(o), state.actors, obs)
+        keys = jr.split(key, self.num_agents)
+        return self._over_agents(lambda a, o, k: a.sample(o, key=k), state.actors, obs, keys)
+
+    def _act_batch(self, actors, obs, key):
+        # obs: (batch, agents, obs_dim) -> actions and log-probs (batch, agents, ...)
+        obs = jnp.swapaxes(obs, 0, 1)
+        keys = jr.split(key, obs.shape[:2])
+
+        def one_agent(actor, o, k):
+            actions = jax.vmap(lambda oi, ki: actor.sample(oi, key=ki))(o, k)
+            return actions, jax.vmap(actor.log_prob)(o, actions)
+
+        actions, log_probs = self._over_agents(one_agent, actors, obs, keys)
+        return jnp.swapaxes(actions, 0, 1), jnp.swapaxes(log_probs, 0, 1)
+
+    def _values(self, critics, obs: Float[Array, "... agents obs_dim"]) -> Array:
+        lead = obs.shape[:-2]
+        flat = jnp.swapaxes(obs.reshape(-1, *obs.shape[-2:]), 0, 1)  # (agents, samples, obs)
+        values = self._over_agents(lambda c, o: jax.vmap(c)(o), critics, flat)
+        return jnp.swapaxes(values, 0, 1).reshape(*lead, self.num_agents)
+
+    # -- one update -----------------------------------------------------------------------
+
+    def rollout(self, state: PPOState) -> tuple[PPOState, Trajectory]:
+        """``rollout_length`` steps of the current policies in the ``batch_size`` envs."""
+
+        def one_step(carry, _):
+            env_state, key = carry
+            key, act_key, step_key = jr.split(key, 3)
+            actions, log_probs = self._act_batch(state.actors, env_state.obs, act_key)
+            step = jax.vmap(lambda s, a, k: autoreset_multi_agent_step(self.env, s, a, key=k))(
+                env_state, actions, jr.split(step_key, self.batch_size)
+            )
+            out = (
+                env_state.obs, actions, log_probs, step.reward, step.next_obs,
+                step.terminated, step.truncated,
+            )  # fmt: skip
+            return (step.state, key), out
+
+        (env_state, key), steps = jax.lax.scan(
+            one_step, (state.env_state, state.key), length=self.rollout_length
+        )
+        traj = Trajectory(*steps)
+        state = eqx.tree_at(lambda s: (s.env_state, s.key), state, (env_state, key))
+        return state, traj
+
+    def _samples(self, state: PPOState, traj: Trajectory) -> _Samples:
+        """Per-agent samples ``(num_agents, rollout_length * batch_size, ...)`` with GAE."""
+        h = state.hparams
+        values = self._values(state.critics, traj.obs)
+        next_values = self._values(state.critics, traj.next_obs)
+        # The rollout's last step bootstraps from where it arrived (unless it terminated).
+        truncated = traj.truncated.at[-1].set(1.0)
+        shape = traj.rewards.shape
+        advantages, targets = gae(
+            traj.rewards, values, next_values,
+            jnp.broadcast_to(traj.terminated[..., None], shape),
+            jnp.broadcast_to(truncated[..., None], shape),
+            h.gamma, h.gae_lambda,
+        )  # fmt: skip
+
+        def per_agent(x):  # (time, batch, agents, ...) -> (agents, time * batch, ...)
+            x = jnp.moveaxis(x, 2, 0)
+            return x.reshape(x.shape[0], -1, *x.shape[3:])
+
+        return _Samples(
+            per_agent(traj.obs), per_agent(traj.actions), per_agent(traj.log_probs),
+            per_agent(advantages), per_agent(targets),
+        )  # fmt: skip
+
+    def _actor_loss(self, actor: AbstractActor, batch: _Samples, h: PPOHParams):
+        log_probs = jax.vmap(actor.log_prob)(batch.obs, batch.actions)
+        log_ratio = log_probs - batch.log_probs
+        ratio = jnp.exp(log_ratio)
+        adv = batch.advantages
+        if self.normalise_advantages:
+            adv = (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
+        clipped = jnp.clip(ratio, 1.0 - h.clip_eps, 1.0 + h.clip_eps)
+        surrogate = jnp.mean(jnp.minimum(ratio * adv, clipped * adv))
+        entropy = jnp.mean(jax.vmap(actor.entropy)(batch.obs))
+        return -surrogate - h.ent_coef * entropy, entropy
+
+    def _approx_kl(self, actor: AbstractActor, data: _Samples) -> Float[Array, ""]:
+        """KL(rollout policy || current policy), estimated as mean((r - 1) - log r) over the
+        whole batch (non-negative, unbiased; Schulman's k3 estimator)."""
+        log_ratio = jax.vmap(actor.log_prob)(data.obs, data.actions) - data.log_probs
+        return jnp.mean(jnp.expm1(log_ratio) - log_ratio)
+
+    def _actor_update(self, actor, opt_state, data: _Samples, h: PPOHParams, key: PRNGKey):
+        """Actor epochs on one agent's samples, stopping early on the KL threshold."""
+        n = data.obs.shape[0]
+        grad_fn = eqx.filter_value_and_grad(self._actor_loss, has_aux=True)
+
+        def minibatch(carry, idx):
+            actor, opt_state = carry
+            (loss, entropy), grads = grad_fn(actor, tree_take(data, idx), h)
+            actor, opt_state = _apply(actor, grads, opt_state, h.actor_lr, h.max_grad_norm)
+            return (actor, opt_state), (loss, entropy)
+
+        def epoch(carry):
+            actor, opt_state, key, count, _, _, _ = carry
+            key, perm_key = jr.split(key)
+            idx = _minibatches(perm_key, n, self.num_minibatches)
+            carry, (losses, entropies) = filter_scan(minibatch, (actor, opt_state), idx)
+            actor, opt_state = carry
+            kl = self._approx_kl(actor, data)
+            return actor, opt_state, key, count + 1, kl, jnp.mean(losses), jnp.mean(entropies)
+
+        def keep_going(carry):
+            count, kl = carry[3], carry[4]
+            return (count < self.actor_epochs) & (kl <= h.kl_threshold)
+
+        zero = jnp.zeros((), jnp.float32)
+        carry = (actor, opt_state, key, i32(0), zero, zero, zero)
+        dynamic, static = eqx.partition(carry, eqx.is_array)
+        dynamic = jax.lax.while_loop(
+            lambda d: keep_going(eqx.combine(d, static)),
+            lambda d: eqx.partition(epoch(eqx.combine(d, static)), eqx.is_array)[0],
+            dynamic,
+        )
+        actor, opt_state, _, count, kl, loss, entropy = eqx.combine(dynamic, static)
+        metrics = {"actor_loss": loss, "entropy": entropy, "kl": kl, "actor_epochs": count}
+        return actor, opt_state, metrics
+
+    def _critic_update(self, critic, opt_state, data: _Samples, h: PPOHParams, key: PRNGKey):
+        n = data.obs.shape[0]
+
+        def loss_fn(critic, batch):
+            values = jax.vmap(critic)(batch.obs)
+            return h.vf_coef * jnp.mean((values - batch.targets) ** 2)
+
+        def minibatch(carry, idx):
+            critic, opt_state = carry
+            loss, grads = eqx.filter_value_and_grad(loss_fn)(critic, tree_take(data, idx))
+            critic, opt_state = _apply(critic, grads, opt_state, h.critic_lr, h.max_grad_norm)
+            return (critic, opt_state), loss
+
+        def epoch(carry, epoch_key):
+            idx = _minibatches(epoch_key, n, self.num_minibatches)
+            carry, losses = filter_scan(minibatch, carry, idx)
+            return carry, jnp.mean(losses)
+
+        (critic, opt_state), losses = filter_scan(
+            epoch, (critic, opt_state), jr.split(key, self.critic_epochs)
+        )
+        loss = losses[-1] if self.critic_epochs else jnp.zeros((), jnp.float32)
+        return critic, opt_state, {"critic_loss": loss}
+
+    def update(self, state: PPOState, traj: Trajectory) -> tuple[PPOState, Metrics]:
+        """Actor then critic epochs on a rollout; metrics are per agent ``(num_agents,)``."""
+        h = state.hparams
+        data = self._samples(state, traj)
+        key, actor_key, critic_key = jr.split(state.key, 3)
+        if self.shared_params:  # one network: pool every agent's samples
+            pooled = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), data)
+            actors, actor_opt, actor_metrics = self._actor_update(
+                state.actors, state.actor_opt_state, pooled, h, actor_key
+            )
+            critics, critic_opt, critic_metrics = self._critic_update(
+                state.critics, state.critic_opt_state, pooled, h, critic_key
+            )
+        else:  # vmapped over agents: clipping, Adam and the KL stop are per agent
+            actors, actor_opt, actor_metrics = eqx.filter_vmap(
+                lambda a, o, d, k: self._actor_update(a, o, d, h, k)
+            )(state.actors, state.actor_opt_state, data, jr.split(actor_key, self.num_agents))
+            critics, critic_opt, critic_metrics = eqx.filter_vmap(
+                lambda c, o, d, k: self._critic_update(c, o, d, h, k)
+            )(state.critics, state.critic_opt_state, data, jr.split(critic_key, self.num_agents))
+        state = _with_update(state, actors, critics, actor_opt, critic_opt, key)
+        metrics = {**actor_metrics, **critic_metrics}
+        metrics = {
+            k: jnp.broadcast_to(v, (self.num_agents,)).astype(jnp.float32)
+            for k, v in metrics.items()
+        }
+        metrics["mean_reward"] = jnp.mean(traj.rewards, axis=(0, 1))
+        metrics["episodes_done"] = jnp.broadcast_to(
+            jnp.sum(jnp.maximum(traj.terminated, traj.truncated)), (self.num_agents,)
+        )
+        return state, metrics
+
+    def train_step(self, state: PPOState) -> tuple[PPOState, Metrics]:
+        """One rollout and one update."""
+        state, traj = self.rollout(state)
+        return self.update(state, traj)

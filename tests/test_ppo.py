@@ -1,0 +1,246 @@
+import functools
+import os
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import eqx_qd as q
+import eqx_qd._ppo_training as ppo_training
+
+
+# Small sizes: every test below reuses the same few compiled programs.
+FAST = dict(rollout_length=32, batch_size=32, num_minibatches=4, actor_epochs=4, critic_epochs=4)
+FAST_HPARAMS = q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3)
+
+
+@functools.cache
+def line_agent(shared: bool = False) -> q.IPPO:
+    env = q.TimeLimit(q.LineTargets(n=2, size=8), 16)
+    return q.IPPO(env, shared_params=shared, **FAST)
+
+
+@functools.cache
+def trained_line_run(shared: bool = False):
+    agent = line_agent(shared)
+    state = agent.init(FAST_HPARAMS, key=jr.key(0))
+    return q.train_ippo(agent, state, 40, key=jr.key(1), eval_frequency=20, n_evals=64)
+
+
+def _mean_return(stats: q.EpisodeStats) -> float:
+    return float(np.mean(stats.returns))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_ippo_learns_the_discrete_task(shared):
+    _, log = trained_line_run(shared)
+    before, after = _mean_return(log.evals[0]), _mean_return(log.evals[-1])
+    # Untrained agents wander for the whole 16 steps (about -8); trained ones walk straight
+    # to their targets (the best possible mean is about +0.5).
+    assert before < -4.0
+    assert after > 0.3, (before, after)
+    assert float(np.mean(log.evals[-1].terminated)) > 0.95
+    assert log.updates == [0, 20, 40]
+    assert log.env_steps[-1] == 40 * 32 * 32
+
+
+def test_ippo_shapes_independent_vs_shared():
+    state, _ = trained_line_run(False)
+    shared_state, _ = trained_line_run(True)
+    assert state.actors.net.layers[0].weight.shape == (2, 3, 64)
+    assert shared_state.actors.net.layers[0].weight.shape == (3, 64)
+    assert int(state.updates) == 40
+
+
+def test_ppo_learns_a_continuous_task():
+    env = q.SingleAgentView(q.PointMaze(walls=False, length=50))
+    agent = q.IPPO(env, **FAST)
+    state = agent.init(q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95), key=jr.key(0))
+    _, log = q.train_ippo(
+        agent, state, 40, key=jr.key(1), eval_frequency=40, n_evals=8, progress=False
+    )
+    # Standing still scores about -90; the straight walk to the goal scores about -13.6.
+    assert _mean_return(log.evals[0]) < -60
+    assert _mean_return(log.evals[-1]) > -20, _mean_return(log.evals[-1])
+    assert bool(np.all(log.evals[-1].terminated))
+
+
+@functools.cache
+def _one_update():
+    agent = line_agent()
+    return eqx.filter_jit(lambda s: agent.train_step(s)), agent.init(key=jr.key(3))
+
+
+def test_kl_early_stop_triggers_with_a_tiny_threshold():
+    step, state = _one_update()
+    tiny = eqx.tree_at(lambda s: s.hparams.kl_threshold, state, jnp.float32(1e-9))
+    huge = eqx.tree_at(lambda s: s.hparams.kl_threshold, state, jnp.float32(1e9))
+    _, tiny_metrics = step(tiny)
+    _, huge_metrics = step(huge)
+    np.testing.assert_array_equal(tiny_metrics["actor_epochs"], [1.0, 1.0])
+    np.testing.assert_array_equal(huge_metrics["actor_epochs"], [4.0, 4.0])
+    assert bool(jnp.all(tiny_metrics["kl"] > 1e-9))
+
+
+def test_zero_learning_rates_leave_networks_unchanged():
+    step, state = _one_update()
+    frozen = eqx.tree_at(
+        lambda s: (s.hparams.actor_lr, s.hparams.critic_lr), state, (jnp.float32(0), jnp.float32(0))
+    )
+    new, _ = step(frozen)
+    assert bool(eqx.tree_equal(new.actors, state.actors))
+    assert bool(eqx.tree_equal(new.critics, state.critics))
+    assert int(new.updates) == int(state.updates) + 1
+
+
+def test_sweep_is_one_vmap_over_hyperparameters():
+    agent = line_agent()
+    grid = q.PPOHParams.stack([FAST_HPARAMS, q.PPOHParams(actor_lr=0.0, critic_lr=3e-3)])
+    key = jr.key(5)
+    states = eqx.filter_vmap(lambda h: agent.init(h, key=key))(grid)
+    sweep = eqx.filter_jit(eqx.filter_vmap(lambda s: q.train_updates(agent, s, 3)))
+    trained, metrics = sweep(states)
+    assert metrics["actor_loss"].shape == (2, 3, 2)
+    # Member 1 has a zero actor learning rate; member 0 equals its own unbatched run.
+    first = q.tree_take(states, 1)
+    assert bool(eqx.tree_equal(q.tree_take(trained, 1).actors, first.actors))
+    alone, _ = q.train_updates(agent, agent.init(FAST_HPARAMS, key=key), 3)
+    leaves = zip(
+        jax.tree.leaves(eqx.filter(q.tree_take(trained, 0).actors, eqx.is_array)),
+        jax.tree.leaves(eqx.filter(alone.actors, eqx.is_array)),
+    )
+    for swept, single in leaves:
+        np.testing.assert_allclose(swept, single, rtol=1e-4, atol=1e-5)
+
+
+def test_evaluation_reports_full_episodes():
+    state, _ = trained_line_run(False)
+    agent = line_agent()
+    stats = q.evaluate_ippo(agent, state, 32, key=jr.key(7), deterministic=False)
+    assert stats.returns.shape == (32, 2) and stats.final_rewards.shape == (32, 2)
+    ended = np.asarray(stats.terminated) | np.asarray(stats.truncated)
+    assert ended.all()
+    assert not (np.asarray(stats.terminated) & np.asarray(stats.truncated)).any()
+    assert np.all(np.asarray(stats.lengths) <= 16)
+    # An episode that terminated ended on the arrival bonus.
+    arrived = np.asarray(stats.final_rewards)[np.asarray(stats.terminated)]
+    np.testing.assert_allclose(arrived, 1.0)
+    # A random untrained agent mostly runs into the time limit.
+    fresh = agent.init(key=jr.key(8))
+    stats = q.evaluate_ippo(agent, fresh, 32, key=jr.key(7))
+    assert np.asarray(stats.truncated).any()
+    assert np.all(np.asarray(stats.lengths)[np.asarray(stats.truncated)] == 16)
+
+
+@given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=12), st.booleans())
+def test_summarize_matches_numpy(values, with_nan):
+    x = np.asarray(values, np.float32)
+    if with_nan:
+        x = np.append(x, np.float32(np.nan))
+    s = q.summarize(x)
+    assert bool(s.has_nans) == with_nan
+    if not with_nan:
+        np.testing.assert_allclose(s.mean, np.mean(x), rtol=1e-5, atol=1e-3)
+        np.testing.assert_allclose(s.std, np.std(x), rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(s.var, np.var(x), rtol=1e-4, atol=1e-2)
+        np.testing.assert_allclose(s.median, np.median(x), rtol=1e-6, atol=1e-6)
+        assert float(s.min) == x.min() and float(s.max) == x.max()
+
+
+def test_summarize_per_agent_returns():
+    state, log = trained_line_run(False)
+    s = q.summarize(log.evals[-1].returns)
+    assert s.mean.shape == (2,) and s.has_nans.shape == (2,)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+@functools.cache
+def _checkpointed_runs(root: str):
+    agent = line_agent()
+    fresh = agent.init(FAST_HPARAMS, key=jr.key(11))
+    kwargs = dict(key=jr.key(12), eval_frequency=2, n_evals=8, progress=False)
+    whole_dir, split_dir = os.path.join(root, "whole"), os.path.join(root, "split")
+    whole, whole_log = q.train_ippo(agent, fresh, 4, checkpoint_dir=whole_dir, **kwargs)
+    half, _ = q.train_ippo(agent, fresh, 2, checkpoint_dir=split_dir, **kwargs)
+    restored, chosen = q.restore_checkpoint(split_dir, agent.init(key=jr.key(0)))
+    continued, continued_log = q.train_ippo(agent, restored, 2, checkpoint_dir=split_dir, **kwargs)
+    return agent, half, restored, chosen, whole, whole_log, continued, continued_log, split_dir
+
+
+@pytest.fixture(scope="module")
+def checkpointed(tmp_path_factory):
+    return _checkpointed_runs(str(tmp_path_factory.mktemp("ippo")))
+
+
+def test_restore_gives_back_identical_state(checkpointed):
+    _, half, restored, chosen, *_ = checkpointed
+    assert chosen.updates == 2
+    assert bool(eqx.tree_equal(restored, half))
+
+
+def test_continuing_from_a_checkpoint_equals_an_uninterrupted_run(checkpointed):
+    agent, _, _, _, whole, whole_log, continued, continued_log, _ = checkpointed
+    assert int(continued.updates) == 4
+    assert bool(eqx.tree_equal(continued, whole))
+    assert continued_log.updates == [4]  # no fresh evaluation at update 0 on a continued run
+    assert bool(eqx.tree_equal(continued_log.evals[-1], whole_log.evals[-1]))
+
+
+def test_checkpoint_folder_contents_and_best_restore(checkpointed):
+    agent, *_, split = checkpointed
+    names = sorted(os.listdir(os.path.join(split, "checkpoints")))
+    assert names == [f"{u:010d}.{ext}" for u in (0, 2, 4) for ext in ("eqx", "json")]
+    assert {"agent.json", "hparams.json"} <= set(os.listdir(split))
+    checkpoints = q.list_checkpoints(split)
+    assert [c.updates for c in checkpoints] == [0, 2, 4]
+    # A user criterion: the checkpoint with the shortest mean episode.
+    shortest = lambda m: -float(np.mean(m["lengths"]))  # noqa: E731
+    expected = int(np.argmax([shortest(c.metrics) for c in checkpoints]))
+    state, chosen = q.restore_checkpoint(
+        split, agent.init(key=jr.key(0)), which="best", criterion=shortest
+    )
+    assert chosen.updates == checkpoints[expected].updates
+    assert int(state.updates) == chosen.updates
+
+
+def test_a_crash_while_saving_leaves_no_partial_file(tmp_path, monkeypatch):
+    agent = line_agent()
+    state, log = trained_line_run(False)
+    q.save_checkpoint(tmp_path, state, log.evals[-1])
+
+    def crash(f, tree, spec):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    later = eqx.tree_at(lambda s: s.updates, state, state.updates + 1)
+    monkeypatch.setattr(ppo_training.eqx, "tree_serialise_leaves", crash)
+    with pytest.raises(KeyboardInterrupt):
+        q.save_checkpoint(tmp_path, later, log.evals[-1])
+    monkeypatch.undo()
+    eqx_files = [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".eqx")]
+    assert eqx_files == ["0000000040.eqx"]
+    assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.startswith(".tmp")]
+    restored, chosen = q.restore_checkpoint(tmp_path, agent.init(key=jr.key(0)))
+    assert chosen.updates == 40 and bool(eqx.tree_equal(restored, state))
+
+
+def test_bad_input_is_named(checkpointed):
+    env = q.TimeLimit(q.LineTargets(), 16)
+    with pytest.raises(ValueError, match="num_minibatches"):
+        q.IPPO(env, rollout_length=10, batch_size=3, num_minibatches=4)
+    with pytest.raises(ValueError, match="gamma"):
+        q.PPOHParams(gamma=1.5)
+    with pytest.raises(ValueError, match="eval_frequency"):
+        q.train_ippo(line_agent(), _one_update()[1], 4, key=jr.key(0), eval_frequency=0)
+    with pytest.raises(FileNotFoundError, match="no checkpoints"):
+        q.restore_checkpoint("/nonexistent/run", _one_update()[1])
+    with pytest.raises(ValueError, match="latest"):
+        q.restore_checkpoint(checkpointed[-1], _one_update()[1], which="first")
+    with pytest.raises(ValueError, match="stack"):
+        q.PPOHParams.stack([])
