@@ -1,4 +1,4 @@
-"""The ``eqx-qd`` command: ``eqx-qd run {map-elites, pgame, pbt, me-pbt} [options]``."""
+"""The ``eqx-qd`` command: ``eqx-qd run {map-elites, pgame, pbt, me-pbt, ippo} [options]``."""
 
 import argparse
 import dataclasses
@@ -117,7 +117,63 @@ def build_parser() -> argparse.ArgumentParser:
     mp.add_argument("--out", help="run folder (default: runs/me-pbt-<time>)")
     mp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     mp.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    ip = algos.add_parser(
+        "ippo",
+        help="independent PPO (default: 4 agents on the discrete LineTargets task, < 1 min)",
+    )
+    ip.add_argument("--config", help="TOML file with IPPOConfig keys (options override it)")
+    ip.add_argument("--env", help="line_targets, point_maze_open, or a multi-agent brax task")
+    ip.add_argument("--num-agents", type=_positive_int, dest="num_agents")
+    ip.add_argument("--num-updates", type=int, dest="num_updates", help="total PPO updates")
+    ip.add_argument("--eval-frequency", type=_positive_int, dest="eval_frequency")
+    ip.add_argument("--batch-size", type=_positive_int, dest="batch_size", help="parallel envs")
+    ip.add_argument("--rollout-length", type=_positive_int, dest="rollout_length")
+    ip.add_argument(
+        "--shared-params", action="store_const", const=True, dest="shared_params",
+        help="one actor and one critic shared by all agents",
+    )  # fmt: skip
+    ip.add_argument("--seed", type=int)
+    ip.add_argument("--out", help="run folder (default: runs/ippo-<time>)")
+    ip.add_argument(
+        "--resume", metavar="FOLDER",
+        help="continue the run in FOLDER from its latest checkpoint (its config.toml, unless "
+        "--config is given) up to --num-updates",
+    )  # fmt: skip
+    ip.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    ip.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
+
+
+def _run_ippo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from ._ippo_runs import IPPOConfig, run_ippo
+    from ._runs import default_run_folder
+
+    if args.resume is not None:
+        if args.out is not None:
+            parser.error("--resume FOLDER writes into FOLDER; drop --out")
+        saved = os.path.join(args.resume, "config.toml")
+        if args.config is None:
+            if not os.path.isfile(saved):
+                parser.error(f"cannot resume: {saved!r} does not exist")
+            args.config = saved
+    config = _config_from_args(parser, args, IPPOConfig, IPPOConfig.from_mapping)
+    out = args.resume or args.out or default_run_folder("ippo")
+    try:
+        result = run_ippo(
+            config, out, progress=not args.no_progress, plots=not args.no_plots,
+            resume=args.resume is not None,
+        )  # fmt: skip
+    except ValueError as e:
+        parser.error(str(e))
+    last = {k: v[-1] for k, v in result.progress.items()}
+    print(
+        f"done: {int(last['updates'])} updates ({int(last['env_steps'])} env steps), "
+        f"mean return {last['mean_return']:.4g} (std {last['std_return']:.3g}), "
+        f"{100 * last['terminated']:.0f}% of evaluation episodes terminated"
+    )
+    print(f"run folder: {result.folder}")
+    return 0
 
 
 def _run_me_pbt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -199,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_pbt(parser, args)
     if args.algorithm == "me-pbt":
         return _run_me_pbt(parser, args)
+    if args.algorithm == "ippo":
+        return _run_ippo(parser, args)
     from ._runs import default_run_folder, MapElitesConfig, run_map_elites
 
     config = _config_from_args(parser, args, MapElitesConfig, MapElitesConfig.from_mapping)

@@ -74,3 +74,52 @@ def test_cli_rejects_unknown_config_keys(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["run", "map-elites", "--config", str(cfg)])
     assert "not valid TOML" in capsys.readouterr().err
+
+
+IPPO_TOML = """[ippo]
+num_agents = 2
+size = 6
+episode_length = 12
+rollout_length = 16
+batch_size = 8
+num_minibatches = 2
+num_updates = 4
+eval_frequency = 2
+n_evals = 4
+"""
+
+
+def test_cli_ippo_run_and_resume(tmp_path, capsys):
+    cfg = tmp_path / "ippo.toml"
+    cfg.write_text(IPPO_TOML)
+    out = tmp_path / "run"
+    assert main(["run", "ippo", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    assert "done: 4 updates (512 env steps)" in capsys.readouterr().out
+    for name in ("config.toml", "agent.json", "hparams.json", "progress.csv", "learning_curve.png"):
+        assert (out / name).is_file(), name
+    # Resuming reads the run's own config and trains on to the new total.
+    assert main(["run", "ippo", "--resume", str(out), "--num-updates", "6", "--no-plots",
+                 "--no-progress"]) == 0  # fmt: skip
+    assert "done: 6 updates" in capsys.readouterr().out
+    rows = (out / "progress.csv").read_text().strip().splitlines()
+    assert rows[0].startswith("updates,env_steps,mean_return")
+    assert [int(r.split(",")[0]) for r in rows[1:]] == [0, 2, 4, 6]
+    saved = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert saved[-1] == "0000000006.json" and len(saved) == 8
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env", "pong"], "env must be one of"),
+        (["--num-updates", "-1"], "num_updates must be >= 0"),
+        (["--resume", "/nonexistent"], "cannot resume"),
+        (["--batch-size", "3", "--rollout-length", "5"], "num_minibatches"),
+    ],
+)
+def test_cli_ippo_bad_input(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "ippo", "--no-progress"] + args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
