@@ -61,6 +61,7 @@ from ._hparam_spaces import (
     Uniform as Uniform,
 )
 from ._io import load_repertoire as load_repertoire, save_repertoire as save_repertoire
+from ._ippo_runs import IPPOConfig as IPPOConfig, run_ippo as run_ippo
 from ._ma_brax import BraxMultiAgentEnv as BraxMultiAgentEnv, MA_BRAX_TASKS as MA_BRAX_TASKS
 from ._map_elites import (
     MAPElites as MAPElites,
