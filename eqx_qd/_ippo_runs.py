@@ -44,6 +44,7 @@ class IPPOConfig(TomlConfig):
     critic_epochs: int = 4
     hidden: tuple[int, ...] | list[int] = (64, 64)
     shared_params: bool = False
+    normalise_observations: bool = False
     num_updates: int = 200
     eval_frequency: int = 10
     n_evals: int = 64
@@ -85,7 +86,7 @@ class IPPOConfig(TomlConfig):
             self.make_env(), rollout_length=self.rollout_length, batch_size=self.batch_size,
             num_minibatches=self.num_minibatches, actor_epochs=self.actor_epochs,
             critic_epochs=self.critic_epochs, actor_hidden=self.hidden, critic_hidden=self.hidden,
-            shared_params=self.shared_params,
+            shared_params=self.shared_params, normalise_observations=self.normalise_observations,
         )  # fmt: skip
 
     def hparams(self) -> PPOHParams:

@@ -27,6 +27,7 @@ from ._gae import gae
 from ._misc import f32, filter_scan, i32, tree_take
 from ._multi_agent import AbstractMultiAgentEnv, autoreset_multi_agent_step, MultiAgentState
 from ._networks import MLP
+from ._normaliser import RunningNormaliser
 
 
 Metrics = dict[str, Float[Array, "..."]]
@@ -192,7 +193,8 @@ class PPOState(eqx.Module):
     """Everything IPPO learns or varies. ``actors`` / ``critics`` and their optimiser states
     carry a leading ``num_agents`` axis unless parameters are shared. ``env_state`` holds the
     ``batch_size`` environments that rollouts continue from; ``updates`` counts PPO updates
-    (one rollout each) since the start, across restores."""
+    (one rollout each) since the start, across restores. ``normaliser`` (observation
+    statistics, laid out like the actors) is ``None`` unless observations are normalised."""
 
     actors: AbstractActor
     critics: ValueCritic
@@ -202,6 +204,7 @@ class PPOState(eqx.Module):
     env_state: MultiAgentState
     key: PRNGKey
     updates: Int[Array, ""]
+    normaliser: RunningNormaliser | None = None
 
 
 class Trajectory(eqx.Module):
@@ -256,6 +259,16 @@ def _with_update(state: PPOState, actors, critics, actor_opt, critic_opt, key) -
     )
 
 
+def _normalise(normaliser: RunningNormaliser | None, obs: Array) -> Array:
+    """``obs (..., [agents,] obs_dim)`` through per-agent (or shared) statistics."""
+    if normaliser is None:
+        return obs
+    shape = (1,) * (obs.ndim - normaliser.mean.ndim) + normaliser.mean.shape
+    std = jnp.sqrt(normaliser.var.reshape(shape) + normaliser.eps)
+    z = (obs - normaliser.mean.reshape(shape)) / std
+    return jnp.clip(z, -normaliser.clip, normaliser.clip)
+
+
 def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:
     """A fresh shuffle of ``n`` samples cut into ``count`` equal minibatches."""
     return jr.permutation(key, n).reshape(count, n // count)
@@ -287,6 +300,7 @@ class IPPO(eqx.Module):
     critic_hidden: tuple[int, ...] = eqx.field(default=(64, 64), static=True, converter=tuple)
     shared_params: bool = eqx.field(default=False, static=True)
     normalise_advantages: bool = eqx.field(default=True, static=True)
+    normalise_observations: bool = eqx.field(default=False, static=True)
     make_actor: Callable[..., AbstractActor] | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
@@ -333,9 +347,14 @@ class IPPO(eqx.Module):
         critics = self._per_agent_build(self._new_critic, critic_key)
         build_opt = _init_opt if self.shared_params else eqx.filter_vmap(_init_opt)
         env_state = jax.vmap(lambda k: self.env.reset(key=k))(jr.split(env_key, self.batch_size))
+        normaliser = None
+        if self.normalise_observations:
+            dim = self.env.observation_size
+            normaliser = self._per_agent_build(lambda _: RunningNormaliser.create(dim), key)
         return PPOState(
-            actors, critics, build_opt(actors), build_opt(critics), hparams, env_state, key, i32(0)
-        )
+            actors, critics, build_opt(actors), build_opt(critics), hparams, env_state, key,
+            i32(0), normaliser,
+        )  # fmt: skip
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -352,7 +371,8 @@ class IPPO(eqx.Module):
         key: PRNGKey,
         deterministic: bool = False,
     ) -> Array:
-        """One action per agent for one environment's observations."""
+        """One action per agent for one environment's (raw) observations."""
+        obs = _normalise(state.normaliser, obs)
         if deterministic:
             return self._over_agents(lambda a, o: a.mode(o), state.actors, obs)
         keys = jr.split(key, self.num_agents)
@@ -384,7 +404,8 @@ class IPPO(eqx.Module):
         def one_step(carry, _):
             env_state, key = carry
             key, act_key, step_key = jr.split(key, 3)
-            actions, log_probs = self._act_batch(state.actors, env_state.obs, act_key)
+            obs = _normalise(state.normaliser, env_state.obs)
+            actions, log_probs = self._act_batch(state.actors, obs, act_key)
             step = jax.vmap(lambda s, a, k: autoreset_multi_agent_step(self.env, s, a, key=k))(
                 env_state, actions, jr.split(step_key, self.batch_size)
             )
@@ -404,8 +425,9 @@ class IPPO(eqx.Module):
     def _samples(self, state: PPOState, traj: Trajectory) -> _Samples:
         """Per-agent samples ``(num_agents, rollout_length * batch_size, ...)`` with GAE."""
         h = state.hparams
-        values = self._values(state.critics, traj.obs)
-        next_values = self._values(state.critics, traj.next_obs)
+        obs = _normalise(state.normaliser, traj.obs)  # as the actors saw them
+        values = self._values(state.critics, obs)
+        next_values = self._values(state.critics, _normalise(state.normaliser, traj.next_obs))
         # The rollout's last step bootstraps from where it arrived (unless it terminated).
         truncated = traj.truncated.at[-1].set(1.0)
         shape = traj.rewards.shape
@@ -421,7 +443,7 @@ class IPPO(eqx.Module):
             return x.reshape(x.shape[0], -1, *x.shape[3:])
 
         return _Samples(
-            per_agent(traj.obs), per_agent(traj.actions), per_agent(traj.log_probs),
+            per_agent(obs), per_agent(traj.actions), per_agent(traj.log_probs),
             per_agent(advantages), per_agent(targets),
         )  # fmt: skip
 
@@ -524,6 +546,10 @@ class IPPO(eqx.Module):
                 lambda c, o, d, k: self._critic_update(c, o, d, h, k)
             )(state.critics, state.critic_opt_state, data, jr.split(critic_key, self.num_agents))
         state = _with_update(state, actors, critics, actor_opt, critic_opt, key)
+        if state.normaliser is not None:  # the next rollout sees this one's statistics too
+            state = eqx.tree_at(
+                lambda s: s.normaliser, state, self._updated_normaliser(state.normaliser, traj)
+            )
         metrics = {**actor_metrics, **critic_metrics}
         metrics = {
             k: jnp.broadcast_to(v, (self.num_agents,)).astype(jnp.float32)
@@ -534,6 +560,12 @@ class IPPO(eqx.Module):
             jnp.sum(jnp.maximum(traj.terminated, traj.truncated)), (self.num_agents,)
         )
         return state, metrics
+
+    def _updated_normaliser(self, normaliser: RunningNormaliser, traj: Trajectory):
+        obs = jnp.moveaxis(traj.obs, 2, 0).reshape(self.num_agents, -1, traj.obs.shape[-1])
+        if self.shared_params:
+            return normaliser.update(obs.reshape(-1, obs.shape[-1]))
+        return eqx.filter_vmap(lambda n, o: n.update(o))(normaliser, obs)
 
     def train_step(self, state: PPOState) -> tuple[PPOState, Metrics]:
         """One rollout and one update."""

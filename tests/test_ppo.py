@@ -58,7 +58,7 @@ def test_ippo_shapes_independent_vs_shared():
 
 def test_ppo_learns_a_continuous_task():
     env = q.SingleAgentView(q.PointMaze(walls=False, length=50))
-    agent = q.IPPO(env, **FAST)
+    agent = q.IPPO(env, normalise_observations=True, **FAST)
     state = agent.init(q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95), key=jr.key(0))
     _, log = q.train_ippo(
         agent, state, 40, key=jr.key(1), eval_frequency=40, n_evals=8, progress=False
@@ -67,6 +67,18 @@ def test_ppo_learns_a_continuous_task():
     assert _mean_return(log.evals[0]) < -60
     assert _mean_return(log.evals[-1]) > -20, _mean_return(log.evals[-1])
     assert bool(np.all(log.evals[-1].terminated))
+
+
+def test_observation_statistics_follow_the_rollouts():
+    agent = q.IPPO(q.TimeLimit(q.LineTargets(n=2, size=8), 16), normalise_observations=True, **FAST)
+    state = agent.init(key=jr.key(2))
+    assert state.normaliser.mean.shape == (2, 3)  # per agent, like the actors
+    rolled, traj = eqx.filter_jit(agent.rollout)(state)
+    new, _ = eqx.filter_jit(agent.update)(rolled, traj)
+    obs = np.asarray(traj.obs).reshape(-1, 2, 3)
+    np.testing.assert_allclose(new.normaliser.mean, obs.mean(axis=0), atol=1e-5)
+    np.testing.assert_allclose(new.normaliser.var, obs.var(axis=0), atol=1e-5)
+    np.testing.assert_allclose(new.normaliser.count, [32 * 32, 32 * 32])
 
 
 @functools.cache
