@@ -10,6 +10,7 @@ trained on its own experience only: the actor and critic updates are vmapped ove
 gradient clipping, Adam moments and the KL early stop are per agent.
 """
 
+import abc
 import typing
 from collections.abc import Callable, Sequence
 
@@ -95,17 +96,17 @@ class AbstractActor(eqx.Module):
     Subclass it for another action distribution; `IPPO` only uses these four methods.
     """
 
-    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]: ...
 
-    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]: ...
 
-    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Array:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Array: ...
 
-    def mode(self, obs: Float[Array, " obs_dim"]) -> Array:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def mode(self, obs: Float[Array, " obs_dim"]) -> Array: ...
 
 
 @typing.final

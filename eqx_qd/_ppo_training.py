@@ -251,8 +251,15 @@ def restore_checkpoint(
         chosen = checkpoints[int(np.nanargmax(scores))]
     else:
         raise ValueError(f"which must be 'latest' or 'best', got {which!r}")
-    with open(chosen.path, "rb") as f:
-        return eqx.tree_deserialise_leaves(f, like, _load_leaf), chosen
+    try:
+        with open(chosen.path, "rb") as f:
+            return eqx.tree_deserialise_leaves(f, like, _load_leaf), chosen
+    except (ValueError, RuntimeError, EOFError) as e:
+        raise ValueError(
+            f"checkpoint {chosen.path!r} does not fit the template state ({e}); build `like` "
+            "with the same agent (environment, sizes, shared_params, normalise_observations) "
+            "and hyperparameter shapes as the run"
+        ) from e
 
 
 def write_run_info(

@@ -254,5 +254,7 @@ def test_bad_input_is_named(checkpointed):
         q.restore_checkpoint("/nonexistent/run", _one_update()[1])
     with pytest.raises(ValueError, match="latest"):
         q.restore_checkpoint(checkpointed[-1], _one_update()[1], which="first")
+    with pytest.raises(ValueError, match="does not fit the template"):
+        q.restore_checkpoint(checkpointed[-1], line_agent(True).init(key=jr.key(0)))
     with pytest.raises(ValueError, match="stack"):
         q.PPOHParams.stack([])
