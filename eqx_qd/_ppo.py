@@ -22,7 +22,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PyTree
 
-from ._agents import _check_ranges
+from ._agents import _check_ranges, _params
 from ._custom_types import PRNGKey
 from ._gae import gae
 from ._misc import f32, filter_scan, i32, tree_take
@@ -233,10 +233,6 @@ def _optimizer(learning_rate: Float[Array, ""], max_grad_norm: Float[Array, ""])
     # Rebuilt from (traced) arrays at every step; the state's structure depends on neither.
     clip = optax.clip_by_global_norm(max_grad_norm)
     return optax.chain(clip, optax.adam(learning_rate, eps=1e-5))
-
-
-def _params(module: PyTree) -> PyTree:
-    return eqx.filter(module, eqx.is_inexact_array)
 
 
 def _init_opt(module: PyTree) -> PyTree:

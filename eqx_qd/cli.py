@@ -32,6 +32,14 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _run_options(parser: argparse.ArgumentParser, name: str) -> None:
+    """The options every job shares."""
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--out", help=f"run folder (default: runs/{name}-<time>)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="eqx-qd", description="Quality-Diversity runs with eqx_qd.")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -53,10 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--log-period", type=_positive_int, dest="log_period")
     me.add_argument("--iso-sigma", type=_non_negative_float, dest="iso_sigma")
     me.add_argument("--line-sigma", type=_non_negative_float, dest="line_sigma")
-    me.add_argument("--seed", type=int)
-    me.add_argument("--out", help="run folder (default: runs/map-elites-<time>)")
-    me.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    me.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _run_options(me, "map-elites")
 
     pg = algos.add_parser(
         "pgame",
@@ -73,14 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--n-niches", type=_positive_int, dest="n_niches")
     pg.add_argument("--episode-length", type=_positive_int, dest="episode_length")
     pg.add_argument("--save-period", type=_positive_int, dest="save_period")
-    pg.add_argument("--seed", type=int)
     pg.add_argument(
         "--no-gradient", action="store_false", dest="gradient_op", default=None,
         help="plain MAP-Elites (GA only) with the same budget and outputs",
     )  # fmt: skip
-    pg.add_argument("--out", help="run folder (default: runs/pgame-<time>)")
-    pg.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    pg.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _run_options(pg, "pgame")
 
     pb = algos.add_parser(
         "pbt",
@@ -93,10 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument("--rounds", type=_positive_int)
     pb.add_argument("--iterations-per-round", type=_positive_int, dest="iterations_per_round")
     pb.add_argument("--explore", help="resample or perturb")
-    pb.add_argument("--seed", type=int)
-    pb.add_argument("--out", help="run folder (default: runs/pbt-<time>)")
-    pb.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    pb.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _run_options(pb, "pbt")
 
     mp = algos.add_parser(
         "me-pbt",
@@ -113,10 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--devices", type=_positive_int,
         help="devices to shard over (on CPU, this many host devices are created)",
     )  # fmt: skip
-    mp.add_argument("--seed", type=int)
-    mp.add_argument("--out", help="run folder (default: runs/me-pbt-<time>)")
-    mp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    mp.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _run_options(mp, "me-pbt")
 
     ip = algos.add_parser(
         "ippo",
@@ -133,15 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--shared-params", action="store_const", const=True, dest="shared_params",
         help="one actor and one critic shared by all agents",
     )  # fmt: skip
-    ip.add_argument("--seed", type=int)
-    ip.add_argument("--out", help="run folder (default: runs/ippo-<time>)")
+    _run_options(ip, "ippo")
     ip.add_argument(
         "--resume", metavar="FOLDER",
         help="continue the run in FOLDER from its latest checkpoint (its config.toml, unless "
         "--config is given) up to --num-updates",
     )  # fmt: skip
-    ip.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    ip.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
 
