@@ -41,7 +41,9 @@ class RunningNormaliser(eqx.Module):
         return eqx.tree_at(lambda s: (s.mean, s.var, s.count), self, (mean, m2 / total, total))
 
     def normalise(self, x: Float[Array, "*batch dim"]) -> Float[Array, "*batch dim"]:
-        lead = (1,) * (x.ndim - 1)  # explicit broadcast over the batch axes
+        """Also for stacked statistics (e.g. one per agent, ``mean (agents, dim)``): they apply
+        to the trailing axes of ``x``."""
+        lead = (1,) * (x.ndim - self.mean.ndim)  # explicit broadcast over the batch axes
         mean = self.mean.reshape(lead + self.mean.shape)
         std = jnp.sqrt(self.var + self.eps).reshape(lead + self.var.shape)
         z = (x - mean) / std

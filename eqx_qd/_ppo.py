@@ -257,13 +257,8 @@ def _with_update(state: PPOState, actors, critics, actor_opt, critic_opt, key) -
 
 
 def _normalise(normaliser: RunningNormaliser | None, obs: Array) -> Array:
-    """``obs (..., [agents,] obs_dim)`` through per-agent (or shared) statistics."""
-    if normaliser is None:
-        return obs
-    shape = (1,) * (obs.ndim - normaliser.mean.ndim) + normaliser.mean.shape
-    std = jnp.sqrt(normaliser.var.reshape(shape) + normaliser.eps)
-    z = (obs - normaliser.mean.reshape(shape)) / std
-    return jnp.clip(z, -normaliser.clip, normaliser.clip)
+    """``obs (..., [agents,] obs_dim)`` through per-agent (or shared) statistics, if any."""
+    return obs if normaliser is None else normaliser.normalise(obs)
 
 
 def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:

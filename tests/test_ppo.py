@@ -79,6 +79,10 @@ def test_observation_statistics_follow_the_rollouts():
     np.testing.assert_allclose(new.normaliser.mean, obs.mean(axis=0), atol=1e-5)
     np.testing.assert_allclose(new.normaliser.var, obs.var(axis=0), atol=1e-5)
     np.testing.assert_allclose(new.normaliser.count, [32 * 32, 32 * 32])
+    # Stacked statistics apply per agent to the trailing (agents, obs_dim) axes.
+    z = np.asarray(new.normaliser.normalise(traj.obs)).reshape(-1, 2, 3)
+    expected = (obs - obs.mean(axis=0)) / np.sqrt(obs.var(axis=0) + 1e-6)
+    np.testing.assert_allclose(z, np.clip(expected, -10, 10), atol=1e-4)
 
 
 @functools.cache
