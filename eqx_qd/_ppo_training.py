@@ -23,13 +23,14 @@ from ._ppo import IPPO, Metrics, PPOState
 
 # ----------------------------------------------------------------------------- progress
 
-_BAR: list[Any] = []  # the active tqdm bar of `train`, if any (host side only)
+# The bars of running `train_ippo` calls, with the update count each started from (host only).
+_BARS: list[tuple[Any, int]] = []
 
 
 def _advance_bar(updates: Array) -> None:
-    if _BAR:
-        bar = _BAR[-1]
-        target = int(np.max(updates)) - bar.initial_updates
+    if _BARS:
+        bar, start = _BARS[-1]
+        target = int(np.max(updates)) - start  # max: under vmap, one call sees every member
         if target > bar.n:
             bar.update(target - bar.n)
 
@@ -44,7 +45,7 @@ def train_updates(
     """``num_updates`` PPO updates in one ``lax.scan``; metrics stacked ``(num_updates, agents)``.
 
     Vmap it over a batch of states (e.g. built from `PPOHParams.stack`) to train a sweep in one
-    program. With ``progress``, each update reports to the bar of a running `train`.
+    program. With ``progress``, each update reports to the bar of a running `train_ippo`.
     """
 
     def body(state, _):
@@ -356,8 +357,7 @@ def train_ippo(
     if int(state.updates) == 0:
         record(state, {})
     bar = tqdm(total=num_updates, disable=not progress, desc="ippo", unit="update")
-    bar.initial_updates = int(state.updates)
-    _BAR.append(bar)
+    _BARS.append((bar, int(state.updates)))
     try:
         done = 0
         while done < num_updates:
@@ -368,6 +368,6 @@ def train_ippo(
             record(state, metrics)
             bar.set_postfix(ret=f"{float(np.mean(log.evals[-1].returns)):.3g}")
     finally:
-        _BAR.pop()
+        _BARS.pop()
         bar.close()
     return state, log
