@@ -6,6 +6,7 @@ import dataclasses
 import os
 from typing import Any, ClassVar
 
+import equinox as eqx
 import jax.random as jr
 import numpy as np
 
@@ -122,7 +123,8 @@ def run_ippo(
     evaluation per evaluation), ``progress.csv`` (per evaluation: updates, env steps, return
     statistics over episodes and agents, fractions terminated / truncated, mean length) and
     ``learning_curve.png``. With ``resume``, training continues from the latest checkpoint in
-    ``out_dir`` (the config must be the same run's).
+    ``out_dir`` (the config must describe the same agent; its hyperparameters apply from there
+    on). Without it, a folder that already holds checkpoints is refused.
     """
     folder = os.fspath(out_dir)
     agent = config.make_agent()
@@ -132,6 +134,12 @@ def run_ippo(
         if not list_checkpoints(folder):
             raise ValueError(f"nothing to resume: no checkpoints under {folder!r}")
         state, _ = restore_checkpoint(folder, state)
+        # The config is the truth written beside the run: its hyperparameters apply from here.
+        state = eqx.tree_at(lambda s: s.hparams, state, config.hparams())
+    elif list_checkpoints(folder):
+        raise ValueError(
+            f"{folder!r} already holds checkpoints of a run; resume it or choose another folder"
+        )
     remaining = max(config.num_updates - int(state.updates), 0)
     state, _ = train_ippo(
         agent, state, remaining, key=train_key, eval_frequency=config.eval_frequency,

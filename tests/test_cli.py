@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -106,6 +108,18 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
     assert [int(r.split(",")[0]) for r in rows[1:]] == [0, 2, 4, 6]
     saved = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert saved[-1] == "0000000006.json" and len(saved) == 8
+    # A fresh run never writes over another run's checkpoints.
+    with pytest.raises(SystemExit) as e:
+        main(["run", "ippo", "--config", str(cfg), "--out", str(out), "--no-progress"])
+    assert e.value.code == 2 and "already holds checkpoints" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == saved
+    # Resuming with another config: its hyperparameters apply from the checkpoint on.
+    changed = tmp_path / "changed.toml"
+    changed.write_text(IPPO_TOML + "actor_lr = 0.0125\n")
+    assert main(["run", "ippo", "--resume", str(out), "--config", str(changed), "--num-updates",
+                 "8", "--no-plots", "--no-progress"]) == 0  # fmt: skip
+    assert json.loads((out / "hparams.json").read_text())["actor_lr"] == pytest.approx(0.0125)
+    assert "actor_lr = 0.0125" in (out / "config.toml").read_text()
 
 
 @pytest.mark.parametrize(
