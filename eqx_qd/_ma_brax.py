@@ -55,8 +55,8 @@ class BraxMultiAgentEnv(AbstractMultiAgentEnv):
     """A multi-agent view of a brax robot (`MA_BRAX_TASKS`), continuous actions in [-1, 1].
 
     ``walker2d_2x3``: 2 agents, 3 actuators and 11 observations each; ``ant_4x2``: 4 agents,
-    2 actuators and 15 observations each. Resets are deterministic (brax's own reset noise is
-    drawn from the key).
+    2 actuators and 15 observations each. Resets draw brax's own small reset noise from the
+    key, so episodes start apart (unlike `BraxQDEnv`, whose default start is fixed).
     """
 
     name: str = eqx.field(static=True)
