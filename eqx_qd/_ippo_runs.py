@@ -58,6 +58,7 @@ class IPPOConfig(TomlConfig):
     actor_lr: float = 5e-4
     critic_lr: float = 1e-3
     max_grad_norm: float = 0.5
+    reward_scale: float = 1.0
     seed: int = 0
 
     def __post_init__(self):

@@ -35,7 +35,8 @@ Metrics = dict[str, Float[Array, "..."]]
 
 
 class PPOHParams(eqx.Module):
-    """PPO hyperparameters, float32 scalars (stacked vectors in a sweep)."""
+    """PPO hyperparameters, float32 scalars (stacked vectors in a sweep). ``reward_scale``
+    multiplies rewards before GAE (the critic learns scaled returns)."""
 
     gamma: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
     gae_lambda: Float[Array, ""] = eqx.field(default=0.95, converter=f32)
@@ -46,6 +47,7 @@ class PPOHParams(eqx.Module):
     actor_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
     critic_lr: Float[Array, ""] = eqx.field(default=1e-3, converter=f32)
     max_grad_norm: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
+    reward_scale: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
 
     def __check_init__(self):
         inf = float("inf")
@@ -61,6 +63,7 @@ class PPOHParams(eqx.Module):
                 "actor_lr": (0.0, inf),
                 "critic_lr": (0.0, inf),
                 "max_grad_norm": (0.0, inf),
+                "reward_scale": (0.0, inf),
             },
         )
 
@@ -78,7 +81,7 @@ class PPOHParams(eqx.Module):
 
 _HPARAM_NAMES = (
     "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "kl_threshold", "actor_lr",
-    "critic_lr", "max_grad_norm",
+    "critic_lr", "max_grad_norm", "reward_scale",
 )  # fmt: skip
 
 
@@ -424,7 +427,7 @@ class IPPO(eqx.Module):
         truncated = traj.truncated.at[-1].set(1.0)
         shape = traj.rewards.shape
         advantages, targets = gae(
-            traj.rewards, values, next_values,
+            traj.rewards * h.reward_scale, values, next_values,
             jnp.broadcast_to(traj.terminated[..., None], shape),
             jnp.broadcast_to(truncated[..., None], shape),
             h.gamma, h.gae_lambda,

@@ -102,6 +102,22 @@ def test_kl_early_stop_triggers_with_a_tiny_threshold():
     assert bool(jnp.all(tiny_metrics["kl"] > 1e-9))
 
 
+def test_reward_scale_enters_advantages_linearly():
+    # GAE is linear in (rewards, values): with the same critic, A(2r) - A(r) = A(r) - A(0).
+    _, state = _one_update()
+    agent = line_agent()
+    _, traj = eqx.filter_jit(agent.rollout)(state)
+    samples = eqx.filter_jit(agent._samples)
+
+    def advantages(scale):
+        scaled = eqx.tree_at(lambda s: s.hparams.reward_scale, state, jnp.float32(scale))
+        return np.asarray(samples(scaled, traj).advantages)
+
+    a0, a1, a2 = advantages(0.0), advantages(1.0), advantages(2.0)
+    np.testing.assert_allclose(a2 - a1, a1 - a0, atol=1e-4)
+    assert np.abs(a1 - a0).max() > 0.1  # rewards do move the advantages
+
+
 def test_zero_learning_rates_leave_networks_unchanged():
     step, state = _one_update()
     frozen = eqx.tree_at(
