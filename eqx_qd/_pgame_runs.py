@@ -24,7 +24,7 @@ from ._config import TomlConfig
 from ._custom_types import PRNGKey
 from ._emitters import ActorType, MixingEmitter
 from ._envs import AbstractQDEnv
-from ._io import load_repertoire, save_repertoire
+from ._io import atomic_write, load_repertoire, save_repertoire
 from ._map_elites import MAPElites, MAPElitesState, StepInfo
 from ._metrics import QDMetrics
 from ._misc import filter_scan, tree_take
@@ -307,15 +307,16 @@ def _write_archive(path: str, repertoire: MapElitesRepertoire) -> None:
     fit = np.asarray(repertoire.fitnesses)
     desc = np.asarray(repertoire.descriptors)
     ids = np.asarray(repertoire.extra)
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as f:
+
+    def write(f):
         w = csv.writer(f)
         w.writerow(
             ["fitness", "centroid", *[f"descriptor_{i}" for i in range(desc.shape[1])], "id"]
         )
         for c in np.flatnonzero(np.isfinite(fit)):
             w.writerow([float(fit[c]), int(c), *desc[c].tolist(), int(ids[c])])
-    os.replace(tmp, path)
+
+    atomic_write(path, write, text=True)
 
 
 @dataclasses.dataclass

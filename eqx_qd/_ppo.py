@@ -79,10 +79,7 @@ class PPOHParams(eqx.Module):
         return {k: np.asarray(getattr(self, k)).tolist() for k in _HPARAM_NAMES}
 
 
-_HPARAM_NAMES = (
-    "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef", "kl_threshold", "actor_lr",
-    "critic_lr", "max_grad_norm", "reward_scale",
-)  # fmt: skip
+_HPARAM_NAMES = tuple(PPOHParams.__dataclass_fields__)
 
 
 # ----------------------------------------------------------------------------- networks

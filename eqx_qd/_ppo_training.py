@@ -4,7 +4,6 @@ summaries, and atomic checkpoints that can be restored (best or latest) and trai
 import json
 import os
 import re
-import tempfile
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from ._custom_types import PRNGKey
+from ._io import atomic_write
 from ._misc import filter_scan
 from ._ppo import IPPO, Metrics, PPOState
 
@@ -74,7 +74,7 @@ class EpisodeStats(eqx.Module):
         return {k: np.asarray(getattr(self, k)).tolist() for k in _EVAL_FIELDS}
 
 
-_EVAL_FIELDS = ("returns", "final_rewards", "terminated", "truncated", "lengths")
+_EVAL_FIELDS = tuple(EpisodeStats.__dataclass_fields__)
 
 
 @eqx.filter_jit
@@ -153,23 +153,8 @@ _CKPT = re.compile(r"^(\d{10})\.eqx$")
 CHECKPOINTS = "checkpoints"
 
 
-def _atomic_write(path: str, write: Callable[[typing.BinaryIO], None]) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def _write_json(path: str, data: Any) -> None:
-    _atomic_write(path, lambda f: f.write(json.dumps(data, indent=1).encode()))
+    atomic_write(path, lambda f: f.write(json.dumps(data, indent=1).encode()))
 
 
 def _is_key(x: Any) -> bool:
@@ -198,7 +183,7 @@ def save_checkpoint(directory: str | os.PathLike, state: PPOState, metrics: Epis
     os.makedirs(folder, exist_ok=True)
     stem = os.path.join(folder, f"{int(state.updates):010d}")
     _write_json(stem + ".json", {"updates": int(state.updates), **metrics.to_dict()})
-    _atomic_write(stem + ".eqx", lambda f: eqx.tree_serialise_leaves(f, state, _save_leaf))
+    atomic_write(stem + ".eqx", lambda f: eqx.tree_serialise_leaves(f, state, _save_leaf))
     return stem + ".eqx"
 
 
@@ -278,23 +263,14 @@ def write_run_info(
         "discrete": agent.env.discrete,
         **{
             name: getattr(agent, name)
-            for name in (
-                "rollout_length",
-                "batch_size",
-                "num_minibatches",
-                "actor_epochs",
-                "critic_epochs",
-                "actor_hidden",
-                "critic_hidden",
-                "shared_params",
-                "normalise_advantages",
-            )  # fmt: skip
+            for name in agent.__dataclass_fields__
+            if name not in ("env", "make_actor")  # described above / not data
         },
     }
     _write_json(os.path.join(directory, "agent.json"), structure)
     _write_json(os.path.join(directory, "hparams.json"), state.hparams.to_dict())
     if config is not None:
-        _atomic_write(os.path.join(directory, "config.toml"), lambda f: f.write(config.encode()))
+        atomic_write(os.path.join(directory, "config.toml"), lambda f: f.write(config.encode()))
 
 
 # ----------------------------------------------------------------------------- driver
