@@ -2,27 +2,6 @@
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
-from ._agents import (
-    AbstractAgent as AbstractAgent,
-    SAC as SAC,
-    SACHParams as SACHParams,
-    SACState as SACState,
-    soft_update as soft_update,
-    TD3 as TD3,
-    TD3HParams as TD3HParams,
-    TD3State as TD3State,
-)
-from ._brax_envs import (
-    BraxQDEnv as BraxQDEnv,
-    DEFAULT_BACKEND as DEFAULT_BACKEND,
-    make_env as make_env,
-    QD_BRAX_TASKS as QD_BRAX_TASKS,
-)
-from ._buffers import (
-    QDTransition as QDTransition,
-    ReplayBuffer as ReplayBuffer,
-    Transition as Transition,
-)
 from ._custom_types import (
     Centroids as Centroids,
     Descriptors as Descriptors,
@@ -30,56 +9,66 @@ from ._custom_types import (
     Genotypes as Genotypes,
     PRNGKey as PRNGKey,
 )
-from ._emitters import (
+from ._emitters.base import (
     AbstractEmitter as AbstractEmitter,
     ActorType as ActorType,
-    ComposedEmitter as ComposedEmitter,
     Lineage as Lineage,
-    MixingEmitter as MixingEmitter,
     parent_ids as parent_ids,
 )
-from ._envs import (
+from ._emitters.composed import ComposedEmitter as ComposedEmitter
+from ._emitters.mixing import MixingEmitter as MixingEmitter
+from ._emitters.pbt import (
+    PBTEmitter as PBTEmitter,
+    PBTEmitterConfig as PBTEmitterConfig,
+    PBTEmitterState as PBTEmitterState,
+)
+from ._emitters.quality_pg import (
+    episode_transitions as episode_transitions,
+    pgame_emitter as pgame_emitter,
+    QualityPGEmitter as QualityPGEmitter,
+    QualityPGState as QualityPGState,
+)
+from ._envs.base import (
     AbstractEnv as AbstractEnv,
     AbstractQDEnv as AbstractQDEnv,
     autoreset_step as autoreset_step,
     EnvState as EnvState,
     final_descriptor as final_descriptor,
     mean_descriptor as mean_descriptor,
-    PointMaze as PointMaze,
     TrainingEnvState as TrainingEnvState,
 )
-from ._gae import gae as gae
-from ._hparam_spaces import (
-    AbstractSpace as AbstractSpace,
-    Choice as Choice,
-    log_uniform_learning_rates as log_uniform_learning_rates,
-    LogUniform as LogUniform,
-    perturb_hparams as perturb_hparams,
-    SAC_SPACES as SAC_SPACES,
-    sample_hparams as sample_hparams,
-    TD3_SPACES as TD3_SPACES,
-    Uniform as Uniform,
+from ._envs.brax import (
+    BraxQDEnv as BraxQDEnv,
+    DEFAULT_BACKEND as DEFAULT_BACKEND,
+    make_env as make_env,
+    QD_BRAX_TASKS as QD_BRAX_TASKS,
+)
+from ._envs.brax_multi_agent import (
+    BraxMultiAgentEnv as BraxMultiAgentEnv,
+    MA_BRAX_TASKS as MA_BRAX_TASKS,
+)
+from ._envs.line_targets import LineTargets as LineTargets
+from ._envs.multi_agent import (
+    AbstractMultiAgentEnv as AbstractMultiAgentEnv,
+    autoreset_multi_agent_step as autoreset_multi_agent_step,
+    MultiAgentState as MultiAgentState,
+    MultiAgentStep as MultiAgentStep,
+    SingleAgentView as SingleAgentView,
+    TimeLimit as TimeLimit,
+)
+from ._envs.point_maze import PointMaze as PointMaze
+from ._envs.rollout import (
+    Episode as Episode,
+    QDTransition as QDTransition,
+    rollout as rollout,
+    Transition as Transition,
 )
 from ._io import load_repertoire as load_repertoire, save_repertoire as save_repertoire
-from ._ippo_runs import IPPOConfig as IPPOConfig, run_ippo as run_ippo
-from ._ma_brax import BraxMultiAgentEnv as BraxMultiAgentEnv, MA_BRAX_TASKS as MA_BRAX_TASKS
 from ._map_elites import (
     MAPElites as MAPElites,
     MAPElitesState as MAPElitesState,
     run as run,
     StepInfo as StepInfo,
-)
-from ._me_pbt import (
-    bytes_per_cell as bytes_per_cell,
-    PBTEmitter as PBTEmitter,
-    PBTEmitterConfig as PBTEmitterConfig,
-    PBTEmitterState as PBTEmitterState,
-)
-from ._me_pbt_runs import (
-    load_me_pbt_run as load_me_pbt_run,
-    MEPBTConfig as MEPBTConfig,
-    MEPBTResult as MEPBTResult,
-    run_me_pbt as run_me_pbt,
 )
 from ._metrics import METRIC_NAMES as METRIC_NAMES, qd_metrics as qd_metrics, QDMetrics as QDMetrics
 from ._misc import (
@@ -87,24 +76,30 @@ from ._misc import (
     tree_concatenate as tree_concatenate,
     tree_take as tree_take,
 )
-from ._multi_agent import (
-    AbstractMultiAgentEnv as AbstractMultiAgentEnv,
-    autoreset_multi_agent_step as autoreset_multi_agent_step,
-    LineTargets as LineTargets,
-    MultiAgentState as MultiAgentState,
-    MultiAgentStep as MultiAgentStep,
-    SingleAgentView as SingleAgentView,
-    TimeLimit as TimeLimit,
+from ._repertoire import (
+    AddInfo as AddInfo,
+    AddStatus as AddStatus,
+    bytes_per_cell as bytes_per_cell,
+    Elites as Elites,
+    init_repertoire as init_repertoire,
+    MapElitesRepertoire as MapElitesRepertoire,
 )
-from ._networks import (
+from ._rl.base import AbstractAgent as AbstractAgent
+from ._rl.buffers import ReplayBuffer as ReplayBuffer
+from ._rl.gae import gae as gae
+from ._rl.networks import (
+    AbstractActor as AbstractActor,
     AbstractPolicy as AbstractPolicy,
+    CategoricalActor as CategoricalActor,
     DeterministicPolicy as DeterministicPolicy,
+    GaussianActor as GaussianActor,
     MLP as MLP,
     QCritics as QCritics,
     TanhGaussianPolicy as TanhGaussianPolicy,
+    ValueCritic as ValueCritic,
 )
-from ._normaliser import RunningNormaliser as RunningNormaliser
-from ._off_policy import (
+from ._rl.normaliser import RunningNormaliser as RunningNormaliser
+from ._rl.off_policy import (
     EvalMetrics as EvalMetrics,
     evaluate as evaluate,
     init_off_policy as init_off_policy,
@@ -114,52 +109,7 @@ from ._off_policy import (
     TrainMetrics as TrainMetrics,
     warmup as warmup,
 )
-from ._pbt import (
-    copy_into as copy_into,
-    evaluate_population as evaluate_population,
-    hparams_table as hparams_table,
-    init_population as init_population,
-    PBT as PBT,
-    PBTInfo as PBTInfo,
-    population_without_optimizer_states as population_without_optimizer_states,
-    train_population as train_population,
-)
-from ._pbt_runs import (
-    load_pbt_run as load_pbt_run,
-    PBTConfig as PBTConfig,
-    PBTResult as PBTResult,
-    plot_hparams as plot_hparams,
-    run_pbt as run_pbt,
-)
-from ._pga_me import (
-    episode_transitions as episode_transitions,
-    pgame_emitter as pgame_emitter,
-    QualityPGEmitter as QualityPGEmitter,
-    QualityPGState as QualityPGState,
-)
-from ._pgame_runs import (
-    load_pgame_run as load_pgame_run,
-    PGAMEConfig as PGAMEConfig,
-    PGAMEResult as PGAMEResult,
-    policy_by_id as policy_by_id,
-    run_pgame as run_pgame,
-)
-from ._plotting import (
-    plot_fitness_density as plot_fitness_density,
-    plot_metrics as plot_metrics,
-    plot_repertoire as plot_repertoire,
-)
-from ._ppo import (
-    AbstractActor as AbstractActor,
-    CategoricalActor as CategoricalActor,
-    GaussianActor as GaussianActor,
-    IPPO as IPPO,
-    PPOHParams as PPOHParams,
-    PPOState as PPOState,
-    Trajectory as Trajectory,
-    ValueCritic as ValueCritic,
-)
-from ._ppo_training import (
+from ._rl.on_policy import (
     Checkpoint as Checkpoint,
     EpisodeStats as EpisodeStats,
     evaluate_ippo as evaluate_ippo,
@@ -174,26 +124,49 @@ from ._ppo_training import (
     TrainingLog as TrainingLog,
     write_run_info as write_run_info,
 )
-from ._repertoire import (
-    AddInfo as AddInfo,
-    AddStatus as AddStatus,
-    Elites as Elites,
-    init_repertoire as init_repertoire,
-    MapElitesRepertoire as MapElitesRepertoire,
+from ._rl.optim import soft_update as soft_update
+from ._rl.pbt import (
+    copy_into as copy_into,
+    evaluate_population as evaluate_population,
+    hparams_table as hparams_table,
+    init_population as init_population,
+    PBT as PBT,
+    PBTInfo as PBTInfo,
+    population_without_optimizer_states as population_without_optimizer_states,
+    train_population as train_population,
+    train_population_sharded as train_population_sharded,
 )
-from ._runs import (
-    load_map_elites_run as load_map_elites_run,
-    MapElitesConfig as MapElitesConfig,
-    read_progress as read_progress,
-    run_map_elites as run_map_elites,
-    RunResult as RunResult,
+from ._rl.ppo import (
+    IPPO as IPPO,
+    PPOHParams as PPOHParams,
+    PPOState as PPOState,
+    Trajectory as Trajectory,
+)
+from ._rl.sac import (
+    SAC as SAC,
+    SAC_SPACES as SAC_SPACES,
+    SACHParams as SACHParams,
+    SACState as SACState,
+)
+from ._rl.spaces import (
+    AbstractSpace as AbstractSpace,
+    Choice as Choice,
+    log_uniform_learning_rates as log_uniform_learning_rates,
+    LogUniform as LogUniform,
+    perturb_hparams as perturb_hparams,
+    sample_hparams as sample_hparams,
+    Uniform as Uniform,
+)
+from ._rl.td3 import (
+    TD3 as TD3,
+    TD3_SPACES as TD3_SPACES,
+    TD3HParams as TD3HParams,
+    TD3State as TD3State,
 )
 from ._scoring import (
-    Episode as Episode,
     PolicyScorer as PolicyScorer,
     reevaluate as reevaluate,
     Reevaluation as Reevaluation,
-    rollout as rollout,
     ScoringExtra as ScoringExtra,
 )
 from ._selectors import (
@@ -205,7 +178,6 @@ from ._sharded import (
     device_mesh as device_mesh,
     init_sharded as init_sharded,
     run_sharded as run_sharded,
-    train_population_sharded as train_population_sharded,
 )
 from ._tasks import (
     AbstractTask as AbstractTask,
@@ -232,6 +204,39 @@ from ._variation import (
     PolynomialMutation as PolynomialMutation,
     sbx_crossover as sbx_crossover,
     SBXCrossover as SBXCrossover,
+)
+from .jobs._ippo import IPPOConfig as IPPOConfig, run_ippo as run_ippo
+from .jobs._map_elites import (
+    load_map_elites_run as load_map_elites_run,
+    MapElitesConfig as MapElitesConfig,
+    read_progress as read_progress,
+    run_map_elites as run_map_elites,
+    RunResult as RunResult,
+)
+from .jobs._me_pbt import (
+    load_me_pbt_run as load_me_pbt_run,
+    MEPBTConfig as MEPBTConfig,
+    MEPBTResult as MEPBTResult,
+    run_me_pbt as run_me_pbt,
+)
+from .jobs._pbt import (
+    load_pbt_run as load_pbt_run,
+    PBTConfig as PBTConfig,
+    PBTResult as PBTResult,
+    plot_hparams as plot_hparams,
+    run_pbt as run_pbt,
+)
+from .jobs._pgame import (
+    load_pgame_run as load_pgame_run,
+    PGAMEConfig as PGAMEConfig,
+    PGAMEResult as PGAMEResult,
+    policy_by_id as policy_by_id,
+    run_pgame as run_pgame,
+)
+from .plotting import (
+    plot_fitness_density as plot_fitness_density,
+    plot_metrics as plot_metrics,
+    plot_repertoire as plot_repertoire,
 )
 
 

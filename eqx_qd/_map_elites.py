@@ -11,7 +11,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, Int
 
 from ._custom_types import Extra, Genotypes, PRNGKey
-from ._emitters import AbstractEmitter
+from ._emitters.base import AbstractEmitter
 from ._metrics import qd_metrics, QDMetrics
 from ._misc import f32, filter_scan, i32, tree_all_gather
 from ._repertoire import AddInfo, init_repertoire, MapElitesRepertoire

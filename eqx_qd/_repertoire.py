@@ -5,6 +5,7 @@ import typing
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
@@ -210,3 +211,9 @@ def init_repertoire(
         tessellation, first, None if extra is None else tree_take(extra, 0)
     )
     return empty.add(genotypes, descriptors, fitnesses, extra)
+
+
+def bytes_per_cell(repertoire: MapElitesRepertoire) -> int:
+    """Bytes the repertoire spends on one cell's genotype (array leaves only)."""
+    leaves = [x for x in jax.tree.leaves(repertoire.genotypes) if eqx.is_array(x)]
+    return sum(x.nbytes for x in leaves) // repertoire.num_cells

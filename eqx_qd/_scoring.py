@@ -1,9 +1,5 @@
-"""Rollouts of fixed length with masking after termination, policy scoring for QD, re-evaluation.
-
-`rollout` plays one episode of ``env.episode_length`` steps in one environment. Steps after the
-episode terminated still run (shapes are fixed) but are marked invalid: they add nothing to the
-return or the descriptor and are dropped when transitions go into a replay buffer.
-"""
+"""Policy scoring for QD (episodes of fixed length, masked after termination) and
+re-evaluation: the bridge from environments and agents to MAP-Elites."""
 
 import typing
 from collections.abc import Callable
@@ -15,71 +11,9 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
-from ._buffers import QDTransition
 from ._custom_types import PRNGKey
-from ._envs import AbstractEnv, AbstractQDEnv
-
-
-class Episode(eqx.Module):
-    """A fixed-length rollout: its transitions (leading axis: time) and which are valid."""
-
-    transitions: QDTransition
-    valid: Float[Array, "*batch time"]
-
-    @property
-    def returns(self) -> Float[Array, "*batch"]:
-        return jnp.sum(jnp.where(self.valid > 0, self.transitions.reward, 0.0), axis=-1)
-
-    @property
-    def lengths(self) -> Float[Array, "*batch"]:
-        return jnp.sum(self.valid, axis=-1)
-
-
-def rollout(
-    env: AbstractEnv,
-    policy: Callable[[Float[Array, " obs_dim"]], Float[Array, " action_dim"]],
-    *,
-    key: PRNGKey,
-) -> Episode:
-    """Play ``policy`` (observation -> action) for ``env.episode_length`` steps from a reset.
-
-    Step ``t`` is valid while the episode had not terminated before it. The last valid step is
-    marked ``truncated`` when the time limit, not termination, ended the episode.
-    """
-    reset_key, steps_key = jr.split(key)
-    first = env.reset(key=reset_key)
-    length = env.episode_length
-
-    def body(carry, step_key):
-        state, alive = carry
-        action = policy(state.obs)
-        nxt = env.step(state, action, key=step_key)
-        transition = QDTransition(
-            obs=state.obs,
-            action=action,
-            reward=nxt.reward,
-            next_obs=nxt.obs,
-            terminated=nxt.terminated,
-            truncated=jnp.zeros((), jnp.float32),
-            state_desc=state.state_desc,
-            next_state_desc=nxt.state_desc,
-        )
-        return (nxt, alive * (1.0 - nxt.terminated)), (transition, alive)
-
-    alive0 = jnp.ones((), jnp.float32)
-    _, (transitions, valid) = jax.lax.scan(body, (first, alive0), jr.split(steps_key, length))
-    # Steps past termination may hold garbage (NaN physics): zero what is reported.
-    transitions = eqx.tree_at(
-        lambda t: (t.reward, t.truncated),
-        transitions,
-        (
-            jnp.where(valid > 0, transitions.reward, 0.0),
-            (jnp.arange(length) == length - 1).astype(jnp.float32)
-            * valid
-            * (1.0 - transitions.terminated),
-        ),
-    )
-    return Episode(transitions, valid)
+from ._envs.base import AbstractQDEnv
+from ._envs.rollout import Episode, rollout
 
 
 class ScoringExtra(eqx.Module):

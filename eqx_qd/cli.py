@@ -139,8 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run_ippo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ._ippo_runs import IPPOConfig, run_ippo
-    from ._runs import default_run_folder
+    from .jobs._ippo import IPPOConfig, run_ippo
+    from .jobs._map_elites import default_run_folder
 
     if args.resume is not None:
         if args.out is not None:
@@ -170,8 +170,8 @@ def _run_ippo(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _run_me_pbt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ._me_pbt_runs import MEPBTConfig, run_me_pbt
-    from ._runs import default_run_folder
+    from .jobs._map_elites import default_run_folder
+    from .jobs._me_pbt import MEPBTConfig, run_me_pbt
 
     config = _config_from_args(parser, args, MEPBTConfig, MEPBTConfig.from_mapping)
     out = args.out or default_run_folder("me-pbt")
@@ -199,8 +199,8 @@ def _config_from_args(parser, args, cls, default):
 
 
 def _run_pbt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ._pbt_runs import PBTConfig, run_pbt
-    from ._runs import default_run_folder
+    from .jobs._map_elites import default_run_folder
+    from .jobs._pbt import PBTConfig, run_pbt
 
     config = _config_from_args(parser, args, PBTConfig, PBTConfig.from_mapping)
     out = args.out or default_run_folder("pbt")
@@ -214,8 +214,8 @@ def _run_pbt(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _run_pgame(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from ._pgame_runs import PGAMEConfig, run_pgame
-    from ._runs import default_run_folder
+    from .jobs._map_elites import default_run_folder
+    from .jobs._pgame import PGAMEConfig, run_pgame
 
     config = _config_from_args(parser, args, PGAMEConfig, lambda o: PGAMEConfig.local(**o))
     out = args.out or default_run_folder("pgame")
@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_me_pbt(parser, args)
     if args.algorithm == "ippo":
         return _run_ippo(parser, args)
-    from ._runs import default_run_folder, MapElitesConfig, run_map_elites
+    from .jobs._map_elites import default_run_folder, MapElitesConfig, run_map_elites
 
     config = _config_from_args(parser, args, MapElitesConfig, MapElitesConfig.from_mapping)
     if config.centroids is not None and not os.path.isfile(config.centroids):

@@ -99,7 +99,7 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
 
 
 def test_run_folders_skip_the_repertoire_plot_beyond_two_descriptors(tmp_path):
-    from eqx_qd._plotting import save_repertoire_plot
+    from eqx_qd.plotting import save_repertoire_plot
 
     flat = q.MapElitesRepertoire.empty(q.GridTessellation((3, 3)), jnp.zeros(2))
     cube = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2, 2)), jnp.zeros(3))

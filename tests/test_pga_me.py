@@ -118,7 +118,7 @@ def test_config_validation_names_the_problem(tmp_path):
         q.PGAMEConfig.from_toml(bad)
     with pytest.raises(ValueError, match="dim_map"):
         cfg = q.PGAMEConfig(**{**TINY, "dim_map": 3})
-        q._pgame_runs.make_pgame(cfg, q.PointMaze())
+        q.jobs._pgame.make_pgame(cfg, q.PointMaze())
     # Paper defaults, and the preset the command runs.
     paper = q.PGAMEConfig()
     assert (paper.n_niches, paper.max_evals, paper.proportion_evo, paper.nr_of_steps_crit) == (

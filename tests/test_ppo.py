@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import eqx_qd as q
-import eqx_qd._ppo_training as ppo_training
+import eqx_qd._rl.on_policy as ppo_training
 
 
 # Small sizes: every test below reuses the same few compiled programs.

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
-from ._custom_types import PRNGKey
-from ._envs import AbstractQDEnv, EnvState, final_descriptor, mean_descriptor
-from ._misc import f32
+from .._custom_types import PRNGKey
+from .._misc import f32
+from .base import AbstractQDEnv, EnvState, final_descriptor, mean_descriptor
 
 
 @contextlib.contextmanager
@@ -241,7 +241,7 @@ class BraxQDEnv(AbstractQDEnv):
 def make_env(name: str, **kwargs: Any) -> AbstractQDEnv:
     """A QD environment by name: ``point_maze`` (kwargs: ``walls``, ``length``, ``reset_noise``,
     ``obs_noise``) or one of `QD_BRAX_TASKS` (kwargs of `BraxQDEnv`)."""
-    from ._envs import PointMaze
+    from .point_maze import PointMaze
 
     if name == "point_maze":
         return PointMaze(**kwargs)

@@ -10,12 +10,13 @@ import equinox as eqx
 import jax.random as jr
 import numpy as np
 
+from .._envs.brax_multi_agent import BraxMultiAgentEnv, MA_BRAX_TASKS
+from .._envs.line_targets import LineTargets
+from .._envs.multi_agent import AbstractMultiAgentEnv, SingleAgentView, TimeLimit
+from .._envs.point_maze import PointMaze
+from .._rl.on_policy import list_checkpoints, restore_checkpoint, summarize, train_ippo
+from .._rl.ppo import IPPO, PPOHParams, PPOState
 from ._config import TomlConfig
-from ._envs import PointMaze
-from ._ma_brax import BraxMultiAgentEnv, MA_BRAX_TASKS
-from ._multi_agent import AbstractMultiAgentEnv, LineTargets, SingleAgentView, TimeLimit
-from ._ppo import IPPO, PPOHParams, PPOState
-from ._ppo_training import list_checkpoints, restore_checkpoint, summarize, train_ippo
 
 
 IPPO_ENVS = ("line_targets", "point_maze_open", *MA_BRAX_TASKS)
@@ -184,7 +185,7 @@ def _write_progress(folder: str, table: dict[str, np.ndarray]) -> None:
 def _write_learning_curve(folder: str, table: dict[str, np.ndarray]) -> None:
     import matplotlib.pyplot as plt
 
-    from ._plotting import save_figure
+    from ..plotting import save_figure
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     x, mean, std = table["env_steps"], table["mean_return"], table["std_return"]

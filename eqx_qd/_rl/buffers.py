@@ -1,4 +1,4 @@
-"""Transitions and a fixed-capacity circular replay buffer, as immutable modules."""
+"""A fixed-capacity circular replay buffer, as an immutable module."""
 
 import typing
 
@@ -7,36 +7,8 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
 
-from ._custom_types import PRNGKey
-from ._misc import batch_size_of, i32, tree_scatter, tree_take, tree_zeros_batch
-
-
-class Transition(eqx.Module):
-    """One environment step (or a batch of them: every field then has the same leading axes).
-
-    ``terminated`` marks a true end of episode (no bootstrap); ``truncated`` a cut-off (time
-    limit or rollout end), after which the value should still be bootstrapped.
-    """
-
-    obs: Float[Array, "*batch obs_dim"]
-    action: Float[Array, "*batch action_dim"]
-    reward: Float[Array, "*batch"]
-    next_obs: Float[Array, "*batch obs_dim"]
-    terminated: Float[Array, "*batch"]
-    truncated: Float[Array, "*batch"]
-
-
-class QDTransition(eqx.Module):
-    """A `Transition` plus the state descriptors QD algorithms read (e.g. feet contacts)."""
-
-    obs: Float[Array, "*batch obs_dim"]
-    action: Float[Array, "*batch action_dim"]
-    reward: Float[Array, "*batch"]
-    next_obs: Float[Array, "*batch obs_dim"]
-    terminated: Float[Array, "*batch"]
-    truncated: Float[Array, "*batch"]
-    state_desc: Float[Array, "*batch desc_dim"]
-    next_state_desc: Float[Array, "*batch desc_dim"]
+from .._custom_types import PRNGKey
+from .._misc import batch_size_of, i32, tree_scatter, tree_take, tree_zeros_batch
 
 
 @typing.final

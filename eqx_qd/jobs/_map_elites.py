@@ -13,15 +13,15 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._emitters.mixing import MixingEmitter
+from .._io import load_repertoire, save_repertoire
+from .._map_elites import MAPElites, MAPElitesState, run
+from .._metrics import METRIC_NAMES, QDMetrics
+from .._repertoire import MapElitesRepertoire
+from .._tasks import make_task, TASKS
+from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
+from .._variation import IsoLineVariation
 from ._config import TomlConfig
-from ._emitters import MixingEmitter
-from ._io import load_repertoire, save_repertoire
-from ._map_elites import MAPElites, MAPElitesState, run
-from ._metrics import METRIC_NAMES, QDMetrics
-from ._repertoire import MapElitesRepertoire
-from ._tasks import make_task, TASKS
-from ._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
-from ._variation import IsoLineVariation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +175,7 @@ def _write_progress(path: str, history: Mapping[str, np.ndarray]) -> None:
 
 
 def _write_plots(folder: str, repertoire: MapElitesRepertoire, history: Mapping) -> None:
-    from ._plotting import plot_metrics, save_figure, save_repertoire_plot
+    from ..plotting import plot_metrics, save_figure, save_repertoire_plot
 
     save_repertoire_plot(folder, repertoire)
     save_figure(folder, "progress.png", plot_metrics(history))

@@ -15,10 +15,10 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._brax_envs import _brax_env, _brax_numerics, DEFAULT_BACKEND
-from ._custom_types import PRNGKey
-from ._misc import f32
-from ._multi_agent import AbstractMultiAgentEnv, MultiAgentState
+from .._custom_types import PRNGKey
+from .._misc import f32
+from .brax import _brax_env, _brax_numerics, DEFAULT_BACKEND
+from .multi_agent import AbstractMultiAgentEnv, MultiAgentState
 
 
 class _Split(typing.NamedTuple):

@@ -9,9 +9,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
-from ._custom_types import PRNGKey
+from .._custom_types import PRNGKey
 
 
 def _identity(x):
@@ -182,3 +182,108 @@ class QCritics(eqx.Module):
     ) -> Float[Array, ""]:
         """The first critic only (TD3's and PGA-ME's policy objective)."""
         return self.nets[0](jnp.concatenate([obs, action]))[0]
+
+
+# ----------------------------------------------------------------------------- PPO actors
+
+
+def _scale_last_layer(net: MLP, scale: float) -> MLP:
+    last = net.layers[-1]
+    return eqx.tree_at(lambda n: n.layers[-1].weight, net, last.weight * scale)
+
+
+class AbstractActor(eqx.Module):
+    """A stochastic policy for one agent: log-probabilities, entropy, samples and the mode.
+
+    Subclass it for another action distribution; `IPPO` only uses these four methods.
+    """
+
+    @abc.abstractmethod
+    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]: ...
+
+    @abc.abstractmethod
+    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]: ...
+
+    @abc.abstractmethod
+    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Array: ...
+
+    @abc.abstractmethod
+    def mode(self, obs: Float[Array, " obs_dim"]) -> Array: ...
+
+
+@typing.final
+class CategoricalActor(AbstractActor):
+    """Discrete actions: an MLP gives the logits of a categorical distribution."""
+
+    net: MLP
+
+    def __init__(self, obs_size: int, num_actions: int, hidden: Sequence[int], *, key: PRNGKey):
+        net = MLP(obs_size, num_actions, hidden, key=key, activation=jnp.tanh)
+        self.net = _scale_last_layer(net, 0.01)  # near-uniform initial policy
+
+    def _log_probs(self, obs):
+        return jax.nn.log_softmax(self.net(obs))
+
+    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]:
+        return self._log_probs(obs)[action]
+
+    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
+        log_p = self._log_probs(obs)
+        return -jnp.sum(jnp.exp(log_p) * log_p)
+
+    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Int[Array, ""]:
+        return jr.categorical(key, self.net(obs)).astype(jnp.int32)
+
+    def mode(self, obs: Float[Array, " obs_dim"]) -> Int[Array, ""]:
+        return jnp.argmax(self.net(obs)).astype(jnp.int32)
+
+
+@typing.final
+class GaussianActor(AbstractActor):
+    """Continuous actions: a diagonal gaussian with an MLP mean and a learned, state-independent
+    log standard deviation. Samples are not squashed; environments clip them to [-1, 1]."""
+
+    net: MLP
+    log_std: Float[Array, " action_dim"]
+
+    def __init__(
+        self,
+        obs_size: int,
+        action_size: int,
+        hidden: Sequence[int],
+        *,
+        key: PRNGKey,
+        init_log_std: float = -0.5,
+    ):
+        net = MLP(obs_size, action_size, hidden, key=key, activation=jnp.tanh)
+        self.net = _scale_last_layer(net, 0.01)
+        self.log_std = jnp.full((action_size,), init_log_std, jnp.float32)
+
+    def log_prob(
+        self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
+    ) -> Float[Array, ""]:
+        z = (action - self.net(obs)) * jnp.exp(-self.log_std)
+        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi))
+
+    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
+        return jnp.sum(self.log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e))
+
+    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Float[Array, " action_dim"]:
+        noise = jr.normal(key, self.log_std.shape)
+        return self.net(obs) + jnp.exp(self.log_std) * noise
+
+    def mode(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]:
+        return self.net(obs)
+
+
+@typing.final
+class ValueCritic(eqx.Module):
+    """A state-value network ``V(obs)`` for one agent."""
+
+    net: MLP
+
+    def __init__(self, obs_size: int, hidden: Sequence[int], *, key: PRNGKey):
+        self.net = MLP(obs_size, 1, hidden, key=key, activation=jnp.tanh)
+
+    def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
+        return self.net(obs)[0]

@@ -6,7 +6,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ._misc import f32
+from .._misc import f32
 
 
 @typing.final

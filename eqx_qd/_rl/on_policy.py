@@ -15,10 +15,10 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from ._custom_types import PRNGKey
-from ._io import atomic_write
-from ._misc import filter_scan
-from ._ppo import IPPO, Metrics, PPOState
+from .._custom_types import PRNGKey
+from .._io import atomic_write
+from .._misc import filter_scan
+from .ppo import IPPO, Metrics, PPOState
 
 
 # ----------------------------------------------------------------------------- progress

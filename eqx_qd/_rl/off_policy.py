@@ -14,12 +14,18 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
 
-from ._agents import AbstractAgent
-from ._buffers import ReplayBuffer, Transition
-from ._custom_types import PRNGKey
-from ._envs import AbstractEnv, AbstractQDEnv, autoreset_step, training_reset, TrainingEnvState
-from ._misc import filter_scan
-from ._scoring import Episode, rollout
+from .._custom_types import PRNGKey
+from .._envs.base import (
+    AbstractEnv,
+    AbstractQDEnv,
+    autoreset_step,
+    training_reset,
+    TrainingEnvState,
+)
+from .._envs.rollout import Episode, rollout, Transition
+from .._misc import filter_scan
+from .base import AbstractAgent
+from .buffers import ReplayBuffer
 
 
 class OffPolicyState(eqx.Module):

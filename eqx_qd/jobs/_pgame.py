@@ -18,22 +18,23 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ._agents import TD3, TD3HParams
-from ._brax_envs import make_env
+from .._custom_types import PRNGKey
+from .._emitters.base import ActorType
+from .._emitters.mixing import MixingEmitter
+from .._emitters.quality_pg import pgame_emitter
+from .._envs.base import AbstractQDEnv
+from .._envs.brax import make_env
+from .._io import atomic_write, load_repertoire, save_repertoire
+from .._map_elites import MAPElites, MAPElitesState, StepInfo
+from .._metrics import QDMetrics
+from .._misc import filter_scan, tree_take
+from .._repertoire import AddStatus, MapElitesRepertoire
+from .._rl.networks import DeterministicPolicy
+from .._rl.td3 import TD3, TD3HParams
+from .._scoring import PolicyScorer, reevaluate
+from .._tessellation import CVTTessellation
+from .._variation import IsoLineVariation
 from ._config import TomlConfig
-from ._custom_types import PRNGKey
-from ._emitters import ActorType, MixingEmitter
-from ._envs import AbstractQDEnv
-from ._io import atomic_write, load_repertoire, save_repertoire
-from ._map_elites import MAPElites, MAPElitesState, StepInfo
-from ._metrics import QDMetrics
-from ._misc import filter_scan, tree_take
-from ._networks import DeterministicPolicy
-from ._pga_me import pgame_emitter
-from ._repertoire import AddStatus, MapElitesRepertoire
-from ._scoring import PolicyScorer, reevaluate
-from ._tessellation import CVTTessellation
-from ._variation import IsoLineVariation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,7 +445,7 @@ def run_pgame(
 
 
 def _write_plots(folder: str, repertoire: MapElitesRepertoire, prog: Mapping) -> None:
-    from ._plotting import plot_fitness_density, plot_metrics, save_figure, save_repertoire_plot
+    from ..plotting import plot_fitness_density, plot_metrics, save_figure, save_repertoire_plot
 
     save_repertoire_plot(folder, repertoire)
     curves = {

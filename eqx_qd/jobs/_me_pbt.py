@@ -13,21 +13,23 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ._agents import AbstractAgent, SAC, TD3
+from .._emitters.pbt import PBTEmitter, PBTEmitterConfig
+from .._envs.base import AbstractQDEnv
+from .._io import load_repertoire, save_repertoire
+from .._map_elites import MAPElites
+from .._misc import tree_take
+from .._repertoire import MapElitesRepertoire
+from .._rl.base import AbstractAgent
+from .._rl.pbt import hparams_table
+from .._rl.sac import SAC
+from .._rl.td3 import TD3
+from .._scoring import PolicyScorer
+from .._sharded import device_mesh, init_sharded, run_sharded
+from .._tessellation import CVTTessellation
+from .._variation import IsoLineVariation
 from ._config import TomlConfig
-from ._envs import AbstractQDEnv
-from ._io import load_repertoire, save_repertoire
-from ._map_elites import MAPElites
-from ._me_pbt import PBTEmitter, PBTEmitterConfig
-from ._misc import tree_take
-from ._pbt import hparams_table
-from ._pbt_runs import env_by_name, plot_hparams
-from ._repertoire import MapElitesRepertoire
-from ._runs import _write_progress
-from ._scoring import PolicyScorer
-from ._sharded import device_mesh, init_sharded, run_sharded
-from ._tessellation import CVTTessellation
-from ._variation import IsoLineVariation
+from ._map_elites import _write_progress
+from ._pbt import env_by_name, plot_hparams
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +193,7 @@ def run_me_pbt(
 
 
 def _write_plots(folder, repertoire, prog, hparams) -> None:
-    from ._plotting import plot_metrics, save_figure, save_repertoire_plot
+    from ..plotting import plot_metrics, save_figure, save_repertoire_plot
 
     save_repertoire_plot(folder, repertoire)  # skipped beyond 2 descriptors (ant_uni: 4)
     save_figure(folder, "progress.png", plot_metrics(prog))

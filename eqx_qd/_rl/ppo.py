@@ -10,7 +10,6 @@ trained on its own experience only: the actor and critic updates are vmapped ove
 gradient clipping, Adam moments and the KL early stop are per agent.
 """
 
-import abc
 import typing
 from collections.abc import Callable, Sequence
 
@@ -19,16 +18,19 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-import optax
 from jaxtyping import Array, Float, Int, PyTree
 
-from ._agents import _check_ranges, _params
-from ._custom_types import PRNGKey
-from ._gae import gae
-from ._misc import f32, filter_scan, i32, tree_take
-from ._multi_agent import AbstractMultiAgentEnv, autoreset_multi_agent_step, MultiAgentState
-from ._networks import MLP
-from ._normaliser import RunningNormaliser
+from .._custom_types import PRNGKey
+from .._envs.multi_agent import (
+    AbstractMultiAgentEnv,
+    autoreset_multi_agent_step,
+    MultiAgentState,
+)
+from .._misc import f32, filter_scan, i32, tree_take
+from .gae import gae
+from .networks import AbstractActor, CategoricalActor, GaussianActor, ValueCritic
+from .normaliser import RunningNormaliser
+from .optim import _apply_clipped_adam, _check_ranges, _init_clipped_adam
 
 
 Metrics = dict[str, Float[Array, "..."]]
@@ -82,111 +84,6 @@ class PPOHParams(eqx.Module):
 _HPARAM_NAMES = tuple(PPOHParams.__dataclass_fields__)
 
 
-# ----------------------------------------------------------------------------- networks
-
-
-def _scale_last_layer(net: MLP, scale: float) -> MLP:
-    last = net.layers[-1]
-    return eqx.tree_at(lambda n: n.layers[-1].weight, net, last.weight * scale)
-
-
-class AbstractActor(eqx.Module):
-    """A stochastic policy for one agent: log-probabilities, entropy, samples and the mode.
-
-    Subclass it for another action distribution; `IPPO` only uses these four methods.
-    """
-
-    @abc.abstractmethod
-    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]: ...
-
-    @abc.abstractmethod
-    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]: ...
-
-    @abc.abstractmethod
-    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Array: ...
-
-    @abc.abstractmethod
-    def mode(self, obs: Float[Array, " obs_dim"]) -> Array: ...
-
-
-@typing.final
-class CategoricalActor(AbstractActor):
-    """Discrete actions: an MLP gives the logits of a categorical distribution."""
-
-    net: MLP
-
-    def __init__(self, obs_size: int, num_actions: int, hidden: Sequence[int], *, key: PRNGKey):
-        net = MLP(obs_size, num_actions, hidden, key=key, activation=jnp.tanh)
-        self.net = _scale_last_layer(net, 0.01)  # near-uniform initial policy
-
-    def _log_probs(self, obs):
-        return jax.nn.log_softmax(self.net(obs))
-
-    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]:
-        return self._log_probs(obs)[action]
-
-    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
-        log_p = self._log_probs(obs)
-        return -jnp.sum(jnp.exp(log_p) * log_p)
-
-    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Int[Array, ""]:
-        return jr.categorical(key, self.net(obs)).astype(jnp.int32)
-
-    def mode(self, obs: Float[Array, " obs_dim"]) -> Int[Array, ""]:
-        return jnp.argmax(self.net(obs)).astype(jnp.int32)
-
-
-@typing.final
-class GaussianActor(AbstractActor):
-    """Continuous actions: a diagonal gaussian with an MLP mean and a learned, state-independent
-    log standard deviation. Samples are not squashed; environments clip them to [-1, 1]."""
-
-    net: MLP
-    log_std: Float[Array, " action_dim"]
-
-    def __init__(
-        self,
-        obs_size: int,
-        action_size: int,
-        hidden: Sequence[int],
-        *,
-        key: PRNGKey,
-        init_log_std: float = -0.5,
-    ):
-        net = MLP(obs_size, action_size, hidden, key=key, activation=jnp.tanh)
-        self.net = _scale_last_layer(net, 0.01)
-        self.log_std = jnp.full((action_size,), init_log_std, jnp.float32)
-
-    def log_prob(
-        self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
-    ) -> Float[Array, ""]:
-        z = (action - self.net(obs)) * jnp.exp(-self.log_std)
-        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi))
-
-    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
-        return jnp.sum(self.log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e))
-
-    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Float[Array, " action_dim"]:
-        noise = jr.normal(key, self.log_std.shape)
-        return self.net(obs) + jnp.exp(self.log_std) * noise
-
-    def mode(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]:
-        return self.net(obs)
-
-
-@typing.final
-class ValueCritic(eqx.Module):
-    """A state-value network ``V(obs)`` for one agent."""
-
-    net: MLP
-
-    def __init__(self, obs_size: int, hidden: Sequence[int], *, key: PRNGKey):
-        self.net = MLP(obs_size, 1, hidden, key=key, activation=jnp.tanh)
-
-    def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
-        return self.net(obs)[0]
-
-
 # ----------------------------------------------------------------------------- state
 
 
@@ -227,25 +124,6 @@ class _Samples(eqx.Module):
     log_probs: Array
     advantages: Array
     targets: Array
-
-
-def _optimizer(learning_rate: Float[Array, ""], max_grad_norm: Float[Array, ""]):
-    # Rebuilt from (traced) arrays at every step; the state's structure depends on neither.
-    clip = optax.clip_by_global_norm(max_grad_norm)
-    return optax.chain(clip, optax.adam(learning_rate, eps=1e-5))
-
-
-def _init_opt(module: PyTree) -> PyTree:
-    zero = jnp.zeros((), jnp.float32)
-    return _optimizer(zero, zero).init(_params(module))
-
-
-def _apply(module, grads, opt_state, learning_rate, max_grad_norm):
-    with jax.numpy_dtype_promotion("standard"):
-        updates, opt_state = _optimizer(learning_rate, max_grad_norm).update(
-            grads, opt_state, _params(module)
-        )
-        return eqx.apply_updates(module, updates), opt_state
 
 
 def _with_update(state: PPOState, actors, critics, actor_opt, critic_opt, key) -> PPOState:
@@ -337,7 +215,9 @@ class IPPO(eqx.Module):
         actor_key, critic_key, env_key, key = jr.split(key, 4)
         actors = self._per_agent_build(self._new_actor, actor_key)
         critics = self._per_agent_build(self._new_critic, critic_key)
-        build_opt = _init_opt if self.shared_params else eqx.filter_vmap(_init_opt)
+        build_opt = (
+            _init_clipped_adam if self.shared_params else eqx.filter_vmap(_init_clipped_adam)
+        )
         env_state = jax.vmap(lambda k: self.env.reset(key=k))(jr.split(env_key, self.batch_size))
         normaliser = None
         if self.normalise_observations:
@@ -465,7 +345,9 @@ class IPPO(eqx.Module):
         def minibatch(carry, idx):
             actor, opt_state = carry
             (loss, entropy), grads = grad_fn(actor, tree_take(data, idx), h)
-            actor, opt_state = _apply(actor, grads, opt_state, h.actor_lr, h.max_grad_norm)
+            actor, opt_state = _apply_clipped_adam(
+                actor, grads, opt_state, h.actor_lr, h.max_grad_norm
+            )
             return (actor, opt_state), (loss, entropy)
 
         def epoch(carry):
@@ -503,7 +385,9 @@ class IPPO(eqx.Module):
         def minibatch(carry, idx):
             critic, opt_state = carry
             loss, grads = eqx.filter_value_and_grad(loss_fn)(critic, tree_take(data, idx))
-            critic, opt_state = _apply(critic, grads, opt_state, h.critic_lr, h.max_grad_norm)
+            critic, opt_state = _apply_clipped_adam(
+                critic, grads, opt_state, h.critic_lr, h.max_grad_norm
+            )
             return (critic, opt_state), loss
 
         def epoch(carry, epoch_key):

@@ -16,22 +16,21 @@ import dataclasses
 import typing
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
-from ._agents import AbstractAgent
-from ._custom_types import Extra, Genotypes, PRNGKey
-from ._emitters import AbstractEmitter, ActorType, Lineage, parent_ids
-from ._envs import AbstractEnv
-from ._hparam_spaces import AbstractSpace, sample_hparams
-from ._misc import tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
-from ._off_policy import OffPolicyState
-from ._pbt import copy_into, init_population, train_population
-from ._repertoire import MapElitesRepertoire
-from ._selectors import AbstractSelector, UniformSelector
-from ._variation import IsoLineVariation
+from .._custom_types import Extra, Genotypes, PRNGKey
+from .._envs.base import AbstractEnv
+from .._misc import tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
+from .._repertoire import MapElitesRepertoire
+from .._rl.base import AbstractAgent
+from .._rl.off_policy import OffPolicyState
+from .._rl.pbt import copy_into, init_population, train_population
+from .._rl.spaces import AbstractSpace, sample_hparams
+from .._selectors import AbstractSelector, UniformSelector
+from .._variation import IsoLineVariation
+from .base import AbstractEmitter, ActorType, Lineage, parent_ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,9 +240,3 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
 
 def _none(x) -> bool:
     return x is None
-
-
-def bytes_per_cell(repertoire: MapElitesRepertoire) -> int:
-    """Bytes the repertoire spends on one cell's genotype (array leaves only)."""
-    leaves = [x for x in jax.tree.leaves(repertoire.genotypes) if eqx.is_array(x)]
-    return sum(x.nbytes for x in leaves) // repertoire.num_cells

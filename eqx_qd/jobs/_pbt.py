@@ -12,12 +12,10 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ._agents import AbstractAgent, SAC, TD3
-from ._brax_envs import make_env
-from ._config import TomlConfig
-from ._envs import AbstractEnv
-from ._hparam_spaces import log_uniform_learning_rates
-from ._pbt import (
+from .._envs.base import AbstractEnv
+from .._envs.brax import make_env
+from .._rl.base import AbstractAgent
+from .._rl.pbt import (
     evaluate_population,
     hparams_table,
     init_population,
@@ -25,6 +23,10 @@ from ._pbt import (
     population_without_optimizer_states,
     train_population,
 )
+from .._rl.sac import SAC
+from .._rl.spaces import log_uniform_learning_rates
+from .._rl.td3 import TD3
+from ._config import TomlConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,7 +188,7 @@ def _write_csvs(folder, config, returns, hparams, sources, steps) -> None:
 def _write_plots(folder, returns, hparams) -> None:
     import matplotlib.pyplot as plt
 
-    from ._plotting import save_figure
+    from ..plotting import save_figure
 
     rounds = np.arange(returns.shape[0])
     fig, ax = plt.subplots(figsize=(6, 3.5))

@@ -17,23 +17,20 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
-from ._agents import _apply_adam, _init_opt, TD3, TD3HParams, TD3State
-from ._buffers import ReplayBuffer, Transition
-from ._custom_types import Extra, Genotypes, PRNGKey
-from ._emitters import (
-    AbstractEmitter,
-    ActorType,
-    ComposedEmitter,
-    Lineage,
-    MixingEmitter,
-    parent_ids,
-)
-from ._misc import f32, filter_scan, tree_concatenate, tree_take
-from ._networks import DeterministicPolicy
-from ._repertoire import MapElitesRepertoire
-from ._scoring import ScoringExtra
-from ._selectors import AbstractSelector, UniformSelector
-from ._variation import IsoLineVariation
+from .._custom_types import Extra, Genotypes, PRNGKey
+from .._envs.rollout import Transition
+from .._misc import f32, filter_scan, tree_concatenate, tree_take
+from .._repertoire import MapElitesRepertoire
+from .._rl.buffers import ReplayBuffer
+from .._rl.networks import DeterministicPolicy
+from .._rl.optim import _apply_adam, _init_opt
+from .._rl.td3 import TD3, TD3HParams, TD3State
+from .._scoring import ScoringExtra
+from .._selectors import AbstractSelector, UniformSelector
+from .._variation import IsoLineVariation
+from .base import AbstractEmitter, ActorType, Lineage, parent_ids
+from .composed import ComposedEmitter
+from .mixing import MixingEmitter
 
 
 class QualityPGState(eqx.Module):

@@ -15,14 +15,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+from jax.sharding import Mesh, PartitionSpec as P
 from jaxtyping import Array, Float, Int
 
-from ._agents import AbstractAgent
-from ._custom_types import PRNGKey
-from ._envs import AbstractEnv
-from ._hparam_spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
-from ._misc import tree_scatter, tree_take
-from ._off_policy import EvalMetrics, evaluate, init_off_policy, OffPolicyState, train
+from .._custom_types import PRNGKey
+from .._envs.base import AbstractEnv
+from .._misc import tree_scatter, tree_take
+from .base import AbstractAgent
+from .off_policy import EvalMetrics, evaluate, init_off_policy, OffPolicyState, train
+from .spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
 
 
 def _hparams_of(state: OffPolicyState):
@@ -220,3 +221,46 @@ def hparams_table(population: OffPolicyState) -> dict[str, Float[Array, " popula
     """Every member's hyperparameters, by name (for logs and plots)."""
     hp = _hparams_of(population)
     return {f.name: getattr(hp, f.name) for f in dataclasses.fields(hp)}
+
+
+def train_population_sharded(
+    agent,
+    env,
+    population,
+    num_iterations: int,
+    *,
+    key: PRNGKey,
+    mesh: Mesh,
+    grad_updates_per_step: float = 1.0,
+):
+    """`train_population` with the members split over the mesh's devices (the population size
+    must be a multiple of the device count). On a CPU with ``n`` host devices this runs one
+    shard per core, without XLA's intra-op threading between them."""
+    n = population.env_steps.shape[0]
+    devices = mesh.devices.size
+    if n % devices:
+        raise ValueError(f"population of {n} does not split over {devices} devices")
+    dyn, static = eqx.partition(population, eqx.is_array)
+    return _train_mapped(
+        agent, env, dyn, static, jr.split(key, devices), num_iterations, mesh,
+        grad_updates_per_step,
+    )  # fmt: skip
+
+
+@eqx.filter_jit
+def _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh, grad_updates_per_step):
+    (axis,) = mesh.axis_names
+
+    def body(d, k):
+        pop, metrics = train_population(
+            agent, env, eqx.combine(d, static), num_iterations, key=k[0],
+            grad_updates_per_step=grad_updates_per_step,
+        )  # fmt: skip
+        return eqx.filter(pop, eqx.is_array), metrics
+
+    mapped = jax.shard_map(
+        body, mesh=mesh, in_specs=(P(axis), P(axis)), out_specs=(P(axis), P(axis)),
+        check_vma=False,
+    )  # fmt: skip
+    new_dyn, metrics = mapped(dyn, keys)
+    return eqx.combine(new_dyn, static), metrics

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
-from ._custom_types import PRNGKey
+from .._custom_types import PRNGKey
 
 
 def _f32(x):
@@ -94,25 +94,6 @@ class Choice(AbstractSpace):
 
 
 Spaces = Mapping[str, AbstractSpace]
-
-SAC_SPACES: dict[str, AbstractSpace] = {
-    "discount": Uniform(0.9, 1.0),
-    "policy_lr": Uniform(3e-5, 3e-3),
-    "critic_lr": Uniform(3e-5, 3e-3),
-    "alpha_lr": Uniform(3e-5, 3e-3),
-    "reward_scaling": Uniform(0.1, 10.0),
-}
-"""QDax's PBT-SAC ranges (learning rates uniform; see `log_uniform_learning_rates`)."""
-
-TD3_SPACES: dict[str, AbstractSpace] = {
-    "discount": Uniform(0.9, 1.0),
-    "policy_lr": Uniform(3e-5, 3e-3),
-    "critic_lr": Uniform(3e-5, 3e-3),
-    "noise_clip": Uniform(0.0, 1.0),
-    "policy_noise": Uniform(0.0, 1.0),
-    "expl_noise": Uniform(0.0, 0.2),
-}
-"""QDax's PBT-TD3 ranges."""
 
 
 def log_uniform_learning_rates(spaces: Spaces) -> dict[str, AbstractSpace]:

@@ -1,0 +1,104 @@
+"""The emitter contract: where each iteration's candidate genotypes come from, and the
+per-candidate lineage emitters report."""
+
+import abc
+import enum
+from typing import Generic, TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from .._custom_types import Extra, Genotypes, PRNGKey
+from .._repertoire import Elites, MapElitesRepertoire
+
+
+_State = TypeVar("_State")
+
+
+class ActorType(enum.IntEnum):
+    """How a candidate was made (the ``type`` column of PGA-ME's actors file)."""
+
+    RANDOM = 0
+    EVO = 1
+    GRADIENT = 2
+    GREEDY = 3
+
+
+class Lineage(eqx.Module):
+    """Per-candidate parents and origin, returned by emitters as their ``emit`` extra.
+
+    Parent ids are those the repertoire stores per elite when `MAPElites` tracks lineage
+    (``-1``: no such parent, or ids not tracked). ``kind`` holds `ActorType` values.
+    """
+
+    parent1: Int[Array, " batch"]
+    parent2: Int[Array, " batch"]
+    kind: Int[Array, " batch"]
+
+    @classmethod
+    def of(cls, parent1, parent2, kind: ActorType) -> "Lineage":
+        return cls(
+            parent1.astype(jnp.int32),
+            parent2.astype(jnp.int32),
+            jnp.full(parent1.shape, int(kind), jnp.int32),
+        )
+
+
+def parent_ids(elites: Elites) -> Int[Array, " batch"]:
+    """The selected elites' ids when the repertoire stores them (int ``extra``), else ``-1``."""
+    extra = elites.extra
+    if (
+        isinstance(extra, jax.Array)
+        and extra.ndim == 1
+        and jnp.issubdtype(extra.dtype, jnp.integer)
+    ):
+        return extra.astype(jnp.int32)
+    return jnp.full(elites.fitnesses.shape, -1, jnp.int32)
+
+
+class AbstractEmitter(eqx.Module, Generic[_State]):
+    """Proposes ``batch_size`` genotypes per iteration and learns from their evaluations.
+
+    Stateless: whatever an emitter learns lives in the state returned by `init` and
+    `state_update`. Subclass it (and mark the subclass `typing.final`) to add an emitter.
+    """
+
+    batch_size: eqx.AbstractVar[int]
+
+    @abc.abstractmethod
+    def init(
+        self,
+        repertoire: MapElitesRepertoire,
+        genotypes: Genotypes,
+        fitnesses: Float[Array, " batch"],
+        descriptors: Float[Array, "batch num_descriptors"],
+        extra: Extra,
+        *,
+        key: PRNGKey,
+    ) -> _State:
+        """Initial state, given the repertoire and the evaluated initial population."""
+
+    @abc.abstractmethod
+    def emit(
+        self, repertoire: MapElitesRepertoire, state: _State, *, key: PRNGKey
+    ) -> tuple[Genotypes, Extra]:
+        """A batch of ``batch_size`` candidates and per-candidate extra data (or ``None``)."""
+
+    def state_update(
+        self,
+        state: _State,
+        repertoire: MapElitesRepertoire,
+        genotypes: Genotypes,
+        fitnesses: Float[Array, " batch"],
+        descriptors: Float[Array, "batch num_descriptors"],
+        extra: Extra,
+    ) -> _State:
+        """State after the emitted batch was evaluated and offered to ``repertoire``.
+
+        ``extra`` is what the scoring function returned (leaves with a leading batch axis).
+        The default keeps the state unchanged.
+        """
+        del repertoire, genotypes, fitnesses, descriptors, extra
+        return state

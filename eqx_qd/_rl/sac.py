@@ -1,0 +1,212 @@
+"""SAC: a stateless agent module, its training state and its array hyperparameters (see
+`eqx_qd._rl.td3` for the layout)."""
+
+import typing
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, PyTree
+
+from .._custom_types import PRNGKey
+from .._envs.rollout import Transition
+from .._misc import f32, i32
+from .base import AbstractAgent, Metrics
+from .networks import QCritics, TanhGaussianPolicy
+from .normaliser import RunningNormaliser
+from .optim import _apply_adam, _check_ranges, _init_opt, soft_update
+from .spaces import AbstractSpace, Uniform
+
+
+SAC_SPACES: dict[str, AbstractSpace] = {
+    "discount": Uniform(0.9, 1.0),
+    "policy_lr": Uniform(3e-5, 3e-3),
+    "critic_lr": Uniform(3e-5, 3e-3),
+    "alpha_lr": Uniform(3e-5, 3e-3),
+    "reward_scaling": Uniform(0.1, 10.0),
+}
+"""QDax's PBT-SAC ranges (learning rates uniform; see `log_uniform_learning_rates`)."""
+
+
+class SACHParams(eqx.Module):
+    """SAC hyperparameters, each a float32 scalar (or a stacked vector in a population)."""
+
+    policy_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
+    critic_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
+    alpha_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
+    discount: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
+    reward_scaling: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
+    tau: Float[Array, ""] = eqx.field(default=0.005, converter=f32)
+
+    def __check_init__(self):
+        inf = float("inf")
+        _check_ranges(
+            self,
+            {
+                "policy_lr": (0.0, inf),
+                "critic_lr": (0.0, inf),
+                "alpha_lr": (0.0, inf),
+                "discount": (0.0, 1.0),
+                "reward_scaling": (0.0, inf),
+                "tau": (0.0, 1.0),
+            },
+        )
+
+
+class SACState(eqx.Module):
+    """Everything a SAC agent learns or varies (optimiser states may be ``None`` for storage)."""
+
+    policy: TanhGaussianPolicy
+    critic: QCritics
+    target_critic: QCritics
+    log_alpha: Float[Array, ""]
+    policy_opt_state: PyTree
+    critic_opt_state: PyTree
+    alpha_opt_state: PyTree
+    normaliser: RunningNormaliser
+    hparams: SACHParams
+    steps: Int[Array, ""] = eqx.field(converter=i32)
+
+
+@typing.final
+class SAC(AbstractAgent[SACState]):
+    """Soft Actor-Critic (Haarnoja et al., 2018) with twin critics and automatic entropy
+    tuning towards ``target_entropy`` (default ``-action_size``); ``fix_alpha`` keeps the
+    temperature at ``init_alpha``."""
+
+    observation_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+    policy_hidden: tuple[int, ...] = eqx.field(default=(256, 256), static=True, converter=tuple)
+    critic_hidden: tuple[int, ...] = eqx.field(default=(256, 256), static=True, converter=tuple)
+    batch_size: int = eqx.field(default=256, static=True)
+    normalise_observations: bool = eqx.field(default=False, static=True)
+    fix_alpha: bool = eqx.field(default=False, static=True)
+    init_alpha: float = eqx.field(default=1.0, static=True)
+    target_entropy: float | None = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        for name in ("observation_size", "action_size", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SAC.{name} must be a positive integer")
+        if self.init_alpha <= 0:
+            raise ValueError(f"SAC.init_alpha must be positive, got {self.init_alpha}")
+
+    @property
+    def hparam_spaces(self) -> dict[str, AbstractSpace]:
+        return dict(SAC_SPACES)
+
+    @property
+    def entropy_target(self) -> float:
+        return -float(self.action_size) if self.target_entropy is None else self.target_entropy
+
+    def init(self, hparams: SACHParams | None = None, *, key: PRNGKey) -> SACState:
+        policy_key, critic_key = jr.split(key)
+        policy = TanhGaussianPolicy(
+            self.observation_size, self.action_size, self.policy_hidden, key=policy_key
+        )
+        critic = QCritics(
+            self.observation_size, self.action_size, self.critic_hidden, key=critic_key
+        )
+        log_alpha = jnp.log(jnp.asarray(self.init_alpha, jnp.float32))
+        return SACState(
+            policy,
+            critic,
+            critic,
+            log_alpha,
+            _init_opt(policy),
+            _init_opt(critic),
+            _init_opt(log_alpha),
+            RunningNormaliser.create(self.observation_size),
+            SACHParams() if hparams is None else hparams,
+            0,
+        )
+
+    def empty_optimizer_states(self, state: SACState) -> SACState:
+        """Drop the optimiser states (what a repertoire stores)."""
+        return eqx.tree_at(
+            lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state),
+            state, (None, None, None), is_leaf=lambda x: x is None,
+        )  # fmt: skip
+
+    def init_optimizer_states(self, state: SACState) -> SACState:
+        """Fresh optimiser states (zero moments) for the current parameters."""
+        return eqx.tree_at(
+            lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state),
+            state,
+            (_init_opt(state.policy), _init_opt(state.critic), _init_opt(state.log_alpha)),
+            is_leaf=lambda x: x is None,
+        )
+
+    def act(
+        self,
+        state: SACState,
+        obs: Float[Array, " obs_dim"],
+        *,
+        key: PRNGKey,
+        deterministic: bool = False,
+    ) -> Float[Array, " action_dim"]:
+        obs = self._norm(state, obs)
+        if deterministic:
+            return state.policy(obs)
+        return state.policy.sample(obs, key=key)[0]
+
+    def critic_loss(
+        self, critic: QCritics, state: SACState, batch: Transition, *, key: PRNGKey
+    ) -> Float[Array, ""]:
+        h = state.hparams
+        obs, next_obs = self._norm(state, batch.obs), self._norm(state, batch.next_obs)
+        eps = jr.normal(key, batch.action.shape)
+        next_action, next_logp = jax.vmap(state.policy.sample_from_noise)(next_obs, eps)
+        next_q = jnp.min(jax.vmap(state.target_critic)(next_obs, next_action), axis=-1)
+        next_v = next_q - jnp.exp(state.log_alpha) * next_logp
+        target = h.reward_scaling * batch.reward + h.discount * (1.0 - batch.terminated) * next_v
+        q = jax.vmap(critic)(obs, batch.action)
+        return 0.5 * jnp.mean(jnp.sum((q - jax.lax.stop_gradient(target)[:, None]) ** 2, axis=-1))
+
+    def policy_loss(
+        self, policy: TanhGaussianPolicy, state: SACState, batch: Transition, *, key: PRNGKey
+    ) -> tuple[Float[Array, ""], Float[Array, " batch"]]:
+        obs = self._norm(state, batch.obs)
+        eps = jr.normal(key, batch.action.shape)
+        action, logp = jax.vmap(policy.sample_from_noise)(obs, eps)
+        q = jnp.min(jax.vmap(state.critic)(obs, action), axis=-1)
+        return jnp.mean(jnp.exp(state.log_alpha) * logp - q), logp
+
+    def update(
+        self, state: SACState, batch: Transition, *, key: PRNGKey
+    ) -> tuple[SACState, Metrics]:
+        h = state.hparams
+        critic_key, policy_key = jr.split(key)
+        critic_loss, grads = eqx.filter_value_and_grad(self.critic_loss)(
+            state.critic, state, batch, key=critic_key
+        )
+        critic, critic_opt = _apply_adam(state.critic, grads, state.critic_opt_state, h.critic_lr)
+        (policy_loss, logp), grads = eqx.filter_value_and_grad(self.policy_loss, has_aux=True)(
+            state.policy, state, batch, key=policy_key
+        )
+        policy, policy_opt = _apply_adam(state.policy, grads, state.policy_opt_state, h.policy_lr)
+        log_alpha, alpha_opt = state.log_alpha, state.alpha_opt_state
+        if not self.fix_alpha:
+            entropy_gap = jax.lax.stop_gradient(jnp.mean(logp) + self.entropy_target)
+            alpha_grad = -entropy_gap  # d/dlog_alpha of -log_alpha * (logp + target)
+            log_alpha, alpha_opt = _apply_adam(log_alpha, alpha_grad, alpha_opt, h.alpha_lr)
+        target_critic = soft_update(state.target_critic, critic, h.tau)
+        state = eqx.tree_at(
+            lambda s: (
+                s.policy, s.critic, s.target_critic, s.log_alpha,
+                s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state, s.steps,
+            ),
+            state,
+            (
+                policy, critic, target_critic, log_alpha,
+                policy_opt, critic_opt, alpha_opt, state.steps + 1,
+            ),
+        )  # fmt: skip
+        metrics = {
+            "critic_loss": critic_loss,
+            "policy_loss": policy_loss,
+            "alpha": jnp.exp(log_alpha),
+            "entropy": -jnp.mean(logp),
+        }
+        return state, metrics

@@ -1,0 +1,225 @@
+"""TD3: a stateless agent module, its training state and its array hyperparameters.
+
+The agent module holds only structure (sizes, batch size, delays); everything that changes or
+that a population varies lives in its training state, including the hyperparameters as float32
+array leaves, so ``eqx.filter_vmap`` over states trains agents with different learning rates in
+one program, and changing a value never retraces. Optimisers are built inside `update` from
+those arrays: no optax object is ever a field.
+"""
+
+import typing
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, PyTree
+
+from .._custom_types import PRNGKey
+from .._envs.rollout import Transition
+from .._misc import f32, i32
+from .base import AbstractAgent, Metrics
+from .networks import DeterministicPolicy, QCritics
+from .normaliser import RunningNormaliser
+from .optim import _apply_adam, _check_ranges, _init_opt, soft_update
+from .spaces import AbstractSpace, Uniform
+
+
+TD3_SPACES: dict[str, AbstractSpace] = {
+    "discount": Uniform(0.9, 1.0),
+    "policy_lr": Uniform(3e-5, 3e-3),
+    "critic_lr": Uniform(3e-5, 3e-3),
+    "noise_clip": Uniform(0.0, 1.0),
+    "policy_noise": Uniform(0.0, 1.0),
+    "expl_noise": Uniform(0.0, 0.2),
+}
+"""QDax's PBT-TD3 ranges."""
+
+
+class TD3HParams(eqx.Module):
+    """TD3 hyperparameters, each a float32 scalar (or a stacked vector in a population)."""
+
+    policy_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
+    critic_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
+    discount: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
+    reward_scaling: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
+    tau: Float[Array, ""] = eqx.field(default=0.005, converter=f32)
+    policy_noise: Float[Array, ""] = eqx.field(default=0.2, converter=f32)
+    noise_clip: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
+    expl_noise: Float[Array, ""] = eqx.field(default=0.1, converter=f32)
+
+    def __check_init__(self):
+        inf = float("inf")
+        _check_ranges(
+            self,
+            {
+                "policy_lr": (0.0, inf),
+                "critic_lr": (0.0, inf),
+                "discount": (0.0, 1.0),
+                "reward_scaling": (0.0, inf),
+                "tau": (0.0, 1.0),
+                "policy_noise": (0.0, inf),
+                "noise_clip": (0.0, inf),
+                "expl_noise": (0.0, inf),
+            },
+        )
+
+
+class TD3State(eqx.Module):
+    """Everything a TD3 agent learns or varies. Optimiser states may be ``None`` for storage
+    (see `TD3.empty_optimizer_states`)."""
+
+    policy: DeterministicPolicy
+    critic: QCritics
+    target_policy: DeterministicPolicy
+    target_critic: QCritics
+    policy_opt_state: PyTree
+    critic_opt_state: PyTree
+    normaliser: RunningNormaliser
+    hparams: TD3HParams
+    steps: Int[Array, ""] = eqx.field(converter=i32)
+
+
+@typing.final
+class TD3(AbstractAgent[TD3State]):
+    """Twin Delayed DDPG (Fujimoto et al., 2018): twin critics with clipped double-Q targets,
+    target-policy smoothing (``policy_noise`` clipped at ``noise_clip``), and policy plus
+    target updates every ``policy_delay`` critic steps."""
+
+    observation_size: int = eqx.field(static=True)
+    action_size: int = eqx.field(static=True)
+    policy_hidden: tuple[int, ...] = eqx.field(default=(256, 256), static=True, converter=tuple)
+    critic_hidden: tuple[int, ...] = eqx.field(default=(256, 256), static=True, converter=tuple)
+    batch_size: int = eqx.field(default=256, static=True)
+    policy_delay: int = eqx.field(default=2, static=True)
+    normalise_observations: bool = eqx.field(default=False, static=True)
+
+    def __check_init__(self):
+        for name in ("observation_size", "action_size", "batch_size", "policy_delay"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TD3.{name} must be a positive integer")
+
+    @property
+    def hparam_spaces(self) -> dict[str, AbstractSpace]:
+        return dict(TD3_SPACES)
+
+    def init_policy(self, *, key: PRNGKey) -> DeterministicPolicy:
+        return DeterministicPolicy(
+            self.observation_size, self.action_size, self.policy_hidden, key=key
+        )
+
+    def init_critic(self, *, key: PRNGKey) -> QCritics:
+        return QCritics(self.observation_size, self.action_size, self.critic_hidden, key=key)
+
+    def init(self, hparams: TD3HParams | None = None, *, key: PRNGKey) -> TD3State:
+        policy_key, critic_key = jr.split(key)
+        policy, critic = self.init_policy(key=policy_key), self.init_critic(key=critic_key)
+        return self.state_from(policy, critic, hparams)
+
+    def state_from(
+        self, policy: DeterministicPolicy, critic: QCritics, hparams: TD3HParams | None = None
+    ) -> TD3State:
+        """A fresh training state (targets = copies, new optimiser states) around networks."""
+        return TD3State(
+            policy,
+            critic,
+            policy,
+            critic,
+            _init_opt(policy),
+            _init_opt(critic),
+            RunningNormaliser.create(self.observation_size),
+            TD3HParams() if hparams is None else hparams,
+            0,
+        )
+
+    def empty_optimizer_states(self, state: TD3State) -> TD3State:
+        """Drop the optimiser states (what a repertoire stores: fewer bytes per cell)."""
+        return eqx.tree_at(
+            lambda s: (s.policy_opt_state, s.critic_opt_state), state, (None, None),
+            is_leaf=lambda x: x is None,
+        )  # fmt: skip
+
+    def init_optimizer_states(self, state: TD3State) -> TD3State:
+        """Fresh optimiser states (zero moments) for the current networks."""
+        return eqx.tree_at(
+            lambda s: (s.policy_opt_state, s.critic_opt_state),
+            state,
+            (_init_opt(state.policy), _init_opt(state.critic)),
+            is_leaf=lambda x: x is None,
+        )
+
+    def act(
+        self,
+        state: TD3State,
+        obs: Float[Array, " obs_dim"],
+        *,
+        key: PRNGKey,
+        deterministic: bool = False,
+    ) -> Float[Array, " action_dim"]:
+        action = state.policy(self._norm(state, obs))
+        if deterministic:
+            return action
+        noise = state.hparams.expl_noise * jr.normal(key, action.shape)
+        return jnp.clip(action + noise, -1.0, 1.0)
+
+    def critic_loss(
+        self, critic: QCritics, state: TD3State, batch: Transition, *, key: PRNGKey
+    ) -> Float[Array, ""]:
+        h = state.hparams
+        obs, next_obs = self._norm(state, batch.obs), self._norm(state, batch.next_obs)
+        noise = jnp.clip(
+            h.policy_noise * jr.normal(key, batch.action.shape), -h.noise_clip, h.noise_clip
+        )
+        next_action = jnp.clip(jax.vmap(state.target_policy)(next_obs) + noise, -1.0, 1.0)
+        next_q = jnp.min(jax.vmap(state.target_critic)(next_obs, next_action), axis=-1)
+        target = h.reward_scaling * batch.reward + h.discount * (1.0 - batch.terminated) * next_q
+        q = jax.vmap(critic)(obs, batch.action)
+        return jnp.mean(jnp.sum((q - jax.lax.stop_gradient(target)[:, None]) ** 2, axis=-1))
+
+    def policy_loss(
+        self, policy: DeterministicPolicy, state: TD3State, batch: Transition
+    ) -> Float[Array, ""]:
+        obs = self._norm(state, batch.obs)
+        return -jnp.mean(jax.vmap(state.critic.q1)(obs, jax.vmap(policy)(obs)))
+
+    def update(
+        self, state: TD3State, batch: Transition, *, key: PRNGKey
+    ) -> tuple[TD3State, Metrics]:
+        h = state.hparams
+        critic_loss, grads = eqx.filter_value_and_grad(self.critic_loss)(
+            state.critic, state, batch, key=key
+        )
+        critic, critic_opt = _apply_adam(state.critic, grads, state.critic_opt_state, h.critic_lr)
+        state = eqx.tree_at(lambda s: (s.critic, s.critic_opt_state), state, (critic, critic_opt))
+
+        def policy_step(state: TD3State) -> tuple[TD3State, Float[Array, ""]]:
+            loss, grads = eqx.filter_value_and_grad(self.policy_loss)(state.policy, state, batch)
+            policy, opt = _apply_adam(state.policy, grads, state.policy_opt_state, h.policy_lr)
+            target_policy = soft_update(state.target_policy, policy, h.tau)
+            target_critic = soft_update(state.target_critic, state.critic, h.tau)
+            state = eqx.tree_at(
+                lambda s: (s.policy, s.policy_opt_state, s.target_policy, s.target_critic),
+                state,
+                (policy, opt, target_policy, target_critic),
+            )
+            return state, loss
+
+        def skip(state: TD3State) -> tuple[TD3State, Float[Array, ""]]:
+            return state, jnp.full((), jnp.nan, jnp.float32)
+
+        dynamic, static = eqx.partition(state, eqx.is_array)
+        run_policy = state.steps % self.policy_delay == 0
+        dynamic, policy_loss = jax.lax.cond(
+            run_policy,
+            lambda d: _partitioned(policy_step, d, static),
+            lambda d: _partitioned(skip, d, static),
+            dynamic,
+        )
+        state = eqx.combine(dynamic, static)
+        state = eqx.tree_at(lambda s: s.steps, state, state.steps + 1)
+        return state, {"critic_loss": critic_loss, "policy_loss": policy_loss}
+
+
+def _partitioned(fn, dynamic, static):
+    out, aux = fn(eqx.combine(dynamic, static))
+    return eqx.filter(out, eqx.is_array), aux
