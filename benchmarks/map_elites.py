@@ -25,6 +25,7 @@ import jax
 import jax.random as jr
 
 import eqx_qd as q
+from eqx_qd import jobs
 
 
 def main() -> None:
@@ -42,7 +43,7 @@ def main() -> None:
     p.add_argument("--json")
     a = p.parse_args()
 
-    task = q.make_task(a.task, a.dim)
+    task = jobs.make_task(a.task, genotype_dim=a.dim)
     key = jr.key(a.seed)
     cvt_key, pop_key, init_key, run_key = jr.split(key, 4)
     centroids_s = centroids_warm_s = None

@@ -22,10 +22,10 @@ import eqx_qd as q
 def run(seed: int, use_pbt: bool, rounds: int, iters: int, explore: str) -> list[float]:
     env = q.PointMaze(walls=False)
     agent = q.SAC(observation_size=2, action_size=2, policy_hidden=(64, 64),
-                  critic_hidden=(64, 64), batch_size=128)  # fmt: skip
+                  critic_hidden=(64, 64), minibatch_size=128)  # fmt: skip
     key = jr.key(seed)
     init_key, loop_key = jr.split(key)
-    pop = q.init_population(agent, env, None, 8, key=init_key, env_batch_size=8,
+    pop = q.init_population(agent, env, None, 8, key=init_key, num_envs=8,
                             buffer_size=50_000)  # fmt: skip
     pbt = q.PBT.from_fractions(8, 0.2, 0.4, agent.hparam_spaces, explore=explore)
     curve = []

@@ -17,6 +17,7 @@ import jax
 import jax.random as jr
 
 import eqx_qd as q
+from eqx_qd import jobs
 
 
 def main():
@@ -35,14 +36,14 @@ def main():
     a = p.parse_args()
 
     t_start = time.perf_counter()
-    env = q.make_env(a.env, episode_length=a.episode_length)
+    env = jobs.make_env(a.env, episode_length=a.episode_length)
     scorer = q.PolicyScorer(env)
     td3 = q.TD3(
         observation_size=env.observation_size,
         action_size=env.action_size,
         policy_hidden=(64, 64),
         critic_hidden=(256, 256),
-        batch_size=256,
+        minibatch_size=256,
     )
     hparams = q.TD3HParams(critic_lr=3e-4, policy_lr=3e-4, discount=0.99, tau=0.005)
     emitter = q.pgame_emitter(

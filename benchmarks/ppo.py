@@ -1,7 +1,7 @@
 """IPPO training throughput (env steps/s) against raw environment stepping, and against the
 jaxagents IPPO anchor on the same workload.
 
-Workload (jaxagents' bench_ippo.py sizes): 64 parallel envs (``batch_size``), rollouts of 128
+Workload (jaxagents' bench_ippo.py sizes): 64 parallel envs (``num_envs``), rollouts of 128
 steps, 16 minibatches of 512 samples per epoch, 4 actor + 4 critic epochs, (64, 64) tanh
 networks, ``kl_threshold`` 1e9 (no early stop: fixed work), 10 updates per timed call
 (81,920 env steps). Tasks:
@@ -108,7 +108,7 @@ def timed(fn, *args):
 
 
 def bench_train(env, repeats):
-    agent = q.IPPO(env, rollout_length=ROLLOUT, batch_size=BATCH, num_minibatches=MINIBATCHES,
+    agent = q.IPPO(env, rollout_length=ROLLOUT, num_envs=BATCH, num_minibatches=MINIBATCHES,
                    actor_epochs=EPOCHS, critic_epochs=EPOCHS)  # fmt: skip
     state = agent.init(q.PPOHParams(kl_threshold=1e9), key=jr.key(0))
     first, (trained, metrics) = timed(q.train_updates, agent, state, UPDATES)

@@ -45,14 +45,14 @@ def main():
         action_size=env.action_size,
         policy_hidden=tuple(a.hidden),
         critic_hidden=tuple(a.hidden),
-        batch_size=a.batch,
+        minibatch_size=a.batch,
     )
     P, B = a.pop, a.env_batch
     iters = a.steps_per_call // B
 
     init = eqx.filter_jit(
         eqx.filter_vmap(
-            lambda k: q.init_off_policy(agent, env, key=k, env_batch_size=B, buffer_size=a.buffer)
+            lambda k: q.init_off_policy(agent, env, num_envs=B, buffer_size=a.buffer, key=k)
         )
     )
     t0 = time.perf_counter()

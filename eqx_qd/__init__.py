@@ -1,7 +1,15 @@
-"""eqx_qd: Quality-Diversity and population-based RL as Equinox modules."""
+"""eqx_qd: Quality-Diversity and population-based RL as Equinox modules.
+
+The top level holds the library: repertoires, tessellations, selectors, variation operators,
+emitters, MAP-Elites, QD metrics, tasks and environments, agents, training loops and PBT. Three
+namespaces sit beside it: `eqx_qd.internal` (helpers for extending the library),
+`eqx_qd.plotting` (matplotlib figures) and `eqx_qd.jobs` (run drivers, run folders, registries:
+what the ``eqx-qd`` command runs). ``import eqx_qd`` imports neither matplotlib nor tqdm.
+"""
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
+from . import internal as internal
 from ._custom_types import (
     Centroids as Centroids,
     Descriptors as Descriptors,
@@ -40,7 +48,6 @@ from ._envs.base import (
 from ._envs.brax import (
     BraxQDEnv as BraxQDEnv,
     DEFAULT_BACKEND as DEFAULT_BACKEND,
-    make_env as make_env,
     QD_BRAX_TASKS as QD_BRAX_TASKS,
 )
 from ._envs.brax_multi_agent import (
@@ -63,7 +70,6 @@ from ._envs.rollout import (
     rollout as rollout,
     Transition as Transition,
 )
-from ._io import load_repertoire as load_repertoire, save_repertoire as save_repertoire
 from ._map_elites import (
     MAPElites as MAPElites,
     MAPElitesState as MAPElitesState,
@@ -71,11 +77,6 @@ from ._map_elites import (
     StepInfo as StepInfo,
 )
 from ._metrics import METRIC_NAMES as METRIC_NAMES, qd_metrics as qd_metrics, QDMetrics as QDMetrics
-from ._misc import (
-    filter_scan as filter_scan,
-    tree_concatenate as tree_concatenate,
-    tree_take as tree_take,
-)
 from ._repertoire import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,
@@ -110,21 +111,12 @@ from ._rl.off_policy import (
     warmup as warmup,
 )
 from ._rl.on_policy import (
-    Checkpoint as Checkpoint,
     EpisodeStats as EpisodeStats,
     evaluate_ippo as evaluate_ippo,
-    list_checkpoints as list_checkpoints,
-    mean_return as mean_return,
-    restore_checkpoint as restore_checkpoint,
-    save_checkpoint as save_checkpoint,
     summarize as summarize,
     Summary as Summary,
-    train_ippo as train_ippo,
     train_updates as train_updates,
-    TrainingLog as TrainingLog,
-    write_run_info as write_run_info,
 )
-from ._rl.optim import soft_update as soft_update
 from ._rl.pbt import (
     copy_into as copy_into,
     evaluate_population as evaluate_population,
@@ -182,7 +174,6 @@ from ._sharded import (
 from ._tasks import (
     AbstractTask as AbstractTask,
     Arm as Arm,
-    make_task as make_task,
     Rastrigin as Rastrigin,
     Sphere as Sphere,
 )
@@ -204,39 +195,6 @@ from ._variation import (
     PolynomialMutation as PolynomialMutation,
     sbx_crossover as sbx_crossover,
     SBXCrossover as SBXCrossover,
-)
-from .jobs._ippo import IPPOConfig as IPPOConfig, run_ippo as run_ippo
-from .jobs._map_elites import (
-    load_map_elites_run as load_map_elites_run,
-    MapElitesConfig as MapElitesConfig,
-    read_progress as read_progress,
-    run_map_elites as run_map_elites,
-    RunResult as RunResult,
-)
-from .jobs._me_pbt import (
-    load_me_pbt_run as load_me_pbt_run,
-    MEPBTConfig as MEPBTConfig,
-    MEPBTResult as MEPBTResult,
-    run_me_pbt as run_me_pbt,
-)
-from .jobs._pbt import (
-    load_pbt_run as load_pbt_run,
-    PBTConfig as PBTConfig,
-    PBTResult as PBTResult,
-    plot_hparams as plot_hparams,
-    run_pbt as run_pbt,
-)
-from .jobs._pgame import (
-    load_pgame_run as load_pgame_run,
-    PGAMEConfig as PGAMEConfig,
-    PGAMEResult as PGAMEResult,
-    policy_by_id as policy_by_id,
-    run_pgame as run_pgame,
-)
-from .plotting import (
-    plot_fitness_density as plot_fitness_density,
-    plot_metrics as plot_metrics,
-    plot_repertoire as plot_repertoire,
 )
 
 

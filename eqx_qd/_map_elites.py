@@ -90,7 +90,7 @@ class MAPElites(eqx.Module):
             tessellation, *every[:3], every[3] if self.lineage else None
         )
         emitter_state = self.emitter.init(
-            repertoire, genotypes, fitnesses, descriptors, extra, key=emitter_key
+            repertoire, genotypes, descriptors, fitnesses, extra, key=emitter_key
         )
         state = MAPElitesState(repertoire, emitter_state, 0, every[2].shape[0])
         return state, qd_metrics(repertoire, self.qd_offset)
@@ -99,7 +99,7 @@ class MAPElites(eqx.Module):
         self, state: MAPElitesState, *, key: PRNGKey
     ) -> tuple[MAPElitesState, QDMetrics, StepInfo]:
         """One iteration, also returning the per-candidate `StepInfo`."""
-        emit_key, score_key = jr.split(self._device_key(key))
+        emit_key, score_key, update_key = jr.split(self._device_key(key), 3)
         genotypes, emit_extra = self.emitter.emit(
             state.repertoire, state.emitter_state, key=emit_key
         )
@@ -114,8 +114,9 @@ class MAPElites(eqx.Module):
             all_g, all_d, all_f, all_ids if self.lineage else None
         )
         emitter_state = self.emitter.state_update(
-            state.emitter_state, repertoire, genotypes, fitnesses, descriptors, extra
-        )
+            state.emitter_state, repertoire, genotypes, descriptors, fitnesses, extra,
+            key=update_key,
+        )  # fmt: skip
         new_state = MAPElitesState(
             repertoire, emitter_state, state.iteration + 1, state.evaluations + all_f.shape[0]
         )

@@ -1,4 +1,6 @@
-"""Small pytree helpers used across the package (array-only indexing, scan over modules)."""
+"""Pytree helpers used across the package: array-only indexing and scattering (non-array leaves
+such as an MLP's activation pass through), and ``scan`` / ``cond`` / ``while_loop`` over carries
+that hold non-array leaves. Public through `eqx_qd.internal`."""
 
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -21,11 +23,6 @@ def f32(x: Any) -> Array:
 def i32(x: Any) -> Array:
     """Converter pinning an int32 array."""
     return jnp.asarray(x, jnp.int32)
-
-
-def is_concrete(x: Any) -> bool:
-    """True when ``x`` holds a value we can inspect now (not a tracer inside jit/vmap)."""
-    return not isinstance(x, jax.core.Tracer)
 
 
 def batch_size_of(tree: PyTree) -> int:
@@ -94,9 +91,50 @@ def filter_scan(
     def body(carry, x):
         out, y = f(eqx.combine(carry, static), x)
         new_dynamic, new_static = eqx.partition(out, eqx.is_array)
-        if not eqx.tree_equal(new_static, static):
-            raise ValueError("the non-array part of the scan carry changed inside the loop")
+        _check_static(new_static, static, "scan carry")
         return new_dynamic, y
 
     dynamic, ys = jax.lax.scan(body, dynamic, xs, length=length)
     return eqx.combine(dynamic, static), ys
+
+
+def _check_static(new_static: Any, static: Any, where: str) -> None:
+    if not eqx.tree_equal(new_static, static):
+        raise ValueError(f"the non-array part of the {where} changed inside the loop")
+
+
+def filter_cond(
+    pred: Any, true_fun: Callable[..., _T], false_fun: Callable[..., _T], *operands: Any
+) -> _T:
+    """`jax.lax.cond` whose operands and results may hold non-array leaves.
+
+    Both branches must return the same non-array part (checked at trace time).
+    """
+    dynamic, static = eqx.partition(operands, eqx.is_array)
+    statics: list[Any] = []
+
+    def branch(fun):
+        def run(d):
+            out_dynamic, out_static = eqx.partition(fun(*eqx.combine(d, static)), eqx.is_array)
+            statics.append(out_static)
+            return out_dynamic
+
+        return run
+
+    out = jax.lax.cond(pred, branch(true_fun), branch(false_fun), dynamic)
+    _check_static(statics[1], statics[0], "cond's result (the branches disagree)")
+    return eqx.combine(out, statics[0])
+
+
+def filter_while_loop(cond_fun: Callable[[_T], Any], body_fun: Callable[[_T], _T], init: _T) -> _T:
+    """`jax.lax.while_loop` whose carry may hold non-array leaves; ``body_fun`` must return the
+    same non-array part it was given (checked at trace time)."""
+    dynamic, static = eqx.partition(init, eqx.is_array)
+
+    def body(d):
+        new_dynamic, new_static = eqx.partition(body_fun(eqx.combine(d, static)), eqx.is_array)
+        _check_static(new_static, static, "while_loop carry")
+        return new_dynamic
+
+    out = jax.lax.while_loop(lambda d: cond_fun(eqx.combine(d, static)), body, dynamic)
+    return eqx.combine(out, static)

@@ -181,7 +181,7 @@ class MapElitesRepertoire(eqx.Module):
         return new, info
 
     def select(
-        self, num: int, *, key: PRNGKey, selector: AbstractSelector = UniformSelector()
+        self, num: int, *, selector: AbstractSelector = UniformSelector(), key: PRNGKey
     ) -> Elites:
         """Draw ``num`` elites (with replacement) with ``selector`` (uniform by default)."""
         idx = selector.indices(self.fitnesses, num, key=key)

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
+from . import _validate as check
 from ._custom_types import PRNGKey
 from ._envs.base import AbstractQDEnv
 from ._envs.rollout import Episode, rollout
@@ -98,8 +99,7 @@ class Reevaluation(eqx.Module):
 def reevaluate(scoring_fn: Callable, genotypes, num_evals: int, *, key: PRNGKey) -> Reevaluation:
     """Score ``genotypes`` ``num_evals`` times with independent keys (robustness statistics,
     e.g. the PGA-ME repo's average of the best elite's fitness over 10 evaluations)."""
-    if num_evals < 1:
-        raise ValueError(f"num_evals must be a positive integer, got {num_evals}")
+    check.positive_int("num_evals", num_evals)
 
     def one(k):
         fitnesses, descriptors, _ = scoring_fn(genotypes, key=k)

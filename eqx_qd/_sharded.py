@@ -52,12 +52,7 @@ _drop_axis = lambda tree: jax.tree.map(lambda x: x[0], tree)
 
 
 def init_sharded(
-    algo: MAPElites,
-    genotypes,
-    tessellation: AbstractTessellation,
-    *,
-    key: PRNGKey,
-    mesh: Mesh,
+    algo: MAPElites, genotypes, tessellation: AbstractTessellation, *, mesh: Mesh, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
     """`MAPElites.init` over the mesh: ``genotypes`` (leading axis divisible by the number of
     devices) are split among the devices. The returned state's emitter state has a leading
@@ -81,7 +76,7 @@ def init_sharded(
 
 
 def run_sharded(
-    algo: MAPElites, state: MAPElitesState, num_iters: int, *, key: PRNGKey, mesh: Mesh
+    algo: MAPElites, state: MAPElitesState, num_iters: int, *, mesh: Mesh, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
     """``num_iters`` iterations of ``algo.update`` in one ``lax.scan`` on every device.
 

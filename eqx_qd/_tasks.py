@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
+from . import _validate as check
 from ._custom_types import Extra, PRNGKey
 
 
@@ -46,9 +47,8 @@ class AbstractTask(eqx.Module):
         return jr.uniform(key, (num, self.genotype_dim))
 
 
-def _check_dim(dim: int, minimum: int) -> None:
-    if dim < minimum:
-        raise ValueError(f"genotype_dim must be at least {minimum}, got {dim}")
+def _check_dim(owner: str, dim: int, minimum: int) -> None:
+    check.integer(f"{owner}.genotype_dim", dim, minimum=minimum)
 
 
 @typing.final
@@ -62,7 +62,7 @@ class Rastrigin(AbstractTask):
     genotype_dim: int = eqx.field(default=100, static=True)
 
     def __check_init__(self):
-        _check_dim(self.genotype_dim, 2)
+        _check_dim("Rastrigin", self.genotype_dim, 2)
 
     @property
     def num_descriptors(self) -> int:
@@ -95,7 +95,7 @@ class Sphere(AbstractTask):
     genotype_dim: int = eqx.field(default=100, static=True)
 
     def __check_init__(self):
-        _check_dim(self.genotype_dim, 2)
+        _check_dim("Sphere", self.genotype_dim, 2)
 
     @property
     def num_descriptors(self) -> int:
@@ -128,7 +128,7 @@ class Arm(AbstractTask):
     genotype_dim: int = eqx.field(default=8, static=True)
 
     def __check_init__(self):
-        _check_dim(self.genotype_dim, 1)
+        _check_dim("Arm", self.genotype_dim, 1)
 
     @property
     def num_descriptors(self) -> int:
@@ -153,13 +153,3 @@ class Arm(AbstractTask):
         y = jnp.sum(link * jnp.sin(cumulative), axis=-1)
         descriptors = (jnp.stack([x, y], axis=-1) + 1.0) / 2.0
         return -jnp.std(genes, axis=-1), descriptors, None
-
-
-TASKS: dict[str, type[AbstractTask]] = {"rastrigin": Rastrigin, "sphere": Sphere, "arm": Arm}
-
-
-def make_task(name: str, genotype_dim: int | None = None) -> AbstractTask:
-    """A built-in task by name (``rastrigin``, ``sphere``, ``arm``)."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
-    return TASKS[name]() if genotype_dim is None else TASKS[name](genotype_dim=genotype_dim)

@@ -17,14 +17,14 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from . import _validate as check
 from ._custom_types import Centroids, Descriptors, PRNGKey
 from ._misc import f32
 
 
 def _bounds(value: Any, num_descriptors: int, name: str) -> Float[Array, " num_descriptors"]:
     arr = jnp.broadcast_to(jnp.asarray(value, jnp.float32), (num_descriptors,))
-    if not bool(jnp.all(jnp.isfinite(arr))):
-        raise ValueError(f"{name} must be finite, got {np.asarray(arr).tolist()}")
+    check.finite(name, arr)
     return arr
 
 
@@ -67,8 +67,9 @@ class GridTessellation(AbstractTessellation):
         self.bins = bins
         self.minval = _bounds(minval, d, "minval")
         self.maxval = _bounds(maxval, d, "maxval")
-        if not bool(jnp.all(self.maxval > self.minval)):
-            raise ValueError("maxval must be strictly greater than minval in every dimension")
+        check.ordered(
+            "GridTessellation minval", self.minval, "GridTessellation maxval", self.maxval
+        )
         axes = [
             lo + (jnp.arange(b, dtype=jnp.float32) + 0.5) * (hi - lo) / b
             for b, lo, hi in zip(bins, self.minval, self.maxval)
@@ -111,11 +112,13 @@ class CVTTessellation(AbstractTessellation):
     centroids: Centroids = eqx.field(converter=f32)
 
     def __check_init__(self):
-        if self.centroids.ndim != 2 or self.centroids.shape[0] < 1:
+        if self.centroids.ndim != 2 or 0 in self.centroids.shape:
             raise ValueError(
-                "centroids must have shape (num_cells, num_descriptors), "
+                "CVTTessellation.centroids must have shape (num_cells, num_descriptors), "
                 f"got {self.centroids.shape}"
             )
+        # A NaN centroid would send every descriptor to one cell without a word.
+        check.finite("CVTTessellation.centroids", self.centroids)
 
     def index(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
         return nearest_centroid(descriptors, self.centroids)
@@ -142,11 +145,12 @@ class CVTTessellation(AbstractTessellation):
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CVTTessellation":
         """Centroids from a ``.npy`` file of shape ``(num_cells, num_descriptors)``."""
-        return cls(np.load(path))
-
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the centroids to a ``.npy`` file."""
-        np.save(path, np.asarray(self.centroids))
+        path = os.fspath(path)
+        try:
+            centroids = np.load(path)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot read centroids from {path!r}: {e}") from e
+        return cls(centroids)
 
 
 def _kmeans_plus_plus(
@@ -234,12 +238,10 @@ def cvt_centroids(
     refreshed every 5 steps), which keeps a step linear in ``num_samples``. ``num_iters`` is
     rounded up to a multiple of 5.
     """
-    if num_cells < 1 or num_descriptors < 1:
-        raise ValueError("num_cells and num_descriptors must be positive")
-    if num_samples < num_cells:
-        raise ValueError(f"num_samples ({num_samples}) must be at least num_cells ({num_cells})")
-    if num_iters < 0:
-        raise ValueError(f"num_iters must be non-negative, got {num_iters}")
+    check.positive_int("num_cells", num_cells)
+    check.positive_int("num_descriptors", num_descriptors)
+    check.integer("num_samples", num_samples, minimum=num_cells)
+    check.non_negative_int("num_iters", num_iters)
     lo = _bounds(minval, num_descriptors, "minval")
     hi = _bounds(maxval, num_descriptors, "maxval")
     sample_key, init_key = jr.split(key)

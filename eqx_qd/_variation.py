@@ -18,8 +18,9 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
+from . import _validate as check
 from ._custom_types import Genotypes, PRNGKey
-from ._misc import batch_size_of, f32, is_concrete
+from ._misc import batch_size_of, f32
 
 
 Bound = Float[Array, ""] | None
@@ -55,11 +56,11 @@ def isoline_variation(
     x1: Genotypes,
     x2: Genotypes,
     *,
-    key: PRNGKey,
     iso_sigma: Any,
     line_sigma: Any,
     min_genotype: Any = None,
     max_genotype: Any = None,
+    key: PRNGKey,
 ) -> Genotypes:
     """Iso+line-DD (Vassiliades & Mouret 2018).
 
@@ -81,11 +82,11 @@ def isoline_variation(
 def gaussian_mutation(
     x: Genotypes,
     *,
-    key: PRNGKey,
     sigma: Any,
     mutation_rate: Any = 1.0,
     min_genotype: Any = None,
     max_genotype: Any = None,
+    key: PRNGKey,
 ) -> Genotypes:
     """Add ``sigma * N(0, 1)`` to each gene with probability ``mutation_rate``."""
 
@@ -101,11 +102,11 @@ def gaussian_mutation(
 def polynomial_mutation(
     x: Genotypes,
     *,
-    key: PRNGKey,
     eta_m: Any,
     mutation_rate: Any,
     min_genotype: Any,
     max_genotype: Any,
+    key: PRNGKey,
 ) -> Genotypes:
     """Deb's bounded polynomial mutation with distribution index ``eta_m``.
 
@@ -135,11 +136,11 @@ def sbx_crossover(
     x1: Genotypes,
     x2: Genotypes,
     *,
-    key: PRNGKey,
     eta_c: Any,
     crossover_rate: Any = 1.0,
     min_genotype: Any = None,
     max_genotype: Any = None,
+    key: PRNGKey,
 ) -> Genotypes:
     """Simulated binary crossover (Deb & Agrawal 1995) with distribution index ``eta_c``.
 
@@ -174,19 +175,12 @@ class AbstractVariation(eqx.Module):
     def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes: ...
 
 
-def _check_bounds(lo: Bound, hi: Bound) -> None:
-    if lo is not None and hi is not None and is_concrete(lo) and is_concrete(hi):
-        if not bool(hi > lo):
-            raise ValueError(f"max_genotype ({float(hi)}) must exceed min_genotype ({float(lo)})")
-
-
-def _check_range(name: str, value: Array, low: float, high: float | None = None) -> None:
-    if not is_concrete(value):
-        return
-    v = float(value)
-    if not (v >= low and (high is None or v <= high)):
-        bounds = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be {bounds}, got {v}")
+def _check_bounds(owner: str, lo: Bound, hi: Bound) -> None:
+    for name, value in (("min_genotype", lo), ("max_genotype", hi)):
+        if value is not None:
+            check.finite(f"{owner}.{name}", value)
+    if lo is not None and hi is not None:
+        check.ordered(f"{owner}.min_genotype", lo, f"{owner}.max_genotype", hi)
 
 
 @typing.final
@@ -199,9 +193,9 @@ class IsoLineVariation(AbstractVariation):
     max_genotype: Bound = eqx.field(default=None, converter=_bound)
 
     def __check_init__(self):
-        _check_range("iso_sigma", self.iso_sigma, 0.0)
-        _check_range("line_sigma", self.line_sigma, 0.0)
-        _check_bounds(self.min_genotype, self.max_genotype)
+        check.non_negative("IsoLineVariation.iso_sigma", self.iso_sigma)
+        check.non_negative("IsoLineVariation.line_sigma", self.line_sigma)
+        _check_bounds("IsoLineVariation", self.min_genotype, self.max_genotype)
 
     def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
         return isoline_variation(
@@ -225,9 +219,9 @@ class SBXCrossover(AbstractVariation):
     max_genotype: Bound = eqx.field(default=None, converter=_bound)
 
     def __check_init__(self):
-        _check_range("eta_c", self.eta_c, 0.0)
-        _check_range("crossover_rate", self.crossover_rate, 0.0, 1.0)
-        _check_bounds(self.min_genotype, self.max_genotype)
+        check.non_negative("SBXCrossover.eta_c", self.eta_c)
+        check.fraction("SBXCrossover.crossover_rate", self.crossover_rate)
+        _check_bounds("SBXCrossover", self.min_genotype, self.max_genotype)
 
     def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
         return sbx_crossover(
@@ -251,9 +245,9 @@ class PolynomialMutation(AbstractMutation):
     max_genotype: Float[Array, ""] = eqx.field(converter=f32)
 
     def __check_init__(self):
-        _check_range("eta_m", self.eta_m, 0.0)
-        _check_range("mutation_rate", self.mutation_rate, 0.0, 1.0)
-        _check_bounds(self.min_genotype, self.max_genotype)
+        check.non_negative("PolynomialMutation.eta_m", self.eta_m)
+        check.fraction("PolynomialMutation.mutation_rate", self.mutation_rate)
+        _check_bounds("PolynomialMutation", self.min_genotype, self.max_genotype)
 
     def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
         return polynomial_mutation(
@@ -276,9 +270,9 @@ class GaussianMutation(AbstractMutation):
     max_genotype: Bound = eqx.field(default=None, converter=_bound)
 
     def __check_init__(self):
-        _check_range("sigma", self.sigma, 0.0)
-        _check_range("mutation_rate", self.mutation_rate, 0.0, 1.0)
-        _check_bounds(self.min_genotype, self.max_genotype)
+        check.non_negative("GaussianMutation.sigma", self.sigma)
+        check.fraction("GaussianMutation.mutation_rate", self.mutation_rate)
+        _check_bounds("GaussianMutation", self.min_genotype, self.max_genotype)
 
     def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
         return gaussian_mutation(

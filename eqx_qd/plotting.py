@@ -1,6 +1,10 @@
-"""Plots: repertoire heatmaps (grid and CVT, rasterised) and metric curves."""
+"""Plots that return matplotlib figures: repertoire heatmaps (grid and CVT, rasterised), QD
+metric curves, cumulative fitness density, PBT hyperparameters and returns, learning curves.
 
-import os
+A public namespace of its own (``from eqx_qd import plotting``) so that ``import eqx_qd`` does not
+import matplotlib. Nothing here writes files: the jobs save figures through their run folder.
+"""
+
 from collections.abc import Mapping, Sequence
 
 import jax.numpy as jnp
@@ -122,13 +126,56 @@ def plot_fitness_density(
     return fig
 
 
-def save_figure(folder: str, name: str, fig: Figure) -> None:
-    """Write ``fig`` as ``folder/name`` (the run folders' PNGs) and close it."""
-    fig.savefig(os.path.join(folder, name), dpi=110)
-    plt.close(fig)
+def plot_hparams(hparams: Mapping[str, np.ndarray], x_label: str = "round") -> Figure:
+    """One panel per explored hyperparameter: each member's value per round (what PBT chose).
+
+    ``hparams`` maps names to ``(rounds, population)`` arrays; hyperparameters that never
+    changed are left out (all are drawn when none changed). Learning rates use a log scale.
+    """
+    varying = [n for n in sorted(hparams) if np.ptp(np.asarray(hparams[n])) > 0]
+    names = varying or sorted(hparams)
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False)
+    for ax, name in zip(axes.ravel(), names):
+        values = np.asarray(hparams[name])
+        ax.plot(np.arange(values.shape[0]), values, marker=".", lw=1)
+        ax.set_title(name)
+        ax.set_xlabel(x_label)
+        if name.endswith("_lr"):
+            ax.set_yscale("log")
+    for ax in axes.ravel()[len(names) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
 
 
-def save_repertoire_plot(folder: str, repertoire: MapElitesRepertoire) -> None:
-    """``repertoire.png`` when the descriptor space can be drawn (1 or 2 dimensions)."""
-    if repertoire.tessellation.num_descriptors <= 2:
-        save_figure(folder, "repertoire.png", plot_repertoire(repertoire))
+def plot_population_returns(returns: np.ndarray) -> Figure:
+    """Each member's evaluation return per round (grey) and the population mean (blue);
+    ``returns`` is ``(rounds, population)``."""
+    returns = np.asarray(returns)
+    rounds = np.arange(returns.shape[0])
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for m in range(returns.shape[1]):
+        ax.plot(rounds, returns[:, m], color="grey", alpha=0.4, lw=1)
+    ax.plot(rounds, returns.mean(axis=1), color="C0", lw=2, label="population mean")
+    ax.set_xlabel("round")
+    ax.set_ylabel("evaluation return")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_learning_curve(
+    env_steps: np.ndarray, mean_return: np.ndarray, std_return: np.ndarray
+) -> Figure:
+    """Mean evaluation return (with a +-1 std band) against environment steps."""
+    x, mean, std = (np.asarray(a) for a in (env_steps, mean_return, std_return))
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(x, mean, color="C0", lw=2, label="mean return")
+    ax.fill_between(x, mean - std, mean + std, color="C0", alpha=0.2, label="+- 1 std")
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("evaluation return")
+    ax.legend()
+    fig.tight_layout()
+    return fig

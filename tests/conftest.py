@@ -10,6 +10,9 @@ import pytest
 from hypothesis import settings
 
 
+# Four host devices for the multi-device tests, in-process (as Equinox's tests do); set before
+# JAX starts its backends. Single-device code runs on the first.
+jax.config.update("jax_num_cpu_devices", 4)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 

@@ -12,14 +12,14 @@ import eqx_qd as q
 ENV = q.PointMaze(walls=False)
 SIZES = dict(observation_size=2, action_size=2, policy_hidden=(64, 64), critic_hidden=(64, 64))
 AGENTS = {
-    "td3": q.TD3(**SIZES, batch_size=128),
-    "sac": q.SAC(**SIZES, batch_size=128),
+    "td3": q.TD3(**SIZES, minibatch_size=128),
+    "sac": q.SAC(**SIZES, minibatch_size=128),
 }
 
 
 def _learn(agent, key):
     k1, k2, k3, k4 = jr.split(key, 4)
-    state = q.init_off_policy(agent, ENV, key=k1, env_batch_size=8, buffer_size=20_000)
+    state = q.init_off_policy(agent, ENV, key=k1, num_envs=8, buffer_size=20_000)
     state = q.warmup(agent, ENV, state, 50, key=k2)
     state, metrics = q.train(agent, ENV, state, 1500, key=k3, grad_updates_per_step=0.25)
     evaluation = q.evaluate(agent, ENV, state.agent_state, 8, key=k4)
@@ -81,12 +81,12 @@ def test_update_does_not_retrace_when_hyperparameters_change(name, getkey):
 
 
 def test_population_trains_with_per_member_hyperparameters(getkey):
-    agent = q.TD3(**SIZES, batch_size=32)
+    agent = q.TD3(**SIZES, minibatch_size=32)
     lrs = jnp.array([1e-4, 1e-3, 1e-2], jnp.float32)
 
     def make(lr, key):
         return q.init_off_policy(
-            agent, ENV, key=key, env_batch_size=4, buffer_size=256,
+            agent, ENV, key=key, num_envs=4, buffer_size=256,
             hparams=q.TD3HParams(policy_lr=lr, critic_lr=lr),
         )  # fmt: skip
 
@@ -126,11 +126,11 @@ def test_hyperparameters_are_validated():
         q.TD3HParams(discount=1.5)
     with pytest.raises(ValueError, match="tau"):
         q.SACHParams(tau=-0.1)
-    with pytest.raises(ValueError, match="batch_size"):
-        q.TD3(observation_size=2, action_size=2, batch_size=0)
+    with pytest.raises(ValueError, match="minibatch_size"):
+        q.TD3(observation_size=2, action_size=2, minibatch_size=0)
     with pytest.raises(ValueError, match="do not match"):
         q.init_off_policy(
-            q.TD3(observation_size=3, action_size=2), ENV, key=jr.key(0), env_batch_size=2,
+            q.TD3(observation_size=3, action_size=2), ENV, key=jr.key(0), num_envs=2,
             buffer_size=8,
         )  # fmt: skip
 
@@ -165,8 +165,8 @@ def test_tanh_gaussian_log_prob_matches_a_monte_carlo_density(getkey):
 
 
 def test_observation_normaliser_follows_the_training_observations(getkey):
-    agent = q.TD3(**SIZES, batch_size=16, normalise_observations=True)
-    state = q.init_off_policy(agent, ENV, key=getkey(), env_batch_size=4, buffer_size=64)
+    agent = q.TD3(**SIZES, minibatch_size=16, normalise_observations=True)
+    state = q.init_off_policy(agent, ENV, key=getkey(), num_envs=4, buffer_size=64)
     state, _ = q.train(agent, ENV, state, 3, key=getkey())
     norm = state.agent_state.normaliser
     assert float(norm.count) == 12.0

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
+from eqx_qd import jobs
 from eqx_qd.cli import main
 
 
@@ -21,7 +22,8 @@ def test_cli_writes_a_run_folder(tmp_path, capsys):
         "centroids.npy", "config.toml", "progress.csv", "progress.png", "repertoire.eqx",
         "repertoire.png",
     ]  # fmt: skip
-    config, rep, progress = q.load_map_elites_run(out)
+    run = jobs.load_run(out)
+    config, rep, progress = run.config, run.repertoire, run.progress
     assert config.task == "sphere" and config.cells == 5 and config.grid
     assert list(progress["iteration"]) == [0, 5, 10, 15, 20]
     assert list(progress["evaluations"]) == [16 * (i + 1) for i in (0, 5, 10, 15, 20)]
@@ -42,7 +44,8 @@ def test_cli_config_file_and_overrides(tmp_path):
     out = tmp_path / "run"
     assert main(["run", "map-elites", "--config", str(cfg), "--seed", "3", "--no-plots",
                  "--no-progress", "--out", str(out)]) == 0  # fmt: skip
-    config, rep, progress = q.load_map_elites_run(out)
+    run = jobs.load_run(out)
+    config, rep, progress = run.config, run.repertoire, run.progress
     assert (config.task, config.seed, config.cells) == ("arm", 3, 16)
     assert isinstance(rep.tessellation, q.CVTTessellation) and rep.num_cells == 16
     assert len(progress["iteration"]) == 3
@@ -83,7 +86,7 @@ num_agents = 2
 size = 6
 episode_length = 12
 rollout_length = 16
-batch_size = 8
+num_envs = 8
 num_minibatches = 2
 num_updates = 4
 eval_frequency = 2
@@ -125,10 +128,11 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--env", "pong"], "env must be one of"),
+        (["--env", "pong"], "unknown environment 'pong'"),
         (["--num-updates", "-1"], "num_updates must be >= 0"),
         (["--resume", "/nonexistent"], "cannot resume"),
-        (["--batch-size", "3", "--rollout-length", "5"], "num_minibatches"),
+        (["--num-envs", "3", "--rollout-length", "5"], "num_minibatches"),
+        (["--env", "walker2d_2x3", "--num-agents", "3"], "takes no option num_agents"),
     ],
 )
 def test_cli_ippo_bad_input(tmp_path, capsys, args, message):

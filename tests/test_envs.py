@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
+from eqx_qd import jobs
 
 
 def _constant_policy(action):
@@ -178,7 +179,7 @@ def test_brax_task_errors():
     with pytest.raises(ValueError, match="backend"):
         q.BraxQDEnv("hopper_uni", backend="warp")
     with pytest.raises(ValueError, match="unknown environment"):
-        q.make_env("maze")
+        jobs.make_env("maze")
 
 
 def test_map_elites_over_policies_on_the_maze(getkey):
@@ -199,7 +200,7 @@ def test_map_elites_over_policies_on_the_maze(getkey):
     assert bool(jnp.all(jnp.diff(history.qd_score) >= 0))
     # The stored genotypes are policies: the best one replays to its stored fitness.
     best = int(jnp.argmax(state.repertoire.fitnesses))
-    policy = q.tree_take(state.repertoire.genotypes, best)
+    policy = q.internal.tree_take(state.repertoire.genotypes, best)
     replay = q.rollout(env, policy, key=getkey())
     np.testing.assert_allclose(
         float(replay.returns), float(state.repertoire.fitnesses[best]), rtol=1e-5

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
+from eqx_qd import jobs
 
 
 TASK = q.Rastrigin(genotype_dim=6)
@@ -95,13 +96,13 @@ def test_composed_emitter_slices_state_updates(state0, getkey):
     class Counting(q.AbstractEmitter):
         batch_size: int = eqx.field(static=True)
 
-        def init(self, repertoire, genotypes, fitnesses, descriptors, extra, *, key):
+        def init(self, repertoire, genotypes, descriptors, fitnesses, extra, *, key):
             return jnp.zeros((), jnp.int32)
 
         def emit(self, repertoire, state, *, key):
             return repertoire.select(self.batch_size, key=key).genotypes, None
 
-        def state_update(self, state, repertoire, genotypes, fitnesses, descriptors, extra):
+        def state_update(self, state, repertoire, genotypes, descriptors, fitnesses, extra, *, key):
             return state + fitnesses.shape[0]
 
     composed = q.ComposedEmitter([Counting(3), Counting(5)])
@@ -153,4 +154,4 @@ def test_arm_and_sphere_tasks(getkey):
     f, _, _ = q.Arm(4)(jnp.full((1, 4), 0.5), key=getkey())
     assert float(f[0]) == 0.0  # straight arm: all angles equal
     with pytest.raises(ValueError, match="unknown task"):
-        q.make_task("nope")
+        jobs.make_task("nope")

@@ -5,13 +5,14 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
+from eqx_qd import jobs
 
 
 ENV = q.PointMaze(length=30)
 AGENT = q.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(16,),
-              batch_size=16)  # fmt: skip
+              minibatch_size=16)  # fmt: skip
 CONFIG = q.PBTEmitterConfig(
-    pg_population_size=4, ga_population_size=4, num_training_iterations=3, env_batch_size=2,
+    pg_population_size=4, ga_population_size=4, num_training_iterations=3, num_envs=2,
     buffer_size=500, fraction_best_to_replace_from=0.25, fraction_to_replace_from_best=0.25,
     fraction_to_replace_from_samples=0.25,
 )  # fmt: skip
@@ -68,7 +69,7 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
     config = tmp_path / "tiny.toml"
     config.write_text(
         "pg_population_size = 4\nga_population_size = 2\nnum_training_iterations = 2\n"
-        "env_batch_size = 2\nbuffer_size = 200\nhidden = [8]\nbatch_size = 8\n"
+        "num_envs = 2\nbuffer_size = 200\nhidden = [8]\nminibatch_size = 8\n"
         "fraction_best_to_replace_from = 0.25\nfraction_to_replace_from_best = 0.25\n"
         "fraction_to_replace_from_samples = 0.25\ncells = 16\ncvt_samples = 1000\n"
         "episode_length = 20\n"
@@ -87,7 +88,8 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
         "centroids.npy",
     } <= names
     assert {"repertoire.png", "progress.png", "hparams.png"} <= names
-    cfg, repertoire = q.load_me_pbt_run(out)
+    run = jobs.load_run(out)
+    cfg, repertoire = run.config, run.repertoire
     assert cfg.iterations == 2 and repertoire.genotypes.policy_opt_state is None
     assert int(repertoire.num_filled) > 0
     with open(out / "hparams.csv") as f:
@@ -99,11 +101,14 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
 
 
 def test_run_folders_skip_the_repertoire_plot_beyond_two_descriptors(tmp_path):
-    from eqx_qd.plotting import save_repertoire_plot
+    from eqx_qd.jobs._common import write_qd_outputs
 
     flat = q.MapElitesRepertoire.empty(q.GridTessellation((3, 3)), jnp.zeros(2))
     cube = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2, 2)), jnp.zeros(3))
-    save_repertoire_plot(str(tmp_path), cube)  # ant_uni has 4 descriptors: nothing to draw
-    assert not (tmp_path / "repertoire.png").exists()
-    save_repertoire_plot(str(tmp_path), flat)
-    assert (tmp_path / "repertoire.png").exists()
+    progress = {"evaluations": np.arange(2.0), **{k: np.zeros(2) for k in q.METRIC_NAMES}}
+    # ant_uni has 4 descriptors: nothing to draw, but the rest is written.
+    write_qd_outputs(jobs.RunFolder(tmp_path / "cube"), cube, progress, plots=True)
+    assert not (tmp_path / "cube" / "repertoire.png").exists()
+    assert (tmp_path / "cube" / "progress.png").exists()
+    write_qd_outputs(jobs.RunFolder(tmp_path / "flat"), flat, progress, plots=True)
+    assert (tmp_path / "flat" / "repertoire.png").exists()

@@ -11,17 +11,18 @@ import pytest
 from hypothesis import given, Phase, settings, strategies as st
 
 import eqx_qd as q
+from eqx_qd import jobs
 
 
 ENV = q.PointMaze(walls=False, length=20)
 AGENT = q.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
-              batch_size=8)  # fmt: skip
+              minibatch_size=8)  # fmt: skip
 POP = 6
 
 
 @functools.cache
 def _population():
-    pop = q.init_population(AGENT, ENV, None, POP, key=jr.key(0), env_batch_size=2, buffer_size=16)
+    pop = q.init_population(AGENT, ENV, None, POP, key=jr.key(0), num_envs=2, buffer_size=16)
     # Give each member a distinct buffer so that copies can be traced.
     pop, _ = q.train_population(AGENT, ENV, pop, 2, key=jr.key(1))
     return pop
@@ -45,7 +46,7 @@ def pbt_update():
 
 
 def _member(pop, i):
-    return q.tree_take(pop, i)
+    return q.internal.tree_take(pop, i)
 
 
 @settings(max_examples=15, phases=[Phase.explicit, Phase.reuse, Phase.generate])
@@ -146,7 +147,7 @@ class DriftAgent(q.AbstractAgent[DriftState]):
 
     observation_size: int = 2
     action_size: int = 2
-    batch_size: int = 4
+    minibatch_size: int = 4
     normalise_observations: bool = False
 
     @property
@@ -176,7 +177,7 @@ class DriftAgent(q.AbstractAgent[DriftState]):
 
 def test_a_user_defined_agent_plugs_into_pbt():
     agent = DriftAgent()
-    pop = q.init_population(agent, ENV, None, 4, key=jr.key(0), env_batch_size=2, buffer_size=8)
+    pop = q.init_population(agent, ENV, None, 4, key=jr.key(0), num_envs=2, buffer_size=8)
     steps = pop.agent_state.hparams.step_size
     assert bool(jnp.all((steps >= 1e-3) & (steps <= 1e-1))) and len(set(steps.tolist())) == 4
     pop, metrics = q.train_population(agent, ENV, pop, 3, key=jr.key(1))
@@ -185,7 +186,7 @@ def test_a_user_defined_agent_plugs_into_pbt():
     pbt = q.PBT(4, 1, 2, agent.hparam_spaces)
     new, info = pbt.update(pop, returns, key=jr.key(3))
     assert new.agent_state.bias.shape == (4, 2)
-    resampled = agent.resample_hyperparams(q.tree_take(pop.agent_state, 0), key=jr.key(4))
+    resampled = agent.resample_hyperparams(q.internal.tree_take(pop.agent_state, 0), key=jr.key(4))
     assert 1e-3 <= float(resampled.hparams.step_size) <= 1e-1
     table = q.hparams_table(new)
     assert set(table) == {"step_size"} and table["step_size"].shape == (4,)
@@ -203,7 +204,10 @@ def test_pbt_command_writes_a_run_folder(tmp_path, capsys):
     names = set(os.listdir(out))
     assert {"config.toml", "progress.csv", "hparams.csv", "population.eqx"} <= names
     assert {"returns.png", "hparams.png"} <= names
-    config, states, rows = q.load_pbt_run(out)
+    run = jobs.load_run(out)
+    config, states = run.config, run.state
+    table = run.tables["hparams"]
+    rows = [dict(zip(table, values)) for values in zip(*table.values())]
     assert config.population_size == 5 and config.agent == "td3"
     assert states.policy_opt_state is None and states.hparams.policy_lr.shape == (5,)
     assert len(rows) == 3 * 5

@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
+from eqx_qd import jobs
 from eqx_qd.cli import main
 
 
 TINY = dict(
     env="point_maze", max_evals=544, random_init=64, init_batch_size=32, eval_batch_size=32,
     n_niches=64, cvt_samples=5000, save_period=160, nr_of_steps_crit=20, nr_of_steps_act=5,
-    neurons_list=[16], critic_hidden=[32, 32], train_batch_size=32, buffer_size=10_000,
+    neurons_list=(16,), critic_hidden=(32, 32), train_batch_size=32, buffer_size=10_000,
     episode_length=50,
 )  # fmt: skip
 
@@ -25,8 +26,8 @@ def run_folder(tmp_path_factory):
     """One tiny PGA-ME run through the command line, shared by the tests below."""
     folder = tmp_path_factory.mktemp("pgame")
     config = folder / "tiny.toml"
-    q.PGAMEConfig(**TINY)  # the file must hold a valid config
-    config.write_text(q.PGAMEConfig(**TINY).to_toml())
+    jobs.PGAMEConfig(**TINY)  # the file must hold a valid config
+    config.write_text(jobs.PGAMEConfig(**TINY).to_toml())
     out = folder / "run"
     assert main(["run", "pgame", "--config", str(config), "--out", str(out), "--no-progress"]) == 0
     return out
@@ -41,8 +42,8 @@ def test_run_folder_has_the_repo_outputs(run_folder):
     names = set(os.listdir(run_folder))
     assert {"config.toml", "progress.csv", "actors.csv", "repertoire.eqx", "centroids.npy"} <= names
     assert {"repertoire.png", "progress.png", "fitness_density.png"} <= names
-    config = q.PGAMEConfig.from_toml(run_folder / "config.toml")
-    assert config == q.PGAMEConfig(**TINY)
+    config = jobs.PGAMEConfig.from_toml(run_folder / "config.toml")
+    assert config == jobs.PGAMEConfig(**TINY)
     progress = _rows(run_folder / "progress.csv")
     assert len(progress) == 1 + config.num_iterations
     evals = [int(r["evaluations"]) for r in progress]
@@ -92,42 +93,43 @@ def test_actors_file_tracks_lineage(run_folder):
 
 
 def test_final_actors_load_back_as_policies(run_folder):
-    config, repertoire, progress = q.load_pgame_run(run_folder)
+    run = jobs.load_run(run_folder)
+    config, repertoire, progress = run.config, run.repertoire, run.progress
     best = int(jnp.argmax(repertoire.fitnesses))
     actor_id = int(repertoire.extra[best])
-    policy = q.policy_by_id(repertoire, actor_id)
+    policy = jobs.policy_by_id(repertoire, actor_id)
     assert isinstance(policy, q.DeterministicPolicy)
     env = q.PointMaze(length=config.episode_length)
     replay = q.rollout(env, policy, key=jr.key(0))
     np.testing.assert_allclose(float(replay.returns), float(repertoire.fitnesses[best]), rtol=1e-5)
     assert float(progress["max_fitness"][-1]) == pytest.approx(float(repertoire.fitnesses[best]))
     with pytest.raises(KeyError, match="no actor"):
-        q.policy_by_id(repertoire, -5)
+        jobs.policy_by_id(repertoire, -5)
 
 
 def test_config_validation_names_the_problem(tmp_path):
     with pytest.raises(ValueError, match="multiple of init_batch_size"):
-        q.PGAMEConfig(random_init=50, init_batch_size=100)
+        jobs.PGAMEConfig(random_init=50, init_batch_size=100)
     with pytest.raises(ValueError, match="proportion_evo"):
-        q.PGAMEConfig(proportion_evo=1.5)
+        jobs.PGAMEConfig(proportion_evo=1.5)
     with pytest.raises(ValueError, match="max_evals"):
-        q.PGAMEConfig(max_evals=100)
+        jobs.PGAMEConfig(max_evals=100)
     bad = tmp_path / "bad.toml"
     bad.write_text("n_niche = 10\n")
     with pytest.raises(ValueError, match="unknown config keys: n_niche"):
-        q.PGAMEConfig.from_toml(bad)
+        jobs.PGAMEConfig.from_toml(bad)
     with pytest.raises(ValueError, match="dim_map"):
-        cfg = q.PGAMEConfig(**{**TINY, "dim_map": 3})
-        q.jobs._pgame.make_pgame(cfg, q.PointMaze())
+        cfg = jobs.PGAMEConfig(**{**TINY, "dim_map": 3})
+        jobs._pgame.make_pgame(cfg, q.PointMaze())
     # Paper defaults, and the preset the command runs.
-    paper = q.PGAMEConfig()
+    paper = jobs.PGAMEConfig()
     assert (paper.n_niches, paper.max_evals, paper.proportion_evo, paper.nr_of_steps_crit) == (
         1024,
         1_000_000,
         0.5,
         300,
     )
-    assert q.PGAMEConfig.local().max_evals == 10_000
+    assert jobs.PGAMEConfig.local().max_evals == 10_000
 
 
 def test_cli_rejects_bad_pgame_input(tmp_path, capsys):
@@ -141,7 +143,7 @@ def test_cli_rejects_bad_pgame_input(tmp_path, capsys):
 def test_policy_gradient_variation_raises_the_critic_value(getkey):
     env = q.PointMaze(walls=False, length=20)
     td3 = q.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(32, 32),
-                batch_size=32)  # fmt: skip
+                minibatch_size=32)  # fmt: skip
     emitter = q.QualityPGEmitter(
         batch_size=5, td3=td3, hparams=q.TD3HParams(), num_critic_steps=30, num_pg_steps=20,
         buffer_size=2000, pg_lr=1e-2,
@@ -151,8 +153,10 @@ def test_policy_gradient_variation_raises_the_critic_value(getkey):
     _, _, extra = scorer(parents, key=getkey())
     cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
     rep = q.MapElitesRepertoire.empty(cells, td3.init_policy(key=getkey()))
-    state = emitter.init(rep, parents, jnp.zeros(4), jnp.zeros((4, 2)), extra, key=getkey())
-    state = emitter.state_update(state, rep, parents, jnp.zeros(4), jnp.zeros((4, 2)), extra)
+    state = emitter.init(rep, parents, jnp.zeros((4, 2)), jnp.zeros(4), extra, key=getkey())
+    state = emitter.state_update(
+        state, rep, parents, jnp.zeros((4, 2)), jnp.zeros(4), extra, key=getkey()
+    )
     assert int(state.td3.steps) == 30
     obs = state.buffer.data.obs[: int(state.buffer.size)]
 
@@ -165,4 +169,4 @@ def test_policy_gradient_variation_raises_the_critic_value(getkey):
     )
     assert bool(jnp.all(value(offspring) > value(parents)))
     with pytest.raises(TypeError, match="ScoringExtra"):
-        emitter.init(rep, parents, jnp.zeros(4), jnp.zeros((4, 2)), None, key=getkey())
+        emitter.init(rep, parents, jnp.zeros((4, 2)), jnp.zeros(4), None, key=getkey())

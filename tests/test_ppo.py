@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, strategies as st
 
 import eqx_qd as q
-import eqx_qd._rl.on_policy as ppo_training
+from eqx_qd import jobs
 
 
 # Small sizes: every test below reuses the same few compiled programs.
-FAST = dict(rollout_length=32, batch_size=32, num_minibatches=4, actor_epochs=4, critic_epochs=4)
+FAST = dict(rollout_length=32, num_envs=32, num_minibatches=4, actor_epochs=4, critic_epochs=4)
 FAST_HPARAMS = q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3)
 
 
@@ -28,7 +28,7 @@ def line_agent(shared: bool = False) -> q.IPPO:
 def trained_line_run(shared: bool = False):
     agent = line_agent(shared)
     state = agent.init(FAST_HPARAMS, key=jr.key(0))
-    return q.train_ippo(agent, state, 40, key=jr.key(1), eval_frequency=20, n_evals=64)
+    return jobs.train_ippo(agent, state, 40, key=jr.key(1), eval_frequency=20, n_evals=64)
 
 
 def _mean_return(stats: q.EpisodeStats) -> float:
@@ -60,7 +60,7 @@ def test_ppo_learns_a_continuous_task():
     env = q.SingleAgentView(q.PointMaze(walls=False, length=50))
     agent = q.IPPO(env, normalise_observations=True, **FAST)
     state = agent.init(q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95), key=jr.key(0))
-    _, log = q.train_ippo(
+    _, log = jobs.train_ippo(
         agent, state, 40, key=jr.key(1), eval_frequency=40, n_evals=8, progress=False
     )
     # Standing still scores about -90; the straight walk to the goal scores about -13.6.
@@ -138,11 +138,11 @@ def test_sweep_is_one_vmap_over_hyperparameters():
     trained, metrics = sweep(states)
     assert metrics["actor_loss"].shape == (2, 3, 2)
     # Member 1 has a zero actor learning rate; member 0 equals its own unbatched run.
-    first = q.tree_take(states, 1)
-    assert bool(eqx.tree_equal(q.tree_take(trained, 1).actors, first.actors))
+    first = q.internal.tree_take(states, 1)
+    assert bool(eqx.tree_equal(q.internal.tree_take(trained, 1).actors, first.actors))
     alone, _ = q.train_updates(agent, agent.init(FAST_HPARAMS, key=key), 3)
     leaves = zip(
-        jax.tree.leaves(eqx.filter(q.tree_take(trained, 0).actors, eqx.is_array)),
+        jax.tree.leaves(eqx.filter(q.internal.tree_take(trained, 0).actors, eqx.is_array)),
         jax.tree.leaves(eqx.filter(alone.actors, eqx.is_array)),
     )
     for swept, single in leaves:
@@ -198,10 +198,12 @@ def _checkpointed_runs(root: str):
     fresh = agent.init(FAST_HPARAMS, key=jr.key(11))
     kwargs = dict(key=jr.key(12), eval_frequency=2, n_evals=8, progress=False)
     whole_dir, split_dir = os.path.join(root, "whole"), os.path.join(root, "split")
-    whole, whole_log = q.train_ippo(agent, fresh, 4, checkpoint_dir=whole_dir, **kwargs)
-    half, _ = q.train_ippo(agent, fresh, 2, checkpoint_dir=split_dir, **kwargs)
-    restored, chosen = q.restore_checkpoint(split_dir, agent.init(key=jr.key(0)))
-    continued, continued_log = q.train_ippo(agent, restored, 2, checkpoint_dir=split_dir, **kwargs)
+    whole, whole_log = jobs.train_ippo(agent, fresh, 4, checkpoint_dir=whole_dir, **kwargs)
+    half, _ = jobs.train_ippo(agent, fresh, 2, checkpoint_dir=split_dir, **kwargs)
+    restored, chosen = jobs.restore_checkpoint(split_dir, agent.init(key=jr.key(0)))
+    continued, continued_log = jobs.train_ippo(
+        agent, restored, 2, checkpoint_dir=split_dir, **kwargs
+    )
     return agent, half, restored, chosen, whole, whole_log, continued, continued_log, split_dir
 
 
@@ -212,7 +214,7 @@ def checkpointed(tmp_path_factory):
 
 def test_restore_gives_back_identical_state(checkpointed):
     _, half, restored, chosen, *_ = checkpointed
-    assert chosen.updates == 2
+    assert chosen.step == 2
     assert bool(eqx.tree_equal(restored, half))
 
 
@@ -229,52 +231,52 @@ def test_checkpoint_folder_contents_and_best_restore(checkpointed):
     names = sorted(os.listdir(os.path.join(split, "checkpoints")))
     assert names == [f"{u:010d}.{ext}" for u in (0, 2, 4) for ext in ("eqx", "json")]
     assert {"agent.json", "hparams.json"} <= set(os.listdir(split))
-    checkpoints = q.list_checkpoints(split)
-    assert [c.updates for c in checkpoints] == [0, 2, 4]
+    checkpoints = jobs.list_checkpoints(split)
+    assert [c.step for c in checkpoints] == [0, 2, 4]
     # A user criterion: the checkpoint with the shortest mean episode.
     shortest = lambda m: -float(np.mean(m["lengths"]))  # noqa: E731
     expected = int(np.argmax([shortest(c.metrics) for c in checkpoints]))
-    state, chosen = q.restore_checkpoint(
+    state, chosen = jobs.restore_checkpoint(
         split, agent.init(key=jr.key(0)), which="best", criterion=shortest
     )
-    assert chosen.updates == checkpoints[expected].updates
-    assert int(state.updates) == chosen.updates
+    assert chosen.step == checkpoints[expected].step
+    assert int(state.updates) == chosen.step
 
 
 def test_a_crash_while_saving_leaves_no_partial_file(tmp_path, monkeypatch):
     agent = line_agent()
     state, log = trained_line_run(False)
-    q.save_checkpoint(tmp_path, state, log.evals[-1])
+    jobs.save_checkpoint(tmp_path, 40, state, log.evals[-1].to_dict())
 
-    def crash(f, tree, spec):
+    def crash(f, tree):
         f.write(b"half a checkpoint")
         raise KeyboardInterrupt
 
     later = eqx.tree_at(lambda s: s.updates, state, state.updates + 1)
-    monkeypatch.setattr(ppo_training.eqx, "tree_serialise_leaves", crash)
+    monkeypatch.setattr(jobs._folder, "serialise", crash)
     with pytest.raises(KeyboardInterrupt):
-        q.save_checkpoint(tmp_path, later, log.evals[-1])
+        jobs.save_checkpoint(tmp_path, 41, later, log.evals[-1].to_dict())
     monkeypatch.undo()
     eqx_files = [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".eqx")]
     assert eqx_files == ["0000000040.eqx"]
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.startswith(".tmp")]
-    restored, chosen = q.restore_checkpoint(tmp_path, agent.init(key=jr.key(0)))
-    assert chosen.updates == 40 and bool(eqx.tree_equal(restored, state))
+    restored, chosen = jobs.restore_checkpoint(tmp_path, agent.init(key=jr.key(0)))
+    assert chosen.step == 40 and bool(eqx.tree_equal(restored, state))
 
 
 def test_bad_input_is_named(checkpointed):
     env = q.TimeLimit(q.LineTargets(), 16)
     with pytest.raises(ValueError, match="num_minibatches"):
-        q.IPPO(env, rollout_length=10, batch_size=3, num_minibatches=4)
+        q.IPPO(env, rollout_length=10, num_envs=3, num_minibatches=4)
     with pytest.raises(ValueError, match="gamma"):
         q.PPOHParams(gamma=1.5)
     with pytest.raises(ValueError, match="eval_frequency"):
-        q.train_ippo(line_agent(), _one_update()[1], 4, key=jr.key(0), eval_frequency=0)
+        jobs.train_ippo(line_agent(), _one_update()[1], 4, key=jr.key(0), eval_frequency=0)
     with pytest.raises(FileNotFoundError, match="no checkpoints"):
-        q.restore_checkpoint("/nonexistent/run", _one_update()[1])
+        jobs.restore_checkpoint("/nonexistent/run", _one_update()[1])
     with pytest.raises(ValueError, match="latest"):
-        q.restore_checkpoint(checkpointed[-1], _one_update()[1], which="first")
+        jobs.restore_checkpoint(checkpointed[-1], _one_update()[1], which="first")
     with pytest.raises(ValueError, match="does not fit the template"):
-        q.restore_checkpoint(checkpointed[-1], line_agent(True).init(key=jr.key(0)))
+        jobs.restore_checkpoint(checkpointed[-1], line_agent(True).init(key=jr.key(0)))
     with pytest.raises(ValueError, match="stack"):
         q.PPOHParams.stack([])

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import eqx_qd as q
+from eqx_qd import jobs
 from eqx_qd.testing import candidate_batches, CandidateBatch, repertoires
 
 
@@ -182,9 +183,9 @@ def test_bad_shapes_are_named():
 def test_save_load_roundtrip(tmp_path, getkey):
     rep = q.MapElitesRepertoire.empty(q.GridTessellation((4, 4)), jnp.zeros(3))
     rep, _ = rep.add(jr.normal(getkey(), (8, 3)), jr.uniform(getkey(), (8, 2)), jnp.arange(8.0))
-    q.save_repertoire(tmp_path / "r.eqx", rep)
+    jobs.save_repertoire(tmp_path / "r.eqx", rep)
     like = q.MapElitesRepertoire.empty(q.GridTessellation((4, 4)), jnp.zeros(3))
-    back = q.load_repertoire(tmp_path / "r.eqx", like)
+    back = jobs.load_repertoire(tmp_path / "r.eqx", like)
     assert eqx.tree_equal(back, rep)
     assert [p.name for p in tmp_path.iterdir()] == ["r.eqx"]
 

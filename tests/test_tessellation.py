@@ -45,11 +45,16 @@ def test_nearest_centroid_matches_brute_force():
     np.testing.assert_array_equal(q.nearest_centroid(pts, cents), brute)
 
 
-def test_centroids_save_and_load(tmp_path, small_cvt):
-    tess = q.CVTTessellation(small_cvt)
-    tess.save(tmp_path / "c.npy")
+def test_centroids_load_and_refuse_bad_ones(tmp_path, small_cvt):
+    np.save(tmp_path / "c.npy", np.asarray(small_cvt))
     back = q.CVTTessellation.load(tmp_path / "c.npy")
     np.testing.assert_array_equal(back.centroids, small_cvt)
+    (tmp_path / "bad.npy").write_text("not an array")
+    with pytest.raises(ValueError, match="bad.npy"):
+        q.CVTTessellation.load(tmp_path / "bad.npy")
+    # A NaN centroid would send every descriptor to one cell: refused, by name.
+    with pytest.raises(ValueError, match="CVTTessellation.centroids must be finite"):
+        q.CVTTessellation(small_cvt.at[3, 1].set(jnp.nan))
 
 
 def test_bad_tessellations_raise():

@@ -59,10 +59,15 @@ def parent_ids(elites: Elites) -> Int[Array, " batch"]:
 
 
 class AbstractEmitter(eqx.Module, Generic[_State]):
-    """Proposes ``batch_size`` genotypes per iteration and learns from their evaluations.
+    """Proposes ``batch_size`` candidates per iteration and learns from their evaluations.
 
-    Stateless: whatever an emitter learns lives in the state returned by `init` and
-    `state_update`. Subclass it (and mark the subclass `typing.final`) to add an emitter.
+    Stateless: whatever an emitter learns lives in the state that `init` returns and
+    `state_update` advances. Subclass it, implement the three methods (a stateless emitter
+    returns ``None`` from `init` and its state unchanged from `state_update`), and mark the
+    subclass `typing.final`.
+
+    Candidate batches always come as ``(genotypes, descriptors, fitnesses)``, the order of
+    `MapElitesRepertoire.add`; keys are keyword-only and last.
     """
 
     batch_size: eqx.AbstractVar[int]
@@ -72,33 +77,53 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
         self,
         repertoire: MapElitesRepertoire,
         genotypes: Genotypes,
-        fitnesses: Float[Array, " batch"],
         descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
         key: PRNGKey,
     ) -> _State:
-        """Initial state, given the repertoire and the evaluated initial population."""
+        """The initial state.
+
+        **Arguments:**
+
+        - `repertoire`: the repertoire after the initial population was inserted.
+        - `genotypes`, `descriptors`, `fitnesses`: the initial population and its scores
+          (leading axis ``batch``).
+        - `extra`: what the scoring function returned beside them (e.g. `ScoringExtra`).
+        - `key`: a PRNG key.
+        """
 
     @abc.abstractmethod
     def emit(
         self, repertoire: MapElitesRepertoire, state: _State, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
-        """A batch of ``batch_size`` candidates and per-candidate extra data (or ``None``)."""
+        """A batch of candidates.
 
+        **Returns:** ``batch_size`` genotypes (a pytree with that leading axis) and
+        per-candidate extra data: a `Lineage` to take part in lineage tracking and in
+        `ComposedEmitter`'s concatenated lineage, or ``None``.
+        """
+
+    @abc.abstractmethod
     def state_update(
         self,
         state: _State,
         repertoire: MapElitesRepertoire,
         genotypes: Genotypes,
-        fitnesses: Float[Array, " batch"],
         descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
         extra: Extra,
+        *,
+        key: PRNGKey,
     ) -> _State:
-        """State after the emitted batch was evaluated and offered to ``repertoire``.
+        """The state after the emitted batch was scored and offered to ``repertoire``.
 
-        ``extra`` is what the scoring function returned (leaves with a leading batch axis).
-        The default keeps the state unchanged.
+        **Arguments:**
+
+        - `state`: the state `emit` used.
+        - `repertoire`: the repertoire after the batch was inserted.
+        - `genotypes`, `descriptors`, `fitnesses`: the emitted batch and its scores.
+        - `extra`: what the scoring function returned (leaves with a leading batch axis).
+        - `key`: a PRNG key, for emitters whose update is random (critic training, PBT).
         """
-        del repertoire, genotypes, fitnesses, descriptors, extra
-        return state

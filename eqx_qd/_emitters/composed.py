@@ -41,15 +41,15 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
         self,
         repertoire: MapElitesRepertoire,
         genotypes: Genotypes,
-        fitnesses: Float[Array, " batch"],
         descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
         key: PRNGKey,
     ) -> tuple[Any, ...]:
         keys = jr.split(key, len(self.emitters))
         return tuple(
-            e.init(repertoire, genotypes, fitnesses, descriptors, extra, key=k)
+            e.init(repertoire, genotypes, descriptors, fitnesses, extra, key=k)
             for e, k in zip(self.emitters, keys)
         )
 
@@ -70,18 +70,22 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
         state: tuple[Any, ...],
         repertoire: MapElitesRepertoire,
         genotypes: Genotypes,
-        fitnesses: Float[Array, " batch"],
         descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
         extra: Extra,
+        *,
+        key: PRNGKey,
     ) -> tuple[Any, ...]:
+        keys = jr.split(key, len(self.emitters))
         return tuple(
             e.state_update(
                 s,
                 repertoire,
                 tree_slice(genotypes, a, b),
-                fitnesses[a:b],
                 descriptors[a:b],
+                fitnesses[a:b],
                 tree_slice(extra, a, b),
+                key=k,
             )
-            for e, s, (a, b) in zip(self.emitters, state, self._bounds())
+            for e, s, (a, b), k in zip(self.emitters, state, self._bounds(), keys)
         )

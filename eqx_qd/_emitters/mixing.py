@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
+from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import tree_concatenate, tree_slice
 from .._repertoire import MapElitesRepertoire
@@ -33,12 +34,8 @@ class MixingEmitter(AbstractEmitter[None]):
     selector: AbstractSelector = UniformSelector()
 
     def __check_init__(self):
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
-        if not 0.0 <= self.variation_percentage <= 1.0:
-            raise ValueError(
-                f"variation_percentage must lie in [0, 1], got {self.variation_percentage}"
-            )
+        check.positive_int("MixingEmitter.batch_size", self.batch_size)
+        check.fraction("MixingEmitter.variation_percentage", self.variation_percentage)
         num_variation, num_mutation = _split_counts(self.batch_size, self.variation_percentage)
         if num_variation > 0 and self.variation is None:
             raise ValueError("variation_percentage > 0 needs a variation operator")
@@ -49,8 +46,21 @@ class MixingEmitter(AbstractEmitter[None]):
         self,
         repertoire: MapElitesRepertoire,
         genotypes: Genotypes,
-        fitnesses: Float[Array, " batch"],
         descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        extra: Extra,
+        *,
+        key: PRNGKey,
+    ) -> None:
+        return None
+
+    def state_update(
+        self,
+        state: None,
+        repertoire: MapElitesRepertoire,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
         key: PRNGKey,

@@ -12,7 +12,6 @@ copy gets new hyperparameters drawn from its space. Then the agents train for
 are dropped again.
 """
 
-import dataclasses
 import typing
 
 import equinox as eqx
@@ -20,52 +19,47 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
+from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._envs.base import AbstractEnv
 from .._misc import tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
 from .._repertoire import MapElitesRepertoire
 from .._rl.base import AbstractAgent
 from .._rl.off_policy import OffPolicyState
-from .._rl.pbt import copy_into, init_population, train_population
+from .._rl.pbt import copy_into, count_from_fraction, init_population, train_population
 from .._rl.spaces import AbstractSpace, sample_hparams
 from .._selectors import AbstractSelector, UniformSelector
-from .._variation import IsoLineVariation
+from .._variation import AbstractVariation
 from .base import AbstractEmitter, ActorType, Lineage, parent_ids
 
 
-@dataclasses.dataclass(frozen=True)
-class PBTEmitterConfig:
-    """The sizes and fractions of seed 000's ``PBTEmitterConfig`` (per device).
+@typing.final
+class PBTEmitterConfig(eqx.Module):
+    """The sizes and fractions of QDax's ``PBTEmitterConfig`` (per device).
 
-    Counts are ``int(fraction * pg_population_size)``; `counts` raises an error naming the
-    fraction when one rounds to zero although the fraction is positive.
+    Counts are ``int(fraction * pg_population_size)`` (`count_from_fraction`): a positive
+    fraction that rounds to zero agents is an error naming it. All fields are static (they set
+    shapes and loop lengths).
     """
 
-    pg_population_size: int = 10
-    ga_population_size: int = 10
-    num_training_iterations: int = 25
-    env_batch_size: int = 16
-    grad_updates_per_step: float = 1.0
-    buffer_size: int = 100_000
-    fraction_best_to_replace_from: float = 0.1
-    fraction_to_replace_from_best: float = 0.2
-    fraction_to_replace_from_samples: float = 0.4
-    fraction_sort_exchange: float = 0.1  # used by the multi-device exchange
+    pg_population_size: int = eqx.field(default=10, static=True)
+    ga_population_size: int = eqx.field(default=10, static=True)
+    num_training_iterations: int = eqx.field(default=25, static=True)
+    num_envs: int = eqx.field(default=16, static=True)
+    grad_updates_per_step: float = eqx.field(default=1.0, static=True)
+    buffer_size: int = eqx.field(default=100_000, static=True)
+    fraction_best_to_replace_from: float = eqx.field(default=0.1, static=True)
+    fraction_to_replace_from_best: float = eqx.field(default=0.2, static=True)
+    fraction_to_replace_from_samples: float = eqx.field(default=0.4, static=True)
+    fraction_sort_exchange: float = eqx.field(default=0.1, static=True)
 
-    def __post_init__(self):
-        for name in ("pg_population_size", "num_training_iterations", "env_batch_size",
+    def __check_init__(self):
+        for name in ("pg_population_size", "num_training_iterations", "num_envs",
                      "buffer_size"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.ga_population_size < 0:
-            raise ValueError(f"ga_population_size must be >= 0, got {self.ga_population_size}")
-        if self.grad_updates_per_step <= 0:
-            raise ValueError("grad_updates_per_step must be positive")
-        fractions = ("fraction_best_to_replace_from", "fraction_to_replace_from_best",
-                     "fraction_to_replace_from_samples", "fraction_sort_exchange")  # fmt: skip
-        for name in fractions:
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+            check.positive_int(name, getattr(self, name))
+        check.non_negative_int("ga_population_size", self.ga_population_size)
+        check.positive("grad_updates_per_step", self.grad_updates_per_step)
+        check.fraction("fraction_sort_exchange", self.fraction_sort_exchange)
         best, from_best, from_samples = self.counts()
         if from_best + from_samples > self.pg_population_size:
             raise ValueError(
@@ -77,29 +71,22 @@ class PBTEmitterConfig:
     def counts(self) -> tuple[int, int, int]:
         """(num_best_to_replace_from, num_to_replace_from_best, num_to_replace_from_samples)."""
         n = self.pg_population_size
-        out = []
-        for name in ("fraction_best_to_replace_from", "fraction_to_replace_from_best",
-                     "fraction_to_replace_from_samples"):  # fmt: skip
-            frac = getattr(self, name)
-            count = int(frac * n)
-            if frac > 0 and count == 0:
-                raise ValueError(
-                    f"{name}={frac} of pg_population_size={n} rounds to 0 agents; use a "
-                    f"population of at least {int(-(-1 // frac))} or a larger fraction"
-                )
-            out.append(count)
+        out = [
+            count_from_fraction(name, getattr(self, name), n, "agents")
+            for name in ("fraction_best_to_replace_from", "fraction_to_replace_from_best",
+                         "fraction_to_replace_from_samples")
+        ]  # fmt: skip
         if out[1] > 0 and out[0] == 0:
             raise ValueError("fraction_best_to_replace_from must be positive to replace from best")
         return out[0], out[1], out[2]
 
 
 class PBTEmitterState(eqx.Module):
-    """The PBT agents (training runs with their buffers and environments), a key, and the
-    returns of the best set that the last replacement copied from (identical on every device
-    when the emitter runs over a mesh axis)."""
+    """The PBT agents (training runs with their buffers and environments) and the returns of
+    the best set that the last replacement copied from (identical on every device when the
+    emitter runs over a mesh axis)."""
 
     population: OffPolicyState
-    key: PRNGKey
     best_returns: Float[Array, " num_best"]
 
 
@@ -110,11 +97,32 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
 
     agent: AbstractAgent
     env: AbstractEnv
-    config: PBTEmitterConfig = eqx.field(static=True)
+    config: PBTEmitterConfig
     spaces: dict[str, AbstractSpace]
-    variation: IsoLineVariation
+    variation: AbstractVariation
     selector: AbstractSelector = UniformSelector()
     axis_name: str | None = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        for size in ("observation_size", "action_size"):
+            ours, theirs = getattr(self.agent, size), getattr(self.env, size)
+            if ours != theirs:
+                raise ValueError(
+                    f"PBTEmitter: the agent's {size} is {ours} but the environment's is {theirs}"
+                )
+        if not self.spaces:
+            raise ValueError(
+                "PBTEmitter.spaces is empty: PBT would only copy agents; give the spaces of the "
+                "hyperparameters to explore (e.g. agent.hparam_spaces)"
+            )
+        # The hyperparameters module, by shape only (nothing is computed).
+        hparams = eqx.filter_eval_shape(lambda: self.agent.init(key=jr.key(0))).hparams
+        unknown = sorted(set(self.spaces) - set(hparams.__dataclass_fields__))
+        if unknown:
+            raise ValueError(
+                f"PBTEmitter.spaces names {unknown}, which {type(hparams).__name__} does not "
+                f"have; its fields are {sorted(hparams.__dataclass_fields__)}"
+            )
 
     @property
     def batch_size(self) -> int:
@@ -138,13 +146,12 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         self,
         repertoire: MapElitesRepertoire,
         genotypes: Genotypes,
-        fitnesses: Float[Array, " batch"],
         descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
         key: PRNGKey,
     ) -> PBTEmitterState:
-        pop_key, key = jr.split(key)
         c = self.config
         if fitnesses.shape[0] < c.pg_population_size:
             raise ValueError(
@@ -152,14 +159,14 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
                 f"pg_population_size={c.pg_population_size} agents"
             )
         population = init_population(
-            self.agent, self.env, self.spaces, c.pg_population_size, key=pop_key,
-            env_batch_size=c.env_batch_size, buffer_size=c.buffer_size,
+            self.agent, self.env, self.spaces, c.pg_population_size, key=key,
+            num_envs=c.num_envs, buffer_size=c.buffer_size,
         )  # fmt: skip
         # The PBT agents start as the first initial genotypes (as in QDax), without optimisers.
         agents = tree_slice(genotypes, 0, c.pg_population_size)
         population = eqx.tree_at(lambda p: p.agent_state, population, agents)
         num_best = max(1, c.counts()[0])
-        return PBTEmitterState(population, key, jnp.full((num_best,), -jnp.inf, jnp.float32))
+        return PBTEmitterState(population, jnp.full((num_best,), -jnp.inf, jnp.float32))
 
     def emit(
         self, repertoire: MapElitesRepertoire, state: PBTEmitterState, *, key: PRNGKey
@@ -190,15 +197,17 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         state: PBTEmitterState,
         repertoire: MapElitesRepertoire,
         genotypes: Genotypes,
-        fitnesses: Float[Array, " batch"],
         descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
         extra: Extra,
+        *,
+        key: PRNGKey,
     ) -> PBTEmitterState:
         c = self.config
         num_best, from_best, from_samples = c.counts()
         num_best = max(1, num_best)
         returns = fitnesses[c.ga_population_size :]
-        key, best_key, sample_key, hp_key, train_key = jr.split(state.key, 5)
+        best_key, sample_key, hp_key, train_key = jr.split(key, 4)
         population = state.population
         clean = jnp.where(jnp.isnan(returns), -jnp.inf, returns)
         order = jnp.argsort(-clean)  # best first
@@ -235,7 +244,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         )  # fmt: skip
         agents = eqx.filter_vmap(self.agent.empty_optimizer_states)(population.agent_state)
         population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
-        return PBTEmitterState(population, key, pool_returns)
+        return PBTEmitterState(population, pool_returns)
 
 
 def _none(x) -> bool:

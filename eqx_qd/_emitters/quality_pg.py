@@ -17,13 +17,14 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
+from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._envs.rollout import Transition
 from .._misc import f32, filter_scan, tree_concatenate, tree_take
 from .._repertoire import MapElitesRepertoire
 from .._rl.buffers import ReplayBuffer
 from .._rl.networks import DeterministicPolicy
-from .._rl.optim import _apply_adam, _init_opt
+from .._rl.optim import apply_adam, init_adam
 from .._rl.td3 import TD3, TD3HParams, TD3State
 from .._scoring import ScoringExtra
 from .._selectors import AbstractSelector, UniformSelector
@@ -34,12 +35,11 @@ from .mixing import MixingEmitter
 
 
 class QualityPGState(eqx.Module):
-    """The critic, its targets, the greedy actor (all in a `TD3State`), the replay buffer, and
-    the key for critic training (``state_update`` receives none)."""
+    """The critic, its targets and the greedy actor (all in a `TD3State`), and the replay
+    buffer."""
 
     td3: TD3State
     buffer: ReplayBuffer
-    key: PRNGKey
 
 
 def episode_transitions(extra: ScoringExtra) -> tuple[Transition, Float[Array, " rows"]]:
@@ -77,19 +77,18 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     selector: AbstractSelector = UniformSelector()
 
     def __check_init__(self):
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1 (the greedy actor), got {self.batch_size}")
-        if self.num_critic_steps < 0 or self.num_pg_steps < 0:
-            raise ValueError("num_critic_steps and num_pg_steps must be >= 0")
-        if self.buffer_size < 1:
-            raise ValueError(f"buffer_size must be positive, got {self.buffer_size}")
+        check.positive_int("QualityPGEmitter.batch_size", self.batch_size)  # the greedy actor
+        check.non_negative_int("QualityPGEmitter.num_critic_steps", self.num_critic_steps)
+        check.non_negative_int("QualityPGEmitter.num_pg_steps", self.num_pg_steps)
+        check.positive_int("QualityPGEmitter.buffer_size", self.buffer_size)
+        check.non_negative("QualityPGEmitter.pg_lr", self.pg_lr)
 
     def init(
         self,
         repertoire: MapElitesRepertoire,
         genotypes: Genotypes,
-        fitnesses: Float[Array, " batch"],
         descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
         key: PRNGKey,
@@ -101,9 +100,8 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
             )
         rows, valid = episode_transitions(extra)
         buffer = ReplayBuffer.empty(self.buffer_size, tree_take(rows, 0))
-        td3_key, train_key = jr.split(key)
-        td3_state = self.td3.init(self.hparams, key=td3_key)
-        return QualityPGState(td3_state, buffer.insert(rows, mask=valid), train_key)
+        td3_state = self.td3.init(self.hparams, key=key)
+        return QualityPGState(td3_state, buffer.insert(rows, mask=valid))
 
     def emit(
         self, repertoire: MapElitesRepertoire, state: QualityPGState, *, key: PRNGKey
@@ -127,18 +125,18 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     ) -> DeterministicPolicy:
         """``num_pg_steps`` Adam steps on every parent (vmapped), maximising Q1(s, pi(s))."""
         critic = state.td3.critic
-        opt_states = eqx.filter_vmap(_init_opt)(parents)
+        opt_states = eqx.filter_vmap(init_adam)(parents)
 
         def loss(policy, obs):
             return -jnp.mean(jax.vmap(critic.q1)(obs, jax.vmap(policy)(obs)))
 
         def step_one(policy, opt_state, obs):
             grads = eqx.filter_grad(loss)(policy, obs)
-            return _apply_adam(policy, grads, opt_state, self.pg_lr)
+            return apply_adam(policy, grads, opt_state, self.pg_lr)
 
         def body(carry, k):
             policies, opts = carry
-            batch = state.buffer.sample(self.td3.batch_size, key=k)
+            batch = state.buffer.sample(self.td3.minibatch_size, key=k)
             policies, opts = eqx.filter_vmap(step_one, in_axes=(0, 0, None))(
                 policies, opts, batch.obs
             )
@@ -150,7 +148,7 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     def _train_critic(self, state: QualityPGState, *, key: PRNGKey) -> QualityPGState:
         def body(td3_state, k):
             sample_key, update_key = jr.split(k)
-            batch = state.buffer.sample(self.td3.batch_size, key=sample_key)
+            batch = state.buffer.sample(self.td3.minibatch_size, key=sample_key)
             return self.td3.update(td3_state, batch, key=update_key)
 
         td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.num_critic_steps))
@@ -161,17 +159,16 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         state: QualityPGState,
         repertoire: MapElitesRepertoire,
         genotypes: Genotypes,
-        fitnesses: Float[Array, " batch"],
         descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
         extra: Extra,
+        *,
+        key: PRNGKey,
     ) -> QualityPGState:
         """Store the batch's valid transitions, then train the critic and greedy actor."""
         rows, valid = episode_transitions(extra)
-        key, train_key = jr.split(state.key)
-        state = eqx.tree_at(
-            lambda s: (s.buffer, s.key), state, (state.buffer.insert(rows, mask=valid), key)
-        )
-        return self._train_critic(state, key=train_key)
+        state = eqx.tree_at(lambda s: s.buffer, state, state.buffer.insert(rows, mask=valid))
+        return self._train_critic(state, key=key)
 
 
 def pgame_emitter(
@@ -194,8 +191,7 @@ def pgame_emitter(
     With ``proportion_evo = 1`` the greedy actor still takes one slot, so the emitter always
     keeps training the critic on the evaluated transitions.
     """
-    if not 0.0 <= proportion_evo <= 1.0:
-        raise ValueError(f"proportion_evo must lie in [0, 1], got {proportion_evo}")
+    check.fraction("proportion_evo", proportion_evo)
     num_evo = min(int(round(proportion_evo * batch_size)), batch_size - 1)
     if batch_size < 2:
         raise ValueError(f"the PGA-ME batch needs at least 2 slots, got {batch_size}")

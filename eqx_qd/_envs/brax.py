@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._misc import f32
 from .base import AbstractQDEnv, EnvState, final_descriptor, mean_descriptor
@@ -130,14 +131,10 @@ class BraxQDEnv(AbstractQDEnv):
     ):
         if name not in QD_BRAX_TASKS:
             raise ValueError(f"unknown brax QD task {name!r}; known: {sorted(QD_BRAX_TASKS)}")
-        if episode_length < 1:
-            raise ValueError(f"episode_length must be positive, got {episode_length}")
-        if backend not in ("spring", "positional", "generalized", "mjx"):
-            raise ValueError(
-                f"unknown brax backend {backend!r}; use spring, positional, generalized or mjx"
-            )
-        if obs_noise < 0:
-            raise ValueError(f"obs_noise must be >= 0, got {obs_noise}")
+        check.positive_int("BraxQDEnv episode_length", episode_length)
+        check.one_of("BraxQDEnv backend", backend, ("spring", "positional", "generalized", "mjx"))
+        check.non_negative("BraxQDEnv obs_noise", obs_noise)
+        check.positive("BraxQDEnv omni_bound", omni_bound)
         spec = QD_BRAX_TASKS[name]
         self.name = name
         self.backend = backend
@@ -236,15 +233,3 @@ class BraxQDEnv(AbstractQDEnv):
         with _brax_numerics():
             brax_state = self.brax_env.step(state.physics, jnp.clip(action, -1.0, 1.0))
         return self._wrap(brax_state, key)
-
-
-def make_env(name: str, **kwargs: Any) -> AbstractQDEnv:
-    """A QD environment by name: ``point_maze`` (kwargs: ``walls``, ``length``, ``reset_noise``,
-    ``obs_noise``) or one of `QD_BRAX_TASKS` (kwargs of `BraxQDEnv`)."""
-    from .point_maze import PointMaze
-
-    if name == "point_maze":
-        return PointMaze(**kwargs)
-    if name in QD_BRAX_TASKS:
-        return BraxQDEnv(name, **kwargs)
-    raise ValueError(f"unknown environment {name!r}; known: {['point_maze', *QD_BRAX_TASKS]}")

@@ -15,6 +15,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._misc import f32
 from .brax import _brax_env, _brax_numerics, DEFAULT_BACKEND
@@ -68,8 +69,7 @@ class BraxMultiAgentEnv(AbstractMultiAgentEnv):
             raise ValueError(
                 f"unknown multi-agent brax task {self.name!r}; known: {list(MA_BRAX_TASKS)}"
             )
-        if self.episode_length < 1:
-            raise ValueError(f"episode_length must be positive, got {self.episode_length}")
+        check.positive_int("BraxMultiAgentEnv.episode_length", self.episode_length)
 
     @property
     def brax_env(self) -> typing.Any:

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Int
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .multi_agent import AbstractMultiAgentEnv, MultiAgentState
 
@@ -26,8 +27,8 @@ class LineTargets(AbstractMultiAgentEnv):
     size: int = eqx.field(default=8, static=True)
 
     def __check_init__(self):
-        if self.n < 1 or self.size < 2:
-            raise ValueError(f"LineTargets needs n >= 1 and size >= 2, got {self.n}, {self.size}")
+        check.positive_int("LineTargets.n", self.n)
+        check.integer("LineTargets.size", self.size, minimum=2)
 
     @property
     def num_agents(self) -> int:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .base import AbstractEnv
 
@@ -65,8 +66,7 @@ class TimeLimit(AbstractMultiAgentEnv):
     max_steps: int = eqx.field(static=True)
 
     def __check_init__(self):
-        if self.max_steps < 1:
-            raise ValueError(f"max_steps must be a positive integer, got {self.max_steps}")
+        check.positive_int("TimeLimit.max_steps", self.max_steps)
 
     @property
     def num_agents(self) -> int:

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .base import AbstractQDEnv, EnvState, final_descriptor
 
@@ -43,10 +44,9 @@ class PointMaze(AbstractQDEnv):
     obs_noise: float = eqx.field(default=0.0, static=True)
 
     def __check_init__(self):
-        if self.length < 1:
-            raise ValueError(f"PointMaze episode length must be positive, got {self.length}")
-        if self.reset_noise < 0 or self.obs_noise < 0:
-            raise ValueError("PointMaze reset_noise and obs_noise must be >= 0")
+        check.positive_int("PointMaze.length", self.length)
+        check.non_negative("PointMaze.reset_noise", self.reset_noise)
+        check.non_negative("PointMaze.obs_noise", self.obs_noise)
 
     start = (0.0, -0.85)
     goal = (0.0, 0.85)

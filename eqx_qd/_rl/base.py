@@ -25,7 +25,7 @@ class AbstractAgent(eqx.Module, Generic[_S]):
 
     observation_size: eqx.AbstractVar[int]
     action_size: eqx.AbstractVar[int]
-    batch_size: eqx.AbstractVar[int]
+    minibatch_size: eqx.AbstractVar[int]
     normalise_observations: eqx.AbstractVar[bool]
 
     @abc.abstractmethod
@@ -33,7 +33,7 @@ class AbstractAgent(eqx.Module, Generic[_S]):
 
     @abc.abstractmethod
     def act(
-        self, state: _S, obs: Float[Array, " obs_dim"], *, key: PRNGKey, deterministic: bool = False
+        self, state: _S, obs: Float[Array, " obs_dim"], *, deterministic: bool = False, key: PRNGKey
     ) -> Float[Array, " action_dim"]:
         """An action for one observation (exploration noise unless ``deterministic``)."""
 
@@ -55,7 +55,7 @@ class AbstractAgent(eqx.Module, Generic[_S]):
         return {}
 
     def resample_hyperparams(
-        self, state: _S, *, key: PRNGKey, spaces: Mapping[str, AbstractSpace] | None = None
+        self, state: _S, *, spaces: Mapping[str, AbstractSpace] | None = None, key: PRNGKey
     ) -> _S:
         """``state`` with its hyperparameters drawn again from ``spaces`` (default:
         `hparam_spaces`). Pure; the state must have an ``hparams`` module."""

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._misc import batch_size_of, i32, tree_scatter, tree_take, tree_zeros_batch
 
@@ -28,8 +29,7 @@ class ReplayBuffer(eqx.Module):
     @classmethod
     def empty(cls, capacity: int, example: PyTree) -> "ReplayBuffer":
         """An empty buffer for items shaped like one unbatched ``example``."""
-        if capacity < 1:
-            raise ValueError(f"capacity must be a positive integer, got {capacity}")
+        check.positive_int("ReplayBuffer capacity", capacity)
         return cls(tree_zeros_batch(example, capacity), 0, 0, capacity)
 
     def insert(self, batch: PyTree, mask: Float[Array, " batch"] | None = None) -> "ReplayBuffer":

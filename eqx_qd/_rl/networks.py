@@ -62,9 +62,9 @@ class MLP(eqx.Module):
         out_size: int,
         hidden: Sequence[int],
         *,
-        key: PRNGKey,
         activation: Callable = jax.nn.relu,
         final_activation: Callable = _identity,
+        key: PRNGKey,
     ):
         sizes = [in_size, *hidden, out_size]
         if any(int(s) < 1 for s in sizes):
@@ -163,8 +163,8 @@ class QCritics(eqx.Module):
         action_size: int,
         hidden: Sequence[int],
         *,
-        key: PRNGKey,
         num_critics: int = 2,
+        key: PRNGKey,
     ):
         if num_critics < 1:
             raise ValueError(f"num_critics must be positive, got {num_critics}")
@@ -252,8 +252,8 @@ class GaussianActor(AbstractActor):
         action_size: int,
         hidden: Sequence[int],
         *,
-        key: PRNGKey,
         init_log_std: float = -0.5,
+        key: PRNGKey,
     ):
         net = MLP(obs_size, action_size, hidden, key=key, activation=jnp.tanh)
         self.net = _scale_last_layer(net, 0.01)

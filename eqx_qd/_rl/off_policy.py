@@ -1,6 +1,6 @@
 """The off-policy training loop (TD3, SAC, or any `AbstractAgent`) and deterministic evaluation.
 
-A training iteration steps ``env_batch_size`` environments once with the exploration policy,
+A training iteration steps ``num_envs`` environments once with the exploration policy,
 inserts the transitions into the replay buffer, then takes ``grad_steps`` gradient steps on
 batches sampled from it. `train` runs ``num_iterations`` of them in one ``lax.scan``. Everything
 is a pure function of modules, so a population trains with one ``eqx.filter_vmap``.
@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.base import (
     AbstractEnv,
@@ -33,7 +34,7 @@ class OffPolicyState(eqx.Module):
 
     agent_state: eqx.Module
     buffer: ReplayBuffer
-    env_state: TrainingEnvState  # batched: leading axis env_batch_size
+    env_state: TrainingEnvState  # batched: leading axis num_envs
     env_steps: Int[Array, ""]
 
 
@@ -41,15 +42,14 @@ def init_off_policy(
     agent: AbstractAgent,
     env: AbstractEnv,
     *,
-    key: PRNGKey,
-    env_batch_size: int,
+    num_envs: int,
     buffer_size: int,
     hparams=None,
+    key: PRNGKey,
 ) -> OffPolicyState:
     """A fresh agent state, an empty buffer of ``buffer_size`` transitions, and
-    ``env_batch_size`` freshly reset environments."""
-    if env_batch_size < 1:
-        raise ValueError(f"env_batch_size must be a positive integer, got {env_batch_size}")
+    ``num_envs`` freshly reset environments."""
+    check.positive_int("num_envs", num_envs)
     if agent.observation_size != env.observation_size or agent.action_size != env.action_size:
         raise ValueError(
             f"agent sizes (obs {agent.observation_size}, action {agent.action_size}) do not match "
@@ -64,7 +64,7 @@ def init_off_policy(
         terminated=jnp.zeros((), jnp.float32),
         truncated=jnp.zeros((), jnp.float32),
     )
-    env_state = jax.vmap(lambda k: training_reset(env, key=k))(jr.split(env_key, env_batch_size))
+    env_state = jax.vmap(lambda k: training_reset(env, key=k))(jr.split(env_key, num_envs))
     return OffPolicyState(
         agent.init(hparams, key=agent_key),
         ReplayBuffer.empty(buffer_size, example),
@@ -111,11 +111,10 @@ def _play(agent, env, state: OffPolicyState, key: PRNGKey, random_actions: bool)
     return new, jnp.mean(out.reward), mean_return, count
 
 
-def grad_steps_for(env_batch_size: int, grad_updates_per_step: float) -> int:
+def grad_steps_for(num_envs: int, grad_updates_per_step: float) -> int:
     """Gradient steps per iteration: ``grad_updates_per_step`` per environment step (at least 1)."""
-    if grad_updates_per_step <= 0:
-        raise ValueError(f"grad_updates_per_step must be positive, got {grad_updates_per_step}")
-    return max(1, math.floor(grad_updates_per_step * env_batch_size))
+    check.positive("grad_updates_per_step", grad_updates_per_step)
+    return max(1, math.floor(grad_updates_per_step * num_envs))
 
 
 def train_iteration(
@@ -123,8 +122,8 @@ def train_iteration(
     env: AbstractEnv,
     state: OffPolicyState,
     *,
-    key: PRNGKey,
     grad_updates_per_step: float = 1.0,
+    key: PRNGKey,
 ) -> tuple[OffPolicyState, TrainMetrics]:
     """One iteration: one step of every environment, then the gradient steps."""
     play_key, grad_key = jr.split(key)
@@ -133,7 +132,7 @@ def train_iteration(
 
     def grad_step(agent_state, k):
         sample_key, update_key = jr.split(k)
-        batch = state.buffer.sample(agent.batch_size, key=sample_key)
+        batch = state.buffer.sample(agent.minibatch_size, key=sample_key)
         return agent.update(agent_state, batch, key=update_key)
 
     num = grad_steps_for(n, grad_updates_per_step)
@@ -150,8 +149,8 @@ def train(
     state: OffPolicyState,
     num_iterations: int,
     *,
-    key: PRNGKey,
     grad_updates_per_step: float = 1.0,
+    key: PRNGKey,
 ) -> tuple[OffPolicyState, TrainMetrics]:
     """``num_iterations`` training iterations in one ``lax.scan``; metrics per iteration."""
     body = lambda s, k: train_iteration(

@@ -18,6 +18,7 @@ import jax.random as jr
 from jax.sharding import Mesh, PartitionSpec as P
 from jaxtyping import Array, Float, Int
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.base import AbstractEnv
 from .._misc import tree_scatter, tree_take
@@ -28,6 +29,19 @@ from .spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
 
 def _hparams_of(state: OffPolicyState):
     return state.agent_state.hparams
+
+
+def count_from_fraction(name: str, fraction: float, total: int, what: str = "members") -> int:
+    """``int(fraction * total)`` (QDax's rounding). A positive fraction that rounds to zero is an
+    error naming it (QDax fails later, inside ``jax.random.choice``)."""
+    check.fraction(name, fraction)
+    count = int(fraction * total)
+    if fraction > 0 and count == 0:
+        raise ValueError(
+            f"{name}={fraction} of {total} {what} rounds to 0 {what}; use at least "
+            f"{math.ceil(1 / fraction)} {what} or a larger fraction"
+        )
+    return count
 
 
 class PBTInfo(eqx.Module):
@@ -67,8 +81,7 @@ class PBT(eqx.Module):
                 f"num_best_to_replace_from + num_worse_to_replace ({b} + {w}) exceeds the "
                 f"population size {n}"
             )
-        if self.explore not in ("resample", "perturb"):
-            raise ValueError(f"explore must be 'resample' or 'perturb', got {self.explore!r}")
+        check.one_of("PBT.explore", self.explore, ("resample", "perturb"))
 
     @classmethod
     def from_fractions(
@@ -79,22 +92,10 @@ class PBT(eqx.Module):
         spaces: Spaces,
         explore: str = "resample",
     ) -> "PBT":
-        """Counts as ``int(fraction * population_size)``, QDax's convention, with a clear error
-        where one rounds to zero (QDax fails later inside ``jax.random.choice``)."""
-        counts = {}
-        for name, frac in (("best_fraction", best_fraction), ("worse_fraction", worse_fraction)):
-            if not 0.0 < frac <= 1.0:
-                raise ValueError(f"{name} must lie in (0, 1], got {frac}")
-            counts[name] = int(frac * population_size)
-            if counts[name] == 0:
-                raise ValueError(
-                    f"{name}={frac} of a population of {population_size} rounds to 0 members; "
-                    f"use a population of at least {math.ceil(1 / frac)} or a larger fraction"
-                )
-        return cls(
-            population_size, counts["best_fraction"], counts["worse_fraction"], dict(spaces),
-            explore,
-        )  # fmt: skip
+        """Counts as ``int(fraction * population_size)`` (`count_from_fraction`)."""
+        best = count_from_fraction("best_fraction", best_fraction, population_size)
+        worse = count_from_fraction("worse_fraction", worse_fraction, population_size)
+        return cls(population_size, best, worse, dict(spaces), explore)
 
     def explore_hparams(self, hparams: eqx.Module, *, key: PRNGKey) -> eqx.Module:
         if self.explore == "resample":
@@ -152,10 +153,10 @@ def init_population(
     spaces: Spaces | None,
     population_size: int,
     *,
-    key: PRNGKey,
-    env_batch_size: int,
+    num_envs: int,
     buffer_size: int,
     template=None,
+    key: PRNGKey,
 ) -> OffPolicyState:
     """``population_size`` training runs (agent states, replay buffers, environments) whose
     hyperparameters are drawn from ``spaces`` (``None``: the agent's ``hparam_spaces``); other
@@ -168,7 +169,7 @@ def init_population(
         hp_key, run_key = jr.split(k)
         hparams = sample_hparams(template, spaces, key=hp_key)
         return init_off_policy(
-            agent, env, key=run_key, env_batch_size=env_batch_size, buffer_size=buffer_size,
+            agent, env, key=run_key, num_envs=num_envs, buffer_size=buffer_size,
             hparams=hparams,
         )  # fmt: skip
 
@@ -182,8 +183,8 @@ def train_population(
     population: OffPolicyState,
     num_iterations: int,
     *,
-    key: PRNGKey,
     grad_updates_per_step: float = 1.0,
+    key: PRNGKey,
 ):
     """`train` on every member (vmapped); metrics get a leading population axis."""
     n = jax.tree.leaves(population.env_steps)[0].shape[0]
@@ -217,8 +218,9 @@ def population_without_optimizer_states(
     return eqx.tree_at(lambda p: p.agent_state, population, states, is_leaf=lambda x: x is None)
 
 
-def hparams_table(population: OffPolicyState) -> dict[str, Float[Array, " population"]]:
-    """Every member's hyperparameters, by name (for logs and plots)."""
+def hparams_table(population: OffPolicyState) -> dict[str, Float[Array, "*population"]]:
+    """Every member's hyperparameters, by name (for logs and plots); leading axes: the
+    population's (devices, members when sharded)."""
     hp = _hparams_of(population)
     return {f.name: getattr(hp, f.name) for f in dataclasses.fields(hp)}
 
@@ -229,9 +231,9 @@ def train_population_sharded(
     population,
     num_iterations: int,
     *,
-    key: PRNGKey,
     mesh: Mesh,
     grad_updates_per_step: float = 1.0,
+    key: PRNGKey,
 ):
     """`train_population` with the members split over the mesh's devices (the population size
     must be a multiple of the device count). On a CPU with ``n`` host devices this runs one

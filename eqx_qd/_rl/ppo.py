@@ -20,17 +20,18 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PyTree
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.multi_agent import (
     AbstractMultiAgentEnv,
     autoreset_multi_agent_step,
     MultiAgentState,
 )
-from .._misc import f32, filter_scan, i32, tree_take
+from .._misc import f32, filter_scan, filter_while_loop, i32, tree_take
 from .gae import gae
 from .networks import AbstractActor, CategoricalActor, GaussianActor, ValueCritic
 from .normaliser import RunningNormaliser
-from .optim import _apply_clipped_adam, _check_ranges, _init_clipped_adam
+from .optim import apply_clipped_adam, init_clipped_adam
 
 
 Metrics = dict[str, Float[Array, "..."]]
@@ -53,7 +54,8 @@ class PPOHParams(eqx.Module):
 
     def __check_init__(self):
         inf = float("inf")
-        _check_ranges(
+        check.ranges(
+            "PPOHParams",
             self,
             {
                 "gamma": (0.0, 1.0),
@@ -90,7 +92,7 @@ _HPARAM_NAMES = tuple(PPOHParams.__dataclass_fields__)
 class PPOState(eqx.Module):
     """Everything IPPO learns or varies. ``actors`` / ``critics`` and their optimiser states
     carry a leading ``num_agents`` axis unless parameters are shared. ``env_state`` holds the
-    ``batch_size`` environments that rollouts continue from; ``updates`` counts PPO updates
+    ``num_envs`` environments that rollouts continue from; ``updates`` counts PPO updates
     (one rollout each) since the start, across restores. ``normaliser`` (observation
     statistics, laid out like the actors) is ``None`` unless observations are normalised."""
 
@@ -106,7 +108,7 @@ class PPOState(eqx.Module):
 
 
 class Trajectory(eqx.Module):
-    """A rollout, time-major: ``(rollout_length, batch_size, num_agents, ...)``.
+    """A rollout, time-major: ``(rollout_length, num_envs, num_agents, ...)``.
     ``next_obs`` are the observations each step reached, before any reset."""
 
     obs: Float[Array, "time batch num_agents obs_dim"]
@@ -151,7 +153,7 @@ def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:
 class IPPO(eqx.Module):
     """Independent PPO: per-agent actors and critics trained apart on each agent's experience.
 
-    Each update collects ``rollout_length`` steps in ``batch_size`` parallel environments
+    Each update collects ``rollout_length`` steps in ``num_envs`` parallel environments
     (auto-reset; the rollout may cut episodes, which then bootstrap), computes GAE, runs up to
     ``actor_epochs`` epochs of the clipped surrogate with an entropy bonus (stopping early when
     the approximate KL to the rollout policy passes ``kl_threshold``), then ``critic_epochs``
@@ -162,7 +164,7 @@ class IPPO(eqx.Module):
 
     env: AbstractMultiAgentEnv
     rollout_length: int = eqx.field(default=128, static=True)
-    batch_size: int = eqx.field(default=64, static=True)
+    num_envs: int = eqx.field(default=64, static=True)
     num_minibatches: int = eqx.field(default=16, static=True)
     actor_epochs: int = eqx.field(default=4, static=True)
     critic_epochs: int = eqx.field(default=4, static=True)
@@ -174,17 +176,14 @@ class IPPO(eqx.Module):
     make_actor: Callable[..., AbstractActor] | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
-        for name in ("rollout_length", "batch_size", "num_minibatches"):
-            value = getattr(self, name)
-            if value < 1:
-                raise ValueError(f"IPPO.{name} must be a positive integer, got {value}")
+        for name in ("rollout_length", "num_envs", "num_minibatches"):
+            check.positive_int(f"IPPO.{name}", getattr(self, name))
         for name in ("actor_epochs", "critic_epochs"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"IPPO.{name} must be >= 0, got {getattr(self, name)}")
-        samples = self.rollout_length * self.batch_size
+            check.non_negative_int(f"IPPO.{name}", getattr(self, name))
+        samples = self.rollout_length * self.num_envs
         if samples % self.num_minibatches:
             raise ValueError(
-                f"rollout_length * batch_size = {samples} samples per agent do not split into "
+                f"rollout_length * num_envs = {samples} samples per agent do not split into "
                 f"num_minibatches={self.num_minibatches} equal minibatches"
             )
 
@@ -210,15 +209,13 @@ class IPPO(eqx.Module):
         return eqx.filter_vmap(make)(jr.split(key, self.num_agents))
 
     def init(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> PPOState:
-        """Fresh networks, optimiser states and ``batch_size`` freshly reset environments."""
+        """Fresh networks, optimiser states and ``num_envs`` freshly reset environments."""
         hparams = PPOHParams() if hparams is None else hparams
         actor_key, critic_key, env_key, key = jr.split(key, 4)
         actors = self._per_agent_build(self._new_actor, actor_key)
         critics = self._per_agent_build(self._new_critic, critic_key)
-        build_opt = (
-            _init_clipped_adam if self.shared_params else eqx.filter_vmap(_init_clipped_adam)
-        )
-        env_state = jax.vmap(lambda k: self.env.reset(key=k))(jr.split(env_key, self.batch_size))
+        build_opt = init_clipped_adam if self.shared_params else eqx.filter_vmap(init_clipped_adam)
+        env_state = jax.vmap(lambda k: self.env.reset(key=k))(jr.split(env_key, self.num_envs))
         normaliser = None
         if self.normalise_observations:
             dim = self.env.observation_size
@@ -240,8 +237,8 @@ class IPPO(eqx.Module):
         state: PPOState,
         obs: Float[Array, "num_agents obs_dim"],
         *,
-        key: PRNGKey,
         deterministic: bool = False,
+        key: PRNGKey,
     ) -> Array:
         """One action per agent for one environment's (raw) observations."""
         obs = _normalise(state.normaliser, obs)
@@ -271,7 +268,7 @@ class IPPO(eqx.Module):
     # -- one update -----------------------------------------------------------------------
 
     def rollout(self, state: PPOState) -> tuple[PPOState, Trajectory]:
-        """``rollout_length`` steps of the current policies in the ``batch_size`` envs."""
+        """``rollout_length`` steps of the current policies in the ``num_envs`` envs."""
 
         def one_step(carry, _):
             env_state, key = carry
@@ -279,7 +276,7 @@ class IPPO(eqx.Module):
             obs = _normalise(state.normaliser, env_state.obs)
             actions, log_probs = self._act_batch(state.actors, obs, act_key)
             step = jax.vmap(lambda s, a, k: autoreset_multi_agent_step(self.env, s, a, key=k))(
-                env_state, actions, jr.split(step_key, self.batch_size)
+                env_state, actions, jr.split(step_key, self.num_envs)
             )
             out = (
                 env_state.obs, actions, log_probs, step.reward, step.next_obs,
@@ -295,7 +292,7 @@ class IPPO(eqx.Module):
         return state, traj
 
     def _samples(self, state: PPOState, traj: Trajectory) -> _Samples:
-        """Per-agent samples ``(num_agents, rollout_length * batch_size, ...)`` with GAE."""
+        """Per-agent samples ``(num_agents, rollout_length * num_envs, ...)`` with GAE."""
         h = state.hparams
         obs = _normalise(state.normaliser, traj.obs)  # as the actors saw them
         values = self._values(state.critics, obs)
@@ -345,7 +342,7 @@ class IPPO(eqx.Module):
         def minibatch(carry, idx):
             actor, opt_state = carry
             (loss, entropy), grads = grad_fn(actor, tree_take(data, idx), h)
-            actor, opt_state = _apply_clipped_adam(
+            actor, opt_state = apply_clipped_adam(
                 actor, grads, opt_state, h.actor_lr, h.max_grad_norm
             )
             return (actor, opt_state), (loss, entropy)
@@ -365,13 +362,8 @@ class IPPO(eqx.Module):
 
         zero = jnp.zeros((), jnp.float32)
         carry = (actor, opt_state, key, i32(0), zero, zero, zero)
-        dynamic, static = eqx.partition(carry, eqx.is_array)
-        dynamic = jax.lax.while_loop(
-            lambda d: keep_going(eqx.combine(d, static)),
-            lambda d: eqx.partition(epoch(eqx.combine(d, static)), eqx.is_array)[0],
-            dynamic,
-        )
-        actor, opt_state, _, count, kl, loss, entropy = eqx.combine(dynamic, static)
+        carry = filter_while_loop(keep_going, epoch, carry)
+        actor, opt_state, _, count, kl, loss, entropy = carry
         metrics = {"actor_loss": loss, "entropy": entropy, "kl": kl, "actor_epochs": count}
         return actor, opt_state, metrics
 
@@ -385,7 +377,7 @@ class IPPO(eqx.Module):
         def minibatch(carry, idx):
             critic, opt_state = carry
             loss, grads = eqx.filter_value_and_grad(loss_fn)(critic, tree_take(data, idx))
-            critic, opt_state = _apply_clipped_adam(
+            critic, opt_state = apply_clipped_adam(
                 critic, grads, opt_state, h.critic_lr, h.max_grad_norm
             )
             return (critic, opt_state), loss

@@ -9,13 +9,14 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.rollout import Transition
 from .._misc import f32, i32
 from .base import AbstractAgent, Metrics
 from .networks import QCritics, TanhGaussianPolicy
 from .normaliser import RunningNormaliser
-from .optim import _apply_adam, _check_ranges, _init_opt, soft_update
+from .optim import apply_adam, init_adam, soft_update
 from .spaces import AbstractSpace, Uniform
 
 
@@ -41,7 +42,8 @@ class SACHParams(eqx.Module):
 
     def __check_init__(self):
         inf = float("inf")
-        _check_ranges(
+        check.ranges(
+            "SACHParams",
             self,
             {
                 "policy_lr": (0.0, inf),
@@ -79,18 +81,18 @@ class SAC(AbstractAgent[SACState]):
     action_size: int = eqx.field(static=True)
     policy_hidden: tuple[int, ...] = eqx.field(default=(256, 256), static=True, converter=tuple)
     critic_hidden: tuple[int, ...] = eqx.field(default=(256, 256), static=True, converter=tuple)
-    batch_size: int = eqx.field(default=256, static=True)
+    minibatch_size: int = eqx.field(default=256, static=True)
     normalise_observations: bool = eqx.field(default=False, static=True)
     fix_alpha: bool = eqx.field(default=False, static=True)
     init_alpha: float = eqx.field(default=1.0, static=True)
     target_entropy: float | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
-        for name in ("observation_size", "action_size", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"SAC.{name} must be a positive integer")
-        if self.init_alpha <= 0:
-            raise ValueError(f"SAC.init_alpha must be positive, got {self.init_alpha}")
+        for name in ("observation_size", "action_size", "minibatch_size"):
+            check.positive_int(f"SAC.{name}", getattr(self, name))
+        check.positive("SAC.init_alpha", self.init_alpha)
+        if self.target_entropy is not None:
+            check.finite("SAC.target_entropy", self.target_entropy)
 
     @property
     def hparam_spaces(self) -> dict[str, AbstractSpace]:
@@ -114,9 +116,9 @@ class SAC(AbstractAgent[SACState]):
             critic,
             critic,
             log_alpha,
-            _init_opt(policy),
-            _init_opt(critic),
-            _init_opt(log_alpha),
+            init_adam(policy),
+            init_adam(critic),
+            init_adam(log_alpha),
             RunningNormaliser.create(self.observation_size),
             SACHParams() if hparams is None else hparams,
             0,
@@ -134,7 +136,7 @@ class SAC(AbstractAgent[SACState]):
         return eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state),
             state,
-            (_init_opt(state.policy), _init_opt(state.critic), _init_opt(state.log_alpha)),
+            (init_adam(state.policy), init_adam(state.critic), init_adam(state.log_alpha)),
             is_leaf=lambda x: x is None,
         )
 
@@ -143,8 +145,8 @@ class SAC(AbstractAgent[SACState]):
         state: SACState,
         obs: Float[Array, " obs_dim"],
         *,
-        key: PRNGKey,
         deterministic: bool = False,
+        key: PRNGKey,
     ) -> Float[Array, " action_dim"]:
         obs = self._norm(state, obs)
         if deterministic:
@@ -181,16 +183,16 @@ class SAC(AbstractAgent[SACState]):
         critic_loss, grads = eqx.filter_value_and_grad(self.critic_loss)(
             state.critic, state, batch, key=critic_key
         )
-        critic, critic_opt = _apply_adam(state.critic, grads, state.critic_opt_state, h.critic_lr)
+        critic, critic_opt = apply_adam(state.critic, grads, state.critic_opt_state, h.critic_lr)
         (policy_loss, logp), grads = eqx.filter_value_and_grad(self.policy_loss, has_aux=True)(
             state.policy, state, batch, key=policy_key
         )
-        policy, policy_opt = _apply_adam(state.policy, grads, state.policy_opt_state, h.policy_lr)
+        policy, policy_opt = apply_adam(state.policy, grads, state.policy_opt_state, h.policy_lr)
         log_alpha, alpha_opt = state.log_alpha, state.alpha_opt_state
         if not self.fix_alpha:
             entropy_gap = jax.lax.stop_gradient(jnp.mean(logp) + self.entropy_target)
             alpha_grad = -entropy_gap  # d/dlog_alpha of -log_alpha * (logp + target)
-            log_alpha, alpha_opt = _apply_adam(log_alpha, alpha_grad, alpha_opt, h.alpha_lr)
+            log_alpha, alpha_opt = apply_adam(log_alpha, alpha_grad, alpha_opt, h.alpha_lr)
         target_critic = soft_update(state.target_critic, critic, h.tau)
         state = eqx.tree_at(
             lambda s: (

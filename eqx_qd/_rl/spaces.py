@@ -11,11 +11,9 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
-
-
-def _f32(x):
-    return jnp.asarray(x, jnp.float32)
+from .._misc import f32
 
 
 class AbstractSpace(eqx.Module):
@@ -39,8 +37,9 @@ class Uniform(AbstractSpace):
     high: float = eqx.field(static=True)
 
     def __check_init__(self):
-        if not self.low <= self.high:
-            raise ValueError(f"Uniform needs low <= high, got [{self.low}, {self.high}]")
+        check.finite("Uniform.low", self.low)
+        check.finite("Uniform.high", self.high)
+        check.ordered("Uniform.low", self.low, "Uniform.high", self.high, strict=False)
 
     def sample(self, *, key: PRNGKey) -> Float[Array, ""]:
         return jr.uniform(key, (), jnp.float32, self.low, self.high)
@@ -57,8 +56,9 @@ class LogUniform(AbstractSpace):
     high: float = eqx.field(static=True)
 
     def __check_init__(self):
-        if not 0 < self.low <= self.high:
-            raise ValueError(f"LogUniform needs 0 < low <= high, got [{self.low}, {self.high}]")
+        check.positive("LogUniform.low", self.low)
+        check.finite("LogUniform.high", self.high)
+        check.ordered("LogUniform.low", self.low, "LogUniform.high", self.high, strict=False)
 
     def sample(self, *, key: PRNGKey) -> Float[Array, ""]:
         u = jr.uniform(key, (), jnp.float32, math.log(self.low), math.log(self.high))
@@ -66,10 +66,6 @@ class LogUniform(AbstractSpace):
 
     def clip(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         return jnp.clip(x, self.low, self.high)
-
-
-def _float_tuple(values) -> tuple[float, ...]:
-    return tuple(float(x) for x in values)
 
 
 @typing.final
@@ -83,6 +79,7 @@ class Choice(AbstractSpace):
     def __check_init__(self):
         if not self.values:
             raise ValueError("Choice needs at least one value")
+        check.finite("Choice.values", self.values)
 
     def sample(self, *, key: PRNGKey) -> Float[Array, ""]:
         return jr.choice(key, jnp.asarray(self.values, jnp.float32))
@@ -116,16 +113,12 @@ def sample_hparams(template: eqx.Module, spaces: Spaces, *, key: PRNGKey) -> eqx
     _check_fields(template, spaces)
     names = sorted(spaces)
     keys = jr.split(key, len(names))
-    values = [_f32(spaces[n].sample(key=k)) for n, k in zip(names, keys)]
+    values = [f32(spaces[n].sample(key=k)) for n, k in zip(names, keys)]
     return eqx.tree_at(lambda h: [getattr(h, n) for n in names], template, values)
 
 
 def perturb_hparams(
-    hparams: eqx.Module,
-    spaces: Spaces,
-    *,
-    key: PRNGKey,
-    factors: tuple[float, float] = (0.8, 1.2),
+    hparams: eqx.Module, spaces: Spaces, *, factors: tuple[float, float] = (0.8, 1.2), key: PRNGKey
 ) -> eqx.Module:
     """Multiply each hyperparameter named in ``spaces`` by one of ``factors`` (equally likely)
     and clip it into its space: PBT's "perturb" explore step."""
@@ -134,6 +127,6 @@ def perturb_hparams(
     keys = jr.split(key, len(names))
     f = jnp.asarray(factors, jnp.float32)
     values = [
-        _f32(spaces[n].clip(getattr(hparams, n) * jr.choice(k, f))) for n, k in zip(names, keys)
+        f32(spaces[n].clip(getattr(hparams, n) * jr.choice(k, f))) for n, k in zip(names, keys)
     ]
     return eqx.tree_at(lambda h: [getattr(h, n) for n in names], hparams, values)

@@ -15,13 +15,14 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.rollout import Transition
-from .._misc import f32, i32
+from .._misc import f32, filter_cond, i32
 from .base import AbstractAgent, Metrics
 from .networks import DeterministicPolicy, QCritics
 from .normaliser import RunningNormaliser
-from .optim import _apply_adam, _check_ranges, _init_opt, soft_update
+from .optim import apply_adam, init_adam, soft_update
 from .spaces import AbstractSpace, Uniform
 
 
@@ -50,7 +51,8 @@ class TD3HParams(eqx.Module):
 
     def __check_init__(self):
         inf = float("inf")
-        _check_ranges(
+        check.ranges(
+            "TD3HParams",
             self,
             {
                 "policy_lr": (0.0, inf),
@@ -90,14 +92,13 @@ class TD3(AbstractAgent[TD3State]):
     action_size: int = eqx.field(static=True)
     policy_hidden: tuple[int, ...] = eqx.field(default=(256, 256), static=True, converter=tuple)
     critic_hidden: tuple[int, ...] = eqx.field(default=(256, 256), static=True, converter=tuple)
-    batch_size: int = eqx.field(default=256, static=True)
+    minibatch_size: int = eqx.field(default=256, static=True)
     policy_delay: int = eqx.field(default=2, static=True)
     normalise_observations: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
-        for name in ("observation_size", "action_size", "batch_size", "policy_delay"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TD3.{name} must be a positive integer")
+        for name in ("observation_size", "action_size", "minibatch_size", "policy_delay"):
+            check.positive_int(f"TD3.{name}", getattr(self, name))
 
     @property
     def hparam_spaces(self) -> dict[str, AbstractSpace]:
@@ -125,8 +126,8 @@ class TD3(AbstractAgent[TD3State]):
             critic,
             policy,
             critic,
-            _init_opt(policy),
-            _init_opt(critic),
+            init_adam(policy),
+            init_adam(critic),
             RunningNormaliser.create(self.observation_size),
             TD3HParams() if hparams is None else hparams,
             0,
@@ -144,7 +145,7 @@ class TD3(AbstractAgent[TD3State]):
         return eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state),
             state,
-            (_init_opt(state.policy), _init_opt(state.critic)),
+            (init_adam(state.policy), init_adam(state.critic)),
             is_leaf=lambda x: x is None,
         )
 
@@ -153,8 +154,8 @@ class TD3(AbstractAgent[TD3State]):
         state: TD3State,
         obs: Float[Array, " obs_dim"],
         *,
-        key: PRNGKey,
         deterministic: bool = False,
+        key: PRNGKey,
     ) -> Float[Array, " action_dim"]:
         action = state.policy(self._norm(state, obs))
         if deterministic:
@@ -189,12 +190,12 @@ class TD3(AbstractAgent[TD3State]):
         critic_loss, grads = eqx.filter_value_and_grad(self.critic_loss)(
             state.critic, state, batch, key=key
         )
-        critic, critic_opt = _apply_adam(state.critic, grads, state.critic_opt_state, h.critic_lr)
+        critic, critic_opt = apply_adam(state.critic, grads, state.critic_opt_state, h.critic_lr)
         state = eqx.tree_at(lambda s: (s.critic, s.critic_opt_state), state, (critic, critic_opt))
 
         def policy_step(state: TD3State) -> tuple[TD3State, Float[Array, ""]]:
             loss, grads = eqx.filter_value_and_grad(self.policy_loss)(state.policy, state, batch)
-            policy, opt = _apply_adam(state.policy, grads, state.policy_opt_state, h.policy_lr)
+            policy, opt = apply_adam(state.policy, grads, state.policy_opt_state, h.policy_lr)
             target_policy = soft_update(state.target_policy, policy, h.tau)
             target_critic = soft_update(state.target_critic, state.critic, h.tau)
             state = eqx.tree_at(
@@ -207,19 +208,7 @@ class TD3(AbstractAgent[TD3State]):
         def skip(state: TD3State) -> tuple[TD3State, Float[Array, ""]]:
             return state, jnp.full((), jnp.nan, jnp.float32)
 
-        dynamic, static = eqx.partition(state, eqx.is_array)
         run_policy = state.steps % self.policy_delay == 0
-        dynamic, policy_loss = jax.lax.cond(
-            run_policy,
-            lambda d: _partitioned(policy_step, d, static),
-            lambda d: _partitioned(skip, d, static),
-            dynamic,
-        )
-        state = eqx.combine(dynamic, static)
+        state, policy_loss = filter_cond(run_policy, policy_step, skip, state)
         state = eqx.tree_at(lambda s: s.steps, state, state.steps + 1)
         return state, {"critic_loss": critic_loss, "policy_loss": policy_loss}
-
-
-def _partitioned(fn, dynamic, static):
-    out, aux = fn(eqx.combine(dynamic, static))
-    return eqx.filter(out, eqx.is_array), aux

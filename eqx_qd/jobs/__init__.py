@@ -1,1 +1,63 @@
-"""Run drivers: configs, run folders, logs and plots around the library's algorithms."""
+"""Run drivers around the library: job configs, run folders, checkpoints, registries by name and
+progress reporting. This is the only part of eqx_qd that writes files or shows progress bars;
+the ``eqx-qd`` command is generated from it.
+
+```python
+from eqx_qd import jobs
+
+result = jobs.run_map_elites(jobs.MapElitesConfig(iterations=100), "runs/demo")
+again = jobs.load_run("runs/demo")  # config, progress columns, repertoire
+```
+"""
+
+from ._checkpoints import (
+    Checkpoint as Checkpoint,
+    list_checkpoints as list_checkpoints,
+    mean_return as mean_return,
+    restore_checkpoint as restore_checkpoint,
+    save_checkpoint as save_checkpoint,
+)
+from ._common import (
+    default_run_folder as default_run_folder,
+    Job as Job,
+    JOBS as JOBS,
+    load_run as load_run,
+    read_config as read_config,
+    run_job as run_job,
+    RunResult as RunResult,
+)
+from ._config import JobConfig as JobConfig, option as option
+from ._folder import (
+    atomic_write as atomic_write,
+    deserialise as deserialise,
+    load_repertoire as load_repertoire,
+    RunFolder as RunFolder,
+    save_repertoire as save_repertoire,
+    serialise as serialise,
+)
+from ._ippo import (
+    IPPOConfig as IPPOConfig,
+    run_ippo as run_ippo,
+    train_ippo as train_ippo,
+    TrainingLog as TrainingLog,
+)
+from ._map_elites import MapElitesConfig as MapElitesConfig, run_map_elites as run_map_elites
+from ._me_pbt import MEPBTConfig as MEPBTConfig, run_me_pbt as run_me_pbt
+from ._pbt import PBTConfig as PBTConfig, run_pbt as run_pbt
+from ._pgame import (
+    PGAMEConfig as PGAMEConfig,
+    policy_by_id as policy_by_id,
+    run_pgame as run_pgame,
+)
+from ._progress import Progress as Progress
+from ._registry import (
+    AGENTS as AGENTS,
+    EMITTERS as EMITTERS,
+    ENVIRONMENTS as ENVIRONMENTS,
+    make_agent as make_agent,
+    make_emitter as make_emitter,
+    make_env as make_env,
+    make_task as make_task,
+    Registry as Registry,
+    TASKS as TASKS,
+)

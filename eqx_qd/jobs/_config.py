@@ -1,46 +1,176 @@
-"""What every job config shares: construction from a mapping or a TOML file, and TOML output."""
+"""Job configs: frozen dataclasses whose fields are typed, documented and checked, read from TOML
+or built from options, and written back as TOML.
+
+A field is declared with `option`: its default, a help line (the command line's ``--help``) and
+an optional check from `eqx_qd.internal` (``check.positive_int``...). Values are checked against
+the field's type before the checks run (a string where a bool is expected is an error naming the
+key, not a truthy value), so every error names the key it is about.
+"""
 
 import dataclasses
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 
-_C = TypeVar("_C", bound="TomlConfig")
+_C = TypeVar("_C", bound="JobConfig")
 
 
-class TomlConfig:
-    """Mixin for frozen dataclass configs. ``TABLE`` names the optional TOML table (e.g.
-    ``[pgame]``) that may hold the keys instead of the top level."""
+def option(
+    default: Any,
+    help: str,
+    *,
+    check: Callable[[str, Any], None] | None = None,
+    aliases: tuple[str, ...] = (),
+) -> Any:
+    """A config field: ``default``, a one-line ``help`` and an optional ``check(name, value)``.
 
-    TABLE: ClassVar[str] = ""
+    ``aliases`` are extra command-line spellings (``--iters`` for ``--iterations``).
+    """
+    return dataclasses.field(
+        default=default, metadata={"help": help, "check": check, "aliases": aliases}
+    )
+
+
+def field_type(cls: type, name: str) -> Any:
+    """The annotation of field ``name`` of config class ``cls``, resolved."""
+    return typing.get_type_hints(cls)[name]
+
+
+def _is_optional(tp: Any) -> tuple[bool, Any]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(tp)) == 2:
+            return True, args[0]
+    return False, tp
+
+
+def describe_type(tp: Any) -> str:
+    """``int``, ``float``, ``bool``, ``str``, ``list of int`` (optionally ``or none``)."""
+    optional, tp = _is_optional(tp)
+    if typing.get_origin(tp) is tuple:
+        (item, _) = typing.get_args(tp)
+        text = f"list of {item.__name__}"
+    else:
+        text = tp.__name__
+    return text + (" or none" if optional else "")
+
+
+def coerce(name: str, tp: Any, value: Any) -> Any:
+    """``value`` as the type ``tp`` of config key ``name`` (ints widen to floats, lists become
+    tuples), or a `TypeError` naming the key, the type expected and the value received."""
+    optional, inner = _is_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise TypeError(f"config key {name!r} must be {describe_type(tp)}, got nothing")
+    bad = TypeError(
+        f"config key {name!r} must be {describe_type(tp)}, got {value!r} ({type(value).__name__})"
+    )
+    if inner is bool:
+        if not isinstance(value, bool):
+            raise bad
+        return value
+    if inner is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+        return value
+    if inner is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if inner is str:
+        if not isinstance(value, str):
+            raise bad
+        return value
+    if typing.get_origin(inner) is tuple:
+        (item, _) = typing.get_args(inner)
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise bad
+        try:
+            return tuple(coerce(name, item, v) for v in value)
+        except TypeError:
+            raise bad from None
+    raise TypeError(f"config key {name!r} has an unsupported type {tp!r}")  # a library bug
+
+
+class JobConfig:
+    """Base of the jobs' configs (frozen dataclasses).
+
+    ``JOB`` names the job: the ``eqx-qd run`` command and the TOML table (``[map-elites]``) that
+    may hold the keys. `check` holds the checks that involve several keys.
+    """
+
+    JOB: ClassVar[str] = ""
+
+    def __post_init__(self):
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = coerce(f.name, hints[f.name], getattr(self, f.name))
+            object.__setattr__(self, f.name, value)
+            field_check = f.metadata.get("check")
+            if field_check is not None and value is not None:
+                field_check(f.name, value)
+        self.check()
+
+    def check(self) -> None:
+        """Checks across several keys (none by default)."""
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
     @classmethod
     def from_mapping(cls: type[_C], values: Mapping[str, Any]) -> _C:
         """A config from keys and values; unknown keys are an error that names them."""
-        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+        unknown = sorted(set(values) - set(cls.keys()))
         if unknown:
             raise ValueError(f"unknown config keys: {', '.join(unknown)}")
-        return cls(**values)
+        hints = typing.get_type_hints(cls)
+        return cls(**{k: coerce(k, hints[k], v) for k, v in values.items()})
 
     @classmethod
     def from_toml(cls: type[_C], path: str | os.PathLike, **overrides: Any) -> _C:
-        """Read a TOML file (top-level keys, or the ``TABLE`` table); ``overrides`` win."""
+        """Read a TOML file: top-level keys, or keys under the job's table (``[pgame]``), not
+        both. ``overrides`` win over the file."""
+        path = os.fspath(path)
         try:
             with open(path, "rb") as f:
                 data = tomllib.load(f)
         except OSError as e:
-            raise ValueError(f"cannot read config {os.fspath(path)!r}: {e.strerror}") from e
+            raise ValueError(f"cannot read config {path!r}: {e.strerror}") from e
         except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"config {os.fspath(path)!r} is not valid TOML: {e}") from e
-        return cls.from_mapping({**data.get(cls.TABLE, data), **overrides})
+            raise ValueError(f"config {path!r} is not valid TOML: {e}") from e
+        if cls.JOB in data and isinstance(data[cls.JOB], dict):
+            beside = sorted(k for k in data if k != cls.JOB)
+            if beside:
+                raise ValueError(
+                    f"config {path!r} has keys outside its [{cls.JOB}] table: {', '.join(beside)}"
+                )
+            data = data[cls.JOB]
+        return cls.from_mapping({**data, **overrides})
 
     def to_toml(self) -> str:
-        lines = []
-        for key, value in dataclasses.asdict(self).items():  # type: ignore[call-overload]
+        """The config as a TOML ``[JOB]`` table (keys set to ``None`` are left out)."""
+        lines = [f"[{self.JOB}]"]
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
             if value is not None:
                 value = list(value) if isinstance(value, tuple) else value
-                lines.append(f"{key} = {json.dumps(value)}")
+                lines.append(f"{f.name} = {json.dumps(value)}")
         return "\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+def job_of_toml(path: str | os.PathLike) -> str | None:
+    """The job whose table a TOML file holds (``[pgame]`` -> ``"pgame"``), if exactly one."""
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    tables = [k for k, v in data.items() if isinstance(v, dict)]
+    return tables[0] if len(tables) == 1 and len(data) == 1 else None

@@ -1,92 +1,88 @@
-"""The IPPO job (``eqx-qd run ippo``): independent PPO with evaluation, checkpoints, a progress
-table and a learning curve in a run folder, resumable from its latest checkpoint."""
+"""The IPPO job (``eqx-qd run ippo``): independent PPO with evaluation every few updates,
+checkpoints, a progress table and a learning curve in a run folder, resumable from its latest
+checkpoint; and `train_ippo`, the evaluate-and-checkpoint driver it runs on."""
 
-import csv
 import dataclasses
 import os
+import typing
 from typing import Any, ClassVar
 
 import equinox as eqx
 import jax.random as jr
 import numpy as np
 
-from .._envs.brax_multi_agent import BraxMultiAgentEnv, MA_BRAX_TASKS
-from .._envs.line_targets import LineTargets
-from .._envs.multi_agent import AbstractMultiAgentEnv, SingleAgentView, TimeLimit
-from .._envs.point_maze import PointMaze
-from .._rl.on_policy import list_checkpoints, restore_checkpoint, summarize, train_ippo
+from .. import _validate as check
+from .._custom_types import PRNGKey
+from .._envs.multi_agent import AbstractMultiAgentEnv, SingleAgentView
+from .._rl.on_policy import EpisodeStats, evaluate_ippo, summarize, train_updates
 from .._rl.ppo import IPPO, PPOHParams, PPOState
-from ._config import TomlConfig
-
-
-IPPO_ENVS = ("line_targets", "point_maze_open", *MA_BRAX_TASKS)
+from .._validate import non_negative_int, positive_int
+from ._checkpoints import list_checkpoints, restore_checkpoint, save_checkpoint
+from ._common import CONFIG_FILE, Job, register_job, RunResult
+from ._config import JobConfig, option
+from ._folder import RunFolder
+from ._progress import Progress
+from ._registry import ENVIRONMENTS, make_env
 
 
 @dataclasses.dataclass(frozen=True)
-class IPPOConfig(TomlConfig):
-    """Settings of `run_ippo`. The defaults train 4 agents on `LineTargets` (a line of 16
-    cells, 40 steps per episode) to walk to their targets, in under a minute here.
+class IPPOConfig(JobConfig):
+    """Settings of the IPPO job (`run_ippo`, ``eqx-qd run ippo``). The defaults train 4 agents
+    on `LineTargets` (a line of 16 cells, 40 steps per episode) to walk to their targets.
 
-    ``env``: ``line_targets`` (``num_agents``, ``size``), ``point_maze_open`` (one agent,
-    continuous actions) or a multi-agent brax task (`MA_BRAX_TASKS`). ``episode_length`` is
-    the time limit of every environment. ``num_updates`` is the total a run trains to: resuming
-    an interrupted run finishes the remaining updates.
+    ``env`` is any registered environment: a multi-agent one, or a single-agent one played by
+    one agent (`SingleAgentView`). ``num_agents`` and ``size`` are options of ``line_targets``
+    (unset: its defaults, 4 and 16). ``num_updates`` is the total a run trains to: resuming an
+    interrupted run finishes the remaining updates.
     """
 
-    TABLE: ClassVar[str] = "ippo"
+    JOB: ClassVar[str] = "ippo"
 
-    env: str = "line_targets"
-    num_agents: int = 4
-    size: int = 16
-    episode_length: int = 40
-    rollout_length: int = 64
-    batch_size: int = 64
-    num_minibatches: int = 8
-    actor_epochs: int = 4
-    critic_epochs: int = 4
-    hidden: tuple[int, ...] | list[int] = (64, 64)
-    shared_params: bool = False
-    normalise_observations: bool = False
-    num_updates: int = 200
-    eval_frequency: int = 10
-    n_evals: int = 64
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    kl_threshold: float = 0.02
-    actor_lr: float = 5e-4
-    critic_lr: float = 1e-3
-    max_grad_norm: float = 0.5
-    reward_scale: float = 1.0
-    seed: int = 0
+    env: str = option("line_targets", "registered environment", check=ENVIRONMENTS.check())
+    num_agents: int | None = option(None, "agents (line_targets)", check=positive_int)
+    size: int | None = option(None, "cells of the line (line_targets)", check=positive_int)
+    episode_length: int = option(40, "time limit of every episode", check=positive_int)
+    rollout_length: int = option(64, "steps per rollout", check=positive_int)
+    num_envs: int = option(64, "parallel environments", check=positive_int)
+    num_minibatches: int = option(8, "minibatches per epoch", check=positive_int)
+    actor_epochs: int = option(4, "actor epochs per update (at most)", check=non_negative_int)
+    critic_epochs: int = option(4, "critic epochs per update", check=non_negative_int)
+    hidden: tuple[int, ...] = option((64, 64), "hidden layer widths (actors and critics)")
+    shared_params: bool = option(False, "one actor and one critic shared by all agents")
+    normalise_observations: bool = option(False, "running observation normalisation per agent")
+    num_updates: int = option(200, "total PPO updates", check=non_negative_int)
+    eval_frequency: int = option(10, "updates between evaluations", check=positive_int)
+    n_evals: int = option(64, "evaluation episodes", check=positive_int)
+    gamma: float = option(0.99, "discount")
+    gae_lambda: float = option(0.95, "GAE lambda")
+    clip_eps: float = option(0.2, "PPO clip")
+    ent_coef: float = option(0.01, "entropy bonus")
+    vf_coef: float = option(0.5, "critic loss scale")
+    kl_threshold: float = option(0.02, "approximate KL that stops the actor epochs")
+    actor_lr: float = option(5e-4, "actor learning rate")
+    critic_lr: float = option(1e-3, "critic learning rate")
+    max_grad_norm: float = option(0.5, "gradient clipping by global norm")
+    reward_scale: float = option(1.0, "rewards are multiplied by it before GAE")
+    seed: int = option(0, "random seed")
 
-    def __post_init__(self):
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        if self.env not in IPPO_ENVS:
-            raise ValueError(f"env must be one of {list(IPPO_ENVS)}, got {self.env!r}")
-        for name in ("num_agents", "episode_length", "rollout_length", "batch_size",
-                     "num_minibatches", "eval_frequency", "n_evals"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        if self.num_updates < 0:
-            raise ValueError(f"num_updates must be >= 0, got {self.num_updates}")
-        if not self.hidden:
-            raise ValueError("hidden needs at least one layer")
-        self.make_agent()  # names a bad size / minibatch split now
+    def check(self) -> None:
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden must list positive layer widths, got {list(self.hidden)}")
+        self.make_agent()  # names a bad environment option, size or minibatch split now
         self.hparams()  # names a hyperparameter outside its range now
 
     def make_env(self) -> AbstractMultiAgentEnv:
-        if self.env == "line_targets":
-            return TimeLimit(LineTargets(n=self.num_agents, size=self.size), self.episode_length)
-        if self.env == "point_maze_open":
-            return SingleAgentView(PointMaze(walls=False, length=self.episode_length))
-        return BraxMultiAgentEnv(self.env, episode_length=self.episode_length)
+        options = {"num_agents": self.num_agents, "size": self.size}
+        env = make_env(
+            self.env,
+            episode_length=self.episode_length,
+            **{k: v for k, v in options.items() if v is not None},
+        )
+        return env if isinstance(env, AbstractMultiAgentEnv) else SingleAgentView(env)
 
     def make_agent(self) -> IPPO:
         return IPPO(
-            self.make_env(), rollout_length=self.rollout_length, batch_size=self.batch_size,
+            self.make_env(), rollout_length=self.rollout_length, num_envs=self.num_envs,
             num_minibatches=self.num_minibatches, actor_epochs=self.actor_epochs,
             critic_epochs=self.critic_epochs, actor_hidden=self.hidden, critic_hidden=self.hidden,
             shared_params=self.shared_params, normalise_observations=self.normalise_observations,
@@ -97,12 +93,98 @@ class IPPOConfig(TomlConfig):
         return PPOHParams(**{n: getattr(self, n) for n in names})
 
 
-@dataclasses.dataclass
-class IPPOResult:
-    agent: IPPO
-    state: PPOState
-    progress: dict[str, np.ndarray]  # per evaluation, from every checkpoint of the run
-    folder: str
+# ---------------------------------------------------------------------------- the driver
+
+
+class TrainingLog(typing.NamedTuple):
+    """Per-evaluation records of a `train_ippo` call (updates counted since the very start)."""
+
+    updates: list[int]
+    env_steps: list[int]
+    evals: list[EpisodeStats]
+    metrics: list[dict[str, np.ndarray]]  # the train metrics of the updates before each eval
+
+
+def agent_info(agent: IPPO) -> dict[str, Any]:
+    """The agent's structure as JSON-able values (``agent.json``)."""
+    return {
+        "env": repr(agent.env),
+        "num_agents": agent.num_agents,
+        "observation_size": agent.env.observation_size,
+        "action_size": agent.env.action_size,
+        "discrete": agent.env.discrete,
+        **{
+            name: getattr(agent, name)
+            for name in agent.__dataclass_fields__
+            if name not in ("env", "make_actor")  # described above / not data
+        },
+    }
+
+
+def train_ippo(
+    agent: IPPO,
+    state: PPOState,
+    num_updates: int,
+    *,
+    eval_frequency: int,
+    n_evals: int = 16,
+    checkpoint_dir: str | os.PathLike | RunFolder | None = None,
+    progress: bool | Progress = True,
+    deterministic_eval: bool = True,
+    key: PRNGKey,
+) -> tuple[PPOState, TrainingLog]:
+    """Train ``num_updates`` more updates, evaluating every ``eval_frequency`` updates.
+
+    A fresh state (zero updates) is evaluated first too. With ``checkpoint_dir``, every
+    evaluation is checkpointed there (`save_checkpoint`; the agent's structure and the
+    hyperparameters go beside, as ``agent.json`` and ``hparams.json``). Evaluation keys derive
+    from ``key`` and the update count, so a run continued from a checkpoint sees the same keys as
+    an uninterrupted one.
+
+    **Returns:** the trained state and the `TrainingLog` of the evaluations.
+    """
+    from ._progress import as_progress
+
+    check.non_negative_int("num_updates", num_updates)
+    check.positive_int("eval_frequency", eval_frequency)
+    check.positive_int("n_evals", n_evals)
+    folder = None
+    if checkpoint_dir is not None:
+        folder = (
+            checkpoint_dir if isinstance(checkpoint_dir, RunFolder) else RunFolder(checkpoint_dir)
+        )
+        folder.write_json("agent.json", agent_info(agent))
+        folder.write_json("hparams.json", state.hparams.to_dict())
+    log = TrainingLog([], [], [], [])
+    steps_per_update = agent.rollout_length * agent.num_envs
+
+    def record(state, metrics):
+        updates = int(state.updates)
+        result = evaluate_ippo(
+            agent, state, n_evals, key=jr.fold_in(key, updates), deterministic=deterministic_eval
+        )
+        log.updates.append(updates)
+        log.env_steps.append(updates * steps_per_update)
+        log.evals.append(result)
+        log.metrics.append(metrics)
+        if folder is not None:
+            save_checkpoint(folder, updates, state, result.to_dict())
+
+    if int(state.updates) == 0:
+        record(state, {})
+    with as_progress(progress) as bar:
+        bar.start(num_updates, "ippo", unit="update")
+        done = 0
+        while done < num_updates:
+            chunk = min(eval_frequency, num_updates - done)
+            state, metrics = train_updates(agent, state, chunk)
+            done += chunk
+            record(state, {k: np.asarray(v) for k, v in metrics.items()})
+            bar.advance(chunk, ret=float(np.mean(log.evals[-1].returns)))
+    return state, log
+
+
+# ------------------------------------------------------------------------------- the job
 
 
 PROGRESS_COLUMNS = (
@@ -111,58 +193,14 @@ PROGRESS_COLUMNS = (
 )  # fmt: skip
 
 
-def run_ippo(
-    config: IPPOConfig,
-    out_dir: str | os.PathLike,
-    progress: bool = True,
-    plots: bool = True,
-    resume: bool = False,
-) -> IPPOResult:
-    """Train to ``config.num_updates`` updates, evaluating and checkpointing every
-    ``eval_frequency`` updates under ``out_dir``.
-
-    Writes ``config.toml``, ``agent.json``, ``hparams.json``, ``checkpoints/`` (one state and its
-    evaluation per evaluation), ``progress.csv`` (per evaluation: updates, env steps, return
-    statistics over episodes and agents, fractions terminated / truncated, mean length) and
-    ``learning_curve.png``. With ``resume``, training continues from the latest checkpoint in
-    ``out_dir`` (the config must describe the same agent; its hyperparameters apply from there
-    on). Without it, a folder that already holds checkpoints is refused.
-    """
-    folder = os.fspath(out_dir)
-    agent = config.make_agent()
-    init_key, train_key = jr.split(jr.key(config.seed))
-    state = agent.init(config.hparams(), key=init_key)
-    if resume:
-        if not list_checkpoints(folder):
-            raise ValueError(f"nothing to resume: no checkpoints under {folder!r}")
-        state, _ = restore_checkpoint(folder, state)
-        # The config is the truth written beside the run: its hyperparameters apply from here.
-        state = eqx.tree_at(lambda s: s.hparams, state, config.hparams())
-    elif list_checkpoints(folder):
-        raise ValueError(
-            f"{folder!r} already holds checkpoints of a run; resume it or choose another folder"
-        )
-    remaining = max(config.num_updates - int(state.updates), 0)
-    state, _ = train_ippo(
-        agent, state, remaining, key=train_key, eval_frequency=config.eval_frequency,
-        n_evals=config.n_evals, checkpoint_dir=folder, config_text=config.to_toml(),
-        progress=progress,
-    )  # fmt: skip
-    table = progress_table(folder, agent)
-    _write_progress(folder, table)
-    if plots:
-        _write_learning_curve(folder, table)
-    return IPPOResult(agent, state, table, folder)
-
-
-def progress_table(folder: str | os.PathLike, agent: IPPO) -> dict[str, np.ndarray]:
+def progress_table(folder: RunFolder, agent: IPPO) -> dict[str, np.ndarray]:
     """Per-evaluation statistics read back from a run folder's checkpoints."""
     rows: dict[str, list[Any]] = {c: [] for c in PROGRESS_COLUMNS}
     for ckpt in list_checkpoints(folder):
         m = ckpt.metrics
         s = summarize(np.asarray(m["returns"], np.float32).reshape(-1))
         values = (
-            ckpt.updates, ckpt.updates * agent.rollout_length * agent.batch_size, s.mean, s.std,
+            ckpt.step, ckpt.step * agent.rollout_length * agent.num_envs, s.mean, s.std,
             s.min, s.max, s.median, np.mean(m["terminated"]), np.mean(m["truncated"]),
             np.mean(m["lengths"]),
         )  # fmt: skip
@@ -171,28 +209,95 @@ def progress_table(folder: str | os.PathLike, agent: IPPO) -> dict[str, np.ndarr
     return {c: np.asarray(v) for c, v in rows.items()}
 
 
-def _write_progress(folder: str, table: dict[str, np.ndarray]) -> None:
-    with open(os.path.join(folder, "progress.csv"), "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(PROGRESS_COLUMNS)
+def _progress_rows(table: dict[str, np.ndarray]) -> list[list]:
+    return [
+        [int(table[c][i]) if c in ("updates", "env_steps") else f"{table[c][i]:.6g}"
+         for c in PROGRESS_COLUMNS]
+        for i in range(len(table["updates"]))
+    ]  # fmt: skip
+
+
+class _IPPOJob(Job):
+    name = "ippo"
+    config_cls = IPPOConfig
+    help = "independent PPO (default: 4 agents on the discrete LineTargets task)"
+
+    def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
+        if out_dir is None:
+            raise ValueError("the IPPO job needs a run folder (its checkpoints live there)")
+        path = os.fspath(out_dir)
+        agent = config.make_agent()
+        init_key, train_key = jr.split(jr.key(config.seed))
+        state = agent.init(config.hparams(), key=init_key)
+        if resume:
+            if not list_checkpoints(path):
+                raise ValueError(f"nothing to resume: no checkpoints under {path!r}")
+            folder = RunFolder(path)  # removes the litter of a killed write
+            state, _ = restore_checkpoint(folder, state)
+            # The config is the truth written beside the run: its hyperparameters apply from here.
+            state = eqx.tree_at(lambda s: s.hparams, state, config.hparams())
+        elif list_checkpoints(path) or os.path.exists(os.path.join(path, CONFIG_FILE)):
+            raise ValueError(
+                f"{path!r} already holds checkpoints of a run; resume it or choose another folder"
+            )
+        else:
+            folder = RunFolder(path)
+        folder.write_text(CONFIG_FILE, config.to_toml())
+        remaining = max(config.num_updates - int(state.updates), 0)
+        state, _ = train_ippo(
+            agent, state, remaining, key=train_key, eval_frequency=config.eval_frequency,
+            n_evals=config.n_evals, checkpoint_dir=folder, progress=progress,
+        )  # fmt: skip
+        table = progress_table(folder, agent)
         for i in range(len(table["updates"])):
-            w.writerow(
-                [int(table[c][i]) if c in ("updates", "env_steps") else f"{table[c][i]:.6g}"
-                 for c in PROGRESS_COLUMNS]
-            )  # fmt: skip
+            progress.log({c: table[c][i] for c in PROGRESS_COLUMNS})
+        folder.write_csv("progress.csv", PROGRESS_COLUMNS, _progress_rows(table))
+        if plots:
+            from ..plotting import plot_learning_curve
+
+            curve = plot_learning_curve(
+                table["env_steps"], table["mean_return"], table["std_return"]
+            )
+            folder.write_figure("learning_curve.png", curve)
+        return RunResult(config, folder.path, table, state)
+
+    def load(self, folder: RunFolder, config) -> RunResult:
+        agent = config.make_agent()
+        like = eqx.filter_eval_shape(lambda: agent.init(config.hparams(), key=jr.key(0)))
+        state = restore_checkpoint(folder, like)[0] if list_checkpoints(folder) else None
+        return RunResult(config, folder.path, folder.read_columns("progress.csv"), state)
+
+    def summary(self, result: RunResult) -> str:
+        last = result.last
+        return (
+            f"done: {int(last['updates'])} updates ({int(last['env_steps'])} env steps), "
+            f"mean return {last['mean_return']:.4g} (std {last['std_return']:.3g}), "
+            f"{100 * last['terminated']:.0f}% of evaluation episodes terminated"
+        )
 
 
-def _write_learning_curve(folder: str, table: dict[str, np.ndarray]) -> None:
-    import matplotlib.pyplot as plt
+register_job(_IPPOJob())
 
-    from ..plotting import save_figure
 
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    x, mean, std = table["env_steps"], table["mean_return"], table["std_return"]
-    ax.plot(x, mean, color="C0", lw=2, label="mean return")
-    ax.fill_between(x, mean - std, mean + std, color="C0", alpha=0.2, label="+- 1 std")
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("evaluation return")
-    ax.legend()
-    fig.tight_layout()
-    save_figure(folder, "learning_curve.png", fig)
+def run_ippo(
+    config: IPPOConfig,
+    out_dir: str | os.PathLike,
+    *,
+    progress: bool | Progress = True,
+    plots: bool = True,
+    on_log=None,
+    resume: bool = False,
+) -> RunResult:
+    """Train to ``config.num_updates`` updates, evaluating and checkpointing every
+    ``eval_frequency`` updates under ``out_dir``.
+
+    The folder holds ``config.toml``, ``agent.json``, ``hparams.json``, ``checkpoints/`` (one
+    state and its evaluation per evaluation), ``progress.csv`` (per evaluation: updates, env
+    steps, return statistics over episodes and agents, fractions terminated / truncated, mean
+    length) and ``learning_curve.png``. With ``resume``, training continues from the latest
+    checkpoint in ``out_dir`` (the config must describe the same agent; its hyperparameters
+    apply from there on). Without it, a folder that already holds a run is refused.
+    """
+    from ._common import run_job
+
+    return run_job(config, out_dir, progress=progress, plots=plots, on_log=on_log, resume=resume)

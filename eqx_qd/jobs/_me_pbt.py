@@ -1,75 +1,86 @@
-"""The ME-PBT job (``eqx-qd run me-pbt``), one device: a run folder like MAP-Elites' plus the
-PBT agents' hyperparameter trajectories."""
+"""The ME-PBT job (``eqx-qd run me-pbt``): MAP-Elites with the PBT emitter, on one device or
+sharded over several, with the PBT agents' hyperparameter trajectories."""
 
-import csv
 import dataclasses
 import os
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
 from .._emitters.pbt import PBTEmitter, PBTEmitterConfig
-from .._envs.base import AbstractQDEnv
-from .._io import load_repertoire, save_repertoire
 from .._map_elites import MAPElites
 from .._misc import tree_take
-from .._repertoire import MapElitesRepertoire
-from .._rl.base import AbstractAgent
 from .._rl.pbt import hparams_table
-from .._rl.sac import SAC
-from .._rl.td3 import TD3
 from .._scoring import PolicyScorer
 from .._sharded import device_mesh, init_sharded, run_sharded
 from .._tessellation import CVTTessellation
+from .._validate import fraction, non_negative, non_negative_int, positive, positive_int
 from .._variation import IsoLineVariation
-from ._config import TomlConfig
-from ._map_elites import _write_progress
-from ._pbt import env_by_name, plot_hparams
+from ._common import (
+    Job,
+    new_run_folder,
+    read_repertoire,
+    register_job,
+    RunResult,
+    write_qd_outputs,
+)
+from ._config import JobConfig, option
+from ._folder import RunFolder
+from ._progress import Progress
+from ._registry import AGENTS, ENVIRONMENTS, make_agent, make_env
 
 
 @dataclasses.dataclass(frozen=True)
-class MEPBTConfig(TomlConfig):
-    """Settings of `run_me_pbt`. The defaults (10 PBT-TD3 agents + 10 GA children on the
-    walled point maze, 128 cells) run here in about a minute. Fractions as in seed 000.
-    With ``devices > 1`` the population sizes are per device (`run_sharded`)."""
+class MEPBTConfig(JobConfig):
+    """Settings of the ME-PBT job (`run_me_pbt`, ``eqx-qd run me-pbt``). The defaults (10
+    PBT-TD3 agents + 10 GA children on the walled point maze, 128 cells) run in about a minute
+    on a laptop CPU. Fractions as in QDax's ``PBTEmitterConfig``. With ``devices > 1`` the
+    population sizes are per device."""
 
-    TABLE: ClassVar[str] = "me-pbt"
+    JOB: ClassVar[str] = "me-pbt"
 
-    agent: str = "td3"
-    env: str = "point_maze"
-    episode_length: int = 100
-    iterations: int = 40
-    pg_population_size: int = 10
-    ga_population_size: int = 10
-    num_training_iterations: int = 25
-    env_batch_size: int = 16
-    grad_updates_per_step: float = 1.0
-    buffer_size: int = 100_000
-    hidden: Sequence[int] = (64, 64)
-    batch_size: int = 256
-    fraction_best_to_replace_from: float = 0.1
-    fraction_to_replace_from_best: float = 0.2
-    fraction_to_replace_from_samples: float = 0.4
-    iso_sigma: float = 0.005
-    line_sigma: float = 0.05
-    cells: int = 128
-    cvt_samples: int = 50_000
-    devices: int = 1
-    seed: int = 0
+    agent: str = option("td3", "registered agent", check=AGENTS.check())
+    env: str = option("point_maze", "registered QD environment", check=ENVIRONMENTS.check("qd"))
+    episode_length: int = option(100, "steps per episode", check=positive_int)
+    iterations: int = option(40, "MAP-Elites iterations", check=positive_int, aliases=("--iters",))
+    pg_population_size: int = option(10, "PBT agents (per device)", check=positive_int)
+    ga_population_size: int = option(
+        10, "GA children per iteration (per device)", check=non_negative_int
+    )
+    num_training_iterations: int = option(
+        25, "training iterations per generation", check=positive_int
+    )
+    num_envs: int = option(16, "parallel environments per agent", check=positive_int)
+    grad_updates_per_step: float = option(
+        1.0, "gradient steps per environment step", check=positive
+    )
+    buffer_size: int = option(100_000, "replay buffer capacity per agent", check=positive_int)
+    hidden: tuple[int, ...] = option((64, 64), "hidden layer widths (policy and critic)")
+    minibatch_size: int = option(256, "transitions per gradient step", check=positive_int)
+    fraction_best_to_replace_from: float = option(
+        0.1, "fraction of agents copied from", check=fraction
+    )
+    fraction_to_replace_from_best: float = option(
+        0.2, "fraction of agents replaced by the best", check=fraction
+    )
+    fraction_to_replace_from_samples: float = option(
+        0.4, "fraction replaced by repertoire samples", check=fraction
+    )
+    iso_sigma: float = option(0.005, "iso+line-DD isotropic noise", check=non_negative)
+    line_sigma: float = option(0.05, "iso+line-DD line noise", check=non_negative)
+    cells: int = option(128, "CVT cells", check=positive_int)
+    cvt_samples: int = option(50_000, "uniform samples for CVT k-means", check=positive_int)
+    devices: int = option(
+        1, "devices to shard over (on a CPU, host devices are made)", check=positive_int
+    )
+    seed: int = option(0, "random seed")
 
-    def __post_init__(self):
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        if self.agent not in ("sac", "td3"):
-            raise ValueError(f"agent must be 'sac' or 'td3', got {self.agent!r}")
-        for name in ("episode_length", "iterations", "batch_size", "cells", "cvt_samples",
-                     "devices"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+    def check(self) -> None:
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden must list positive layer widths, got {list(self.hidden)}")
         if self.cvt_samples < self.cells:
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
         self.emitter_config()  # validates sizes and fractions, naming the one that is wrong
@@ -79,7 +90,7 @@ class MEPBTConfig(TomlConfig):
             pg_population_size=self.pg_population_size,
             ga_population_size=self.ga_population_size,
             num_training_iterations=self.num_training_iterations,
-            env_batch_size=self.env_batch_size,
+            num_envs=self.num_envs,
             grad_updates_per_step=self.grad_updates_per_step,
             buffer_size=self.buffer_size,
             fraction_best_to_replace_from=self.fraction_best_to_replace_from,
@@ -88,125 +99,133 @@ class MEPBTConfig(TomlConfig):
         )
 
 
-def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter, AbstractAgent]:
-    """The algorithm, its emitter and agent; with ``devices > 1`` both use the mesh axis ``p``
-    (sizes are then per device)."""
+def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
+    """The algorithm and its emitter; with ``devices > 1`` both use the mesh axis ``"p"``."""
     axis = "p" if config.devices > 1 else None
-    env = env_by_name(config.env, config.episode_length)  # the PBT job's names
-    if not isinstance(env, AbstractQDEnv):
-        raise ValueError(f"ME-PBT needs a QD environment, {config.env!r} is not one")
-    cls = SAC if config.agent == "sac" else TD3
-    agent = cls(
-        observation_size=env.observation_size, action_size=env.action_size,
-        policy_hidden=config.hidden, critic_hidden=config.hidden, batch_size=config.batch_size,
-    )  # fmt: skip
+    env = make_env(config.env, episode_length=config.episode_length)
+    agent = make_agent(
+        config.agent, env, hidden=config.hidden, minibatch_size=config.minibatch_size
+    )
     emitter = PBTEmitter(
         agent, env, config.emitter_config(), agent.hparam_spaces,
         IsoLineVariation(config.iso_sigma, config.line_sigma), axis_name=axis,
     )  # fmt: skip
     scorer = PolicyScorer(env, agent=agent)
-    algo = MAPElites(emitter, scorer, scorer.qd_offset, lineage=True, axis_name=axis)
-    return algo, emitter, agent
+    return MAPElites(emitter, scorer, scorer.qd_offset, lineage=True, axis_name=axis), emitter
 
 
-@dataclasses.dataclass
-class MEPBTResult:
-    state: Any
-    progress: dict[str, np.ndarray]
-    hparams: dict[str, np.ndarray]  # name -> (iterations + 1, pg_population_size)
-    folder: str | None
+class _MEPBTJob(Job):
+    name = "me-pbt"
+    config_cls = MEPBTConfig
+    help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
+
+    def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
+        if resume:
+            raise ValueError("me-pbt runs cannot be resumed yet")
+        algo, emitter = make_me_pbt(config)
+        if config.devices > len(jax.devices()):
+            raise ValueError(f"devices: asked for {config.devices}, {len(jax.devices())} available")
+        folder = new_run_folder(out_dir, config)
+        env = emitter.env
+        cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
+        low, high = env.descriptor_bounds
+        cells = CVTTessellation.from_kmeans(
+            config.cells, env.descriptor_size, low, high, num_samples=config.cvt_samples,
+            key=cvt_key,
+        )  # fmt: skip
+        if config.devices > 1:
+            mesh = device_mesh(config.devices)
+            genotypes = emitter.initial_genotypes(config.devices * emitter.batch_size, key=pop_key)
+            state, metrics = init_sharded(algo, genotypes, cells, key=init_key, mesh=mesh)
+
+            def step(s, k):
+                s, history = run_sharded(algo, s, 1, key=k, mesh=mesh)
+                return s, jax.tree.map(lambda x: x[0, 0], history)  # the same on every device
+
+        else:
+            genotypes = emitter.initial_genotypes(emitter.batch_size, key=pop_key)
+            state, metrics = eqx.filter_jit(algo.init)(genotypes, cells, key=init_key)
+            step = eqx.filter_jit(lambda s, k: algo.update(s, key=k))
+        rows: list[dict[str, float]] = []
+        hp_rows: list[dict[str, np.ndarray]] = []
+
+        def log(iteration, metrics, state):
+            row = {"iteration": iteration, "evaluations": int(state.evaluations)}
+            row.update({k: float(v) for k, v in metrics.as_dict().items()})
+            rows.append(row)
+            table = hparams_table(state.emitter_state.population)  # (devices, pg) if sharded
+            hp_rows.append({n: np.asarray(v).reshape(-1) for n, v in table.items()})
+            progress.log(row)
+
+        log(0, metrics, state)
+        progress.start(config.iterations, "me-pbt")
+        for i, k in enumerate(jr.split(run_key, config.iterations)):
+            state, metrics = step(state, k)
+            log(i + 1, metrics, state)
+            progress.advance(1, qd=rows[-1]["qd_score"], max=rows[-1]["max_fitness"])
+        columns = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+        hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
+        table = _hparams_columns(hparams)
+        if folder is not None:
+            write_qd_outputs(folder, state.repertoire, columns, plots=plots)
+            folder.write_columns("hparams.csv", table)
+            if plots:
+                from ..plotting import plot_hparams
+
+                folder.write_figure("hparams.png", plot_hparams(hparams, x_label="iteration"))
+        return RunResult(
+            config, None if folder is None else folder.path, columns, state, state.repertoire,
+            {"hparams": table},
+        )  # fmt: skip
+
+    def load(self, folder: RunFolder, config) -> RunResult:
+        _, emitter = make_me_pbt(config)
+        genotype = lambda: tree_take(emitter.initial_genotypes(1, key=jr.key(0)), 0)
+        repertoire = read_repertoire(folder, genotype, with_ids=True)
+        return RunResult(
+            config, folder.path, folder.read_columns("progress.csv"), None, repertoire,
+            {"hparams": folder.read_columns("hparams.csv")},
+        )  # fmt: skip
+
+    def summary(self, result: RunResult) -> str:
+        last = result.last
+        return (
+            f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
+            f"coverage {100 * last['coverage']:.1f}%, max fitness {last['max_fitness']:.6g}"
+        )
+
+
+def _hparams_columns(hparams: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per iteration and agent (all devices' agents, device-major): its hyperparameters."""
+    names = sorted(hparams)
+    iterations, agents = hparams[names[0]].shape
+    columns = {
+        "iteration": np.repeat(np.arange(iterations), agents),
+        "member": np.tile(np.arange(agents), iterations),
+    }
+    for name in names:
+        columns[name] = np.asarray(hparams[name], np.float64).reshape(-1)
+    return columns
+
+
+register_job(_MEPBTJob())
 
 
 def run_me_pbt(
     config: MEPBTConfig,
     out_dir: str | os.PathLike | None = None,
-    progress: bool = True,
+    *,
+    progress: bool | Progress = True,
     plots: bool = True,
-) -> MEPBTResult:
-    """ME-PBT for ``config.iterations`` iterations. Writes ``config.toml``, ``progress.csv``
-    (per iteration: evaluations and QD metrics), ``hparams.csv`` (the PBT agents'
-    hyperparameters after each iteration), ``repertoire.eqx`` (agent states without optimiser
-    states), ``centroids.npy`` and the plots ``repertoire.png``, ``progress.png``,
-    ``hparams.png``."""
-    from tqdm.auto import tqdm
+    on_log=None,
+) -> RunResult:
+    """ME-PBT for ``config.iterations`` iterations.
 
-    algo, emitter, agent = make_me_pbt(config)
-    env = emitter.env
-    key = jr.key(config.seed)
-    cvt_key, pop_key, init_key, run_key = jr.split(key, 4)
-    low, high = env.descriptor_bounds
-    cells = CVTTessellation.from_kmeans(
-        config.cells, env.descriptor_size, low, high, num_samples=config.cvt_samples, key=cvt_key
-    )
-    if config.devices > 1:
-        mesh = device_mesh(config.devices)
-        genotypes = emitter.initial_genotypes(config.devices * emitter.batch_size, key=pop_key)
-        state, metrics = init_sharded(algo, genotypes, cells, key=init_key, mesh=mesh)
+    The folder holds ``config.toml``, ``progress.csv`` (per iteration: evaluations and the QD
+    metrics), ``hparams.csv`` (the PBT agents' hyperparameters after each iteration),
+    ``repertoire.eqx`` (agent states without optimiser states), ``centroids.npy`` and the plots
+    ``repertoire.png``, ``progress.png`` and ``hparams.png``.
+    """
+    from ._common import run_job
 
-        def step(s, k):
-            s, history = run_sharded(algo, s, 1, key=k, mesh=mesh)
-            return s, jax.tree.map(lambda x: x[0, 0], history)  # identical on every device
-
-    else:
-        genotypes = emitter.initial_genotypes(emitter.batch_size, key=pop_key)
-        state, metrics = eqx.filter_jit(algo.init)(genotypes, cells, key=init_key)
-        step = eqx.filter_jit(lambda s, k: algo.update(s, key=k))
-    rows: dict[str, list[float]] = {"iteration": [], "evaluations": []}
-    hp_rows: list[dict[str, np.ndarray]] = []
-
-    def log(iteration, metrics, state):
-        rows["iteration"].append(iteration)
-        rows["evaluations"].append(int(state.evaluations))
-        for k, v in metrics.as_dict().items():
-            rows.setdefault(k, []).append(float(v))
-        table = hparams_table(state.emitter_state.population)  # (devices,) + (pg,) when sharded
-        hp_rows.append({n: np.asarray(v).reshape(-1) for n, v in table.items()})
-
-    log(0, metrics, state)
-    bar = tqdm(total=config.iterations, disable=not progress, desc="me-pbt", unit="it")
-    for i, k in enumerate(jr.split(run_key, config.iterations)):
-        state, metrics = step(state, k)
-        log(i + 1, metrics, state)
-        bar.set_postfix(qd=f"{rows['qd_score'][-1]:.4g}", max=f"{rows['max_fitness'][-1]:.4g}")
-        bar.update(1)
-    bar.close()
-    prog = {k: np.asarray(v) for k, v in rows.items()}
-    hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
-    folder = None if out_dir is None else os.fspath(out_dir)
-    if folder is not None:
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "config.toml"), "w") as f:
-            f.write(config.to_toml())
-        _write_progress(os.path.join(folder, "progress.csv"), prog)
-        names = sorted(hparams)
-        with open(os.path.join(folder, "hparams.csv"), "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["iteration", "member", *names])
-            for it in range(len(hp_rows)):
-                for m in range(config.devices * config.pg_population_size):
-                    w.writerow([it, m, *[float(hparams[n][it, m]) for n in names]])
-        save_repertoire(os.path.join(folder, "repertoire.eqx"), state.repertoire)
-        np.save(os.path.join(folder, "centroids.npy"), np.asarray(cells.centroids))
-        if plots:
-            _write_plots(folder, state.repertoire, prog, hparams)
-    return MEPBTResult(state, prog, hparams, folder)
-
-
-def _write_plots(folder, repertoire, prog, hparams) -> None:
-    from ..plotting import plot_metrics, save_figure, save_repertoire_plot
-
-    save_repertoire_plot(folder, repertoire)  # skipped beyond 2 descriptors (ant_uni: 4)
-    save_figure(folder, "progress.png", plot_metrics(prog))
-    save_figure(folder, "hparams.png", plot_hparams(hparams))
-
-
-def load_me_pbt_run(folder: str | os.PathLike):
-    """``(config, repertoire)`` of a run folder; the genotypes are agent states (no optimiser
-    states) that ``PolicyScorer(env, agent=agent)`` or ``agent.act`` can play."""
-    folder = os.fspath(folder)
-    config = MEPBTConfig.from_toml(os.path.join(folder, "config.toml"))
-    _, emitter, _ = make_me_pbt(config)
-    tess = CVTTessellation.load(os.path.join(folder, "centroids.npy"))
-    genotype = tree_take(emitter.initial_genotypes(1, key=jr.key(0)), 0)
-    like = MapElitesRepertoire.empty(tess, genotype, jnp.zeros((), jnp.int32))
-    return config, load_repertoire(os.path.join(folder, "repertoire.eqx"), like)
+    return run_job(config, out_dir, progress=progress, plots=plots, on_log=on_log)

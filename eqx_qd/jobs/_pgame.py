@@ -3,13 +3,11 @@
 `run_pgame` writes one run folder: ``config.toml``, ``progress.csv`` (one row per batch),
 ``actors.csv`` (one row per actor added to the archive, with its parents), an
 ``archive_<evals>.csv`` snapshot every ``save_period`` evaluations, the final actors'
-parameters (``repertoire.eqx``, read back by `load_pgame_run`), ``centroids.npy`` and plots.
+parameters (``repertoire.eqx``, read back by `load_run`), ``centroids.npy`` and plots.
 """
 
-import csv
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -23,8 +21,6 @@ from .._emitters.base import ActorType
 from .._emitters.mixing import MixingEmitter
 from .._emitters.quality_pg import pgame_emitter
 from .._envs.base import AbstractQDEnv
-from .._envs.brax import make_env
-from .._io import atomic_write, load_repertoire, save_repertoire
 from .._map_elites import MAPElites, MAPElitesState, StepInfo
 from .._metrics import QDMetrics
 from .._misc import filter_scan, tree_take
@@ -33,15 +29,21 @@ from .._rl.networks import DeterministicPolicy
 from .._rl.td3 import TD3, TD3HParams
 from .._scoring import PolicyScorer, reevaluate
 from .._tessellation import CVTTessellation
+from .._validate import fraction, non_negative, non_negative_int, positive_int
 from .._variation import IsoLineVariation
-from ._config import TomlConfig
+from ._common import Job, new_run_folder, read_repertoire, register_job, RunResult
+from ._config import JobConfig, option
+from ._folder import RunFolder
+from ._progress import Progress
+from ._registry import ENVIRONMENTS, make_env
 
 
 @dataclasses.dataclass(frozen=True)
-class PGAMEConfig(TomlConfig):
+class PGAMEConfig(JobConfig):
     """PGA-MAP-Elites settings. Field names follow the original repo's arguments; the defaults
     are the GECCO 2021 paper's (1e6 evaluations of 1000-step episodes: an HPC budget).
-    `PGAMEConfig.local` is a small preset that runs on a laptop CPU in minutes.
+    `PGAMEConfig.local` is a small preset that runs on a laptop CPU in minutes (what
+    ``eqx-qd run pgame`` runs without ``--config``).
 
     Ours, beyond the repo's arguments: ``episode_length``, ``critic_hidden``, ``critic_lr``,
     ``greedy_lr``, ``buffer_size``, ``reset_noise`` / ``obs_noise`` (stochastic tasks),
@@ -49,68 +51,50 @@ class PGAMEConfig(TomlConfig):
     switch: ``False`` gives plain MAP-Elites with the same GA, budget and outputs).
     """
 
-    TABLE: ClassVar[str] = "pgame"
+    JOB: ClassVar[str] = "pgame"
 
-    env: str = "walker2d_uni"
-    seed: int = 0
-    dim_map: int | None = None  # descriptor dimensions; checked against the env when given
-    n_niches: int = 1024
-    max_evals: int = 1_000_000
-    eval_batch_size: int = 100
-    random_init: int = 500
-    init_batch_size: int = 100
-    proportion_evo: float = 0.5
-    nr_of_steps_crit: int = 300
-    nr_of_steps_act: int = 10
-    train_batch_size: int = 256
-    discount: float = 0.99
-    tau: float = 0.005
-    policy_noise: float = 0.2
-    noise_clip: float = 0.5
-    policy_freq: int = 2
-    lr: float = 0.001
-    iso_sigma: float = 0.005
-    line_sigma: float = 0.05
-    neurons_list: Sequence[int] = (128, 128)
-    cvt_samples: int = 100_000
-    save_period: int = 10_000
-    gradient_op: bool = True
-    episode_length: int = 1000
-    critic_hidden: Sequence[int] = (256, 256)
-    critic_lr: float = 3e-4
-    greedy_lr: float = 3e-4
-    buffer_size: int = 1_000_000
-    reset_noise: bool = False
-    obs_noise: float = 0.0
-    num_reevals: int = 10
+    env: str = option("walker2d_uni", "registered QD environment", check=ENVIRONMENTS.check("qd"))
+    seed: int = option(0, "random seed")
+    dim_map: int | None = option(None, "descriptor dimensions (checked against the env)")
+    n_niches: int = option(1024, "CVT cells", check=positive_int)
+    max_evals: int = option(1_000_000, "evaluation budget", check=positive_int)
+    eval_batch_size: int = option(100, "candidates per iteration", check=positive_int)
+    random_init: int = option(500, "random policies evaluated first", check=positive_int)
+    init_batch_size: int = option(100, "random policies scored at once", check=positive_int)
+    proportion_evo: float = option(0.5, "fraction of each batch from the GA", check=fraction)
+    nr_of_steps_crit: int = option(300, "critic steps per iteration", check=non_negative_int)
+    nr_of_steps_act: int = option(10, "policy-gradient steps per offspring", check=non_negative_int)
+    train_batch_size: int = option(256, "transitions per critic / PG step", check=positive_int)
+    discount: float = option(0.99, "TD3 discount", check=fraction)
+    tau: float = option(0.005, "TD3 target update rate", check=fraction)
+    policy_noise: float = option(0.2, "TD3 target policy noise", check=non_negative)
+    noise_clip: float = option(0.5, "TD3 target noise clip", check=non_negative)
+    policy_freq: int = option(2, "critic steps per greedy-actor step", check=positive_int)
+    lr: float = option(0.001, "policy-gradient variation learning rate", check=non_negative)
+    iso_sigma: float = option(0.005, "iso+line-DD isotropic noise", check=non_negative)
+    line_sigma: float = option(0.05, "iso+line-DD line noise", check=non_negative)
+    neurons_list: tuple[int, ...] = option((128, 128), "policy hidden layer widths")
+    cvt_samples: int = option(100_000, "uniform samples for CVT k-means", check=positive_int)
+    save_period: int = option(10_000, "evaluations between archive snapshots", check=positive_int)
+    gradient_op: bool = option(
+        True, "policy-gradient variation (off: GA only)", aliases=("--no-gradient",)
+    )
+    episode_length: int = option(1000, "steps per episode", check=positive_int)
+    critic_hidden: tuple[int, ...] = option((256, 256), "critic hidden layer widths")
+    critic_lr: float = option(3e-4, "critic learning rate", check=non_negative)
+    greedy_lr: float = option(3e-4, "greedy actor learning rate", check=non_negative)
+    buffer_size: int = option(1_000_000, "replay buffer capacity", check=positive_int)
+    reset_noise: bool = option(False, "random initial states (stochastic task)")
+    obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
+    num_reevals: int = option(
+        10, "re-evaluations of the best for its averaged fitness", check=positive_int
+    )
 
-    def __post_init__(self):
-        object.__setattr__(self, "neurons_list", tuple(int(n) for n in self.neurons_list))
-        object.__setattr__(self, "critic_hidden", tuple(int(n) for n in self.critic_hidden))
-        positive = (
-            "n_niches", "max_evals", "eval_batch_size", "random_init", "init_batch_size",
-            "train_batch_size", "policy_freq", "cvt_samples", "save_period", "episode_length",
-            "buffer_size", "num_reevals",
-        )  # fmt: skip
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("nr_of_steps_crit", "nr_of_steps_act"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name, low, high in (
-            ("proportion_evo", 0.0, 1.0),
-            ("discount", 0.0, 1.0),
-            ("tau", 0.0, 1.0),
-        ):
-            if not low <= getattr(self, name) <= high:
-                raise ValueError(f"{name} must lie in [{low}, {high}], got {getattr(self, name)}")
-        for name in ("policy_noise", "noise_clip", "lr", "iso_sigma", "line_sigma", "obs_noise",
-                     "critic_lr", "greedy_lr"):  # fmt: skip
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not self.neurons_list or not self.critic_hidden:
-            raise ValueError("neurons_list and critic_hidden need at least one layer")
+    def check(self) -> None:
+        for name in ("neurons_list", "critic_hidden"):
+            widths = getattr(self, name)
+            if not widths or min(widths) < 1:
+                raise ValueError(f"{name} must list positive layer widths, got {list(widths)}")
         if self.random_init % self.init_batch_size:
             raise ValueError(
                 f"random_init ({self.random_init}) must be a multiple of init_batch_size "
@@ -130,27 +114,23 @@ class PGAMEConfig(TomlConfig):
     def local(cls, **overrides: Any) -> "PGAMEConfig":
         """A preset that runs here in about two minutes (walker2d_uni, 100-step episodes, 10k
         evaluations, 256 cells), like the repo's ``local_config.txt``."""
-        values: dict[str, Any] = dict(
-            env="walker2d_uni", n_niches=256, max_evals=10_000, eval_batch_size=64,
-            random_init=256, init_batch_size=128, neurons_list=(64, 64), cvt_samples=20_000,
-            save_period=2_000, episode_length=100, buffer_size=200_000,
-        )  # fmt: skip
-        values.update(overrides)
-        return cls(**values)
+        return cls.from_mapping({**LOCAL_PRESET, **overrides})
 
     @property
     def num_iterations(self) -> int:
         return (self.max_evals - self.random_init) // self.eval_batch_size
 
 
+LOCAL_PRESET: dict[str, Any] = dict(
+    env="walker2d_uni", n_niches=256, max_evals=10_000, eval_batch_size=64, random_init=256,
+    init_batch_size=128, neurons_list=(64, 64), cvt_samples=20_000, save_period=2_000,
+    episode_length=100, buffer_size=200_000,
+)  # fmt: skip
+"""`PGAMEConfig.local`: the keys that differ from the paper's defaults."""
+
+
 def make_pgame_env(config: PGAMEConfig) -> AbstractQDEnv:
-    if config.env == "point_maze":
-        return make_env(
-            "point_maze",
-            length=config.episode_length,
-            reset_noise=0.05 if config.reset_noise else 0.0,
-            obs_noise=config.obs_noise,
-        )
+    """The config's environment with its episode length and noise settings."""
     return make_env(
         config.env,
         episode_length=config.episode_length,
@@ -170,7 +150,7 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
         action_size=env.action_size,
         policy_hidden=config.neurons_list,
         critic_hidden=config.critic_hidden,
-        batch_size=config.train_batch_size,
+        minibatch_size=config.train_batch_size,
         policy_delay=config.policy_freq,
     )
     scorer = PolicyScorer(env)
@@ -304,83 +284,62 @@ def _actor_rows(evals: int, info: dict[str, np.ndarray]) -> list[list]:
     return rows
 
 
-def _write_archive(path: str, repertoire: MapElitesRepertoire) -> None:
+def _archive_rows(repertoire: MapElitesRepertoire) -> tuple[list[str], list[list]]:
     fit = np.asarray(repertoire.fitnesses)
     desc = np.asarray(repertoire.descriptors)
     ids = np.asarray(repertoire.extra)
-
-    def write(f):
-        w = csv.writer(f)
-        w.writerow(
-            ["fitness", "centroid", *[f"descriptor_{i}" for i in range(desc.shape[1])], "id"]
-        )
-        for c in np.flatnonzero(np.isfinite(fit)):
-            w.writerow([float(fit[c]), int(c), *desc[c].tolist(), int(ids[c])])
-
-    atomic_write(path, write, text=True)
+    header = ["fitness", "centroid", *[f"descriptor_{i}" for i in range(desc.shape[1])], "id"]
+    rows = [
+        [float(fit[c]), int(c), *desc[c].tolist(), int(ids[c])]
+        for c in np.flatnonzero(np.isfinite(fit))
+    ]
+    return header, rows
 
 
-@dataclasses.dataclass
-class PGAMEResult:
-    state: MAPElitesState
-    progress: dict[str, np.ndarray]
-    folder: str | None
-
-
-def run_pgame(
-    config: PGAMEConfig,
-    out_dir: str | os.PathLike | None = None,
-    progress: bool = True,
-    plots: bool = True,
-) -> PGAMEResult:
-    """Run PGA-MAP-Elites (or plain MAP-Elites with ``gradient_op=False``) for ``max_evals``
-    evaluations: ``random_init`` random policies, then batches of ``eval_batch_size``.
-
-    Iterations run in jitted chunks of ``save_period // eval_batch_size`` (one compile); the
-    files are written after every chunk, so a long run can be watched while it goes.
-    """
-    from tqdm.auto import tqdm
-
-    env = make_pgame_env(config)
-    algo, td3 = make_pgame(config, env)
-    init_algo = MAPElites(
-        algo.emitter, ChunkedScorer(algo.scoring_fn, config.init_batch_size), algo.qd_offset,
-        lineage=True,
-    )  # fmt: skip
-    key = jr.key(config.seed)
-    cvt_key, pop_key, init_key, run_key = jr.split(key, 4)
-    low, high = env.descriptor_bounds
-    tessellation = CVTTessellation.from_kmeans(
-        config.n_niches, env.descriptor_size, low, high, num_samples=config.cvt_samples,
-        key=cvt_key,
-    )  # fmt: skip
-    genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(
-        jr.split(pop_key, config.random_init)
+class _PGAMEJob(Job):
+    name = "pgame"
+    config_cls = PGAMEConfig
+    help = "PGA-MAP-Elites (default: the local preset, walker2d_uni, 10k evaluations)"
+    description = (
+        "Without --config the local preset runs (minutes on a laptop CPU); a --config TOML file "
+        "starts from the GECCO 2021 paper's defaults instead. Options override both."
     )
-    d = env.descriptor_size
-    folder = None if out_dir is None else os.fspath(out_dir)
-    files: dict[str, Any] = {}
-    if folder is not None:
-        os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, "config.toml"), "w") as f:
-            f.write(config.to_toml())
-        np.save(os.path.join(folder, "centroids.npy"), np.asarray(tessellation.centroids))
-        for name, header in (("progress", _progress_header(d)), ("actors", _actors_header(d))):
-            fh = open(os.path.join(folder, f"{name}.csv"), "w", newline="")
-            files[name] = (fh, csv.writer(fh))
-            files[name][1].writerow(header)
-    history: list[list] = []
 
-    def emit_rows(rows_progress, rows_actors):
-        history.extend(rows_progress)
-        if files:
-            files["progress"][1].writerows(rows_progress)
-            files["actors"][1].writerows(rows_actors)
-            for fh, _ in files.values():
-                fh.flush()
+    def default_values(self) -> dict[str, Any]:
+        return {**super().default_values(), **LOCAL_PRESET}
 
-    bar = tqdm(total=config.max_evals, disable=not progress, desc="pga-me", unit="evals")
-    try:
+    def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
+        if resume:
+            raise ValueError("pgame runs cannot be resumed yet")
+        env = make_pgame_env(config)
+        algo, td3 = make_pgame(config, env)
+        init_algo = MAPElites(
+            algo.emitter, ChunkedScorer(algo.scoring_fn, config.init_batch_size),
+            algo.qd_offset, lineage=True,
+        )  # fmt: skip
+        folder = new_run_folder(out_dir, config)
+        cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
+        low, high = env.descriptor_bounds
+        tessellation = CVTTessellation.from_kmeans(
+            config.n_niches, env.descriptor_size, low, high, num_samples=config.cvt_samples,
+            key=cvt_key,
+        )  # fmt: skip
+        genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(
+            jr.split(pop_key, config.random_init)
+        )
+        d = env.descriptor_size
+        progress_header, actors_header = _progress_header(d), _actors_header(d)
+        history: list[list] = []
+        actors: list[list] = []
+
+        def flush():  # the logs so far, each file rewritten atomically
+            if folder is not None:
+                folder.write_csv("progress.csv", progress_header, history)
+                folder.write_csv("actors.csv", actors_header, actors)
+
+        if folder is not None:
+            folder.write_npy("centroids.npy", tessellation.centroids)
+        progress.start(config.max_evals, "pga-me", unit="evals")
         state, metrics, fit, desc = _init(
             algo, init_algo, genotypes, tessellation, init_key, config.num_reevals
         )
@@ -390,13 +349,15 @@ def run_pgame(
         rep = state.repertoire
         filled = np.flatnonzero(np.isfinite(np.asarray(rep.fitnesses)))
         ids, fits, descs = (np.asarray(x) for x in (rep.extra, rep.fitnesses, rep.descriptors))
-        init_actors = [
+        actors.extend(
             [evals, int(ids[c]), float(fits[c]), *descs[c].tolist(), int(c), -1, -1, "random",
              True, float("inf")]
             for c in filled
-        ]  # fmt: skip
-        emit_rows([_progress_row(evals, m, float(fit), desc)], init_actors)
-        bar.update(evals)
+        )  # fmt: skip
+        history.append(_progress_row(evals, m, float(fit), desc))
+        progress.log(dict(zip(progress_header, history[-1])))
+        flush()
+        progress.advance(evals)
         chunk = _chunk_length(config)
         done, next_save = 0, config.save_period
         run_keys = jr.split(run_key, config.num_iterations)
@@ -412,42 +373,55 @@ def run_pgame(
                 "parent1": lineage.parent1, "parent2": lineage.parent2, "kind": lineage.kind,
             }  # fmt: skip
             columns = {k: np.asarray(v) for k, v in columns.items()}
-            reeval_fit, reeval_desc = (
-                np.asarray(logs.reeval_fitness),
-                np.asarray(logs.reeval_descriptor),
-            )
-            rows_p, rows_a = [], []
+            reeval_fit = np.asarray(logs.reeval_fitness)
+            reeval_desc = np.asarray(logs.reeval_descriptor)
             for i in range(n):
                 evals += config.eval_batch_size
                 m = {k: float(v[i]) for k, v in metrics_np.items()}
-                rows_p.append(_progress_row(evals, m, float(reeval_fit[i]), reeval_desc[i]))
-                rows_a.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
-            emit_rows(rows_p, rows_a)
+                history.append(_progress_row(evals, m, float(reeval_fit[i]), reeval_desc[i]))
+                actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
+                progress.log(dict(zip(progress_header, history[-1])))
+            flush()
             done += n
-            bar.update(n * config.eval_batch_size)
-            bar.set_postfix(qd=f"{history[-1][3]:.4g}", max=f"{history[-1][4]:.4g}")
+            progress.advance(n * config.eval_batch_size, qd=history[-1][3], max=history[-1][4])
             if folder is not None and (evals >= next_save or done == config.num_iterations):
-                _write_archive(os.path.join(folder, f"archive_{evals}.csv"), state.repertoire)
+                folder.write_csv(f"archive_{evals}.csv", *_archive_rows(state.repertoire))
                 while next_save <= evals:
                     next_save += config.save_period
-    finally:
-        bar.close()
-        for fh, _ in files.values():
-            fh.close()
-    header = _progress_header(d)
-    table = np.asarray(history, dtype=np.float64)
-    prog = {h: table[:, j] for j, h in enumerate(header)}
-    if folder is not None:
-        save_repertoire(os.path.join(folder, "repertoire.eqx"), state.repertoire)
-        if plots:
-            _write_plots(folder, state.repertoire, prog)
-    return PGAMEResult(state, prog, folder)
+        table = np.asarray(history, dtype=np.float64)
+        prog = {h: table[:, j] for j, h in enumerate(progress_header)}
+        if folder is not None:
+            folder.write_eqx("repertoire.eqx", state.repertoire)
+            if plots:
+                _write_plots(folder, state.repertoire, prog)
+        return RunResult(
+            config, None if folder is None else folder.path, prog, state, state.repertoire
+        )
+
+    def load(self, folder: RunFolder, config) -> RunResult:
+        env = make_pgame_env(config)
+        _, td3 = make_pgame(config, env)
+        repertoire = read_repertoire(folder, lambda: td3.init_policy(key=jr.key(0)), with_ids=True)
+        return RunResult(
+            config, folder.path, folder.read_columns("progress.csv"), None, repertoire,
+            {"actors": folder.read_columns("actors.csv")},
+        )  # fmt: skip
+
+    def summary(self, result: RunResult) -> str:
+        last = result.last
+        return (
+            f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
+            f"coverage {int(last['coverage'])} cells, max fitness {last['max_fitness']:.6g} "
+            f"(averaged over {result.config.num_reevals} re-evaluations: "
+            f"{last['averaged_max_fitness']:.6g})"
+        )
 
 
-def _write_plots(folder: str, repertoire: MapElitesRepertoire, prog: Mapping) -> None:
-    from ..plotting import plot_fitness_density, plot_metrics, save_figure, save_repertoire_plot
+def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog) -> None:
+    from ..plotting import plot_fitness_density, plot_metrics, plot_repertoire
 
-    save_repertoire_plot(folder, repertoire)
+    if repertoire.tessellation.num_descriptors <= 2:
+        folder.write_figure("repertoire.png", plot_repertoire(repertoire))
     curves = {
         "evaluations": prog["evaluations"],
         "qd_score": prog["qd_score"],
@@ -458,30 +432,34 @@ def _write_plots(folder: str, repertoire: MapElitesRepertoire, prog: Mapping) ->
     fig = plot_metrics(curves)
     fig.axes[2].plot(prog["evaluations"], prog["averaged_max_fitness"], label="averaged (re-evals)")
     fig.axes[2].legend()
-    save_figure(folder, "progress.png", fig)
-    save_figure(
-        folder, "fitness_density.png", plot_fitness_density([np.asarray(repertoire.fitnesses)])
-    )
+    folder.write_figure("progress.png", fig)
+    density = plot_fitness_density([np.asarray(repertoire.fitnesses)])
+    folder.write_figure("fitness_density.png", density)
 
 
-def read_csv(path: str | os.PathLike) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+register_job(_PGAMEJob())
 
 
-def load_pgame_run(folder: str | os.PathLike):
-    """``(config, repertoire, progress)`` of a run folder; the repertoire's genotypes are the
-    final actors as a stacked `DeterministicPolicy` (``extra`` holds their ids)."""
-    folder = os.fspath(folder)
-    config = PGAMEConfig.from_toml(os.path.join(folder, "config.toml"))
-    env = make_pgame_env(config)
-    _, td3 = make_pgame(config, env)
-    tess = CVTTessellation.load(os.path.join(folder, "centroids.npy"))
-    like = MapElitesRepertoire.empty(tess, td3.init_policy(key=jr.key(0)), jnp.zeros((), jnp.int32))
-    repertoire = load_repertoire(os.path.join(folder, "repertoire.eqx"), like)
-    rows = read_csv(os.path.join(folder, "progress.csv"))
-    progress = {k: np.asarray([float(r[k]) for r in rows]) for k in rows[0]}
-    return config, repertoire, progress
+def run_pgame(
+    config: PGAMEConfig,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    progress: bool | Progress = True,
+    plots: bool = True,
+    on_log=None,
+) -> RunResult:
+    """Run PGA-MAP-Elites (or plain MAP-Elites with ``gradient_op=False``) for ``max_evals``
+    evaluations: ``random_init`` random policies, then batches of ``eval_batch_size``.
+
+    Iterations run in jitted chunks of about ``save_period`` evaluations (one compile); the
+    logs are rewritten after every chunk, so a long run can be watched while it goes. The
+    folder holds ``config.toml``, ``progress.csv``, ``actors.csv``, ``archive_<evals>.csv``,
+    ``repertoire.eqx`` (the final actors; `load_run` reads it back), ``centroids.npy`` and the
+    plots ``repertoire.png``, ``progress.png`` and ``fitness_density.png``.
+    """
+    from ._common import run_job
+
+    return run_job(config, out_dir, progress=progress, plots=plots, on_log=on_log)
 
 
 def policy_by_id(repertoire: MapElitesRepertoire, actor_id: int) -> DeterministicPolicy:

@@ -1,0 +1,141 @@
+"""The one family of input checks, used by every ``__check_init__`` and every job config.
+
+Each check names what it checks (``TD3HParams.discount``, or a config key such as ``cells``) and
+the value it got. Checks are tracer-tolerant: inside ``jit`` / ``vmap`` a value cannot be read,
+so it is not checked there (modules are validated when built eagerly, which is where users build
+them; ``eqx.tree_at`` and transformations bypass ``__init__`` anyway). Array values are checked
+element-wise, so a stacked population of hyperparameters is checked whole.
+"""
+
+import math
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+
+def is_concrete(x: Any) -> bool:
+    """True when ``x`` holds a value that can be read now (not a tracer inside jit / vmap)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _values(value: Any) -> np.ndarray | None:
+    """``value`` as a float64 NumPy array, or ``None`` when it is traced (not checkable)."""
+    if not is_concrete(value):
+        return None
+    return np.asarray(value, dtype=np.float64)
+
+
+def _show(value: Any) -> str:
+    arr = np.asarray(value)
+    return repr(arr.item()) if arr.ndim == 0 else repr(arr.tolist())
+
+
+def _interval(low: float, high: float) -> str:
+    if math.isinf(high) and low == 0:
+        return ">= 0"
+    if math.isinf(high):
+        return f">= {low}"
+    return f"in [{low}, {high}]"
+
+
+def finite(name: str, value: Any) -> None:
+    """Every element of ``value`` is finite (no NaN, no +-inf)."""
+    v = _values(value)
+    if v is not None and not np.all(np.isfinite(v)):
+        raise ValueError(f"{name} must be finite, got {_show(value)}")
+
+
+def in_range(
+    name: str, value: Any, low: float = -math.inf, high: float = math.inf, *, finite: bool = True
+) -> None:
+    """Every element of ``value`` lies in the closed interval ``[low, high]`` (and is finite
+    unless ``finite=False``; NaN always fails)."""
+    v = _values(value)
+    if v is None:
+        return
+    if finite and not np.all(np.isfinite(v)):
+        raise ValueError(f"{name} must be finite and {_interval(low, high)}, got {_show(value)}")
+    if not np.all((v >= low) & (v <= high)):
+        if math.isinf(low) and math.isinf(high):
+            raise ValueError(f"{name} must not be NaN, got {_show(value)}")
+        if low == 0 and math.isinf(high):
+            raise ValueError(f"{name} must be >= 0, got {_show(value)}")
+        raise ValueError(f"{name} must lie in [{low}, {high}], got {_show(value)}")
+
+
+def non_negative(name: str, value: Any, *, finite: bool = True) -> None:
+    """Every element of ``value`` is ``>= 0`` (and finite unless ``finite=False``)."""
+    in_range(name, value, 0.0, math.inf, finite=finite)
+
+
+def positive(name: str, value: Any, *, finite: bool = True) -> None:
+    """Every element of ``value`` is ``> 0`` (and finite unless ``finite=False``)."""
+    v = _values(value)
+    if v is None:
+        return
+    if (finite and not np.all(np.isfinite(v))) or not np.all(v > 0):
+        raise ValueError(
+            f"{name} must be positive{' and finite' if finite else ''}, got {_show(value)}"
+        )
+
+
+def fraction(name: str, value: Any) -> None:
+    """Every element of ``value`` lies in ``[0, 1]``."""
+    in_range(name, value, 0.0, 1.0)
+
+
+def integer(name: str, value: Any, *, minimum: int | None = None) -> None:
+    """``value`` is a Python (or NumPy) integer, not a bool, and at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        if minimum == 1:
+            raise ValueError(f"{name} must be a positive integer, got {value}")
+        if minimum == 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+
+
+def positive_int(name: str, value: Any) -> None:
+    """``value`` is an integer ``>= 1``."""
+    integer(name, value, minimum=1)
+
+
+def non_negative_int(name: str, value: Any) -> None:
+    """``value`` is an integer ``>= 0``."""
+    integer(name, value, minimum=0)
+
+
+def one_of(name: str, value: Any, choices: Collection[Any]) -> None:
+    """``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(map(repr, choices))}, got {value!r}")
+
+
+def ordered(low_name: str, low: Any, high_name: str, high: Any, *, strict: bool = True) -> None:
+    """``low < high`` (``<=`` unless ``strict``) element-wise, when both can be read."""
+    lo, hi = _values(low), _values(high)
+    if lo is None or hi is None:
+        return
+    ok = np.all(lo < hi) if strict else np.all(lo <= hi)
+    if not ok:
+        sign = "<" if strict else "<="
+        raise ValueError(
+            f"{low_name} must be {sign} {high_name}, got {_show(low)} and {_show(high)}"
+        )
+
+
+def ranges(owner: str, module: Any, table: Mapping[str, tuple[float, float]]) -> None:
+    """Check ``module.<name>`` in ``[low, high]`` (finite) for every row of ``table``; errors
+    name ``owner.name``."""
+    for name, (low, high) in table.items():
+        in_range(f"{owner}.{name}", getattr(module, name), low, high)
+
+
+def same(name: str, expected: Any, got: Any, *, what: str = "") -> None:
+    """``got == expected``; the error names ``name``, the expected and the received value."""
+    if expected != got:
+        where = f" {what}" if what else ""
+        raise ValueError(f"{name}{where}: expected {expected!r}, got {got!r}")

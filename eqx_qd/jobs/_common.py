@@ -1,0 +1,212 @@
+"""What every job shares: its result, the job table, starting a run folder, reading one back, and
+the outputs of the QD jobs (repertoire, centroids, progress, plots)."""
+
+import abc
+import dataclasses
+import datetime
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import equinox as eqx
+import numpy as np
+
+from .._repertoire import MapElitesRepertoire
+from .._tessellation import AbstractTessellation, CVTTessellation
+from ._config import job_of_toml, JobConfig
+from ._folder import RunFolder
+from ._progress import Progress
+
+
+CONFIG_FILE = "config.toml"
+PROGRESS_FILE = "progress.csv"
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What a job returns, and what `load_run` reads back from its folder.
+
+    **Fields:**
+
+    - `config`: the job's config.
+    - `folder`: the run folder (``None`` for a run kept in memory).
+    - `progress`: the columns of ``progress.csv`` (one row per logged step).
+    - `state`: the run's final state: a `MAPElitesState` (QD jobs), the PBT population, or the
+      IPPO `PPOState`. From `load_run`: the population (PBT) or the latest checkpoint (IPPO);
+      ``None`` for the QD jobs, whose folder keeps the repertoire only.
+    - `repertoire`: the final repertoire of the QD jobs.
+    - `tables`: the job's other CSV files by name (``hparams``, ``actors``), as columns.
+    """
+
+    config: JobConfig
+    folder: str | None
+    progress: dict[str, np.ndarray]
+    state: Any = None
+    repertoire: MapElitesRepertoire | None = None
+    tables: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def last(self) -> dict[str, float]:
+        """The last row of `progress`."""
+        return {
+            k: float(v[-1]) for k, v in self.progress.items() if len(v) and v.dtype.kind in "biuf"
+        }
+
+
+class Job(abc.ABC):
+    """One ``eqx-qd run NAME`` job: its config class, how to run it, read its folder back, and
+    summarise a result in one line. Subclasses are registered in `JOBS`."""
+
+    name: ClassVar[str]
+    config_cls: ClassVar[type[JobConfig]]
+    help: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def default_values(self) -> dict[str, Any]:
+        """The values of the config the command runs without ``--config`` (not validated, so
+        nothing is built: the command's ``--help`` shows them)."""
+        return {f.name: f.default for f in dataclasses.fields(self.config_cls)}  # type: ignore[arg-type]
+
+    def default_config(self, **values: Any) -> JobConfig:
+        """The config the command runs without ``--config`` (options applied)."""
+        return self.config_cls.from_mapping({**self.default_values(), **values})
+
+    @abc.abstractmethod
+    def run(
+        self,
+        config: Any,
+        out_dir: str | os.PathLike | None,
+        *,
+        progress: Progress,
+        plots: bool,
+        resume: bool,
+    ) -> RunResult:
+        """Run ``config``; write the run folder ``out_dir`` unless it is ``None``."""
+
+    @abc.abstractmethod
+    def load(self, folder: RunFolder, config: Any) -> RunResult:
+        """Read back a run folder this job wrote."""
+
+    @abc.abstractmethod
+    def summary(self, result: RunResult) -> str:
+        """One line for the command to print at the end."""
+
+
+JOBS: dict[str, Job] = {}
+"""The jobs by command name (filled as the job modules are imported)."""
+
+
+def register_job(job: Job) -> Job:
+    JOBS[job.name] = job
+    return job
+
+
+def default_run_folder(job: str) -> str:
+    """``runs/<job>-<date>-<time>``: where the command writes when ``--out`` is not given."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("runs", f"{job}-{stamp}")
+
+
+def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunFolder | None:
+    """Create the run folder and write ``config.toml``; ``None`` when ``out_dir`` is ``None``.
+
+    A folder that already holds a run is refused, so runs never mix (resume it instead, or
+    choose another folder).
+    """
+    if out_dir is None:
+        return None
+    path = os.fspath(out_dir)
+    if os.path.exists(os.path.join(path, CONFIG_FILE)):
+        raise ValueError(
+            f"{path!r} already holds a run ({CONFIG_FILE}); choose another folder"
+            + (" or resume it" if JOBS.get(config.JOB) and _resumable(config) else "")
+        )
+    folder = RunFolder(path)
+    folder.write_text(CONFIG_FILE, config.to_toml())
+    return folder
+
+
+def _resumable(config: JobConfig) -> bool:
+    return config.JOB == "ippo"
+
+
+def read_config(folder: RunFolder) -> JobConfig:
+    """The config of a run folder; its table names the job."""
+    path = folder.file(CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{folder.path!r} is not a run folder: it has no {CONFIG_FILE}")
+    job = job_of_toml(path)
+    if job not in JOBS:
+        raise ValueError(f"{path!r} names no known job (tables: one of {sorted(JOBS)})")
+    return JOBS[job].config_cls.from_toml(path)
+
+
+def load_run(folder: str | os.PathLike) -> RunResult:
+    """Read back any run folder written by a job: config, progress, the repertoire of the QD
+    jobs, the population or latest checkpoint of the RL jobs, and the other tables."""
+    run_folder = RunFolder(folder, create=False)
+    config = read_config(run_folder)
+    return JOBS[config.JOB].load(run_folder, config)
+
+
+def run_job(
+    config: JobConfig,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    progress: bool | Progress = True,
+    plots: bool = True,
+    on_log: Callable[[dict[str, float]], None] | None = None,
+    resume: bool = False,
+) -> RunResult:
+    """Run the job ``config`` belongs to (see the ``run_*`` functions)."""
+    from ._progress import as_progress
+
+    job = JOBS[config.JOB]
+    with as_progress(progress, on_log) as reporter:
+        return job.run(config, out_dir, progress=reporter, plots=plots, resume=resume)
+
+
+# ------------------------------------------------------------------------------ QD outputs
+
+
+def write_qd_outputs(
+    folder: RunFolder,
+    repertoire: MapElitesRepertoire,
+    progress: Mapping[str, Any],
+    *,
+    plots: bool,
+    x_key: str = "evaluations",
+) -> None:
+    """``progress.csv``, ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``,
+    ``repertoire.png`` (1 or 2 descriptors) and ``progress.png``."""
+    folder.write_columns(PROGRESS_FILE, progress)
+    folder.write_eqx("repertoire.eqx", repertoire)
+    folder.write_npy("centroids.npy", repertoire.centroids)
+    if plots:
+        from ..plotting import plot_metrics, plot_repertoire
+
+        if repertoire.tessellation.num_descriptors <= 2:
+            folder.write_figure("repertoire.png", plot_repertoire(repertoire))
+        folder.write_figure("progress.png", plot_metrics(progress, x_key=x_key))
+
+
+def read_repertoire(
+    folder: RunFolder,
+    make_genotype: Callable[[], Any],
+    *,
+    tessellation: AbstractTessellation | None = None,
+    with_ids: bool = False,
+) -> MapElitesRepertoire:
+    """``repertoire.eqx`` of a QD run. ``make_genotype()`` builds one genotype (only its
+    shapes are used: it runs under ``eqx.filter_eval_shape``); the tessellation defaults to the
+    folder's ``centroids.npy``; ``with_ids`` when the run tracked lineage."""
+    tess = tessellation or CVTTessellation(folder.read_npy("centroids.npy"))
+
+    def template():
+        import jax.numpy as jnp
+
+        extra = jnp.zeros((), jnp.int32) if with_ids else None
+        return MapElitesRepertoire.empty(tess, make_genotype(), extra)
+
+    like = eqx.filter_eval_shape(template)
+    return folder.read_eqx("repertoire.eqx", like)

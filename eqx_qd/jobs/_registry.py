@@ -1,0 +1,274 @@
+"""Registries by name: environments, pure-JAX tasks, agents and emitters, for the jobs.
+
+A job config names what it runs (``env = "walker2d_uni"``, ``agent = "td3"``); the registry
+turns the name into a module. Register your own factory and every job that takes that kind of
+thing accepts its name:
+
+```python
+from eqx_qd import jobs
+
+@jobs.ENVIRONMENTS.register("my_maze", help="my 2-D maze")
+def _(*, episode_length: int = 100, reset_noise: bool = False, obs_noise: float = 0.0):
+    return MyMaze(length=episode_length)
+```
+
+Factories take keyword options only; a job passes the options it has, and an option the
+factory does not take is an error that names it.
+"""
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+from .._emitters.base import AbstractEmitter
+from .._emitters.mixing import MixingEmitter
+from .._envs.base import AbstractEnv
+from .._envs.brax import BraxQDEnv, QD_BRAX_TASKS
+from .._envs.brax_multi_agent import BraxMultiAgentEnv, MA_BRAX_TASKS
+from .._envs.line_targets import LineTargets
+from .._envs.multi_agent import AbstractMultiAgentEnv, TimeLimit
+from .._envs.point_maze import PointMaze
+from .._rl.base import AbstractAgent
+from .._rl.sac import SAC
+from .._rl.td3 import TD3
+from .._tasks import AbstractTask, Arm, Rastrigin, Sphere
+from .._variation import GaussianMutation, IsoLineVariation
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One registered factory: its name, the factory, a help line and tags (``"qd"``,
+    ``"multi_agent"``) that jobs use to say which entries they accept."""
+
+    name: str
+    factory: Callable[..., Any]
+    help: str
+    tags: frozenset[str]
+
+    def options(self) -> list[str]:
+        params = inspect.signature(self.factory).parameters.values()
+        return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+class Registry(Generic[_F]):
+    """Factories by name, for one kind of thing (``what``: "environment", "agent", ...)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self._entries: dict[str, Entry] = {}
+
+    def register(
+        self, name: str, factory: _F | None = None, *, help: str = "", tags: tuple[str, ...] = ()
+    ) -> Any:
+        """Register ``factory`` under ``name`` (or use as a decorator). Re-registering a name
+        replaces the previous factory."""
+
+        def add(f: _F) -> _F:
+            self._entries[name] = Entry(name, f, help, frozenset(tags))
+            return f
+
+        return add if factory is None else add(factory)
+
+    def names(self, tag: str | None = None) -> list[str]:
+        """Registered names, in registration order (only those tagged ``tag``, if given)."""
+        return [n for n, e in self._entries.items() if tag is None or tag in e.tags]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self._entries.values())
+
+    def get(self, name: str, tag: str | None = None) -> Entry:
+        """The entry named ``name``; an unknown name is an error listing the known ones."""
+        known = self.names(tag)
+        if name not in known:
+            kind = f"{tag.replace('_', '-')} {self.what}" if tag else self.what
+            raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(known)}")
+        return self._entries[name]
+
+    def check(self, tag: str | None = None) -> Callable[[str, Any], None]:
+        """A config-field check: the value must be a registered name (tagged ``tag``)."""
+
+        def check(key: str, value: Any) -> None:
+            try:
+                self.get(value, tag)
+            except ValueError as e:
+                raise ValueError(f"{key}: {e}") from None
+
+        check.known = lambda: self.names(tag)  # type: ignore[attr-defined]
+        return check
+
+    def make(self, name: str, *args: Any, tag: str | None = None, **options: Any) -> Any:
+        """Build the thing named ``name`` with ``options`` (keyword options of its factory)."""
+        entry = self.get(name, tag)
+        extra = sorted(set(options) - set(entry.options()))
+        if extra:
+            raise ValueError(
+                f"{self.what} {name!r} takes no option {', '.join(extra)}; its options: "
+                f"{', '.join(entry.options()) or 'none'}"
+            )
+        return entry.factory(*args, **options)
+
+
+ENVIRONMENTS: Registry[Callable[..., AbstractEnv | AbstractMultiAgentEnv]] = Registry("environment")
+"""Environments. Tags: ``qd`` (an `AbstractQDEnv`: PGA-ME, PBT, ME-PBT, and IPPO as one agent)
+and ``multi_agent`` (an `AbstractMultiAgentEnv`: IPPO)."""
+
+TASKS: Registry[Callable[..., AbstractTask]] = Registry("task")
+"""Pure-JAX QD tasks (scoring functions with bounds and offsets): the MAP-Elites job."""
+
+AGENTS: Registry[Callable[..., AbstractAgent]] = Registry("agent")
+"""Agents for PBT and ME-PBT: ``factory(env, *, hidden, minibatch_size)``."""
+
+EMITTERS: Registry[Callable[..., AbstractEmitter]] = Registry("emitter")
+"""Emitters for the MAP-Elites job: ``factory(*, batch_size, ...)``."""
+
+
+def make_env(name: str, **options: Any) -> AbstractEnv | AbstractMultiAgentEnv:
+    """The environment registered as ``name``, built with ``options``."""
+    return ENVIRONMENTS.make(name, **options)
+
+
+def make_task(name: str, **options: Any) -> AbstractTask:
+    """The pure-JAX task registered as ``name``, built with ``options``."""
+    return TASKS.make(name, **options)
+
+
+def make_agent(name: str, env: Any, **options: Any) -> AbstractAgent:
+    """The agent registered as ``name``, sized for ``env``, built with ``options``."""
+    return AGENTS.make(name, env, **options)
+
+
+def make_emitter(name: str, **options: Any) -> AbstractEmitter:
+    """The emitter registered as ``name``, built with ``options``."""
+    return EMITTERS.make(name, **options)
+
+
+# -------------------------------------------------------------------------------- built-ins
+
+
+def _point_maze(walls: bool) -> Callable[..., PointMaze]:
+    def make(
+        *, episode_length: int = 100, reset_noise: bool = False, obs_noise: float = 0.0
+    ) -> PointMaze:
+        # With reset noise the start is drawn within 0.05 of its usual place.
+        return PointMaze(
+            walls=walls,
+            length=episode_length,
+            reset_noise=0.05 if reset_noise else 0.0,
+            obs_noise=obs_noise,
+        )
+
+    return make
+
+
+ENVIRONMENTS.register(
+    "point_maze",
+    _point_maze(True),
+    help="pure-JAX deceptive point maze (final-position descriptor)",
+    tags=("qd",),
+)
+ENVIRONMENTS.register(
+    "point_maze_open",
+    _point_maze(False),
+    help="the point maze without walls (an easy task)",
+    tags=("qd",),
+)
+
+
+def _brax_qd(name: str) -> Callable[..., BraxQDEnv]:
+    def make(
+        *, episode_length: int = 1000, reset_noise: bool = False, obs_noise: float = 0.0
+    ) -> BraxQDEnv:
+        return BraxQDEnv(
+            name, episode_length=episode_length, reset_noise=reset_noise, obs_noise=obs_noise
+        )
+
+    return make
+
+
+for _name, _spec in QD_BRAX_TASKS.items():
+    _what = "final (x, y)" if _spec.omni else "feet contacts"
+    ENVIRONMENTS.register(
+        _name, _brax_qd(_name), help=f"brax {_spec.robot}, {_what} descriptor", tags=("qd",)
+    )
+
+
+def _line_targets(
+    *, episode_length: int = 40, num_agents: int = 4, size: int = 16
+) -> AbstractMultiAgentEnv:
+    return TimeLimit(LineTargets(n=num_agents, size=size), episode_length)
+
+
+ENVIRONMENTS.register(
+    "line_targets",
+    _line_targets,
+    help="pure-JAX discrete cooperative task on a line",
+    tags=("multi_agent",),
+)
+
+
+def _brax_ma(name: str) -> Callable[..., BraxMultiAgentEnv]:
+    def make(*, episode_length: int = 1000) -> BraxMultiAgentEnv:
+        return BraxMultiAgentEnv(name, episode_length=episode_length)
+
+    return make
+
+
+for _name, _split in MA_BRAX_TASKS.items():
+    ENVIRONMENTS.register(
+        _name,
+        _brax_ma(_name),
+        help=f"brax {_split.robot}, {len(_split.groups)} agents",
+        tags=("multi_agent",),
+    )
+
+
+for _name, _cls, _dim in (("rastrigin", Rastrigin, 100), ("sphere", Sphere, 100), ("arm", Arm, 8)):
+
+    def _task(*, genotype_dim: int = _dim, _cls: type[AbstractTask] = _cls) -> AbstractTask:
+        return _cls(genotype_dim=genotype_dim)  # type: ignore[call-arg]
+
+    TASKS.register(_name, _task, help=(_cls.__doc__ or "").split("\n")[0])
+
+
+def _agent(cls: type[TD3] | type[SAC]) -> Callable[..., AbstractAgent]:
+    def make(env: Any, *, hidden: tuple[int, ...] = (256, 256), minibatch_size: int = 256):
+        return cls(
+            observation_size=env.observation_size,
+            action_size=env.action_size,
+            policy_hidden=hidden,
+            critic_hidden=hidden,
+            minibatch_size=minibatch_size,
+        )
+
+    return make
+
+
+AGENTS.register("td3", _agent(TD3), help="TD3 (twin critics, delayed policy updates)")
+AGENTS.register("sac", _agent(SAC), help="SAC (entropy-regularised, automatic temperature)")
+
+
+def _iso_line(*, batch_size: int, iso_sigma: float = 0.005, line_sigma: float = 0.05):
+    return MixingEmitter(
+        batch_size=batch_size,
+        variation_percentage=1.0,
+        variation=IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma),
+    )
+
+
+def _gaussian(*, batch_size: int, sigma: float = 0.05):
+    return MixingEmitter(
+        batch_size=batch_size, variation_percentage=0.0, mutation=GaussianMutation(sigma=sigma)
+    )
+
+
+EMITTERS.register(
+    "iso_line", _iso_line, help="GA with iso+line-DD variation (iso_sigma, line_sigma)"
+)
+EMITTERS.register("gaussian", _gaussian, help="GA with gaussian mutation (sigma)")

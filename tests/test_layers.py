@@ -1,0 +1,112 @@
+"""The layer rules that `lint-imports` (pyproject.toml) cannot see: below the jobs nothing writes
+files, prints or drives a progress bar; ``import eqx_qd`` stays light; the command never picks
+the platform."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import eqx_qd
+
+
+PACKAGE = pathlib.Path(eqx_qd.__file__).parent
+LIBRARY = sorted(
+    p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE).parts[0] not in ("jobs", "cli.py")
+)
+
+# Calls that write files, print or show progress: (attribute or function name, why).
+FORBIDDEN_CALLS = {
+    "print": "prints",
+    "savefig": "writes a file",
+    "save": "writes a file (np.save)",
+    "savez": "writes a file",
+    "tree_serialise_leaves": "writes a file",
+    "replace": None,  # os.replace only (str.replace is fine): checked below
+    "rename": "writes a file",
+    "remove": None,
+    "makedirs": "creates folders",
+    "mkdir": "creates folders",
+    "mkstemp": "writes a file",
+    "write_text": "writes a file",
+    "write_bytes": "writes a file",
+    "dump": "writes a file (json.dump)",
+    "tqdm": "shows a progress bar",
+}
+
+
+def _offences(path: pathlib.Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            banned = ("tqdm", "shutil", "tempfile") + (
+                () if path.name == "plotting.py" else ("matplotlib",)
+            )
+            if any(n.split(".")[0] in banned for n in names):
+                out.append(f"{path.name}:{node.lineno} imports {names}")
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+        owner = (
+            func.value.id
+            if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            else None
+        )
+        if name == "open":
+            modes = [a.value for a in node.args[1:2] if isinstance(a, ast.Constant)]
+            modes += [k.value.value for k in node.keywords if k.arg == "mode"]
+            if any(any(c in str(m) for c in "wax+") for m in modes):
+                out.append(f"{path.name}:{node.lineno} opens a file to write")
+        elif name in ("replace", "remove") and owner == "os":
+            out.append(f"{path.name}:{node.lineno} os.{name}")
+        elif name == "save" and owner not in ("np", "numpy", "jnp"):
+            continue
+        elif name in FORBIDDEN_CALLS and FORBIDDEN_CALLS[name] is not None:
+            out.append(f"{path.name}:{node.lineno} {name}(...) {FORBIDDEN_CALLS[name]}")
+    return out
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_nothing_below_the_jobs_writes_prints_or_shows_progress(path):
+    assert _offences(path) == []
+
+
+def test_the_offence_finder_finds_offences(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import os\nimport tqdm\nprint(1)\nopen('x', 'w')\nos.replace('a', 'b')\n"
+        "import numpy as np\nnp.save('x', 1)\n'a'.replace('a', 'b')\nopen('x')\n"
+    )
+    found = _offences(bad)
+    assert len(found) == 5, found  # tqdm import, print, open(w), os.replace, np.save
+
+
+def test_import_eqx_qd_stays_light():
+    code = (
+        "import sys, eqx_qd, eqx_qd.internal\n"
+        "heavy = [m for m in ('matplotlib', 'tqdm', 'brax', 'eqx_qd.jobs') if m in sys.modules]\n"
+        "print(heavy)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_command_leaves_jax_platforms_alone(tmp_path, monkeypatch, capsys):
+    from eqx_qd.cli import main
+
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    args = ["run", "map-elites", "--task", "sphere", "--genotype-dim", "3", "--grid", "--cells",
+            "3", "--batch-size", "4", "--iterations", "2", "--log-period", "2", "--no-plots",
+            "--no-progress", "--out", str(tmp_path / "run")]  # fmt: skip
+    assert main(args) == 0
+    import os
+
+    assert "JAX_PLATFORMS" not in os.environ
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("eqx-qd: map-elites on ") and "device" in first
