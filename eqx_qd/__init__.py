@@ -19,6 +19,7 @@ from ._custom_types import (
 )
 from ._emitters.base import (
     AbstractEmitter as AbstractEmitter,
+    AbstractStatelessEmitter as AbstractStatelessEmitter,
     ActorType as ActorType,
     Lineage as Lineage,
     parent_ids as parent_ids,

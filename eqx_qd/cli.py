@@ -172,7 +172,7 @@ def _describe_devices() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .jobs import default_run_folder, JOBS, run_job
+    from .jobs import default_run_folder, JOBS, run
 
     job = JOBS[args.job]
     resume = getattr(args, "resume", None)
@@ -189,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = resume or args.out or default_run_folder(job.name)
     print(f"eqx-qd: {job.name} on {_describe_devices()}", flush=True)
     try:
-        result = run_job(
+        result = run(
             config, out, progress=not args.no_progress, plots=not args.no_plots,
             resume=resume is not None,
         )  # fmt: skip

@@ -62,9 +62,9 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
     """Proposes ``batch_size`` candidates per iteration and learns from their evaluations.
 
     Stateless: whatever an emitter learns lives in the state that `init` returns and
-    `state_update` advances. Subclass it, implement the three methods (a stateless emitter
-    returns ``None`` from `init` and its state unchanged from `state_update`), and mark the
-    subclass `typing.final`.
+    `state_update` advances. Subclass it, implement the three methods and mark the subclass
+    `typing.final`; an emitter that learns nothing subclasses `AbstractStatelessEmitter` and
+    writes `emit` only.
 
     Candidate batches always come as ``(genotypes, descriptors, fitnesses)``, the order of
     `MapElitesRepertoire.add`; keys are keyword-only and last.
@@ -127,3 +127,35 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
         - `extra`: what the scoring function returned (leaves with a leading batch axis).
         - `key`: a PRNG key, for emitters whose update is random (critic training, PBT).
         """
+
+
+class AbstractStatelessEmitter(AbstractEmitter[None]):
+    """An emitter that learns nothing: its state is ``None``. Subclass it and implement `emit`
+    (plus the ``batch_size`` field) only."""
+
+    def init(
+        self,
+        repertoire: MapElitesRepertoire,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        extra: Extra,
+        *,
+        key: PRNGKey,
+    ) -> None:
+        """``None``: there is nothing to learn."""
+        return None
+
+    def state_update(
+        self,
+        state: None,
+        repertoire: MapElitesRepertoire,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        extra: Extra,
+        *,
+        key: PRNGKey,
+    ) -> None:
+        """``None``, unchanged."""
+        return None

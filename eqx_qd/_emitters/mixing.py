@@ -5,7 +5,6 @@ import typing
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
@@ -13,7 +12,7 @@ from .._misc import tree_concatenate, tree_slice
 from .._repertoire import MapElitesRepertoire
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation
-from .base import AbstractEmitter, ActorType, Lineage, parent_ids
+from .base import AbstractStatelessEmitter, ActorType, Lineage, parent_ids
 
 
 def _split_counts(batch_size: int, variation_percentage: float) -> tuple[int, int]:
@@ -22,7 +21,7 @@ def _split_counts(batch_size: int, variation_percentage: float) -> tuple[int, in
 
 
 @typing.final
-class MixingEmitter(AbstractEmitter[None]):
+class MixingEmitter(AbstractStatelessEmitter):
     """The GA emitter: ``variation_percentage`` of the batch from a two-parent variation,
     the rest from a one-parent mutation, parents drawn from the repertoire by ``selector``.
     """
@@ -41,31 +40,6 @@ class MixingEmitter(AbstractEmitter[None]):
             raise ValueError("variation_percentage > 0 needs a variation operator")
         if num_mutation > 0 and self.mutation is None:
             raise ValueError("variation_percentage < 1 needs a mutation operator")
-
-    def init(
-        self,
-        repertoire: MapElitesRepertoire,
-        genotypes: Genotypes,
-        descriptors: Float[Array, "batch num_descriptors"],
-        fitnesses: Float[Array, " batch"],
-        extra: Extra,
-        *,
-        key: PRNGKey,
-    ) -> None:
-        return None
-
-    def state_update(
-        self,
-        state: None,
-        repertoire: MapElitesRepertoire,
-        genotypes: Genotypes,
-        descriptors: Float[Array, "batch num_descriptors"],
-        fitnesses: Float[Array, " batch"],
-        extra: Extra,
-        *,
-        key: PRNGKey,
-    ) -> None:
-        return None
 
     def emit(
         self, repertoire: MapElitesRepertoire, state: None, *, key: PRNGKey

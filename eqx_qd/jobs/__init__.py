@@ -5,7 +5,7 @@ the ``eqx-qd`` command is generated from it.
 ```python
 from eqx_qd import jobs
 
-result = jobs.run_map_elites(jobs.MapElitesConfig(iterations=100), "runs/demo")
+result = jobs.run(jobs.MapElitesConfig(iterations=100), "runs/demo")
 again = jobs.load_run("runs/demo")  # config, progress columns, repertoire
 ```
 """
@@ -23,7 +23,7 @@ from ._common import (
     JOBS as JOBS,
     load_run as load_run,
     read_config as read_config,
-    run_job as run_job,
+    run as run,
     RunResult as RunResult,
 )
 from ._config import JobConfig as JobConfig, option as option
@@ -37,17 +37,15 @@ from ._folder import (
 )
 from ._ippo import (
     IPPOConfig as IPPOConfig,
-    run_ippo as run_ippo,
     train_ippo as train_ippo,
     TrainingLog as TrainingLog,
 )
-from ._map_elites import MapElitesConfig as MapElitesConfig, run_map_elites as run_map_elites
-from ._me_pbt import MEPBTConfig as MEPBTConfig, run_me_pbt as run_me_pbt
-from ._pbt import PBTConfig as PBTConfig, run_pbt as run_pbt
+from ._map_elites import MapElitesConfig as MapElitesConfig
+from ._me_pbt import MEPBTConfig as MEPBTConfig
+from ._pbt import PBTConfig as PBTConfig
 from ._pgame import (
     PGAMEConfig as PGAMEConfig,
     policy_by_id as policy_by_id,
-    run_pgame as run_pgame,
 )
 from ._progress import Progress as Progress
 from ._registry import (

@@ -149,7 +149,7 @@ def load_run(folder: str | os.PathLike) -> RunResult:
     return JOBS[config.JOB].load(run_folder, config)
 
 
-def run_job(
+def run(
     config: JobConfig,
     out_dir: str | os.PathLike | None = None,
     *,
@@ -158,7 +158,20 @@ def run_job(
     on_log: Callable[[dict[str, float]], None] | None = None,
     resume: bool = False,
 ) -> RunResult:
-    """Run the job ``config`` belongs to (see the ``run_*`` functions)."""
+    """Run the job ``config`` belongs to (a `MapElitesConfig` runs MAP-Elites, ...).
+
+    **Arguments:**
+
+    - `config`: the job's config.
+    - `out_dir`: the run folder to write (``None``: keep everything in memory; the IPPO job
+      needs a folder for its checkpoints). A folder that already holds a run is refused.
+    - `progress`: show a progress bar (or a `Progress` to report to).
+    - `plots`: write the PNG figures.
+    - `on_log`: called with every row the job logs (a dict of floats), e.g. to plot live.
+    - `resume`: continue the run in ``out_dir`` from its latest checkpoint (IPPO).
+
+    **Returns:** the `RunResult`; each job's class docstring says what its folder holds.
+    """
     from ._progress import as_progress
 
     job = JOBS[config.JOB]
@@ -210,3 +223,43 @@ def read_repertoire(
 
     like = eqx.filter_eval_shape(template)
     return folder.read_eqx("repertoire.eqx", like)
+
+
+def read_qd_run(
+    folder: RunFolder, config: JobConfig, repertoire: MapElitesRepertoire, tables=()
+) -> RunResult:
+    """The `RunResult` of a QD run folder: progress, the repertoire, and the named tables."""
+    return RunResult(
+        config,
+        folder.path,
+        folder.read_columns(PROGRESS_FILE),
+        None,
+        repertoire,
+        {name: folder.read_columns(f"{name}.csv") for name in tables},
+    )
+
+
+def qd_summary(result: RunResult) -> str:
+    """The QD jobs' last line: evaluations, QD-score, coverage and max fitness."""
+    last = result.last
+    return (
+        f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
+        f"coverage {100 * last['coverage']:.1f}%, max fitness {last['max_fitness']:.6g}"
+    )
+
+
+def hparams_columns(step: str, hparams: Mapping[str, np.ndarray], **extra: np.ndarray):
+    """Long-format columns of per-member hyperparameters: ``step`` and ``member``, then one
+    column per hyperparameter (``hparams`` maps names to ``(steps, members)`` arrays), then
+    the ``extra`` columns (same shape)."""
+    names = sorted(hparams)
+    steps, members = np.shape(hparams[names[0]])
+    columns = {
+        step: np.repeat(np.arange(steps), members),
+        "member": np.tile(np.arange(members), steps),
+    }
+    for name in names:
+        columns[name] = np.asarray(hparams[name], np.float64).reshape(-1)
+    for name, values in extra.items():
+        columns[name] = np.asarray(values).reshape(-1)
+    return columns

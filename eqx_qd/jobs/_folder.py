@@ -194,11 +194,6 @@ class RunFolder:
     def read_json(self, name: str) -> Any:
         return json.loads(self.read_text(name))
 
-    def read_rows(self, name: str) -> list[dict[str, str]]:
-        """The rows of a CSV file as dicts of strings."""
-        with open(self.file(name), newline="") as f:
-            return list(csv.DictReader(f))
-
     def read_columns(self, name: str) -> dict[str, np.ndarray]:
         """The columns of a CSV file: float arrays where every value is a number, else str."""
         with open(self.file(name), newline="") as f:

@@ -27,7 +27,7 @@ from ._registry import ENVIRONMENTS, make_env
 
 @dataclasses.dataclass(frozen=True)
 class IPPOConfig(JobConfig):
-    """Settings of the IPPO job (`run_ippo`, ``eqx-qd run ippo``). The defaults train 4 agents
+    """Settings of the IPPO job (`jobs.run`, ``eqx-qd run ippo``). The defaults train 4 agents
     on `LineTargets` (a line of 16 cells, 40 steps per episode) to walk to their targets.
 
     ``env`` is any registered environment: a multi-agent one, or a single-agent one played by
@@ -218,6 +218,17 @@ def _progress_rows(table: dict[str, np.ndarray]) -> list[list]:
 
 
 class _IPPOJob(Job):
+    """Train to ``config.num_updates`` updates, evaluating and checkpointing every
+    ``eval_frequency`` updates under ``out_dir``.
+
+    The folder holds ``config.toml``, ``agent.json``, ``hparams.json``, ``checkpoints/`` (one
+    state and its evaluation per evaluation), ``progress.csv`` (per evaluation: updates, env
+    steps, return statistics over episodes and agents, fractions terminated / truncated, mean
+    length) and ``learning_curve.png``. With ``resume``, training continues from the latest
+    checkpoint in ``out_dir`` (the config must describe the same agent; its hyperparameters
+    apply from there on). Without it, a folder that already holds a run is refused.
+    """
+
     name = "ippo"
     config_cls = IPPOConfig
     help = "independent PPO (default: 4 agents on the discrete LineTargets task)"
@@ -277,27 +288,3 @@ class _IPPOJob(Job):
 
 
 register_job(_IPPOJob())
-
-
-def run_ippo(
-    config: IPPOConfig,
-    out_dir: str | os.PathLike,
-    *,
-    progress: bool | Progress = True,
-    plots: bool = True,
-    on_log=None,
-    resume: bool = False,
-) -> RunResult:
-    """Train to ``config.num_updates`` updates, evaluating and checkpointing every
-    ``eval_frequency`` updates under ``out_dir``.
-
-    The folder holds ``config.toml``, ``agent.json``, ``hparams.json``, ``checkpoints/`` (one
-    state and its evaluation per evaluation), ``progress.csv`` (per evaluation: updates, env
-    steps, return statistics over episodes and agents, fractions terminated / truncated, mean
-    length) and ``learning_curve.png``. With ``resume``, training continues from the latest
-    checkpoint in ``out_dir`` (the config must describe the same agent; its hyperparameters
-    apply from there on). Without it, a folder that already holds a run is refused.
-    """
-    from ._common import run_job
-
-    return run_job(config, out_dir, progress=progress, plots=plots, on_log=on_log, resume=resume)

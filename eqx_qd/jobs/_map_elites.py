@@ -15,7 +15,16 @@ from .._metrics import QDMetrics
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
 from .._validate import non_negative, positive_int
-from ._common import Job, new_run_folder, read_repertoire, register_job, RunResult, write_qd_outputs
+from ._common import (
+    Job,
+    new_run_folder,
+    qd_summary,
+    read_qd_run,
+    read_repertoire,
+    register_job,
+    RunResult,
+    write_qd_outputs,
+)
 from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
@@ -24,7 +33,7 @@ from ._registry import EMITTERS, make_emitter, make_task, TASKS
 
 @dataclasses.dataclass(frozen=True)
 class MapElitesConfig(JobConfig):
-    """Settings of the MAP-Elites job (`run_map_elites`, ``eqx-qd run map-elites``)."""
+    """Settings of the MAP-Elites job (`jobs.run`, ``eqx-qd run map-elites``)."""
 
     JOB: ClassVar[str] = "map-elites"
 
@@ -93,6 +102,14 @@ def _row(iteration: int, config: MapElitesConfig, metrics: QDMetrics) -> dict[st
 
 
 class _MapElitesJob(Job):
+    """Run MAP-Elites as ``config`` says; with ``out_dir``, write the run folder.
+
+    The loop runs ``log_period`` iterations per jitted call (one compile), logging the metrics
+    after each. The folder holds ``config.toml``, ``progress.csv`` (iteration, evaluations and
+    the `QDMetrics` columns), ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``,
+    ``repertoire.png`` and ``progress.png``. ``on_log`` is called with every logged row.
+    """
+
     name = "map-elites"
     config_cls = MapElitesConfig
     help = "MAP-Elites on a pure-JAX task (default: rastrigin, 100-D, CVT 1024 cells)"
@@ -132,35 +149,10 @@ class _MapElitesJob(Job):
             tess = GridTessellation((config.cells,) * task.num_descriptors, lo, hi)
         genotype = lambda: jnp.zeros((config.genotype_dim,), jnp.float32)
         repertoire = read_repertoire(folder, genotype, tessellation=tess)
-        progress = folder.read_columns("progress.csv")
-        return RunResult(config, folder.path, progress, None, repertoire)
+        return read_qd_run(folder, config, repertoire)
 
     def summary(self, result: RunResult) -> str:
-        last = result.last
-        return (
-            f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
-            f"coverage {100 * last['coverage']:.1f}%, max fitness {last['max_fitness']:.6g}"
-        )
+        return qd_summary(result)
 
 
 register_job(_MapElitesJob())
-
-
-def run_map_elites(
-    config: MapElitesConfig,
-    out_dir: str | os.PathLike | None = None,
-    *,
-    progress: bool | Progress = True,
-    plots: bool = True,
-    on_log=None,
-) -> RunResult:
-    """Run MAP-Elites as ``config`` says; with ``out_dir``, write the run folder.
-
-    The loop runs ``log_period`` iterations per jitted call (one compile), logging the metrics
-    after each. The folder holds ``config.toml``, ``progress.csv`` (iteration, evaluations and
-    the `QDMetrics` columns), ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``,
-    ``repertoire.png`` and ``progress.png``. ``on_log`` is called with every logged row.
-    """
-    from ._common import run_job
-
-    return run_job(config, out_dir, progress=progress, plots=plots, on_log=on_log)

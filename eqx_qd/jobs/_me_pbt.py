@@ -2,7 +2,6 @@
 sharded over several, with the PBT agents' hyperparameter trajectories."""
 
 import dataclasses
-import os
 from typing import ClassVar
 
 import equinox as eqx
@@ -20,8 +19,11 @@ from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive, positive_int
 from .._variation import IsoLineVariation
 from ._common import (
+    hparams_columns,
     Job,
     new_run_folder,
+    qd_summary,
+    read_qd_run,
     read_repertoire,
     register_job,
     RunResult,
@@ -35,7 +37,7 @@ from ._registry import AGENTS, ENVIRONMENTS, make_agent, make_env
 
 @dataclasses.dataclass(frozen=True)
 class MEPBTConfig(JobConfig):
-    """Settings of the ME-PBT job (`run_me_pbt`, ``eqx-qd run me-pbt``). The defaults (10
+    """Settings of the ME-PBT job (`jobs.run`, ``eqx-qd run me-pbt``). The defaults (10
     PBT-TD3 agents + 10 GA children on the walled point maze, 128 cells) run in about a minute
     on a laptop CPU. Fractions as in QDax's ``PBTEmitterConfig``. With ``devices > 1`` the
     population sizes are per device."""
@@ -115,6 +117,14 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
 
 
 class _MEPBTJob(Job):
+    """ME-PBT for ``config.iterations`` iterations.
+
+    The folder holds ``config.toml``, ``progress.csv`` (per iteration: evaluations and the QD
+    metrics), ``hparams.csv`` (the PBT agents' hyperparameters after each iteration),
+    ``repertoire.eqx`` (agent states without optimiser states), ``centroids.npy`` and the plots
+    ``repertoire.png``, ``progress.png`` and ``hparams.png``.
+    """
+
     name = "me-pbt"
     config_cls = MEPBTConfig
     help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
@@ -165,7 +175,7 @@ class _MEPBTJob(Job):
             progress.advance(1, qd=rows[-1]["qd_score"], max=rows[-1]["max_fitness"])
         columns = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
         hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
-        table = _hparams_columns(hparams)
+        table = hparams_columns("iteration", hparams)  # all devices' agents, device-major
         if folder is not None:
             write_qd_outputs(folder, state.repertoire, columns, plots=plots)
             folder.write_columns("hparams.csv", table)
@@ -182,50 +192,10 @@ class _MEPBTJob(Job):
         _, emitter = make_me_pbt(config)
         genotype = lambda: tree_take(emitter.initial_genotypes(1, key=jr.key(0)), 0)
         repertoire = read_repertoire(folder, genotype, with_ids=True)
-        return RunResult(
-            config, folder.path, folder.read_columns("progress.csv"), None, repertoire,
-            {"hparams": folder.read_columns("hparams.csv")},
-        )  # fmt: skip
+        return read_qd_run(folder, config, repertoire, ("hparams",))
 
     def summary(self, result: RunResult) -> str:
-        last = result.last
-        return (
-            f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
-            f"coverage {100 * last['coverage']:.1f}%, max fitness {last['max_fitness']:.6g}"
-        )
-
-
-def _hparams_columns(hparams: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per iteration and agent (all devices' agents, device-major): its hyperparameters."""
-    names = sorted(hparams)
-    iterations, agents = hparams[names[0]].shape
-    columns = {
-        "iteration": np.repeat(np.arange(iterations), agents),
-        "member": np.tile(np.arange(agents), iterations),
-    }
-    for name in names:
-        columns[name] = np.asarray(hparams[name], np.float64).reshape(-1)
-    return columns
+        return qd_summary(result)
 
 
 register_job(_MEPBTJob())
-
-
-def run_me_pbt(
-    config: MEPBTConfig,
-    out_dir: str | os.PathLike | None = None,
-    *,
-    progress: bool | Progress = True,
-    plots: bool = True,
-    on_log=None,
-) -> RunResult:
-    """ME-PBT for ``config.iterations`` iterations.
-
-    The folder holds ``config.toml``, ``progress.csv`` (per iteration: evaluations and the QD
-    metrics), ``hparams.csv`` (the PBT agents' hyperparameters after each iteration),
-    ``repertoire.eqx`` (agent states without optimiser states), ``centroids.npy`` and the plots
-    ``repertoire.png``, ``progress.png`` and ``hparams.png``.
-    """
-    from ._common import run_job
-
-    return run_job(config, out_dir, progress=progress, plots=plots, on_log=on_log)

@@ -2,7 +2,6 @@
 environment, with a run folder and plots of what PBT chose for every member."""
 
 import dataclasses
-import os
 from typing import ClassVar
 
 import equinox as eqx
@@ -20,7 +19,7 @@ from .._rl.pbt import (
 )
 from .._rl.spaces import log_uniform_learning_rates
 from .._validate import fraction, positive, positive_int
-from ._common import Job, new_run_folder, register_job, RunResult
+from ._common import hparams_columns, Job, new_run_folder, register_job, RunResult
 from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
@@ -29,7 +28,7 @@ from ._registry import AGENTS, ENVIRONMENTS, make_agent, make_env
 
 @dataclasses.dataclass(frozen=True)
 class PBTConfig(JobConfig):
-    """Settings of the PBT job (`run_pbt`, ``eqx-qd run pbt``). The defaults train 8 SAC agents
+    """Settings of the PBT job (`jobs.run`, ``eqx-qd run pbt``). The defaults train 8 SAC agents
     on the open point maze. ``best_fraction`` / ``worse_fraction`` follow QDax (counts are
     ``int(fraction * population_size)`` and must not round to zero)."""
 
@@ -81,6 +80,15 @@ def make_pbt_run(config: PBTConfig):
 
 
 class _PBTJob(Job):
+    """Train the population for ``rounds`` rounds; after each, evaluate every member and apply
+    PBT (not after the last).
+
+    The folder holds ``config.toml``, ``progress.csv`` (per round: env steps, mean / max / min
+    return), ``hparams.csv`` (per round and member: its hyperparameters, return, and the member
+    it was copied from next), ``population.eqx`` (the final agent states without optimiser
+    states), ``returns.png`` and ``hparams.png``. `RunResult.state` is the final population.
+    """
+
     name = "pbt"
     config_cls = PBTConfig
     help = "PBT over a registered agent (default: 8 SAC agents on the open point maze)"
@@ -128,7 +136,9 @@ class _PBTJob(Job):
             "max_return": returns_arr.max(axis=1),
             "min_return": returns_arr.min(axis=1),
         }
-        table = _hparams_columns(config, returns_arr, hparams, np.stack(source_log))
+        table = hparams_columns(
+            "round", hparams, **{"return": returns_arr, "next_copied_from": np.stack(source_log)}
+        )
         if folder is not None:
             folder.write_columns("progress.csv", progress_columns)
             folder.write_columns("hparams.csv", table)
@@ -165,40 +175,4 @@ class _PBTJob(Job):
         )
 
 
-def _hparams_columns(config, returns, hparams, sources) -> dict[str, np.ndarray]:
-    """Per round and member: its hyperparameters during the round, its return, and the member
-    it was copied from for the next round (itself when it was kept)."""
-    rounds, members = returns.shape
-    columns = {
-        "round": np.repeat(np.arange(rounds), members),
-        "member": np.tile(np.arange(members), rounds),
-    }
-    for name in sorted(hparams):
-        columns[name] = np.asarray(hparams[name], np.float64).reshape(-1)
-    columns["return"] = np.asarray(returns, np.float64).reshape(-1)
-    columns["next_copied_from"] = np.asarray(sources).reshape(-1)
-    return columns
-
-
 register_job(_PBTJob())
-
-
-def run_pbt(
-    config: PBTConfig,
-    out_dir: str | os.PathLike | None = None,
-    *,
-    progress: bool | Progress = True,
-    plots: bool = True,
-    on_log=None,
-) -> RunResult:
-    """Train the population for ``rounds`` rounds; after each, evaluate every member and apply
-    PBT (not after the last).
-
-    The folder holds ``config.toml``, ``progress.csv`` (per round: env steps, mean / max / min
-    return), ``hparams.csv`` (per round and member: its hyperparameters, return, and the member
-    it was copied from next), ``population.eqx`` (the final agent states without optimiser
-    states), ``returns.png`` and ``hparams.png``. `RunResult.state` is the final population.
-    """
-    from ._common import run_job
-
-    return run_job(config, out_dir, progress=progress, plots=plots, on_log=on_log)

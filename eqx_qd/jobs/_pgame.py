@@ -1,13 +1,12 @@
 """The PGA-MAP-Elites job: the original repo's config arguments, its loop and its output files.
 
-`run_pgame` writes one run folder: ``config.toml``, ``progress.csv`` (one row per batch),
+The job writes one run folder: ``config.toml``, ``progress.csv`` (one row per batch),
 ``actors.csv`` (one row per actor added to the archive, with its parents), an
 ``archive_<evals>.csv`` snapshot every ``save_period`` evaluations, the final actors'
 parameters (``repertoire.eqx``, read back by `load_run`), ``centroids.npy`` and plots.
 """
 
 import dataclasses
-import os
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -31,7 +30,7 @@ from .._scoring import PolicyScorer, reevaluate
 from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive_int
 from .._variation import IsoLineVariation
-from ._common import Job, new_run_folder, read_repertoire, register_job, RunResult
+from ._common import Job, new_run_folder, read_qd_run, read_repertoire, register_job, RunResult
 from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
@@ -297,6 +296,16 @@ def _archive_rows(repertoire: MapElitesRepertoire) -> tuple[list[str], list[list
 
 
 class _PGAMEJob(Job):
+    """Run PGA-MAP-Elites (or plain MAP-Elites with ``gradient_op=False``) for ``max_evals``
+    evaluations: ``random_init`` random policies, then batches of ``eval_batch_size``.
+
+    Iterations run in jitted chunks of about ``save_period`` evaluations (one compile); the
+    logs are rewritten after every chunk, so a long run can be watched while it goes. The
+    folder holds ``config.toml``, ``progress.csv``, ``actors.csv``, ``archive_<evals>.csv``,
+    ``repertoire.eqx`` (the final actors; `load_run` reads it back), ``centroids.npy`` and the
+    plots ``repertoire.png``, ``progress.png`` and ``fitness_density.png``.
+    """
+
     name = "pgame"
     config_cls = PGAMEConfig
     help = "PGA-MAP-Elites (default: the local preset, walker2d_uni, 10k evaluations)"
@@ -402,10 +411,7 @@ class _PGAMEJob(Job):
         env = make_pgame_env(config)
         _, td3 = make_pgame(config, env)
         repertoire = read_repertoire(folder, lambda: td3.init_policy(key=jr.key(0)), with_ids=True)
-        return RunResult(
-            config, folder.path, folder.read_columns("progress.csv"), None, repertoire,
-            {"actors": folder.read_columns("actors.csv")},
-        )  # fmt: skip
+        return read_qd_run(folder, config, repertoire, ("actors",))
 
     def summary(self, result: RunResult) -> str:
         last = result.last
@@ -438,28 +444,6 @@ def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog) -> No
 
 
 register_job(_PGAMEJob())
-
-
-def run_pgame(
-    config: PGAMEConfig,
-    out_dir: str | os.PathLike | None = None,
-    *,
-    progress: bool | Progress = True,
-    plots: bool = True,
-    on_log=None,
-) -> RunResult:
-    """Run PGA-MAP-Elites (or plain MAP-Elites with ``gradient_op=False``) for ``max_evals``
-    evaluations: ``random_init`` random policies, then batches of ``eval_batch_size``.
-
-    Iterations run in jitted chunks of about ``save_period`` evaluations (one compile); the
-    logs are rewritten after every chunk, so a long run can be watched while it goes. The
-    folder holds ``config.toml``, ``progress.csv``, ``actors.csv``, ``archive_<evals>.csv``,
-    ``repertoire.eqx`` (the final actors; `load_run` reads it back), ``centroids.npy`` and the
-    plots ``repertoire.png``, ``progress.png`` and ``fitness_density.png``.
-    """
-    from ._common import run_job
-
-    return run_job(config, out_dir, progress=progress, plots=plots, on_log=on_log)
 
 
 def policy_by_id(repertoire: MapElitesRepertoire, actor_id: int) -> DeterministicPolicy:
