@@ -25,8 +25,13 @@ ScoringFn = Callable[..., tuple[Float[Array, " batch"], Float[Array, "batch d"],
 class MAPElitesState(eqx.Module):
     """Everything that changes during a MAP-Elites run.
 
-    ``evaluations`` counts every candidate scored so far; candidate ids are given in that order
-    (the initial population gets ``0 .. n-1``).
+    **Fields:**
+
+    - `repertoire`: the archive.
+    - `emitter_state`: what the emitter learns (its ``init`` / ``state_update`` output).
+    - `iteration`: iterations done since `MAPElites.init`.
+    - `evaluations`: candidates scored so far; candidate ids are given in that order (the
+      initial population gets ``0 .. n-1``).
     """
 
     repertoire: MapElitesRepertoire
@@ -36,7 +41,12 @@ class MAPElitesState(eqx.Module):
 
 
 class StepInfo(eqx.Module):
-    """What one iteration emitted and how it went (for logs and lineage)."""
+    """What one iteration emitted and how it went (for logs and lineage).
+
+    **Fields:** the batch's `fitnesses` ``(batch,)`` and `descriptors` ``(batch,
+    num_descriptors)``; `add_info`, the `AddInfo` of its insertion; `emit_extra`, what the
+    emitter returned beside the genotypes (a `Lineage`); `ids`, the candidates' ids.
+    """
 
     fitnesses: Float[Array, " batch"]
     descriptors: Float[Array, "batch num_descriptors"]
@@ -59,6 +69,14 @@ class MAPElites(eqx.Module):
     With ``axis_name`` (inside `run_sharded`'s ``shard_map``), each device emits and scores its
     own batch, and every device inserts the gathered batches of all devices. The repertoire is
     therefore the same on every device, while emitter states stay per device.
+
+    **Fields:**
+
+    - `emitter`: where candidates come from.
+    - `scoring_fn`: ``scoring_fn(genotypes, *, key) -> (fitnesses, descriptors, extra)``.
+    - `qd_offset`: added to every elite's fitness in the QD-score (the task's, usually).
+    - `lineage`: store each elite's id in the repertoire (see above).
+    - `axis_name`: the mesh axis under ``shard_map``, or ``None``.
     """
 
     emitter: AbstractEmitter
@@ -80,7 +98,11 @@ class MAPElites(eqx.Module):
     def init(
         self, genotypes: Genotypes, tessellation: AbstractTessellation, *, key: PRNGKey
     ) -> tuple[MAPElitesState, QDMetrics]:
-        """Score an initial population and build the repertoire and emitter state from it."""
+        """Score the initial population ``genotypes`` (any pytree with a leading batch axis)
+        and build, over ``tessellation``, the repertoire and the emitter state from it.
+
+        **Returns:** the state and the metrics of the first repertoire.
+        """
         score_key, emitter_key = jr.split(self._device_key(key))
         fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
         n = fitnesses.shape[0]

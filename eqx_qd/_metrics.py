@@ -27,6 +27,7 @@ class QDMetrics(eqx.Module):
     p95_fitness: Float[Array, "*t"]
 
     def as_dict(self) -> dict[str, Array]:
+        """The metrics by name (the ``progress.csv`` columns)."""
         return {name: getattr(self, name) for name in METRIC_NAMES}
 
 

@@ -37,12 +37,14 @@ def batch_size_of(tree: PyTree) -> int:
 
 
 def tree_take(tree: _T, idx: Int[Array, "..."] | int) -> _T:
-    """Index the leading axis of every array leaf; non-array leaves pass through."""
+    """Index the leading axis of every array leaf of ``tree`` with ``idx`` (an int or an int
+    array); non-array leaves pass through (P8: ``x[idx]`` fails on an MLP's activation)."""
     return jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, tree)
 
 
 def tree_scatter(tree: _T, idx: Int[Array, " batch"], values: _T) -> _T:
-    """Write ``values`` rows at ``idx`` along the leading axis; out-of-range rows are dropped."""
+    """Write the rows of ``values`` into ``tree`` at ``idx`` along the leading axis;
+    out-of-range indices are dropped (a cheap way to skip rows)."""
 
     def put(x, v):
         if not eqx.is_array(x):
@@ -58,13 +60,13 @@ def tree_concatenate(trees: Sequence[_T]) -> _T:
 
 
 def tree_slice(tree: _T, start: int, stop: int) -> _T:
-    """Rows ``start:stop`` of every array leaf (static bounds)."""
+    """Rows ``start:stop`` of every array leaf of ``tree`` (static bounds)."""
     return jax.tree.map(lambda x: x[start:stop] if eqx.is_array(x) else x, tree)
 
 
 def tree_all_gather(tree: _T, axis_name: str | None) -> _T:
-    """Concatenate every device's rows of the array leaves over a mapped axis (inside
-    ``shard_map``); the identity when ``axis_name`` is ``None``."""
+    """Concatenate every device's rows of the array leaves of ``tree`` over the mapped axis
+    ``axis_name`` (inside ``shard_map``); the identity when ``axis_name`` is ``None``."""
     if axis_name is None:
         return tree
     gather = lambda x: jax.lax.all_gather(x, axis_name, tiled=True)
@@ -82,7 +84,8 @@ def tree_zeros_batch(example: _T, n: int) -> _T:
 def filter_scan(
     f: Callable[[_T, Any], tuple[_T, _Y]], init: _T, xs: Any, length: int | None = None
 ) -> tuple[_T, _Y]:
-    """`jax.lax.scan` whose carry may hold non-array leaves (functions, Python scalars).
+    """`jax.lax.scan` of ``f(carry, x) -> (carry, y)`` from ``init`` over ``xs`` (or
+    ``length`` steps), whose carry may hold non-array leaves (functions, Python scalars).
 
     The static part of the carry is split off once and must come back unchanged from ``f``.
     """
@@ -106,7 +109,8 @@ def _check_static(new_static: Any, static: Any, where: str) -> None:
 def filter_cond(
     pred: Any, true_fun: Callable[..., _T], false_fun: Callable[..., _T], *operands: Any
 ) -> _T:
-    """`jax.lax.cond` whose operands and results may hold non-array leaves.
+    """`jax.lax.cond`: ``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``, where
+    operands and results may hold non-array leaves.
 
     Both branches must return the same non-array part (checked at trace time).
     """
@@ -127,8 +131,9 @@ def filter_cond(
 
 
 def filter_while_loop(cond_fun: Callable[[_T], Any], body_fun: Callable[[_T], _T], init: _T) -> _T:
-    """`jax.lax.while_loop` whose carry may hold non-array leaves; ``body_fun`` must return the
-    same non-array part it was given (checked at trace time)."""
+    """`jax.lax.while_loop`: ``body_fun`` from ``init`` while ``cond_fun`` holds, where the
+    carry may hold non-array leaves; ``body_fun`` must return the same non-array part it was
+    given (checked at trace time)."""
     dynamic, static = eqx.partition(init, eqx.is_array)
 
     def body(d):

@@ -30,8 +30,12 @@ class AddStatus(enum.IntEnum):
 class AddInfo(eqx.Module):
     """Per-candidate outcome of an insertion (all arrays of shape ``(batch,)``).
 
-    ``delta`` is the candidate's fitness minus the cell's elite fitness before the batch
-    (``+inf`` when the cell was empty, NaN when the candidate's fitness was NaN).
+    **Fields:**
+
+    - `cell`: the candidate's cell.
+    - `status`: an `AddStatus` value (not added, improved, new).
+    - `delta`: the candidate's fitness minus the cell's elite fitness before the batch
+      (``+inf`` when the cell was empty, NaN when the candidate's fitness was NaN).
     """
 
     cell: Int[Array, " batch"]
@@ -40,15 +44,22 @@ class AddInfo(eqx.Module):
 
     @property
     def inserted(self) -> Bool[Array, " batch"]:
+        """Whether each candidate entered the repertoire."""
         return self.status != AddStatus.NOT_ADDED
 
     @property
     def novel(self) -> Bool[Array, " batch"]:
+        """Whether each candidate filled an empty cell."""
         return self.status == AddStatus.NEW
 
 
 class Elites(eqx.Module):
-    """A batch of elites drawn from a repertoire."""
+    """A batch of elites drawn from a repertoire (`MapElitesRepertoire.select`).
+
+    **Fields:** `genotypes` (leading axis ``batch``), `fitnesses` ``(batch,)``, `descriptors`
+    ``(batch, num_descriptors)``, `cells` (their cell indices) and `extra` (what the repertoire
+    stores beside each elite, e.g. its id; ``None`` if nothing).
+    """
 
     genotypes: Genotypes
     fitnesses: Float[Array, " batch"]
@@ -113,18 +124,22 @@ class MapElitesRepertoire(eqx.Module):
 
     @property
     def num_cells(self) -> int:
+        """The number of cells of the tessellation."""
         return self.tessellation.num_cells
 
     @property
     def centroids(self) -> Float[Array, "num_cells num_descriptors"]:
+        """The cells' centroids."""
         return self.tessellation.centroids
 
     @property
     def filled(self) -> Bool[Array, " num_cells"]:
+        """Which cells hold an elite."""
         return jnp.isfinite(self.fitnesses)
 
     @property
     def num_filled(self) -> Int[Array, ""]:
+        """How many cells hold an elite."""
         return jnp.sum(self.filled, dtype=jnp.int32)
 
     def add(
@@ -139,6 +154,14 @@ class MapElitesRepertoire(eqx.Module):
         Per cell, the best candidate of the batch (lowest batch index among ties) replaces the
         elite if it is strictly better. Candidates with a non-finite fitness or descriptor are
         never inserted, so a bad batch cannot overwrite what is stored.
+
+        **Arguments:**
+
+        - `genotypes`: a pytree shaped like the stored genotypes, with a leading ``batch`` axis.
+        - `descriptors`: ``(batch, num_descriptors)``.
+        - `fitnesses`: ``(batch,)``.
+        - `extra`: per-candidate data to store beside each elite (ids), exactly when the
+          repertoire stores extra.
         """
         batch = fitnesses.shape[0]
         if batch_size_of(genotypes) != batch:
@@ -205,7 +228,9 @@ def init_repertoire(
     fitnesses: Float[Array, " batch"],
     extra: Extra = None,
 ) -> tuple[MapElitesRepertoire, AddInfo]:
-    """An empty repertoire shaped after the batch, with the batch inserted."""
+    """An empty repertoire over ``tessellation``, shaped after the batch (``genotypes``,
+    ``descriptors``, ``fitnesses`` and optional per-candidate ``extra``, as for
+    `MapElitesRepertoire.add`), with the batch inserted."""
     first: Any = tree_take(genotypes, 0)
     empty = MapElitesRepertoire.empty(
         tessellation, first, None if extra is None else tree_take(extra, 0)

@@ -45,6 +45,8 @@ class PolicyScorer(eqx.Module):
         return self.env.qd_offset
 
     def episodes(self, policies, *, key: PRNGKey) -> Episode:
+        """One episode per genotype of ``policies`` (a stacked population), each with its own
+        key; the `Episode` fields get a leading population axis."""
         n = _population_size(policies)
         agent = self.agent
 
@@ -74,7 +76,12 @@ def _population_size(policies) -> int:
 
 
 class Reevaluation(eqx.Module):
-    """Scores of the same genotypes over ``num_evals`` keys (leading axis of the raw fields)."""
+    """Scores of the same genotypes over ``num_evals`` keys.
+
+    **Fields:** `fitnesses` ``(num_evals, batch)`` and `descriptors` ``(num_evals, batch,
+    num_descriptors)``; the properties give their means and standard deviations over the
+    evaluations.
+    """
 
     fitnesses: Float[Array, "num_evals batch"]
     descriptors: Float[Array, "num_evals batch num_descriptors"]
@@ -97,8 +104,9 @@ class Reevaluation(eqx.Module):
 
 
 def reevaluate(scoring_fn: Callable, genotypes, num_evals: int, *, key: PRNGKey) -> Reevaluation:
-    """Score ``genotypes`` ``num_evals`` times with independent keys (robustness statistics,
-    e.g. the PGA-ME repo's average of the best elite's fitness over 10 evaluations)."""
+    """Score ``genotypes`` with ``scoring_fn`` ``num_evals`` times, with independent keys
+    (robustness statistics, e.g. the PGA-ME repo's average of the best elite's fitness over 10
+    evaluations)."""
     check.positive_int("num_evals", num_evals)
 
     def one(k):

@@ -22,7 +22,8 @@ class AbstractSelector(eqx.Module):
     def indices(
         self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
     ) -> Int[Array, " {num}"]:
-        """Indices of the selected cells."""
+        """``num`` indices of cells, drawn among the filled cells of ``fitnesses``
+        (``(num_cells,)``, ``-inf`` for empty cells)."""
 
 
 def _check_nonempty(idx: Array, num_filled: Array) -> Array:

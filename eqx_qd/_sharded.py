@@ -19,7 +19,8 @@ from ._tessellation import AbstractTessellation
 
 
 def device_mesh(num_devices: int | None = None, axis_name: str = "p") -> Mesh:
-    """A 1-D mesh over the first ``num_devices`` devices (all by default)."""
+    """A 1-D mesh over the first ``num_devices`` devices (all by default), its axis named
+    ``axis_name`` (the emitter's and `MAPElites`' ``axis_name``)."""
     devices = jax.devices()
     n = len(devices) if num_devices is None else num_devices
     if not 1 <= n <= len(devices):
@@ -54,9 +55,10 @@ _drop_axis = lambda tree: jax.tree.map(lambda x: x[0], tree)
 def init_sharded(
     algo: MAPElites, genotypes, tessellation: AbstractTessellation, *, mesh: Mesh, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
-    """`MAPElites.init` over the mesh: ``genotypes`` (leading axis divisible by the number of
-    devices) are split among the devices. The returned state's emitter state has a leading
-    device axis; the repertoire holds every device's initial population."""
+    """``algo.init`` over ``mesh``: ``genotypes`` (leading axis divisible by the number of
+    devices) are split among the devices, and the repertoire over ``tessellation`` holds every
+    device's initial population. The returned state's emitter state has a leading device
+    axis. ``algo`` (and its emitter) must use the mesh's axis name."""
     axis = _check(algo, mesh)
     g_dyn, g_static = eqx.partition(genotypes, eqx.is_array)
     statics = {}
@@ -78,7 +80,8 @@ def init_sharded(
 def run_sharded(
     algo: MAPElites, state: MAPElitesState, num_iters: int, *, mesh: Mesh, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
-    """``num_iters`` iterations of ``algo.update`` in one ``lax.scan`` on every device.
+    """``num_iters`` iterations of ``algo.update`` in one ``lax.scan`` on every device of
+    ``mesh``, from ``state`` (as `init_sharded` returns it).
 
     Returns the state (replicated repertoire, per-device emitter states) and the metrics
     history with a leading device axis: every row is the same, since the repertoires are.

@@ -96,7 +96,8 @@ def _argmin_rows(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
 def nearest_centroid(
     points: Float[Array, "batch dim"], centroids: Float[Array, "num_cells dim"]
 ) -> Int[Array, " batch"]:
-    """Index of the nearest centroid of each point (ties go to the lowest index).
+    """Index of the nearest of ``centroids`` (``(num_cells, dim)``) for each of ``points``
+    (``(batch, dim)``); ties go to the lowest index.
 
     Squared distances up to a per-point constant are ``|c|^2 - 2 p.c`` (one matmul); the minimum
     is found with ``min`` + ``where`` because XLA's CPU ``argmin`` is several times slower.
@@ -231,7 +232,9 @@ def cvt_centroids(
     *,
     key: PRNGKey,
 ) -> Float[Array, "{num_cells} {num_descriptors}"]:
-    """CVT centroids: Lloyd's k-means on ``num_samples`` uniform points, seeded by ``key``.
+    """``num_cells`` CVT centroids in ``num_descriptors`` dimensions: Lloyd's k-means on
+    ``num_samples`` points drawn uniformly in the box ``[minval, maxval]`` (scalars or one
+    bound per dimension), seeded by ``key``.
 
     Deterministic for a given key. Seeding is k-means++; after one exact assignment, each Lloyd
     step re-assigns a sample among the 16 centroids nearest to its current one (neighbour lists

@@ -66,7 +66,8 @@ def isoline_variation(
 
     Child ``= x1 + iso_sigma * N(0, I) + line_sigma * N(0, 1) * (x2 - x1)``.
 
-    The line coefficient is one draw per child, shared by all leaves of its genotype.
+    The line coefficient is one draw per child, shared by all leaves of its genotype. Children
+    are clipped to ``[min_genotype, max_genotype]`` when bounds are given.
     """
     line_key, iso_key = jr.split(key)
     line = jr.normal(line_key, (batch_size_of(x1),)) * line_sigma
@@ -88,7 +89,8 @@ def gaussian_mutation(
     max_genotype: Any = None,
     key: PRNGKey,
 ) -> Genotypes:
-    """Add ``sigma * N(0, 1)`` to each gene with probability ``mutation_rate``."""
+    """Add ``sigma * N(0, 1)`` to each gene of ``x`` with probability ``mutation_rate``, then
+    clip to ``[min_genotype, max_genotype]`` when bounds are given."""
 
     def mutate(k, a):
         noise_key, mask_key = jr.split(k)
@@ -110,8 +112,9 @@ def polynomial_mutation(
 ) -> Genotypes:
     """Deb's bounded polynomial mutation with distribution index ``eta_m``.
 
-    Each gene is mutated with probability ``mutation_rate``; bounds are required because the
-    perturbation is scaled by the distance to them.
+    Each gene of ``x`` is mutated with probability ``mutation_rate``; the bounds
+    ``min_genotype`` / ``max_genotype`` are required because the perturbation is scaled by the
+    distance to them.
     """
     lo, hi = f32(min_genotype), f32(max_genotype)
 
@@ -144,8 +147,10 @@ def sbx_crossover(
 ) -> Genotypes:
     """Simulated binary crossover (Deb & Agrawal 1995) with distribution index ``eta_c``.
 
-    Returns the first child of each pair; a gene is crossed with probability ``crossover_rate``
-    and copied from ``x1`` otherwise. A large ``eta_c`` keeps children near their parents.
+    Returns the first child of each pair of ``x1`` and ``x2``; a gene is crossed with
+    probability ``crossover_rate`` and copied from ``x1`` otherwise. A large ``eta_c`` keeps
+    children near their parents. Children are clipped to ``[min_genotype, max_genotype]`` when
+    bounds are given.
     """
 
     def cross(k, a, b):
@@ -165,14 +170,18 @@ class AbstractMutation(eqx.Module):
     """One parent per child. Subclass and implement ``__call__`` to add an operator."""
 
     @abc.abstractmethod
-    def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes: ...
+    def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
+        """Children of the parent batch ``x`` (a pytree with a leading batch axis), shaped like
+        ``x``."""
 
 
 class AbstractVariation(eqx.Module):
     """Two parents per child. Subclass and implement ``__call__`` to add an operator."""
 
     @abc.abstractmethod
-    def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes: ...
+    def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
+        """Children of the parent batches ``x1`` and ``x2`` (pytrees of one structure with a
+        shared leading batch axis): one child per pair, shaped like ``x1``."""
 
 
 def _check_bounds(owner: str, lo: Bound, hi: Bound) -> None:
@@ -185,7 +194,11 @@ def _check_bounds(owner: str, lo: Bound, hi: Bound) -> None:
 
 @typing.final
 class IsoLineVariation(AbstractVariation):
-    """Iso+line-DD variation (`isoline_variation`) as a module."""
+    """Iso+line-DD variation (`isoline_variation`) as a module.
+
+    **Fields:** `iso_sigma`, `line_sigma`, and optional bounds `min_genotype`, `max_genotype`
+    (float32 array leaves, so new values reuse the compiled program).
+    """
 
     iso_sigma: Float[Array, ""] = eqx.field(converter=f32)
     line_sigma: Float[Array, ""] = eqx.field(converter=f32)
@@ -211,7 +224,10 @@ class IsoLineVariation(AbstractVariation):
 
 @typing.final
 class SBXCrossover(AbstractVariation):
-    """Simulated binary crossover (`sbx_crossover`) as a module."""
+    """Simulated binary crossover (`sbx_crossover`) as a module.
+
+    **Fields:** `eta_c`, `crossover_rate`, and optional bounds `min_genotype`, `max_genotype`.
+    """
 
     eta_c: Float[Array, ""] = eqx.field(converter=f32)
     crossover_rate: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
@@ -237,7 +253,11 @@ class SBXCrossover(AbstractVariation):
 
 @typing.final
 class PolynomialMutation(AbstractMutation):
-    """Bounded polynomial mutation (`polynomial_mutation`) as a module."""
+    """Bounded polynomial mutation (`polynomial_mutation`) as a module.
+
+    **Fields:** `eta_m`, `mutation_rate`, and the required bounds `min_genotype`,
+    `max_genotype`.
+    """
 
     eta_m: Float[Array, ""] = eqx.field(converter=f32)
     mutation_rate: Float[Array, ""] = eqx.field(converter=f32)
@@ -262,7 +282,10 @@ class PolynomialMutation(AbstractMutation):
 
 @typing.final
 class GaussianMutation(AbstractMutation):
-    """Gaussian mutation (`gaussian_mutation`) as a module."""
+    """Gaussian mutation (`gaussian_mutation`) as a module.
+
+    **Fields:** `sigma`, `mutation_rate`, and optional bounds `min_genotype`, `max_genotype`.
+    """
 
     sigma: Float[Array, ""] = eqx.field(converter=f32)
     mutation_rate: Float[Array, ""] = eqx.field(default=1.0, converter=f32)

@@ -28,6 +28,16 @@ def plot_repertoire(
 
     The image is rasterised: each pixel takes the fitness of its cell (so CVT cells appear as
     their Voronoi regions, grid cells as rectangles); empty cells stay white.
+
+    **Arguments:**
+
+    - `repertoire`: a repertoire with 1 or 2 descriptors.
+    - `ax`: the axes to draw on (a new figure by default).
+    - `bounds`: ``(low, high)`` of the drawn box (default: the grid's bounds, or the CVT
+      centroids' range).
+    - `resolution`: pixels per side; `cmap`: the colour map.
+
+    **Returns:** the figure.
     """
     tess = repertoire.tessellation
     d = tess.num_descriptors
@@ -107,7 +117,9 @@ def plot_fitness_density(
 ) -> Figure:
     """Cumulative fitness density: for each fitness ``f``, the number of archive solutions with
     fitness at least ``f``, averaged over runs (one array of per-cell fitnesses per run; empty
-    cells are ``-inf``). To compare algorithms, call it once per algorithm on the same ``ax``.
+    cells are ``-inf``). To compare algorithms, call it once per algorithm on the same ``ax``,
+    each with its own ``label``; ``bins`` fitness values are drawn between the lowest and the
+    highest.
     """
     fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 3.8))
     ax = ax if ax is not None else fig.add_subplot()
@@ -127,7 +139,8 @@ def plot_fitness_density(
 
 
 def plot_hparams(hparams: Mapping[str, np.ndarray], x_label: str = "round") -> Figure:
-    """One panel per explored hyperparameter: each member's value per round (what PBT chose).
+    """One panel per explored hyperparameter: each member's value per round (what PBT chose),
+    against ``x_label``.
 
     ``hparams`` maps names to ``(rounds, population)`` arrays; hyperparameters that never
     changed are left out (all are drawn when none changed). Learning rates use a log scale.
@@ -169,7 +182,8 @@ def plot_population_returns(returns: np.ndarray) -> Figure:
 def plot_learning_curve(
     env_steps: np.ndarray, mean_return: np.ndarray, std_return: np.ndarray
 ) -> Figure:
-    """Mean evaluation return (with a +-1 std band) against environment steps."""
+    """``mean_return`` (with a +-``std_return`` band) against ``env_steps``, one point per
+    evaluation."""
     x, mean, std = (np.asarray(a) for a in (env_steps, mean_return, std_return))
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(x, mean, color="C0", lw=2, label="mean return")

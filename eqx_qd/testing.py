@@ -75,7 +75,9 @@ def candidate_batches(
     genotype_dim: int = 3,
     allow_nonfinite: bool = True,
 ) -> CandidateBatch:
-    """A batch with random genotypes, descriptors and fitnesses of fixed shapes."""
+    """A `CandidateBatch` of ``batch_size`` random genotypes (``genotype_dim`` genes),
+    descriptors (``num_descriptors``) and fitnesses; shapes are fixed, values drawn (with NaN
+    and infinities unless ``allow_nonfinite=False``)."""
     fit = draw(hnp.arrays(np.float32, (batch_size,), elements=fitness_values(allow_nonfinite)))
     desc = draw(
         hnp.arrays(
@@ -104,7 +106,8 @@ def repertoires(
     """A grid repertoire over the unit box with a random subset of cells filled.
 
     Built directly from NumPy arrays (no JAX computation inside the strategy); each filled
-    cell's descriptor is its centroid, so the repertoire is consistent.
+    cell's descriptor is its centroid, so the repertoire is consistent. ``bins`` sets the grid,
+    ``genotype_dim`` the genes per genotype.
     """
     with _keep_python_random():
         tessellation = GridTessellation(bins, 0.0, 1.0)

@@ -29,8 +29,11 @@ class ActorType(enum.IntEnum):
 class Lineage(eqx.Module):
     """Per-candidate parents and origin, returned by emitters as their ``emit`` extra.
 
-    Parent ids are those the repertoire stores per elite when `MAPElites` tracks lineage
-    (``-1``: no such parent, or ids not tracked). ``kind`` holds `ActorType` values.
+    **Fields** (each ``(batch,)`` int32):
+
+    - `parent1`, `parent2`: the ids the repertoire stores for the parents when `MAPElites`
+      tracks lineage (``-1``: no such parent, or ids not tracked).
+    - `kind`: how the candidate was made, an `ActorType` value.
     """
 
     parent1: Int[Array, " batch"]
@@ -39,6 +42,7 @@ class Lineage(eqx.Module):
 
     @classmethod
     def of(cls, parent1, parent2, kind: ActorType) -> "Lineage":
+        """A lineage whose candidates were all made the same way (``kind``)."""
         return cls(
             parent1.astype(jnp.int32),
             parent2.astype(jnp.int32),
@@ -98,7 +102,7 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
     def emit(
         self, repertoire: MapElitesRepertoire, state: _State, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
-        """A batch of candidates.
+        """A batch of candidates, made from ``repertoire`` with the emitter's ``state``.
 
         **Returns:** ``batch_size`` genotypes (a pytree with that leading axis) and
         per-candidate extra data: a `Lineage` to take part in lineage tracking and in

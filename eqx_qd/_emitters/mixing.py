@@ -24,6 +24,14 @@ def _split_counts(batch_size: int, variation_percentage: float) -> tuple[int, in
 class MixingEmitter(AbstractStatelessEmitter):
     """The GA emitter: ``variation_percentage`` of the batch from a two-parent variation,
     the rest from a one-parent mutation, parents drawn from the repertoire by ``selector``.
+
+    **Fields:**
+
+    - `batch_size`: candidates per iteration.
+    - `variation_percentage`: the fraction made by ``variation`` (rounded to a count; static,
+      as it sets the split).
+    - `mutation`, `variation`: the operators (each required when its share is positive).
+    - `selector`: how parents are drawn (uniformly by default).
     """
 
     batch_size: int = eqx.field(static=True)

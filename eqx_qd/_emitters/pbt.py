@@ -40,6 +40,18 @@ class PBTEmitterConfig(eqx.Module):
     Counts are ``int(fraction * pg_population_size)`` (`count_from_fraction`): a positive
     fraction that rounds to zero agents is an error naming it. All fields are static (they set
     shapes and loop lengths).
+
+    **Fields:**
+
+    - `pg_population_size`: PBT agents; `ga_population_size`: GA children per iteration.
+    - `num_training_iterations`: training iterations of every agent per generation, each
+      stepping `num_envs` environments with `grad_updates_per_step` gradient steps per
+      environment step; `buffer_size`: each agent's replay buffer.
+    - `fraction_best_to_replace_from`: the best set copies are drawn from;
+      `fraction_to_replace_from_best`: the worst agents replaced by copies of the best;
+      `fraction_to_replace_from_samples`: the next worst, replaced by repertoire elites.
+    - `fraction_sort_exchange`: QDax's chunking of the multi-device exchange (unused: one
+      gather suffices, see docs/design.md).
     """
 
     pg_population_size: int = eqx.field(default=10, static=True)
@@ -82,9 +94,15 @@ class PBTEmitterConfig(eqx.Module):
 
 
 class PBTEmitterState(eqx.Module):
-    """The PBT agents (training runs with their buffers and environments) and the returns of
-    the best set that the last replacement copied from (identical on every device when the
-    emitter runs over a mesh axis)."""
+    """What the PBT emitter learns.
+
+    **Fields:**
+
+    - `population`: the PBT agents' training runs (agent states, replay buffers,
+      environments), stacked on a leading ``pg_population_size`` axis.
+    - `best_returns`: the returns of the best set the last replacement copied from (the same
+      on every device when the emitter runs over a mesh axis).
+    """
 
     population: OffPolicyState
     best_returns: Float[Array, " num_best"]
@@ -93,7 +111,19 @@ class PBTEmitterState(eqx.Module):
 @typing.final
 class PBTEmitter(AbstractEmitter[PBTEmitterState]):
     """The ME-PBT emitter (see the module docstring). Score its genotypes with
-    ``PolicyScorer(env, agent=agent)``."""
+    ``PolicyScorer(env, agent=agent)``.
+
+    **Fields:**
+
+    - `agent`, `env`: the agent trained by PBT and its environment (sizes checked against each
+      other).
+    - `config`: the sizes and fractions (`PBTEmitterConfig`).
+    - `spaces`: the hyperparameter spaces copies are resampled from (not empty; names must be
+      fields of the agent's hyperparameters).
+    - `variation`: the GA operator applied to two elites' policies.
+    - `selector`: how elites are drawn from the repertoire.
+    - `axis_name`: the mesh axis under ``shard_map`` (``None`` on one device).
+    """
 
     agent: AbstractAgent
     env: AbstractEnv

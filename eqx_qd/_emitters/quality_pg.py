@@ -35,8 +35,13 @@ from .mixing import MixingEmitter
 
 
 class QualityPGState(eqx.Module):
-    """The critic, its targets and the greedy actor (all in a `TD3State`), and the replay
-    buffer."""
+    """What the policy-gradient emitter learns.
+
+    **Fields:**
+
+    - `td3`: a `TD3State` holding the critic, its targets and the greedy actor.
+    - `buffer`: the replay buffer of every evaluated transition.
+    """
 
     td3: TD3State
     buffer: ReplayBuffer
@@ -65,6 +70,16 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     gradient steps at learning rate ``pg_lr``, then the greedy actor. Genotypes must be
     `DeterministicPolicy` populations shaped like ``td3.init_policy``. The scoring function's
     extra must be a `ScoringExtra` (as `PolicyScorer` returns): its valid steps feed the buffer.
+
+    **Fields:**
+
+    - `batch_size`: candidates per iteration (the last is the greedy actor).
+    - `td3`, `hparams`: the TD3 agent that defines the critic and greedy actor, and its
+      hyperparameters.
+    - `num_critic_steps`: TD3 steps after every batch; `num_pg_steps`: Adam steps per parent.
+    - `buffer_size`: the replay buffer's capacity.
+    - `pg_lr`: the learning rate of the policy-gradient variation.
+    - `selector`: how parents are drawn.
     """
 
     batch_size: int = eqx.field(static=True)
@@ -123,7 +138,9 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     def pg_variation(
         self, parents: DeterministicPolicy, state: QualityPGState, *, key: PRNGKey
     ) -> DeterministicPolicy:
-        """``num_pg_steps`` Adam steps on every parent (vmapped), maximising Q1(s, pi(s))."""
+        """``num_pg_steps`` Adam steps on every policy of ``parents`` (a stacked population;
+        vmapped), maximising Q1(s, pi(s)) under the critic of ``state``, one replay batch per
+        step shared by all parents."""
         critic = state.td3.critic
         opt_states = eqx.filter_vmap(init_adam)(parents)
 
@@ -190,6 +207,10 @@ def pgame_emitter(
 
     With ``proportion_evo = 1`` the greedy actor still takes one slot, so the emitter always
     keeps training the critic on the evaluated transitions.
+
+    **Arguments:** ``batch_size``, ``proportion_evo``; ``iso_sigma``, ``line_sigma`` (the GA's
+    iso+line-DD); ``td3``, ``hparams``, ``num_critic_steps``, ``num_pg_steps``, ``pg_lr``,
+    ``buffer_size`` (the `QualityPGEmitter` fields); ``selector`` (shared by both halves).
     """
     check.fraction("proportion_evo", proportion_evo)
     num_evo = min(int(round(proportion_evo * batch_size)), batch_size - 1)

@@ -21,9 +21,14 @@ from .._custom_types import PRNGKey
 class EnvState(eqx.Module):
     """One environment after a reset or a step.
 
-    ``terminated`` (0 or 1) marks a true end of episode; ``state_desc`` is what the descriptor of
-    the episode is computed from (per-step feet contacts, position...). ``physics`` is the
-    environment's own state.
+    **Fields:**
+
+    - `physics`: the environment's own state (a brax state, a position...).
+    - `obs`: the observation, ``(obs_dim,)``.
+    - `reward`: the reward of the step that led here (0 after a reset), a scalar.
+    - `terminated`: 1.0 when the episode truly ended here (no bootstrap), else 0.0.
+    - `state_desc`: ``(state_desc_dim,)``, what the episode descriptor is computed from
+      (feet contacts, position...).
     """
 
     physics: PyTree
@@ -34,19 +39,27 @@ class EnvState(eqx.Module):
 
 
 class AbstractEnv(eqx.Module):
-    """A single-agent environment: unbatched, pure, actions in ``[-1, 1]^action_size``."""
+    """A single-agent environment: unbatched, pure, actions in ``[-1, 1]^action_size``.
+
+    Subclass it and implement the sizes, `reset` and `step`; batch environments with
+    ``jax.vmap``. Truncation at `episode_length` is the caller's (`rollout`,
+    `autoreset_step`).
+    """
 
     @property
     @abc.abstractmethod
-    def observation_size(self) -> int: ...
+    def observation_size(self) -> int:
+        """Length of an observation vector."""
 
     @property
     @abc.abstractmethod
-    def action_size(self) -> int: ...
+    def action_size(self) -> int:
+        """Length of an action vector (each entry in [-1, 1])."""
 
     @property
     @abc.abstractmethod
-    def state_descriptor_size(self) -> int: ...
+    def state_descriptor_size(self) -> int:
+        """Length of the per-step state descriptor (`EnvState.state_desc`)."""
 
     @property
     @abc.abstractmethod
@@ -54,13 +67,16 @@ class AbstractEnv(eqx.Module):
         """Steps in a full episode (truncation length of rollouts and training episodes)."""
 
     @abc.abstractmethod
-    def reset(self, *, key: PRNGKey) -> EnvState: ...
+    def reset(self, *, key: PRNGKey) -> EnvState:
+        """The first state of an episode (``key`` drives the initial-state and observation
+        noise, if any)."""
 
     @abc.abstractmethod
     def step(
         self, state: EnvState, action: Float[Array, " action_size"], *, key: PRNGKey
     ) -> EnvState:
-        """Advance one step (``key`` drives observation noise, if any)."""
+        """The state after playing ``action`` (``(action_size,)``) in ``state``; ``key``
+        drives observation noise, if any."""
 
 
 class AbstractQDEnv(AbstractEnv):
@@ -68,7 +84,8 @@ class AbstractQDEnv(AbstractEnv):
 
     @property
     @abc.abstractmethod
-    def descriptor_size(self) -> int: ...
+    def descriptor_size(self) -> int:
+        """Length of the episode descriptor (the repertoire's ``num_descriptors``)."""
 
     @property
     @abc.abstractmethod
@@ -87,7 +104,13 @@ class AbstractQDEnv(AbstractEnv):
         state_descs: Float[Array, "time state_desc_dim"],
         valid: Float[Array, " time"],
     ) -> Float[Array, " descriptor_size"]:
-        """The episode descriptor from the per-step state descriptors of its valid steps."""
+        """The episode descriptor, ``(descriptor_size,)``.
+
+        **Arguments:**
+
+        - `state_descs`: the state descriptor after every step, ``(time, state_desc_dim)``.
+        - `valid`: 1.0 for the steps of the episode, 0.0 for steps after it terminated.
+        """
 
     @property
     def qd_offset(self) -> float:
@@ -98,7 +121,8 @@ class AbstractQDEnv(AbstractEnv):
 def mean_descriptor(
     state_descs: Float[Array, "time d"], valid: Float[Array, " time"]
 ) -> Float[Array, " d"]:
-    """Average of the state descriptors over the valid steps (feet-contact rates)."""
+    """Average of ``state_descs`` (``(time, d)``) over the steps where ``valid`` is 1 (the
+    feet-contact rates of the brax ``*_uni`` tasks)."""
     total = jnp.sum(state_descs * valid[:, None], axis=0)
     return total / jnp.maximum(jnp.sum(valid), 1.0)
 
@@ -106,7 +130,8 @@ def mean_descriptor(
 def final_descriptor(
     state_descs: Float[Array, "time d"], valid: Float[Array, " time"]
 ) -> Float[Array, " d"]:
-    """The state descriptor after the last valid step (final position)."""
+    """The row of ``state_descs`` (``(time, d)``) at the last step where ``valid`` is 1 (the
+    final position of the maze and ``ant_omni``)."""
     last = jnp.maximum(jnp.sum(valid).astype(jnp.int32) - 1, 0)
     return state_descs[last]
 
@@ -116,8 +141,14 @@ def final_descriptor(
 
 
 class TrainingEnvState(eqx.Module):
-    """An `EnvState` plus the bookkeeping of a training loop: the step within the episode and
-    the return so far (for logging finished episodes)."""
+    """An `EnvState` plus the bookkeeping of a training loop.
+
+    **Fields:**
+
+    - `env_state`: the environment.
+    - `t`: the step within the episode (a float scalar).
+    - `episode_return`: the return so far (for logging finished episodes).
+    """
 
     env_state: EnvState
     t: Float[Array, ""]
@@ -125,6 +156,7 @@ class TrainingEnvState(eqx.Module):
 
 
 def training_reset(env: AbstractEnv, *, key: PRNGKey) -> TrainingEnvState:
+    """``env.reset`` with the step count and return at zero."""
     zero = jnp.zeros((), jnp.float32)
     return TrainingEnvState(env.reset(key=key), zero, zero)
 
@@ -149,8 +181,13 @@ def autoreset_step(
     *,
     key: PRNGKey,
 ) -> AutoResetStep:
-    """Step, and start a fresh episode (fresh key) when the episode terminated or reached
-    ``env.episode_length`` steps. Episodes cut by the time limit are marked ``truncated``."""
+    """Step ``env`` with ``action`` (``(action_size,)``), and start a fresh episode (fresh
+    key) when the episode terminated or reached ``env.episode_length`` steps.
+
+    **Returns:** an `AutoResetStep`: the state the next step starts from, and the step's
+    reward, reached observation (before any reset), flags (episodes cut by the time limit are
+    ``truncated``) and the finished episode's return (NaN when none finished).
+    """
     step_key, reset_key = jr.split(key)
     nxt = env.step(state.env_state, action, key=step_key)
     t = state.t + 1.0

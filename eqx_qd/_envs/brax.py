@@ -53,7 +53,7 @@ QD_BRAX_TASKS: dict[str, _TaskSpec] = {
 """QD brax tasks: name -> (brax robot, foot geoms, reward offset, omni)."""
 
 DEFAULT_BACKEND = "spring"
-"""brax's fastest physics backend on CPU for every robot here (see STACK.md / README figures)."""
+"""brax's fastest physics backend on CPU for every robot here (figures in the README)."""
 
 
 def _import_brax_envs():
@@ -107,6 +107,16 @@ class BraxQDEnv(AbstractQDEnv):
     By default every episode starts from the same state (a deterministic task, as in QDax);
     ``reset_noise=True`` keeps brax's random initial perturbation, and ``obs_noise`` adds
     gaussian noise to observations (the stochastic variants of the PGA-ME paper).
+
+    **Arguments:**
+
+    - `name`: one of `QD_BRAX_TASKS` (``walker2d_uni``, ``halfcheetah_uni``, ``hopper_uni``,
+      ``ant_uni``, ``ant_omni``).
+    - `episode_length`: steps per episode.
+    - `backend`: brax's physics (``spring``, fastest on CPU; ``positional``,
+      ``generalized``, ``mjx``).
+    - `reset_noise`, `obs_noise`: as above.
+    - `omni_bound`: half-width of the ``ant_omni`` descriptor box.
     """
 
     name: str = eqx.field(static=True)

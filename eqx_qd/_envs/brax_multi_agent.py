@@ -58,6 +58,9 @@ class BraxMultiAgentEnv(AbstractMultiAgentEnv):
     ``walker2d_2x3``: 2 agents, 3 actuators and 11 observations each; ``ant_4x2``: 4 agents,
     2 actuators and 15 observations each. Resets draw brax's own small reset noise from the
     key, so episodes start apart (unlike `BraxQDEnv`, whose default start is fixed).
+
+    **Fields:** `name` (one of `MA_BRAX_TASKS`), `episode_length` (the time limit), `backend`
+    (brax's physics).
     """
 
     name: str = eqx.field(static=True)

@@ -21,6 +21,8 @@ class LineTargets(AbstractMultiAgentEnv):
     The team reward, the same for every agent, is minus the mean distance to the targets
     (scaled by ``size``), plus 1 on the step on which every agent stands on its target. That
     step terminates the episode.
+
+    **Fields:** `n` (the number of agents), `size` (cells on the line).
     """
 
     n: int = eqx.field(default=2, static=True)

@@ -20,7 +20,17 @@ from .base import AbstractEnv
 
 
 class MultiAgentState(eqx.Module):
-    """One multi-agent environment after a reset or a step."""
+    """One multi-agent environment after a reset or a step.
+
+    **Fields:**
+
+    - `physics`: the environment's own state.
+    - `obs`: every agent's observation, ``(num_agents, obs_dim)``.
+    - `reward`: every agent's reward for the step that led here, ``(num_agents,)``.
+    - `terminated`, `truncated`: 1.0 when the episode ended here for all agents, by a true end
+      or by a time limit (kept apart so that truncated steps can bootstrap).
+    - `t`: steps since the reset (int32).
+    """
 
     physics: PyTree
     obs: Float[Array, "num_agents obs_dim"]
@@ -31,36 +41,44 @@ class MultiAgentState(eqx.Module):
 
 
 class AbstractMultiAgentEnv(eqx.Module):
-    """``num_agents`` agents acting together. With ``discrete``, an action is an int in
-    ``[0, action_size)``; otherwise a vector in ``[-1, 1]^action_size``."""
+    """``num_agents`` agents acting together, unbatched and pure like `AbstractEnv`. With
+    ``discrete``, an action is an int in ``[0, action_size)``; otherwise a vector in
+    ``[-1, 1]^action_size``."""
 
     @property
     @abc.abstractmethod
-    def num_agents(self) -> int: ...
+    def num_agents(self) -> int:
+        """How many agents act at every step."""
 
     @property
     @abc.abstractmethod
-    def observation_size(self) -> int: ...
+    def observation_size(self) -> int:
+        """Length of one agent's observation."""
 
     @property
     @abc.abstractmethod
-    def action_size(self) -> int: ...
+    def action_size(self) -> int:
+        """Number of discrete actions, or length of one agent's action vector."""
 
     @property
     @abc.abstractmethod
-    def discrete(self) -> bool: ...
+    def discrete(self) -> bool:
+        """Whether actions are ints (else vectors in [-1, 1])."""
 
     @abc.abstractmethod
-    def reset(self, *, key: PRNGKey) -> MultiAgentState: ...
+    def reset(self, *, key: PRNGKey) -> MultiAgentState:
+        """The first state of an episode."""
 
     @abc.abstractmethod
     def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
-        """``actions``: ``(num_agents,)`` ints when discrete, else ``(num_agents, action_size)``."""
+        """The state after every agent played its action in ``state``: ``actions`` is
+        ``(num_agents,)`` ints when discrete, else ``(num_agents, action_size)``."""
 
 
 @typing.final
 class TimeLimit(AbstractMultiAgentEnv):
-    """Truncates episodes after ``max_steps`` steps (unless they terminated on that step)."""
+    """Truncates the episodes of ``env`` after ``max_steps`` steps (unless they terminated on
+    that step)."""
 
     env: AbstractMultiAgentEnv
     max_steps: int = eqx.field(static=True)
@@ -96,7 +114,8 @@ class TimeLimit(AbstractMultiAgentEnv):
 
 @typing.final
 class SingleAgentView(AbstractMultiAgentEnv):
-    """A single-agent `AbstractEnv` seen as a one-agent environment (PPO = IPPO with n = 1).
+    """A single-agent `AbstractEnv` ``env`` seen as a one-agent environment (PPO = IPPO with
+    n = 1).
     Truncation comes from the wrapped environment's ``episode_length``."""
 
     env: AbstractEnv
@@ -132,8 +151,16 @@ class SingleAgentView(AbstractMultiAgentEnv):
 
 
 class MultiAgentStep(eqx.Module):
-    """What one auto-resetting step saw: the reached observations and rewards (before any
-    reset) and how the episode ended. ``state`` is where the next step starts."""
+    """What one auto-resetting step saw.
+
+    **Fields:**
+
+    - `state`: where the next step starts (a fresh episode when this one ended).
+    - `next_obs`: the observations the step reached, before any reset, ``(num_agents,
+      obs_dim)``.
+    - `reward`: the step's rewards, ``(num_agents,)``.
+    - `terminated`, `truncated`: how the episode ended at this step (both 0.0 if it did not).
+    """
 
     state: MultiAgentState
     next_obs: Float[Array, "num_agents obs_dim"]
@@ -145,7 +172,8 @@ class MultiAgentStep(eqx.Module):
 def autoreset_multi_agent_step(
     env: AbstractMultiAgentEnv, state: MultiAgentState, actions: Array, *, key: PRNGKey
 ) -> MultiAgentStep:
-    """Step, and start a fresh episode when the reached state terminated or was truncated.
+    """Step ``env`` with ``actions`` and start a fresh episode when the reached state
+    terminated or was truncated.
 
     The observations reached by the step are returned apart from the reset ones, so a
     truncated step can still bootstrap from the value of where it really arrived.

@@ -33,9 +33,12 @@ class PointMaze(AbstractQDEnv):
     0.05 of the goal. Observation and state descriptor: the position. Episode descriptor: the
     final position.
 
-    ``reset_noise`` draws the start uniformly within that distance of ``(0, -0.85)``;
-    ``obs_noise`` adds gaussian noise of that std to observations (stochastic variants).
-    ``walls=False`` removes the walls (an easy task for learning tests).
+    **Fields:**
+
+    - `walls`: ``False`` removes the walls (an easy task for learning tests).
+    - `length`: steps per episode (`episode_length`).
+    - `reset_noise`: the start is drawn uniformly within this distance of ``(0, -0.85)``.
+    - `obs_noise`: std of the gaussian noise added to observations (stochastic variants).
     """
 
     walls: bool = eqx.field(default=True, static=True)

@@ -20,8 +20,14 @@ from .base import AbstractEnv
 class Transition(eqx.Module):
     """One environment step (or a batch of them: every field then has the same leading axes).
 
-    ``terminated`` marks a true end of episode (no bootstrap); ``truncated`` a cut-off (time
-    limit or rollout end), after which the value should still be bootstrapped.
+    **Fields:**
+
+    - `obs`, `next_obs`: the observations before and after the step, ``(*batch, obs_dim)``.
+    - `action`: ``(*batch, action_dim)``.
+    - `reward`: ``(*batch,)``.
+    - `terminated`: 1.0 at a true end of episode (no bootstrap).
+    - `truncated`: 1.0 at a cut-off (time limit or rollout end), after which the value should
+      still be bootstrapped.
     """
 
     obs: Float[Array, "*batch obs_dim"]
@@ -33,7 +39,9 @@ class Transition(eqx.Module):
 
 
 class QDTransition(eqx.Module):
-    """A `Transition` plus the state descriptors QD algorithms read (e.g. feet contacts)."""
+    """A `Transition` (`obs`, `action`, `reward`, `next_obs`, `terminated`, `truncated`) plus
+    the state descriptors QD algorithms read (e.g. feet contacts): `state_desc` and
+    `next_state_desc`, ``(*batch, desc_dim)``, before and after the step."""
 
     obs: Float[Array, "*batch obs_dim"]
     action: Float[Array, "*batch action_dim"]
@@ -46,17 +54,25 @@ class QDTransition(eqx.Module):
 
 
 class Episode(eqx.Module):
-    """A fixed-length rollout: its transitions (leading axis: time) and which are valid."""
+    """A fixed-length rollout.
+
+    **Fields:**
+
+    - `transitions`: a `QDTransition` per step (axes ``(*batch, time)``).
+    - `valid`: 1.0 for the steps of the episode, 0.0 for those after it terminated.
+    """
 
     transitions: QDTransition
     valid: Float[Array, "*batch time"]
 
     @property
     def returns(self) -> Float[Array, "*batch"]:
+        """The sum of the valid steps' rewards."""
         return jnp.sum(jnp.where(self.valid > 0, self.transitions.reward, 0.0), axis=-1)
 
     @property
     def lengths(self) -> Float[Array, "*batch"]:
+        """The number of valid steps."""
         return jnp.sum(self.valid, axis=-1)
 
 

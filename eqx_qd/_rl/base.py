@@ -21,6 +21,10 @@ class AbstractAgent(eqx.Module, Generic[_S]):
 
     Subclass it (and a state module) to bring a new agent to the training loop, the scoring
     functions and PBT.
+
+    **Fields** every agent declares: `observation_size`, `action_size` (the environment's),
+    `minibatch_size` (transitions per gradient step) and `normalise_observations` (whether the
+    state's ``normaliser`` is used).
     """
 
     observation_size: eqx.AbstractVar[int]
@@ -29,17 +33,21 @@ class AbstractAgent(eqx.Module, Generic[_S]):
     normalise_observations: eqx.AbstractVar[bool]
 
     @abc.abstractmethod
-    def init(self, hparams: Any = None, *, key: PRNGKey) -> _S: ...
+    def init(self, hparams: Any = None, *, key: PRNGKey) -> _S:
+        """A fresh training state: networks, optimiser states, and ``hparams`` (the agent's
+        hyperparameters module; ``None``: its defaults)."""
 
     @abc.abstractmethod
     def act(
         self, state: _S, obs: Float[Array, " obs_dim"], *, deterministic: bool = False, key: PRNGKey
     ) -> Float[Array, " action_dim"]:
-        """An action for one observation (exploration noise unless ``deterministic``)."""
+        """The action of training state ``state`` for one observation ``obs``
+        (``(obs_dim,)``): with exploration noise, unless ``deterministic``."""
 
     @abc.abstractmethod
     def update(self, state: _S, batch: Transition, *, key: PRNGKey) -> tuple[_S, Metrics]:
-        """One gradient step on a batch of transitions."""
+        """One gradient step of ``state`` on ``batch`` (a `Transition` with a leading
+        ``minibatch_size`` axis). **Returns:** the new state and scalar metrics by name."""
 
     @abc.abstractmethod
     def empty_optimizer_states(self, state: _S) -> _S:
@@ -64,7 +72,8 @@ class AbstractAgent(eqx.Module, Generic[_S]):
         return eqx.tree_at(lambda s: s.hparams, state, hparams)
 
     def observe(self, state: _S, obs: Float[Array, "batch obs_dim"]) -> _S:
-        """Fold observations into the state's normaliser (when observations are normalised)."""
+        """Fold ``obs`` (``(batch, obs_dim)``) into the normaliser of ``state`` (when
+        observations are normalised; otherwise ``state`` unchanged)."""
         if not self.normalise_observations:
             return state
         return eqx.tree_at(lambda s: s.normaliser, state, state.normaliser.update(obs))

@@ -19,6 +19,10 @@ class ReplayBuffer(eqx.Module):
     `insert` writes a batch after the newest item, overwriting the oldest once full; `sample`
     draws uniformly (with replacement) among the items inserted so far. Works under `jit`,
     inside `lax.scan`, and stacked by `eqx.filter_vmap` (one buffer per agent).
+
+    **Fields:** `data` (the items, leading axis ``capacity``), `position` (where the next item
+    goes), `size` (items inserted so far, at most ``capacity``) and `capacity` (static). Build
+    one with `ReplayBuffer.empty`.
     """
 
     data: PyTree

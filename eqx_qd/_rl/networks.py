@@ -50,6 +50,9 @@ class MLP(eqx.Module):
 
     Activations are static (module-level functions), so populations of MLPs vmap, scan and
     index as pure arrays.
+
+    **Arguments:** `in_size`, `out_size`, `hidden` (the widths of the hidden layers),
+    `activation` (between layers; relu), `final_activation` (after the last; identity), `key`.
     """
 
     layers: tuple[Dense, ...]
@@ -99,7 +102,10 @@ class AbstractPolicy(eqx.Module):
 
 @typing.final
 class DeterministicPolicy(AbstractPolicy):
-    """``tanh(MLP(obs))`` (TD3, PGA-ME)."""
+    """``tanh(MLP(obs))`` (TD3, PGA-ME).
+
+    **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths), `key`.
+    """
 
     net: MLP
 
@@ -115,7 +121,10 @@ _LOG_STD_MIN, _LOG_STD_MAX = -5.0, 2.0
 
 @typing.final
 class TanhGaussianPolicy(AbstractPolicy):
-    """A gaussian on pre-tanh actions, squashed by tanh (SAC). Calling it gives ``tanh(mean)``."""
+    """A gaussian on pre-tanh actions, squashed by tanh (SAC). Calling it gives ``tanh(mean)``.
+
+    **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths), `key`.
+    """
 
     net: MLP
 
@@ -138,7 +147,8 @@ class TanhGaussianPolicy(AbstractPolicy):
     def sample_from_noise(
         self, obs: Float[Array, " obs_dim"], eps: Float[Array, " action_dim"]
     ) -> tuple[Float[Array, " action_dim"], Float[Array, ""]]:
-        """`sample` with the standard-normal draw given (batched draws are cheaper in one call)."""
+        """`sample` with the standard-normal draw ``eps`` (``(action_dim,)``) given for the
+        observation ``obs`` (batched draws are cheaper in one call)."""
         mean, log_std = self._dist(obs)
         u = mean + jnp.exp(log_std) * eps
         gauss = -0.5 * eps**2 - log_std - 0.5 * jnp.log(2.0 * jnp.pi)
@@ -153,6 +163,10 @@ class QCritics(eqx.Module):
 
     Kept as separate networks: on CPU, two plain matmuls ran as fast as one stacked, batched
     matmul, and a fused first layer with batched deeper layers was 1.6x slower.
+
+    **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths), `key`, and
+    `num_critics`. Called on ``(obs, action)`` it gives every critic's Q value,
+    ``(num_critics,)``.
     """
 
     nets: tuple[MLP, ...]
@@ -174,13 +188,15 @@ class QCritics(eqx.Module):
     def __call__(
         self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
     ) -> Float[Array, " num_critics"]:
+        """Every critic's Q value of ``(obs, action)``."""
         x = jnp.concatenate([obs, action])
         return jnp.concatenate([net(x) for net in self.nets])
 
     def q1(
         self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
     ) -> Float[Array, ""]:
-        """The first critic only (TD3's and PGA-ME's policy objective)."""
+        """Q value of ``(obs, action)`` under the first critic only (TD3's and PGA-ME's
+        policy objective)."""
         return self.nets[0](jnp.concatenate([obs, action]))[0]
 
 
@@ -199,21 +215,28 @@ class AbstractActor(eqx.Module):
     """
 
     @abc.abstractmethod
-    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]: ...
+    def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]:
+        """Log-probability of ``action`` in the distribution for observation ``obs``."""
 
     @abc.abstractmethod
-    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]: ...
+    def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
+        """Entropy of the distribution for ``obs``."""
 
     @abc.abstractmethod
-    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Array: ...
+    def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Array:
+        """An action drawn from the distribution for ``obs``."""
 
     @abc.abstractmethod
-    def mode(self, obs: Float[Array, " obs_dim"]) -> Array: ...
+    def mode(self, obs: Float[Array, " obs_dim"]) -> Array:
+        """The most likely action for ``obs`` (deterministic evaluation)."""
 
 
 @typing.final
 class CategoricalActor(AbstractActor):
-    """Discrete actions: an MLP gives the logits of a categorical distribution."""
+    """Discrete actions: an MLP gives the logits of a categorical distribution.
+
+    **Arguments:** `obs_size`, `num_actions`, `hidden` (layer widths, tanh), `key`.
+    """
 
     net: MLP
 
@@ -241,7 +264,11 @@ class CategoricalActor(AbstractActor):
 @typing.final
 class GaussianActor(AbstractActor):
     """Continuous actions: a diagonal gaussian with an MLP mean and a learned, state-independent
-    log standard deviation. Samples are not squashed; environments clip them to [-1, 1]."""
+    log standard deviation. Samples are not squashed; environments clip them to [-1, 1].
+
+    **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths, tanh), `key`, and
+    `init_log_std` (the initial log standard deviation of every action dimension).
+    """
 
     net: MLP
     log_std: Float[Array, " action_dim"]
@@ -278,7 +305,10 @@ class GaussianActor(AbstractActor):
 
 @typing.final
 class ValueCritic(eqx.Module):
-    """A state-value network ``V(obs)`` for one agent."""
+    """A state-value network ``V(obs)`` for one agent.
+
+    **Arguments:** `obs_size`, `hidden` (layer widths, tanh), `key`.
+    """
 
     net: MLP
 

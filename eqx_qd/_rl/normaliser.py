@@ -16,6 +16,9 @@ class RunningNormaliser(eqx.Module):
 
     `normalise` centres and scales by ``sqrt(var + eps)``, clipped to ``[-clip, clip]``. Before
     any update it is the identity up to the clip (mean 0, variance 1).
+
+    **Fields:** `mean` and `var` ``(dim,)`` (or with leading axes, one set per agent), `count`
+    (vectors folded in so far), and the static `eps` and `clip`. Build one with `create`.
     """
 
     mean: Float[Array, " dim"]

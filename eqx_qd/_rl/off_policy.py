@@ -30,7 +30,12 @@ from .buffers import ReplayBuffer
 
 
 class OffPolicyState(eqx.Module):
-    """One agent's training run: agent state, replay buffer and its batch of environments."""
+    """One agent's training run.
+
+    **Fields:** `agent_state` (the agent's training state), `buffer` (its replay buffer),
+    `env_state` (its environments mid-episode, leading axis ``num_envs``) and `env_steps`
+    (environment steps so far).
+    """
 
     agent_state: eqx.Module
     buffer: ReplayBuffer
@@ -47,8 +52,9 @@ def init_off_policy(
     hparams=None,
     key: PRNGKey,
 ) -> OffPolicyState:
-    """A fresh agent state, an empty buffer of ``buffer_size`` transitions, and
-    ``num_envs`` freshly reset environments."""
+    """A fresh training run of ``agent`` on ``env``: ``agent.init(hparams)``, an empty
+    replay buffer of ``buffer_size`` transitions, and ``num_envs`` freshly reset
+    environments."""
     check.positive_int("num_envs", num_envs)
     if agent.observation_size != env.observation_size or agent.action_size != env.action_size:
         raise ValueError(
@@ -76,8 +82,10 @@ def init_off_policy(
 class TrainMetrics(eqx.Module):
     """Per-iteration training metrics (leading axis: iterations, after `train`).
 
-    ``episode_return`` is the mean return of the episodes that ended in the iteration (NaN when
-    none did); ``losses`` holds the agent's metrics averaged over the iteration's grad steps.
+    **Fields:** `reward` (the mean reward of the iteration's steps), `episode_return` (the mean
+    return of the episodes that ended in the iteration; NaN when none did), `episodes_done`
+    (how many ended) and `losses` (the agent's metrics averaged over the iteration's gradient
+    steps).
     """
 
     reward: Float[Array, ""]
@@ -125,7 +133,12 @@ def train_iteration(
     grad_updates_per_step: float = 1.0,
     key: PRNGKey,
 ) -> tuple[OffPolicyState, TrainMetrics]:
-    """One iteration: one step of every environment, then the gradient steps."""
+    """One iteration of ``agent`` on ``env`` from the training run ``state``: one step of every
+    environment (exploration actions), the transitions into the buffer, then
+    ``floor(grad_updates_per_step * num_envs)`` gradient steps (at least one).
+
+    **Returns:** the new state and the iteration's `TrainMetrics`.
+    """
     play_key, grad_key = jr.split(key)
     state, reward, episode_return, count = _play(agent, env, state, play_key, False)
     n = state.env_state.t.shape[0]
@@ -152,7 +165,9 @@ def train(
     grad_updates_per_step: float = 1.0,
     key: PRNGKey,
 ) -> tuple[OffPolicyState, TrainMetrics]:
-    """``num_iterations`` training iterations in one ``lax.scan``; metrics per iteration."""
+    """``num_iterations`` calls of `train_iteration` (``agent`` on ``env`` from ``state``, with
+    ``grad_updates_per_step``) in one ``lax.scan``; the metrics have a leading iterations
+    axis."""
     body = lambda s, k: train_iteration(
         agent, env, s, key=k, grad_updates_per_step=grad_updates_per_step
     )
@@ -163,7 +178,8 @@ def train(
 def warmup(
     agent: AbstractAgent, env: AbstractEnv, state: OffPolicyState, num_iterations: int, *, key
 ) -> OffPolicyState:
-    """Fill the buffer with ``num_iterations`` steps of uniformly random actions (no learning)."""
+    """Fill the buffer of ``state`` with ``num_iterations`` steps of ``env`` under uniformly
+    random actions (no learning; ``agent`` only updates its observation statistics)."""
 
     def body(s, k):
         return _play(agent, env, s, k, True)[0], None
@@ -172,7 +188,11 @@ def warmup(
 
 
 class EvalMetrics(eqx.Module):
-    """Deterministic-policy evaluation over full episodes (one entry per episode)."""
+    """Deterministic-policy evaluation over full episodes.
+
+    **Fields:** `returns` and `lengths` ``(num_episodes,)``, and with a QD environment the
+    episodes' `descriptors` ``(num_episodes, num_descriptors)`` (else ``None``).
+    """
 
     returns: Float[Array, " num_episodes"]
     lengths: Float[Array, " num_episodes"]
@@ -183,8 +203,8 @@ class EvalMetrics(eqx.Module):
 def evaluate(
     agent: AbstractAgent, env: AbstractEnv, agent_state, num_episodes: int, *, key: PRNGKey
 ) -> EvalMetrics:
-    """Play ``num_episodes`` full episodes (up to ``env.episode_length`` steps) with the
-    deterministic policy."""
+    """Play ``num_episodes`` full episodes of ``env`` (up to ``env.episode_length`` steps)
+    with the deterministic policy of ``agent`` in training state ``agent_state``."""
     policy = lambda o: agent.act(agent_state, o, key=jr.key(0), deterministic=True)
     episodes: Episode = jax.vmap(lambda k: rollout(env, policy, key=k))(jr.split(key, num_episodes))
     descriptors = None

@@ -21,7 +21,8 @@ from .ppo import IPPO, Metrics, PPOState
 
 @eqx.filter_jit
 def train_updates(agent: IPPO, state: PPOState, num_updates: int) -> tuple[PPOState, Metrics]:
-    """``num_updates`` PPO updates (rollout + update) in one ``lax.scan``.
+    """``num_updates`` PPO updates of ``agent`` (rollout + update) from ``state``, in one
+    ``lax.scan``.
 
     **Returns:** the state after the updates, and the metrics of every update stacked
     ``(num_updates, num_agents)``.
@@ -36,8 +37,12 @@ def train_updates(agent: IPPO, state: PPOState, num_updates: int) -> tuple[PPOSt
 
 
 class EpisodeStats(eqx.Module):
-    """Full episodes of the current policies: per-episode returns and last rewards per agent,
-    how each ended, and its length."""
+    """Full episodes of the current policies (`evaluate_ippo`).
+
+    **Fields:** `returns` and `final_rewards` (the last step's reward) ``(n_evals,
+    num_agents)``; `terminated` and `truncated` ``(n_evals,)`` (how each episode ended);
+    `lengths` ``(n_evals,)``.
+    """
 
     returns: Float[Array, "n_evals num_agents"]
     final_rewards: Float[Array, "n_evals num_agents"]
@@ -46,6 +51,7 @@ class EpisodeStats(eqx.Module):
     lengths: Int[Array, " n_evals"]
 
     def to_dict(self) -> dict[str, list]:
+        """Plain Python lists by field name (checkpoint metrics JSON)."""
         return {k: np.asarray(getattr(self, k)).tolist() for k in _EVAL_FIELDS}
 
 
@@ -62,10 +68,12 @@ def evaluate_ippo(
     max_steps: int = 100000,
     key: PRNGKey,
 ) -> EpisodeStats:
-    """``n_evals`` episodes run until terminated or truncated (``max_steps`` is a safety cap for
-    environments without a time limit: an episode reaching it counts as truncated).
+    """``n_evals`` episodes of ``agent``'s environment with the policies of ``state``, each run
+    until terminated or truncated (``max_steps`` is a safety cap for environments without a
+    time limit: an episode reaching it counts as truncated).
 
-    Deterministic evaluation takes each policy's mode; otherwise actions are sampled.
+    With ``deterministic``, each policy plays its mode; otherwise actions are sampled.
+    **Returns:** the `EpisodeStats`.
     """
     env = agent.env
 
@@ -110,8 +118,8 @@ class Summary(typing.NamedTuple):
 
 
 def summarize(values: Array | np.ndarray, axis: int = 0) -> Summary:
-    """Mean, variance, standard deviation, min, max, median and NaN flag along ``axis`` (the
-    episodes axis of `EpisodeStats` fields by default)."""
+    """Mean, variance, standard deviation, min, max, median and NaN flag of ``values`` along
+    ``axis`` (the episodes axis of `EpisodeStats` fields by default)."""
     values = jnp.asarray(values)
     if values.dtype == bool:
         values = values.astype(jnp.float32)

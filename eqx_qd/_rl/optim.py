@@ -31,7 +31,8 @@ def init_adam(module: PyTree) -> PyTree:
 def apply_adam(
     module: PyTree, grads: PyTree, opt_state: PyTree, learning_rate: Float[Array, ""]
 ) -> tuple[PyTree, PyTree]:
-    """One Adam step on ``module`` with gradients ``grads`` (shaped like `params_of(module)`).
+    """One Adam step on ``module`` with gradients ``grads`` (shaped like `params_of(module)`),
+    from optimiser state ``opt_state``, at ``learning_rate``.
 
     **Returns:** the updated module and optimiser state.
     """
@@ -58,7 +59,8 @@ def apply_clipped_adam(
     learning_rate: Float[Array, ""],
     max_grad_norm: Float[Array, ""],
 ) -> tuple[PyTree, PyTree]:
-    """Clip ``grads`` to global norm ``max_grad_norm``, then one Adam step.
+    """Clip ``grads`` to global norm ``max_grad_norm``, then one Adam step on ``module`` from
+    ``opt_state`` at ``learning_rate``.
 
     **Returns:** the updated module and optimiser state.
     """

@@ -60,6 +60,10 @@ class PBT(eqx.Module):
     members drawn uniformly from the ``num_best_to_replace_from`` best, then explores the
     copies' hyperparameters: ``explore="resample"`` draws them again from ``spaces``;
     ``"perturb"`` multiplies them by 0.8 or 1.2 (clipped into the spaces).
+
+    **Fields:** `population_size`, `num_best_to_replace_from`, `num_worse_to_replace` (counts;
+    `from_fractions` computes them from fractions), `spaces` (hyperparameter name -> space)
+    and `explore`.
     """
 
     population_size: int = eqx.field(static=True)
@@ -98,6 +102,7 @@ class PBT(eqx.Module):
         return cls(population_size, best, worse, dict(spaces), explore)
 
     def explore_hparams(self, hparams: eqx.Module, *, key: PRNGKey) -> eqx.Module:
+        """``hparams`` resampled or perturbed within `spaces`, as `explore` says."""
         if self.explore == "resample":
             return sample_hparams(hparams, self.spaces, key=key)
         return perturb_hparams(hparams, self.spaces, key=key)
@@ -109,6 +114,9 @@ class PBT(eqx.Module):
         *,
         key: PRNGKey,
     ) -> tuple[OffPolicyState, PBTInfo]:
+        """One exploit / explore step on ``population`` (stacked `OffPolicyState`), ranked by
+        ``returns`` (``(population_size,)``). **Returns:** the new population and a `PBTInfo`.
+        """
         if returns.shape != (self.population_size,):
             raise ValueError(
                 f"returns must have shape ({self.population_size},), got {returns.shape}"
@@ -144,7 +152,7 @@ def copy_into(
 
 
 # ---------------------------------------------------------------------------------------------
-# Population functions (seed 002's init / train / eval / eval-with-descriptors)
+# Population functions (QDax's PBT init / train / eval / eval-with-descriptors)
 
 
 def init_population(
@@ -158,9 +166,12 @@ def init_population(
     template=None,
     key: PRNGKey,
 ) -> OffPolicyState:
-    """``population_size`` training runs (agent states, replay buffers, environments) whose
-    hyperparameters are drawn from ``spaces`` (``None``: the agent's ``hparam_spaces``); other
-    fields come from ``template`` or the agent's defaults."""
+    """``population_size`` training runs of ``agent`` on ``env`` (agent states, replay buffers
+    of ``buffer_size``, ``num_envs`` environments each), stacked on a leading axis.
+
+    Hyperparameters are drawn from ``spaces`` (``None``: the agent's ``hparam_spaces``); the
+    other fields come from ``template`` (a hyperparameters module) or the agent's defaults.
+    """
     if template is None:
         template = agent.init(key=jr.key(0)).hparams
     spaces = agent.hparam_spaces if spaces is None else spaces
@@ -186,7 +197,8 @@ def train_population(
     grad_updates_per_step: float = 1.0,
     key: PRNGKey,
 ):
-    """`train` on every member (vmapped); metrics get a leading population axis."""
+    """`train` (``agent`` on ``env``, ``num_iterations`` iterations, ``grad_updates_per_step``)
+    on every member of ``population``, vmapped; metrics get a leading population axis."""
     n = jax.tree.leaves(population.env_steps)[0].shape[0]
     run = lambda s, k: train(
         agent, env, s, num_iterations, key=k, grad_updates_per_step=grad_updates_per_step
@@ -203,8 +215,9 @@ def evaluate_population(
     *,
     key: PRNGKey,
 ) -> EvalMetrics:
-    """Deterministic evaluation of every member; with a QD environment the metrics also hold
-    each episode's descriptor (seed 002's ``eval_qd``)."""
+    """`evaluate` (``num_episodes`` episodes of ``env`` with ``agent``'s deterministic policy)
+    on every member of ``population``; with a QD environment the metrics also hold each
+    episode's descriptor (QDax's ``eval_qd``)."""
     n = population.env_steps.shape[0]
     run = lambda s, k: evaluate(agent, env, s.agent_state, num_episodes, key=k)
     return eqx.filter_vmap(run)(population, jr.split(key, n))
@@ -213,7 +226,8 @@ def evaluate_population(
 def population_without_optimizer_states(
     agent: AbstractAgent, population: OffPolicyState
 ) -> OffPolicyState:
-    """The population without optimiser states (what a repertoire stores)."""
+    """``population`` with ``agent.empty_optimizer_states`` applied to every member (what a
+    repertoire stores)."""
     states = eqx.filter_vmap(agent.empty_optimizer_states)(population.agent_state)
     return eqx.tree_at(lambda p: p.agent_state, population, states, is_leaf=lambda x: x is None)
 
@@ -235,7 +249,8 @@ def train_population_sharded(
     grad_updates_per_step: float = 1.0,
     key: PRNGKey,
 ):
-    """`train_population` with the members split over the mesh's devices (the population size
+    """`train_population` (``agent``, ``env``, ``num_iterations``, ``grad_updates_per_step``)
+    with the members of ``population`` split over the devices of ``mesh`` (the population size
     must be a multiple of the device count). On a CPU with ``n`` host devices this runs one
     shard per core, without XLA's intra-op threading between them."""
     n = population.env_steps.shape[0]

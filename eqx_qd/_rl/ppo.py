@@ -38,8 +38,14 @@ Metrics = dict[str, Float[Array, "..."]]
 
 
 class PPOHParams(eqx.Module):
-    """PPO hyperparameters, float32 scalars (stacked vectors in a sweep). ``reward_scale``
-    multiplies rewards before GAE (the critic learns scaled returns)."""
+    """PPO hyperparameters, float32 scalars (stacked vectors in a sweep).
+
+    **Fields:** `gamma` (discount), `gae_lambda`, `clip_eps` (the surrogate's clip), `ent_coef`
+    (entropy bonus), `vf_coef` (critic loss scale), `kl_threshold` (the approximate KL that
+    stops the actor epochs), `actor_lr`, `critic_lr`, `max_grad_norm` (clipping by global norm)
+    and `reward_scale` (rewards are multiplied by it before GAE, so the critic learns scaled
+    returns).
+    """
 
     gamma: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
     gae_lambda: Float[Array, ""] = eqx.field(default=0.95, converter=f32)
@@ -90,11 +96,19 @@ _HPARAM_NAMES = tuple(PPOHParams.__dataclass_fields__)
 
 
 class PPOState(eqx.Module):
-    """Everything IPPO learns or varies. ``actors`` / ``critics`` and their optimiser states
-    carry a leading ``num_agents`` axis unless parameters are shared. ``env_state`` holds the
-    ``num_envs`` environments that rollouts continue from; ``updates`` counts PPO updates
-    (one rollout each) since the start, across restores. ``normaliser`` (observation
-    statistics, laid out like the actors) is ``None`` unless observations are normalised."""
+    """Everything IPPO learns or varies.
+
+    **Fields:**
+
+    - `actors`, `critics`, `actor_opt_state`, `critic_opt_state`: the networks and their
+      optimiser states, with a leading ``num_agents`` axis unless parameters are shared.
+    - `hparams`: the `PPOHParams`.
+    - `env_state`: the ``num_envs`` environments that rollouts continue from.
+    - `key`: the training key, split at every update.
+    - `updates`: PPO updates (one rollout each) since the start, across restores.
+    - `normaliser`: observation statistics laid out like the actors, or ``None`` unless
+      observations are normalised.
+    """
 
     actors: AbstractActor
     critics: ValueCritic
@@ -108,8 +122,13 @@ class PPOState(eqx.Module):
 
 
 class Trajectory(eqx.Module):
-    """A rollout, time-major: ``(rollout_length, num_envs, num_agents, ...)``.
-    ``next_obs`` are the observations each step reached, before any reset."""
+    """A rollout, time-major: every field is ``(rollout_length, num_envs, num_agents, ...)``
+    (`terminated` and `truncated` have no agent axis).
+
+    **Fields:** `obs` (what each step started from), `actions`, `log_probs` (under the rollout
+    policy), `rewards`, `next_obs` (what each step reached, before any reset), `terminated`
+    and `truncated`.
+    """
 
     obs: Float[Array, "time batch num_agents obs_dim"]
     actions: Array
@@ -160,6 +179,13 @@ class IPPO(eqx.Module):
     epochs of value regression. Minibatches are reshuffled with a fresh key every epoch.
     Discrete environments get `CategoricalActor`, continuous ones `GaussianActor`, unless
     ``make_actor`` says otherwise.
+
+    **Fields:** `env`; `rollout_length`, `num_envs`, `num_minibatches`, `actor_epochs`,
+    `critic_epochs` (as above); `actor_hidden`, `critic_hidden` (layer widths);
+    `shared_params` (one actor and one critic for all agents, trained on every agent's
+    samples); `normalise_advantages` (per minibatch); `normalise_observations` (running
+    statistics per agent in the state); `make_actor` (``make_actor(obs_size, action_size,
+    hidden, key=)`` -> an `AbstractActor`).
     """
 
     env: AbstractMultiAgentEnv
@@ -240,7 +266,9 @@ class IPPO(eqx.Module):
         deterministic: bool = False,
         key: PRNGKey,
     ) -> Array:
-        """One action per agent for one environment's (raw) observations."""
+        """One action per agent for one environment's raw observations ``obs`` (``(num_agents,
+        obs_dim)``) under the policies of ``state``: each policy's mode when ``deterministic``,
+        else a sample."""
         obs = _normalise(state.normaliser, obs)
         if deterministic:
             return self._over_agents(lambda a, o: a.mode(o), state.actors, obs)
@@ -394,7 +422,8 @@ class IPPO(eqx.Module):
         return critic, opt_state, {"critic_loss": loss}
 
     def update(self, state: PPOState, traj: Trajectory) -> tuple[PPOState, Metrics]:
-        """Actor then critic epochs on a rollout; metrics are per agent ``(num_agents,)``."""
+        """Actor then critic epochs on the rollout ``traj`` collected from ``state``; metrics are
+        per agent ``(num_agents,)``."""
         h = state.hparams
         data = self._samples(state, traj)
         key, actor_key, critic_key = jr.split(state.key, 3)

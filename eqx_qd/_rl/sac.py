@@ -31,7 +31,11 @@ SAC_SPACES: dict[str, AbstractSpace] = {
 
 
 class SACHParams(eqx.Module):
-    """SAC hyperparameters, each a float32 scalar (or a stacked vector in a population)."""
+    """SAC hyperparameters, each a float32 scalar (or a stacked vector in a population).
+
+    **Fields:** `policy_lr`, `critic_lr`, `alpha_lr` (Adam), `discount`, `reward_scaling`
+    (rewards are multiplied by it in the critic's target) and `tau` (target update rate).
+    """
 
     policy_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
     critic_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
@@ -57,7 +61,12 @@ class SACHParams(eqx.Module):
 
 
 class SACState(eqx.Module):
-    """Everything a SAC agent learns or varies (optimiser states may be ``None`` for storage)."""
+    """Everything a SAC agent learns or varies.
+
+    **Fields:** `policy`, `critic`, `target_critic`, `log_alpha` (the log temperature),
+    `policy_opt_state`, `critic_opt_state`, `alpha_opt_state` (``None`` in storage),
+    `normaliser`, `hparams` (the `SACHParams`) and `steps` (gradient steps taken).
+    """
 
     policy: TanhGaussianPolicy
     critic: QCritics
@@ -75,7 +84,12 @@ class SACState(eqx.Module):
 class SAC(AbstractAgent[SACState]):
     """Soft Actor-Critic (Haarnoja et al., 2018) with twin critics and automatic entropy
     tuning towards ``target_entropy`` (default ``-action_size``); ``fix_alpha`` keeps the
-    temperature at ``init_alpha``."""
+    temperature at ``init_alpha``.
+
+    **Fields:** `observation_size`, `action_size`, `policy_hidden`, `critic_hidden` (layer
+    widths), `minibatch_size` (transitions per gradient step), `normalise_observations`, and
+    the temperature settings above.
+    """
 
     observation_size: int = eqx.field(static=True)
     action_size: int = eqx.field(static=True)
@@ -156,6 +170,8 @@ class SAC(AbstractAgent[SACState]):
     def critic_loss(
         self, critic: QCritics, state: SACState, batch: Transition, *, key: PRNGKey
     ) -> Float[Array, ""]:
+        """The soft double-Q regression loss of ``critic`` on ``batch``, with the target critic,
+        policy and temperature of ``state``."""
         h = state.hparams
         obs, next_obs = self._norm(state, batch.obs), self._norm(state, batch.next_obs)
         eps = jr.normal(key, batch.action.shape)
@@ -169,6 +185,8 @@ class SAC(AbstractAgent[SACState]):
     def policy_loss(
         self, policy: TanhGaussianPolicy, state: SACState, batch: Transition, *, key: PRNGKey
     ) -> tuple[Float[Array, ""], Float[Array, " batch"]]:
+        """The entropy-regularised policy loss of ``policy`` on ``batch`` under the critic and
+        temperature of ``state``, and the sampled actions' log-densities."""
         obs = self._norm(state, batch.obs)
         eps = jr.normal(key, batch.action.shape)
         action, logp = jax.vmap(policy.sample_from_noise)(obs, eps)

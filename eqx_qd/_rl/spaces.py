@@ -20,12 +20,15 @@ class AbstractSpace(eqx.Module):
     """The range of one hyperparameter: draw from it, test membership, clip into it."""
 
     @abc.abstractmethod
-    def sample(self, *, key: PRNGKey) -> Float[Array, ""]: ...
+    def sample(self, *, key: PRNGKey) -> Float[Array, ""]:
+        """One value drawn from the space (float32)."""
 
     @abc.abstractmethod
-    def clip(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]: ...
+    def clip(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+        """``x`` moved to the nearest value of the space, element-wise."""
 
     def contains(self, x: Float[Array, "*shape"]) -> jax.Array:
+        """Whether each element of ``x`` lies in the space (up to float32 rounding)."""
         return jnp.isclose(self.clip(x), x, rtol=1e-6, atol=0.0)
 
 
@@ -120,8 +123,8 @@ def sample_hparams(template: eqx.Module, spaces: Spaces, *, key: PRNGKey) -> eqx
 def perturb_hparams(
     hparams: eqx.Module, spaces: Spaces, *, factors: tuple[float, float] = (0.8, 1.2), key: PRNGKey
 ) -> eqx.Module:
-    """Multiply each hyperparameter named in ``spaces`` by one of ``factors`` (equally likely)
-    and clip it into its space: PBT's "perturb" explore step."""
+    """``hparams`` with each hyperparameter named in ``spaces`` multiplied by one of
+    ``factors`` (equally likely) and clipped into its space: PBT's "perturb" explore step."""
     _check_fields(hparams, spaces)
     names = sorted(spaces)
     keys = jr.split(key, len(names))

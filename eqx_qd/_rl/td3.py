@@ -38,7 +38,12 @@ TD3_SPACES: dict[str, AbstractSpace] = {
 
 
 class TD3HParams(eqx.Module):
-    """TD3 hyperparameters, each a float32 scalar (or a stacked vector in a population)."""
+    """TD3 hyperparameters, each a float32 scalar (or a stacked vector in a population).
+
+    **Fields:** `policy_lr`, `critic_lr` (Adam), `discount`, `reward_scaling` (rewards are
+    multiplied by it in the critic's target), `tau` (target update rate), `policy_noise` and
+    `noise_clip` (target policy smoothing), `expl_noise` (std of the exploration noise).
+    """
 
     policy_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
     critic_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
@@ -68,8 +73,13 @@ class TD3HParams(eqx.Module):
 
 
 class TD3State(eqx.Module):
-    """Everything a TD3 agent learns or varies. Optimiser states may be ``None`` for storage
-    (see `TD3.empty_optimizer_states`)."""
+    """Everything a TD3 agent learns or varies.
+
+    **Fields:** `policy`, `critic`, `target_policy`, `target_critic` (the networks),
+    `policy_opt_state`, `critic_opt_state` (``None`` in storage: see
+    `TD3.empty_optimizer_states`), `normaliser` (observation statistics), `hparams` (the
+    `TD3HParams`) and `steps` (gradient steps taken).
+    """
 
     policy: DeterministicPolicy
     critic: QCritics
@@ -86,7 +96,12 @@ class TD3State(eqx.Module):
 class TD3(AbstractAgent[TD3State]):
     """Twin Delayed DDPG (Fujimoto et al., 2018): twin critics with clipped double-Q targets,
     target-policy smoothing (``policy_noise`` clipped at ``noise_clip``), and policy plus
-    target updates every ``policy_delay`` critic steps."""
+    target updates every ``policy_delay`` critic steps.
+
+    **Fields:** `observation_size`, `action_size`, `policy_hidden`, `critic_hidden` (layer
+    widths), `minibatch_size` (transitions per gradient step), `policy_delay`,
+    `normalise_observations` (use the state's running observation statistics).
+    """
 
     observation_size: int = eqx.field(static=True)
     action_size: int = eqx.field(static=True)
@@ -105,11 +120,13 @@ class TD3(AbstractAgent[TD3State]):
         return dict(TD3_SPACES)
 
     def init_policy(self, *, key: PRNGKey) -> DeterministicPolicy:
+        """A freshly initialised policy (the genotype of PGA-ME)."""
         return DeterministicPolicy(
             self.observation_size, self.action_size, self.policy_hidden, key=key
         )
 
     def init_critic(self, *, key: PRNGKey) -> QCritics:
+        """Freshly initialised twin critics."""
         return QCritics(self.observation_size, self.action_size, self.critic_hidden, key=key)
 
     def init(self, hparams: TD3HParams | None = None, *, key: PRNGKey) -> TD3State:
@@ -120,7 +137,8 @@ class TD3(AbstractAgent[TD3State]):
     def state_from(
         self, policy: DeterministicPolicy, critic: QCritics, hparams: TD3HParams | None = None
     ) -> TD3State:
-        """A fresh training state (targets = copies, new optimiser states) around networks."""
+        """A fresh training state around ``policy`` and ``critic`` (targets are copies, new
+        optimiser states) with ``hparams`` (``None``: the defaults)."""
         return TD3State(
             policy,
             critic,
@@ -166,6 +184,8 @@ class TD3(AbstractAgent[TD3State]):
     def critic_loss(
         self, critic: QCritics, state: TD3State, batch: Transition, *, key: PRNGKey
     ) -> Float[Array, ""]:
+        """The clipped double-Q regression loss of ``critic`` on ``batch``, with the targets
+        and hyperparameters of ``state``."""
         h = state.hparams
         obs, next_obs = self._norm(state, batch.obs), self._norm(state, batch.next_obs)
         noise = jnp.clip(
@@ -180,6 +200,8 @@ class TD3(AbstractAgent[TD3State]):
     def policy_loss(
         self, policy: DeterministicPolicy, state: TD3State, batch: Transition
     ) -> Float[Array, ""]:
+        """Minus the mean Q1 of ``policy``'s actions on ``batch`` under the critic of
+        ``state``."""
         obs = self._norm(state, batch.obs)
         return -jnp.mean(jax.vmap(state.critic.q1)(obs, jax.vmap(policy)(obs)))
 

@@ -34,7 +34,8 @@ def _folder(directory: str | os.PathLike | RunFolder, *, create: bool) -> RunFol
 def save_checkpoint(
     directory: str | os.PathLike | RunFolder, step: int, state: Any, metrics: Mapping[str, Any]
 ) -> str:
-    """Write ``state`` and ``metrics`` (JSON-able values) as checkpoint ``step`` of a run folder.
+    """Write ``state`` and ``metrics`` (JSON-able values) as checkpoint ``step`` of the run
+    folder ``directory``.
 
     The metrics land first and the state second, each atomically, so every ``.eqx`` present is
     complete and has its metrics beside it. **Returns:** the path of the ``.eqx`` file.
@@ -74,11 +75,11 @@ def restore_checkpoint(
     which: str = "latest",
     criterion: Callable[[Mapping[str, np.ndarray]], float] = mean_return,
 ) -> tuple[Any, Checkpoint]:
-    """Load the ``"latest"`` checkpoint, or the ``"best"`` one (the highest ``criterion`` of its
-    metrics).
+    """Load from the run folder ``directory`` the ``"latest"`` checkpoint, or (``which="best"``)
+    the one with the highest ``criterion`` of its metrics.
 
-    ``like`` gives the structure: a state of the same agent (``agent.init(key=...)``), or its
-    shapes only (``eqx.filter_eval_shape``). **Returns:** the state and its `Checkpoint`.
+    ``like`` gives the structure: a state of the same agent (``agent.init(key=...)``).
+    **Returns:** the state and its `Checkpoint`.
     """
     checkpoints = list_checkpoints(directory)
     if not checkpoints:

@@ -81,11 +81,13 @@ class Job(abc.ABC):
         plots: bool,
         resume: bool,
     ) -> RunResult:
-        """Run ``config``; write the run folder ``out_dir`` unless it is ``None``."""
+        """Run ``config``; write the run folder ``out_dir`` unless it is ``None``, report to
+        ``progress``, draw the figures when ``plots``, continue the run in ``out_dir`` when
+        ``resume``."""
 
     @abc.abstractmethod
     def load(self, folder: RunFolder, config: Any) -> RunResult:
-        """Read back a run folder this job wrote."""
+        """Read back a run folder this job wrote, given its ``config``."""
 
     @abc.abstractmethod
     def summary(self, result: RunResult) -> str:

@@ -122,6 +122,7 @@ class JobConfig:
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:
+        """The config's keys, in field order."""
         return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
     @classmethod
@@ -165,6 +166,7 @@ class JobConfig:
         return "\n".join(lines) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as a plain dict."""
         return dataclasses.asdict(self)  # type: ignore[call-overload]
 
 

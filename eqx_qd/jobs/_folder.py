@@ -38,7 +38,8 @@ def atomic_write(
     path: str | os.PathLike, write: Callable[[IO[Any]], object], *, text: bool = False
 ) -> None:
     """Call ``write(f)`` on a temporary file beside ``path``, flush it to disk and rename it to
-    ``path``. On any error the temporary file is removed and ``path`` is left as it was."""
+    ``path``. On any error the temporary file is removed and ``path`` is left as it was. With
+    ``text``, ``f`` is a text file (no newline translation) rather than a binary one."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TMP_PREFIX)
@@ -59,9 +60,7 @@ def atomic_write(
 
 
 def _is_key(x: Any) -> bool:
-    return isinstance(x, (jax.Array, jax.ShapeDtypeStruct)) and jnp.issubdtype(
-        x.dtype, jax.dtypes.prng_key
-    )
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _save_leaf(f: typing.BinaryIO, x: Any) -> None:
@@ -72,21 +71,20 @@ def _save_leaf(f: typing.BinaryIO, x: Any) -> None:
 def _load_leaf(f: typing.BinaryIO, like: Any) -> Any:
     if _is_key(like):
         data = jnp.load(f)  # the raw key data
-        # A shape-only template (``filter_eval_shape``) carries the key's implementation in its
-        # dtype.
-        impl = jr.key_impl(like) if isinstance(like, jax.Array) else like.dtype._impl
-        return jr.wrap_key_data(data, impl=impl)
+        return jr.wrap_key_data(data, impl=jr.key_impl(like))
     return eqx.default_deserialise_filter_spec(f, like)
 
 
 def serialise(f: typing.BinaryIO, tree: Any) -> None:
-    """Write the array leaves of ``tree`` (typed keys included) in Equinox's format."""
+    """Write the array leaves of ``tree`` (typed keys included) to the binary file ``f`` in
+    Equinox's format."""
     eqx.tree_serialise_leaves(f, tree, _save_leaf)
 
 
 def deserialise(f: typing.BinaryIO, like: Any) -> Any:
-    """Read what `serialise` wrote; ``like`` gives the structure, shapes and dtypes (arrays or
-    ``jax.ShapeDtypeStruct``s, e.g. from ``eqx.filter_eval_shape``)."""
+    """Read from the binary file ``f`` what `serialise` wrote; ``like`` gives the structure,
+    shapes and dtypes (arrays, or ``jax.ShapeDtypeStruct``s from ``eqx.filter_eval_shape``
+    where the tree holds no typed key)."""
     return eqx.tree_deserialise_leaves(f, like, _load_leaf)
 
 
@@ -96,7 +94,8 @@ def save_repertoire(path: str | os.PathLike, repertoire: MapElitesRepertoire) ->
 
 
 def load_repertoire(path: str | os.PathLike, like: MapElitesRepertoire) -> MapElitesRepertoire:
-    """Read a repertoire written by `save_repertoire`; ``like`` gives its structure and shapes
+    """Read from ``path`` a repertoire written by `save_repertoire`; ``like`` gives its
+    structure and shapes
     (an empty repertoire with the same tessellation and genotype shape will do)."""
     with open(path, "rb") as f:
         return deserialise(f, like)
@@ -117,6 +116,8 @@ class RunFolder:
 
     Opening a folder to write (``create=True``) creates it if needed and removes the temporary
     files of writes that were interrupted; opening one to read touches nothing.
+
+    **Arguments:** `path` (the folder), `create`.
     """
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True):
@@ -135,24 +136,30 @@ class RunFolder:
         return os.path.join(self.path, name)
 
     def exists(self, name: str) -> bool:
+        """Whether file (or subfolder) ``name`` exists."""
         return os.path.exists(self.file(name))
 
     def subfolder(self, name: str, *, create: bool = True) -> "RunFolder":
+        """The subfolder ``name`` as a `RunFolder` (created unless ``create=False``)."""
         return RunFolder(self.file(name), create=create)
 
     # -- writing ------------------------------------------------------------------------------
 
     def write_bytes(self, name: str, data: bytes) -> None:
+        """File ``name`` holding ``data``."""
         atomic_write(self.file(name), lambda f: f.write(data))
 
     def write_text(self, name: str, text: str) -> None:
+        """File ``name`` holding ``text`` (UTF-8)."""
         self.write_bytes(name, text.encode())
 
     def write_json(self, name: str, data: Any) -> None:
+        """File ``name`` holding ``data`` as indented JSON."""
         self.write_text(name, json.dumps(data, indent=1) + "\n")
 
     def write_csv(self, name: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-        """A whole CSV file (rewritten in full: a log grows by writing it again)."""
+        """CSV file ``name``: the ``header`` row, then ``rows`` (the whole file is rewritten: a
+        log grows by writing it again)."""
 
         def write(f):
             w = csv.writer(f)
@@ -162,22 +169,25 @@ class RunFolder:
         atomic_write(self.file(name), write, text=True)
 
     def write_columns(self, name: str, columns: Mapping[str, np.ndarray | Sequence[Any]]) -> None:
-        """A CSV file with one column per entry of ``columns`` (equal lengths)."""
+        """CSV file ``name`` with one column per entry of ``columns`` (equal lengths)."""
         arrays = [np.asarray(v) for v in columns.values()]
         rows = zip(*[a.tolist() for a in arrays]) if arrays else iter(())
         self.write_csv(name, list(columns), rows)
 
     def write_npy(self, name: str, array: Any) -> None:
+        """``array`` as NumPy's ``.npy`` file ``name``."""
         buffer = io.BytesIO()
         np.save(buffer, np.asarray(array))
         self.write_bytes(name, buffer.getvalue())
 
     def write_eqx(self, name: str, tree: Any) -> None:
-        """The array leaves of ``tree`` (typed keys included), Equinox's format."""
+        """File ``name`` holding the array leaves of ``tree`` (typed keys included), Equinox's
+        format."""
         atomic_write(self.file(name), lambda f: serialise(f, tree))
 
     def write_figure(self, name: str, fig: Any) -> None:
-        """A matplotlib figure as a PNG; the figure is closed afterwards."""
+        """The matplotlib figure ``fig`` as the PNG file ``name``; the figure is closed
+        afterwards."""
         import matplotlib.pyplot as plt
 
         buffer = io.BytesIO()
@@ -188,10 +198,12 @@ class RunFolder:
     # -- reading ------------------------------------------------------------------------------
 
     def read_text(self, name: str) -> str:
+        """The text of file ``name``."""
         with open(self.file(name)) as f:
             return f.read()
 
     def read_json(self, name: str) -> Any:
+        """The JSON value in file ``name``."""
         return json.loads(self.read_text(name))
 
     def read_columns(self, name: str) -> dict[str, np.ndarray]:
@@ -208,9 +220,11 @@ class RunFolder:
         return out
 
     def read_npy(self, name: str) -> np.ndarray:
+        """The array in ``.npy`` file ``name``."""
         return np.load(self.file(name))
 
     def read_eqx(self, name: str, like: Any) -> Any:
-        """What `write_eqx` wrote; ``like`` gives the structure (arrays or shape structs)."""
+        """What `write_eqx` wrote to file ``name``; ``like`` gives the structure (arrays, or
+        shape structs where the tree holds no typed key)."""
         with open(self.file(name), "rb") as f:
             return deserialise(f, like)

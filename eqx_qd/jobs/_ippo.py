@@ -72,6 +72,8 @@ class IPPOConfig(JobConfig):
         self.hparams()  # names a hyperparameter outside its range now
 
     def make_env(self) -> AbstractMultiAgentEnv:
+        """The registered environment with this config's options (a single-agent one seen as
+        one agent)."""
         options = {"num_agents": self.num_agents, "size": self.size}
         env = make_env(
             self.env,
@@ -81,6 +83,7 @@ class IPPOConfig(JobConfig):
         return env if isinstance(env, AbstractMultiAgentEnv) else SingleAgentView(env)
 
     def make_agent(self) -> IPPO:
+        """The `IPPO` agent this config describes."""
         return IPPO(
             self.make_env(), rollout_length=self.rollout_length, num_envs=self.num_envs,
             num_minibatches=self.num_minibatches, actor_epochs=self.actor_epochs,
@@ -89,6 +92,7 @@ class IPPOConfig(JobConfig):
         )  # fmt: skip
 
     def hparams(self) -> PPOHParams:
+        """The config's `PPOHParams`."""
         names = [f.name for f in dataclasses.fields(PPOHParams)]
         return PPOHParams(**{n: getattr(self, n) for n in names})
 
@@ -135,7 +139,9 @@ def train_ippo(
 ) -> tuple[PPOState, TrainingLog]:
     """Train ``num_updates`` more updates, evaluating every ``eval_frequency`` updates.
 
-    A fresh state (zero updates) is evaluated first too. With ``checkpoint_dir``, every
+    Every evaluation plays ``n_evals`` episodes (policy modes, unless
+    ``deterministic_eval=False``); ``progress`` shows a bar (or reports to a `Progress`). A
+    fresh state (zero updates) is evaluated first too. With ``checkpoint_dir``, every
     evaluation is checkpointed there (`save_checkpoint`; the agent's structure and the
     hyperparameters go beside, as ``agent.json`` and ``hparams.json``). Evaluation keys derive
     from ``key`` and the update count, so a run continued from a checkpoint sees the same keys as
@@ -274,7 +280,7 @@ class _IPPOJob(Job):
 
     def load(self, folder: RunFolder, config) -> RunResult:
         agent = config.make_agent()
-        like = eqx.filter_eval_shape(lambda: agent.init(config.hparams(), key=jr.key(0)))
+        like = agent.init(config.hparams(), key=jr.key(0))  # keys need a concrete template
         state = restore_checkpoint(folder, like)[0] if list_checkpoints(folder) else None
         return RunResult(config, folder.path, folder.read_columns("progress.csv"), state)
 

@@ -88,6 +88,7 @@ class MEPBTConfig(JobConfig):
         self.emitter_config()  # validates sizes and fractions, naming the one that is wrong
 
     def emitter_config(self) -> PBTEmitterConfig:
+        """The `PBTEmitterConfig` of this config's sizes and fractions."""
         return PBTEmitterConfig(
             pg_population_size=self.pg_population_size,
             ga_population_size=self.ga_population_size,

@@ -62,6 +62,7 @@ class PBTConfig(JobConfig):
         self.make_pbt({})  # the counts (and explore), with a message naming the fraction
 
     def make_pbt(self, spaces) -> PBT:
+        """The `PBT` of this config's counts over ``spaces``."""
         return PBT.from_fractions(
             self.population_size, self.best_fraction, self.worse_fraction, spaces, self.explore
         )

@@ -447,7 +447,8 @@ register_job(_PGAMEJob())
 
 
 def policy_by_id(repertoire: MapElitesRepertoire, actor_id: int) -> DeterministicPolicy:
-    """The stored actor with this id (from ``actors.csv`` or an archive snapshot)."""
+    """The actor of ``repertoire`` whose id (stored as its ``extra``) is ``actor_id`` (from
+    ``actors.csv`` or an archive snapshot)."""
     ids = np.asarray(repertoire.extra)
     filled = np.isfinite(np.asarray(repertoire.fitnesses))
     where = np.flatnonzero((ids == actor_id) & filled)

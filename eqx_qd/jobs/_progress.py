@@ -24,6 +24,7 @@ class Progress:
         self._bar: Any = None
 
     def start(self, total: int, desc: str, unit: str = "it", initial: int = 0) -> None:
+        """Open the bar: ``total`` units of ``unit``, labelled ``desc``, ``initial`` done."""
         if self.show:
             from tqdm.auto import tqdm
 
@@ -37,10 +38,12 @@ class Progress:
             self._bar.update(n)
 
     def log(self, row: Mapping[str, Any]) -> None:
+        """Pass one logged row to ``on_log`` (as floats)."""
         if self.on_log is not None:
             self.on_log({k: float(v) for k, v in row.items()})
 
     def close(self) -> None:
+        """Close the bar."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None

@@ -64,8 +64,9 @@ class Registry(Generic[_F]):
     def register(
         self, name: str, factory: _F | None = None, *, help: str = "", tags: tuple[str, ...] = ()
     ) -> Any:
-        """Register ``factory`` under ``name`` (or use as a decorator). Re-registering a name
-        replaces the previous factory."""
+        """Register ``factory`` under ``name`` (or use as a decorator), with a ``help`` line
+        and ``tags`` (which jobs accept it). Re-registering a name replaces the previous
+        factory."""
 
         def add(f: _F) -> _F:
             self._entries[name] = Entry(name, f, help, frozenset(tags))
@@ -84,7 +85,8 @@ class Registry(Generic[_F]):
         return iter(self._entries.values())
 
     def get(self, name: str, tag: str | None = None) -> Entry:
-        """The entry named ``name``; an unknown name is an error listing the known ones."""
+        """The entry named ``name`` (among those tagged ``tag``, if given); an unknown name is
+        an error listing the known ones."""
         known = self.names(tag)
         if name not in known:
             kind = f"{tag.replace('_', '-')} {self.what}" if tag else self.what
@@ -104,7 +106,8 @@ class Registry(Generic[_F]):
         return check
 
     def make(self, name: str, *args: Any, tag: str | None = None, **options: Any) -> Any:
-        """Build the thing named ``name`` with ``options`` (keyword options of its factory)."""
+        """Build the thing named ``name`` (among those tagged ``tag``) with ``args`` and
+        ``options`` (keyword options of its factory)."""
         entry = self.get(name, tag)
         extra = sorted(set(options) - set(entry.options()))
         if extra:

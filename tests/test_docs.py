@@ -1,0 +1,89 @@
+"""Every public function and module of eqx_qd says what it does, and names its arguments (in an
+``**Arguments:**`` section, a ``**Fields:**`` section, or its prose); methods that implement a
+documented abstract method inherit that documentation; job config fields carry a help line."""
+
+import dataclasses
+import importlib
+import inspect
+import re
+
+import pytest
+
+
+NAMESPACES = ("eqx_qd", "eqx_qd.internal", "eqx_qd.plotting", "eqx_qd.jobs", "eqx_qd.testing")
+SKIPPED_PARAMS = {"self", "cls", "key", "args", "kwargs"}
+
+
+def _params(fn) -> list[str]:
+    try:
+        return [p for p in inspect.signature(fn).parameters if p not in SKIPPED_PARAMS]
+    except (TypeError, ValueError):
+        return []
+
+
+def _mentions(doc: str, names: list[str]) -> list[str]:
+    return [n for n in names if not re.search(rf"\b{re.escape(n)}\b", doc)]
+
+
+def _inherited_docs(cls, name: str) -> str:
+    """The docstrings of ``name`` along the MRO (an implementation inherits its contract)."""
+    return "\n".join(
+        inspect.getdoc(vars(base)[name]) or ""
+        for base in inspect.getmro(cls)
+        if name in vars(base) and callable(vars(base)[name])
+    )
+
+
+def _public_objects():
+    seen, out = set(), []
+    for module_name in NAMESPACES:
+        module = importlib.import_module(module_name)
+        names = getattr(module, "__all__", None) or [n for n in vars(module) if n[0] != "_"]
+        for name in names:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj) or id(obj) in seen or not callable(obj):
+                continue
+            if not (getattr(obj, "__module__", "") or "").startswith("eqx_qd"):
+                continue  # re-exported third-party names (matplotlib's Figure, ...)
+            seen.add(id(obj))
+            out.append((f"{module_name}.{name}", obj))
+    return out
+
+
+def _problems(qualname, obj) -> list[str]:
+    problems = []
+    if not inspect.isclass(obj):
+        doc = inspect.getdoc(obj) or ""
+        if not doc:
+            return [f"{qualname}: no docstring"]
+        if len(_params(obj)) >= 2 and (absent := _mentions(doc, _params(obj))):
+            problems.append(f"{qualname}: arguments {absent} are not documented")
+        return problems
+    class_doc = inspect.getdoc(obj) or ""
+    if not class_doc:
+        problems.append(f"{qualname}: no docstring")
+    # Fields (or __init__ arguments) named in the class docstring or, for job configs, in help.
+    helped = set()
+    if dataclasses.is_dataclass(obj):
+        helped = {f.name for f in dataclasses.fields(obj) if f.metadata.get("help")}
+    init_params = [p for p in _params(obj.__init__) if p not in helped]
+    if len(init_params) >= 2 and (absent := _mentions(class_doc, init_params)):
+        problems.append(f"{qualname}: fields / arguments {absent} are not documented")
+    for name, member in vars(obj).items():
+        if name.startswith("_") and name != "__call__":
+            continue
+        if not inspect.isfunction(member):
+            continue
+        doc = _inherited_docs(obj, name)
+        if not doc.strip():
+            problems.append(f"{qualname}.{name}: no docstring")
+        elif len(_params(member)) >= 2 and (absent := _mentions(doc, _params(member))):
+            problems.append(f"{qualname}.{name}: arguments {absent} are not documented")
+    return problems
+
+
+@pytest.mark.parametrize(
+    "qualname, obj", _public_objects(), ids=lambda x: x if isinstance(x, str) else ""
+)
+def test_public_api_is_documented(qualname, obj):
+    assert _problems(qualname, obj) == []

@@ -1,0 +1,71 @@
+"""`eqx_qd.internal`: the validation family and the control flow over modules."""
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import pytest
+
+import eqx_qd as q
+from eqx_qd.internal import check, filter_cond, filter_while_loop
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: check.positive_int("cells", 0), "cells must be a positive integer, got 0"),
+        (lambda: check.positive_int("cells", 2.0), "cells must be an integer, got 2.0"),
+        (lambda: check.positive_int("flag", True), "flag must be an integer, got True"),
+        (lambda: check.non_negative_int("n", -1), "n must be >= 0, got -1"),
+        (lambda: check.fraction("f", 1.5), "f must lie in [0.0, 1.0], got 1.5"),
+        (lambda: check.non_negative("lr", -1e-3), "lr must be >= 0, got -0.001"),
+        (lambda: check.non_negative("lr", math.inf), "lr must be finite and >= 0, got inf"),
+        (lambda: check.positive("alpha", 0.0), "alpha must be positive and finite, got 0.0"),
+        (
+            lambda: check.finite("c", jnp.asarray([1.0, jnp.nan])),
+            "c must be finite, got [1.0, nan]",
+        ),
+        (lambda: check.in_range("d", jnp.nan, 0.0, 1.0), "d must be finite and in [0.0, 1.0]"),
+        (lambda: check.ordered("lo", 1.0, "hi", 0.0), "lo must be < hi, got 1.0 and 0.0"),
+        (lambda: check.one_of("explore", "both", ("resample", "perturb")), "explore must be one"),
+    ],
+)
+def test_checks_name_the_field_and_the_value(call, message):
+    with pytest.raises((ValueError, TypeError)) as e:
+        call()
+    assert message in str(e.value)
+
+
+def test_checks_pass_good_values_and_skip_tracers():
+    check.positive_int("n", 3)
+    check.fraction("f", jnp.asarray([0.0, 0.5, 1.0]))  # element-wise: populations too
+    check.in_range("x", -math.inf, finite=False)
+    # Inside jit a value cannot be read: nothing is checked, nothing fails.
+    jax.jit(lambda x: (check.fraction("f", x), x)[1])(jnp.asarray(7.0))
+    # Hyperparameters built inside vmap (a population) are checked after, not inside.
+    hp = eqx.filter_vmap(lambda lr: q.TD3HParams(policy_lr=lr))(jnp.asarray([1e-3, 2e-3]))
+    assert hp.policy_lr.shape == (2,)
+    with pytest.raises(ValueError, match="TD3HParams.policy_lr must be finite"):
+        q.TD3HParams(policy_lr=jnp.asarray([1e-3, jnp.inf]))
+
+
+class _Counter(eqx.Module):
+    n: jax.Array
+    fn: object  # a non-array leaf (a function), as an MLP's activation
+
+
+def test_filter_cond_and_while_loop_carry_non_array_leaves():
+    c = _Counter(jnp.asarray(0), jnp.tanh)
+    add = lambda m, k: eqx.tree_at(lambda x: x.n, m, m.n + k)
+    out = eqx.filter_jit(lambda m, p: filter_cond(p, lambda m: add(m, 1), lambda m: add(m, 10), m))
+    assert int(out(c, jnp.asarray(True)).n) == 1 and int(out(c, jnp.asarray(False)).n) == 10
+    assert out(c, jnp.asarray(True)).fn is jnp.tanh
+    looped = filter_while_loop(lambda m: m.n < 5, lambda m: add(m, 2), c)
+    assert int(looped.n) == 6 and looped.fn is jnp.tanh
+    # A body that changes the static part is refused at trace time.
+    swap = lambda m: eqx.tree_at(lambda x: x.fn, add(m, 1), jnp.sin)
+    with pytest.raises(ValueError, match="non-array part of the while_loop carry changed"):
+        filter_while_loop(lambda m: m.n < 5, swap, c)
+    with pytest.raises(ValueError, match="branches disagree"):
+        filter_cond(True, swap, lambda m: m, c)

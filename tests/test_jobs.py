@@ -1,0 +1,202 @@
+"""The job layer: typed configs, run folders, registries, progress, the loader, and the command
+generated from the configs."""
+
+import dataclasses
+import os
+import stat
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import eqx_qd as q
+from eqx_qd import jobs
+from eqx_qd.cli import build_parser, main
+
+
+TINY_ME = dict(
+    task="sphere", genotype_dim=3, grid=True, cells=4, batch_size=8, iterations=4, log_period=2
+)
+
+
+# ------------------------------------------------------------------------------ configs
+
+
+@pytest.mark.parametrize("name", sorted(jobs.JOBS))
+def test_every_default_config_round_trips_through_toml(name, tmp_path):
+    job = jobs.JOBS[name]
+    config = job.default_config()
+    path = tmp_path / "c.toml"
+    path.write_text(config.to_toml())
+    assert config.to_toml().startswith(f"[{name}]\n")
+    assert job.config_cls.from_toml(path) == config
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('grid = "no"\n', "config key 'grid' must be bool, got 'no'"),
+        ("cells = 2.5\n", "config key 'cells' must be int, got 2.5"),
+        ("cells = true\n", "config key 'cells' must be int, got True"),
+        ('iso_sigma = "big"\n', "config key 'iso_sigma' must be float"),
+        ("centroids = 3\n", "config key 'centroids' must be str or none, got 3"),
+        ("bogus = 1\n", "unknown config keys: bogus"),
+        ("cells = -4\n", "cells must be a positive integer, got -4"),
+        ('task = "nope"\n', "task: unknown task 'nope'; known: rastrigin, sphere, arm"),
+        (
+            "[map-elites]\ncells = 4\n[pbt]\nrounds = 2\n",
+            "keys outside its [map-elites] table: pbt",
+        ),
+    ],
+)
+def test_toml_values_are_checked_against_the_field_types(tmp_path, text, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises((TypeError, ValueError)) as e:
+        jobs.MapElitesConfig.from_toml(path)
+    assert message in str(e.value)
+
+
+def test_list_fields_take_lists_of_ints_only(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("hidden = [32, 16]\n")
+    assert jobs.PBTConfig.from_toml(path).hidden == (32, 16)
+    path.write_text('hidden = ["wide"]\n')
+    with pytest.raises(TypeError, match="config key 'hidden' must be list of int"):
+        jobs.PBTConfig.from_toml(path)
+    # An int where a float is expected is widened; the stored value is a float.
+    assert jobs.PBTConfig.from_mapping({"grad_updates_per_step": 1}).grad_updates_per_step == 1.0
+
+
+def test_the_command_has_an_option_for_every_config_field(capsys):
+    parser = build_parser()
+    for name, job in jobs.JOBS.items():
+        with pytest.raises(SystemExit):
+            parser.parse_args(["run", name, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        for f in dataclasses.fields(job.config_cls):
+            assert "--" + f.name.replace("_", "-") in text, (name, f.name)
+        assert "(default: " in text
+
+
+def test_a_toml_type_error_is_one_line_exit_2(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text('[pgame]\nreset_noise = "yes"\n')
+    with pytest.raises(SystemExit) as e:
+        main(["run", "pgame", "--config", str(path), "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.count("\n") == 0 and "'reset_noise' must be bool" in err
+    assert not (tmp_path / "run").exists()
+
+
+# --------------------------------------------------------------------------- run folders
+
+
+def test_run_folder_writes_atomically_with_the_users_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        folder = jobs.RunFolder(tmp_path / "run")
+        folder.write_text("a.txt", "hello")
+        folder.write_columns("t.csv", {"x": np.arange(3), "y": np.asarray([0.5, 1.5, 2.5])})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(folder.file("a.txt")).st_mode) == 0o640
+    columns = folder.read_columns("t.csv")
+    np.testing.assert_array_equal(columns["y"], [0.5, 1.5, 2.5])
+
+    def crash(f):
+        f.write(b"half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        jobs.atomic_write(folder.file("a.txt"), crash)
+    assert folder.read_text("a.txt") == "hello"  # the old file is intact
+    assert sorted(os.listdir(folder.path)) == ["a.txt", "t.csv"]  # and no litter
+
+
+def test_opening_a_folder_removes_the_litter_of_a_killed_write(tmp_path):
+    (tmp_path / ".tmp-abc123").write_text("a write that was killed")
+    (tmp_path / "keep.txt").write_text("x")
+    jobs.RunFolder(tmp_path, create=False)  # reading touches nothing
+    assert (tmp_path / ".tmp-abc123").exists()
+    jobs.RunFolder(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["keep.txt"]
+
+
+def test_a_folder_holds_one_run_and_load_run_reads_it_back(tmp_path):
+    config = jobs.MapElitesConfig(**TINY_ME)
+    rows = []
+    result = jobs.run(config, tmp_path / "run", progress=False, plots=False, on_log=rows.append)
+    assert [r["iteration"] for r in rows] == [0, 2, 4]  # every logged row, as floats
+    assert isinstance(result.state, q.MAPElitesState)
+    back = jobs.load_run(tmp_path / "run")
+    assert back.config == config and back.state is None
+    assert bool(jnp.all(back.repertoire.fitnesses == result.repertoire.fitnesses))
+    np.testing.assert_allclose(back.progress["qd_score"], result.progress["qd_score"], rtol=1e-6)
+    with pytest.raises(ValueError, match="already holds a run"):
+        jobs.run(config, tmp_path / "run", progress=False)
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        jobs.load_run(tmp_path)
+    # In memory: no folder at all.
+    assert jobs.run(config, progress=False).folder is None
+
+
+# ---------------------------------------------------------------------------- registries
+
+
+def test_unknown_names_and_options_are_named():
+    with pytest.raises(ValueError, match="unknown environment 'pong'; known: point_maze, "):
+        jobs.make_env("pong")
+    with pytest.raises(ValueError, match="unknown qd environment 'line_targets'"):
+        jobs.ENVIRONMENTS.get("line_targets", "qd")
+    with pytest.raises(ValueError, match="takes no option num_agents; its options: episode_length"):
+        jobs.make_env("walker2d_2x3", num_agents=3)
+    assert set(jobs.ENVIRONMENTS.names("multi_agent")) >= {"line_targets", "ant_4x2"}
+    assert jobs.make_agent("td3", q.PointMaze(), hidden=(8,), minibatch_size=4).minibatch_size == 4
+
+
+def test_a_registered_task_runs_through_the_job(tmp_path):
+    @jobs.TASKS.register("ring", help="a ring of good genotypes")
+    def _ring(*, genotype_dim: int = 4):
+        return _Ring(genotype_dim=genotype_dim)
+
+    try:
+        config = jobs.MapElitesConfig(**{**TINY_ME, "task": "ring", "genotype_dim": 4})
+        result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
+        assert int(result.repertoire.num_filled) > 0
+    finally:
+        jobs.TASKS._entries.pop("ring")
+    with pytest.raises(ValueError, match="unknown task 'ring'"):
+        jobs.MapElitesConfig(task="ring")
+
+
+class _Ring(q.AbstractTask):
+    genotype_dim: int = 4
+
+    @property
+    def num_descriptors(self) -> int:
+        return 2
+
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
+    @property
+    def qd_offset(self) -> float:
+        return 1.0
+
+    def __call__(self, genotypes, *, key):
+        radius = jnp.linalg.norm(genotypes[:, :2] - 0.5, axis=-1)
+        return -jnp.abs(radius - 0.3), jnp.clip(genotypes[:, :2], 0.0, 1.0), None
+
+
+def test_load_run_reads_an_ippo_run_back(tmp_path):
+    config = jobs.IPPOConfig(
+        num_agents=2, size=6, episode_length=8, rollout_length=8, num_envs=4, num_minibatches=2,
+        num_updates=2, eval_frequency=2, n_evals=4,
+    )  # fmt: skip
+    result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
+    back = jobs.load_run(tmp_path / "run")
+    assert int(back.state.updates) == 2 == int(result.state.updates)
+    assert back.progress["updates"].tolist() == [0.0, 2.0]
+    assert jobs.list_checkpoints(tmp_path / "run")[-1].step == 2
