@@ -20,11 +20,23 @@ CONFIG = q.PBTEmitterConfig(
 
 def test_config_counts_and_errors():
     assert CONFIG.counts() == (1, 1, 1)
-    assert q.PBTEmitterConfig().counts() == (1, 2, 4)  # seed 000's fractions with 10 agents
+    assert q.PBTEmitterConfig().counts() == (1, 2, 4)  # QDax's fractions with 10 agents
     with pytest.raises(ValueError, match="rounds to 0 agents"):
         q.PBTEmitterConfig(pg_population_size=4)  # 0.1 x 4 -> 0: QDax's opaque failure
     with pytest.raises(ValueError, match="more than pg_population_size"):
         q.PBTEmitterConfig(fraction_to_replace_from_best=0.7, fraction_to_replace_from_samples=0.5)
+
+
+def test_the_emitter_checks_agent_environment_and_spaces_against_each_other():
+    iso = q.IsoLineVariation(0.01, 0.1)
+    wide = q.TD3(observation_size=3, action_size=2, policy_hidden=(8,), critic_hidden=(8,))
+    with pytest.raises(ValueError, match="observation_size is 3 but the environment's is 2"):
+        q.PBTEmitter(wide, ENV, CONFIG, AGENT.hparam_spaces, iso)
+    with pytest.raises(ValueError, match="spaces is empty"):
+        q.PBTEmitter(AGENT, ENV, CONFIG, {}, iso)
+    with pytest.raises(ValueError, match=r"names \['alpha_lr'\], which TD3HParams does not have"):
+        q.PBTEmitter(AGENT, ENV, CONFIG, {"alpha_lr": q.Uniform(1e-4, 1e-3)}, iso)
+    q.PBTEmitter(AGENT, ENV, CONFIG, {"policy_lr": q.LogUniform(1e-4, 1e-3)}, iso)  # fine
 
 
 def test_me_pbt_keeps_its_invariants(getkey):
