@@ -7,7 +7,7 @@ namespaces sit beside it: `eqx_qd.internal` (helpers for extending the library),
 what the ``eqx-qd`` command runs). ``import eqx_qd`` imports neither matplotlib nor tqdm.
 """
 
-from importlib.metadata import PackageNotFoundError, version as _version
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError, version as _version
 
 from . import internal as internal
 from ._custom_types import (
@@ -201,5 +201,5 @@ from ._variation import (
 
 try:
     __version__ = _version("eqx_qd")
-except PackageNotFoundError:  # running from a source tree that is not installed
+except _PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0"
