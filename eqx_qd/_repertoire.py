@@ -32,10 +32,11 @@ class AddInfo(eqx.Module):
 
     **Fields:**
 
-    - `cell`: the candidate's cell.
+    - `cell`: the candidate's cell; ``-1`` for a rejected candidate (a non-finite fitness or
+      descriptor has no cell).
     - `status`: an `AddStatus` value (not added, improved, new).
     - `delta`: the candidate's fitness minus the cell's elite fitness before the batch
-      (``+inf`` when the cell was empty, NaN when the candidate's fitness was NaN).
+      (``+inf`` when the cell was empty; NaN for a rejected candidate).
     """
 
     cell: Int[Array, " batch"]
@@ -164,12 +165,7 @@ class MapElitesRepertoire(eqx.Module):
           repertoire stores extra.
         """
         batch = fitnesses.shape[0]
-        if batch_size_of(genotypes) != batch:
-            raise ValueError(
-                f"genotypes have batch size {batch_size_of(genotypes)}, fitnesses have {batch}"
-            )
-        if (extra is None) != (self.extra is None):
-            raise ValueError("extra must be given exactly when the repertoire stores extra")
+        self._check_batch(genotypes, descriptors, fitnesses, extra)
         fitnesses = fitnesses.astype(jnp.float32)
         n = self.num_cells
         valid = _valid(fitnesses, descriptors)
@@ -200,8 +196,37 @@ class MapElitesRepertoire(eqx.Module):
             jnp.where(jnp.isfinite(previous), AddStatus.IMPROVED, AddStatus.NEW),
             AddStatus.NOT_ADDED,
         ).astype(jnp.int32)
-        info = AddInfo(cell=cells, status=status, delta=fitnesses - previous)
+        # A rejected candidate (non-finite fitness or descriptor) has no cell and no delta.
+        info = AddInfo(
+            cell=jnp.where(valid, cells, -1).astype(jnp.int32),
+            status=status,
+            delta=jnp.where(valid, fitnesses - previous, jnp.nan),
+        )
         return new, info
+
+    def _check_batch(self, genotypes, descriptors, fitnesses, extra) -> None:
+        """Static shape checks of a candidate batch against what the repertoire holds (free
+        under jit): each error names the argument, the expected shape and the one received."""
+        d = self.tessellation.num_descriptors
+        batch = fitnesses.shape[0]
+        if descriptors.shape != (batch, d):
+            raise ValueError(
+                f"descriptors must have shape (batch, {d}) = ({batch}, {d}) for this "
+                f"repertoire, got {descriptors.shape}"
+            )
+        if batch_size_of(genotypes) != batch:
+            raise ValueError(
+                f"genotypes have batch size {batch_size_of(genotypes)}, fitnesses have {batch}"
+            )
+        _check_like("genotypes", genotypes, self.genotypes)
+        if (extra is None) != (self.extra is None):
+            raise ValueError("extra must be given exactly when the repertoire stores extra")
+        if extra is not None:
+            if batch_size_of(extra) != batch:
+                raise ValueError(
+                    f"extra has batch size {batch_size_of(extra)}, fitnesses have {batch}"
+                )
+            _check_like("extra", extra, self.extra)
 
     def select(
         self, num: int, *, selector: AbstractSelector = UniformSelector(), key: PRNGKey
@@ -218,7 +243,30 @@ class MapElitesRepertoire(eqx.Module):
 
     def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
         """Cell index of each descriptor."""
+        d = self.tessellation.num_descriptors
+        if descriptors.shape[-1:] != (d,):
+            raise ValueError(
+                f"descriptors must have shape (batch, {d}) for this repertoire, got "
+                f"{descriptors.shape}"
+            )
         return self.tessellation.index(descriptors)
+
+
+def _check_like(name: str, batch: Any, stored: Any) -> None:
+    """``batch`` (leading batch axis) has the structure and per-row shapes of ``stored``
+    (leading cells axis); the error names the argument and the leaf."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(eqx.filter(batch, eqx.is_array))
+    stored_leaves, stored_def = jax.tree_util.tree_flatten_with_path(
+        eqx.filter(stored, eqx.is_array)
+    )
+    if treedef != stored_def:
+        raise ValueError(f"{name} must have the structure the repertoire stores: {stored_def}")
+    for (path, x), (_, s) in zip(leaves, stored_leaves):
+        if x.shape[1:] != s.shape[1:]:
+            raise ValueError(
+                f"{name}{jax.tree_util.keystr(path)} must have rows of shape {s.shape[1:]} as "
+                f"stored, got {x.shape[1:]}"
+            )
 
 
 def init_repertoire(

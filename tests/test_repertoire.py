@@ -44,9 +44,15 @@ def test_add_info_matches_the_change(jit_add, rep, batch):
     untouched = np.setdiff1d(np.arange(rep.num_cells), cells[inserted])
     np.testing.assert_array_equal(new_fit[untouched], old_fit[untouched])
     np.testing.assert_array_equal(_np(new.genotypes)[untouched], _np(rep.genotypes)[untouched])
-    # Non-finite candidates are never inserted.
+    # Non-finite candidates are never inserted, and their AddInfo says so exactly: no cell, no
+    # delta. Every valid candidate reports its own cell and its delta against the old elite.
     bad = ~np.isfinite(fit) | ~np.all(np.isfinite(_np(batch.descriptors)), axis=-1)
     assert not np.any(inserted & bad)
+    assert np.all(cells[bad] == -1) and np.all(np.isnan(_np(info.delta)[bad]))
+    ok = ~bad
+    expected_cells = _np(rep.cell_of(jnp.nan_to_num(batch.descriptors)))
+    np.testing.assert_array_equal(cells[ok], expected_cells[ok])
+    np.testing.assert_array_equal(_np(info.delta)[ok], fit[ok] - old_fit[expected_cells[ok]])
 
 
 @given(batches=st.lists(candidate_batches(), min_size=1, max_size=4))
@@ -173,6 +179,15 @@ def test_bad_shapes_are_named():
         rep.add(jnp.zeros((5, 3)), jnp.zeros((5, 2)), jnp.zeros((4,)))
     with pytest.raises(ValueError, match="batch size"):
         rep.add(jnp.zeros((4, 3)), jnp.zeros((5, 2)), jnp.zeros((5,)))
+    # Widths the repertoire holds are checked too (they used to broadcast silently).
+    with pytest.raises(ValueError, match=r"descriptors must have shape \(batch, 2\) = \(5, 2\)"):
+        rep.add(jnp.zeros((5, 3)), jnp.zeros((5, 3)), jnp.zeros((5,)))
+    with pytest.raises(ValueError, match=r"descriptors must have shape \(batch, 2\)"):
+        rep.add(jnp.zeros((5, 3)), jnp.zeros((5, 1)), jnp.zeros((5,)))
+    with pytest.raises(ValueError, match=r"genotypes must have rows of shape \(3,\) as stored"):
+        rep.add(jnp.zeros((5, 4)), jnp.zeros((5, 2)), jnp.zeros((5,)))
+    with pytest.raises(ValueError, match=r"descriptors must have shape \(batch, 2\)"):
+        rep.cell_of(jnp.zeros((5, 3)))
     # jaxtyping names the argument under pytest; __check_init__ does without the hook.
     with pytest.raises((ValueError, jaxtyping.TypeCheckError), match="descriptors|fitnesses"):
         q.MapElitesRepertoire(
