@@ -132,10 +132,3 @@ def ranges(owner: str, module: Any, table: Mapping[str, tuple[float, float]]) ->
     name ``owner.name``."""
     for name, (low, high) in table.items():
         in_range(f"{owner}.{name}", getattr(module, name), low, high)
-
-
-def same(name: str, expected: Any, got: Any, *, what: str = "") -> None:
-    """``got == expected``; the error names ``name``, the expected and the received value."""
-    if expected != got:
-        where = f" {what}" if what else ""
-        raise ValueError(f"{name}{where}: expected {expected!r}, got {got!r}")

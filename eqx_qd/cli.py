@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-        if job.name == "ippo":
+        if job.resumable:
             sub.add_argument(
                 "--resume",
                 metavar="FOLDER",

@@ -15,7 +15,7 @@ from .._repertoire import MapElitesRepertoire
 from .._tessellation import AbstractTessellation, CVTTessellation
 from ._config import job_of_toml, JobConfig
 from ._folder import RunFolder
-from ._progress import Progress
+from ._progress import as_progress, Progress
 
 
 CONFIG_FILE = "config.toml"
@@ -61,6 +61,7 @@ class Job(abc.ABC):
     config_cls: ClassVar[type[JobConfig]]
     help: ClassVar[str]
     description: ClassVar[str] = ""
+    resumable: ClassVar[bool] = False
 
     def default_values(self) -> dict[str, Any]:
         """The values of the config the command runs without ``--config`` (not validated, so
@@ -83,7 +84,7 @@ class Job(abc.ABC):
     ) -> RunResult:
         """Run ``config``; write the run folder ``out_dir`` unless it is ``None``, report to
         ``progress``, draw the figures when ``plots``, continue the run in ``out_dir`` when
-        ``resume``."""
+        ``resume`` (only asked of a `resumable` job)."""
 
     @abc.abstractmethod
     def load(self, folder: RunFolder, config: Any) -> RunResult:
@@ -121,15 +122,11 @@ def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunF
     if os.path.exists(os.path.join(path, CONFIG_FILE)):
         raise ValueError(
             f"{path!r} already holds a run ({CONFIG_FILE}); choose another folder"
-            + (" or resume it" if JOBS.get(config.JOB) and _resumable(config) else "")
+            + (" or resume it" if JOBS[config.JOB].resumable else "")
         )
     folder = RunFolder(path)
     folder.write_text(CONFIG_FILE, config.to_toml())
     return folder
-
-
-def _resumable(config: JobConfig) -> bool:
-    return config.JOB == "ippo"
 
 
 def read_config(folder: RunFolder) -> JobConfig:
@@ -174,9 +171,9 @@ def run(
 
     **Returns:** the `RunResult`; each job's class docstring says what its folder holds.
     """
-    from ._progress import as_progress
-
     job = JOBS[config.JOB]
+    if resume and not job.resumable:
+        raise ValueError(f"{job.name} runs cannot be resumed yet")
     with as_progress(progress, on_log) as reporter:
         return job.run(config, out_dir, progress=reporter, plots=plots, resume=resume)
 

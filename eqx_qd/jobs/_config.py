@@ -36,11 +36,6 @@ def option(
     )
 
 
-def field_type(cls: type, name: str) -> Any:
-    """The annotation of field ``name`` of config class ``cls``, resolved."""
-    return typing.get_type_hints(cls)[name]
-
-
 def _is_optional(tp: Any) -> tuple[bool, Any]:
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -164,10 +159,6 @@ class JobConfig:
                 value = list(value) if isinstance(value, tuple) else value
                 lines.append(f"{f.name} = {json.dumps(value)}")
         return "\n".join(lines) + "\n"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The config as a plain dict."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
 
 
 def job_of_toml(path: str | os.PathLike) -> str | None:

@@ -237,6 +237,7 @@ class _IPPOJob(Job):
 
     name = "ippo"
     config_cls = IPPOConfig
+    resumable = True
     help = "independent PPO (default: 4 agents on the discrete LineTargets task)"
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:

@@ -115,8 +115,6 @@ class _MapElitesJob(Job):
     help = "MAP-Elites on a pure-JAX task (default: rastrigin, 100-D, CVT 1024 cells)"
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
-        if resume:
-            raise ValueError("map-elites runs cannot be resumed yet")
         tess_key, init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
         algo, task = make_map_elites(config)
         tessellation = make_tessellation(config, task, key=tess_key)

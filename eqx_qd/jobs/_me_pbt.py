@@ -131,11 +131,8 @@ class _MEPBTJob(Job):
     help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
-        if resume:
-            raise ValueError("me-pbt runs cannot be resumed yet")
         algo, emitter = make_me_pbt(config)
-        if config.devices > len(jax.devices()):
-            raise ValueError(f"devices: asked for {config.devices}, {len(jax.devices())} available")
+        mesh = device_mesh(config.devices) if config.devices > 1 else None  # before the folder
         folder = new_run_folder(out_dir, config)
         env = emitter.env
         cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
@@ -144,8 +141,7 @@ class _MEPBTJob(Job):
             config.cells, env.descriptor_size, low, high, num_samples=config.cvt_samples,
             key=cvt_key,
         )  # fmt: skip
-        if config.devices > 1:
-            mesh = device_mesh(config.devices)
+        if mesh is not None:
             genotypes = emitter.initial_genotypes(config.devices * emitter.batch_size, key=pop_key)
             state, metrics = init_sharded(algo, genotypes, cells, key=init_key, mesh=mesh)
 

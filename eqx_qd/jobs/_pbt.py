@@ -95,8 +95,6 @@ class _PBTJob(Job):
     help = "PBT over a registered agent (default: 8 SAC agents on the open point maze)"
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
-        if resume:
-            raise ValueError("pbt runs cannot be resumed yet")
         env, agent, spaces, pbt = make_pbt_run(config)
         folder = new_run_folder(out_dir, config)
         init_key, loop_key = jr.split(jr.key(config.seed))

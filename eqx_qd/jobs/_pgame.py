@@ -318,8 +318,6 @@ class _PGAMEJob(Job):
         return {**super().default_values(), **LOCAL_PRESET}
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
-        if resume:
-            raise ValueError("pgame runs cannot be resumed yet")
         env = make_pgame_env(config)
         algo, td3 = make_pgame(config, env)
         init_algo = MAPElites(
