@@ -35,12 +35,14 @@ def main():
     a = p.parse_args()
 
     env = q.PointMaze()
-    agent = q.TD3(observation_size=2, action_size=2, policy_hidden=tuple(a.hidden),
-                  critic_hidden=tuple(a.hidden), minibatch_size=a.td3_batch)  # fmt: skip
+    agent = q.TD3(
+        observation_size=2, action_size=2, policy_hidden=tuple(a.hidden),
+        critic_hidden=tuple(a.hidden), minibatch_size=a.td3_batch, num_envs=a.env_batch,
+        buffer_size=a.buffer, grad_updates_per_step=1.0,
+    )  # fmt: skip
     iters = a.train_steps // a.env_batch
     config = q.PBTEmitterConfig(
         pg_population_size=a.pg_pop, ga_population_size=a.ga_pop, num_training_iterations=iters,
-        num_envs=a.env_batch, grad_updates_per_step=1.0, buffer_size=a.buffer,
     )  # fmt: skip
     emitter = q.PBTEmitter(agent, env, config, agent.hparam_spaces, q.IsoLineVariation(0.005, 0.05))
     scorer = q.PolicyScorer(env, agent=agent)

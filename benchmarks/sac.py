@@ -46,6 +46,9 @@ def main():
         policy_hidden=tuple(a.hidden),
         critic_hidden=tuple(a.hidden),
         minibatch_size=a.batch,
+        num_envs=a.env_batch,
+        buffer_size=a.buffer,
+        grad_updates_per_step=1.0,
     )
     P, B = a.pop, a.env_batch
     iters = a.steps_per_call // B
@@ -61,13 +64,9 @@ def main():
 
     if a.devices > 1:
         mesh = q.device_mesh(a.devices)
-        train = lambda s, k: q.train_population_sharded(
-            agent, env, s, iters, key=k, mesh=mesh, grad_updates_per_step=1.0
-        )
+        train = lambda s, k: q.train_population_sharded(agent, env, s, iters, key=k, mesh=mesh)
     else:
-        train = lambda s, k: q.train_population(
-            agent, env, s, iters, key=k, grad_updates_per_step=1.0
-        )
+        train = lambda s, k: q.train_population(agent, env, s, iters, key=k)
     evaluate = eqx.filter_jit(
         eqx.filter_vmap(lambda s, k: q.evaluate(agent, env, s.agent_state, B, key=k))
     )

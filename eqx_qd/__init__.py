@@ -86,7 +86,14 @@ from ._repertoire import (
     init_repertoire as init_repertoire,
     MapElitesRepertoire as MapElitesRepertoire,
 )
-from ._rl.base import AbstractAgent as AbstractAgent
+from ._rl.base import (
+    AbstractAgent as AbstractAgent,
+    AbstractAgentState as AbstractAgentState,
+    AbstractHParams as AbstractHParams,
+    AbstractTrainingRun as AbstractTrainingRun,
+    EvalMetrics as EvalMetrics,
+    TrainMetrics as TrainMetrics,
+)
 from ._rl.buffers import ReplayBuffer as ReplayBuffer
 from ._rl.gae import gae as gae
 from ._rl.networks import (
@@ -102,13 +109,12 @@ from ._rl.networks import (
 )
 from ._rl.normaliser import RunningNormaliser as RunningNormaliser
 from ._rl.off_policy import (
-    EvalMetrics as EvalMetrics,
+    AbstractOffPolicyAgent as AbstractOffPolicyAgent,
     evaluate as evaluate,
     init_off_policy as init_off_policy,
     OffPolicyState as OffPolicyState,
     train as train,
     train_iteration as train_iteration,
-    TrainMetrics as TrainMetrics,
     warmup as warmup,
 )
 from ._rl.on_policy import (
@@ -131,9 +137,15 @@ from ._rl.pbt import (
 )
 from ._rl.ppo import (
     IPPO as IPPO,
+    PPO_SPACES as PPO_SPACES,
     PPOHParams as PPOHParams,
     PPOState as PPOState,
     Trajectory as Trajectory,
+)
+from ._rl.ppo_agent import (
+    OnPolicyRun as OnPolicyRun,
+    PPO as PPO,
+    PPOAgentState as PPOAgentState,
 )
 from ._rl.sac import (
     SAC as SAC,

@@ -49,7 +49,9 @@ def tree_scatter(tree: _T, idx: Int[Array, " batch"], values: _T) -> _T:
     def put(x, v):
         if not eqx.is_array(x):
             return x
-        return x.at[idx].set(v.astype(x.dtype), mode="drop")
+        if v.dtype != x.dtype:  # typed keys have no astype; they only ever meet their own dtype
+            v = v.astype(x.dtype)
+        return x.at[idx].set(v, mode="drop")
 
     return jax.tree.map(put, tree, values)
 

@@ -132,3 +132,14 @@ def ranges(owner: str, module: Any, table: Mapping[str, tuple[float, float]]) ->
     name ``owner.name``."""
     for name, (low, high) in table.items():
         in_range(f"{owner}.{name}", getattr(module, name), low, high)
+
+
+def same_sizes(agent: Any, env: Any, where: str) -> None:
+    """Refuse an ``agent`` whose observation or action size is not ``env``'s, naming
+    ``where`` and both sizes."""
+    for size in ("observation_size", "action_size"):
+        ours, theirs = getattr(agent, size), getattr(env, size)
+        if ours != theirs:
+            raise ValueError(
+                f"{where}: the agent's {size} is {ours} but the environment's is {theirs}"
+            )

@@ -11,6 +11,10 @@ and environments.
 - **optimisers**: `params_of`, `init_adam` / `apply_adam`, `init_clipped_adam` /
   `apply_clipped_adam`, `soft_update`: optax rebuilt from array hyperparameters inside the
   step, so nothing optax is stored in a module.
+- **the agent contract**: `check_agent`, `check_spaces` (what `PBT` and `PBTEmitter` check of
+  an agent, callable on yours), `check_off_policy_fields`.
+- **PPO's maths** on one actor / critic: `actor_loss`, `approx_kl`, `actor_epochs`,
+  `critic_epochs` over `PPOSamples` (what IPPO and `PPO` share).
 - **validation** (`check`): the one family of tracer-tolerant input checks (``check.positive_int``,
   ``check.fraction``, ``check.in_range``, ``check.finite``...) every ``__check_init__`` uses.
 
@@ -32,6 +36,8 @@ from ._misc import (
     tree_take as tree_take,
     tree_zeros_batch as tree_zeros_batch,
 )
+from ._rl.base import check_agent as check_agent, check_spaces as check_spaces
+from ._rl.off_policy import check_off_policy_fields as check_off_policy_fields
 from ._rl.optim import (
     apply_adam as apply_adam,
     apply_clipped_adam as apply_clipped_adam,
@@ -40,14 +46,28 @@ from ._rl.optim import (
     params_of as params_of,
     soft_update as soft_update,
 )
+from ._rl.ppo import (
+    actor_epochs as actor_epochs,
+    actor_loss as actor_loss,
+    approx_kl as approx_kl,
+    critic_epochs as critic_epochs,
+    PPOSamples as PPOSamples,
+)
 from ._validate import is_concrete as is_concrete
 
 
 __all__ = [
+    "actor_epochs",
+    "actor_loss",
     "apply_adam",
     "apply_clipped_adam",
+    "approx_kl",
     "batch_size_of",
     "check",
+    "check_agent",
+    "check_off_policy_fields",
+    "check_spaces",
+    "critic_epochs",
     "f32",
     "filter_cond",
     "filter_scan",
@@ -57,6 +77,7 @@ __all__ = [
     "init_clipped_adam",
     "is_concrete",
     "params_of",
+    "PPOSamples",
     "soft_update",
     "tree_all_gather",
     "tree_concatenate",

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
+from jaxtyping import ArrayLike
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -23,8 +24,12 @@ def plot_repertoire(
     bounds: tuple[float, float] | None = None,
     resolution: int = 400,
     cmap: str = "viridis",
+    values: ArrayLike | None = None,
+    label: str = "fitness",
+    log_scale: bool = False,
 ) -> Figure:
-    """Heatmap of the elites' fitness over a 1-D or 2-D descriptor space.
+    """Heatmap of the elites' fitness (or of ``values``, one per cell) over a 1-D or 2-D
+    descriptor space.
 
     The image is rasterised: each pixel takes the fitness of its cell (so CVT cells appear as
     their Voronoi regions, grid cells as rectangles); empty cells stay white.
@@ -36,6 +41,8 @@ def plot_repertoire(
     - `bounds`: ``(low, high)`` of the drawn box (default: the grid's bounds, or the CVT
       centroids' range).
     - `resolution`: pixels per side; `cmap`: the colour map.
+    - `values`: what colours each filled cell (``(num_cells,)``; default: its fitness), named
+      `label`; `log_scale` colours by its logarithm (learning rates).
 
     **Returns:** the figure.
     """
@@ -53,6 +60,10 @@ def plot_repertoire(
     fig = ax.figure if ax is not None else plt.figure(figsize=(5.2, 4.2) if d == 2 else (6, 3))
     ax = ax if ax is not None else fig.add_subplot()
     fit = np.asarray(repertoire.fitnesses)
+    shown = fit if values is None else np.where(np.isfinite(fit), np.asarray(values), np.nan)
+    if log_scale:
+        shown = np.log10(np.where(shown > 0, shown, np.nan))
+        label = f"log10 {label}"
     axis = np.linspace(lo, hi, resolution, dtype=np.float32)
     if d == 2:
         xx, yy = np.meshgrid(axis, axis)
@@ -60,12 +71,12 @@ def plot_repertoire(
     else:
         pixels = axis[:, None]
     cells = np.asarray(tess.index(jnp.asarray(pixels)))
-    values = np.where(np.isfinite(fit[cells]), fit[cells], np.nan)
-    finite = fit[np.isfinite(fit)]
+    pixel_values = np.where(np.isfinite(shown[cells]), shown[cells], np.nan)
+    finite = shown[np.isfinite(shown)]
     vmin, vmax = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
     if d == 2:
         image = ax.imshow(
-            values.reshape(resolution, resolution),
+            pixel_values.reshape(resolution, resolution),
             origin="lower",
             extent=(lo, hi, lo, hi),
             cmap=cmap,
@@ -75,11 +86,11 @@ def plot_repertoire(
         )
         ax.set_xlabel("descriptor 1")
         ax.set_ylabel("descriptor 2")
-        fig.colorbar(image, ax=ax, label="fitness")
+        fig.colorbar(image, ax=ax, label=label)
     else:
-        ax.plot(axis, values)
+        ax.plot(axis, pixel_values)
         ax.set_xlabel("descriptor")
-        ax.set_ylabel("fitness")
+        ax.set_ylabel(label)
     filled = int(np.isfinite(fit).sum())
     ax.set_title(f"repertoire: {filled}/{fit.size} cells filled")
     fig.tight_layout()
@@ -191,5 +202,63 @@ def plot_learning_curve(
     ax.set_xlabel("environment steps")
     ax.set_ylabel("evaluation return")
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_repertoire_hparams(
+    repertoire: MapElitesRepertoire, hparams: Mapping[str, ArrayLike], resolution: int = 200
+) -> Figure:
+    """One heatmap per hyperparameter: the repertoire coloured by each elite's value (as
+    QDax's ME-PBT notebook draws it). ``hparams`` maps names to ``(num_cells,)`` arrays;
+    learning rates (``*_lr``) are coloured by their logarithm; ``resolution`` pixels per
+    side."""
+    names = list(hparams)
+    if not names:
+        raise ValueError("plot_repertoire_hparams needs at least one hyperparameter")
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), squeeze=False)
+    for ax, name in zip(axes.ravel(), names):
+        plot_repertoire(
+            repertoire, ax=ax, resolution=resolution, values=np.asarray(hparams[name]),
+            label=name, log_scale=name.endswith("_lr"),
+        )  # fmt: skip
+        ax.set_title(name)
+    for ax in axes.ravel()[len(names) :]:
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def plot_hparams_distribution(
+    hparams: Mapping[str, ArrayLike], x: ArrayLike | None = None, x_label: str = "env steps"
+) -> Figure:
+    """The population's hyperparameters over time: per hyperparameter, the median (line), the
+    interquartile range (dark band) and the range (light band) over the members.
+
+    ``hparams`` maps names to ``(steps, members)`` arrays; ``x`` (``(steps,)``, default the
+    step index) is drawn against ``x_label``. Hyperparameters that never changed are left out
+    (all are drawn when none changed). Learning rates use a log scale.
+    """
+    varying = [n for n in sorted(hparams) if np.ptp(np.asarray(hparams[n])) > 0]
+    names = varying or sorted(hparams)
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.8 * rows), squeeze=False)
+    for ax, name in zip(axes.ravel(), names):
+        values = np.asarray(hparams[name], np.float64)
+        steps = np.arange(values.shape[0]) if x is None else np.asarray(x)
+        low, q1, median, q3, high = np.percentile(values, [0, 25, 50, 75, 100], axis=1)
+        ax.fill_between(steps, low, high, color="C0", alpha=0.15, lw=0, label="range")
+        ax.fill_between(steps, q1, q3, color="C0", alpha=0.35, lw=0, label="quartiles")
+        ax.plot(steps, median, color="C0", lw=1.5, label="median")
+        ax.set_title(name)
+        ax.set_xlabel(x_label if x is not None else "step")
+        if name.endswith("_lr"):
+            ax.set_yscale("log")
+    axes.ravel()[0].legend(fontsize="small")
+    for ax in axes.ravel()[len(names) :]:
+        ax.axis("off")
     fig.tight_layout()
     return fig

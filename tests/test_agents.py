@@ -128,7 +128,7 @@ def test_hyperparameters_are_validated():
         q.SACHParams(tau=-0.1)
     with pytest.raises(ValueError, match="minibatch_size"):
         q.TD3(observation_size=2, action_size=2, minibatch_size=0)
-    with pytest.raises(ValueError, match="do not match"):
+    with pytest.raises(ValueError, match="observation_size is 3 but the environment's is 2"):
         q.init_off_policy(
             q.TD3(observation_size=3, action_size=2), ENV, key=jr.key(0), num_envs=2,
             buffer_size=8,

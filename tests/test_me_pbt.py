@@ -10,10 +10,10 @@ from eqx_qd import jobs
 
 ENV = q.PointMaze(length=30)
 AGENT = q.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(16,),
-              minibatch_size=16)  # fmt: skip
+              minibatch_size=16, num_envs=2, buffer_size=500)  # fmt: skip
 CONFIG = q.PBTEmitterConfig(
-    pg_population_size=4, ga_population_size=4, num_training_iterations=3, num_envs=2,
-    buffer_size=500, fraction_best_to_replace_from=0.25, fraction_to_replace_from_best=0.25,
+    pg_population_size=4, ga_population_size=4, num_training_iterations=3,
+    fraction_best_to_replace_from=0.25, fraction_to_replace_from_best=0.25,
     fraction_to_replace_from_samples=0.25,
 )  # fmt: skip
 
@@ -23,8 +23,11 @@ def test_config_counts_and_errors():
     assert q.PBTEmitterConfig().counts() == (1, 2, 4)  # QDax's fractions with 10 agents
     with pytest.raises(ValueError, match="rounds to 0 agents"):
         q.PBTEmitterConfig(pg_population_size=4)  # 0.1 x 4 -> 0: QDax's opaque failure
-    with pytest.raises(ValueError, match="more than pg_population_size"):
+    with pytest.raises(ValueError, match="12 agents, more than the 10 PBT agents"):
         q.PBTEmitterConfig(fraction_to_replace_from_best=0.7, fraction_to_replace_from_samples=0.5)
+    # Counts are global, as QDax's: 4 devices x 10 agents draw copies from the best 4, not 1.
+    assert q.PBTEmitterConfig(num_devices=4).counts() == (4, 8, 16)
+    q.PBTEmitterConfig(pg_population_size=4, num_devices=4)  # 0.1 x 16 -> 1: fine over 4 devices
 
 
 def test_the_emitter_checks_agent_environment_and_spaces_against_each_other():
@@ -32,9 +35,11 @@ def test_the_emitter_checks_agent_environment_and_spaces_against_each_other():
     wide = q.TD3(observation_size=3, action_size=2, policy_hidden=(8,), critic_hidden=(8,))
     with pytest.raises(ValueError, match="observation_size is 3 but the environment's is 2"):
         q.PBTEmitter(wide, ENV, CONFIG, AGENT.hparam_spaces, iso)
-    with pytest.raises(ValueError, match="spaces is empty"):
+    with pytest.raises(ValueError, match="PBTEmitter: the hyperparameter spaces are empty"):
         q.PBTEmitter(AGENT, ENV, CONFIG, {}, iso)
-    with pytest.raises(ValueError, match=r"names \['alpha_lr'\], which TD3HParams does not have"):
+    with pytest.raises(
+        ValueError, match=r"spaces name \['alpha_lr'\], which TD3HParams does not have"
+    ):
         q.PBTEmitter(AGENT, ENV, CONFIG, {"alpha_lr": q.Uniform(1e-4, 1e-3)}, iso)
     q.PBTEmitter(AGENT, ENV, CONFIG, {"policy_lr": q.LogUniform(1e-4, 1e-3)}, iso)  # fine
 

@@ -1,6 +1,5 @@
 import functools
 import os
-import typing
 
 import equinox as eqx
 import jax
@@ -16,13 +15,13 @@ from eqx_qd import jobs
 
 ENV = q.PointMaze(walls=False, length=20)
 AGENT = q.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
-              minibatch_size=8)  # fmt: skip
+              minibatch_size=8, num_envs=2, buffer_size=16)  # fmt: skip
 POP = 6
 
 
 @functools.cache
 def _population():
-    pop = q.init_population(AGENT, ENV, None, POP, key=jr.key(0), num_envs=2, buffer_size=16)
+    pop = q.init_population(AGENT, ENV, None, POP, key=jr.key(0))
     # Give each member a distinct buffer so that copies can be traced.
     pop, _ = q.train_population(AGENT, ENV, pop, 2, key=jr.key(1))
     return pop
@@ -127,69 +126,6 @@ def test_population_without_optimizer_states_is_smaller(population):
     assert size(stored.agent_state) < size(population.agent_state)
     rebuilt = eqx.filter_vmap(AGENT.init_optimizer_states)(stored.agent_state)
     assert jax.tree.structure(rebuilt) == jax.tree.structure(population.agent_state)
-
-
-class DriftHParams(eqx.Module):
-    step_size: jax.Array = eqx.field(converter=lambda x: jnp.asarray(x, jnp.float32))
-
-
-class DriftState(eqx.Module):
-    bias: jax.Array
-    opt_state: typing.Any
-    hparams: DriftHParams
-    steps: jax.Array
-    normaliser: q.RunningNormaliser
-
-
-@typing.final
-class DriftAgent(q.AbstractAgent[DriftState]):
-    """A user-defined agent: a constant action that drifts towards rewarding actions."""
-
-    observation_size: int = 2
-    action_size: int = 2
-    minibatch_size: int = 4
-    normalise_observations: bool = False
-
-    @property
-    def hparam_spaces(self):
-        return {"step_size": q.LogUniform(1e-3, 1e-1)}
-
-    def init(self, hparams=None, *, key):
-        hp = DriftHParams(0.01) if hparams is None else hparams
-        return DriftState(jnp.zeros(2), jnp.zeros(()), hp, jnp.zeros((), jnp.int32),
-                          q.RunningNormaliser.create(2))  # fmt: skip
-
-    def act(self, state, obs, *, key, deterministic=False):
-        return jnp.tanh(state.bias)
-
-    def update(self, state, batch, *, key):
-        direction = jnp.mean(batch.action * batch.reward[:, None], axis=0)
-        bias = state.bias + state.hparams.step_size * direction
-        new = eqx.tree_at(lambda s: (s.bias, s.steps), state, (bias, state.steps + 1))
-        return new, {"drift": jnp.linalg.norm(direction)}
-
-    def empty_optimizer_states(self, state):
-        return eqx.tree_at(lambda s: s.opt_state, state, None, is_leaf=lambda x: x is None)
-
-    def init_optimizer_states(self, state):
-        return eqx.tree_at(lambda s: s.opt_state, state, jnp.zeros(()), is_leaf=lambda x: x is None)
-
-
-def test_a_user_defined_agent_plugs_into_pbt():
-    agent = DriftAgent()
-    pop = q.init_population(agent, ENV, None, 4, key=jr.key(0), num_envs=2, buffer_size=8)
-    steps = pop.agent_state.hparams.step_size
-    assert bool(jnp.all((steps >= 1e-3) & (steps <= 1e-1))) and len(set(steps.tolist())) == 4
-    pop, metrics = q.train_population(agent, ENV, pop, 3, key=jr.key(1))
-    assert metrics.losses["drift"].shape == (4, 3)
-    returns = q.evaluate_population(agent, ENV, pop, 2, key=jr.key(2)).returns.mean(axis=1)
-    pbt = q.PBT(4, 1, 2, agent.hparam_spaces)
-    new, info = pbt.update(pop, returns, key=jr.key(3))
-    assert new.agent_state.bias.shape == (4, 2)
-    resampled = agent.resample_hyperparams(q.internal.tree_take(pop.agent_state, 0), key=jr.key(4))
-    assert 1e-3 <= float(resampled.hparams.step_size) <= 1e-1
-    table = q.hparams_table(new)
-    assert set(table) == {"step_size"} and table["step_size"].shape == (4,)
 
 
 def test_pbt_command_writes_a_run_folder(tmp_path, capsys):

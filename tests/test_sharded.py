@@ -2,6 +2,7 @@
 devices before it starts), and the command's ``--devices`` in a fresh process (the one place a
 subprocess is needed: the device count is fixed when JAX starts)."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -18,11 +19,17 @@ from eqx_qd.cli import main
 
 ENV = q.PointMaze(length=30)
 AGENT = q.TD3(
-    observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(16,), minibatch_size=16
+    observation_size=2,
+    action_size=2,
+    policy_hidden=(16,),
+    critic_hidden=(16,),
+    minibatch_size=16,
+    num_envs=2,
+    buffer_size=200,
 )
 CONFIG = q.PBTEmitterConfig(
-    pg_population_size=4, ga_population_size=2, num_training_iterations=2, num_envs=2,
-    buffer_size=200, fraction_best_to_replace_from=0.25, fraction_to_replace_from_best=0.25,
+    pg_population_size=4, ga_population_size=2, num_training_iterations=2,
+    fraction_best_to_replace_from=0.25, fraction_to_replace_from_best=0.25,
     fraction_to_replace_from_samples=0.25,
 )  # fmt: skip
 
@@ -30,8 +37,9 @@ CONFIG = q.PBTEmitterConfig(
 @pytest.mark.parametrize("devices", [1, 4])
 def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     assert len(jax.devices()) >= devices, "conftest asks for 4 host devices"
+    config = dataclasses.replace(CONFIG, num_devices=devices)
     emitter = q.PBTEmitter(
-        AGENT, ENV, CONFIG, AGENT.hparam_spaces, q.IsoLineVariation(0.01, 0.1), axis_name="p"
+        AGENT, ENV, config, AGENT.hparam_spaces, q.IsoLineVariation(0.01, 0.1), axis_name="p"
     )
     scorer = q.PolicyScorer(ENV, agent=AGENT)
     algo = q.MAPElites(emitter, scorer, scorer.qd_offset, lineage=True, axis_name="p")
@@ -47,7 +55,8 @@ def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     assert (filled == filled[0]).all() and (qd == qd[0]).all()
     steps = [int(first.num_filled), *filled[0].tolist()]
     assert steps == sorted(steps)
-    # Every device ends with the same best set (here one agent: fraction 0.25 of 4).
+    # Every device ends with the same best set (global counts: 0.25 of 4 agents per device).
+    assert state.emitter_state.best_returns.shape[-1] == devices
     best = np.asarray(state.emitter_state.best_returns)
     assert (best == best[0]).all()
     hp = state.emitter_state.population.agent_state.hparams
@@ -60,7 +69,7 @@ def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
 
 
 def test_population_training_splits_over_the_mesh():
-    pop = q.init_population(AGENT, ENV, None, 4, num_envs=2, buffer_size=64, key=jr.key(5))
+    pop = q.init_population(AGENT, ENV, None, 4, key=jr.key(5))
     pop, metrics = q.train_population_sharded(
         AGENT, ENV, pop, 3, mesh=q.device_mesh(4), key=jr.key(6)
     )

@@ -1,33 +1,34 @@
-"""ME-PBT: a PBT population of RL agents that also feeds a MAP-Elites repertoire (one device).
+"""ME-PBT: a PBT population of RL agents that also feeds a MAP-Elites repertoire.
 
-Genotypes are whole agent training states without optimiser states (policy, critic, targets,
-normaliser, hyperparameters). Each iteration the emitter offers ``ga_population_size`` GA
-children (iso+line-DD on the policies of two elites; every other field comes from the first
-parent) and its ``pg_population_size`` PBT agents. Once the batch is scored, the PBT agents are
-ranked by their fitness. The worst ``num_to_replace_from_best`` are replaced by copies of agents
-drawn from the ``num_best_to_replace_from`` best, replay buffers included. The next
-``num_to_replace_from_samples`` worst are replaced by elites sampled from the repertoire. Every
-copy gets new hyperparameters drawn from its space. Then the agents train for
-``num_training_iterations`` iterations with fresh optimiser states, and the optimiser states
-are dropped again.
+Genotypes are agent states in storage form (no optimiser states, no target networks). Each
+iteration the emitter offers ``ga_population_size`` GA children (its variation applied to the
+`AbstractAgent.genome` of two elites: policy and critic jointly for TD3, and the temperature
+for SAC, as QDax; every other field comes from the first parent) and its
+``pg_population_size`` PBT agents. Once the batch is scored, the PBT agents are ranked by their
+fitness over all devices. The worst ``num_to_replace_from_best`` are replaced by copies of
+agents drawn from the ``num_best_to_replace_from`` best, replay buffers included; the next
+``num_to_replace_from_samples`` worst by elites sampled from the repertoire. Every copy gets
+new hyperparameters drawn from its space. Then every agent is brought to its training form
+(fresh optimiser states, targets reset to the online networks), trains for
+``num_training_iterations`` iterations, and goes back to storage form.
 """
 
 import typing
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._envs.base import AbstractEnv
-from .._misc import tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
+from .._misc import tree_all_gather, tree_concatenate, tree_slice, tree_take
 from .._repertoire import MapElitesRepertoire
-from .._rl.base import AbstractAgent
-from .._rl.off_policy import OffPolicyState
-from .._rl.pbt import copy_into, count_from_fraction, init_population, train_population
-from .._rl.spaces import AbstractSpace, sample_hparams
+from .._rl.base import AbstractAgent, AbstractTrainingRun, check_agent, check_spaces
+from .._rl.pbt import count_from_fraction, init_population, train_population
+from .._rl.spaces import AbstractSpace
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractVariation
 from .base import AbstractEmitter, ActorType, Lineage, parent_ids
@@ -35,54 +36,52 @@ from .base import AbstractEmitter, ActorType, Lineage, parent_ids
 
 @typing.final
 class PBTEmitterConfig(eqx.Module):
-    """The sizes and fractions of QDax's ``PBTEmitterConfig`` (per device).
+    """The sizes and fractions of QDax's ``PBTEmitterConfig``.
 
-    Counts are ``int(fraction * pg_population_size)`` (`count_from_fraction`): a positive
-    fraction that rounds to zero agents is an error naming it. All fields are static (they set
-    shapes and loop lengths).
+    Counts are global, as QDax computes them: ``int(fraction * pg_population_size *
+    num_devices)`` (`count_from_fraction`); a positive fraction that rounds to zero agents is an
+    error naming it. The agent's own fields say how it trains (environments, buffer, gradient
+    steps). All fields are static (they set shapes and loop lengths).
 
     **Fields:**
 
-    - `pg_population_size`: PBT agents; `ga_population_size`: GA children per iteration.
-    - `num_training_iterations`: training iterations of every agent per generation, each
-      stepping `num_envs` environments with `grad_updates_per_step` gradient steps per
-      environment step; `buffer_size`: each agent's replay buffer.
+    - `pg_population_size`: PBT agents per device; `ga_population_size`: GA children per
+      iteration and device.
+    - `num_training_iterations`: ``agent.train`` iterations of every agent per generation.
     - `fraction_best_to_replace_from`: the best set copies are drawn from;
       `fraction_to_replace_from_best`: the worst agents replaced by copies of the best;
       `fraction_to_replace_from_samples`: the next worst, replaced by repertoire elites.
-    - `fraction_sort_exchange`: QDax's chunking of the multi-device exchange (unused: one
-      gather suffices, see docs/design.md).
+    - `num_devices`: devices the emitter runs over (the mesh axis's size; 1 on one device).
     """
 
     pg_population_size: int = eqx.field(default=10, static=True)
     ga_population_size: int = eqx.field(default=10, static=True)
     num_training_iterations: int = eqx.field(default=25, static=True)
-    num_envs: int = eqx.field(default=16, static=True)
-    grad_updates_per_step: float = eqx.field(default=1.0, static=True)
-    buffer_size: int = eqx.field(default=100_000, static=True)
     fraction_best_to_replace_from: float = eqx.field(default=0.1, static=True)
     fraction_to_replace_from_best: float = eqx.field(default=0.2, static=True)
     fraction_to_replace_from_samples: float = eqx.field(default=0.4, static=True)
-    fraction_sort_exchange: float = eqx.field(default=0.1, static=True)
+    num_devices: int = eqx.field(default=1, static=True)
 
     def __check_init__(self):
-        for name in ("pg_population_size", "num_training_iterations", "num_envs",
-                     "buffer_size"):  # fmt: skip
+        for name in ("pg_population_size", "num_training_iterations", "num_devices"):
             check.positive_int(name, getattr(self, name))
         check.non_negative_int("ga_population_size", self.ga_population_size)
-        check.positive("grad_updates_per_step", self.grad_updates_per_step)
-        check.fraction("fraction_sort_exchange", self.fraction_sort_exchange)
         best, from_best, from_samples = self.counts()
-        if from_best + from_samples > self.pg_population_size:
+        if from_best + from_samples > self.total_agents:
             raise ValueError(
                 f"fraction_to_replace_from_best + fraction_to_replace_from_samples replace "
-                f"{from_best + from_samples} agents, more than pg_population_size "
-                f"{self.pg_population_size}"
+                f"{from_best + from_samples} agents, more than the {self.total_agents} PBT agents"
             )
 
+    @property
+    def total_agents(self) -> int:
+        """PBT agents over all devices."""
+        return self.pg_population_size * self.num_devices
+
     def counts(self) -> tuple[int, int, int]:
-        """(num_best_to_replace_from, num_to_replace_from_best, num_to_replace_from_samples)."""
-        n = self.pg_population_size
+        """(num_best_to_replace_from, num_to_replace_from_best, num_to_replace_from_samples),
+        over all devices."""
+        n = self.total_agents
         out = [
             count_from_fraction(name, getattr(self, name), n, "agents")
             for name in ("fraction_best_to_replace_from", "fraction_to_replace_from_best",
@@ -98,14 +97,16 @@ class PBTEmitterState(eqx.Module):
 
     **Fields:**
 
-    - `population`: the PBT agents' training runs (agent states, replay buffers,
-      environments), stacked on a leading ``pg_population_size`` axis.
+    - `population`: the PBT agents' training runs (agent states in storage form, replay
+      buffers, environments), stacked on a leading ``pg_population_size`` axis.
     - `best_returns`: the returns of the best set the last replacement copied from (the same
       on every device when the emitter runs over a mesh axis).
+    - `training_env_steps`: environment steps this device's agents took in training so far.
     """
 
-    population: OffPolicyState
+    population: AbstractTrainingRun
     best_returns: Float[Array, " num_best"]
+    training_env_steps: Int[Array, ""]
 
 
 @typing.final
@@ -115,14 +116,19 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
 
     **Fields:**
 
-    - `agent`, `env`: the agent trained by PBT and its environment (sizes checked against each
-      other).
+    - `agent`, `env`: any `AbstractAgent` and its environment (sizes checked against each
+      other, the agent's state against the contract).
     - `config`: the sizes and fractions (`PBTEmitterConfig`).
     - `spaces`: the hyperparameter spaces copies are resampled from (not empty; names must be
       fields of the agent's hyperparameters).
-    - `variation`: the GA operator applied to two elites' policies.
+    - `variation`: the GA operator applied to two elites' genomes (`AbstractAgent.genome`).
     - `selector`: how elites are drawn from the repertoire.
-    - `axis_name`: the mesh axis under ``shard_map`` (``None`` on one device).
+    - `axis_name`: the mesh axis under ``shard_map`` (``None`` on one device; its size must be
+      ``config.num_devices``).
+
+    **Ranking.** NaN fitness ranks last; ties rank the earlier agent (device-major order)
+    first. Replacement bands are disjoint ranks (QDax's threshold rule lets the two bands
+    overlap by one agent; see docs/design.md).
     """
 
     agent: AbstractAgent
@@ -134,24 +140,12 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
     axis_name: str | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
-        for size in ("observation_size", "action_size"):
-            ours, theirs = getattr(self.agent, size), getattr(self.env, size)
-            if ours != theirs:
-                raise ValueError(
-                    f"PBTEmitter: the agent's {size} is {ours} but the environment's is {theirs}"
-                )
-        if not self.spaces:
+        check_agent(self.agent, self.env, where="PBTEmitter")
+        check_spaces(self.agent, self.spaces, where="PBTEmitter")
+        if self.axis_name is None and self.config.num_devices != 1:
             raise ValueError(
-                "PBTEmitter.spaces is empty: PBT would only copy agents; give the spaces of the "
-                "hyperparameters to explore (e.g. agent.hparam_spaces)"
-            )
-        # The hyperparameters module, by shape only (nothing is computed).
-        hparams = eqx.filter_eval_shape(lambda: self.agent.init(key=jr.key(0))).hparams
-        unknown = sorted(set(self.spaces) - set(hparams.__dataclass_fields__))
-        if unknown:
-            raise ValueError(
-                f"PBTEmitter.spaces names {unknown}, which {type(hparams).__name__} does not "
-                f"have; its fields are {sorted(hparams.__dataclass_fields__)}"
+                f"PBTEmitter: config.num_devices is {self.config.num_devices} but no axis_name "
+                "is given (one device)"
             )
 
     @property
@@ -159,15 +153,13 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         return self.config.ga_population_size + self.config.pg_population_size
 
     def initial_genotypes(self, num: int, *, key: PRNGKey) -> Genotypes:
-        """``num`` fresh agent states with hyperparameters drawn from the spaces and no
-        optimiser states: the initial population of `MAPElites.init`."""
+        """``num`` fresh agent states in storage form with hyperparameters drawn from the
+        spaces: the initial population of `MAPElites.init`."""
 
         def one(k):
             init_key, hp_key = jr.split(k)
             state = self.agent.init(key=init_key)
-            state = eqx.tree_at(
-                lambda s: s.hparams, state, sample_hparams(state.hparams, self.spaces, key=hp_key)
-            )
+            state = self.agent.resample_hyperparams(state, spaces=self.spaces, key=hp_key)
             return self.agent.empty_optimizer_states(state)
 
         return eqx.filter_vmap(one)(jr.split(key, num))
@@ -189,14 +181,15 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
                 f"pg_population_size={c.pg_population_size} agents"
             )
         population = init_population(
-            self.agent, self.env, self.spaces, c.pg_population_size, key=key,
-            num_envs=c.num_envs, buffer_size=c.buffer_size,
-        )  # fmt: skip
-        # The PBT agents start as the first initial genotypes (as in QDax), without optimisers.
+            self.agent, self.env, self.spaces, c.pg_population_size, key=key
+        )
+        # The PBT agents start as the first initial genotypes (as in QDax), in storage form.
         agents = tree_slice(genotypes, 0, c.pg_population_size)
-        population = eqx.tree_at(lambda p: p.agent_state, population, agents)
+        population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
         num_best = max(1, c.counts()[0])
-        return PBTEmitterState(population, jnp.full((num_best,), -jnp.inf, jnp.float32))
+        return PBTEmitterState(
+            population, jnp.full((num_best,), -jnp.inf, jnp.float32), jnp.zeros((), jnp.int32)
+        )
 
     def emit(
         self, repertoire: MapElitesRepertoire, state: PBTEmitterState, *, key: PRNGKey
@@ -214,13 +207,25 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         elites = repertoire.select(2 * c.ga_population_size, key=select_key, selector=self.selector)
         first = tree_slice(elites.genotypes, 0, c.ga_population_size)
         second = tree_slice(elites.genotypes, c.ga_population_size, 2 * c.ga_population_size)
-        policies = self.variation(first.policy, second.policy, key=var_key)
-        children = eqx.tree_at(lambda s: s.policy, first, policies)
+        genome = eqx.filter_vmap(self.agent.genome)
+        varied = self.variation(genome(first), genome(second), key=var_key)
+        children = eqx.filter_vmap(self.agent.with_genome)(first, varied)
         ids = parent_ids(elites)
         ga_lineage = Lineage.of(
             ids[: c.ga_population_size], ids[c.ga_population_size :], ActorType.EVO
         )
         return tree_concatenate([children, pg]), tree_concatenate([ga_lineage, pg_lineage])
+
+    def _device_index(self):
+        if self.axis_name is None:
+            return 0
+        size = jax.lax.axis_size(self.axis_name)
+        if size != self.config.num_devices:
+            raise ValueError(
+                f"PBTEmitter runs over {size} devices but config.num_devices is "
+                f"{self.config.num_devices}"
+            )
+        return jax.lax.axis_index(self.axis_name)
 
     def state_update(
         self,
@@ -234,47 +239,57 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         key: PRNGKey,
     ) -> PBTEmitterState:
         c = self.config
+        pg = c.pg_population_size
         num_best, from_best, from_samples = c.counts()
         num_best = max(1, num_best)
-        returns = fitnesses[c.ga_population_size :]
         best_key, sample_key, hp_key, train_key = jr.split(key, 4)
         population = state.population
-        clean = jnp.where(jnp.isnan(returns), -jnp.inf, returns)
-        order = jnp.argsort(-clean)  # best first
-        # The best set: the local best, or over a mesh axis the best of every device's local best
-        # (the global top-k lies in the union of the local top-k, so one gather suffices).
-        pool = tree_take(population, order[:num_best])
-        pool_returns = clean[order[:num_best]]
-        if self.axis_name is not None:
-            pool, pool_returns = tree_all_gather((pool, pool_returns), self.axis_name)
-            top = jnp.argsort(-pool_returns)[:num_best]
-            pool, pool_returns = tree_take(pool, top), pool_returns[top]
-        if from_best > 0:
-            worst = order[c.pg_population_size - from_best :]
-            resample = lambda h, k: sample_hparams(h, self.spaces, key=k)
-            population, _ = copy_into(population, pool, worst, resample, key=best_key)
-        if from_samples > 0:
-            slots = order[c.pg_population_size - from_best - from_samples :][:from_samples]
-            samples = repertoire.select(from_samples, key=sample_key, selector=self.selector)
-            agents = samples.genotypes
-            hparams = eqx.filter_vmap(lambda h, k: sample_hparams(h, self.spaces, key=k))(
-                agents.hparams, jr.split(hp_key, from_samples)
-            )
-            agents = eqx.tree_at(lambda s: s.hparams, agents, hparams)
-            population = eqx.tree_at(
-                lambda p: p.agent_state,
-                population,
-                tree_scatter(population.agent_state, slots, agents),
-            )
-        agents = eqx.filter_vmap(self.agent.init_optimizer_states)(population.agent_state)
+        clean = fitnesses[c.ga_population_size :]
+        clean = jnp.where(jnp.isnan(clean), -jnp.inf, clean)
+        # Global ranks (0 = best) of this device's agents among all devices' agents.
+        everyone = tree_all_gather(clean, self.axis_name)
+        total = everyone.shape[0]
+        order = jnp.argsort(-everyone, stable=True)
+        rank = jnp.zeros(total, jnp.int32).at[order].set(jnp.arange(total, dtype=jnp.int32))
+        rank = jax.lax.dynamic_slice(rank, (self._device_index() * pg,), (pg,))
+        from_best_mask = rank >= total - from_best
+        from_samples_mask = (rank >= total - from_best - from_samples) & ~from_best_mask
+        # The best set: the global top-k lies in the union of every device's local top-k.
+        local = jnp.argsort(-clean, stable=True)[: min(num_best, pg)]
+        pool, pool_returns = tree_all_gather(
+            (tree_take(population, local), clean[local]), self.axis_name
+        )
+        top = jnp.argsort(-pool_returns, stable=True)[:num_best]
+        pool, pool_returns = tree_take(pool, top), pool_returns[top]
+        slots = jnp.arange(pg, dtype=jnp.int32)
+        if from_best > 0:  # whole runs, buffers included, drawn uniformly from the best set
+            picks = jr.choice(best_key, num_best, (pg,), replace=True) + pg
+            source = jnp.where(from_best_mask, picks, slots)
+            population = tree_take(tree_concatenate([population, pool]), source)
+        if from_samples > 0:  # agent states only: the slot keeps its buffer and environments
+            samples = repertoire.select(pg, key=sample_key, selector=self.selector).genotypes
+            source = jnp.where(from_samples_mask, slots + pg, slots)
+            agents = tree_take(tree_concatenate([population.agent_state, samples]), source)
+            population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
+        replaced = from_best_mask | from_samples_mask
+        agents = population.agent_state
+        resampled = eqx.filter_vmap(
+            lambda s, k: self.agent.resample_hyperparams(s, spaces=self.spaces, key=k)
+        )(agents, jr.split(hp_key, pg))
+        hparams = jax.tree.map(
+            lambda new, old: jnp.where(replaced, new, old), resampled.hparams, agents.hparams
+        )
+        agents = eqx.tree_at(lambda s: s.hparams, agents, hparams)
+        agents = eqx.filter_vmap(self.agent.init_optimizer_states)(agents)
         population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
+        steps_before = jnp.sum(population.env_steps)
         population, _ = train_population(
-            self.agent, self.env, population, c.num_training_iterations, key=train_key,
-            grad_updates_per_step=c.grad_updates_per_step,
-        )  # fmt: skip
+            self.agent, self.env, population, c.num_training_iterations, key=train_key
+        )
+        trained = jnp.sum(population.env_steps) - steps_before
         agents = eqx.filter_vmap(self.agent.empty_optimizer_states)(population.agent_state)
         population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
-        return PBTEmitterState(population, pool_returns)
+        return PBTEmitterState(population, pool_returns, state.training_env_steps + trained)
 
 
 def _none(x) -> bool:

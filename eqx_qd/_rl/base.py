@@ -1,82 +1,277 @@
-"""The agent contract that the off-policy training loop, the scoring functions and PBT use."""
+"""The agent contract: what PBT, the ME-PBT emitter, the scorers and the jobs rely on.
+
+Four abstract modules, each with the fields others read declared as ``eqx.AbstractVar``:
+
+- `AbstractHParams`: hyperparameters as float32 array leaves, with their default search spaces.
+- `AbstractAgentState`: what an agent learns or varies (networks, optimiser states, observation
+  statistics, its `AbstractHParams`).
+- `AbstractTrainingRun`: an agent state plus what it learns from (a replay buffer,
+  environments mid-episode) and an environment-step counter.
+- `AbstractAgent`: stateless structure (sizes, widths, loop settings) and the methods that act,
+  train, evaluate, and move a state between its training form (optimiser states, target
+  networks) and its storage form (neither).
+
+`PBT`, the population functions and `PBTEmitter` are written against these only, so any
+subclass (TD3, SAC, PPO or a user's agent) goes everywhere an agent can go.
+"""
 
 import abc
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 import equinox as eqx
-from jaxtyping import Array, Float
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Float, Int, PyTree
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._envs.rollout import Transition
+from .._envs.base import AbstractEnv
+from .normaliser import RunningNormaliser
 from .spaces import AbstractSpace, sample_hparams
 
 
-_S = TypeVar("_S")
 Metrics = dict[str, Float[Array, ""]]
 
 
-class AbstractAgent(eqx.Module, Generic[_S]):
-    """An off-policy agent: ``init(hparams, key=) -> state``, ``act``, ``update`` on a batch.
+class AbstractHParams(eqx.Module):
+    """Hyperparameters: every field a float32 array (a scalar for one agent, a vector in a
+    stacked population), so changing a value never retraces and a population varies them with
+    ``filter_vmap``.
 
-    Subclass it (and a state module) to bring a new agent to the training loop, the scoring
-    functions and PBT.
+    Subclasses declare their fields with ``converter=f32`` and implement `default_spaces`.
+    """
 
-    **Fields** every agent declares: `observation_size`, `action_size` (the environment's),
-    `minibatch_size` (transitions per gradient step) and `normalise_observations` (whether the
-    state's ``normaliser`` is used).
+    def __check_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not (eqx.is_array(value) and value.dtype == jnp.float32):
+                raise TypeError(
+                    f"{type(self).__name__}.{f.name} must be a float32 array (declare it with "
+                    f"converter=eqx_qd.internal.f32), got {type(value).__name__}"
+                    + (f" of {value.dtype}" if hasattr(value, "dtype") else "")
+                )
+
+    @abc.abstractmethod
+    def default_spaces(self) -> dict[str, AbstractSpace]:
+        """The search spaces PBT explores by default, by field name (fields left out stay
+        fixed)."""
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The field names, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    def as_dict(self) -> dict[str, Float[Array, "*population"]]:
+        """The fields by name (arrays; leading population axes kept)."""
+        return {name: getattr(self, name) for name in self.names()}
+
+    def to_dict(self) -> dict[str, float | list]:
+        """Plain Python values (lists in a population), e.g. to write as JSON."""
+        return {k: np.asarray(v).tolist() for k, v in self.as_dict().items()}
+
+
+class AbstractAgentState(eqx.Module):
+    """What one agent learns or varies.
+
+    **Fields** others read: `hparams` (its `AbstractHParams`) and `normaliser` (running
+    observation statistics, or ``None`` when the agent does not normalise observations).
+    Networks and optimiser states are the subclass's own; callers reach them through the
+    agent's methods (`AbstractAgent.genome`, `AbstractAgent.init_optimizer_states`, ...).
+    """
+
+    hparams: eqx.AbstractVar[AbstractHParams]
+    normaliser: eqx.AbstractVar[RunningNormaliser | None]
+
+
+_S = TypeVar("_S", bound=AbstractAgentState)
+_R = TypeVar("_R", bound="AbstractTrainingRun")
+
+
+class AbstractTrainingRun(eqx.Module, Generic[_S]):
+    """One agent's training run: its state plus what it learns from.
+
+    **Fields** others read: `agent_state` and `env_steps` (environment steps taken in training
+    so far, an int32 scalar). PBT copies whole runs (a copy keeps its source's buffer).
+    """
+
+    agent_state: eqx.AbstractVar[_S]
+    env_steps: eqx.AbstractVar[Int[Array, ""]]
+
+
+class TrainMetrics(eqx.Module):
+    """Per-iteration training metrics (leading axis: iterations, after a training chunk).
+
+    **Fields:** `reward` (the mean reward of the iteration's environment steps),
+    `episode_return` (the mean return of the episodes that ended in the iteration; NaN when
+    none did), `episodes_done` (how many ended) and `losses` (the agent's scalar metrics by
+    name, averaged over the iteration's gradient steps).
+    """
+
+    reward: Float[Array, ""]
+    episode_return: Float[Array, ""]
+    episodes_done: Float[Array, ""]
+    losses: dict[str, Float[Array, ""]]
+
+
+class EvalMetrics(eqx.Module):
+    """Deterministic-policy evaluation over full episodes.
+
+    **Fields:** `returns` and `lengths` ``(num_episodes,)``, and with a QD environment the
+    episodes' `descriptors` ``(num_episodes, num_descriptors)`` (else ``None``).
+    """
+
+    returns: Float[Array, " num_episodes"]
+    lengths: Float[Array, " num_episodes"]
+    descriptors: Float[Array, "num_episodes num_descriptors"] | None
+
+
+class AbstractAgent(eqx.Module, Generic[_S, _R]):
+    """An agent for a single-agent `AbstractEnv`: stateless structure and the methods that act
+    and learn. Subclass it (or `AbstractOffPolicyAgent`, which supplies the training loop
+    around a gradient step) with a state module, a hyperparameters module and a training-run
+    module to bring a new agent to PBT, ME-PBT, the scorers and the jobs.
+
+    **Fields** every agent declares: `observation_size`, `action_size` (the environment's) and
+    `normalise_observations` (whether the state's ``normaliser`` is used).
+
+    **Storage and training forms.** A state in a repertoire or a saved population holds no
+    optimiser states and no target networks (`empty_optimizer_states`);
+    `init_optimizer_states` brings it back to its training form (fresh optimiser states,
+    targets reset to the online networks), as QDax's ``init_optimizers_states`` does.
     """
 
     observation_size: eqx.AbstractVar[int]
     action_size: eqx.AbstractVar[int]
-    minibatch_size: eqx.AbstractVar[int]
     normalise_observations: eqx.AbstractVar[bool]
+
+    # -- what every agent implements ------------------------------------------------------
 
     @abc.abstractmethod
     def init(self, hparams: Any = None, *, key: PRNGKey) -> _S:
-        """A fresh training state: networks, optimiser states, and ``hparams`` (the agent's
-        hyperparameters module; ``None``: its defaults)."""
+        """A fresh state in its training form, with ``hparams`` (``None``: the defaults)."""
 
     @abc.abstractmethod
     def act(
         self, state: _S, obs: Float[Array, " obs_dim"], *, deterministic: bool = False, key: PRNGKey
     ) -> Float[Array, " action_dim"]:
-        """The action of training state ``state`` for one observation ``obs``
-        (``(obs_dim,)``): with exploration noise, unless ``deterministic``."""
+        """The action of ``state`` for one raw observation ``obs`` (``(obs_dim,)``): with
+        exploration, unless ``deterministic`` (the policy that plays a stored genotype)."""
 
     @abc.abstractmethod
-    def update(self, state: _S, batch: Transition, *, key: PRNGKey) -> tuple[_S, Metrics]:
-        """One gradient step of ``state`` on ``batch`` (a `Transition` with a leading
-        ``minibatch_size`` axis). **Returns:** the new state and scalar metrics by name."""
+    def init_run(self, env: AbstractEnv, state: _S, *, key: PRNGKey) -> _R:
+        """A training run of ``state`` on ``env``: what it learns from, freshly built
+        (environments reset, an empty buffer), and zero environment steps."""
+
+    @abc.abstractmethod
+    def train(
+        self, env: AbstractEnv, run: _R, num_iterations: int, *, key: PRNGKey
+    ) -> tuple[_R, TrainMetrics]:
+        """``num_iterations`` training iterations of ``run`` on ``env`` (what an iteration is
+        is the agent's: a step of every environment and some gradient steps for off-policy
+        agents, a rollout and its epochs for PPO). **Returns:** the run and `TrainMetrics`
+        with a leading iterations axis."""
 
     @abc.abstractmethod
     def empty_optimizer_states(self, state: _S) -> _S:
-        """The state without optimiser states (what a repertoire stores)."""
+        """``state`` in storage form: no optimiser states and no target networks (``None``)."""
 
     @abc.abstractmethod
     def init_optimizer_states(self, state: _S) -> _S:
-        """The state with fresh optimiser states for its current parameters."""
+        """``state`` in training form: fresh optimiser states for its current parameters and
+        target networks reset to the online ones (`reset_targets`)."""
+
+    @abc.abstractmethod
+    def genome(self, state: _S) -> PyTree:
+        """The part of ``state`` a GA varies (QDax's ME-PBT varies the policy and the critic
+        jointly, and SAC's temperature)."""
+
+    @abc.abstractmethod
+    def with_genome(self, state: _S, genome: PyTree) -> _S:
+        """``state`` with its `genome` replaced by ``genome``."""
+
+    # -- provided ------------------------------------------------------------------------
+
+    def reset_targets(self, state: _S) -> _S:
+        """``state`` with its target networks set to copies of the online networks (agents
+        without target networks: unchanged)."""
+        return state
 
     @property
     def hparam_spaces(self) -> dict[str, AbstractSpace]:
-        """Default PBT ranges of the state's ``hparams`` fields (override in subclasses)."""
-        return {}
+        """The default PBT spaces: those of the state's hyperparameters module."""
+        hparams = eqx.filter_eval_shape(lambda: self.init(key=jr.key(0))).hparams
+        return dict(hparams.default_spaces())
 
     def resample_hyperparams(
         self, state: _S, *, spaces: Mapping[str, AbstractSpace] | None = None, key: PRNGKey
     ) -> _S:
         """``state`` with its hyperparameters drawn again from ``spaces`` (default:
-        `hparam_spaces`). Pure; the state must have an ``hparams`` module."""
+        `hparam_spaces`)."""
         spaces = self.hparam_spaces if spaces is None else spaces
         hparams = sample_hparams(state.hparams, spaces, key=key)
         return eqx.tree_at(lambda s: s.hparams, state, hparams)
 
+    def normalise(self, state: _S, obs: Float[Array, "*batch obs_dim"]) -> Array:
+        """``obs`` through the state's observation statistics when the agent normalises
+        observations; otherwise unchanged."""
+        if not self.normalise_observations:
+            return obs
+        return state.normaliser.normalise(obs)
+
     def observe(self, state: _S, obs: Float[Array, "batch obs_dim"]) -> _S:
-        """Fold ``obs`` (``(batch, obs_dim)``) into the normaliser of ``state`` (when
+        """Fold ``obs`` (``(batch, obs_dim)``) into the state's observation statistics (when
         observations are normalised; otherwise ``state`` unchanged)."""
         if not self.normalise_observations:
             return state
         return eqx.tree_at(lambda s: s.normaliser, state, state.normaliser.update(obs))
 
-    def _norm(self, state, obs):
-        return state.normaliser.normalise(obs) if self.normalise_observations else obs
+    def evaluate(
+        self, env: AbstractEnv, state: _S, num_episodes: int, *, key: PRNGKey
+    ) -> EvalMetrics:
+        """``num_episodes`` full episodes of ``env`` played by the deterministic policy of
+        ``state`` (with a QD environment, each episode's descriptor too)."""
+        from .off_policy import evaluate  # the shared evaluator (a function of act)
+
+        return evaluate(self, env, state, num_episodes, key=key)
+
+
+def check_agent(agent: AbstractAgent, env: AbstractEnv | None = None, *, where: str) -> None:
+    """Refuse, naming ``where`` and what to add, an ``agent`` whose state does not follow the
+    contract (checked by shape only: nothing is computed), or whose sizes disagree with
+    ``env``'s."""
+    if not isinstance(agent, AbstractAgent):
+        raise TypeError(f"{where}: the agent must subclass eqx_qd.AbstractAgent, got {agent!r}")
+    if env is not None:
+        check.same_sizes(agent, env, where)
+    state = eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0)))
+    name = type(agent).__name__
+    if not isinstance(state, AbstractAgentState):
+        raise TypeError(
+            f"{where}: {name}.init returned a {type(state).__name__}, which does not subclass "
+            "eqx_qd.AbstractAgentState (declare hparams and normaliser on it)"
+        )
+    if not isinstance(state.hparams, AbstractHParams):
+        raise TypeError(
+            f"{where}: {name}'s state holds hparams of type {type(state.hparams).__name__}, "
+            "which does not subclass eqx_qd.AbstractHParams"
+        )
+
+
+def check_spaces(agent: AbstractAgent, spaces: Mapping[str, AbstractSpace], *, where: str) -> None:
+    """Refuse empty ``spaces`` (PBT would only copy) and names that are not fields of the
+    agent's hyperparameters, naming ``where``."""
+    if not spaces:
+        raise ValueError(
+            f"{where}: the hyperparameter spaces are empty, so PBT would only copy agents; give "
+            "the spaces to explore (agent.hparam_spaces, or a subset of them)"
+        )
+    hparams = eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0))).hparams
+    unknown = sorted(set(spaces) - set(hparams.names()))
+    if unknown:
+        raise ValueError(
+            f"{where}: the spaces name {unknown}, which {type(hparams).__name__} does not have; "
+            f"its fields are {sorted(hparams.names())}"
+        )

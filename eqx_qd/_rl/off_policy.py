@@ -1,4 +1,5 @@
-"""The off-policy training loop (TD3, SAC, or any `AbstractAgent`) and deterministic evaluation.
+"""The off-policy training loop (TD3, SAC, or any `AbstractOffPolicyAgent`) and deterministic
+evaluation (any `AbstractAgent`).
 
 A training iteration steps ``num_envs`` environments once with the exploration policy,
 inserts the transitions into the replay buffer, then takes ``grad_steps`` gradient steps on
@@ -6,13 +7,16 @@ batches sampled from it. `train` runs ``num_iterations`` of them in one ``lax.sc
 is a pure function of modules, so a population trains with one ``eqx.filter_vmap``.
 """
 
+import abc
 import math
+import typing
+from typing import TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Int
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
@@ -25,42 +29,96 @@ from .._envs.base import (
 )
 from .._envs.rollout import Episode, rollout, Transition
 from .._misc import filter_scan
-from .base import AbstractAgent
+from .base import (
+    AbstractAgent,
+    AbstractAgentState,
+    AbstractTrainingRun,
+    EvalMetrics,
+    Metrics,
+    TrainMetrics,
+)
 from .buffers import ReplayBuffer
 
 
-class OffPolicyState(eqx.Module):
-    """One agent's training run.
+_S = TypeVar("_S", bound=AbstractAgentState)
 
-    **Fields:** `agent_state` (the agent's training state), `buffer` (its replay buffer),
-    `env_state` (its environments mid-episode, leading axis ``num_envs``) and `env_steps`
-    (environment steps so far).
+
+@typing.final
+class OffPolicyState(AbstractTrainingRun):
+    """One off-policy agent's training run.
+
+    **Fields:** `agent_state` (the agent's state), `buffer` (its replay buffer), `env_state`
+    (its environments mid-episode, leading axis ``num_envs``) and `env_steps` (environment
+    steps so far).
     """
 
-    agent_state: eqx.Module
+    agent_state: AbstractAgentState
     buffer: ReplayBuffer
     env_state: TrainingEnvState  # batched: leading axis num_envs
     env_steps: Int[Array, ""]
 
 
+class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyState]):
+    """An agent that learns from a replay buffer: implement `update` (one gradient step on a
+    batch of transitions) and the `AbstractAgent` methods other than `init_run` and `train`,
+    which this class provides (`init_off_policy`, `train`).
+
+    **Fields** it adds to `AbstractAgent`'s: `minibatch_size` (transitions per gradient
+    step), `num_envs` (environments stepped together), `buffer_size` (replay capacity) and
+    `grad_updates_per_step` (gradient steps per environment step).
+    """
+
+    minibatch_size: eqx.AbstractVar[int]
+    num_envs: eqx.AbstractVar[int]
+    buffer_size: eqx.AbstractVar[int]
+    grad_updates_per_step: eqx.AbstractVar[float]
+
+    @abc.abstractmethod
+    def update(self, state: _S, batch: Transition, *, key: PRNGKey) -> tuple[_S, Metrics]:
+        """One gradient step of ``state`` on ``batch`` (a `Transition` with a leading
+        ``minibatch_size`` axis). **Returns:** the new state and scalar metrics by name."""
+
+    def init_run(self, env: AbstractEnv, state: _S, *, key: PRNGKey) -> OffPolicyState:
+        return init_off_policy(
+            self, env, num_envs=self.num_envs, buffer_size=self.buffer_size, state=state,
+            key=key,
+        )  # fmt: skip
+
+    def train(
+        self, env: AbstractEnv, run: OffPolicyState, num_iterations: int, *, key: PRNGKey
+    ) -> tuple[OffPolicyState, TrainMetrics]:
+        return train(
+            self, env, run, num_iterations, grad_updates_per_step=self.grad_updates_per_step,
+            key=key,
+        )  # fmt: skip
+
+
+def check_off_policy_fields(agent: AbstractOffPolicyAgent) -> None:
+    """Refuse non-positive loop settings, naming the agent's field."""
+    name = type(agent).__name__
+    for field in ("observation_size", "action_size", "minibatch_size", "num_envs", "buffer_size"):
+        check.positive_int(f"{name}.{field}", getattr(agent, field))
+    check.positive(f"{name}.grad_updates_per_step", agent.grad_updates_per_step)
+
+
 def init_off_policy(
-    agent: AbstractAgent,
+    agent: AbstractOffPolicyAgent,
     env: AbstractEnv,
     *,
     num_envs: int,
     buffer_size: int,
     hparams=None,
+    state=None,
     key: PRNGKey,
 ) -> OffPolicyState:
-    """A fresh training run of ``agent`` on ``env``: ``agent.init(hparams)``, an empty
-    replay buffer of ``buffer_size`` transitions, and ``num_envs`` freshly reset
+    """A fresh training run on ``env`` of ``state`` (``None``: ``agent.init(hparams)``): an
+    empty replay buffer of ``buffer_size`` transitions and ``num_envs`` freshly reset
     environments."""
     check.positive_int("num_envs", num_envs)
-    if agent.observation_size != env.observation_size or agent.action_size != env.action_size:
-        raise ValueError(
-            f"agent sizes (obs {agent.observation_size}, action {agent.action_size}) do not match "
-            f"the environment (obs {env.observation_size}, action {env.action_size})"
-        )
+    check.positive_int("buffer_size", buffer_size)
+    check.same_sizes(agent, env, "init_off_policy")
+    if state is not None and hparams is not None:
+        raise ValueError("init_off_policy takes hparams or state, not both")
     agent_key, env_key = jr.split(key)
     example = Transition(
         obs=jnp.zeros(env.observation_size, jnp.float32),
@@ -72,26 +130,11 @@ def init_off_policy(
     )
     env_state = jax.vmap(lambda k: training_reset(env, key=k))(jr.split(env_key, num_envs))
     return OffPolicyState(
-        agent.init(hparams, key=agent_key),
+        agent.init(hparams, key=agent_key) if state is None else state,
         ReplayBuffer.empty(buffer_size, example),
         env_state,
         jnp.zeros((), jnp.int32),
     )
-
-
-class TrainMetrics(eqx.Module):
-    """Per-iteration training metrics (leading axis: iterations, after `train`).
-
-    **Fields:** `reward` (the mean reward of the iteration's steps), `episode_return` (the mean
-    return of the episodes that ended in the iteration; NaN when none did), `episodes_done`
-    (how many ended) and `losses` (the agent's metrics averaged over the iteration's gradient
-    steps).
-    """
-
-    reward: Float[Array, ""]
-    episode_return: Float[Array, ""]
-    episodes_done: Float[Array, ""]
-    losses: dict[str, Float[Array, ""]]
 
 
 def _play(agent, env, state: OffPolicyState, key: PRNGKey, random_actions: bool):
@@ -126,7 +169,7 @@ def grad_steps_for(num_envs: int, grad_updates_per_step: float) -> int:
 
 
 def train_iteration(
-    agent: AbstractAgent,
+    agent: AbstractOffPolicyAgent,
     env: AbstractEnv,
     state: OffPolicyState,
     *,
@@ -157,7 +200,7 @@ def train_iteration(
 
 @eqx.filter_jit
 def train(
-    agent: AbstractAgent,
+    agent: AbstractOffPolicyAgent,
     env: AbstractEnv,
     state: OffPolicyState,
     num_iterations: int,
@@ -176,7 +219,12 @@ def train(
 
 @eqx.filter_jit
 def warmup(
-    agent: AbstractAgent, env: AbstractEnv, state: OffPolicyState, num_iterations: int, *, key
+    agent: AbstractOffPolicyAgent,
+    env: AbstractEnv,
+    state: OffPolicyState,
+    num_iterations: int,
+    *,
+    key,
 ) -> OffPolicyState:
     """Fill the buffer of ``state`` with ``num_iterations`` steps of ``env`` under uniformly
     random actions (no learning; ``agent`` only updates its observation statistics)."""
@@ -185,18 +233,6 @@ def warmup(
         return _play(agent, env, s, k, True)[0], None
 
     return filter_scan(body, state, jr.split(key, num_iterations))[0]
-
-
-class EvalMetrics(eqx.Module):
-    """Deterministic-policy evaluation over full episodes.
-
-    **Fields:** `returns` and `lengths` ``(num_episodes,)``, and with a QD environment the
-    episodes' `descriptors` ``(num_episodes, num_descriptors)`` (else ``None``).
-    """
-
-    returns: Float[Array, " num_episodes"]
-    lengths: Float[Array, " num_episodes"]
-    descriptors: Float[Array, "num_episodes num_descriptors"] | None
 
 
 @eqx.filter_jit

@@ -7,7 +7,6 @@ Hyperparameters are float32 array leaves of the training state, so all of this i
 vmapped program.
 """
 
-import dataclasses
 import math
 import typing
 
@@ -22,13 +21,23 @@ from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.base import AbstractEnv
 from .._misc import tree_scatter, tree_take
-from .base import AbstractAgent
-from .off_policy import EvalMetrics, evaluate, init_off_policy, OffPolicyState, train
+from .base import (
+    AbstractAgent,
+    AbstractTrainingRun,
+    check_agent,
+    check_spaces,
+    EvalMetrics,
+    TrainMetrics,
+)
 from .spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
 
 
-def _hparams_of(state: OffPolicyState):
-    return state.agent_state.hparams
+def _hparams_of(run: AbstractTrainingRun):
+    return run.agent_state.hparams
+
+
+def _population_size(population: AbstractTrainingRun) -> int:
+    return population.env_steps.shape[0]
 
 
 def count_from_fraction(name: str, fraction: float, total: int, what: str = "members") -> int:
@@ -53,17 +62,18 @@ class PBTInfo(eqx.Module):
 
 @typing.final
 class PBT(eqx.Module):
-    """Exploit and explore over a population of `OffPolicyState` (stacked by ``filter_vmap``).
+    """Exploit and explore over a population of training runs (any `AbstractTrainingRun`,
+    stacked by ``filter_vmap``).
 
     `update` ranks members by ``returns`` (NaN ranks last), replaces the
-    ``num_worse_to_replace`` worst by copies (agent state, optimiser states, replay buffer) of
-    members drawn uniformly from the ``num_best_to_replace_from`` best, then explores the
-    copies' hyperparameters: ``explore="resample"`` draws them again from ``spaces``;
-    ``"perturb"`` multiplies them by 0.8 or 1.2 (clipped into the spaces).
+    ``num_worse_to_replace`` worst by copies (the whole run: agent state, optimiser states,
+    replay buffer) of members drawn uniformly from the ``num_best_to_replace_from`` best, then
+    explores the copies' hyperparameters: ``explore="resample"`` draws them again from
+    ``spaces``; ``"perturb"`` multiplies them by 0.8 or 1.2 (clipped into the spaces).
 
     **Fields:** `population_size`, `num_best_to_replace_from`, `num_worse_to_replace` (counts;
-    `from_fractions` computes them from fractions), `spaces` (hyperparameter name -> space)
-    and `explore`.
+    `from_fractions` computes them from fractions), `spaces` (hyperparameter name -> space;
+    not empty) and `explore`.
     """
 
     population_size: int = eqx.field(static=True)
@@ -86,6 +96,11 @@ class PBT(eqx.Module):
                 f"population size {n}"
             )
         check.one_of("PBT.explore", self.explore, ("resample", "perturb"))
+        if not self.spaces:
+            raise ValueError(
+                "PBT.spaces is empty, so PBT would only copy members; give the spaces of the "
+                "hyperparameters to explore (agent.hparam_spaces, or a subset of them)"
+            )
 
     @classmethod
     def from_fractions(
@@ -109,17 +124,30 @@ class PBT(eqx.Module):
 
     def update(
         self,
-        population: OffPolicyState,
+        population: AbstractTrainingRun,
         returns: Float[Array, " population"],
         *,
         key: PRNGKey,
-    ) -> tuple[OffPolicyState, PBTInfo]:
-        """One exploit / explore step on ``population`` (stacked `OffPolicyState`), ranked by
-        ``returns`` (``(population_size,)``). **Returns:** the new population and a `PBTInfo`.
+    ) -> tuple[AbstractTrainingRun, PBTInfo]:
+        """One exploit / explore step on ``population`` (stacked training runs), ranked by
+        ``returns`` (``(population_size,)``). Works eagerly and under ``jit``.
+        **Returns:** the new population and a `PBTInfo`.
         """
-        if returns.shape != (self.population_size,):
+        if not isinstance(population, AbstractTrainingRun):
+            raise TypeError(
+                "PBT.update: population must be stacked training runs (an "
+                f"AbstractTrainingRun), got {type(population).__name__}"
+            )
+        size = _population_size(population)
+        if size != self.population_size:
             raise ValueError(
-                f"returns must have shape ({self.population_size},), got {returns.shape}"
+                f"PBT.update: population holds {size} members, PBT.population_size is "
+                f"{self.population_size}"
+            )
+        if jnp.shape(returns) != (self.population_size,):
+            raise ValueError(
+                f"PBT.update: returns must have shape ({self.population_size},), got "
+                f"{jnp.shape(returns)}"
             )
         order = jnp.argsort(-jnp.where(jnp.isnan(returns), -jnp.inf, returns))  # best first
         best = order[: self.num_best_to_replace_from]
@@ -132,19 +160,19 @@ class PBT(eqx.Module):
 
 
 def copy_into(
-    population: OffPolicyState,
-    pool: OffPolicyState,
+    population: AbstractTrainingRun,
+    pool: AbstractTrainingRun,
     slots: Int[Array, " num"],
     explore,
     *,
     key: PRNGKey,
-) -> tuple[OffPolicyState, Int[Array, " num"]]:
+) -> tuple[AbstractTrainingRun, Int[Array, " num"]]:
     """Overwrite the members at ``slots`` with copies of members drawn uniformly (with
     replacement) from ``pool`` (whole training runs, buffers included), whose hyperparameters
     then go through ``explore(hparams, key)``. Returns the population and the pool indices."""
     choice_key, explore_key = jr.split(key)
     num = slots.shape[0]
-    picked = jr.choice(choice_key, pool.env_steps.shape[0], (num,), replace=True)
+    picked = jr.choice(choice_key, _population_size(pool), (num,), replace=True)
     copies = tree_take(pool, picked)
     explored = eqx.filter_vmap(explore)(_hparams_of(copies), jr.split(explore_key, num))
     copies = eqx.tree_at(_hparams_of, copies, explored)
@@ -161,28 +189,26 @@ def init_population(
     spaces: Spaces | None,
     population_size: int,
     *,
-    num_envs: int,
-    buffer_size: int,
     template=None,
     key: PRNGKey,
-) -> OffPolicyState:
-    """``population_size`` training runs of ``agent`` on ``env`` (agent states, replay buffers
-    of ``buffer_size``, ``num_envs`` environments each), stacked on a leading axis.
+) -> AbstractTrainingRun:
+    """``population_size`` training runs of ``agent`` on ``env`` (``agent.init_run`` of fresh
+    states), stacked on a leading axis.
 
     Hyperparameters are drawn from ``spaces`` (``None``: the agent's ``hparam_spaces``); the
     other fields come from ``template`` (a hyperparameters module) or the agent's defaults.
     """
+    check.positive_int("population_size", population_size)
+    check_agent(agent, env, where="init_population")
+    spaces = agent.hparam_spaces if spaces is None else spaces
+    check_spaces(agent, spaces, where="init_population")
     if template is None:
         template = agent.init(key=jr.key(0)).hparams
-    spaces = agent.hparam_spaces if spaces is None else spaces
 
     def one(k):
-        hp_key, run_key = jr.split(k)
+        hp_key, init_key, run_key = jr.split(k, 3)
         hparams = sample_hparams(template, spaces, key=hp_key)
-        return init_off_policy(
-            agent, env, key=run_key, num_envs=num_envs, buffer_size=buffer_size,
-            hparams=hparams,
-        )  # fmt: skip
+        return agent.init_run(env, agent.init(hparams, key=init_key), key=run_key)
 
     return eqx.filter_vmap(one)(jr.split(key, population_size))
 
@@ -191,88 +217,77 @@ def init_population(
 def train_population(
     agent: AbstractAgent,
     env: AbstractEnv,
-    population: OffPolicyState,
+    population: AbstractTrainingRun,
     num_iterations: int,
     *,
-    grad_updates_per_step: float = 1.0,
     key: PRNGKey,
-):
-    """`train` (``agent`` on ``env``, ``num_iterations`` iterations, ``grad_updates_per_step``)
-    on every member of ``population``, vmapped; metrics get a leading population axis."""
-    n = jax.tree.leaves(population.env_steps)[0].shape[0]
-    run = lambda s, k: train(
-        agent, env, s, num_iterations, key=k, grad_updates_per_step=grad_updates_per_step
-    )
-    return eqx.filter_vmap(run)(population, jr.split(key, n))
+) -> tuple[AbstractTrainingRun, TrainMetrics]:
+    """``agent.train`` (on ``env``, ``num_iterations`` iterations) of every member of
+    ``population``, vmapped; the metrics get a leading population axis."""
+    run = lambda s, k: agent.train(env, s, num_iterations, key=k)
+    return eqx.filter_vmap(run)(population, jr.split(key, _population_size(population)))
 
 
 @eqx.filter_jit
 def evaluate_population(
     agent: AbstractAgent,
     env: AbstractEnv,
-    population: OffPolicyState,
+    population: AbstractTrainingRun,
     num_episodes: int,
     *,
     key: PRNGKey,
 ) -> EvalMetrics:
-    """`evaluate` (``num_episodes`` episodes of ``env`` with ``agent``'s deterministic policy)
-    on every member of ``population``; with a QD environment the metrics also hold each
+    """``agent.evaluate`` (``num_episodes`` episodes of ``env`` with the deterministic policy)
+    of every member of ``population``; with a QD environment the metrics also hold each
     episode's descriptor (QDax's ``eval_qd``)."""
-    n = population.env_steps.shape[0]
-    run = lambda s, k: evaluate(agent, env, s.agent_state, num_episodes, key=k)
-    return eqx.filter_vmap(run)(population, jr.split(key, n))
+    run = lambda s, k: agent.evaluate(env, s.agent_state, num_episodes, key=k)
+    return eqx.filter_vmap(run)(population, jr.split(key, _population_size(population)))
 
 
 def population_without_optimizer_states(
-    agent: AbstractAgent, population: OffPolicyState
-) -> OffPolicyState:
+    agent: AbstractAgent, population: AbstractTrainingRun
+) -> AbstractTrainingRun:
     """``population`` with ``agent.empty_optimizer_states`` applied to every member (what a
-    repertoire stores)."""
+    repertoire stores: no optimiser states, no target networks)."""
     states = eqx.filter_vmap(agent.empty_optimizer_states)(population.agent_state)
     return eqx.tree_at(lambda p: p.agent_state, population, states, is_leaf=lambda x: x is None)
 
 
-def hparams_table(population: OffPolicyState) -> dict[str, Float[Array, "*population"]]:
+def hparams_table(population: AbstractTrainingRun) -> dict[str, Float[Array, "*population"]]:
     """Every member's hyperparameters, by name (for logs and plots); leading axes: the
     population's (devices, members when sharded)."""
-    hp = _hparams_of(population)
-    return {f.name: getattr(hp, f.name) for f in dataclasses.fields(hp)}
+    return dict(_hparams_of(population).as_dict())
 
 
 def train_population_sharded(
-    agent,
-    env,
-    population,
+    agent: AbstractAgent,
+    env: AbstractEnv,
+    population: AbstractTrainingRun,
     num_iterations: int,
     *,
     mesh: Mesh,
-    grad_updates_per_step: float = 1.0,
     key: PRNGKey,
-):
-    """`train_population` (``agent``, ``env``, ``num_iterations``, ``grad_updates_per_step``)
-    with the members of ``population`` split over the devices of ``mesh`` (the population size
-    must be a multiple of the device count). On a CPU with ``n`` host devices this runs one
-    shard per core, without XLA's intra-op threading between them."""
-    n = population.env_steps.shape[0]
+) -> tuple[AbstractTrainingRun, TrainMetrics]:
+    """`train_population` (``agent``, ``env``, ``num_iterations``) with the members of
+    ``population`` split over the devices of ``mesh`` (the population size must be a multiple
+    of the device count). On a CPU with ``n`` host devices this runs one shard per core,
+    without XLA's intra-op threading between them."""
+    n = _population_size(population)
     devices = mesh.devices.size
     if n % devices:
         raise ValueError(f"population of {n} does not split over {devices} devices")
     dyn, static = eqx.partition(population, eqx.is_array)
-    return _train_mapped(
-        agent, env, dyn, static, jr.split(key, devices), num_iterations, mesh,
-        grad_updates_per_step,
-    )  # fmt: skip
+    return _train_mapped(agent, env, dyn, static, jr.split(key, devices), num_iterations, mesh)
 
 
 @eqx.filter_jit
-def _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh, grad_updates_per_step):
+def _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh):
     (axis,) = mesh.axis_names
 
     def body(d, k):
         pop, metrics = train_population(
-            agent, env, eqx.combine(d, static), num_iterations, key=k[0],
-            grad_updates_per_step=grad_updates_per_step,
-        )  # fmt: skip
+            agent, env, eqx.combine(d, static), num_iterations, key=k[0]
+        )
         return eqx.filter(pop, eqx.is_array), metrics
 
     mapped = jax.shard_map(

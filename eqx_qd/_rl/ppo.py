@@ -17,7 +17,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-import numpy as np
 from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
@@ -28,16 +27,31 @@ from .._envs.multi_agent import (
     MultiAgentState,
 )
 from .._misc import f32, filter_scan, filter_while_loop, i32, tree_take
+from .base import AbstractHParams
 from .gae import gae
 from .networks import AbstractActor, CategoricalActor, GaussianActor, ValueCritic
 from .normaliser import RunningNormaliser
 from .optim import apply_clipped_adam, init_clipped_adam
+from .spaces import AbstractSpace, LogUniform, Uniform
 
 
 Metrics = dict[str, Float[Array, "..."]]
 
 
-class PPOHParams(eqx.Module):
+PPO_SPACES: dict[str, AbstractSpace] = {
+    "actor_lr": LogUniform(3e-5, 3e-3),
+    "critic_lr": LogUniform(3e-5, 3e-3),
+    "clip_eps": Uniform(0.1, 0.3),
+    "ent_coef": Uniform(0.0, 0.02),
+    "gae_lambda": Uniform(0.9, 1.0),
+    "gamma": Uniform(0.95, 0.999),
+}
+"""PBT-PPO's default spaces: learning rates log-uniform over two decades around the defaults,
+the surrogate's clip, the entropy bonus, GAE's lambda and the discount (ranges common in PPO
+sweeps; QDax has no PBT-PPO to follow)."""
+
+
+class PPOHParams(AbstractHParams):
     """PPO hyperparameters, float32 scalars (stacked vectors in a sweep).
 
     **Fields:** `gamma` (discount), `gae_lambda`, `clip_eps` (the surrogate's clip), `ent_coef`
@@ -77,19 +91,16 @@ class PPOHParams(eqx.Module):
             },
         )
 
+    def default_spaces(self) -> dict[str, AbstractSpace]:
+        """`PPO_SPACES`."""
+        return dict(PPO_SPACES)
+
     @staticmethod
     def stack(hparams: Sequence["PPOHParams"]) -> "PPOHParams":
         """One `PPOHParams` whose leaves are vectors: the batch a sweep vmaps over."""
         if not hparams:
             raise ValueError("PPOHParams.stack needs at least one PPOHParams")
         return jax.tree.map(lambda *xs: jnp.stack(xs), *hparams)
-
-    def to_dict(self) -> dict[str, float | list[float]]:
-        """Plain Python values (lists in a sweep), e.g. to write as JSON."""
-        return {k: np.asarray(getattr(self, k)).tolist() for k in _HPARAM_NAMES}
-
-
-_HPARAM_NAMES = tuple(PPOHParams.__dataclass_fields__)
 
 
 # ----------------------------------------------------------------------------- state
@@ -139,7 +150,13 @@ class Trajectory(eqx.Module):
     truncated: Float[Array, "time batch"]
 
 
-class _Samples(eqx.Module):
+class PPOSamples(eqx.Module):
+    """One agent's samples of a rollout, flattened: ``(num_samples, ...)`` each.
+
+    **Fields:** `obs` (as the actor saw them), `actions`, `log_probs` (under the rollout
+    policy), `advantages` and `targets` (GAE's).
+    """
+
     obs: Array
     actions: Array
     log_probs: Array
@@ -319,7 +336,7 @@ class IPPO(eqx.Module):
         state = eqx.tree_at(lambda s: (s.env_state, s.key), state, (env_state, key))
         return state, traj
 
-    def _samples(self, state: PPOState, traj: Trajectory) -> _Samples:
+    def _samples(self, state: PPOState, traj: Trajectory) -> PPOSamples:
         """Per-agent samples ``(num_agents, rollout_length * num_envs, ...)`` with GAE."""
         h = state.hparams
         obs = _normalise(state.normaliser, traj.obs)  # as the actors saw them
@@ -339,87 +356,22 @@ class IPPO(eqx.Module):
             x = jnp.moveaxis(x, 2, 0)
             return x.reshape(x.shape[0], -1, *x.shape[3:])
 
-        return _Samples(
+        return PPOSamples(
             per_agent(obs), per_agent(traj.actions), per_agent(traj.log_probs),
             per_agent(advantages), per_agent(targets),
         )  # fmt: skip
 
-    def _actor_loss(self, actor: AbstractActor, batch: _Samples, h: PPOHParams):
-        log_probs = jax.vmap(actor.log_prob)(batch.obs, batch.actions)
-        log_ratio = log_probs - batch.log_probs
-        ratio = jnp.exp(log_ratio)
-        adv = batch.advantages
-        if self.normalise_advantages:
-            adv = (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
-        clipped = jnp.clip(ratio, 1.0 - h.clip_eps, 1.0 + h.clip_eps)
-        surrogate = jnp.mean(jnp.minimum(ratio * adv, clipped * adv))
-        entropy = jnp.mean(jax.vmap(actor.entropy)(batch.obs))
-        return -surrogate - h.ent_coef * entropy, entropy
+    def _actor_update(self, actor, opt_state, data: "PPOSamples", h: PPOHParams, key: PRNGKey):
+        return actor_epochs(
+            actor, opt_state, data, h, num_minibatches=self.num_minibatches,
+            max_epochs=self.actor_epochs, normalise_advantages=self.normalise_advantages, key=key,
+        )  # fmt: skip
 
-    def _approx_kl(self, actor: AbstractActor, data: _Samples) -> Float[Array, ""]:
-        """KL(rollout policy || current policy), estimated as mean((r - 1) - log r) over the
-        whole batch (non-negative, unbiased; Schulman's k3 estimator)."""
-        log_ratio = jax.vmap(actor.log_prob)(data.obs, data.actions) - data.log_probs
-        return jnp.mean(jnp.expm1(log_ratio) - log_ratio)
-
-    def _actor_update(self, actor, opt_state, data: _Samples, h: PPOHParams, key: PRNGKey):
-        """Actor epochs on one agent's samples, stopping early on the KL threshold."""
-        n = data.obs.shape[0]
-        grad_fn = eqx.filter_value_and_grad(self._actor_loss, has_aux=True)
-
-        def minibatch(carry, idx):
-            actor, opt_state = carry
-            (loss, entropy), grads = grad_fn(actor, tree_take(data, idx), h)
-            actor, opt_state = apply_clipped_adam(
-                actor, grads, opt_state, h.actor_lr, h.max_grad_norm
-            )
-            return (actor, opt_state), (loss, entropy)
-
-        def epoch(carry):
-            actor, opt_state, key, count, _, _, _ = carry
-            key, perm_key = jr.split(key)
-            idx = _minibatches(perm_key, n, self.num_minibatches)
-            carry, (losses, entropies) = filter_scan(minibatch, (actor, opt_state), idx)
-            actor, opt_state = carry
-            kl = self._approx_kl(actor, data)
-            return actor, opt_state, key, count + 1, kl, jnp.mean(losses), jnp.mean(entropies)
-
-        def keep_going(carry):
-            count, kl = carry[3], carry[4]
-            return (count < self.actor_epochs) & (kl <= h.kl_threshold)
-
-        zero = jnp.zeros((), jnp.float32)
-        carry = (actor, opt_state, key, i32(0), zero, zero, zero)
-        carry = filter_while_loop(keep_going, epoch, carry)
-        actor, opt_state, _, count, kl, loss, entropy = carry
-        metrics = {"actor_loss": loss, "entropy": entropy, "kl": kl, "actor_epochs": count}
-        return actor, opt_state, metrics
-
-    def _critic_update(self, critic, opt_state, data: _Samples, h: PPOHParams, key: PRNGKey):
-        n = data.obs.shape[0]
-
-        def loss_fn(critic, batch):
-            values = jax.vmap(critic)(batch.obs)
-            return h.vf_coef * jnp.mean((values - batch.targets) ** 2)
-
-        def minibatch(carry, idx):
-            critic, opt_state = carry
-            loss, grads = eqx.filter_value_and_grad(loss_fn)(critic, tree_take(data, idx))
-            critic, opt_state = apply_clipped_adam(
-                critic, grads, opt_state, h.critic_lr, h.max_grad_norm
-            )
-            return (critic, opt_state), loss
-
-        def epoch(carry, epoch_key):
-            idx = _minibatches(epoch_key, n, self.num_minibatches)
-            carry, losses = filter_scan(minibatch, carry, idx)
-            return carry, jnp.mean(losses)
-
-        (critic, opt_state), losses = filter_scan(
-            epoch, (critic, opt_state), jr.split(key, self.critic_epochs)
-        )
-        loss = losses[-1] if self.critic_epochs else jnp.zeros((), jnp.float32)
-        return critic, opt_state, {"critic_loss": loss}
+    def _critic_update(self, critic, opt_state, data: "PPOSamples", h: PPOHParams, key: PRNGKey):
+        return critic_epochs(
+            critic, opt_state, data, h, num_minibatches=self.num_minibatches,
+            epochs=self.critic_epochs, key=key,
+        )  # fmt: skip
 
     def update(self, state: PPOState, traj: Trajectory) -> tuple[PPOState, Metrics]:
         """Actor then critic epochs on the rollout ``traj`` collected from ``state``; metrics are
@@ -468,3 +420,114 @@ class IPPO(eqx.Module):
         """One rollout and one update."""
         state, traj = self.rollout(state)
         return self.update(state, traj)
+
+
+# ----------------------------------------------------------------------------- the PPO maths
+# Free functions of one actor or critic and its samples, shared by IPPO and the PPO agent.
+
+
+def actor_loss(
+    actor: AbstractActor, batch: PPOSamples, h: PPOHParams, *, normalise_advantages: bool
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """The clipped surrogate with an entropy bonus (to minimise) of ``actor`` on ``batch``, and
+    the mean entropy, with the clip and entropy coefficient of ``h`` (`PPOHParams`).
+    Advantages are standardised over the batch when ``normalise_advantages``."""
+    log_probs = jax.vmap(actor.log_prob)(batch.obs, batch.actions)
+    ratio = jnp.exp(log_probs - batch.log_probs)
+    adv = batch.advantages
+    if normalise_advantages:
+        adv = (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
+    clipped = jnp.clip(ratio, 1.0 - h.clip_eps, 1.0 + h.clip_eps)
+    surrogate = jnp.mean(jnp.minimum(ratio * adv, clipped * adv))
+    entropy = jnp.mean(jax.vmap(actor.entropy)(batch.obs))
+    return -surrogate - h.ent_coef * entropy, entropy
+
+
+def approx_kl(actor: AbstractActor, data: PPOSamples) -> Float[Array, ""]:
+    """KL(rollout policy || ``actor``), estimated as mean((r - 1) - log r) over ``data``
+    (non-negative, unbiased; Schulman's k3 estimator)."""
+    log_ratio = jax.vmap(actor.log_prob)(data.obs, data.actions) - data.log_probs
+    return jnp.mean(jnp.expm1(log_ratio) - log_ratio)
+
+
+def actor_epochs(
+    actor: AbstractActor,
+    opt_state: PyTree,
+    data: PPOSamples,
+    h: PPOHParams,
+    *,
+    num_minibatches: int,
+    max_epochs: int,
+    normalise_advantages: bool,
+    key: PRNGKey,
+) -> tuple[AbstractActor, PyTree, Metrics]:
+    """Up to ``max_epochs`` epochs of `actor_loss` (with ``normalise_advantages``) of ``actor``
+    over ``data`` (``num_minibatches`` minibatches, reshuffled every epoch, clipped Adam from
+    ``opt_state``), stopping once the `approx_kl` to the rollout policy passes
+    ``h.kl_threshold``. **Returns:** the actor, its optimiser state and the metrics."""
+    n = data.obs.shape[0]
+    grad_fn = eqx.filter_value_and_grad(
+        lambda a, b: actor_loss(a, b, h, normalise_advantages=normalise_advantages), has_aux=True
+    )
+
+    def minibatch(carry, idx):
+        actor, opt_state = carry
+        (loss, entropy), grads = grad_fn(actor, tree_take(data, idx))
+        actor, opt_state = apply_clipped_adam(actor, grads, opt_state, h.actor_lr, h.max_grad_norm)
+        return (actor, opt_state), (loss, entropy)
+
+    def epoch(carry):
+        actor, opt_state, key, count, _, _, _ = carry
+        key, perm_key = jr.split(key)
+        idx = _minibatches(perm_key, n, num_minibatches)
+        carry, (losses, entropies) = filter_scan(minibatch, (actor, opt_state), idx)
+        actor, opt_state = carry
+        kl = approx_kl(actor, data)
+        return actor, opt_state, key, count + 1, kl, jnp.mean(losses), jnp.mean(entropies)
+
+    def keep_going(carry):
+        count, kl = carry[3], carry[4]
+        return (count < max_epochs) & (kl <= h.kl_threshold)
+
+    zero = jnp.zeros((), jnp.float32)
+    carry = filter_while_loop(keep_going, epoch, (actor, opt_state, key, i32(0), zero, zero, zero))
+    actor, opt_state, _, count, kl, loss, entropy = carry
+    metrics = {"actor_loss": loss, "entropy": entropy, "kl": kl, "actor_epochs": count}
+    return actor, opt_state, metrics
+
+
+def critic_epochs(
+    critic: ValueCritic,
+    opt_state: PyTree,
+    data: PPOSamples,
+    h: PPOHParams,
+    *,
+    num_minibatches: int,
+    epochs: int,
+    key: PRNGKey,
+) -> tuple[ValueCritic, PyTree, Metrics]:
+    """``epochs`` epochs of value regression of ``critic`` (``h.vf_coef`` x squared error to
+    the GAE targets) over ``data`` in ``num_minibatches`` minibatches, with clipped Adam from
+    ``opt_state``. **Returns:** the critic, its optimiser state and the metrics."""
+    n = data.obs.shape[0]
+
+    def loss_fn(critic, batch):
+        values = jax.vmap(critic)(batch.obs)
+        return h.vf_coef * jnp.mean((values - batch.targets) ** 2)
+
+    def minibatch(carry, idx):
+        critic, opt_state = carry
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(critic, tree_take(data, idx))
+        critic, opt_state = apply_clipped_adam(
+            critic, grads, opt_state, h.critic_lr, h.max_grad_norm
+        )
+        return (critic, opt_state), loss
+
+    def epoch(carry, epoch_key):
+        idx = _minibatches(epoch_key, n, num_minibatches)
+        carry, losses = filter_scan(minibatch, carry, idx)
+        return carry, jnp.mean(losses)
+
+    (critic, opt_state), losses = filter_scan(epoch, (critic, opt_state), jr.split(key, epochs))
+    loss = losses[-1] if epochs else jnp.zeros((), jnp.float32)
+    return critic, opt_state, {"critic_loss": loss}

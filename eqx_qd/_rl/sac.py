@@ -13,9 +13,10 @@ from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.rollout import Transition
 from .._misc import f32, i32
-from .base import AbstractAgent, Metrics
+from .base import AbstractAgentState, AbstractHParams, Metrics
 from .networks import QCritics, TanhGaussianPolicy
 from .normaliser import RunningNormaliser
+from .off_policy import AbstractOffPolicyAgent, check_off_policy_fields
 from .optim import apply_adam, init_adam, soft_update
 from .spaces import AbstractSpace, Uniform
 
@@ -30,7 +31,7 @@ SAC_SPACES: dict[str, AbstractSpace] = {
 """QDax's PBT-SAC ranges (learning rates uniform; see `log_uniform_learning_rates`)."""
 
 
-class SACHParams(eqx.Module):
+class SACHParams(AbstractHParams):
     """SAC hyperparameters, each a float32 scalar (or a stacked vector in a population).
 
     **Fields:** `policy_lr`, `critic_lr`, `alpha_lr` (Adam), `discount`, `reward_scaling`
@@ -59,18 +60,22 @@ class SACHParams(eqx.Module):
             },
         )
 
+    def default_spaces(self) -> dict[str, AbstractSpace]:
+        """`SAC_SPACES` (QDax's PBT-SAC ranges)."""
+        return dict(SAC_SPACES)
 
-class SACState(eqx.Module):
+
+class SACState(AbstractAgentState):
     """Everything a SAC agent learns or varies.
 
-    **Fields:** `policy`, `critic`, `target_critic`, `log_alpha` (the log temperature),
-    `policy_opt_state`, `critic_opt_state`, `alpha_opt_state` (``None`` in storage),
-    `normaliser`, `hparams` (the `SACHParams`) and `steps` (gradient steps taken).
+    **Fields:** `policy`, `critic`, `target_critic` (``None`` in storage), `log_alpha` (the log
+    temperature), `policy_opt_state`, `critic_opt_state`, `alpha_opt_state` (``None`` in
+    storage), `normaliser`, `hparams` (the `SACHParams`) and `steps` (gradient steps taken).
     """
 
     policy: TanhGaussianPolicy
     critic: QCritics
-    target_critic: QCritics
+    target_critic: QCritics | None
     log_alpha: Float[Array, ""]
     policy_opt_state: PyTree
     critic_opt_state: PyTree
@@ -81,14 +86,16 @@ class SACState(eqx.Module):
 
 
 @typing.final
-class SAC(AbstractAgent[SACState]):
+class SAC(AbstractOffPolicyAgent[SACState]):
     """Soft Actor-Critic (Haarnoja et al., 2018) with twin critics and automatic entropy
-    tuning towards ``target_entropy`` (default ``-action_size``); ``fix_alpha`` keeps the
+    tuning towards ``target_entropy`` (default ``-target_entropy_scale * action_size``, with
+    the scale 1 as in the SAC paper; QDax's PBT-SAC uses 0.5); ``fix_alpha`` keeps the
     temperature at ``init_alpha``.
 
     **Fields:** `observation_size`, `action_size`, `policy_hidden`, `critic_hidden` (layer
-    widths), `minibatch_size` (transitions per gradient step), `normalise_observations`, and
-    the temperature settings above.
+    widths), `minibatch_size` (transitions per gradient step), `normalise_observations`, the
+    temperature settings above, and the training loop's `num_envs`, `buffer_size` and
+    `grad_updates_per_step` (`AbstractOffPolicyAgent`).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -100,21 +107,25 @@ class SAC(AbstractAgent[SACState]):
     fix_alpha: bool = eqx.field(default=False, static=True)
     init_alpha: float = eqx.field(default=1.0, static=True)
     target_entropy: float | None = eqx.field(default=None, static=True)
+    target_entropy_scale: float = eqx.field(default=1.0, static=True)
+    num_envs: int = eqx.field(default=16, static=True)
+    buffer_size: int = eqx.field(default=100_000, static=True)
+    grad_updates_per_step: float = eqx.field(default=1.0, static=True)
 
     def __check_init__(self):
-        for name in ("observation_size", "action_size", "minibatch_size"):
-            check.positive_int(f"SAC.{name}", getattr(self, name))
+        check_off_policy_fields(self)
         check.positive("SAC.init_alpha", self.init_alpha)
+        check.finite("SAC.init_alpha", self.init_alpha)
+        check.finite("SAC.target_entropy_scale", self.target_entropy_scale)
         if self.target_entropy is not None:
             check.finite("SAC.target_entropy", self.target_entropy)
 
     @property
-    def hparam_spaces(self) -> dict[str, AbstractSpace]:
-        return dict(SAC_SPACES)
-
-    @property
     def entropy_target(self) -> float:
-        return -float(self.action_size) if self.target_entropy is None else self.target_entropy
+        """``target_entropy``, or ``-target_entropy_scale * action_size`` when it is None."""
+        if self.target_entropy is not None:
+            return self.target_entropy
+        return -self.target_entropy_scale * float(self.action_size)
 
     def init(self, hparams: SACHParams | None = None, *, key: PRNGKey) -> SACState:
         policy_key, critic_key = jr.split(key)
@@ -139,20 +150,34 @@ class SAC(AbstractAgent[SACState]):
         )
 
     def empty_optimizer_states(self, state: SACState) -> SACState:
-        """Drop the optimiser states (what a repertoire stores)."""
+        """Drop the optimiser states and the target critics (what a repertoire stores)."""
         return eqx.tree_at(
-            lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state),
-            state, (None, None, None), is_leaf=lambda x: x is None,
+            lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state, s.target_critic),
+            state, (None, None, None, None), is_leaf=_none,
         )  # fmt: skip
 
     def init_optimizer_states(self, state: SACState) -> SACState:
-        """Fresh optimiser states (zero moments) for the current parameters."""
-        return eqx.tree_at(
+        """Fresh optimiser states (zero moments) for the current parameters, and the target
+        critics reset to the online ones (QDax's ``init_optimizers_states``)."""
+        state = eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state),
             state,
             (init_adam(state.policy), init_adam(state.critic), init_adam(state.log_alpha)),
-            is_leaf=lambda x: x is None,
+            is_leaf=_none,
         )
+        return self.reset_targets(state)
+
+    def reset_targets(self, state: SACState) -> SACState:
+        """Target critics set to the online ones."""
+        return eqx.tree_at(lambda s: s.target_critic, state, state.critic, is_leaf=_none)
+
+    def genome(self, state: SACState) -> tuple[TanhGaussianPolicy, QCritics, Array]:
+        """The policy, the critics and the log temperature (varied jointly, as QDax's
+        ``sac_pbt_variation_fn``)."""
+        return state.policy, state.critic, state.log_alpha
+
+    def with_genome(self, state: SACState, genome: tuple) -> SACState:
+        return eqx.tree_at(lambda s: (s.policy, s.critic, s.log_alpha), state, tuple(genome))
 
     def act(
         self,
@@ -162,7 +187,7 @@ class SAC(AbstractAgent[SACState]):
         deterministic: bool = False,
         key: PRNGKey,
     ) -> Float[Array, " action_dim"]:
-        obs = self._norm(state, obs)
+        obs = self.normalise(state, obs)
         if deterministic:
             return state.policy(obs)
         return state.policy.sample(obs, key=key)[0]
@@ -173,7 +198,7 @@ class SAC(AbstractAgent[SACState]):
         """The soft double-Q regression loss of ``critic`` on ``batch``, with the target critic,
         policy and temperature of ``state``."""
         h = state.hparams
-        obs, next_obs = self._norm(state, batch.obs), self._norm(state, batch.next_obs)
+        obs, next_obs = self.normalise(state, batch.obs), self.normalise(state, batch.next_obs)
         eps = jr.normal(key, batch.action.shape)
         next_action, next_logp = jax.vmap(state.policy.sample_from_noise)(next_obs, eps)
         next_q = jnp.min(jax.vmap(state.target_critic)(next_obs, next_action), axis=-1)
@@ -187,7 +212,7 @@ class SAC(AbstractAgent[SACState]):
     ) -> tuple[Float[Array, ""], Float[Array, " batch"]]:
         """The entropy-regularised policy loss of ``policy`` on ``batch`` under the critic and
         temperature of ``state``, and the sampled actions' log-densities."""
-        obs = self._norm(state, batch.obs)
+        obs = self.normalise(state, batch.obs)
         eps = jr.normal(key, batch.action.shape)
         action, logp = jax.vmap(policy.sample_from_noise)(obs, eps)
         q = jnp.min(jax.vmap(state.critic)(obs, action), axis=-1)
@@ -230,3 +255,7 @@ class SAC(AbstractAgent[SACState]):
             "entropy": -jnp.mean(logp),
         }
         return state, metrics
+
+
+def _none(x) -> bool:
+    return x is None

@@ -19,9 +19,10 @@ from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.rollout import Transition
 from .._misc import f32, filter_cond, i32
-from .base import AbstractAgent, Metrics
+from .base import AbstractAgentState, AbstractHParams, Metrics
 from .networks import DeterministicPolicy, QCritics
 from .normaliser import RunningNormaliser
+from .off_policy import AbstractOffPolicyAgent, check_off_policy_fields
 from .optim import apply_adam, init_adam, soft_update
 from .spaces import AbstractSpace, Uniform
 
@@ -37,7 +38,7 @@ TD3_SPACES: dict[str, AbstractSpace] = {
 """QDax's PBT-TD3 ranges."""
 
 
-class TD3HParams(eqx.Module):
+class TD3HParams(AbstractHParams):
     """TD3 hyperparameters, each a float32 scalar (or a stacked vector in a population).
 
     **Fields:** `policy_lr`, `critic_lr` (Adam), `discount`, `reward_scaling` (rewards are
@@ -71,20 +72,24 @@ class TD3HParams(eqx.Module):
             },
         )
 
+    def default_spaces(self) -> dict[str, AbstractSpace]:
+        """`TD3_SPACES` (QDax's PBT-TD3 ranges)."""
+        return dict(TD3_SPACES)
 
-class TD3State(eqx.Module):
+
+class TD3State(AbstractAgentState):
     """Everything a TD3 agent learns or varies.
 
-    **Fields:** `policy`, `critic`, `target_policy`, `target_critic` (the networks),
-    `policy_opt_state`, `critic_opt_state` (``None`` in storage: see
-    `TD3.empty_optimizer_states`), `normaliser` (observation statistics), `hparams` (the
-    `TD3HParams`) and `steps` (gradient steps taken).
+    **Fields:** `policy`, `critic`, `target_policy`, `target_critic` (the networks; the
+    targets are ``None`` in storage), `policy_opt_state`, `critic_opt_state` (``None`` in
+    storage: see `TD3.empty_optimizer_states`), `normaliser` (observation statistics),
+    `hparams` (the `TD3HParams`) and `steps` (gradient steps taken).
     """
 
     policy: DeterministicPolicy
     critic: QCritics
-    target_policy: DeterministicPolicy
-    target_critic: QCritics
+    target_policy: DeterministicPolicy | None
+    target_critic: QCritics | None
     policy_opt_state: PyTree
     critic_opt_state: PyTree
     normaliser: RunningNormaliser
@@ -93,14 +98,16 @@ class TD3State(eqx.Module):
 
 
 @typing.final
-class TD3(AbstractAgent[TD3State]):
+class TD3(AbstractOffPolicyAgent[TD3State]):
     """Twin Delayed DDPG (Fujimoto et al., 2018): twin critics with clipped double-Q targets,
     target-policy smoothing (``policy_noise`` clipped at ``noise_clip``), and policy plus
     target updates every ``policy_delay`` critic steps.
 
     **Fields:** `observation_size`, `action_size`, `policy_hidden`, `critic_hidden` (layer
     widths), `minibatch_size` (transitions per gradient step), `policy_delay`,
-    `normalise_observations` (use the state's running observation statistics).
+    `normalise_observations` (use the state's running observation statistics), and the
+    training loop's `num_envs`, `buffer_size` and `grad_updates_per_step`
+    (`AbstractOffPolicyAgent`).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -110,14 +117,13 @@ class TD3(AbstractAgent[TD3State]):
     minibatch_size: int = eqx.field(default=256, static=True)
     policy_delay: int = eqx.field(default=2, static=True)
     normalise_observations: bool = eqx.field(default=False, static=True)
+    num_envs: int = eqx.field(default=16, static=True)
+    buffer_size: int = eqx.field(default=100_000, static=True)
+    grad_updates_per_step: float = eqx.field(default=1.0, static=True)
 
     def __check_init__(self):
-        for name in ("observation_size", "action_size", "minibatch_size", "policy_delay"):
-            check.positive_int(f"TD3.{name}", getattr(self, name))
-
-    @property
-    def hparam_spaces(self) -> dict[str, AbstractSpace]:
-        return dict(TD3_SPACES)
+        check_off_policy_fields(self)
+        check.positive_int("TD3.policy_delay", self.policy_delay)
 
     def init_policy(self, *, key: PRNGKey) -> DeterministicPolicy:
         """A freshly initialised policy (the genotype of PGA-ME)."""
@@ -152,20 +158,36 @@ class TD3(AbstractAgent[TD3State]):
         )
 
     def empty_optimizer_states(self, state: TD3State) -> TD3State:
-        """Drop the optimiser states (what a repertoire stores: fewer bytes per cell)."""
+        """Drop the optimiser states and the target networks (what a repertoire stores)."""
         return eqx.tree_at(
-            lambda s: (s.policy_opt_state, s.critic_opt_state), state, (None, None),
-            is_leaf=lambda x: x is None,
+            lambda s: (s.policy_opt_state, s.critic_opt_state, s.target_policy, s.target_critic),
+            state, (None, None, None, None), is_leaf=_none,
         )  # fmt: skip
 
     def init_optimizer_states(self, state: TD3State) -> TD3State:
-        """Fresh optimiser states (zero moments) for the current networks."""
-        return eqx.tree_at(
+        """Fresh optimiser states (zero moments) for the current networks, and targets reset
+        to them (QDax's ``init_optimizers_states``)."""
+        state = eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state),
             state,
             (init_adam(state.policy), init_adam(state.critic)),
-            is_leaf=lambda x: x is None,
+            is_leaf=_none,
         )
+        return self.reset_targets(state)
+
+    def reset_targets(self, state: TD3State) -> TD3State:
+        """Target policy and critics set to the online ones."""
+        return eqx.tree_at(
+            lambda s: (s.target_policy, s.target_critic), state, (state.policy, state.critic),
+            is_leaf=_none,
+        )  # fmt: skip
+
+    def genome(self, state: TD3State) -> tuple[DeterministicPolicy, QCritics]:
+        """The policy and the critics (varied jointly, as QDax's ``td3_pbt_variation_fn``)."""
+        return state.policy, state.critic
+
+    def with_genome(self, state: TD3State, genome: tuple) -> TD3State:
+        return eqx.tree_at(lambda s: (s.policy, s.critic), state, tuple(genome))
 
     def act(
         self,
@@ -175,7 +197,7 @@ class TD3(AbstractAgent[TD3State]):
         deterministic: bool = False,
         key: PRNGKey,
     ) -> Float[Array, " action_dim"]:
-        action = state.policy(self._norm(state, obs))
+        action = state.policy(self.normalise(state, obs))
         if deterministic:
             return action
         noise = state.hparams.expl_noise * jr.normal(key, action.shape)
@@ -187,7 +209,7 @@ class TD3(AbstractAgent[TD3State]):
         """The clipped double-Q regression loss of ``critic`` on ``batch``, with the targets
         and hyperparameters of ``state``."""
         h = state.hparams
-        obs, next_obs = self._norm(state, batch.obs), self._norm(state, batch.next_obs)
+        obs, next_obs = self.normalise(state, batch.obs), self.normalise(state, batch.next_obs)
         noise = jnp.clip(
             h.policy_noise * jr.normal(key, batch.action.shape), -h.noise_clip, h.noise_clip
         )
@@ -202,7 +224,7 @@ class TD3(AbstractAgent[TD3State]):
     ) -> Float[Array, ""]:
         """Minus the mean Q1 of ``policy``'s actions on ``batch`` under the critic of
         ``state``."""
-        obs = self._norm(state, batch.obs)
+        obs = self.normalise(state, batch.obs)
         return -jnp.mean(jax.vmap(state.critic.q1)(obs, jax.vmap(policy)(obs)))
 
     def update(
@@ -234,3 +256,7 @@ class TD3(AbstractAgent[TD3State]):
         state, policy_loss = filter_cond(run_policy, policy_step, skip, state)
         state = eqx.tree_at(lambda s: s.steps, state, state.steps + 1)
         return state, {"critic_loss": critic_loss, "policy_loss": policy_loss}
+
+
+def _none(x) -> bool:
+    return x is None

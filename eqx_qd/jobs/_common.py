@@ -16,6 +16,7 @@ from .._tessellation import AbstractTessellation, CVTTessellation
 from ._config import job_of_toml, JobConfig
 from ._folder import RunFolder
 from ._progress import as_progress, Progress
+from ._registry import AGENTS, make_agent
 
 
 CONFIG_FILE = "config.toml"
@@ -262,3 +263,40 @@ def hparams_columns(step: str, hparams: Mapping[str, np.ndarray], **extra: np.nd
     for name, values in extra.items():
         columns[name] = np.asarray(values).reshape(-1)
     return columns
+
+
+AGENT_OPTIONS = (
+    "hidden",
+    "minibatch_size",
+    "num_envs",
+    "buffer_size",
+    "grad_updates_per_step",
+    "rollout_length",
+    "target_entropy_scale",
+)
+"""The config fields a job passes to its agent's factory (those the factory takes)."""
+
+
+def agent_options(config: JobConfig) -> dict[str, Any]:
+    """The options of ``config`` that its agent's factory takes. An option set away from its
+    default that the chosen agent does not take is an error naming it (never ignored)."""
+    entry = AGENTS.get(config.agent)  # type: ignore[attr-defined]
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    out: dict[str, Any] = {}
+    for name in AGENT_OPTIONS:
+        if name not in fields:
+            continue
+        value = getattr(config, name)
+        if entry.takes_any_option() or name in entry.options():
+            out[name] = value
+        elif value != fields[name].default:
+            raise ValueError(
+                f"{name}: agent {entry.name!r} takes no option {name}; its options: "
+                f"{', '.join(entry.options()) or 'none'}"
+            )
+    return out
+
+
+def build_agent(config: JobConfig, env: Any) -> Any:
+    """The agent ``config.agent`` names, sized for ``env``, built with `agent_options`."""
+    return make_agent(config.agent, env, **agent_options(config))  # type: ignore[attr-defined]

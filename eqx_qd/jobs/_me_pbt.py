@@ -19,6 +19,8 @@ from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive, positive_int
 from .._variation import IsoLineVariation
 from ._common import (
+    agent_options,
+    build_agent,
     hparams_columns,
     Job,
     new_run_folder,
@@ -32,15 +34,16 @@ from ._common import (
 from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
-from ._registry import AGENTS, ENVIRONMENTS, make_agent, make_env
+from ._registry import AGENTS, ENVIRONMENTS, make_env
 
 
 @dataclasses.dataclass(frozen=True)
 class MEPBTConfig(JobConfig):
     """Settings of the ME-PBT job (`jobs.run`, ``eqx-qd run me-pbt``). The defaults (10
     PBT-TD3 agents + 10 GA children on the walled point maze, 128 cells) run in about a minute
-    on a laptop CPU. Fractions as in QDax's ``PBTEmitterConfig``. With ``devices > 1`` the
-    population sizes are per device."""
+    on a laptop CPU; ``agent`` takes any registered agent (``td3``, ``sac``, ``ppo`` or yours).
+    Fractions as in QDax's ``PBTEmitterConfig``: with ``devices > 1`` the population sizes are
+    per device and the counts from fractions are over all devices."""
 
     JOB: ClassVar[str] = "me-pbt"
 
@@ -53,15 +56,24 @@ class MEPBTConfig(JobConfig):
         10, "GA children per iteration (per device)", check=non_negative_int
     )
     num_training_iterations: int = option(
-        25, "training iterations per generation", check=positive_int
+        25,
+        "training iterations per generation (off-policy: one step of every environment; ppo: "
+        "one rollout and its epochs)",
+        check=positive_int,
     )
     num_envs: int = option(16, "parallel environments per agent", check=positive_int)
     grad_updates_per_step: float = option(
-        1.0, "gradient steps per environment step", check=positive
+        1.0, "gradient steps per environment step (off-policy)", check=positive
     )
-    buffer_size: int = option(100_000, "replay buffer capacity per agent", check=positive_int)
+    buffer_size: int = option(
+        100_000, "replay buffer capacity per agent (off-policy)", check=positive_int
+    )
+    rollout_length: int = option(16, "steps per rollout (ppo)", check=positive_int)
     hidden: tuple[int, ...] = option((64, 64), "hidden layer widths (policy and critic)")
     minibatch_size: int = option(256, "transitions per gradient step", check=positive_int)
+    target_entropy_scale: float = option(
+        1.0, "sac: target entropy = -scale x action size (QDax's PBT-SAC: 0.5)", check=positive
+    )
     fraction_best_to_replace_from: float = option(
         0.1, "fraction of agents copied from", check=fraction
     )
@@ -86,6 +98,7 @@ class MEPBTConfig(JobConfig):
         if self.cvt_samples < self.cells:
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
         self.emitter_config()  # validates sizes and fractions, naming the one that is wrong
+        agent_options(self)  # options the chosen agent does not take
 
     def emitter_config(self) -> PBTEmitterConfig:
         """The `PBTEmitterConfig` of this config's sizes and fractions."""
@@ -93,12 +106,10 @@ class MEPBTConfig(JobConfig):
             pg_population_size=self.pg_population_size,
             ga_population_size=self.ga_population_size,
             num_training_iterations=self.num_training_iterations,
-            num_envs=self.num_envs,
-            grad_updates_per_step=self.grad_updates_per_step,
-            buffer_size=self.buffer_size,
             fraction_best_to_replace_from=self.fraction_best_to_replace_from,
             fraction_to_replace_from_best=self.fraction_to_replace_from_best,
             fraction_to_replace_from_samples=self.fraction_to_replace_from_samples,
+            num_devices=self.devices,
         )
 
 
@@ -106,9 +117,7 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
     """The algorithm and its emitter; with ``devices > 1`` both use the mesh axis ``"p"``."""
     axis = "p" if config.devices > 1 else None
     env = make_env(config.env, episode_length=config.episode_length)
-    agent = make_agent(
-        config.agent, env, hidden=config.hidden, minibatch_size=config.minibatch_size
-    )
+    agent = build_agent(config, env)
     emitter = PBTEmitter(
         agent, env, config.emitter_config(), agent.hparam_spaces,
         IsoLineVariation(config.iso_sigma, config.line_sigma), axis_name=axis,
@@ -120,10 +129,14 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
 class _MEPBTJob(Job):
     """ME-PBT for ``config.iterations`` iterations.
 
-    The folder holds ``config.toml``, ``progress.csv`` (per iteration: evaluations and the QD
-    metrics), ``hparams.csv`` (the PBT agents' hyperparameters after each iteration),
-    ``repertoire.eqx`` (agent states without optimiser states), ``centroids.npy`` and the plots
-    ``repertoire.png``, ``progress.png`` and ``hparams.png``.
+    The folder holds ``config.toml``, ``progress.csv`` (per iteration: evaluations, environment
+    steps as QDax's notebooks count them (``eval_env_steps``: evaluations x episode length;
+    ``train_env_steps``; ``env_steps``: both) and the QD metrics), ``hparams.csv`` (the PBT
+    agents' hyperparameters after each iteration), ``repertoire.eqx`` (agent states in storage
+    form), ``centroids.npy`` and the plots ``repertoire.png``, ``progress.png``,
+    ``hparams.png`` (the population's explored hyperparameters over environment steps: median,
+    quartiles, range) and ``repertoire_hparams.png`` (the repertoire coloured by each explored
+    hyperparameter of its elites).
     """
 
     name = "me-pbt"
@@ -157,7 +170,14 @@ class _MEPBTJob(Job):
         hp_rows: list[dict[str, np.ndarray]] = []
 
         def log(iteration, metrics, state):
-            row = {"iteration": iteration, "evaluations": int(state.evaluations)}
+            evaluations = int(state.evaluations)
+            trained = int(np.sum(np.asarray(state.emitter_state.training_env_steps)))
+            played = evaluations * config.episode_length  # QDax's accounting: full episodes
+            row = {
+                "iteration": iteration, "evaluations": evaluations,
+                "env_steps": played + trained, "eval_env_steps": played,
+                "train_env_steps": trained,
+            }  # fmt: skip
             row.update({k: float(v) for k, v in metrics.as_dict().items()})
             rows.append(row)
             table = hparams_table(state.emitter_state.population)  # (devices, pg) if sharded
@@ -177,9 +197,15 @@ class _MEPBTJob(Job):
             write_qd_outputs(folder, state.repertoire, columns, plots=plots)
             folder.write_columns("hparams.csv", table)
             if plots:
-                from ..plotting import plot_hparams
+                from ..plotting import plot_hparams_distribution, plot_repertoire_hparams
 
-                folder.write_figure("hparams.png", plot_hparams(hparams, x_label="iteration"))
+                figure = plot_hparams_distribution(hparams, x=columns["env_steps"])
+                folder.write_figure("hparams.png", figure)
+                if state.repertoire.tessellation.num_descriptors <= 2:
+                    elites = state.repertoire.genotypes.hparams.as_dict()
+                    explored = {n: elites[n] for n in sorted(emitter.spaces)}
+                    figure = plot_repertoire_hparams(state.repertoire, explored)
+                    folder.write_figure("repertoire_hparams.png", figure)
         return RunResult(
             config, None if folder is None else folder.path, columns, state, state.repertoire,
             {"hparams": table},

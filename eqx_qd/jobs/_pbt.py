@@ -17,20 +17,30 @@ from .._rl.pbt import (
     population_without_optimizer_states,
     train_population,
 )
-from .._rl.spaces import log_uniform_learning_rates
+from .._rl.spaces import log_uniform_learning_rates, Uniform
 from .._validate import fraction, positive, positive_int
-from ._common import hparams_columns, Job, new_run_folder, register_job, RunResult
+from ._common import (
+    agent_options,
+    build_agent,
+    hparams_columns,
+    Job,
+    new_run_folder,
+    register_job,
+    RunResult,
+)
 from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
-from ._registry import AGENTS, ENVIRONMENTS, make_agent, make_env
+from ._registry import AGENTS, ENVIRONMENTS, make_env
 
 
 @dataclasses.dataclass(frozen=True)
 class PBTConfig(JobConfig):
     """Settings of the PBT job (`jobs.run`, ``eqx-qd run pbt``). The defaults train 8 SAC agents
-    on the open point maze. ``best_fraction`` / ``worse_fraction`` follow QDax (counts are
-    ``int(fraction * population_size)`` and must not round to zero)."""
+    on the open point maze; ``agent`` takes any registered agent (``td3``, ``sac``, ``ppo`` or
+    yours). ``best_fraction`` / ``worse_fraction`` follow QDax (counts are
+    ``int(fraction * population_size)`` and must not round to zero). The agent options are
+    passed to the agent's factory; setting one it does not take is an error."""
 
     JOB: ClassVar[str] = "pbt"
 
@@ -41,14 +51,25 @@ class PBTConfig(JobConfig):
     episode_length: int = option(100, "steps per episode", check=positive_int)
     population_size: int = option(8, "PBT members", check=positive_int)
     rounds: int = option(10, "train / evaluate / exploit rounds", check=positive_int)
-    iterations_per_round: int = option(200, "training iterations per round", check=positive_int)
+    iterations_per_round: int = option(
+        200,
+        "training iterations per round (off-policy: one step of every environment; ppo: one "
+        "rollout and its epochs)",
+        check=positive_int,
+    )
     num_envs: int = option(8, "parallel environments per member", check=positive_int)
     grad_updates_per_step: float = option(
-        0.25, "gradient steps per environment step", check=positive
+        0.25, "gradient steps per environment step (off-policy)", check=positive
     )
-    buffer_size: int = option(50_000, "replay buffer capacity per member", check=positive_int)
+    buffer_size: int = option(
+        50_000, "replay buffer capacity per member (off-policy)", check=positive_int
+    )
+    rollout_length: int = option(32, "steps per rollout (ppo)", check=positive_int)
     hidden: tuple[int, ...] = option((64, 64), "hidden layer widths (policy and critic)")
     minibatch_size: int = option(128, "transitions per gradient step", check=positive_int)
+    target_entropy_scale: float = option(
+        1.0, "sac: target entropy = -scale x action size (QDax's PBT-SAC: 0.5)", check=positive
+    )
     best_fraction: float = option(0.2, "fraction of the population copied from", check=fraction)
     worse_fraction: float = option(0.4, "fraction of the population replaced", check=fraction)
     explore: str = option("resample", "resample or perturb the copies' hyperparameters")
@@ -59,21 +80,23 @@ class PBTConfig(JobConfig):
     def check(self) -> None:
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"hidden must list positive layer widths, got {list(self.hidden)}")
-        self.make_pbt({})  # the counts (and explore), with a message naming the fraction
+        self.make_pbt(None)  # the counts (and explore), with a message naming the fraction
+        agent_options(self)  # options the chosen agent does not take
 
     def make_pbt(self, spaces) -> PBT:
-        """The `PBT` of this config's counts over ``spaces``."""
+        """The `PBT` of this config's counts over ``spaces`` (``None``: only the counts are
+        checked, over a stand-in space)."""
+        stand_in = {"_": Uniform(0.0, 1.0)}
         return PBT.from_fractions(
-            self.population_size, self.best_fraction, self.worse_fraction, spaces, self.explore
-        )
+            self.population_size, self.best_fraction, self.worse_fraction,
+            stand_in if spaces is None else spaces, self.explore,
+        )  # fmt: skip
 
 
 def make_pbt_run(config: PBTConfig):
     """The environment, the agent, its search spaces and the `PBT` the config describes."""
     env = make_env(config.env, episode_length=config.episode_length)
-    agent = make_agent(
-        config.agent, env, hidden=config.hidden, minibatch_size=config.minibatch_size
-    )
+    agent = build_agent(config, env)
     spaces = agent.hparam_spaces
     if config.log_uniform_lr:
         spaces = log_uniform_learning_rates(spaces)
@@ -92,25 +115,19 @@ class _PBTJob(Job):
 
     name = "pbt"
     config_cls = PBTConfig
-    help = "PBT over a registered agent (default: 8 SAC agents on the open point maze)"
+    help = "PBT over any registered agent (default: 8 SAC agents on the open point maze)"
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         env, agent, spaces, pbt = make_pbt_run(config)
         folder = new_run_folder(out_dir, config)
         init_key, loop_key = jr.split(jr.key(config.seed))
-        pop = init_population(
-            agent, env, spaces, config.population_size, key=init_key,
-            num_envs=config.num_envs, buffer_size=config.buffer_size,
-        )  # fmt: skip
+        pop = init_population(agent, env, spaces, config.population_size, key=init_key)
         returns_log, hp_log, source_log, steps_log = [], [], [], []
         progress.start(config.rounds, "pbt", unit="round")
         for r, k in enumerate(jr.split(loop_key, config.rounds)):
             train_key, eval_key, pbt_key = jr.split(k, 3)
             hp_log.append({n: np.asarray(v) for n, v in hparams_table(pop).items()})
-            pop, _ = train_population(
-                agent, env, pop, config.iterations_per_round, key=train_key,
-                grad_updates_per_step=config.grad_updates_per_step,
-            )  # fmt: skip
+            pop, _ = train_population(agent, env, pop, config.iterations_per_round, key=train_key)
             ev = evaluate_population(agent, env, pop, config.eval_episodes, key=eval_key)
             returns = np.asarray(jnp.mean(ev.returns, axis=1))
             returns_log.append(returns)

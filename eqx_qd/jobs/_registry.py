@@ -30,6 +30,8 @@ from .._envs.line_targets import LineTargets
 from .._envs.multi_agent import AbstractMultiAgentEnv, TimeLimit
 from .._envs.point_maze import PointMaze
 from .._rl.base import AbstractAgent
+from .._rl.off_policy import AbstractOffPolicyAgent
+from .._rl.ppo_agent import PPO
 from .._rl.sac import SAC
 from .._rl.td3 import TD3
 from .._tasks import AbstractTask, Arm, Rastrigin, Sphere
@@ -52,6 +54,11 @@ class Entry:
     def options(self) -> list[str]:
         params = inspect.signature(self.factory).parameters.values()
         return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    def takes_any_option(self) -> bool:
+        """Whether the factory takes ``**options`` (every option is passed to it)."""
+        params = inspect.signature(self.factory).parameters.values()
+        return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 class Registry(Generic[_F]):
@@ -110,7 +117,7 @@ class Registry(Generic[_F]):
         ``options`` (keyword options of its factory)."""
         entry = self.get(name, tag)
         extra = sorted(set(options) - set(entry.options()))
-        if extra:
+        if extra and not entry.takes_any_option():
             raise ValueError(
                 f"{self.what} {name!r} takes no option {', '.join(extra)}; its options: "
                 f"{', '.join(entry.options()) or 'none'}"
@@ -126,7 +133,11 @@ TASKS: Registry[Callable[..., AbstractTask]] = Registry("task")
 """Pure-JAX QD tasks (scoring functions with bounds and offsets): the MAP-Elites job."""
 
 AGENTS: Registry[Callable[..., AbstractAgent]] = Registry("agent")
-"""Agents for PBT and ME-PBT: ``factory(env, *, hidden, minibatch_size)``."""
+"""Agents for PBT and ME-PBT: ``factory(env, *, options...) -> AbstractAgent``. A job passes
+the options of its config the factory takes (from ``hidden``, ``minibatch_size``,
+``num_envs``, ``buffer_size``, ``grad_updates_per_step``, ``rollout_length``,
+``target_entropy_scale``; ``**options`` takes them all); setting one the chosen agent does not
+take is an error naming it."""
 
 EMITTERS: Registry[Callable[..., AbstractEmitter]] = Registry("emitter")
 """Emitters for the MAP-Elites job: ``factory(*, batch_size, ...)``."""
@@ -240,21 +251,80 @@ for _name, _cls, _dim in (("rastrigin", Rastrigin, 100), ("sphere", Sphere, 100)
     TASKS.register(_name, _task, help=(_cls.__doc__ or "").split("\n")[0])
 
 
-def _agent(cls: type[TD3] | type[SAC]) -> Callable[..., AbstractAgent]:
-    def make(env: Any, *, hidden: tuple[int, ...] = (256, 256), minibatch_size: int = 256):
+def _off_policy(cls: type[AbstractOffPolicyAgent], **fixed: Any) -> Callable[..., AbstractAgent]:
+    def make(
+        env: Any,
+        *,
+        hidden: tuple[int, ...] = (256, 256),
+        minibatch_size: int = 256,
+        num_envs: int = 16,
+        buffer_size: int = 100_000,
+        grad_updates_per_step: float = 1.0,
+    ) -> AbstractAgent:
         return cls(
             observation_size=env.observation_size,
             action_size=env.action_size,
             policy_hidden=hidden,
             critic_hidden=hidden,
             minibatch_size=minibatch_size,
+            num_envs=num_envs,
+            buffer_size=buffer_size,
+            grad_updates_per_step=grad_updates_per_step,
+            **fixed,
         )
 
     return make
 
 
-AGENTS.register("td3", _agent(TD3), help="TD3 (twin critics, delayed policy updates)")
-AGENTS.register("sac", _agent(SAC), help="SAC (entropy-regularised, automatic temperature)")
+def _sac(
+    env: Any,
+    *,
+    hidden: tuple[int, ...] = (256, 256),
+    minibatch_size: int = 256,
+    num_envs: int = 16,
+    buffer_size: int = 100_000,
+    grad_updates_per_step: float = 1.0,
+    target_entropy_scale: float = 1.0,
+) -> AbstractAgent:
+    make = _off_policy(SAC, target_entropy_scale=target_entropy_scale)
+    return make(
+        env, hidden=hidden, minibatch_size=minibatch_size, num_envs=num_envs,
+        buffer_size=buffer_size, grad_updates_per_step=grad_updates_per_step,
+    )  # fmt: skip
+
+
+def _ppo(
+    env: Any,
+    *,
+    hidden: tuple[int, ...] = (64, 64),
+    minibatch_size: int = 256,
+    num_envs: int = 16,
+    rollout_length: int = 64,
+) -> AbstractAgent:
+    samples = rollout_length * num_envs
+    if minibatch_size < 1 or samples % minibatch_size:
+        raise ValueError(
+            f"ppo: rollout_length x num_envs = {samples} samples per update do not split into "
+            f"minibatches of minibatch_size={minibatch_size}"
+        )
+    return PPO(
+        observation_size=env.observation_size,
+        action_size=env.action_size,
+        rollout_length=rollout_length,
+        num_envs=num_envs,
+        num_minibatches=samples // minibatch_size,
+        actor_hidden=hidden,
+        critic_hidden=hidden,
+    )
+
+
+AGENTS.register(
+    "td3", _off_policy(TD3), help="TD3 (twin critics, delayed policy updates; off-policy)"
+)
+AGENTS.register("sac", _sac, help="SAC (entropy-regularised, automatic temperature; off-policy)")
+AGENTS.register(
+    "ppo", _ppo, help="PPO (clipped surrogate, GAE, KL early stop; a rollout per iteration)"
+)
 
 
 def _iso_line(*, batch_size: int, iso_sigma: float = 0.005, line_sigma: float = 0.05):
