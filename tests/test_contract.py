@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 from jaxtyping import Array, Int
 from user_agent import DDPG, DDPGHParams
 
@@ -235,3 +236,44 @@ def test_pbt_update_works_eagerly_on_runs_holding_typed_keys():
     (worst,) = np.asarray(info.replaced).tolist()
     assert worst == 0
     assert bool(jnp.all(jr.key_data(new.key[0]) == jr.key_data(keyed.key[3])))
+
+
+@functools.cache
+def _jitted_pbt(name):
+    pbt = q.PBT(POP, 1, 2, AGENTS[name].hparam_spaces)
+    return pbt, eqx.filter_jit(lambda p, r, k: pbt.update(p, r, key=k))
+
+
+@pytest.mark.parametrize("name", AGENTS)
+@settings(max_examples=8)
+@given(
+    returns=st.lists(
+        st.one_of(st.floats(-100, 100, allow_subnormal=False), st.just(float("nan"))),
+        min_size=POP,
+        max_size=POP,
+    ),
+    seed=st.integers(0, 999),
+)
+def test_pbt_properties_over_any_population(name, returns, seed):
+    pop, _ = _population(name)
+    pbt, update = _jitted_pbt(name)
+    values = np.asarray(returns, np.float32)  # what PBT sees (tiny float64s tie at 0)
+    new, info = update(pop, jnp.asarray(values), jr.key(seed))
+    ranked = np.where(np.isnan(values), -np.inf, values)  # NaN ranks last
+    replaced, sources = np.asarray(info.replaced), np.asarray(info.sources)
+    kept = np.setdiff1d(np.arange(POP), replaced)
+    assert len(set(replaced.tolist())) == 2
+    assert ranked[replaced].max() <= ranked[kept].min()
+    assert np.all(ranked[sources] == ranked.max())  # the best set is the single best
+    assert not set(sources.tolist()) & set(replaced.tolist())  # the best set is never replaced
+    for i in range(POP):
+        after = tree_take(new, i)
+        if i in replaced:
+            source = tree_take(pop, int(sources[replaced.tolist().index(i)]))
+            # A copy of the whole run but its explored hyperparameters, which lie in the spaces.
+            like = eqx.tree_at(lambda r: r.agent_state.hparams, after, source.agent_state.hparams)
+            assert bool(eqx.tree_equal(like, source))
+            for hp_name, space in pbt.spaces.items():
+                assert bool(space.contains(getattr(after.agent_state.hparams, hp_name)))
+        else:
+            assert bool(eqx.tree_equal(after, tree_take(pop, i)))

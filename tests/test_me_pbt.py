@@ -129,3 +129,67 @@ def test_run_folders_skip_the_repertoire_plot_beyond_two_descriptors(tmp_path):
     assert (tmp_path / "cube" / "progress.png").exists()
     write_qd_outputs(jobs.RunFolder(tmp_path / "flat"), flat, progress, plots=True)
     assert (tmp_path / "flat" / "repertoire.png").exists()
+
+
+# ----------------------------------------------------------------------------- the exchange step
+# Learning rates pinned at 0 (a space of one value): training moves no network, so after
+# `state_update` each slot's genome shows where it came from.
+FROZEN = {
+    "policy_lr": q.Uniform(0.0, 0.0),
+    "critic_lr": q.Uniform(0.0, 0.0),
+    "expl_noise": q.Uniform(0.0, 0.2),
+}
+
+
+def _genome_of(population, i):
+    return AGENT.genome(q.internal.tree_take(population.agent_state, i))
+
+
+def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
+    emitter = q.PBTEmitter(AGENT, ENV, CONFIG, FROZEN, q.IsoLineVariation(0.01, 0.1))
+    scorer = q.PolicyScorer(ENV, agent=AGENT)
+    algo = q.MAPElites(emitter, scorer, scorer.qd_offset, lineage=True)
+    cells = q.GridTessellation((6, 6), minval=-1.0, maxval=1.0)
+    state, _ = eqx.filter_jit(algo.init)(emitter.initial_genotypes(8, key=getkey()), cells,
+                                         key=getkey())  # fmt: skip
+    state, _ = eqx.filter_jit(lambda s, k: algo.update(s, key=k))(state, getkey())  # fill buffers
+    before = state.emitter_state
+    # GA children first, then the 4 PBT agents: best 2, then 3, then 0, and 1 (NaN) worst.
+    fitnesses = jnp.asarray([0.0, 0.0, 0.0, 0.0, 1.0, jnp.nan, 5.0, 3.0], jnp.float32)
+    descriptors = jnp.zeros((8, 2), jnp.float32)
+    genotypes, extra = emitter.emit(state.repertoire, before, key=getkey())
+    update = eqx.filter_jit(
+        lambda s, r, g, d, f, e, k: emitter.state_update(s, r, g, d, f, e, key=k)
+    )
+    after = update(before, state.repertoire, genotypes, descriptors, fitnesses, extra, getkey())
+    old, new = before.population, after.population
+    same = lambda a, b: bool(eqx.tree_equal(a, b))
+    # Agent 1 (the worst) is a copy of agent 2 (the best), its replay buffer included.
+    assert same(_genome_of(new, 1), _genome_of(old, 2))
+    n = int(old.buffer.size[0])
+    assert n > 0
+    assert same(
+        jax.tree.map(lambda x: x[1, :n], new.buffer.data),
+        jax.tree.map(lambda x: x[2, :n], old.buffer.data),
+    )
+    # Agent 0 (second worst) took a repertoire elite's agent state and kept its own buffer.
+    filled = np.flatnonzero(np.isfinite(np.asarray(state.repertoire.fitnesses)))
+    elites = [
+        AGENT.genome(q.internal.tree_take(state.repertoire.genotypes, int(c))) for c in filled
+    ]
+    assert any(same(_genome_of(new, 0), e) for e in elites)
+    assert not same(_genome_of(new, 0), _genome_of(old, 0))
+    assert same(
+        jax.tree.map(lambda x: x[0, :n], new.buffer.data),
+        jax.tree.map(lambda x: x[0, :n], old.buffer.data),
+    )
+    # The best and the third are kept, hyperparameters included; the replaced are redrawn.
+    noise_old = np.asarray(old.agent_state.hparams.expl_noise)
+    noise_new = np.asarray(new.agent_state.hparams.expl_noise)
+    for i in (2, 3):
+        assert same(_genome_of(new, i), _genome_of(old, i)) and noise_new[i] == noise_old[i]
+    assert noise_new[1] != noise_old[2] and noise_new[0] != noise_old[0]
+    assert float(after.best_returns[0]) == 5.0
+    # Storage form before and after; every agent trained 3 iterations of 2 environments.
+    assert new.agent_state.target_policy is None and new.agent_state.policy_opt_state is None
+    assert int(after.training_env_steps) == int(before.training_env_steps) + 4 * 3 * 2

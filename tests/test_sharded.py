@@ -7,11 +7,13 @@ import os
 import subprocess
 import sys
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 import eqx_qd as q
 from eqx_qd.cli import main
@@ -124,3 +126,51 @@ def test_the_command_makes_host_devices_and_never_picks_the_platform(tmp_path):
     assert lines[0].startswith("eqx-qd: me-pbt on 2 cpu devices"), lines
     assert "done: 36 evaluations" in done.stdout
     assert lines[-1] == "False"  # the command set no JAX_PLATFORMS
+
+
+def test_the_exchange_ranks_agents_over_all_devices():
+    """Counts are global (QDax's): with 2 agents per device and 0.25 of 4 agents replaced from
+    the best and 0.25 from samples, both replacements fall on the device holding the two worst
+    agents, and the other device keeps its agents (learning rates pinned at 0, so the genomes
+    show what was copied)."""
+    frozen = {"policy_lr": q.Uniform(0.0, 0.0), "critic_lr": q.Uniform(0.0, 0.0),
+              "expl_noise": q.Uniform(0.0, 0.2)}  # fmt: skip
+    config = dataclasses.replace(CONFIG, pg_population_size=2, ga_population_size=1, num_devices=2)
+    assert config.counts() == (1, 1, 1)
+    emitter = q.PBTEmitter(AGENT, ENV, config, frozen, q.IsoLineVariation(0.01, 0.1), axis_name="p")
+    scorer = q.PolicyScorer(ENV, agent=AGENT)
+    algo = q.MAPElites(emitter, scorer, scorer.qd_offset, axis_name="p")
+    mesh = q.device_mesh(2)
+    cells = q.GridTessellation((6, 6), minval=-1.0, maxval=1.0)
+    genotypes = emitter.initial_genotypes(6, key=jr.key(1))
+    state, _ = q.init_sharded(algo, genotypes, cells, mesh=mesh, key=jr.key(2))
+    state, _ = q.run_sharded(algo, state, 1, mesh=mesh, key=jr.key(3))  # fill the buffers
+    before = state.emitter_state
+    # Per device: one GA child, then the 2 PBT agents. Global order: (1, 0) best, (1, 1),
+    # (0, 1), and (0, 0) (NaN) worst.
+    fitnesses = jnp.asarray([[0.0, jnp.nan, 1.0], [0.0, 5.0, 3.0]], jnp.float32)
+    dyn, static = eqx.partition(before, eqx.is_array)
+
+    def body(d, repertoire, f, k):
+        local = eqx.combine(jax.tree.map(lambda x: x[0], d), static)
+        new = emitter.state_update(
+            local, repertoire, None, jnp.zeros((3, 2), jnp.float32), f[0], None, key=k
+        )
+        return jax.tree.map(lambda x: x[None], eqx.filter(new, eqx.is_array))
+
+    mapped = jax.shard_map(
+        body, mesh=mesh, in_specs=(P("p"), P(), P("p"), P()), out_specs=P("p"), check_vma=False
+    )
+    after = eqx.combine(eqx.filter_jit(mapped)(dyn, state.repertoire, fitnesses, jr.key(4)),
+                        static)  # fmt: skip
+
+    def genome(es, device, i):
+        agent_state = jax.tree.map(lambda x: x[device, i], es.population.agent_state)
+        return AGENT.genome(eqx.combine(agent_state, static.population.agent_state))
+
+    same = lambda a, b: bool(eqx.tree_equal(a, b))
+    assert same(genome(after, 0, 0), genome(before, 1, 0))  # the worst took the best's weights
+    assert not same(genome(after, 0, 1), genome(before, 0, 1))  # a repertoire sample
+    assert same(genome(after, 1, 0), genome(before, 1, 0))  # device 1 keeps both agents
+    assert same(genome(after, 1, 1), genome(before, 1, 1))
+    assert np.asarray(after.best_returns).tolist() == [[5.0], [5.0]]
