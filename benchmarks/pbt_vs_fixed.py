@@ -1,13 +1,16 @@
-"""Evidence for PBT-SAC: 8 agents with PBT against the same 8 agents with their initial
+"""Evidence for PBT: 8 agents with PBT against the same 8 agents with their initial
 hyperparameters kept fixed (same initial population, same keys, same budget).
 
-Task: `PointMaze(walls=False)`. SAC (64, 64), batch 128, 8 envs per agent, 0.25 gradient steps
-per env step. ``--rounds`` rounds of ``--iters`` iterations; after each round every agent is
-evaluated (4 deterministic episodes) and, in the PBT arm, `PBT.update` replaces the worst 3 by
-copies of the best 1 (QDax's 0.2 / 0.4 fractions of 8) with resampled hyperparameters (QDax's
-SAC ranges). Prints the final mean return of the population per seed and arm.
+Task: `PointMaze(walls=False)`. ``--agent sac``: SAC (64, 64), batch 128, 8 envs per agent,
+0.25 gradient steps per env step, QDax's SAC ranges. ``--agent ppo``: PPO (64, 64), rollouts of
+32 steps in 8 envs, 2 minibatches, `PPO_SPACES`. ``--rounds`` rounds of ``--iters`` iterations
+(an environment step of every env for SAC, a rollout and its epochs for PPO); after each round
+every agent is evaluated (4 deterministic episodes) and, in the PBT arm, `PBT.update` replaces
+the worst 3 by copies of the best 1 (QDax's 0.2 / 0.4 fractions of 8) with resampled
+hyperparameters. Prints the final mean return of the population per seed and arm.
 
-Usage: python benchmarks/pbt_vs_fixed.py [--seeds 0 1 2] [--rounds 8] [--iters 200]
+Usage: python benchmarks/pbt_vs_fixed.py [--agent sac|ppo] [--seeds 0 1 2] [--rounds 8]
+[--iters 200]
 """
 
 import argparse
@@ -19,11 +22,19 @@ import jax.random as jr
 import eqx_qd as q
 
 
-def run(seed: int, use_pbt: bool, rounds: int, iters: int, explore: str) -> list[float]:
+def make_agent(name: str) -> q.AbstractAgent:
+    if name == "ppo":
+        return q.PPO(observation_size=2, action_size=2, rollout_length=32, num_envs=8,
+                     num_minibatches=2)  # fmt: skip
+    return q.SAC(observation_size=2, action_size=2, policy_hidden=(64, 64),
+                 critic_hidden=(64, 64), minibatch_size=128, num_envs=8, buffer_size=50_000,
+                 grad_updates_per_step=0.25)  # fmt: skip
+
+
+def run(
+    agent: q.AbstractAgent, seed: int, use_pbt: bool, rounds: int, iters: int, explore: str
+) -> list[float]:
     env = q.PointMaze(walls=False)
-    agent = q.SAC(observation_size=2, action_size=2, policy_hidden=(64, 64),
-                  critic_hidden=(64, 64), minibatch_size=128, num_envs=8, buffer_size=50_000,
-                  grad_updates_per_step=0.25)  # fmt: skip
     key = jr.key(seed)
     init_key, loop_key = jr.split(key)
     pop = q.init_population(agent, env, None, 8, key=init_key)
@@ -41,15 +52,17 @@ def run(seed: int, use_pbt: bool, rounds: int, iters: int, explore: str) -> list
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--agent", default="sac", choices=["sac", "ppo"])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--explore", default="resample", choices=["resample", "perturb"])
     a = p.parse_args()
     finals = {"pbt": [], "fixed": []}
+    agent = make_agent(a.agent)
     for seed in a.seeds:
         for arm in ("pbt", "fixed"):
-            curve = run(seed, arm == "pbt", a.rounds, a.iters, a.explore)
+            curve = run(agent, seed, arm == "pbt", a.rounds, a.iters, a.explore)
             finals[arm].append(curve[-1])
             print(
                 f"seed {seed} {arm:5s}: mean return per round "

@@ -2,6 +2,10 @@
 `eqx_qd.jobs`, with one option per field of the job's config (generated, so a new config field
 is a new option without a second edit). ``--config FILE`` reads a TOML file; options override it.
 
+Plugins register your own agents, environments, tasks and emitters before the options are read:
+``eqx-qd --plugin mypkg.agents run pbt --agent ddpg`` imports ``mypkg.agents`` first, and every
+entry point of the group ``eqx_qd.plugins`` of the installed packages is loaded too.
+
 The command never chooses the platform: JAX picks its default backend (a GPU when there is
 one), and the devices used are printed at start. Bad input exits with one line and code 2.
 """
@@ -88,6 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .jobs import JOBS
 
     parser = _Parser(prog="eqx-qd", description="Quality-Diversity and population-based RL runs.")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE first (it registers agents, environments... in eqx_qd.jobs); "
+        "repeatable. Entry points of the group eqx_qd.plugins are loaded too",
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     run = commands.add_parser("run", help="run a job")
     jobs = run.add_subparsers(dest="job", required=True, parser_class=_Parser)
@@ -161,6 +173,24 @@ def _use_devices(count: int | None) -> None:
         pass
 
 
+def _load_plugins(parser: _Parser, modules: Sequence[str]) -> None:
+    """Load the installed ``eqx_qd.plugins`` entry points, then import ``modules``; a plugin
+    that fails to import is an error naming it."""
+    import importlib
+    from importlib import metadata
+
+    for entry in metadata.entry_points(group="eqx_qd.plugins"):
+        try:
+            entry.load()
+        except Exception as e:  # a broken plugin names itself, not a traceback
+            parser.error(f"plugin entry point {entry.name!r} ({entry.value}) failed to load: {e}")
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            parser.error(f"--plugin {name}: cannot import it: {type(e).__name__}: {e}")
+
+
 def _describe_devices() -> str:
     import jax
 
@@ -185,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(f"cannot resume: {saved!r} does not exist")
             args.config = saved
     _use_devices(_requested_devices(args, job))
+    _load_plugins(parser, args.plugin)
     config = _config(parser, args, job)
     out = resume or args.out or default_run_folder(job.name)
     print(f"eqx-qd: {job.name} on {_describe_devices()}", flush=True)
