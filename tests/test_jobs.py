@@ -202,3 +202,34 @@ def test_load_run_reads_an_ippo_run_back(tmp_path):
     assert int(back.state.updates) == 2 == int(result.state.updates)
     assert back.progress["updates"].tolist() == [0.0, 2.0]
     assert jobs.list_checkpoints(tmp_path / "run")[-1].step == 2
+
+
+def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch):
+    from eqx_qd.jobs import _map_elites
+
+    config = jobs.MapElitesConfig(iterations=2, batch_size=8, cells=16, cvt_samples=200)
+    done = tmp_path / "done"
+    jobs.run(config, done, progress=False, plots=False)
+    status = jobs.run_status(done)
+    assert status["status"] == "finished" and status["job"] == "map-elites"
+    assert status["started"] <= status["updated"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(_map_elites, "write_qd_outputs", broken)
+    failed = tmp_path / "failed"
+    with pytest.raises(RuntimeError, match="disk full"):
+        jobs.run(config, failed, progress=False, plots=False)
+    status = jobs.run_status(failed)
+    assert status["status"] == "failed" and status["error"] == "RuntimeError: disk full"
+    # A folder holding another run is refused and left as it was.
+    before = (done / "status.json").read_text()
+    with pytest.raises(ValueError, match="already holds a run"):
+        jobs.run(config, done, progress=False, plots=False)
+    assert (done / "status.json").read_text() == before
+    # Refused at validation: nothing written, not even the folder.
+    with pytest.raises(ValueError):
+        jobs.run(jobs.MapElitesConfig(cells=16, cvt_samples=8), tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+    assert jobs.run_status(tmp_path)["status"] == "unknown"  # no status file

@@ -101,3 +101,36 @@ def test_operator_hyperparameters_are_arrays_and_do_not_retrace(getkey):
 
     vary(q.IsoLineVariation(0.01, 0.1), getkey())
     vary(q.IsoLineVariation(0.02, 0.3), getkey())  # new values, same program
+
+
+# Affine equivariance: moving the parents and the bounds by x -> s * x + t (and scaling the
+# noise levels by s) moves the children the same way, with the same key. Operators that used
+# their bounds wrongly (a hard-coded [0, 1], a range taken as the upper bound) break it; tests
+# with bounds [0, 1] alone cannot see that.
+SCALE, SHIFT = np.float32(3.5), np.float32(-2.0)
+AFFINE = {
+    "isoline": lambda x1, x2, lo, hi, s, k: q.isoline_variation(
+        x1, x2, key=k, iso_sigma=0.05 * s, line_sigma=0.5, min_genotype=lo, max_genotype=hi
+    ),
+    "sbx": lambda x1, x2, lo, hi, s, k: q.sbx_crossover(
+        x1, x2, key=k, eta_c=5.0, crossover_rate=0.7, min_genotype=lo, max_genotype=hi
+    ),
+    "polynomial": lambda x1, x2, lo, hi, s, k: q.polynomial_mutation(
+        x1, key=k, eta_m=5.0, mutation_rate=0.5, min_genotype=lo, max_genotype=hi
+    ),
+    "gaussian": lambda x1, x2, lo, hi, s, k: q.gaussian_mutation(
+        x1, key=k, sigma=0.3 * s, min_genotype=lo, max_genotype=hi
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AFFINE))
+@given(seed=st.integers(0, 2**31 - 1))
+def test_operators_are_affine_equivariant(name, seed):
+    x1, x2 = _parents(seed)
+    key = jr.key(seed + 1)
+    op = AFFINE[name]
+    unit = op(x1, x2, 0.0, 1.0, np.float32(1.0), key)
+    moved = op(SCALE * x1 + SHIFT, SCALE * x2 + SHIFT, SHIFT, SCALE + SHIFT, SCALE, key)
+    np.testing.assert_allclose(moved, SCALE * unit + SHIFT, rtol=1e-4, atol=2e-4)
+    assert bool(jnp.all((moved >= SHIFT) & (moved <= SCALE + SHIFT)))

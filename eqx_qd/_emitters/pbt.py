@@ -24,7 +24,7 @@ from jaxtyping import Array, Float, Int
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._envs.base import AbstractEnv
-from .._misc import tree_all_gather, tree_concatenate, tree_slice, tree_take
+from .._misc import tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
 from .._repertoire import MapElitesRepertoire
 from .._rl.base import AbstractAgent, AbstractTrainingRun, check_agent, check_spaces
 from .._rl.pbt import count_from_fraction, init_population, train_population
@@ -261,15 +261,19 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         )
         top = jnp.argsort(-pool_returns, stable=True)[:num_best]
         pool, pool_returns = tree_take(pool, top), pool_returns[top]
-        slots = jnp.arange(pg, dtype=jnp.int32)
+        # How many of this device's agents fall in a band varies, up to the band's size: scatter
+        # that many rows (in place; padding slots are out of range and dropped) rather than
+        # rebuild every buffer.
         if from_best > 0:  # whole runs, buffers included, drawn uniformly from the best set
-            picks = jr.choice(best_key, num_best, (pg,), replace=True) + pg
-            source = jnp.where(from_best_mask, picks, slots)
-            population = tree_take(tree_concatenate([population, pool]), source)
+            count = min(from_best, pg)
+            slots = jnp.nonzero(from_best_mask, size=count, fill_value=pg)[0]
+            picks = jr.choice(best_key, num_best, (count,), replace=True)
+            population = tree_scatter(population, slots, tree_take(pool, picks))
         if from_samples > 0:  # agent states only: the slot keeps its buffer and environments
-            samples = repertoire.select(pg, key=sample_key, selector=self.selector).genotypes
-            source = jnp.where(from_samples_mask, slots + pg, slots)
-            agents = tree_take(tree_concatenate([population.agent_state, samples]), source)
+            count = min(from_samples, pg)
+            slots = jnp.nonzero(from_samples_mask, size=count, fill_value=pg)[0]
+            samples = repertoire.select(count, key=sample_key, selector=self.selector).genotypes
+            agents = tree_scatter(population.agent_state, slots, samples)
             population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
         replaced = from_best_mask | from_samples_mask
         agents = population.agent_state

@@ -497,7 +497,7 @@ def actor_epochs(
 
 
 def critic_epochs(
-    critic: ValueCritic,
+    critic: eqx.Module,
     opt_state: PyTree,
     data: PPOSamples,
     h: PPOHParams,
@@ -505,8 +505,9 @@ def critic_epochs(
     num_minibatches: int,
     epochs: int,
     key: PRNGKey,
-) -> tuple[ValueCritic, PyTree, Metrics]:
-    """``epochs`` epochs of value regression of ``critic`` (``h.vf_coef`` x squared error to
+) -> tuple[eqx.Module, PyTree, Metrics]:
+    """``epochs`` epochs of value regression of ``critic`` (any module ``obs -> value``, such
+    as `ValueCritic`; ``h.vf_coef`` x squared error to
     the GAE targets) over ``data`` in ``num_minibatches`` minibatches, with clipped Adam from
     ``opt_state``. **Returns:** the critic, its optimiser state and the metrics."""
     n = data.obs.shape[0]

@@ -24,6 +24,7 @@ from ._common import (
     load_run as load_run,
     read_config as read_config,
     run as run,
+    run_status as run_status,
     RunResult as RunResult,
 )
 from ._config import JobConfig as JobConfig, option as option

@@ -21,6 +21,7 @@ from ._registry import AGENTS, make_agent
 
 CONFIG_FILE = "config.toml"
 PROGRESS_FILE = "progress.csv"
+STATUS_FILE = "status.json"
 
 
 @dataclasses.dataclass
@@ -127,7 +128,32 @@ def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunF
         )
     folder = RunFolder(path)
     folder.write_text(CONFIG_FILE, config.to_toml())
+    write_status(folder, "running", job=config.JOB)
     return folder
+
+
+def _now() -> str:
+    return datetime.datetime.now().isoformat(timespec="seconds")
+
+
+def write_status(folder: RunFolder, status: str, **details: Any) -> None:
+    """Record in ``status.json`` where the run stands: ``running`` (written with the folder and
+    on resume, so a killed run never looks finished), ``finished``, ``failed`` or
+    ``interrupted`` (with the error). Earlier details are kept."""
+    previous = run_status(folder.path) if folder.exists(STATUS_FILE) else {}
+    record = {**previous, **details, "status": status, "updated": _now()}
+    record.setdefault("started", record["updated"])
+    folder.write_json(STATUS_FILE, record)
+
+
+def run_status(folder: str | os.PathLike) -> dict[str, Any]:
+    """The ``status.json`` of a run folder: ``status`` (``running``, ``finished``, ``failed``
+    or ``interrupted``), ``job``, ``started``, ``updated`` and, after a failure, ``error``.
+    A folder written before status files existed reads as ``{"status": "unknown"}``."""
+    run_folder = RunFolder(folder, create=False)
+    if not run_folder.exists(STATUS_FILE):
+        return {"status": "unknown"}
+    return dict(run_folder.read_json(STATUS_FILE))
 
 
 def read_config(folder: RunFolder) -> JobConfig:
@@ -171,12 +197,31 @@ def run(
     - `resume`: continue the run in ``out_dir`` from its latest checkpoint (IPPO).
 
     **Returns:** the `RunResult`; each job's class docstring says what its folder holds.
+    Every folder also holds ``status.json`` (`run_status`): ``running`` from its creation,
+    ``finished`` once the job returned, ``failed`` or ``interrupted`` (with the error) when it
+    raised, so a folder never looks finished when it is not.
     """
     job = JOBS[config.JOB]
     if resume and not job.resumable:
         raise ValueError(f"{job.name} runs cannot be resumed yet")
-    with as_progress(progress, on_log) as reporter:
-        return job.run(config, out_dir, progress=reporter, plots=plots, resume=resume)
+    # The folder is this run's when it creates it, or when it resumes it; a folder that already
+    # held another run is refused untouched.
+    ours = out_dir is not None and (
+        resume or not os.path.exists(os.path.join(out_dir, CONFIG_FILE))
+    )
+    if ours and resume and os.path.exists(os.path.join(out_dir, CONFIG_FILE)):  # type: ignore[arg-type]
+        write_status(RunFolder(out_dir), "running", job=config.JOB, resumed=_now())
+    try:
+        with as_progress(progress, on_log) as reporter:
+            result = job.run(config, out_dir, progress=reporter, plots=plots, resume=resume)
+    except BaseException as e:
+        if ours and os.path.exists(os.path.join(out_dir, CONFIG_FILE)):  # type: ignore[arg-type]
+            status = "failed" if isinstance(e, Exception) else "interrupted"
+            write_status(RunFolder(out_dir), status, error=f"{type(e).__name__}: {e}")
+        raise
+    if result.folder is not None:
+        write_status(RunFolder(result.folder), "finished")
+    return result
 
 
 # ------------------------------------------------------------------------------ QD outputs

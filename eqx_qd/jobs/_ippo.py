@@ -18,7 +18,7 @@ from .._rl.on_policy import EpisodeStats, evaluate_ippo, summarize, train_update
 from .._rl.ppo import IPPO, PPOHParams, PPOState
 from .._validate import non_negative_int, positive_int
 from ._checkpoints import list_checkpoints, restore_checkpoint, save_checkpoint
-from ._common import CONFIG_FILE, Job, register_job, RunResult
+from ._common import CONFIG_FILE, Job, register_job, RunResult, write_status
 from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
@@ -261,6 +261,8 @@ class _IPPOJob(Job):
         else:
             folder = RunFolder(path)
         folder.write_text(CONFIG_FILE, config.to_toml())
+        if not resume:
+            write_status(folder, "running", job=config.JOB)
         remaining = max(config.num_updates - int(state.updates), 0)
         state, _ = train_ippo(
             agent, state, remaining, key=train_key, eval_frequency=config.eval_frequency,
