@@ -110,7 +110,7 @@ def timed(fn, *args):
 def bench_train(env, repeats):
     agent = q.IPPO(env, rollout_length=ROLLOUT, num_envs=BATCH, num_minibatches=MINIBATCHES,
                    actor_epochs=EPOCHS, critic_epochs=EPOCHS)  # fmt: skip
-    state = agent.init(q.PPOHParams(kl_threshold=1e9), key=jr.key(0))
+    state = agent.start(q.PPOHParams(kl_threshold=1e9), key=jr.key(0))
     first, (trained, metrics) = timed(q.train_updates, agent, state, UPDATES)
     warm = [timed(q.train_updates, agent, state, UPDATES)[0] for _ in range(repeats)]
     median = statistics.median(warm)

@@ -137,6 +137,7 @@ from ._rl.pbt import (
 )
 from ._rl.ppo import (
     IPPO as IPPO,
+    IPPOAgentState as IPPOAgentState,
     PPO_SPACES as PPO_SPACES,
     PPOHParams as PPOHParams,
     PPOState as PPOState,

@@ -20,8 +20,9 @@ def test_cli_writes_a_run_folder(tmp_path, capsys):
     names = sorted(p.name for p in out.iterdir())
     assert names == [
         "centroids.npy", "config.toml", "progress.csv", "progress.png", "repertoire.eqx",
-        "repertoire.png",
+        "repertoire.png", "status.json",
     ]  # fmt: skip
+    assert jobs.run_status(out)["status"] == "finished"
     run = jobs.load_run(out)
     config, rep, progress = run.config, run.repertoire, run.progress
     assert config.task == "sphere" and config.cells == 5 and config.grid

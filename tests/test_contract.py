@@ -1,6 +1,7 @@
-"""The agent contract, tested once for every agent: the built-in TD3, SAC and PPO, and a user's
-DDPG written outside the package (`user_agent.py`). Each goes through init, act, a training
-chunk, storage / training forms, PBT (eager and jitted) and one ME-PBT iteration."""
+"""The agent contract, tested once for every agent: the built-in TD3, SAC, PPO and IPPO, and a
+user's DDPG written outside the package (`user_agent.py`). Each goes through init, act, a
+training chunk, storage / training forms, PBT (eager and jitted) and, on single-agent tasks,
+one ME-PBT iteration."""
 
 import dataclasses
 import functools
@@ -36,14 +37,19 @@ AGENTS = {
     ),  # fmt: skip
     "ddpg": DDPG(**SMALL, **OFF, hidden=8),
 }
+TEAM = q.TimeLimit(q.LineTargets(n=2, size=6), 12)  # IPPO's task: 2 agents, discrete actions
+AGENTS["ippo"] = q.IPPO(TEAM, rollout_length=4, num_envs=2, num_minibatches=2,
+                        actor_hidden=(8,), critic_hidden=(8,))  # fmt: skip
+ENVS = {name: TEAM if name == "ippo" else ENV for name in AGENTS}
+SINGLE = [name for name in AGENTS if name != "ippo"]  # ME-PBT scores single-agent episodes
 POP = 4
 
 
 @functools.cache
 def _population(name):
-    agent = AGENTS[name]
-    pop = q.init_population(agent, ENV, None, POP, key=jr.key(0))
-    return q.train_population(agent, ENV, pop, 2, key=jr.key(1))
+    agent, env = AGENTS[name], ENVS[name]
+    pop = q.init_population(agent, env, None, POP, key=jr.key(0))
+    return q.train_population(agent, env, pop, 2, key=jr.key(1))
 
 
 def _leaves(tree):
@@ -60,12 +66,17 @@ def test_every_agent_acts_trains_and_evaluates(name):
     assert metrics.reward.shape == (POP, 2) and metrics.losses
     assert np.all(np.asarray(pop.env_steps) > 0)
     state = tree_take(pop.agent_state, 0)
-    obs = jnp.zeros(2, jnp.float32)
+    env = ENVS[name]
+    if name == "ippo":  # one observation per agent, one discrete action each
+        obs, valid = jnp.zeros((2, env.observation_size), jnp.float32), lambda a: (a >= 0) & (a < 3)
+    else:
+        obs, valid = jnp.zeros(2, jnp.float32), lambda a: jnp.abs(a) <= 1.0
     for deterministic in (True, False):
         action = agent.act(state, obs, deterministic=deterministic, key=jr.key(2))
-        assert action.shape == (2,) and bool(jnp.all(jnp.abs(action) <= 1.0))
-    ev = q.evaluate_population(agent, ENV, pop, 2, key=jr.key(3))
-    assert ev.returns.shape == (POP, 2) and ev.descriptors.shape == (POP, 2, 2)
+        assert action.shape == (2,) and bool(jnp.all(valid(action)))
+    ev = q.evaluate_population(agent, env, pop, 2, key=jr.key(3))
+    assert ev.returns.shape == (POP, 2)
+    assert (ev.descriptors is None) if name == "ippo" else ev.descriptors.shape == (POP, 2, 2)
     # The spaces name hyperparameters; every member's values lie inside them.
     for hp_name, space in agent.hparam_spaces.items():
         assert bool(jnp.all(space.contains(getattr(pop.agent_state.hparams, hp_name))))
@@ -113,7 +124,7 @@ def test_pbt_over_every_agent_eager_and_jitted(name):
     assert bool(eqx.tree_equal(genome(eager, 3), genome(pop, 3)))
 
 
-@pytest.mark.parametrize("name", AGENTS)
+@pytest.mark.parametrize("name", SINGLE)
 def test_me_pbt_over_every_agent(name):
     agent = AGENTS[name]
     config = q.PBTEmitterConfig(

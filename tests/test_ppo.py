@@ -27,7 +27,7 @@ def line_agent(shared: bool = False) -> q.IPPO:
 @functools.cache
 def trained_line_run(shared: bool = False):
     agent = line_agent(shared)
-    state = agent.init(FAST_HPARAMS, key=jr.key(0))
+    state = agent.start(FAST_HPARAMS, key=jr.key(0))
     return jobs.train_ippo(agent, state, 40, key=jr.key(1), eval_frequency=20, n_evals=64)
 
 
@@ -59,7 +59,7 @@ def test_ippo_shapes_independent_vs_shared():
 def test_ppo_learns_a_continuous_task():
     env = q.SingleAgentView(q.PointMaze(walls=False, length=50))
     agent = q.IPPO(env, normalise_observations=True, **FAST)
-    state = agent.init(q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95), key=jr.key(0))
+    state = agent.start(q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95), key=jr.key(0))
     _, log = jobs.train_ippo(
         agent, state, 40, key=jr.key(1), eval_frequency=40, n_evals=8, progress=False
     )
@@ -71,7 +71,7 @@ def test_ppo_learns_a_continuous_task():
 
 def test_observation_statistics_follow_the_rollouts():
     agent = q.IPPO(q.TimeLimit(q.LineTargets(n=2, size=8), 16), normalise_observations=True, **FAST)
-    state = agent.init(key=jr.key(2))
+    state = agent.start(key=jr.key(2))
     assert state.normaliser.mean.shape == (2, 3)  # per agent, like the actors
     rolled, traj = eqx.filter_jit(agent.rollout)(state)
     new, _ = eqx.filter_jit(agent.update)(rolled, traj)
@@ -88,7 +88,7 @@ def test_observation_statistics_follow_the_rollouts():
 @functools.cache
 def _one_update():
     agent = line_agent()
-    return eqx.filter_jit(lambda s: agent.train_step(s)), agent.init(key=jr.key(3))
+    return eqx.filter_jit(lambda s: agent.train_step(s)), agent.start(key=jr.key(3))
 
 
 def test_kl_early_stop_triggers_with_a_tiny_threshold():
@@ -133,14 +133,14 @@ def test_sweep_is_one_vmap_over_hyperparameters():
     agent = line_agent()
     grid = q.PPOHParams.stack([FAST_HPARAMS, q.PPOHParams(actor_lr=0.0, critic_lr=3e-3)])
     key = jr.key(5)
-    states = eqx.filter_vmap(lambda h: agent.init(h, key=key))(grid)
+    states = eqx.filter_vmap(lambda h: agent.start(h, key=key))(grid)
     sweep = eqx.filter_jit(eqx.filter_vmap(lambda s: q.train_updates(agent, s, 3)))
     trained, metrics = sweep(states)
     assert metrics["actor_loss"].shape == (2, 3, 2)
     # Member 1 has a zero actor learning rate; member 0 equals its own unbatched run.
     first = q.internal.tree_take(states, 1)
     assert bool(eqx.tree_equal(q.internal.tree_take(trained, 1).actors, first.actors))
-    alone, _ = q.train_updates(agent, agent.init(FAST_HPARAMS, key=key), 3)
+    alone, _ = q.train_updates(agent, agent.start(FAST_HPARAMS, key=key), 3)
     leaves = zip(
         jax.tree.leaves(eqx.filter(q.internal.tree_take(trained, 0).actors, eqx.is_array)),
         jax.tree.leaves(eqx.filter(alone.actors, eqx.is_array)),
@@ -162,7 +162,7 @@ def test_evaluation_reports_full_episodes():
     arrived = np.asarray(stats.final_rewards)[np.asarray(stats.terminated)]
     np.testing.assert_allclose(arrived, 1.0)
     # A random untrained agent mostly runs into the time limit.
-    fresh = agent.init(key=jr.key(8))
+    fresh = agent.start(key=jr.key(8))
     stats = q.evaluate_ippo(agent, fresh, 32, key=jr.key(7))
     assert np.asarray(stats.truncated).any()
     assert np.all(np.asarray(stats.lengths)[np.asarray(stats.truncated)] == 16)
@@ -195,12 +195,12 @@ def test_summarize_per_agent_returns():
 @functools.cache
 def _checkpointed_runs(root: str):
     agent = line_agent()
-    fresh = agent.init(FAST_HPARAMS, key=jr.key(11))
+    fresh = agent.start(FAST_HPARAMS, key=jr.key(11))
     kwargs = dict(key=jr.key(12), eval_frequency=2, n_evals=8, progress=False)
     whole_dir, split_dir = os.path.join(root, "whole"), os.path.join(root, "split")
     whole, whole_log = jobs.train_ippo(agent, fresh, 4, checkpoint_dir=whole_dir, **kwargs)
     half, _ = jobs.train_ippo(agent, fresh, 2, checkpoint_dir=split_dir, **kwargs)
-    restored, chosen = jobs.restore_checkpoint(split_dir, agent.init(key=jr.key(0)))
+    restored, chosen = jobs.restore_checkpoint(split_dir, agent.start(key=jr.key(0)))
     continued, continued_log = jobs.train_ippo(
         agent, restored, 2, checkpoint_dir=split_dir, **kwargs
     )
@@ -237,7 +237,7 @@ def test_checkpoint_folder_contents_and_best_restore(checkpointed):
     shortest = lambda m: -float(np.mean(m["lengths"]))  # noqa: E731
     expected = int(np.argmax([shortest(c.metrics) for c in checkpoints]))
     state, chosen = jobs.restore_checkpoint(
-        split, agent.init(key=jr.key(0)), which="best", criterion=shortest
+        split, agent.start(key=jr.key(0)), which="best", criterion=shortest
     )
     assert chosen.step == checkpoints[expected].step
     assert int(state.updates) == chosen.step
@@ -260,7 +260,7 @@ def test_a_crash_while_saving_leaves_no_partial_file(tmp_path, monkeypatch):
     eqx_files = [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".eqx")]
     assert eqx_files == ["0000000040.eqx"]
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.startswith(".tmp")]
-    restored, chosen = jobs.restore_checkpoint(tmp_path, agent.init(key=jr.key(0)))
+    restored, chosen = jobs.restore_checkpoint(tmp_path, agent.start(key=jr.key(0)))
     assert chosen.step == 40 and bool(eqx.tree_equal(restored, state))
 
 
@@ -277,6 +277,6 @@ def test_bad_input_is_named(checkpointed):
     with pytest.raises(ValueError, match="latest"):
         jobs.restore_checkpoint(checkpointed[-1], _one_update()[1], which="first")
     with pytest.raises(ValueError, match="does not fit the template"):
-        jobs.restore_checkpoint(checkpointed[-1], line_agent(True).init(key=jr.key(0)))
+        jobs.restore_checkpoint(checkpointed[-1], line_agent(True).start(key=jr.key(0)))
     with pytest.raises(ValueError, match="stack"):
         q.PPOHParams.stack([])

@@ -29,11 +29,14 @@ from jaxtyping import Array, Float, Int, PyTree
 from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.base import AbstractEnv
+from .._envs.multi_agent import AbstractMultiAgentEnv
 from .normaliser import RunningNormaliser
 from .spaces import AbstractSpace, sample_hparams
 
 
 Metrics = dict[str, Float[Array, ""]]
+AnyEnv = AbstractEnv | AbstractMultiAgentEnv
+"""The environments agents train on: single-agent (TD3, SAC, PPO) or multi-agent (IPPO)."""
 
 
 class AbstractHParams(eqx.Module):
@@ -110,10 +113,10 @@ class TrainMetrics(eqx.Module):
     name, averaged over the iteration's gradient steps).
     """
 
-    reward: Float[Array, ""]
-    episode_return: Float[Array, ""]
-    episodes_done: Float[Array, ""]
-    losses: dict[str, Float[Array, ""]]
+    reward: Float[Array, "*iterations"]
+    episode_return: Float[Array, "*iterations"]
+    episodes_done: Float[Array, "*iterations"]
+    losses: dict[str, Float[Array, "*iterations"]]
 
 
 class EvalMetrics(eqx.Module):
@@ -129,8 +132,9 @@ class EvalMetrics(eqx.Module):
 
 
 class AbstractAgent(eqx.Module, Generic[_S, _R]):
-    """An agent for a single-agent `AbstractEnv`: stateless structure and the methods that act
-    and learn. Subclass it (or `AbstractOffPolicyAgent`, which supplies the training loop
+    """An agent: stateless structure and the methods that act and learn, on a single-agent
+    `AbstractEnv` (TD3, SAC, PPO) or a multi-agent one (IPPO; then `act` takes and returns one
+    row per agent). Subclass it (or `AbstractOffPolicyAgent`, which supplies the training loop
     around a gradient step) with a state module, a hyperparameters module and a training-run
     module to bring a new agent to PBT, ME-PBT, the scorers and the jobs.
 
@@ -161,13 +165,13 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
         exploration, unless ``deterministic`` (the policy that plays a stored genotype)."""
 
     @abc.abstractmethod
-    def init_run(self, env: AbstractEnv, state: _S, *, key: PRNGKey) -> _R:
+    def init_run(self, env: AnyEnv, state: _S, *, key: PRNGKey) -> _R:
         """A training run of ``state`` on ``env``: what it learns from, freshly built
         (environments reset, an empty buffer), and zero environment steps."""
 
     @abc.abstractmethod
     def train(
-        self, env: AbstractEnv, run: _R, num_iterations: int, *, key: PRNGKey
+        self, env: AnyEnv, run: _R, num_iterations: int, *, key: PRNGKey
     ) -> tuple[_R, TrainMetrics]:
         """``num_iterations`` training iterations of ``run`` on ``env`` (what an iteration is
         is the agent's: a step of every environment and some gradient steps for off-policy
@@ -228,9 +232,7 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
             return state
         return eqx.tree_at(lambda s: s.normaliser, state, state.normaliser.update(obs))
 
-    def evaluate(
-        self, env: AbstractEnv, state: _S, num_episodes: int, *, key: PRNGKey
-    ) -> EvalMetrics:
+    def evaluate(self, env: AnyEnv, state: _S, num_episodes: int, *, key: PRNGKey) -> EvalMetrics:
         """``num_episodes`` full episodes of ``env`` played by the deterministic policy of
         ``state`` (with a QD environment, each episode's descriptor too)."""
         from .off_policy import evaluate  # the shared evaluator (a function of act)
@@ -238,7 +240,7 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
         return evaluate(self, env, state, num_episodes, key=key)
 
 
-def check_agent(agent: AbstractAgent, env: AbstractEnv | None = None, *, where: str) -> None:
+def check_agent(agent: AbstractAgent, env: AnyEnv | None = None, *, where: str) -> None:
     """Refuse, naming ``where`` and what to add, an ``agent`` whose state does not follow the
     contract (checked by shape only: nothing is computed), or whose sizes disagree with
     ``env``'s."""

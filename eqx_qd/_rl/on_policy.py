@@ -13,7 +13,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .._custom_types import PRNGKey
 from .._misc import filter_scan
-from .ppo import IPPO, Metrics, PPOState
+from .ppo import IPPO, IPPOAgentState, Metrics, PPOState
 
 
 # ----------------------------------------------------------------------------- training
@@ -61,7 +61,7 @@ _EVAL_FIELDS = tuple(EpisodeStats.__dataclass_fields__)
 @eqx.filter_jit
 def evaluate_ippo(
     agent: IPPO,
-    state: PPOState,
+    state: IPPOAgentState | PPOState,
     n_evals: int,
     *,
     deterministic: bool = True,

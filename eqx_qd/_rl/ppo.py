@@ -27,7 +27,14 @@ from .._envs.multi_agent import (
     MultiAgentState,
 )
 from .._misc import f32, filter_scan, filter_while_loop, i32, tree_take
-from .base import AbstractHParams
+from .base import (
+    AbstractAgent,
+    AbstractAgentState,
+    AbstractHParams,
+    AbstractTrainingRun,
+    EvalMetrics,
+    TrainMetrics,
+)
 from .gae import gae
 from .networks import AbstractActor, CategoricalActor, GaussianActor, ValueCritic
 from .normaliser import RunningNormaliser
@@ -106,17 +113,15 @@ class PPOHParams(AbstractHParams):
 # ----------------------------------------------------------------------------- state
 
 
-class PPOState(eqx.Module):
-    """Everything IPPO learns or varies.
+class IPPOAgentState(AbstractAgentState):
+    """Everything IPPO's agents learn or vary (`AbstractAgentState`).
 
     **Fields:**
 
     - `actors`, `critics`, `actor_opt_state`, `critic_opt_state`: the networks and their
-      optimiser states, with a leading ``num_agents`` axis unless parameters are shared.
+      optimiser states (``None`` in storage), with a leading ``num_agents`` axis unless
+      parameters are shared.
     - `hparams`: the `PPOHParams`.
-    - `env_state`: the ``num_envs`` environments that rollouts continue from.
-    - `key`: the training key, split at every update.
-    - `updates`: PPO updates (one rollout each) since the start, across restores.
     - `normaliser`: observation statistics laid out like the actors, or ``None`` unless
       observations are normalised.
     """
@@ -126,10 +131,55 @@ class PPOState(eqx.Module):
     actor_opt_state: PyTree
     critic_opt_state: PyTree
     hparams: PPOHParams
+    normaliser: RunningNormaliser | None = None
+
+
+@typing.final
+class PPOState(AbstractTrainingRun):
+    """An IPPO training run (`AbstractTrainingRun`).
+
+    **Fields:**
+
+    - `agent_state`: the `IPPOAgentState`.
+    - `env_state`: the ``num_envs`` environments that rollouts continue from.
+    - `key`: the training key, split at every update.
+    - `updates`: PPO updates (one rollout each) since the start, across restores.
+    - `env_steps`: environment steps taken in training (``rollout_length x num_envs`` per
+      update).
+
+    `actors`, `critics`, `actor_opt_state`, `critic_opt_state`, `hparams` and `normaliser`
+    read through to `agent_state` (``eqx.tree_at`` follows them too).
+    """
+
+    agent_state: IPPOAgentState
     env_state: MultiAgentState
     key: PRNGKey
     updates: Int[Array, ""]
-    normaliser: RunningNormaliser | None = None
+    env_steps: Int[Array, ""]
+
+    @property
+    def actors(self) -> AbstractActor:
+        return self.agent_state.actors
+
+    @property
+    def critics(self) -> ValueCritic:
+        return self.agent_state.critics
+
+    @property
+    def actor_opt_state(self) -> PyTree:
+        return self.agent_state.actor_opt_state
+
+    @property
+    def critic_opt_state(self) -> PyTree:
+        return self.agent_state.critic_opt_state
+
+    @property
+    def hparams(self) -> PPOHParams:
+        return self.agent_state.hparams
+
+    @property
+    def normaliser(self) -> RunningNormaliser | None:
+        return self.agent_state.normaliser
 
 
 class Trajectory(eqx.Module):
@@ -164,12 +214,17 @@ class PPOSamples(eqx.Module):
     targets: Array
 
 
-def _with_update(state: PPOState, actors, critics, actor_opt, critic_opt, key) -> PPOState:
+def _with_update(
+    state: PPOState, actors, critics, actor_opt, critic_opt, key, steps: int
+) -> PPOState:
     return eqx.tree_at(
-        lambda s: (s.actors, s.critics, s.actor_opt_state, s.critic_opt_state, s.key, s.updates),
+        lambda s: (
+            s.agent_state.actors, s.agent_state.critics, s.agent_state.actor_opt_state,
+            s.agent_state.critic_opt_state, s.key, s.updates, s.env_steps,
+        ),
         state,
-        (actors, critics, actor_opt, critic_opt, key, state.updates + 1),
-    )
+        (actors, critics, actor_opt, critic_opt, key, state.updates + 1, state.env_steps + steps),
+    )  # fmt: skip
 
 
 def _normalise(normaliser: RunningNormaliser | None, obs: Array) -> Array:
@@ -186,7 +241,7 @@ def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:
 
 
 @typing.final
-class IPPO(eqx.Module):
+class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
     """Independent PPO: per-agent actors and critics trained apart on each agent's experience.
 
     Each update collects ``rollout_length`` steps in ``num_envs`` parallel environments
@@ -234,6 +289,16 @@ class IPPO(eqx.Module):
     def num_agents(self) -> int:
         return self.env.num_agents
 
+    @property
+    def observation_size(self) -> int:
+        """One agent's observation size (the environment's)."""
+        return self.env.observation_size
+
+    @property
+    def action_size(self) -> int:
+        """One agent's action size, or number of discrete actions (the environment's)."""
+        return self.env.action_size
+
     # -- construction ---------------------------------------------------------------------
 
     def _new_actor(self, key: PRNGKey) -> AbstractActor:
@@ -251,22 +316,93 @@ class IPPO(eqx.Module):
             return make(key)
         return eqx.filter_vmap(make)(jr.split(key, self.num_agents))
 
-    def init(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> PPOState:
-        """Fresh networks, optimiser states and ``num_envs`` freshly reset environments."""
+    def _build_opt(self, params):
+        return (
+            init_clipped_adam(params)
+            if self.shared_params
+            else eqx.filter_vmap(init_clipped_adam)(params)
+        )
+
+    def init(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> IPPOAgentState:
+        """Fresh networks and optimiser states, with ``hparams`` (``None``: the defaults)."""
         hparams = PPOHParams() if hparams is None else hparams
-        actor_key, critic_key, env_key, key = jr.split(key, 4)
+        actor_key, critic_key = jr.split(key)
         actors = self._per_agent_build(self._new_actor, actor_key)
         critics = self._per_agent_build(self._new_critic, critic_key)
-        build_opt = init_clipped_adam if self.shared_params else eqx.filter_vmap(init_clipped_adam)
-        env_state = jax.vmap(lambda k: self.env.reset(key=k))(jr.split(env_key, self.num_envs))
         normaliser = None
         if self.normalise_observations:
             dim = self.env.observation_size
             normaliser = self._per_agent_build(lambda _: RunningNormaliser.create(dim), key)
-        return PPOState(
-            actors, critics, build_opt(actors), build_opt(critics), hparams, env_state, key,
-            i32(0), normaliser,
+        return IPPOAgentState(
+            actors, critics, self._build_opt(actors), self._build_opt(critics), hparams,
+            normaliser,
         )  # fmt: skip
+
+    def _check_env(self, env, where: str) -> None:
+        if env is not self.env and not (
+            type(env) is type(self.env) and bool(eqx.tree_equal(env, self.env))
+        ):
+            raise ValueError(f"IPPO.{where}: IPPO is built for its own environment (IPPO.env)")
+
+    def init_run(self, env, state: IPPOAgentState, *, key: PRNGKey) -> PPOState:
+        """A training run of ``state`` on ``env`` (which must be `env`): ``num_envs`` freshly
+        reset environments, the training key, zero updates."""
+        self._check_env(env, "init_run")
+        env_key, key = jr.split(key)
+        env_state = jax.vmap(lambda k: self.env.reset(key=k))(jr.split(env_key, self.num_envs))
+        return PPOState(state, env_state, key, i32(0), i32(0))
+
+    def start(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> PPOState:
+        """`init` then `init_run` on `env`: a fresh training run."""
+        init_key, run_key = jr.split(key)
+        return self.init_run(self.env, self.init(hparams, key=init_key), key=run_key)
+
+    def empty_optimizer_states(self, state: IPPOAgentState) -> IPPOAgentState:
+        """Drop the optimiser states (IPPO has no target networks)."""
+        return eqx.tree_at(
+            lambda s: (s.actor_opt_state, s.critic_opt_state), state, (None, None),
+            is_leaf=_none,
+        )  # fmt: skip
+
+    def init_optimizer_states(self, state: IPPOAgentState) -> IPPOAgentState:
+        """Fresh optimiser states for the current networks."""
+        return eqx.tree_at(
+            lambda s: (s.actor_opt_state, s.critic_opt_state), state,
+            (self._build_opt(state.actors), self._build_opt(state.critics)), is_leaf=_none,
+        )  # fmt: skip
+
+    def genome(self, state: IPPOAgentState) -> tuple[AbstractActor, ValueCritic]:
+        """Every agent's actor and critic."""
+        return state.actors, state.critics
+
+    def with_genome(self, state: IPPOAgentState, genome: tuple) -> IPPOAgentState:
+        return eqx.tree_at(lambda s: (s.actors, s.critics), state, tuple(genome))
+
+    def train(self, env, run: PPOState, num_iterations: int, *, key: PRNGKey):
+        """``num_iterations`` updates (`train_step`) from ``run`` with its key replaced by
+        ``key``, as `TrainMetrics` (the mean reward over agents; IPPO's rollouts do not track
+        episode returns, so `episode_return` is NaN: evaluate instead)."""
+        from .on_policy import train_updates
+
+        self._check_env(env, "train")
+        run, metrics = train_updates(self, eqx.tree_at(lambda r: r.key, run, key), num_iterations)
+        nan = jnp.full((num_iterations,), jnp.nan, jnp.float32)
+        losses = {
+            k: jnp.mean(v, axis=-1) for k, v in metrics.items()
+            if k not in ("mean_reward", "episodes_done")
+        }  # fmt: skip
+        return run, TrainMetrics(
+            jnp.mean(metrics["mean_reward"], axis=-1), nan, metrics["episodes_done"][:, 0], losses
+        )
+
+    def evaluate(self, env, state: IPPOAgentState, num_episodes: int, *, key: PRNGKey):
+        """``num_episodes`` full episodes of the deterministic policies; `EvalMetrics` returns
+        are the team's (summed over agents)."""
+        from .on_policy import evaluate_ippo
+
+        self._check_env(env, "evaluate")
+        stats = evaluate_ippo(self, state, num_episodes, key=key)
+        return EvalMetrics(jnp.sum(stats.returns, axis=-1), stats.lengths.astype(jnp.float32), None)
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -277,7 +413,7 @@ class IPPO(eqx.Module):
 
     def act(
         self,
-        state: PPOState,
+        state: IPPOAgentState | PPOState,
         obs: Float[Array, "num_agents obs_dim"],
         *,
         deterministic: bool = False,
@@ -394,11 +530,13 @@ class IPPO(eqx.Module):
             critics, critic_opt, critic_metrics = eqx.filter_vmap(
                 lambda c, o, d, k: self._critic_update(c, o, d, h, k)
             )(state.critics, state.critic_opt_state, data, jr.split(critic_key, self.num_agents))
-        state = _with_update(state, actors, critics, actor_opt, critic_opt, key)
+        steps = self.rollout_length * self.num_envs
+        state = _with_update(state, actors, critics, actor_opt, critic_opt, key, steps)
         if state.normaliser is not None:  # the next rollout sees this one's statistics too
             state = eqx.tree_at(
-                lambda s: s.normaliser, state, self._updated_normaliser(state.normaliser, traj)
-            )
+                lambda s: s.agent_state.normaliser, state,
+                self._updated_normaliser(state.normaliser, traj),
+            )  # fmt: skip
         metrics = {**actor_metrics, **critic_metrics}
         metrics = {
             k: jnp.broadcast_to(v, (self.num_agents,)).astype(jnp.float32)
@@ -532,3 +670,7 @@ def critic_epochs(
     (critic, opt_state), losses = filter_scan(epoch, (critic, opt_state), jr.split(key, epochs))
     loss = losses[-1] if epochs else jnp.zeros((), jnp.float32)
     return critic, opt_state, {"critic_loss": loss}
+
+
+def _none(x) -> bool:
+    return x is None

@@ -246,7 +246,7 @@ class _IPPOJob(Job):
         path = os.fspath(out_dir)
         agent = config.make_agent()
         init_key, train_key = jr.split(jr.key(config.seed))
-        state = agent.init(config.hparams(), key=init_key)
+        state = agent.start(config.hparams(), key=init_key)
         if resume:
             if not list_checkpoints(path):
                 raise ValueError(f"nothing to resume: no checkpoints under {path!r}")
@@ -283,7 +283,7 @@ class _IPPOJob(Job):
 
     def load(self, folder: RunFolder, config) -> RunResult:
         agent = config.make_agent()
-        like = agent.init(config.hparams(), key=jr.key(0))  # keys need a concrete template
+        like = agent.start(config.hparams(), key=jr.key(0))  # keys need a concrete template
         state = restore_checkpoint(folder, like)[0] if list_checkpoints(folder) else None
         return RunResult(config, folder.path, folder.read_columns("progress.csv"), state)
 
