@@ -143,3 +143,11 @@ def same_sizes(agent: Any, env: Any, where: str) -> None:
             raise ValueError(
                 f"{where}: the agent's {size} is {ours} but the environment's is {theirs}"
             )
+
+
+def shape(name: str, value: Any, expected: tuple[int, ...]) -> None:
+    """Refuse an array ``value`` whose shape is not ``expected`` (a static fact, so free under
+    ``jit``), naming ``name``, the expected shape and the one received."""
+    got = tuple(np.shape(value))
+    if got != tuple(expected):
+        raise ValueError(f"{name} must have shape {tuple(expected)}, got {got}")

@@ -324,3 +324,26 @@ def test_a_user_agent_gets_run_folders_through_a_plugin(tmp_path, capsys):
         main(["--plugin", "no_such_plugin", "run", "pbt", "--out", str(tmp_path / "bad")])
     assert "--plugin no_such_plugin: cannot import it" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_shapes_that_disagree_with_the_agent_are_named():
+    for name in ("td3", "sac", "ppo"):
+        agent = AGENTS[name]
+        state = tree_take(_population(name)[0].agent_state, 0)
+        with pytest.raises(ValueError, match=r"\.act: obs must have shape \(2,\), got \(3,\)"):
+            agent.act(state, jnp.zeros(3, jnp.float32), key=jr.key(0))
+    ippo = AGENTS["ippo"]
+    state = tree_take(_population("ippo")[0].agent_state, 0)
+    with pytest.raises(ValueError, match=r"IPPO.act: obs must have shape \(2, \d+\), got \(3,"):
+        ippo.act(state, jnp.zeros((3, TEAM.observation_size), jnp.float32), key=jr.key(0))
+    td3 = AGENTS["td3"]
+    state = tree_take(_population("td3")[0].agent_state, 0)
+    state = td3.init_optimizer_states(state)
+    z = lambda *shape: jnp.zeros(shape, jnp.float32)
+    wide = q.Transition(z(4, 2), z(4, 3), z(4), z(4, 2), z(4), z(4))
+    with pytest.raises(ValueError, match=r"TD3.update: batch.action must have shape \(4, 2\)"):
+        td3.update(state, wide, key=jr.key(0))
+    buffer = q.ReplayBuffer.empty(8, q.Transition(z(2), z(2), z(), z(2), z(), z()))
+    with pytest.raises(ValueError, match=r"batch\.obs must have items of shape \(2,\), got \(3,\)"):
+        buffer.insert(q.Transition(z(4, 3), z(4, 2), z(4), z(4, 3), z(4), z(4)))
+    assert int(buffer.size) == 0  # nothing stored changed

@@ -93,6 +93,17 @@ class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyState]):
         )  # fmt: skip
 
 
+def check_batch(agent: AbstractOffPolicyAgent, batch: Transition, where: str) -> None:
+    """Refuse a batch whose observations or actions do not have the agent's widths, naming
+    ``where`` and the field (static shapes: free under ``jit``)."""
+    n = batch.obs.shape[0]
+    check.shape(f"{where}: batch.obs", batch.obs, (n, agent.observation_size))
+    check.shape(f"{where}: batch.next_obs", batch.next_obs, (n, agent.observation_size))
+    check.shape(f"{where}: batch.action", batch.action, (n, agent.action_size))
+    for field in ("reward", "terminated"):
+        check.shape(f"{where}: batch.{field}", getattr(batch, field), (n,))
+
+
 def check_off_policy_fields(agent: AbstractOffPolicyAgent) -> None:
     """Refuse non-positive loop settings, naming the agent's field."""
     name = type(agent).__name__

@@ -422,6 +422,7 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
         """One action per agent for one environment's raw observations ``obs`` (``(num_agents,
         obs_dim)``) under the policies of ``state``: each policy's mode when ``deterministic``,
         else a sample."""
+        check.shape("IPPO.act: obs", obs, (self.num_agents, self.observation_size))
         obs = _normalise(state.normaliser, obs)
         if deterministic:
             return self._over_agents(lambda a, o: a.mode(o), state.actors, obs)

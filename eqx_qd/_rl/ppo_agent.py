@@ -114,6 +114,7 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
         deterministic: bool = False,
         key: PRNGKey,
     ) -> Float[Array, " action_dim"]:
+        check.shape("PPO.act: obs", obs, (self.observation_size,))
         obs = self.normalise(state, obs)
         action = state.actor.mode(obs) if deterministic else state.actor.sample(obs, key=key)
         return jnp.clip(action, -1.0, 1.0)

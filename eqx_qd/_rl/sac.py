@@ -16,7 +16,7 @@ from .._misc import f32, i32
 from .base import AbstractAgentState, AbstractHParams, Metrics
 from .networks import QCritics, TanhGaussianPolicy
 from .normaliser import RunningNormaliser
-from .off_policy import AbstractOffPolicyAgent, check_off_policy_fields
+from .off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
 from .optim import apply_adam, init_adam, soft_update
 from .spaces import AbstractSpace, Uniform
 
@@ -187,6 +187,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         deterministic: bool = False,
         key: PRNGKey,
     ) -> Float[Array, " action_dim"]:
+        check.shape("SAC.act: obs", obs, (self.observation_size,))
         obs = self.normalise(state, obs)
         if deterministic:
             return state.policy(obs)
@@ -221,6 +222,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     def update(
         self, state: SACState, batch: Transition, *, key: PRNGKey
     ) -> tuple[SACState, Metrics]:
+        check_batch(self, batch, "SAC.update")
         h = state.hparams
         critic_key, policy_key = jr.split(key)
         critic_loss, grads = eqx.filter_value_and_grad(self.critic_loss)(

@@ -22,7 +22,7 @@ from .._misc import f32, filter_cond, i32
 from .base import AbstractAgentState, AbstractHParams, Metrics
 from .networks import DeterministicPolicy, QCritics
 from .normaliser import RunningNormaliser
-from .off_policy import AbstractOffPolicyAgent, check_off_policy_fields
+from .off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
 from .optim import apply_adam, init_adam, soft_update
 from .spaces import AbstractSpace, Uniform
 
@@ -197,6 +197,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         deterministic: bool = False,
         key: PRNGKey,
     ) -> Float[Array, " action_dim"]:
+        check.shape("TD3.act: obs", obs, (self.observation_size,))
         action = state.policy(self.normalise(state, obs))
         if deterministic:
             return action
@@ -230,6 +231,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     def update(
         self, state: TD3State, batch: Transition, *, key: PRNGKey
     ) -> tuple[TD3State, Metrics]:
+        check_batch(self, batch, "TD3.update")
         h = state.hparams
         critic_loss, grads = eqx.filter_value_and_grad(self.critic_loss)(
             state.critic, state, batch, key=key
