@@ -158,3 +158,22 @@ def test_pbt_command_writes_a_run_folder(tmp_path, capsys):
         main(["run", "pbt", "--population-size", "4", "--out", str(tmp_path / "bad")])
     assert e.value.code == 2
     assert "rounds to 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: q.Uniform(0.0, float("inf")), "Uniform.high"),
+        (lambda: q.Uniform(1.0, 0.5), "Uniform.low"),
+        (lambda: q.LogUniform(0.0, 1.0), "LogUniform.low"),
+        (lambda: q.LogUniform(1e-3, float("nan")), "LogUniform.high"),
+        (lambda: q.Choice([]), "at least one value"),
+        (lambda: q.Choice([0.1, float("inf")]), "Choice.values"),
+        (lambda: q.MixingEmitter(batch_size=4, variation_percentage=1.0), "variation operator"),
+        (lambda: q.MixingEmitter(batch_size=4, variation_percentage=0.5,
+                                 variation=q.IsoLineVariation(0.0, 0.1)), "mutation operator"),
+    ],
+)  # fmt: skip
+def test_spaces_and_emitters_refuse_bad_values_by_name(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
