@@ -25,6 +25,12 @@ def i32(x: Any) -> Array:
     return jnp.asarray(x, jnp.int32)
 
 
+def is_none(x: Any) -> bool:
+    """``x is None``: the ``is_leaf`` that lets ``eqx.tree_at`` replace (or put back) fields
+    that hold ``None``, such as a stored state's optimiser states."""
+    return x is None
+
+
 def batch_size_of(tree: PyTree) -> int:
     """Leading-axis size shared by the array leaves of ``tree``."""
     leaves = [x for x in jax.tree.leaves(tree) if eqx.is_array(x)]

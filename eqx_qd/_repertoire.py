@@ -9,8 +9,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
+from . import _validate as check
 from ._custom_types import Descriptors, Extra, Fitnesses, Genotypes, PRNGKey
-from ._misc import batch_size_of, tree_scatter, tree_take, tree_zeros_batch
+from ._misc import batch_size_of, is_none, tree_scatter, tree_take, tree_zeros_batch
 from ._selectors import AbstractSelector, UniformSelector
 from ._tessellation import AbstractTessellation
 
@@ -189,7 +190,7 @@ class MapElitesRepertoire(eqx.Module):
                 self.descriptors.at[target].set(descriptors.astype(jnp.float32), mode="drop"),
                 None if extra is None else tree_scatter(self.extra, target, extra),
             ),
-            is_leaf=lambda x: x is None,
+            is_leaf=is_none,
         )
         status = jnp.where(
             inserted,
@@ -218,7 +219,7 @@ class MapElitesRepertoire(eqx.Module):
             raise ValueError(
                 f"genotypes have batch size {batch_size_of(genotypes)}, fitnesses have {batch}"
             )
-        _check_like("genotypes", genotypes, self.genotypes)
+        check.same_rows("genotypes", genotypes, self.genotypes, owner="the repertoire")
         if (extra is None) != (self.extra is None):
             raise ValueError("extra must be given exactly when the repertoire stores extra")
         if extra is not None:
@@ -226,7 +227,7 @@ class MapElitesRepertoire(eqx.Module):
                 raise ValueError(
                     f"extra has batch size {batch_size_of(extra)}, fitnesses have {batch}"
                 )
-            _check_like("extra", extra, self.extra)
+            check.same_rows("extra", extra, self.extra, owner="the repertoire")
 
     def select(
         self, num: int, *, selector: AbstractSelector = UniformSelector(), key: PRNGKey
@@ -250,23 +251,6 @@ class MapElitesRepertoire(eqx.Module):
                 f"{descriptors.shape}"
             )
         return self.tessellation.index(descriptors)
-
-
-def _check_like(name: str, batch: Any, stored: Any) -> None:
-    """``batch`` (leading batch axis) has the structure and per-row shapes of ``stored``
-    (leading cells axis); the error names the argument and the leaf."""
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(eqx.filter(batch, eqx.is_array))
-    stored_leaves, stored_def = jax.tree_util.tree_flatten_with_path(
-        eqx.filter(stored, eqx.is_array)
-    )
-    if treedef != stored_def:
-        raise ValueError(f"{name} must have the structure the repertoire stores: {stored_def}")
-    for (path, x), (_, s) in zip(leaves, stored_leaves):
-        if x.shape[1:] != s.shape[1:]:
-            raise ValueError(
-                f"{name}{jax.tree_util.keystr(path)} must have rows of shape {s.shape[1:]} as "
-                f"stored, got {x.shape[1:]}"
-            )
 
 
 def init_repertoire(

@@ -14,7 +14,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from ._custom_types import PRNGKey
 from ._map_elites import MAPElites, MAPElitesState
 from ._metrics import QDMetrics
-from ._misc import filter_scan
+from ._misc import filter_scan, is_none
 from ._tessellation import AbstractTessellation
 
 
@@ -40,12 +40,12 @@ def _check(algo: MAPElites, mesh: Mesh) -> str:
 
 def _split(state: MAPElitesState):
     """(replicated part, per-device emitter state) as (dynamic, static) pairs."""
-    rest = eqx.tree_at(lambda s: s.emitter_state, state, None, is_leaf=lambda x: x is None)
+    rest = eqx.tree_at(lambda s: s.emitter_state, state, None, is_leaf=is_none)
     return eqx.partition(rest, eqx.is_array), eqx.partition(state.emitter_state, eqx.is_array)
 
 
 def _join(rest, emitter_state) -> MAPElitesState:
-    return eqx.tree_at(lambda s: s.emitter_state, rest, emitter_state, is_leaf=lambda x: x is None)
+    return eqx.tree_at(lambda s: s.emitter_state, rest, emitter_state, is_leaf=is_none)
 
 
 _add_axis = lambda tree: jax.tree.map(lambda x: x[None], tree)

@@ -11,6 +11,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
+import equinox as eqx
 import jax
 import numpy as np
 
@@ -151,3 +152,21 @@ def shape(name: str, value: Any, expected: tuple[int, ...]) -> None:
     got = tuple(np.shape(value))
     if got != tuple(expected):
         raise ValueError(f"{name} must have shape {tuple(expected)}, got {got}")
+
+
+def same_rows(name: str, batch: Any, stored: Any, *, owner: str, noun: str = "rows") -> None:
+    """Refuse a ``batch`` (leading batch axis) whose array leaves do not have the structure and
+    the per-row shapes of ``stored`` (leading capacity axis), naming ``name``, the leaf, the
+    expected and the received shapes (static facts: free under ``jit``)."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(eqx.filter(batch, eqx.is_array))
+    stored_leaves, stored_def = jax.tree_util.tree_flatten_with_path(
+        eqx.filter(stored, eqx.is_array)
+    )
+    if treedef != stored_def:
+        raise ValueError(f"{name} must have the structure {owner} stores: {stored_def}")
+    for (path, x), (_, s) in zip(leaves, stored_leaves):
+        if x.shape[1:] != s.shape[1:]:
+            raise ValueError(
+                f"{name}{jax.tree_util.keystr(path)} must have {noun} of shape {s.shape[1:]} as "
+                f"stored, got {x.shape[1:]}"
+            )

@@ -344,6 +344,8 @@ def test_shapes_that_disagree_with_the_agent_are_named():
     with pytest.raises(ValueError, match=r"TD3.update: batch.action must have shape \(4, 2\)"):
         td3.update(state, wide, key=jr.key(0))
     buffer = q.ReplayBuffer.empty(8, q.Transition(z(2), z(2), z(), z(2), z(), z()))
-    with pytest.raises(ValueError, match=r"batch\.obs must have items of shape \(2,\), got \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"batch\.obs must have items of shape \(2,\) as stored, got \(3,\)"
+    ):
         buffer.insert(q.Transition(z(4, 3), z(4, 2), z(4), z(4, 3), z(4), z(4)))
     assert int(buffer.size) == 0  # nothing stored changed

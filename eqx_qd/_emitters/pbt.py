@@ -24,7 +24,7 @@ from jaxtyping import Array, Float, Int
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._envs.base import AbstractEnv
-from .._misc import tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
+from .._misc import is_none, tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
 from .._repertoire import MapElitesRepertoire
 from .._rl.base import AbstractAgent, AbstractTrainingRun, check_agent, check_spaces
 from .._rl.pbt import count_from_fraction, init_population, train_population
@@ -140,8 +140,8 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
     axis_name: str | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
-        check_agent(self.agent, self.env, where="PBTEmitter")
-        check_spaces(self.agent, self.spaces, where="PBTEmitter")
+        shapes = check_agent(self.agent, self.env, where="PBTEmitter")
+        check_spaces(self.agent, self.spaces, where="PBTEmitter", state=shapes)
         if self.axis_name is None and self.config.num_devices != 1:
             raise ValueError(
                 f"PBTEmitter: config.num_devices is {self.config.num_devices} but no axis_name "
@@ -185,7 +185,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         )
         # The PBT agents start as the first initial genotypes (as in QDax), in storage form.
         agents = tree_slice(genotypes, 0, c.pg_population_size)
-        population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
+        population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=is_none)
         num_best = max(1, c.counts()[0])
         return PBTEmitterState(
             population, jnp.full((num_best,), -jnp.inf, jnp.float32), jnp.zeros((), jnp.int32)
@@ -274,7 +274,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
             slots = jnp.nonzero(from_samples_mask, size=count, fill_value=pg)[0]
             samples = repertoire.select(count, key=sample_key, selector=self.selector).genotypes
             agents = tree_scatter(population.agent_state, slots, samples)
-            population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
+            population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=is_none)
         replaced = from_best_mask | from_samples_mask
         agents = population.agent_state
         resampled = eqx.filter_vmap(
@@ -285,16 +285,12 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         )
         agents = eqx.tree_at(lambda s: s.hparams, agents, hparams)
         agents = eqx.filter_vmap(self.agent.init_optimizer_states)(agents)
-        population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
+        population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=is_none)
         steps_before = jnp.sum(population.env_steps)
         population, _ = train_population(
             self.agent, self.env, population, c.num_training_iterations, key=train_key
         )
         trained = jnp.sum(population.env_steps) - steps_before
         agents = eqx.filter_vmap(self.agent.empty_optimizer_states)(population.agent_state)
-        population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=_none)
+        population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=is_none)
         return PBTEmitterState(population, pool_returns, state.training_env_steps + trained)
-
-
-def _none(x) -> bool:
-    return x is None

@@ -205,3 +205,14 @@ def autoreset_step(
         new, nxt.reward, nxt.obs, nxt.state_desc, terminated, truncated,
         jnp.where(done, episode_return, jnp.nan),
     )  # fmt: skip
+
+
+def finished_episodes(
+    finished_return: Float[Array, "*steps"],
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """The mean return of the episodes that ended (NaN when none did) and how many ended, from
+    `AutoResetStep.finished_return` values of any shape (NaN where no episode ended)."""
+    finished = ~jnp.isnan(finished_return)
+    count = jnp.sum(finished.astype(jnp.float32))
+    total = jnp.sum(jnp.where(finished, finished_return, 0.0))
+    return jnp.where(count > 0, total / jnp.maximum(count, 1.0), jnp.nan), count

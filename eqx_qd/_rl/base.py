@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -28,8 +29,9 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._envs.base import AbstractEnv
+from .._envs.base import AbstractEnv, AbstractQDEnv
 from .._envs.multi_agent import AbstractMultiAgentEnv
+from .._envs.rollout import Episode, rollout
 from .normaliser import RunningNormaliser
 from .spaces import AbstractSpace, sample_hparams
 
@@ -234,16 +236,30 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
 
     def evaluate(self, env: AnyEnv, state: _S, num_episodes: int, *, key: PRNGKey) -> EvalMetrics:
         """``num_episodes`` full episodes of ``env`` played by the deterministic policy of
-        ``state`` (with a QD environment, each episode's descriptor too)."""
-        from .off_policy import evaluate  # the shared evaluator (a function of act)
-
+        ``state`` (with a QD environment, each episode's descriptor too): `evaluate`."""
         return evaluate(self, env, state, num_episodes, key=key)
 
 
-def check_agent(agent: AbstractAgent, env: AnyEnv | None = None, *, where: str) -> None:
+@eqx.filter_jit
+def evaluate(
+    agent: AbstractAgent, env: AbstractEnv, agent_state, num_episodes: int, *, key: PRNGKey
+) -> EvalMetrics:
+    """Play ``num_episodes`` full episodes of ``env`` (up to ``env.episode_length`` steps)
+    with the deterministic policy of ``agent`` in training state ``agent_state``."""
+    policy = lambda o: agent.act(agent_state, o, key=jr.key(0), deterministic=True)
+    episodes: Episode = jax.vmap(lambda k: rollout(env, policy, key=k))(jr.split(key, num_episodes))
+    descriptors = None
+    if isinstance(env, AbstractQDEnv):
+        descriptors = jax.vmap(env.descriptor)(episodes.transitions.next_state_desc, episodes.valid)
+    return EvalMetrics(episodes.returns, episodes.lengths, descriptors)
+
+
+def check_agent(
+    agent: AbstractAgent, env: AnyEnv | None = None, *, where: str
+) -> AbstractAgentState:
     """Refuse, naming ``where`` and what to add, an ``agent`` whose state does not follow the
     contract (checked by shape only: nothing is computed), or whose sizes disagree with
-    ``env``'s."""
+    ``env``'s. **Returns:** that state, shapes only (for `check_spaces`)."""
     if not isinstance(agent, AbstractAgent):
         raise TypeError(f"{where}: the agent must subclass eqx_qd.AbstractAgent, got {agent!r}")
     if env is not None:
@@ -260,17 +276,27 @@ def check_agent(agent: AbstractAgent, env: AnyEnv | None = None, *, where: str) 
             f"{where}: {name}'s state holds hparams of type {type(state.hparams).__name__}, "
             "which does not subclass eqx_qd.AbstractHParams"
         )
+    return state
 
 
-def check_spaces(agent: AbstractAgent, spaces: Mapping[str, AbstractSpace], *, where: str) -> None:
+def check_spaces(
+    agent: AbstractAgent,
+    spaces: Mapping[str, AbstractSpace],
+    *,
+    where: str,
+    state: AbstractAgentState | None = None,
+) -> None:
     """Refuse empty ``spaces`` (PBT would only copy) and names that are not fields of the
-    agent's hyperparameters, naming ``where``."""
+    agent's hyperparameters, naming ``where``. ``state``: the agent's state as `check_agent`
+    returns it (``None``: traced again, shapes only)."""
     if not spaces:
         raise ValueError(
             f"{where}: the hyperparameter spaces are empty, so PBT would only copy agents; give "
             "the spaces to explore (agent.hparam_spaces, or a subset of them)"
         )
-    hparams = eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0))).hparams
+    if state is None:
+        state = eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0)))
+    hparams = state.hparams
     unknown = sorted(set(spaces) - set(hparams.names()))
     if unknown:
         raise ValueError(

@@ -3,7 +3,6 @@
 import typing
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
@@ -42,7 +41,9 @@ class ReplayBuffer(eqx.Module):
         last ``capacity`` are kept. With ``mask``, only the rows where it is nonzero go in (in
         order), e.g. the valid steps of fixed-length rollouts."""
         n = batch_size_of(batch)
-        _check_rows(batch, self.data)
+        check.same_rows(
+            "ReplayBuffer.insert: batch", batch, self.data, owner="the buffer", noun="items"
+        )
         if mask is None:
             keep = jnp.ones(n, jnp.bool_)
         else:
@@ -70,20 +71,3 @@ class ReplayBuffer(eqx.Module):
         idx = jr.randint(key, (num,), 0, jnp.maximum(self.size, 1))
         idx = eqx.error_if(idx, self.size == 0, "cannot sample from an empty replay buffer")
         return tree_take(self.data, idx)
-
-
-def _check_rows(batch: PyTree, stored: PyTree) -> None:
-    """``batch`` has the structure and per-item shapes of the stored items (static; the error
-    names the leaf, the expected and the received shapes)."""
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(eqx.filter(batch, eqx.is_array))
-    stored_leaves, stored_def = jax.tree_util.tree_flatten_with_path(
-        eqx.filter(stored, eqx.is_array)
-    )
-    if treedef != stored_def:
-        raise ValueError(f"ReplayBuffer.insert: batch must have the stored structure {stored_def}")
-    for (path, x), (_, s) in zip(leaves, stored_leaves):
-        if x.shape[1:] != s.shape[1:]:
-            raise ValueError(
-                f"ReplayBuffer.insert: batch{jax.tree_util.keystr(path)} must have items of shape "
-                f"{s.shape[1:]}, got {x.shape[1:]}"
-            )

@@ -22,18 +22,18 @@ from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.base import (
     AbstractEnv,
-    AbstractQDEnv,
     autoreset_step,
+    finished_episodes,
     training_reset,
     TrainingEnvState,
 )
-from .._envs.rollout import Episode, rollout, Transition
+from .._envs.rollout import Transition
 from .._misc import filter_scan
 from .base import (
     AbstractAgent,
     AbstractAgentState,
     AbstractTrainingRun,
-    EvalMetrics,
+    evaluate as evaluate,
     Metrics,
     TrainMetrics,
 )
@@ -164,12 +164,7 @@ def _play(agent, env, state: OffPolicyState, key: PRNGKey, random_actions: bool)
     new = OffPolicyState(
         agent_state, state.buffer.insert(transitions), out.state, state.env_steps + n
     )
-    finished = ~jnp.isnan(out.finished_return)
-    count = jnp.sum(finished.astype(jnp.float32))
-    mean_return = jnp.where(
-        count > 0, jnp.sum(jnp.where(finished, out.finished_return, 0.0)) / jnp.maximum(count, 1.0),
-        jnp.nan,
-    )  # fmt: skip
+    mean_return, count = finished_episodes(out.finished_return)
     return new, jnp.mean(out.reward), mean_return, count
 
 
@@ -244,17 +239,3 @@ def warmup(
         return _play(agent, env, s, k, True)[0], None
 
     return filter_scan(body, state, jr.split(key, num_iterations))[0]
-
-
-@eqx.filter_jit
-def evaluate(
-    agent: AbstractAgent, env: AbstractEnv, agent_state, num_episodes: int, *, key: PRNGKey
-) -> EvalMetrics:
-    """Play ``num_episodes`` full episodes of ``env`` (up to ``env.episode_length`` steps)
-    with the deterministic policy of ``agent`` in training state ``agent_state``."""
-    policy = lambda o: agent.act(agent_state, o, key=jr.key(0), deterministic=True)
-    episodes: Episode = jax.vmap(lambda k: rollout(env, policy, key=k))(jr.split(key, num_episodes))
-    descriptors = None
-    if isinstance(env, AbstractQDEnv):
-        descriptors = jax.vmap(env.descriptor)(episodes.transitions.next_state_desc, episodes.valid)
-    return EvalMetrics(episodes.returns, episodes.lengths, descriptors)

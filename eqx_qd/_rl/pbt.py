@@ -19,7 +19,7 @@ from jaxtyping import Array, Float, Int
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._misc import tree_scatter, tree_take
+from .._misc import is_none, tree_scatter, tree_take
 from .base import (
     AbstractAgent,
     AbstractTrainingRun,
@@ -199,9 +199,9 @@ def init_population(
     other fields come from ``template`` (a hyperparameters module) or the agent's defaults.
     """
     check.positive_int("population_size", population_size)
-    check_agent(agent, env, where="init_population")
+    shapes = check_agent(agent, env, where="init_population")
     spaces = agent.hparam_spaces if spaces is None else spaces
-    check_spaces(agent, spaces, where="init_population")
+    check_spaces(agent, spaces, where="init_population", state=shapes)
     if template is None:
         template = agent.init(key=jr.key(0)).hparams
 
@@ -250,7 +250,7 @@ def population_without_optimizer_states(
     """``population`` with ``agent.empty_optimizer_states`` applied to every member (what a
     repertoire stores: no optimiser states, no target networks)."""
     states = eqx.filter_vmap(agent.empty_optimizer_states)(population.agent_state)
-    return eqx.tree_at(lambda p: p.agent_state, population, states, is_leaf=lambda x: x is None)
+    return eqx.tree_at(lambda p: p.agent_state, population, states, is_leaf=is_none)
 
 
 def hparams_table(population: AbstractTrainingRun) -> dict[str, Float[Array, "*population"]]:

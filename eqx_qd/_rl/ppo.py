@@ -26,7 +26,7 @@ from .._envs.multi_agent import (
     autoreset_multi_agent_step,
     MultiAgentState,
 )
-from .._misc import f32, filter_scan, filter_while_loop, i32, tree_take
+from .._misc import f32, filter_scan, filter_while_loop, i32, is_none, tree_take
 from .base import (
     AbstractAgent,
     AbstractAgentState,
@@ -361,14 +361,14 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
         """Drop the optimiser states (IPPO has no target networks)."""
         return eqx.tree_at(
             lambda s: (s.actor_opt_state, s.critic_opt_state), state, (None, None),
-            is_leaf=_none,
+            is_leaf=is_none,
         )  # fmt: skip
 
     def init_optimizer_states(self, state: IPPOAgentState) -> IPPOAgentState:
         """Fresh optimiser states for the current networks."""
         return eqx.tree_at(
             lambda s: (s.actor_opt_state, s.critic_opt_state), state,
-            (self._build_opt(state.actors), self._build_opt(state.critics)), is_leaf=_none,
+            (self._build_opt(state.actors), self._build_opt(state.critics)), is_leaf=is_none,
         )  # fmt: skip
 
     def genome(self, state: IPPOAgentState) -> tuple[AbstractActor, ValueCritic]:
@@ -671,7 +671,3 @@ def critic_epochs(
     (critic, opt_state), losses = filter_scan(epoch, (critic, opt_state), jr.split(key, epochs))
     loss = losses[-1] if epochs else jnp.zeros((), jnp.float32)
     return critic, opt_state, {"critic_loss": loss}
-
-
-def _none(x) -> bool:
-    return x is None

@@ -17,8 +17,14 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._envs.base import AbstractEnv, autoreset_step, training_reset, TrainingEnvState
-from .._misc import filter_scan
+from .._envs.base import (
+    AbstractEnv,
+    autoreset_step,
+    finished_episodes,
+    training_reset,
+    TrainingEnvState,
+)
+from .._misc import filter_scan, is_none
 from .base import AbstractAgent, AbstractAgentState, AbstractTrainingRun, TrainMetrics
 from .gae import gae
 from .networks import GaussianActor, ValueCritic
@@ -123,7 +129,7 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
         """Drop the optimiser states (PPO has no target networks)."""
         return eqx.tree_at(
             lambda s: (s.actor_opt_state, s.critic_opt_state), state, (None, None),
-            is_leaf=_none,
+            is_leaf=is_none,
         )  # fmt: skip
 
     def init_optimizer_states(self, state: PPOAgentState) -> PPOAgentState:
@@ -132,7 +138,7 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
             lambda s: (s.actor_opt_state, s.critic_opt_state),
             state,
             (init_clipped_adam(state.actor), init_clipped_adam(state.critic)),
-            is_leaf=_none,
+            is_leaf=is_none,
         )
 
     def genome(self, state: PPOAgentState) -> tuple[GaussianActor, ValueCritic]:
@@ -206,11 +212,7 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
         state = self.observe(state, flat(raw_obs))  # the next rollout sees these statistics
         n = self.rollout_length * self.num_envs
         run = OnPolicyRun(state, env_state, run.env_steps + n)
-        done = ~jnp.isnan(finished)
-        count = jnp.sum(done.astype(jnp.float32))
-        episode_return = jnp.where(
-            count > 0, jnp.sum(jnp.where(done, finished, 0.0)) / jnp.maximum(count, 1.0), jnp.nan
-        )
+        episode_return, count = finished_episodes(finished)
         losses = {k: jnp.asarray(v, jnp.float32) for k, v in
                   {**actor_metrics, **critic_metrics}.items()}  # fmt: skip
         return run, TrainMetrics(jnp.mean(rewards), episode_return, count, losses)
@@ -227,7 +229,3 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
 def _train(agent: PPO, env: AbstractEnv, run: OnPolicyRun, num_iterations: int, *, key):
     body = lambda r, k: agent._iteration(env, r, k)
     return filter_scan(body, run, jr.split(key, num_iterations))
-
-
-def _none(x) -> bool:
-    return x is None

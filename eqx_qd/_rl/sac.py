@@ -12,7 +12,7 @@ from jaxtyping import Array, Float, Int, PyTree
 from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.rollout import Transition
-from .._misc import f32, i32
+from .._misc import f32, i32, is_none
 from .base import AbstractAgentState, AbstractHParams, Metrics
 from .networks import QCritics, TanhGaussianPolicy
 from .normaliser import RunningNormaliser
@@ -153,7 +153,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         """Drop the optimiser states and the target critics (what a repertoire stores)."""
         return eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state, s.target_critic),
-            state, (None, None, None, None), is_leaf=_none,
+            state, (None, None, None, None), is_leaf=is_none,
         )  # fmt: skip
 
     def init_optimizer_states(self, state: SACState) -> SACState:
@@ -163,13 +163,13 @@ class SAC(AbstractOffPolicyAgent[SACState]):
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state),
             state,
             (init_adam(state.policy), init_adam(state.critic), init_adam(state.log_alpha)),
-            is_leaf=_none,
+            is_leaf=is_none,
         )
         return self.reset_targets(state)
 
     def reset_targets(self, state: SACState) -> SACState:
         """Target critics set to the online ones."""
-        return eqx.tree_at(lambda s: s.target_critic, state, state.critic, is_leaf=_none)
+        return eqx.tree_at(lambda s: s.target_critic, state, state.critic, is_leaf=is_none)
 
     def genome(self, state: SACState) -> tuple[TanhGaussianPolicy, QCritics, Array]:
         """The policy, the critics and the log temperature (varied jointly, as QDax's
@@ -257,7 +257,3 @@ class SAC(AbstractOffPolicyAgent[SACState]):
             "entropy": -jnp.mean(logp),
         }
         return state, metrics
-
-
-def _none(x) -> bool:
-    return x is None

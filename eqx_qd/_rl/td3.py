@@ -18,7 +18,7 @@ from jaxtyping import Array, Float, Int, PyTree
 from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.rollout import Transition
-from .._misc import f32, filter_cond, i32
+from .._misc import f32, filter_cond, i32, is_none
 from .base import AbstractAgentState, AbstractHParams, Metrics
 from .networks import DeterministicPolicy, QCritics
 from .normaliser import RunningNormaliser
@@ -161,7 +161,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         """Drop the optimiser states and the target networks (what a repertoire stores)."""
         return eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.target_policy, s.target_critic),
-            state, (None, None, None, None), is_leaf=_none,
+            state, (None, None, None, None), is_leaf=is_none,
         )  # fmt: skip
 
     def init_optimizer_states(self, state: TD3State) -> TD3State:
@@ -171,7 +171,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
             lambda s: (s.policy_opt_state, s.critic_opt_state),
             state,
             (init_adam(state.policy), init_adam(state.critic)),
-            is_leaf=_none,
+            is_leaf=is_none,
         )
         return self.reset_targets(state)
 
@@ -179,7 +179,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         """Target policy and critics set to the online ones."""
         return eqx.tree_at(
             lambda s: (s.target_policy, s.target_critic), state, (state.policy, state.critic),
-            is_leaf=_none,
+            is_leaf=is_none,
         )  # fmt: skip
 
     def genome(self, state: TD3State) -> tuple[DeterministicPolicy, QCritics]:
@@ -258,7 +258,3 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         state, policy_loss = filter_cond(run_policy, policy_step, skip, state)
         state = eqx.tree_at(lambda s: s.steps, state, state.steps + 1)
         return state, {"critic_loss": critic_loss, "policy_loss": policy_loss}
-
-
-def _none(x) -> bool:
-    return x is None
