@@ -21,8 +21,13 @@ Compile = first call minus the median warm call. Medians over --repeats warm cal
 With ``--jaxagents-python PY`` (a virtualenv holding jaxagents 0.2.5, see
 shared/bench/jaxagents/results.md), the anchor script runs too, back to back.
 
+``--layout joint`` trains IPPO with jaxagents' network layout (one actor and one critic
+reading every agent's observation, a head per agent: `JointActor`), so that the comparison on
+``twin_cartpole`` is the same work; ``independent`` (the default) and ``shared`` are ours.
+
 Usage: python benchmarks/ppo.py [--tasks line_targets,walker2d_2x3,twin_cartpole]
-       [--repeats 5] [--jaxagents-python /path/to/venv/bin/python] [--json OUT]
+       [--layout independent|shared|joint] [--repeats 5]
+       [--jaxagents-python /path/to/venv/bin/python] [--json OUT]
 """
 
 import argparse
@@ -107,9 +112,12 @@ def timed(fn, *args):
     return time.perf_counter() - t0, out
 
 
-def bench_train(env, repeats):
+LAYOUTS = {"independent": {}, "shared": dict(shared_params=True), "joint": dict(joint_network=True)}
+
+
+def bench_train(env, repeats, layout="independent"):
     agent = q.IPPO(env, rollout_length=ROLLOUT, num_envs=BATCH, num_minibatches=MINIBATCHES,
-                   actor_epochs=EPOCHS, critic_epochs=EPOCHS)  # fmt: skip
+                   actor_epochs=EPOCHS, critic_epochs=EPOCHS, **LAYOUTS[layout])  # fmt: skip
     state = agent.start(q.PPOHParams(kl_threshold=1e9), key=jr.key(0))
     first, (trained, metrics) = timed(q.train_updates, agent, state, UPDATES)
     warm = [timed(q.train_updates, agent, state, UPDATES)[0] for _ in range(repeats)]
@@ -129,7 +137,7 @@ def bench_raw(env, repeats):
     @jax.jit
     def run(key):
         reset_key, key = jr.split(key)
-        states = jax.vmap(lambda k: env.reset(key=k))(jr.split(reset_key, BATCH))
+        states = jax.vmap(lambda k: q.training_reset(env, key=k))(jr.split(reset_key, BATCH))
 
         def body(states, key):
             act_key, step_key = jr.split(key)
@@ -143,7 +151,7 @@ def bench_raw(env, repeats):
                 if env.discrete
                 else jr.uniform(act_key, shape, minval=-1.0, maxval=1.0)
             )
-            out = jax.vmap(lambda s, a, k: q.autoreset_multi_agent_step(env, s, a, key=k))(
+            out = jax.vmap(lambda s, a, k: q.autoreset_step(env, s, a, key=k))(
                 states, actions, jr.split(step_key, BATCH)
             )
             return out.state, jnp.sum(out.reward) + jnp.sum(out.next_obs)
@@ -171,17 +179,19 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--tasks", default="line_targets,walker2d_2x3,twin_cartpole,cartpole")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--layout", default="independent", choices=sorted(LAYOUTS))
     p.add_argument("--jaxagents-python", default=None)
     p.add_argument("--json", default=None)
     a = p.parse_args()
     results = {}
     for name in a.tasks.split(","):
         env = make_env(name)
-        r = {**bench_train(env, a.repeats), **bench_raw(env, a.repeats)}
+        r = {**bench_train(env, a.repeats, a.layout), **bench_raw(env, a.repeats)}
+        r["layout"] = a.layout
         r["overhead_ratio"] = r["raw_env_steps_per_s"] / r["train_env_steps_per_s"]
         results[name] = r
         print(
-            f"{name:14s} train {r['train_env_steps_per_s']:>10,.0f} env steps/s "
+            f"{name:14s} [{a.layout}] train {r['train_env_steps_per_s']:>10,.0f} env steps/s "
             f"({r['train_s_per_call']:.3f} s / {UPDATES} updates, "
             f"compile {r['train_compile_s']:.2f} s)"
             f" | raw {r['raw_env_steps_per_s']:>12,.0f} env steps/s | raw/train "

@@ -38,12 +38,16 @@ from ._emitters.quality_pg import (
     QualityPGState as QualityPGState,
 )
 from ._envs.base import (
+    AbstractBaseEnv as AbstractBaseEnv,
     AbstractEnv as AbstractEnv,
+    AbstractEnvState as AbstractEnvState,
     AbstractQDEnv as AbstractQDEnv,
     autoreset_step as autoreset_step,
+    AutoResetStep as AutoResetStep,
     EnvState as EnvState,
     final_descriptor as final_descriptor,
     mean_descriptor as mean_descriptor,
+    training_reset as training_reset,
     TrainingEnvState as TrainingEnvState,
 )
 from ._envs.brax import (
@@ -58,15 +62,15 @@ from ._envs.brax_multi_agent import (
 from ._envs.line_targets import LineTargets as LineTargets
 from ._envs.multi_agent import (
     AbstractMultiAgentEnv as AbstractMultiAgentEnv,
-    autoreset_multi_agent_step as autoreset_multi_agent_step,
     MultiAgentState as MultiAgentState,
-    MultiAgentStep as MultiAgentStep,
     SingleAgentView as SingleAgentView,
     TimeLimit as TimeLimit,
 )
 from ._envs.point_maze import PointMaze as PointMaze
 from ._envs.rollout import (
     Episode as Episode,
+    EpisodeStats as EpisodeStats,
+    evaluate_episodes as evaluate_episodes,
     QDTransition as QDTransition,
     rollout as rollout,
     Transition as Transition,
@@ -102,6 +106,8 @@ from ._rl.networks import (
     CategoricalActor as CategoricalActor,
     DeterministicPolicy as DeterministicPolicy,
     GaussianActor as GaussianActor,
+    JointActor as JointActor,
+    JointValueCritic as JointValueCritic,
     MLP as MLP,
     QCritics as QCritics,
     TanhGaussianPolicy as TanhGaussianPolicy,
@@ -118,7 +124,6 @@ from ._rl.off_policy import (
     warmup as warmup,
 )
 from ._rl.on_policy import (
-    EpisodeStats as EpisodeStats,
     evaluate_ippo as evaluate_ippo,
     summarize as summarize,
     Summary as Summary,

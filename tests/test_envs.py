@@ -69,7 +69,7 @@ def test_noise_options_are_stochastic(jit_rollout):
 def test_autoreset_truncates_and_restarts(getkey):
     env = q.PointMaze(length=5)
     step = eqx.filter_jit(lambda s, a, k: q.autoreset_step(env, s, a, key=k))
-    state = q.TrainingEnvState(env.reset(key=getkey()), jnp.zeros(()), jnp.zeros(()))
+    state = q.training_reset(env, key=getkey())
     rewards = []
     for t in range(5):
         out = step(state, jnp.array([1.0, 0.0]), getkey())
@@ -77,7 +77,7 @@ def test_autoreset_truncates_and_restarts(getkey):
         state = out.state
     assert float(out.truncated) == 1.0 and float(out.terminated) == 0.0
     np.testing.assert_allclose(float(out.finished_return), sum(rewards), rtol=1e-5)
-    assert float(state.t) == 0.0
+    assert int(state.t) == 0 and float(state.episode_return) == 0.0
     np.testing.assert_allclose(state.env_state.obs, [0.0, -0.85])
 
 

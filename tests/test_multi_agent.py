@@ -75,12 +75,14 @@ def test_multi_agent_env_vmaps(getkey):
 
 
 def test_autoreset_keeps_the_reached_observation_and_starts_afresh():
+    # The one auto-reset of single-agent loops drives a multi-agent environment too.
     env = q.TimeLimit(q.LineTargets(n=2, size=4), 3)
-    step = eqx.filter_jit(lambda s, a, k: q.autoreset_multi_agent_step(env, s, a, key=k))
+    step = eqx.filter_jit(lambda s, a, k: q.autoreset_step(env, s, a, key=k))
     # Agents at 0 and 3 with targets 3 and 0: staying put never arrives.
     pos, targets = jnp.asarray([0, 3], jnp.int32), jnp.asarray([3, 0], jnp.int32)
-    start = env.reset(key=jr.key(0))
-    state = eqx.tree_at(lambda s: s.physics, start, (pos, targets))
+    start = q.training_reset(env, key=jr.key(0))
+    assert start.episode_return.shape == (2,)
+    state = eqx.tree_at(lambda s: s.env_state.physics, start, (pos, targets))
     stay = jnp.ones((2,), jnp.int32)
     outs = []
     for k in range(3):
@@ -88,16 +90,38 @@ def test_autoreset_keeps_the_reached_observation_and_starts_afresh():
         state = outs[-1].state
     assert [float(o.truncated) for o in outs] == [0.0, 0.0, 1.0]
     assert [int(o.state.t) for o in outs] == [1, 2, 0]  # a fresh episode after the limit
+    assert [int(o.state.env_state.t) for o in outs] == [1, 2, 0]
     last = outs[-1]
     assert float(last.terminated) == 0.0
     # next_obs is where the truncated step arrived (agents unmoved), not the reset state.
     np.testing.assert_allclose(last.next_obs[:, 0], [0.0, 1.0])
     np.testing.assert_allclose(last.reward, [-1.0, -1.0])
+    # Each agent's return of the finished episode; NaN before it finished.
+    assert np.isnan(np.asarray(outs[0].finished_return)).all()
+    np.testing.assert_allclose(last.finished_return, [-3.0, -3.0])
+    np.testing.assert_allclose(last.state.episode_return, [0.0, 0.0])
     # Reaching the targets terminates and resets too.
-    home = eqx.tree_at(lambda s: s.physics, start, (targets, targets))
+    home = eqx.tree_at(lambda s: s.env_state.physics, start, (targets, targets))
     arrived = step(home, stay, jr.key(9))
     assert float(arrived.terminated) == 1.0 and float(arrived.truncated) == 0.0
     assert int(arrived.state.t) == 0
+
+
+def test_one_evaluator_plays_single_and_multi_agent_episodes_to_their_end():
+    # A single-agent task (its time limit from episode_length) and a multi-agent one (from
+    # TimeLimit) through the same evaluate_episodes; the cap counts as a truncation.
+    maze = q.PointMaze(length=7)
+    stats = q.evaluate_episodes(maze, lambda o, k: jnp.zeros(2), 3, key=jr.key(0))
+    assert stats.returns.shape == (3,) and stats.lengths.tolist() == [7, 7, 7]
+    assert stats.truncated.all() and not stats.terminated.any()
+    team = q.TimeLimit(q.LineTargets(n=2, size=4), 5)
+    stay = lambda o, k: jnp.ones((2,), jnp.int32)
+    stats = q.evaluate_episodes(team, stay, 4, key=jr.key(1))
+    assert stats.returns.shape == (4, 2) and stats.final_rewards.shape == (4, 2)
+    # An episode ends at its limit (5) or earlier when it starts on its targets.
+    assert (stats.lengths <= 5).all() and (stats.terminated | stats.truncated).all()
+    capped = q.evaluate_episodes(q.LineTargets(n=2, size=4), stay, 4, max_steps=3, key=jr.key(1))
+    assert (capped.lengths <= 3).all() and (capped.terminated | capped.truncated).all()
 
 
 @pytest.mark.parametrize(

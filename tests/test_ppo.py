@@ -18,15 +18,18 @@ FAST = dict(rollout_length=32, num_envs=32, num_minibatches=4, actor_epochs=4, c
 FAST_HPARAMS = q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3)
 
 
+LAYOUTS = {"independent": {}, "shared": dict(shared_params=True), "joint": dict(joint_network=True)}
+
+
 @functools.cache
-def line_agent(shared: bool = False) -> q.IPPO:
+def line_agent(layout: str = "independent") -> q.IPPO:
     env = q.TimeLimit(q.LineTargets(n=2, size=8), 16)
-    return q.IPPO(env, shared_params=shared, **FAST)
+    return q.IPPO(env, **LAYOUTS[layout], **FAST)
 
 
 @functools.cache
-def trained_line_run(shared: bool = False):
-    agent = line_agent(shared)
+def trained_line_run(layout: str = "independent"):
+    agent = line_agent(layout)
     state = agent.start(FAST_HPARAMS, key=jr.key(0))
     return jobs.train_ippo(agent, state, 40, key=jr.key(1), eval_frequency=20, n_evals=64)
 
@@ -35,9 +38,9 @@ def _mean_return(stats: q.EpisodeStats) -> float:
     return float(np.mean(stats.returns))
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_ippo_learns_the_discrete_task(shared):
-    _, log = trained_line_run(shared)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ippo_learns_the_discrete_task(layout):
+    _, log = trained_line_run(layout)
     before, after = _mean_return(log.evals[0]), _mean_return(log.evals[-1])
     # Untrained agents wander for the whole 16 steps (about -8); trained ones walk straight
     # to their targets (the best possible mean is about +0.5).
@@ -46,14 +49,58 @@ def test_ippo_learns_the_discrete_task(shared):
     assert float(np.mean(log.evals[-1].terminated)) > 0.95
     assert log.updates == [0, 20, 40]
     assert log.env_steps[-1] == 40 * 32 * 32
+    # The rollouts' finished episodes are reported too, per agent (the team reward is shared,
+    # so every agent's return is the same) and improving like the evaluations.
+    first, last = log.metrics[1]["episode_return"], log.metrics[2]["episode_return"]
+    assert first.shape == (20, 2) and np.isfinite(first).all()
+    np.testing.assert_allclose(last[:, 0], last[:, 1], rtol=1e-5)
+    assert np.mean(last) > np.mean(first[:5]) + 2.0, (first[:5], last[-5:])
+    assert (log.metrics[2]["episodes_done"] > 0).all()
 
 
-def test_ippo_shapes_independent_vs_shared():
-    state, _ = trained_line_run(False)
-    shared_state, _ = trained_line_run(True)
+def test_ippo_shapes_independent_shared_and_joint():
+    state, _ = trained_line_run("independent")
+    shared_state, _ = trained_line_run("shared")
+    joint_state, _ = trained_line_run("joint")
     assert state.actors.net.layers[0].weight.shape == (2, 3, 64)
     assert shared_state.actors.net.layers[0].weight.shape == (3, 64)
+    # jaxagents' layout: one network over both agents' observations, a head (3 logits) each.
+    assert isinstance(joint_state.actors, q.JointActor)
+    assert joint_state.actors.net.layers[0].weight.shape == (6, 64)
+    assert joint_state.actors.net.layers[-1].weight.shape == (64, 6)
+    assert joint_state.critics.net.layers[-1].weight.shape == (64, 2)
     assert int(state.updates) == 40
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_joint_actor_is_one_distribution_per_agent_over_the_team_observation(discrete):
+    n, obs_size, k = 3, 4, 2
+    actor = q.JointActor(n, obs_size, k, (16,), discrete=discrete, key=jr.key(0))
+    actor = eqx.tree_at(lambda a: a.net, actor, q.MLP(n * obs_size, n * k, (16,), key=jr.key(1)))
+    obs = jr.normal(jr.key(2), (n, obs_size))
+    heads = actor.net(obs.reshape(-1)).reshape(n, k)
+    action = actor.sample(obs, key=jr.key(3))
+    assert action.shape == ((n,) if discrete else (n, k))
+    log_prob, entropy = actor.log_prob(obs, action), actor.entropy(obs)
+    assert log_prob.shape == entropy.shape == (n,)
+    if discrete:  # each agent's categorical over its own head's logits
+        log_p = np.asarray(jax.nn.log_softmax(heads))
+        np.testing.assert_allclose(log_prob, log_p[np.arange(n), action], rtol=1e-5)
+        np.testing.assert_allclose(entropy, -(np.exp(log_p) * log_p).sum(-1), rtol=1e-5)
+        np.testing.assert_array_equal(actor.mode(obs), np.argmax(heads, -1))
+    else:  # each agent's diagonal gaussian around its head's means
+        std = np.exp(np.asarray(actor.log_std))
+        z = (np.asarray(action) - np.asarray(heads)) / std
+        expected = (-0.5 * z**2 - np.log(std) - 0.5 * np.log(2 * np.pi)).sum(-1)
+        np.testing.assert_allclose(log_prob, expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(actor.mode(obs), heads, rtol=1e-6)
+    # Agent 0's distribution reads agent 2's observation: the network is the team's.
+    moved = obs.at[2].add(1.0)
+    assert not np.isclose(actor.log_prob(moved, action)[0], log_prob[0])
+    critic = q.JointValueCritic(n, obs_size, (16,), key=jr.key(4))
+    assert critic(obs).shape == (n,) and not np.allclose(critic(obs)[0], critic(moved)[0])
+    with pytest.raises(ValueError, match="joint_network"):
+        q.IPPO(q.LineTargets(n=2), joint_network=True, shared_params=True)
 
 
 def test_ppo_learns_a_continuous_task():
@@ -150,7 +197,7 @@ def test_sweep_is_one_vmap_over_hyperparameters():
 
 
 def test_evaluation_reports_full_episodes():
-    state, _ = trained_line_run(False)
+    state, _ = trained_line_run("independent")
     agent = line_agent()
     stats = q.evaluate_ippo(agent, state, 32, key=jr.key(7), deterministic=False)
     assert stats.returns.shape == (32, 2) and stats.final_rewards.shape == (32, 2)
@@ -184,7 +231,7 @@ def test_summarize_matches_numpy(values, with_nan):
 
 
 def test_summarize_per_agent_returns():
-    state, log = trained_line_run(False)
+    state, log = trained_line_run("independent")
     s = q.summarize(log.evals[-1].returns)
     assert s.mean.shape == (2,) and s.has_nans.shape == (2,)
 
@@ -245,7 +292,7 @@ def test_checkpoint_folder_contents_and_best_restore(checkpointed):
 
 def test_a_crash_while_saving_leaves_no_partial_file(tmp_path, monkeypatch):
     agent = line_agent()
-    state, log = trained_line_run(False)
+    state, log = trained_line_run("independent")
     jobs.save_checkpoint(tmp_path, 40, state, log.evals[-1].to_dict())
 
     def crash(f, tree):
@@ -277,6 +324,6 @@ def test_bad_input_is_named(checkpointed):
     with pytest.raises(ValueError, match="latest"):
         jobs.restore_checkpoint(checkpointed[-1], _one_update()[1], which="first")
     with pytest.raises(ValueError, match="does not fit the template"):
-        jobs.restore_checkpoint(checkpointed[-1], line_agent(True).start(key=jr.key(0)))
+        jobs.restore_checkpoint(checkpointed[-1], line_agent("shared").start(key=jr.key(0)))
     with pytest.raises(ValueError, match="stack"):
         q.PPOHParams.stack([])

@@ -1,25 +1,78 @@
-"""The environment protocol shared by brax and pure-JAX tasks, and auto-reset for training loops.
+"""The environment protocol, single- and multi-agent, and the one auto-reset of training loops.
 
-An environment is a stateless module: ``reset(key=) -> EnvState`` and
-``step(state, action, key=) -> EnvState`` on one (unbatched) environment; batch them with
-``jax.vmap``. A QD environment also says how a trajectory of per-step *state descriptors*
-(feet contacts, positions) becomes the descriptor of an episode, its descriptor bounds and its
-reward offset for the QD-score.
+An environment is a stateless module: ``reset(key=) -> state`` and ``step(state, action, key=)
+-> state`` on one (unbatched) environment; batch them with ``jax.vmap``. `AbstractBaseEnv` is
+what every environment shares (sizes, reset, step, and where a time limit cuts an episode);
+`AbstractEnv` is the single-agent protocol (brax and pure-JAX tasks) and
+`AbstractMultiAgentEnv` the multi-agent one (a leading ``num_agents`` axis on observations,
+actions and rewards). `autoreset_step` drives both in training loops.
+
+A QD environment also says how a trajectory of per-step *state descriptors* (feet contacts,
+positions) becomes the descriptor of an episode, its descriptor bounds and its reward offset for
+the QD-score.
 """
 
 import abc
+from typing import Generic, TypeVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, PyTree
+from jaxtyping import Array, Float, Int, PyTree
 
 from .._custom_types import PRNGKey
 
 
-class EnvState(eqx.Module):
-    """One environment after a reset or a step.
+class AbstractEnvState(eqx.Module):
+    """What every environment state shows, single- or multi-agent.
+
+    **Fields** others read: `obs` (``(obs_dim,)``, or ``(num_agents, obs_dim)``), `reward`
+    (the step's reward: a scalar, or ``(num_agents,)``) and `terminated` (1.0 when the episode
+    truly ended here: no bootstrap; one flag for all agents).
+    """
+
+    obs: eqx.AbstractVar[Float[Array, "*agents obs_dim"]]
+    reward: eqx.AbstractVar[Float[Array, "*agents"]]
+    terminated: eqx.AbstractVar[Float[Array, ""]]
+
+
+_ES = TypeVar("_ES", bound=AbstractEnvState)
+
+
+class AbstractBaseEnv(eqx.Module, Generic[_ES]):
+    """What single- and multi-agent environments share: unbatched and pure, batched with
+    ``jax.vmap``. Agents, `autoreset_step` and `evaluate_episodes` are written against it.
+
+    Subclass `AbstractEnv` or `AbstractMultiAgentEnv`, not this.
+    """
+
+    @property
+    @abc.abstractmethod
+    def observation_size(self) -> int:
+        """Length of one agent's observation vector."""
+
+    @property
+    @abc.abstractmethod
+    def action_size(self) -> int:
+        """Length of one agent's action vector (or its number of discrete actions)."""
+
+    @abc.abstractmethod
+    def reset(self, *, key: PRNGKey) -> _ES:
+        """The first state of an episode."""
+
+    @abc.abstractmethod
+    def step(self, state: _ES, action: Array, *, key: PRNGKey) -> _ES:
+        """The state after playing ``action`` in ``state``."""
+
+    @abc.abstractmethod
+    def truncated(self, state: _ES, t: Int[Array, ""]) -> Float[Array, ""]:
+        """1.0 when a time limit cuts the episode at ``state``, reached ``t`` steps after its
+        reset (0.0 when the episode terminated there: termination wins)."""
+
+
+class EnvState(AbstractEnvState):
+    """One single-agent environment after a reset or a step.
 
     **Fields:**
 
@@ -38,12 +91,11 @@ class EnvState(eqx.Module):
     state_desc: Float[Array, " state_desc_dim"]
 
 
-class AbstractEnv(eqx.Module):
+class AbstractEnv(AbstractBaseEnv[EnvState]):
     """A single-agent environment: unbatched, pure, actions in ``[-1, 1]^action_size``.
 
     Subclass it and implement the sizes, `reset` and `step`; batch environments with
-    ``jax.vmap``. Truncation at `episode_length` is the caller's (`rollout`,
-    `autoreset_step`).
+    ``jax.vmap``. Episodes are cut after `episode_length` steps (`truncated`).
     """
 
     @property
@@ -77,6 +129,10 @@ class AbstractEnv(eqx.Module):
     ) -> EnvState:
         """The state after playing ``action`` (``(action_size,)``) in ``state``; ``key``
         drives observation noise, if any."""
+
+    def truncated(self, state: EnvState, t: Int[Array, ""]) -> Float[Array, ""]:
+        """1.0 when ``t`` reached `episode_length` and ``state`` did not terminate."""
+        return (t >= self.episode_length).astype(jnp.float32) * (1.0 - state.terminated)
 
 
 class AbstractQDEnv(AbstractEnv):
@@ -137,74 +193,88 @@ def final_descriptor(
 
 
 # ---------------------------------------------------------------------------------------------
-# Auto-reset for training loops
+# Auto-reset for training loops, single- and multi-agent
 
 
 class TrainingEnvState(eqx.Module):
-    """An `EnvState` plus the bookkeeping of a training loop.
+    """An environment state plus the bookkeeping of a training loop.
 
     **Fields:**
 
-    - `env_state`: the environment.
-    - `t`: the step within the episode (a float scalar).
-    - `episode_return`: the return so far (for logging finished episodes).
+    - `env_state`: the environment (an `EnvState`, a `MultiAgentState`, ...).
+    - `t`: steps since the episode's reset (int32).
+    - `episode_return`: the return so far, shaped like the reward (a scalar, or one per agent).
     """
 
-    env_state: EnvState
-    t: Float[Array, ""]
-    episode_return: Float[Array, ""]
+    env_state: AbstractEnvState
+    t: Int[Array, ""]
+    episode_return: Float[Array, "*agents"]
 
 
-def training_reset(env: AbstractEnv, *, key: PRNGKey) -> TrainingEnvState:
+def training_reset(env: AbstractBaseEnv, *, key: PRNGKey) -> TrainingEnvState:
     """``env.reset`` with the step count and return at zero."""
-    zero = jnp.zeros((), jnp.float32)
-    return TrainingEnvState(env.reset(key=key), zero, zero)
+    first = env.reset(key=key)
+    return TrainingEnvState(first, jnp.zeros((), jnp.int32), jnp.zeros_like(first.reward))
 
 
 class AutoResetStep(eqx.Module):
-    """What one auto-reset step produced: the next training state and, for the replay buffer,
-    the transition's reward, next observation (before any reset), flags and finished return."""
+    """What one auto-reset step produced.
+
+    **Fields:**
+
+    - `state`: where the next step starts (a fresh episode when this one ended).
+    - `reached`: the environment state the step reached, before any reset (a truncated step
+      bootstraps from its observation; an off-policy buffer stores it as ``next_obs``).
+    - `truncated`: 1.0 when the time limit cut the episode at this step.
+    - `finished_return`: the finished episode's return, shaped like the reward (NaN when no
+      episode finished).
+
+    `reward`, `next_obs` and `terminated` read through to `reached` (batched like it, when
+    the step was vmapped).
+    """
 
     state: TrainingEnvState
-    reward: Float[Array, ""]
-    next_obs: Float[Array, " obs_dim"]
-    next_state_desc: Float[Array, " state_desc_dim"]
-    terminated: Float[Array, ""]
+    reached: AbstractEnvState
     truncated: Float[Array, ""]
-    finished_return: Float[Array, ""]
+    finished_return: Float[Array, "*agents"]
+
+    @property
+    def reward(self) -> Float[Array, "..."]:
+        return self.reached.reward
+
+    @property
+    def next_obs(self) -> Float[Array, "..."]:
+        return self.reached.obs
+
+    @property
+    def terminated(self) -> Float[Array, "..."]:
+        return self.reached.terminated
 
 
 def autoreset_step(
-    env: AbstractEnv,
-    state: TrainingEnvState,
-    action: Float[Array, " action_size"],
-    *,
-    key: PRNGKey,
+    env: AbstractBaseEnv, state: TrainingEnvState, action: Array, *, key: PRNGKey
 ) -> AutoResetStep:
-    """Step ``env`` with ``action`` (``(action_size,)``), and start a fresh episode (fresh
-    key) when the episode terminated or reached ``env.episode_length`` steps.
+    """Step ``env`` (single- or multi-agent) with ``action``, and start a fresh episode (fresh
+    key) when the reached state terminated or the time limit cut it (`AbstractBaseEnv.truncated`).
 
-    **Returns:** an `AutoResetStep`: the state the next step starts from, and the step's
-    reward, reached observation (before any reset), flags (episodes cut by the time limit are
-    ``truncated``) and the finished episode's return (NaN when none finished).
+    **Returns:** an `AutoResetStep`: the state the next step starts from, the state reached
+    before any reset, whether the time limit cut the episode, and the finished episode's
+    return (NaN when none finished).
     """
     step_key, reset_key = jr.split(key)
     nxt = env.step(state.env_state, action, key=step_key)
-    t = state.t + 1.0
-    terminated = nxt.terminated
-    truncated = (1.0 - terminated) * (t >= env.episode_length).astype(jnp.float32)
-    done = (terminated + truncated) > 0
+    t = state.t + 1
+    truncated = env.truncated(nxt, t)
+    done = (nxt.terminated + truncated) > 0
     episode_return = state.episode_return + nxt.reward
     fresh = env.reset(key=reset_key)
     env_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, nxt)
-    zero = jnp.zeros((), jnp.float32)
     new = TrainingEnvState(
-        env_state, jnp.where(done, zero, t), jnp.where(done, zero, episode_return)
+        env_state,
+        jnp.where(done, jnp.zeros_like(t), t),
+        jnp.where(done, jnp.zeros_like(episode_return), episode_return),
     )
-    return AutoResetStep(
-        new, nxt.reward, nxt.obs, nxt.state_desc, terminated, truncated,
-        jnp.where(done, episode_return, jnp.nan),
-    )  # fmt: skip
+    return AutoResetStep(new, nxt, truncated, jnp.where(done, episode_return, jnp.nan))
 
 
 def finished_episodes(

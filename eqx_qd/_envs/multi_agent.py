@@ -1,25 +1,24 @@
-"""Multi-agent environments: the protocol, a time limit, a single-agent view, and auto-reset.
+"""Multi-agent environments: the protocol, a time limit and a single-agent view.
 
-A multi-agent environment is unbatched and pure like `AbstractEnv`, with a leading
-``num_agents`` axis on observations, actions and rewards. ``terminated`` and ``truncated`` are
-kept apart: the episode ends for all agents together.
+A multi-agent environment is unbatched and pure like `AbstractEnv` (both subclass
+`AbstractBaseEnv`, and `autoreset_step` drives both), with a leading ``num_agents`` axis on
+observations, actions and rewards. ``terminated`` and ``truncated`` are kept apart: the episode
+ends for all agents together.
 """
 
 import abc
 import typing
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
-import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .base import AbstractEnv
+from .base import AbstractBaseEnv, AbstractEnv, AbstractEnvState
 
 
-class MultiAgentState(eqx.Module):
+class MultiAgentState(AbstractEnvState):
     """One multi-agent environment after a reset or a step.
 
     **Fields:**
@@ -40,7 +39,7 @@ class MultiAgentState(eqx.Module):
     t: Int[Array, ""]
 
 
-class AbstractMultiAgentEnv(eqx.Module):
+class AbstractMultiAgentEnv(AbstractBaseEnv[MultiAgentState]):
     """``num_agents`` agents acting together, unbatched and pure like `AbstractEnv`. With
     ``discrete``, an action is an int in ``[0, action_size)``; otherwise a vector in
     ``[-1, 1]^action_size``."""
@@ -73,6 +72,10 @@ class AbstractMultiAgentEnv(eqx.Module):
     def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
         """The state after every agent played its action in ``state``: ``actions`` is
         ``(num_agents,)`` ints when discrete, else ``(num_agents, action_size)``."""
+
+    def truncated(self, state: MultiAgentState, t: Int[Array, ""]) -> Float[Array, ""]:
+        """The state's own flag (`TimeLimit` and the environments set it)."""
+        return state.truncated
 
 
 @typing.final
@@ -148,39 +151,3 @@ class SingleAgentView(AbstractMultiAgentEnv):
     def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
         inner = self.env.step(state.physics, actions[0], key=key)
         return self._wrap(inner, state.t + 1)
-
-
-class MultiAgentStep(eqx.Module):
-    """What one auto-resetting step saw.
-
-    **Fields:**
-
-    - `state`: where the next step starts (a fresh episode when this one ended).
-    - `next_obs`: the observations the step reached, before any reset, ``(num_agents,
-      obs_dim)``.
-    - `reward`: the step's rewards, ``(num_agents,)``.
-    - `terminated`, `truncated`: how the episode ended at this step (both 0.0 if it did not).
-    """
-
-    state: MultiAgentState
-    next_obs: Float[Array, "num_agents obs_dim"]
-    reward: Float[Array, " num_agents"]
-    terminated: Float[Array, ""]
-    truncated: Float[Array, ""]
-
-
-def autoreset_multi_agent_step(
-    env: AbstractMultiAgentEnv, state: MultiAgentState, actions: Array, *, key: PRNGKey
-) -> MultiAgentStep:
-    """Step ``env`` with ``actions`` and start a fresh episode when the reached state
-    terminated or was truncated.
-
-    The observations reached by the step are returned apart from the reset ones, so a
-    truncated step can still bootstrap from the value of where it really arrived.
-    """
-    step_key, reset_key = jr.split(key)
-    nxt = env.step(state, actions, key=step_key)
-    done = (nxt.terminated + nxt.truncated) > 0
-    fresh = env.reset(key=reset_key)
-    following = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, nxt)
-    return MultiAgentStep(following, nxt.obs, nxt.reward, nxt.terminated, nxt.truncated)

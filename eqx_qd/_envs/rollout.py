@@ -1,8 +1,11 @@
-"""Transitions, and rollouts of fixed length with masking after termination.
+"""Transitions, and the two ways of playing episodes: `rollout` and `evaluate_episodes`.
 
-`rollout` plays one episode of ``env.episode_length`` steps in one environment. Steps after the
-episode terminated still run (shapes are fixed) but are marked invalid: they add nothing to the
-return or the descriptor and are dropped when transitions go into a replay buffer.
+`rollout` plays one episode of ``env.episode_length`` steps in one single-agent environment,
+recording every transition and state descriptor (what QD scoring and replay buffers need). Steps
+after the episode terminated still run (shapes are fixed) but are marked invalid: they add
+nothing to the return or the descriptor and are dropped when transitions go into a replay
+buffer. `evaluate_episodes` plays any environment, single- or multi-agent, to each episode's
+end and keeps only its statistics.
 """
 
 from collections.abc import Callable
@@ -11,10 +14,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
 
 from .._custom_types import PRNGKey
-from .base import AbstractEnv
+from .base import AbstractBaseEnv, AbstractEnv
 
 
 class Transition(eqx.Module):
@@ -121,3 +125,67 @@ def rollout(
         ),
     )
     return Episode(transitions, valid)
+
+
+class EpisodeStats(eqx.Module):
+    """Full episodes played to their end (`evaluate_episodes`).
+
+    **Fields:** `returns` and `final_rewards` (the last step's reward) ``(n_evals, *agents)``
+    (no agent axis for a single-agent environment); `terminated` and `truncated`
+    ``(n_evals,)`` (how each episode ended); `lengths` ``(n_evals,)``.
+    """
+
+    returns: Float[Array, " n_evals *agents"]
+    final_rewards: Float[Array, " n_evals *agents"]
+    terminated: Bool[Array, " n_evals"]
+    truncated: Bool[Array, " n_evals"]
+    lengths: Int[Array, " n_evals"]
+
+    def to_dict(self) -> dict[str, list]:
+        """Plain Python lists by field name (checkpoint metrics JSON)."""
+        return {k: np.asarray(getattr(self, k)).tolist() for k in _EPISODE_FIELDS}
+
+
+_EPISODE_FIELDS = tuple(EpisodeStats.__dataclass_fields__)
+
+
+def evaluate_episodes(
+    env: AbstractBaseEnv,
+    policy: Callable[[Array, PRNGKey], Array],
+    num_episodes: int,
+    *,
+    max_steps: int = 100_000,
+    key: PRNGKey,
+) -> EpisodeStats:
+    """``num_episodes`` episodes of ``env`` (single- or multi-agent), each played by
+    ``policy(obs, key) -> action`` until it terminates or its time limit cuts it
+    (`AbstractBaseEnv.truncated`). ``max_steps`` is a safety cap for environments without a
+    time limit: an episode reaching it counts as truncated.
+
+    Unlike `rollout`, episodes stop at their end (a ``while_loop``), so no step is wasted and
+    no length is fixed in advance. **Returns:** the `EpisodeStats`.
+    """
+
+    def episode(key):
+        reset_key, key = jr.split(key)
+        start = env.reset(key=reset_key)
+        zeros = jnp.zeros_like(start.reward)
+        false = jnp.zeros((), bool)
+        carry = (start, jnp.zeros((), jnp.int32), zeros, zeros, false, false, key)
+
+        def running(carry):
+            return ~(carry[4] | carry[5])
+
+        def step(carry):
+            s, t, returns, _, _, _, key = carry
+            key, act_key, step_key = jr.split(key, 3)
+            nxt = env.step(s, policy(s.obs, act_key), key=step_key)
+            t = t + 1
+            terminated = nxt.terminated > 0
+            truncated = (env.truncated(nxt, t) > 0) | ((t >= max_steps) & ~terminated)
+            return nxt, t, returns + nxt.reward, nxt.reward, terminated, truncated, key
+
+        _, t, returns, final, terminated, truncated, _ = jax.lax.while_loop(running, step, carry)
+        return returns, final, terminated, truncated, t
+
+    return EpisodeStats(*jax.vmap(episode)(jr.split(key, num_episodes)))

@@ -29,16 +29,13 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._envs.base import AbstractEnv, AbstractQDEnv
-from .._envs.multi_agent import AbstractMultiAgentEnv
-from .._envs.rollout import Episode, rollout
+from .._envs.base import AbstractBaseEnv, AbstractQDEnv
+from .._envs.rollout import Episode, evaluate_episodes, rollout
 from .normaliser import RunningNormaliser
 from .spaces import AbstractSpace, sample_hparams
 
 
 Metrics = dict[str, Float[Array, ""]]
-AnyEnv = AbstractEnv | AbstractMultiAgentEnv
-"""The environments agents train on: single-agent (TD3, SAC, PPO) or multi-agent (IPPO)."""
 
 
 class AbstractHParams(eqx.Module):
@@ -124,8 +121,9 @@ class TrainMetrics(eqx.Module):
 class EvalMetrics(eqx.Module):
     """Deterministic-policy evaluation over full episodes.
 
-    **Fields:** `returns` and `lengths` ``(num_episodes,)``, and with a QD environment the
-    episodes' `descriptors` ``(num_episodes, num_descriptors)`` (else ``None``).
+    **Fields:** `returns` (the team's, summed over agents, in a multi-agent environment) and
+    `lengths` ``(num_episodes,)``, and with a QD environment the episodes' `descriptors`
+    ``(num_episodes, num_descriptors)`` (else ``None``).
     """
 
     returns: Float[Array, " num_episodes"]
@@ -167,13 +165,13 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
         exploration, unless ``deterministic`` (the policy that plays a stored genotype)."""
 
     @abc.abstractmethod
-    def init_run(self, env: AnyEnv, state: _S, *, key: PRNGKey) -> _R:
+    def init_run(self, env: AbstractBaseEnv, state: _S, *, key: PRNGKey) -> _R:
         """A training run of ``state`` on ``env``: what it learns from, freshly built
         (environments reset, an empty buffer), and zero environment steps."""
 
     @abc.abstractmethod
     def train(
-        self, env: AnyEnv, run: _R, num_iterations: int, *, key: PRNGKey
+        self, env: AbstractBaseEnv, run: _R, num_iterations: int, *, key: PRNGKey
     ) -> tuple[_R, TrainMetrics]:
         """``num_iterations`` training iterations of ``run`` on ``env`` (what an iteration is
         is the agent's: a step of every environment and some gradient steps for off-policy
@@ -234,7 +232,9 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
             return state
         return eqx.tree_at(lambda s: s.normaliser, state, state.normaliser.update(obs))
 
-    def evaluate(self, env: AnyEnv, state: _S, num_episodes: int, *, key: PRNGKey) -> EvalMetrics:
+    def evaluate(
+        self, env: AbstractBaseEnv, state: _S, num_episodes: int, *, key: PRNGKey
+    ) -> EvalMetrics:
         """``num_episodes`` full episodes of ``env`` played by the deterministic policy of
         ``state`` (with a QD environment, each episode's descriptor too): `evaluate`."""
         return evaluate(self, env, state, num_episodes, key=key)
@@ -242,20 +242,29 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
 
 @eqx.filter_jit
 def evaluate(
-    agent: AbstractAgent, env: AbstractEnv, agent_state, num_episodes: int, *, key: PRNGKey
+    agent: AbstractAgent, env: AbstractBaseEnv, agent_state, num_episodes: int, *, key: PRNGKey
 ) -> EvalMetrics:
-    """Play ``num_episodes`` full episodes of ``env`` (up to ``env.episode_length`` steps)
-    with the deterministic policy of ``agent`` in training state ``agent_state``."""
-    policy = lambda o: agent.act(agent_state, o, key=jr.key(0), deterministic=True)
-    episodes: Episode = jax.vmap(lambda k: rollout(env, policy, key=k))(jr.split(key, num_episodes))
-    descriptors = None
+    """Play ``num_episodes`` full episodes of ``env`` with the deterministic policy of
+    ``agent`` in training state ``agent_state``.
+
+    A QD environment is played by `rollout` (``env.episode_length`` steps, so that every
+    episode's descriptor is computed); any other, single- or multi-agent, by
+    `evaluate_episodes` (each episode to its end).
+    """
     if isinstance(env, AbstractQDEnv):
+        policy = lambda o: agent.act(agent_state, o, key=jr.key(0), deterministic=True)
+        keys = jr.split(key, num_episodes)
+        episodes: Episode = jax.vmap(lambda k: rollout(env, policy, key=k))(keys)
         descriptors = jax.vmap(env.descriptor)(episodes.transitions.next_state_desc, episodes.valid)
-    return EvalMetrics(episodes.returns, episodes.lengths, descriptors)
+        return EvalMetrics(episodes.returns, episodes.lengths, descriptors)
+    policy = lambda o, k: agent.act(agent_state, o, key=k, deterministic=True)
+    stats = evaluate_episodes(env, policy, num_episodes, key=key)
+    team = stats.returns.reshape(num_episodes, -1).sum(axis=-1)
+    return EvalMetrics(team, stats.lengths.astype(jnp.float32), None)
 
 
 def check_agent(
-    agent: AbstractAgent, env: AnyEnv | None = None, *, where: str
+    agent: AbstractAgent, env: AbstractBaseEnv | None = None, *, where: str
 ) -> AbstractAgentState:
     """Refuse, naming ``where`` and what to add, an ``agent`` whose state does not follow the
     contract (checked by shape only: nothing is computed), or whose sizes disagree with

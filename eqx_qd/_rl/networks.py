@@ -317,3 +317,95 @@ class ValueCritic(eqx.Module):
 
     def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
         return self.net(obs)[0]
+
+
+# ----------------------------------------------------------------------------- team networks
+
+
+@typing.final
+class JointActor(AbstractActor):
+    """One actor for a whole team: an MLP reads every agent's observation (concatenated) and a
+    head per agent gives that agent's distribution (categorical logits, or a gaussian mean with
+    a learned log standard deviation per agent). jaxagents' IPPO layout.
+
+    Unlike the other actors it acts for all agents at once: ``obs`` is ``(num_agents,
+    obs_dim)``; `log_prob` and `entropy` are ``(num_agents,)``, one per agent, so PPO's clip
+    and advantages stay per agent.
+
+    **Arguments:** `num_agents`, `obs_size` and `action_size` (one agent's; the number of
+    actions when `discrete`), `hidden` (layer widths, tanh), `discrete`, `key`, and
+    `init_log_std` (continuous actions).
+    """
+
+    net: MLP
+    log_std: Float[Array, "num_agents action_dim"] | None
+    num_agents: int = eqx.field(static=True)
+    discrete: bool = eqx.field(static=True)
+
+    def __init__(
+        self,
+        num_agents: int,
+        obs_size: int,
+        action_size: int,
+        hidden: Sequence[int],
+        *,
+        discrete: bool,
+        init_log_std: float = -0.5,
+        key: PRNGKey,
+    ):
+        net = MLP(num_agents * obs_size, num_agents * action_size, hidden, key=key,
+                  activation=jnp.tanh)  # fmt: skip
+        self.net = _scale_last_layer(net, 0.01)
+        self.log_std = (
+            None if discrete else jnp.full((num_agents, action_size), init_log_std, jnp.float32)
+        )
+        self.num_agents = num_agents
+        self.discrete = discrete
+
+    def _heads(self, obs: Float[Array, "num_agents obs_dim"]) -> Float[Array, "num_agents k"]:
+        return self.net(obs.reshape(-1)).reshape(self.num_agents, -1)
+
+    def log_prob(
+        self, obs: Float[Array, "num_agents obs_dim"], action: Array
+    ) -> Float[Array, " num_agents"]:
+        heads = self._heads(obs)
+        if self.discrete:
+            log_p = jax.nn.log_softmax(heads)
+            return jnp.take_along_axis(log_p, action[:, None], axis=-1)[:, 0]
+        z = (action - heads) * jnp.exp(-self.log_std)
+        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi), axis=-1)
+
+    def entropy(self, obs: Float[Array, "num_agents obs_dim"]) -> Float[Array, " num_agents"]:
+        if self.discrete:
+            log_p = jax.nn.log_softmax(self._heads(obs))
+            return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+        return jnp.sum(self.log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e), axis=-1)
+
+    def sample(self, obs: Float[Array, "num_agents obs_dim"], *, key: PRNGKey) -> Array:
+        heads = self._heads(obs)
+        if self.discrete:
+            return jr.categorical(key, heads).astype(jnp.int32)
+        return heads + jnp.exp(self.log_std) * jr.normal(key, heads.shape)
+
+    def mode(self, obs: Float[Array, "num_agents obs_dim"]) -> Array:
+        heads = self._heads(obs)
+        return jnp.argmax(heads, axis=-1).astype(jnp.int32) if self.discrete else heads
+
+
+@typing.final
+class JointValueCritic(eqx.Module):
+    """One critic for a whole team: an MLP reads every agent's observation (concatenated) and
+    gives every agent's value, ``(num_agents,)`` (jaxagents' IPPO layout).
+
+    **Arguments:** `num_agents`, `obs_size` (one agent's), `hidden` (layer widths, tanh), `key`.
+    """
+
+    net: MLP
+    num_agents: int = eqx.field(static=True)
+
+    def __init__(self, num_agents: int, obs_size: int, hidden: Sequence[int], *, key: PRNGKey):
+        self.net = MLP(num_agents * obs_size, num_agents, hidden, key=key, activation=jnp.tanh)
+        self.num_agents = num_agents
+
+    def __call__(self, obs: Float[Array, "num_agents obs_dim"]) -> Float[Array, " num_agents"]:
+        return self.net(obs.reshape(-1))

@@ -5,13 +5,12 @@
 import typing
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array
 
 from .._custom_types import PRNGKey
+from .._envs.rollout import EpisodeStats, evaluate_episodes
 from .._misc import filter_scan
 from .ppo import IPPO, IPPOAgentState, Metrics, PPOState
 
@@ -36,28 +35,6 @@ def train_updates(agent: IPPO, state: PPOState, num_updates: int) -> tuple[PPOSt
 # ----------------------------------------------------------------------------- evaluation
 
 
-class EpisodeStats(eqx.Module):
-    """Full episodes of the current policies (`evaluate_ippo`).
-
-    **Fields:** `returns` and `final_rewards` (the last step's reward) ``(n_evals,
-    num_agents)``; `terminated` and `truncated` ``(n_evals,)`` (how each episode ended);
-    `lengths` ``(n_evals,)``.
-    """
-
-    returns: Float[Array, "n_evals num_agents"]
-    final_rewards: Float[Array, "n_evals num_agents"]
-    terminated: Bool[Array, " n_evals"]
-    truncated: Bool[Array, " n_evals"]
-    lengths: Int[Array, " n_evals"]
-
-    def to_dict(self) -> dict[str, list]:
-        """Plain Python lists by field name (checkpoint metrics JSON)."""
-        return {k: np.asarray(getattr(self, k)).tolist() for k in _EVAL_FIELDS}
-
-
-_EVAL_FIELDS = tuple(EpisodeStats.__dataclass_fields__)
-
-
 @eqx.filter_jit
 def evaluate_ippo(
     agent: IPPO,
@@ -69,40 +46,14 @@ def evaluate_ippo(
     key: PRNGKey,
 ) -> EpisodeStats:
     """``n_evals`` episodes of ``agent``'s environment with the policies of ``state``, each run
-    until terminated or truncated (``max_steps`` is a safety cap for environments without a
-    time limit: an episode reaching it counts as truncated).
+    until terminated or truncated (`evaluate_episodes`; ``max_steps`` is a safety cap for
+    environments without a time limit: an episode reaching it counts as truncated).
 
     With ``deterministic``, each policy plays its mode; otherwise actions are sampled.
-    **Returns:** the `EpisodeStats`.
+    **Returns:** the `EpisodeStats` (returns and final rewards per agent).
     """
-    env = agent.env
-
-    def episode(key):
-        reset_key, key = jr.split(key)
-        start = env.reset(key=reset_key)
-        zeros = jnp.zeros((env.num_agents,), jnp.float32)
-        false = jnp.zeros((), bool)
-        carry = (start, zeros, zeros, false, false, key)
-
-        def running(carry):
-            s, _, _, terminated, truncated, _ = carry
-            return ~(terminated | truncated)
-
-        def step(carry):
-            s, returns, _, _, _, key = carry
-            key, act_key, step_key = jr.split(key, 3)
-            actions = agent.act(state, s.obs, key=act_key, deterministic=deterministic)
-            nxt = env.step(s, actions, key=step_key)
-            capped = nxt.t >= max_steps
-            return (
-                nxt, returns + nxt.reward, nxt.reward, nxt.terminated > 0,
-                (nxt.truncated > 0) | (capped & (nxt.terminated == 0)), key,
-            )  # fmt: skip
-
-        s, returns, final, terminated, truncated, _ = jax.lax.while_loop(running, step, carry)
-        return returns, final, terminated, truncated, s.t
-
-    return EpisodeStats(*jax.vmap(episode)(jr.split(key, n_evals)))
+    policy = lambda obs, k: agent.act(state, obs, key=k, deterministic=deterministic)
+    return evaluate_episodes(agent.env, policy, n_evals, max_steps=max_steps, key=key)
 
 
 class Summary(typing.NamedTuple):

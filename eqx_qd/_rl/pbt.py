@@ -22,8 +22,8 @@ from .._custom_types import PRNGKey
 from .._misc import is_none, tree_scatter, tree_take
 from .base import (
     AbstractAgent,
+    AbstractBaseEnv,
     AbstractTrainingRun,
-    AnyEnv,
     check_agent,
     check_spaces,
     EvalMetrics,
@@ -185,7 +185,7 @@ def copy_into(
 
 def init_population(
     agent: AbstractAgent,
-    env: AnyEnv,
+    env: AbstractBaseEnv,
     spaces: Spaces | None,
     population_size: int,
     *,
@@ -216,7 +216,7 @@ def init_population(
 @eqx.filter_jit
 def train_population(
     agent: AbstractAgent,
-    env: AnyEnv,
+    env: AbstractBaseEnv,
     population: AbstractTrainingRun,
     num_iterations: int,
     *,
@@ -231,7 +231,7 @@ def train_population(
 @eqx.filter_jit
 def evaluate_population(
     agent: AbstractAgent,
-    env: AnyEnv,
+    env: AbstractBaseEnv,
     population: AbstractTrainingRun,
     num_episodes: int,
     *,
@@ -261,7 +261,7 @@ def hparams_table(population: AbstractTrainingRun) -> dict[str, Float[Array, "*p
 
 def train_population_sharded(
     agent: AbstractAgent,
-    env: AnyEnv,
+    env: AbstractBaseEnv,
     population: AbstractTrainingRun,
     num_iterations: int,
     *,

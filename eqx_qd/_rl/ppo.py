@@ -7,7 +7,9 @@ PPO on a single agent is the ``num_agents = 1`` case (see `SingleAgentView`).
 
 Each agent has its own actor and critic (or one shared pair with ``shared_params``) and is
 trained on its own experience only: the actor and critic updates are vmapped over agents, so
-gradient clipping, Adam moments and the KL early stop are per agent.
+gradient clipping, Adam moments and the KL early stop are per agent. With ``joint_network``, one
+actor and one critic read every agent's observation and have a head per agent (jaxagents'
+layout): the surrogate's ratios and advantages stay per agent, the optimiser is one.
 """
 
 import typing
@@ -21,22 +23,25 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._envs.multi_agent import (
-    AbstractMultiAgentEnv,
-    autoreset_multi_agent_step,
-    MultiAgentState,
-)
+from .._envs.base import autoreset_step, finished_episodes, training_reset, TrainingEnvState
+from .._envs.multi_agent import AbstractMultiAgentEnv
 from .._misc import f32, filter_scan, filter_while_loop, i32, is_none, tree_take
 from .base import (
     AbstractAgent,
     AbstractAgentState,
     AbstractHParams,
     AbstractTrainingRun,
-    EvalMetrics,
     TrainMetrics,
 )
 from .gae import gae
-from .networks import AbstractActor, CategoricalActor, GaussianActor, ValueCritic
+from .networks import (
+    AbstractActor,
+    CategoricalActor,
+    GaussianActor,
+    JointActor,
+    JointValueCritic,
+    ValueCritic,
+)
 from .normaliser import RunningNormaliser
 from .optim import apply_clipped_adam, init_clipped_adam
 from .spaces import AbstractSpace, LogUniform, Uniform
@@ -120,14 +125,14 @@ class IPPOAgentState(AbstractAgentState):
 
     - `actors`, `critics`, `actor_opt_state`, `critic_opt_state`: the networks and their
       optimiser states (``None`` in storage), with a leading ``num_agents`` axis unless
-      parameters are shared.
+      parameters are shared or the network is joint (`JointActor`, `JointValueCritic`).
     - `hparams`: the `PPOHParams`.
     - `normaliser`: observation statistics laid out like the actors, or ``None`` unless
       observations are normalised.
     """
 
     actors: AbstractActor
-    critics: ValueCritic
+    critics: ValueCritic | JointValueCritic
     actor_opt_state: PyTree
     critic_opt_state: PyTree
     hparams: PPOHParams
@@ -141,7 +146,8 @@ class PPOState(AbstractTrainingRun):
     **Fields:**
 
     - `agent_state`: the `IPPOAgentState`.
-    - `env_state`: the ``num_envs`` environments that rollouts continue from.
+    - `env_state`: the ``num_envs`` environments that rollouts continue from (a batched
+      `TrainingEnvState`).
     - `key`: the training key, split at every update.
     - `updates`: PPO updates (one rollout each) since the start, across restores.
     - `env_steps`: environment steps taken in training (``rollout_length x num_envs`` per
@@ -152,7 +158,7 @@ class PPOState(AbstractTrainingRun):
     """
 
     agent_state: IPPOAgentState
-    env_state: MultiAgentState
+    env_state: TrainingEnvState
     key: PRNGKey
     updates: Int[Array, ""]
     env_steps: Int[Array, ""]
@@ -162,7 +168,7 @@ class PPOState(AbstractTrainingRun):
         return self.agent_state.actors
 
     @property
-    def critics(self) -> ValueCritic:
+    def critics(self) -> ValueCritic | JointValueCritic:
         return self.agent_state.critics
 
     @property
@@ -187,8 +193,9 @@ class Trajectory(eqx.Module):
     (`terminated` and `truncated` have no agent axis).
 
     **Fields:** `obs` (what each step started from), `actions`, `log_probs` (under the rollout
-    policy), `rewards`, `next_obs` (what each step reached, before any reset), `terminated`
-    and `truncated`.
+    policy), `rewards`, `next_obs` (what each step reached, before any reset), `terminated`,
+    `truncated` and `finished_returns` (each agent's return of the episode that ended at the
+    step; NaN where none did).
     """
 
     obs: Float[Array, "time batch num_agents obs_dim"]
@@ -198,6 +205,7 @@ class Trajectory(eqx.Module):
     next_obs: Float[Array, "time batch num_agents obs_dim"]
     terminated: Float[Array, "time batch"]
     truncated: Float[Array, "time batch"]
+    finished_returns: Float[Array, "time batch num_agents"]
 
 
 class PPOSamples(eqx.Module):
@@ -254,10 +262,12 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
 
     **Fields:** `env`; `rollout_length`, `num_envs`, `num_minibatches`, `actor_epochs`,
     `critic_epochs` (as above); `actor_hidden`, `critic_hidden` (layer widths);
-    `shared_params` (one actor and one critic for all agents, trained on every agent's
-    samples); `normalise_advantages` (per minibatch); `normalise_observations` (running
-    statistics per agent in the state); `make_actor` (``make_actor(obs_size, action_size,
-    hidden, key=)`` -> an `AbstractActor`).
+    `shared_params` (one actor and one critic for all agents, each reading one agent's
+    observation, trained on every agent's samples); `joint_network` (one `JointActor` and one
+    `JointValueCritic` reading all agents' observations, a head per agent: jaxagents' layout);
+    `normalise_advantages` (per minibatch); `normalise_observations` (running statistics per
+    agent in the state); `make_actor` (``make_actor(obs_size, action_size, hidden, key=)`` -> an
+    `AbstractActor`; not with `joint_network`).
     """
 
     env: AbstractMultiAgentEnv
@@ -269,6 +279,7 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
     actor_hidden: tuple[int, ...] = eqx.field(default=(64, 64), static=True, converter=tuple)
     critic_hidden: tuple[int, ...] = eqx.field(default=(64, 64), static=True, converter=tuple)
     shared_params: bool = eqx.field(default=False, static=True)
+    joint_network: bool = eqx.field(default=False, static=True)
     normalise_advantages: bool = eqx.field(default=True, static=True)
     normalise_observations: bool = eqx.field(default=False, static=True)
     make_actor: Callable[..., AbstractActor] | None = eqx.field(default=None, static=True)
@@ -283,6 +294,11 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
             raise ValueError(
                 f"rollout_length * num_envs = {samples} samples per agent do not split into "
                 f"num_minibatches={self.num_minibatches} equal minibatches"
+            )
+        if self.joint_network and (self.shared_params or self.make_actor is not None):
+            raise ValueError(
+                "IPPO.joint_network builds one JointActor for the team: it excludes "
+                "shared_params and make_actor"
             )
 
     @property
@@ -301,26 +317,41 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
 
     # -- construction ---------------------------------------------------------------------
 
+    @property
+    def _per_agent_networks(self) -> bool:
+        """Whether actors and critics carry a leading agent axis (vmapped over agents)."""
+        return not (self.shared_params or self.joint_network)
+
     def _new_actor(self, key: PRNGKey) -> AbstractActor:
         env = self.env
+        if self.joint_network:
+            return JointActor(
+                env.num_agents, env.observation_size, env.action_size, self.actor_hidden,
+                discrete=env.discrete, key=key,
+            )  # fmt: skip
         make = self.make_actor
         if make is None:
             make = CategoricalActor if env.discrete else GaussianActor
         return make(env.observation_size, env.action_size, self.actor_hidden, key=key)
 
-    def _new_critic(self, key: PRNGKey) -> ValueCritic:
-        return ValueCritic(self.env.observation_size, self.critic_hidden, key=key)
+    def _new_critic(self, key: PRNGKey) -> ValueCritic | JointValueCritic:
+        env = self.env
+        if self.joint_network:
+            return JointValueCritic(
+                env.num_agents, env.observation_size, self.critic_hidden, key=key
+            )
+        return ValueCritic(env.observation_size, self.critic_hidden, key=key)
 
     def _per_agent_build(self, make, key: PRNGKey):
-        if self.shared_params:
+        if not self._per_agent_networks:
             return make(key)
         return eqx.filter_vmap(make)(jr.split(key, self.num_agents))
 
     def _build_opt(self, params):
         return (
-            init_clipped_adam(params)
-            if self.shared_params
-            else eqx.filter_vmap(init_clipped_adam)(params)
+            eqx.filter_vmap(init_clipped_adam)(params)
+            if self._per_agent_networks
+            else init_clipped_adam(params)
         )
 
     def init(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> IPPOAgentState:
@@ -330,9 +361,13 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
         actors = self._per_agent_build(self._new_actor, actor_key)
         critics = self._per_agent_build(self._new_critic, critic_key)
         normaliser = None
-        if self.normalise_observations:
+        if self.normalise_observations:  # per agent, unless parameters are shared
             dim = self.env.observation_size
-            normaliser = self._per_agent_build(lambda _: RunningNormaliser.create(dim), key)
+            normaliser = RunningNormaliser.create(dim)
+            if not self.shared_params:
+                normaliser = eqx.filter_vmap(lambda _: RunningNormaliser.create(dim))(
+                    jnp.arange(self.num_agents)
+                )
         return IPPOAgentState(
             actors, critics, self._build_opt(actors), self._build_opt(critics), hparams,
             normaliser,
@@ -349,7 +384,9 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
         reset environments, the training key, zero updates."""
         self._check_env(env, "init_run")
         env_key, key = jr.split(key)
-        env_state = jax.vmap(lambda k: self.env.reset(key=k))(jr.split(env_key, self.num_envs))
+        env_state = jax.vmap(lambda k: training_reset(self.env, key=k))(
+            jr.split(env_key, self.num_envs)
+        )
         return PPOState(state, env_state, key, i32(0), i32(0))
 
     def start(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> PPOState:
@@ -371,7 +408,7 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
             (self._build_opt(state.actors), self._build_opt(state.critics)), is_leaf=is_none,
         )  # fmt: skip
 
-    def genome(self, state: IPPOAgentState) -> tuple[AbstractActor, ValueCritic]:
+    def genome(self, state: IPPOAgentState) -> tuple[AbstractActor, ValueCritic | JointValueCritic]:
         """Every agent's actor and critic."""
         return state.actors, state.critics
 
@@ -380,34 +417,32 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
 
     def train(self, env, run: PPOState, num_iterations: int, *, key: PRNGKey):
         """``num_iterations`` updates (`train_step`) from ``run`` with its key replaced by
-        ``key``, as `TrainMetrics` (the mean reward over agents; IPPO's rollouts do not track
-        episode returns, so `episode_return` is NaN: evaluate instead)."""
+        ``key``, as `TrainMetrics`: the mean reward over agents, and the team's return (summed
+        over agents) of the episodes that ended, as `evaluate` reports it."""
         from .on_policy import train_updates
 
         self._check_env(env, "train")
         run, metrics = train_updates(self, eqx.tree_at(lambda r: r.key, run, key), num_iterations)
-        nan = jnp.full((num_iterations,), jnp.nan, jnp.float32)
-        losses = {
-            k: jnp.mean(v, axis=-1) for k, v in metrics.items()
-            if k not in ("mean_reward", "episodes_done")
-        }  # fmt: skip
+        per_agent = ("mean_reward", "episodes_done", "episode_return")
+        losses = {k: jnp.mean(v, axis=-1) for k, v in metrics.items() if k not in per_agent}
         return run, TrainMetrics(
-            jnp.mean(metrics["mean_reward"], axis=-1), nan, metrics["episodes_done"][:, 0], losses
+            jnp.mean(metrics["mean_reward"], axis=-1),
+            jnp.sum(metrics["episode_return"], axis=-1),
+            metrics["episodes_done"][:, 0],
+            losses,
         )
 
     def evaluate(self, env, state: IPPOAgentState, num_episodes: int, *, key: PRNGKey):
-        """``num_episodes`` full episodes of the deterministic policies; `EvalMetrics` returns
-        are the team's (summed over agents)."""
-        from .on_policy import evaluate_ippo
-
+        """``num_episodes`` full episodes of the deterministic policies (`evaluate`, the
+        contract's); returns are the team's (summed over agents)."""
         self._check_env(env, "evaluate")
-        stats = evaluate_ippo(self, state, num_episodes, key=key)
-        return EvalMetrics(jnp.sum(stats.returns, axis=-1), stats.lengths.astype(jnp.float32), None)
+        return super().evaluate(env, state, num_episodes, key=key)
 
     # -- acting ---------------------------------------------------------------------------
 
     def _over_agents(self, fn: Callable, params: PyTree, *args: Array):
-        """``fn(params_i, *args_i)`` for every agent ``i``; ``args`` have the agent axis first."""
+        """``fn(params_i, *args_i)`` for every agent ``i``; ``args`` have the agent axis first
+        (not for a joint network, which acts for all agents at once)."""
         axis = None if self.shared_params else eqx.if_array(0)
         return eqx.filter_vmap(fn, in_axes=(axis, *([0] * len(args))))(params, *args)
 
@@ -424,6 +459,8 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
         else a sample."""
         check.shape("IPPO.act: obs", obs, (self.num_agents, self.observation_size))
         obs = _normalise(state.normaliser, obs)
+        if self.joint_network:
+            return state.actors.mode(obs) if deterministic else state.actors.sample(obs, key=key)
         if deterministic:
             return self._over_agents(lambda a, o: a.mode(o), state.actors, obs)
         keys = jr.split(key, self.num_agents)
@@ -431,6 +468,10 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
 
     def _act_batch(self, actors, obs, key):
         # obs: (batch, agents, obs_dim) -> actions and log-probs (batch, agents, ...)
+        if self.joint_network:
+            keys = jr.split(key, obs.shape[0])
+            actions = jax.vmap(lambda o, k: actors.sample(o, key=k))(obs, keys)
+            return actions, jax.vmap(actors.log_prob)(obs, actions)
         obs = jnp.swapaxes(obs, 0, 1)
         keys = jr.split(key, obs.shape[:2])
 
@@ -443,6 +484,9 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
 
     def _values(self, critics, obs: Float[Array, "... agents obs_dim"]) -> Array:
         lead = obs.shape[:-2]
+        if self.joint_network:
+            values = jax.vmap(critics)(obs.reshape(-1, *obs.shape[-2:]))
+            return values.reshape(*lead, self.num_agents)
         flat = jnp.swapaxes(obs.reshape(-1, *obs.shape[-2:]), 0, 1)  # (agents, samples, obs)
         values = self._over_agents(lambda c, o: jax.vmap(c)(o), critics, flat)
         return jnp.swapaxes(values, 0, 1).reshape(*lead, self.num_agents)
@@ -455,14 +499,16 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
         def one_step(carry, _):
             env_state, key = carry
             key, act_key, step_key = jr.split(key, 3)
-            obs = _normalise(state.normaliser, env_state.obs)
-            actions, log_probs = self._act_batch(state.actors, obs, act_key)
-            step = jax.vmap(lambda s, a, k: autoreset_multi_agent_step(self.env, s, a, key=k))(
+            raw_obs = env_state.env_state.obs
+            actions, log_probs = self._act_batch(
+                state.actors, _normalise(state.normaliser, raw_obs), act_key
+            )
+            step = jax.vmap(lambda s, a, k: autoreset_step(self.env, s, a, key=k))(
                 env_state, actions, jr.split(step_key, self.num_envs)
             )
             out = (
-                env_state.obs, actions, log_probs, step.reward, step.next_obs,
-                step.terminated, step.truncated,
+                raw_obs, actions, log_probs, step.reward, step.next_obs,
+                step.terminated, step.truncated, step.finished_return,
             )  # fmt: skip
             return (step.state, key), out
 
@@ -516,7 +562,15 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
         h = state.hparams
         data = self._samples(state, traj)
         key, actor_key, critic_key = jr.split(state.key, 3)
-        if self.shared_params:  # one network: pool every agent's samples
+        if self.joint_network:  # one network for the team: samples keep their agent axis
+            team = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), data)
+            actors, actor_opt, actor_metrics = self._actor_update(
+                state.actors, state.actor_opt_state, team, h, actor_key
+            )
+            critics, critic_opt, critic_metrics = self._critic_update(
+                state.critics, state.critic_opt_state, team, h, critic_key
+            )
+        elif self.shared_params:  # one network: pool every agent's samples
             pooled = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), data)
             actors, actor_opt, actor_metrics = self._actor_update(
                 state.actors, state.actor_opt_state, pooled, h, actor_key
@@ -544,9 +598,10 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
             for k, v in metrics.items()
         }
         metrics["mean_reward"] = jnp.mean(traj.rewards, axis=(0, 1))
-        metrics["episodes_done"] = jnp.broadcast_to(
-            jnp.sum(jnp.maximum(traj.terminated, traj.truncated)), (self.num_agents,)
-        )
+        finished = jnp.moveaxis(traj.finished_returns, -1, 0)  # (agents, time, batch)
+        episode_return, done = jax.vmap(finished_episodes)(finished)
+        metrics["episode_return"] = episode_return
+        metrics["episodes_done"] = done
         return state, metrics
 
     def _updated_normaliser(self, normaliser: RunningNormaliser, traj: Trajectory):

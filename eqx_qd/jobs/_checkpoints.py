@@ -97,6 +97,7 @@ def restore_checkpoint(
     except (ValueError, RuntimeError, EOFError) as e:
         raise ValueError(
             f"checkpoint {chosen.path!r} does not fit the template state ({e}); build `like` "
-            "with the same agent (environment, sizes, shared_params, normalise_observations) "
+            "with the same agent (environment, sizes, shared_params, joint_network, "
+            "normalise_observations) "
             "and hyperparameter shapes as the run"
         ) from e

@@ -49,6 +49,9 @@ class IPPOConfig(JobConfig):
     critic_epochs: int = option(4, "critic epochs per update", check=non_negative_int)
     hidden: tuple[int, ...] = option((64, 64), "hidden layer widths (actors and critics)")
     shared_params: bool = option(False, "one actor and one critic shared by all agents")
+    joint_network: bool = option(
+        False, "one actor and one critic reading all agents' observations, a head per agent"
+    )
     normalise_observations: bool = option(False, "running observation normalisation per agent")
     num_updates: int = option(200, "total PPO updates", check=non_negative_int)
     eval_frequency: int = option(10, "updates between evaluations", check=positive_int)
@@ -88,7 +91,8 @@ class IPPOConfig(JobConfig):
             self.make_env(), rollout_length=self.rollout_length, num_envs=self.num_envs,
             num_minibatches=self.num_minibatches, actor_epochs=self.actor_epochs,
             critic_epochs=self.critic_epochs, actor_hidden=self.hidden, critic_hidden=self.hidden,
-            shared_params=self.shared_params, normalise_observations=self.normalise_observations,
+            shared_params=self.shared_params, joint_network=self.joint_network,
+            normalise_observations=self.normalise_observations,
         )  # fmt: skip
 
     def hparams(self) -> PPOHParams:
