@@ -205,21 +205,48 @@ class MapElitesRepertoire(eqx.Module):
         )
         return new, info
 
-    def _check_batch(self, genotypes, descriptors, fitnesses, extra) -> None:
-        """Static shape checks of a candidate batch against what the repertoire holds (free
-        under jit): each error names the argument, the expected shape and the one received."""
-        d = self.tessellation.num_descriptors
+    def check_candidates(
+        self,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        *,
+        where: str = "",
+        batch_size: int | None = None,
+    ) -> None:
+        """Refuse a scored batch that does not fit this repertoire: ``fitnesses`` not
+        ``(batch,)`` (``(batch_size,)`` when given), ``descriptors`` not ``(batch,
+        num_descriptors)``, genotypes of another batch size or another structure or row shape
+        than the stored ones. Each error starts with ``where`` and names the argument, the
+        expected and the received shapes. Static facts: free under jit. `add` and the emitters'
+        `init` / `state_update` call it."""
+        prefix = f"{where}: " if where else ""
+        if jnp.ndim(fitnesses) != 1:
+            raise ValueError(f"{prefix}fitnesses must have shape (batch,), got {fitnesses.shape}")
         batch = fitnesses.shape[0]
+        if batch_size is not None and batch != batch_size:
+            raise ValueError(
+                f"{prefix}fitnesses must have shape ({batch_size},) (the emitter's batch_size), "
+                f"got {fitnesses.shape}"
+            )
+        d = self.tessellation.num_descriptors
         if descriptors.shape != (batch, d):
             raise ValueError(
-                f"descriptors must have shape (batch, {d}) = ({batch}, {d}) for this "
+                f"{prefix}descriptors must have shape (batch, {d}) = ({batch}, {d}) for this "
                 f"repertoire, got {descriptors.shape}"
             )
         if batch_size_of(genotypes) != batch:
             raise ValueError(
-                f"genotypes have batch size {batch_size_of(genotypes)}, fitnesses have {batch}"
+                f"{prefix}genotypes have batch size {batch_size_of(genotypes)}, fitnesses have "
+                f"{batch}"
             )
-        check.same_rows("genotypes", genotypes, self.genotypes, owner="the repertoire")
+        check.same_rows(f"{prefix}genotypes", genotypes, self.genotypes, owner="the repertoire")
+
+    def _check_batch(self, genotypes, descriptors, fitnesses, extra) -> None:
+        """Static shape checks of a candidate batch against what the repertoire holds (free
+        under jit): each error names the argument, the expected shape and the one received."""
+        self.check_candidates(genotypes, descriptors, fitnesses)
+        batch = fitnesses.shape[0]
         if (extra is None) != (self.extra is None):
             raise ValueError("extra must be given exactly when the repertoire stores extra")
         if extra is not None:

@@ -40,6 +40,15 @@ class PolicyScorer(eqx.Module):
     env: AbstractQDEnv
     agent: Any = None
 
+    def __check_init__(self):
+        if not isinstance(self.env, AbstractQDEnv):
+            raise TypeError(
+                f"PolicyScorer.env must be an AbstractQDEnv (it defines the descriptor), got "
+                f"{type(self.env).__name__}"
+            )
+        if self.agent is not None:
+            check.same_sizes(self.agent, self.env, "PolicyScorer")
+
     @property
     def qd_offset(self) -> float:
         return self.env.qd_offset

@@ -81,6 +81,29 @@ def test_autoreset_truncates_and_restarts(getkey):
     np.testing.assert_allclose(state.env_state.obs, [0.0, -0.85])
 
 
+def test_actions_of_the_wrong_shape_are_named_by_every_driver(getkey):
+    maze = q.PointMaze(length=5)
+    start = q.training_reset(maze, key=getkey())
+    message = r"autoreset_step: action must have shape \(2,\), got \(3,\)"
+    with pytest.raises(ValueError, match=message):
+        q.autoreset_step(maze, start, jnp.zeros(3), key=getkey())
+    with pytest.raises(ValueError, match=r"rollout: the policy's action must have shape \(2,\)"):
+        q.rollout(maze, lambda o: jnp.zeros(3), key=getkey())
+    team = q.TimeLimit(q.LineTargets(n=2, size=4), 5)
+    assert team.action_shape == (2,) and q.SingleAgentView(maze).action_shape == (1, 2)
+    message = r"evaluate_episodes: the policy's action must have shape \(2,\), got \(\)"
+    with pytest.raises(ValueError, match=message):
+        q.evaluate_episodes(team, lambda o, k: jnp.int32(1), 2, key=getkey())
+    # A scorer's agent must fit its environment, and its environment must define descriptors.
+    agent = q.TD3(observation_size=3, action_size=2)
+    message = "PolicyScorer: the agent's observation_size is 3 but the environment's is 2"
+    with pytest.raises(ValueError, match=message):
+        q.PolicyScorer(maze, agent=agent)
+    # (Under pytest, jaxtyping's check of the field's annotation speaks first.)
+    with pytest.raises(TypeError, match="AbstractQDEnv"):
+        q.PolicyScorer(team)
+
+
 @typing.final
 class Drift(q.AbstractQDEnv):
     """A user-defined 1-D environment: the action is added to the position."""

@@ -110,6 +110,15 @@ def test_composed_emitter_slices_state_updates(state0, getkey):
     s, _ = algo.init(TASK.init_genotypes(8, key=getkey()), TESS, key=getkey())
     s, _ = algo.update(s, key=getkey())
     assert [int(x) for x in s.emitter_state] == [3, 5]
+    # A batch of another size than the emitters' 3 + 5 is named, not sliced wrong.
+    genotypes = TASK.init_genotypes(7, key=getkey())
+    fitnesses, descriptors, _ = TASK(genotypes, key=getkey())
+    message = r"ComposedEmitter.state_update: fitnesses must have shape \(8,\)"
+    with pytest.raises(ValueError, match=message):
+        composed.state_update(s.emitter_state, s.repertoire, genotypes, descriptors, fitnesses,
+                              None, key=getkey())  # fmt: skip
+    with pytest.raises(ValueError, match=r"ComposedEmitter.init: genotypes have batch size 7"):
+        composed.init(s.repertoire, genotypes, descriptors[:6], fitnesses[:6], None, key=getkey())
 
 
 def test_mixing_emitter_is_validated():

@@ -193,3 +193,15 @@ def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
     # Storage form before and after; every agent trained 3 iterations of 2 environments.
     assert new.agent_state.target_policy is None and new.agent_state.policy_opt_state is None
     assert int(after.training_env_steps) == int(before.training_env_steps) + 4 * 3 * 2
+    # A scored batch that does not fit is refused at trace time, naming the argument.
+    bad = [
+        (fitnesses[:7], descriptors[:7], r"state_update: fitnesses must have shape \(8,\)"),
+        (fitnesses, jnp.zeros((8, 3)), r"state_update: descriptors must have shape \(batch, 2\)"),
+        # (jaxtyping, on under pytest, names this one first, as a TypeError.)
+        (fitnesses[:, None], descriptors, r"fitnesses"),
+    ]  # fmt: skip
+    for f, d, message in bad:
+        with pytest.raises((ValueError, TypeError), match=message):
+            update(before, state.repertoire, genotypes, d, f, extra, getkey())
+    with pytest.raises(ValueError, match=r"PBTEmitter.init: descriptors"):
+        emitter.init(state.repertoire, genotypes, jnp.zeros((8, 3)), fitnesses, None, key=getkey())

@@ -149,13 +149,13 @@ def test_policy_gradient_variation_raises_the_critic_value(getkey):
         buffer_size=2000, pg_lr=1e-2,
     )  # fmt: skip
     scorer = q.PolicyScorer(env)
-    parents = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(getkey(), 4))
+    parents = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(getkey(), 5))
     _, _, extra = scorer(parents, key=getkey())
     cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
     rep = q.MapElitesRepertoire.empty(cells, td3.init_policy(key=getkey()))
-    state = emitter.init(rep, parents, jnp.zeros((4, 2)), jnp.zeros(4), extra, key=getkey())
+    state = emitter.init(rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), extra, key=getkey())
     state = emitter.state_update(
-        state, rep, parents, jnp.zeros((4, 2)), jnp.zeros(4), extra, key=getkey()
+        state, rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), extra, key=getkey()
     )
     assert int(state.td3.steps) == 30
     obs = state.buffer.data.obs[: int(state.buffer.size)]
@@ -169,4 +169,4 @@ def test_policy_gradient_variation_raises_the_critic_value(getkey):
     )
     assert bool(jnp.all(value(offspring) > value(parents)))
     with pytest.raises(TypeError, match="ScoringExtra"):
-        emitter.init(rep, parents, jnp.zeros((4, 2)), jnp.zeros(4), None, key=getkey())
+        emitter.init(rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), None, key=getkey())

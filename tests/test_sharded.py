@@ -153,8 +153,9 @@ def test_the_exchange_ranks_agents_over_all_devices():
 
     def body(d, repertoire, f, k):
         local = eqx.combine(jax.tree.map(lambda x: x[0], d), static)
+        stand_ins = q.internal.tree_slice(repertoire.genotypes, 0, 3)  # (unused by the update)
         new = emitter.state_update(
-            local, repertoire, None, jnp.zeros((3, 2), jnp.float32), f[0], None, key=k
+            local, repertoire, stand_ins, jnp.zeros((3, 2), jnp.float32), f[0], None, key=k
         )
         return jax.tree.map(lambda x: x[None], eqx.filter(new, eqx.is_array))
 

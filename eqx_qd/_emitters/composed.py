@@ -47,6 +47,7 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
         *,
         key: PRNGKey,
     ) -> tuple[Any, ...]:
+        repertoire.check_candidates(genotypes, descriptors, fitnesses, where="ComposedEmitter.init")
         keys = jr.split(key, len(self.emitters))
         return tuple(
             e.init(repertoire, genotypes, descriptors, fitnesses, extra, key=k)
@@ -76,6 +77,10 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
         *,
         key: PRNGKey,
     ) -> tuple[Any, ...]:
+        repertoire.check_candidates(
+            genotypes, descriptors, fitnesses, where="ComposedEmitter.state_update",
+            batch_size=self.batch_size,
+        )  # fmt: skip
         keys = jr.split(key, len(self.emitters))
         return tuple(
             e.state_update(

@@ -175,6 +175,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         key: PRNGKey,
     ) -> PBTEmitterState:
         c = self.config
+        repertoire.check_candidates(genotypes, descriptors, fitnesses, where="PBTEmitter.init")
         if fitnesses.shape[0] < c.pg_population_size:
             raise ValueError(
                 f"the initial population ({fitnesses.shape[0]}) must hold at least "
@@ -238,6 +239,10 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         *,
         key: PRNGKey,
     ) -> PBTEmitterState:
+        repertoire.check_candidates(
+            genotypes, descriptors, fitnesses, where="PBTEmitter.state_update",
+            batch_size=self.batch_size,
+        )  # fmt: skip
         c = self.config
         pg = c.pg_population_size
         num_best, from_best, from_samples = c.counts()

@@ -108,6 +108,8 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         *,
         key: PRNGKey,
     ) -> QualityPGState:
+        where = "QualityPGEmitter.init"
+        repertoire.check_candidates(genotypes, descriptors, fitnesses, where=where)
         if not isinstance(extra, ScoringExtra):
             raise TypeError(
                 "QualityPGEmitter needs the scoring function to return a ScoringExtra "
@@ -183,6 +185,10 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         key: PRNGKey,
     ) -> QualityPGState:
         """Store the batch's valid transitions, then train the critic and greedy actor."""
+        repertoire.check_candidates(
+            genotypes, descriptors, fitnesses, where="QualityPGEmitter.state_update",
+            batch_size=self.batch_size,
+        )  # fmt: skip
         rows, valid = episode_transitions(extra)
         state = eqx.tree_at(lambda s: s.buffer, state, state.buffer.insert(rows, mask=valid))
         return self._train_critic(state, key=key)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 
 
@@ -56,6 +57,12 @@ class AbstractBaseEnv(eqx.Module, Generic[_ES]):
     @abc.abstractmethod
     def action_size(self) -> int:
         """Length of one agent's action vector (or its number of discrete actions)."""
+
+    @property
+    @abc.abstractmethod
+    def action_shape(self) -> tuple[int, ...]:
+        """The shape of the action `step` takes (checked by `autoreset_step`, `rollout` and
+        `evaluate_episodes`, at trace time)."""
 
     @abc.abstractmethod
     def reset(self, *, key: PRNGKey) -> _ES:
@@ -129,6 +136,11 @@ class AbstractEnv(AbstractBaseEnv[EnvState]):
     ) -> EnvState:
         """The state after playing ``action`` (``(action_size,)``) in ``state``; ``key``
         drives observation noise, if any."""
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """``(action_size,)``."""
+        return (self.action_size,)
 
     def truncated(self, state: EnvState, t: Int[Array, ""]) -> Float[Array, ""]:
         """1.0 when ``t`` reached `episode_length` and ``state`` did not terminate."""
@@ -261,6 +273,7 @@ def autoreset_step(
     before any reset, whether the time limit cut the episode, and the finished episode's
     return (NaN when none finished).
     """
+    check.shape("autoreset_step: action", action, env.action_shape)
     step_key, reset_key = jr.split(key)
     nxt = env.step(state.env_state, action, key=step_key)
     t = state.t + 1

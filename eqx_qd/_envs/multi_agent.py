@@ -73,6 +73,13 @@ class AbstractMultiAgentEnv(AbstractBaseEnv[MultiAgentState]):
         """The state after every agent played its action in ``state``: ``actions`` is
         ``(num_agents,)`` ints when discrete, else ``(num_agents, action_size)``."""
 
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        """``(num_agents,)`` when discrete, else ``(num_agents, action_size)``."""
+        if self.discrete:
+            return (self.num_agents,)
+        return (self.num_agents, self.action_size)
+
     def truncated(self, state: MultiAgentState, t: Int[Array, ""]) -> Float[Array, ""]:
         """The state's own flag (`TimeLimit` and the environments set it)."""
         return state.truncated

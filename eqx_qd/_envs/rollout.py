@@ -17,6 +17,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .base import AbstractBaseEnv, AbstractEnv
 
@@ -98,6 +99,7 @@ def rollout(
     def body(carry, step_key):
         state, alive = carry
         action = policy(state.obs)
+        check.shape("rollout: the policy's action", action, env.action_shape)
         nxt = env.step(state, action, key=step_key)
         transition = QDTransition(
             obs=state.obs,
@@ -179,7 +181,9 @@ def evaluate_episodes(
         def step(carry):
             s, t, returns, _, _, _, key = carry
             key, act_key, step_key = jr.split(key, 3)
-            nxt = env.step(s, policy(s.obs, act_key), key=step_key)
+            action = policy(s.obs, act_key)
+            check.shape("evaluate_episodes: the policy's action", action, env.action_shape)
+            nxt = env.step(s, action, key=step_key)
             t = t + 1
             terminated = nxt.terminated > 0
             truncated = (env.truncated(nxt, t) > 0) | ((t >= max_steps) & ~terminated)
