@@ -101,3 +101,14 @@ def test_mask_shape_is_checked():
     buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
     with pytest.raises(ValueError, match="mask must have shape"):
         buf.insert(_ids(0, 3), mask=jnp.ones(4))
+
+
+def test_sampling_draws_every_stored_row_and_nothing_else():
+    # (Found by mutation testing: a draw range that skipped the first row, or reached one past
+    # a single stored row, passed every other test.)
+    buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
+    one = insert(buf, _ids(7, 1))
+    assert set(np.asarray(sample(one, jr.key(0))["id"]).tolist()) == {7}
+    three = insert(buf, _ids(0, 3))
+    drawn = np.asarray(sample(three, jr.key(1))["id"])
+    assert set(drawn.tolist()) == {0, 1, 2}  # 64 draws: missing one has probability < 1e-10
