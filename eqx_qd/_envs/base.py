@@ -102,18 +102,9 @@ class AbstractEnv(AbstractBaseEnv[EnvState]):
     """A single-agent environment: unbatched, pure, actions in ``[-1, 1]^action_size``.
 
     Subclass it and implement the sizes, `reset` and `step`; batch environments with
-    ``jax.vmap``. Episodes are cut after `episode_length` steps (`truncated`).
+    ``jax.vmap``. Episodes are cut after `episode_length` steps (`truncated`). The sizes
+    `observation_size` and `action_size` are `AbstractBaseEnv`'s.
     """
-
-    @property
-    @abc.abstractmethod
-    def observation_size(self) -> int:
-        """Length of an observation vector."""
-
-    @property
-    @abc.abstractmethod
-    def action_size(self) -> int:
-        """Length of an action vector (each entry in [-1, 1])."""
 
     @property
     @abc.abstractmethod

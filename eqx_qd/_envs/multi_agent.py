@@ -42,22 +42,13 @@ class MultiAgentState(AbstractEnvState):
 class AbstractMultiAgentEnv(AbstractBaseEnv[MultiAgentState]):
     """``num_agents`` agents acting together, unbatched and pure like `AbstractEnv`. With
     ``discrete``, an action is an int in ``[0, action_size)``; otherwise a vector in
-    ``[-1, 1]^action_size``."""
+    ``[-1, 1]^action_size``. `observation_size` and `action_size` (`AbstractBaseEnv`'s) are
+    one agent's; `action_size` is the number of discrete actions when `discrete`."""
 
     @property
     @abc.abstractmethod
     def num_agents(self) -> int:
         """How many agents act at every step."""
-
-    @property
-    @abc.abstractmethod
-    def observation_size(self) -> int:
-        """Length of one agent's observation."""
-
-    @property
-    @abc.abstractmethod
-    def action_size(self) -> int:
-        """Number of discrete actions, or length of one agent's action vector."""
 
     @property
     @abc.abstractmethod
