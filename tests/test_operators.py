@@ -50,6 +50,23 @@ def test_isoline_without_noise_lies_on_the_line(getkey):
     np.testing.assert_allclose(t, jnp.broadcast_to(t[:, :1], t.shape), rtol=1e-3, atol=1e-3)
 
 
+def test_the_line_coefficient_has_the_line_sigma_as_its_spread():
+    # (Mutation testing: dividing by line_sigma instead of multiplying passed with sigma 1.)
+    x1 = jnp.zeros((4096, 1))
+    x2 = jnp.ones((4096, 1))
+    out = q.isoline_variation(x1, x2, key=jr.key(0), iso_sigma=0.0, line_sigma=0.5)
+    assert 0.47 < float(jnp.std(out)) < 0.53  # out = line * (x2 - x1), line ~ N(0, 0.5)
+
+
+def test_one_sided_bounds_clip_one_side_only():
+    # (Mutation testing: bounds were only ever given in pairs.)
+    x = jnp.zeros((BATCH, DIM))
+    up = q.gaussian_mutation(x, key=jr.key(0), sigma=1.0, max_genotype=0.1)
+    assert float(jnp.max(up)) == np.float32(0.1) and float(jnp.min(up)) < -1.0
+    down = q.gaussian_mutation(x, key=jr.key(0), sigma=1.0, min_genotype=-0.1)
+    assert float(jnp.min(down)) == np.float32(-0.1) and float(jnp.max(down)) > 1.0
+
+
 def test_operators_on_pytrees(getkey):
     tree = {"a": jnp.zeros((BATCH, 2)), "b": (jnp.ones((BATCH, 3, 2)), "static-leaf")}
     out = q.GaussianMutation(0.1)(tree, key=getkey())
