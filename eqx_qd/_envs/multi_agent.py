@@ -138,10 +138,10 @@ class SingleAgentView(AbstractMultiAgentEnv):
         return False
 
     def _wrap(self, inner, t) -> MultiAgentState:
-        truncated = (t >= self.env.episode_length).astype(jnp.float32) * (1.0 - inner.terminated)
         return MultiAgentState(
-            inner, inner.obs[None], inner.reward[None], inner.terminated, truncated, t
-        )
+            inner, inner.obs[None], inner.reward[None], inner.terminated,
+            self.env.truncated(inner, t), t,
+        )  # fmt: skip
 
     def reset(self, *, key: PRNGKey) -> MultiAgentState:
         return self._wrap(self.env.reset(key=key), jnp.zeros((), jnp.int32))
