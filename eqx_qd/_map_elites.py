@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
 
+from . import _validate as check
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters.base import AbstractEmitter
 from ._metrics import qd_metrics, QDMetrics
@@ -84,6 +85,15 @@ class MAPElites(eqx.Module):
     qd_offset: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
     lineage: bool = eqx.field(default=False, static=True)
     axis_name: str | None = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        if not isinstance(self.emitter, AbstractEmitter):
+            raise TypeError(
+                f"MAPElites.emitter must be an eqx_qd.AbstractEmitter, got {self.emitter!r}"
+            )
+        if not callable(self.scoring_fn):
+            raise TypeError(f"MAPElites.scoring_fn must be callable, got {self.scoring_fn!r}")
+        check.finite("MAPElites.qd_offset", self.qd_offset)
 
     def _device_key(self, key: PRNGKey) -> PRNGKey:
         if self.axis_name is None:
@@ -161,5 +171,6 @@ def run(
     loop of `MAPElites.update` with those keys. Returns the final state and the metrics history
     (each field with a leading ``num_iters`` axis).
     """
+    check.positive_int("run: num_iters", num_iters)
     keys = jr.split(key, num_iters)
     return filter_scan(lambda s, k: algorithm.update(s, key=k), state, keys)

@@ -4,6 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
+from . import _validate as check
 from ._repertoire import MapElitesRepertoire
 
 
@@ -35,7 +36,9 @@ METRIC_NAMES = tuple(QDMetrics.__dataclass_fields__)
 
 
 def qd_metrics(repertoire: MapElitesRepertoire, qd_offset: float | Array) -> QDMetrics:
-    """`QDMetrics` of ``repertoire`` with QD-score offset ``qd_offset``."""
+    """`QDMetrics` of ``repertoire`` with QD-score offset ``qd_offset`` (a finite scalar)."""
+    check.shape("qd_metrics: qd_offset", qd_offset, ())
+    check.finite("qd_metrics: qd_offset", qd_offset)
     fit = repertoire.fitnesses
     filled = jnp.isfinite(fit)
     num_filled = jnp.sum(filled, dtype=jnp.int32)

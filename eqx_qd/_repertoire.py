@@ -17,7 +17,8 @@ from ._tessellation import AbstractTessellation
 
 
 class AddStatus(enum.IntEnum):
-    """What happened to one candidate offered to `MapElitesRepertoire.add`."""
+    """What happened to one candidate offered to `MapElitesRepertoire.add`. The codes 0, 1, 2
+    are what `AddInfo.status` holds and what run files (the PGA-ME actors file) record."""
 
     NOT_ADDED = 0
     """Not inserted: a better elite or a better candidate of the same batch holds its cell, or
@@ -233,7 +234,7 @@ class MapElitesRepertoire(eqx.Module):
         if descriptors.shape != (batch, d):
             raise ValueError(
                 f"{prefix}descriptors must have shape (batch, {d}) = ({batch}, {d}) for this "
-                f"repertoire, got {descriptors.shape}"
+                f"repertoire (batch from fitnesses), got {descriptors.shape}"
             )
         if batch_size_of(genotypes) != batch:
             raise ValueError(
@@ -299,5 +300,10 @@ def init_repertoire(
 
 def bytes_per_cell(repertoire: MapElitesRepertoire) -> int:
     """Bytes the repertoire spends on one cell's genotype (array leaves only)."""
+    if not isinstance(repertoire, MapElitesRepertoire):
+        raise TypeError(
+            f"bytes_per_cell: repertoire must be a MapElitesRepertoire, got "
+            f"{type(repertoire).__name__}"
+        )
     leaves = [x for x in jax.tree.leaves(repertoire.genotypes) if eqx.is_array(x)]
     return sum(x.nbytes for x in leaves) // repertoire.num_cells

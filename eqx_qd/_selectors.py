@@ -6,8 +6,10 @@ import typing
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Float, Int
 
+from . import _validate as check
 from ._custom_types import PRNGKey
 
 
@@ -26,6 +28,14 @@ class AbstractSelector(eqx.Module):
         (``(num_cells,)``, ``-inf`` for empty cells)."""
 
 
+def _check_args(owner: str, fitnesses: Array, num: int) -> None:
+    check.positive_int(f"{owner}.indices: num", num)
+    if np.ndim(fitnesses) != 1:
+        raise ValueError(
+            f"{owner}.indices: fitnesses must have shape (num_cells,), got {np.shape(fitnesses)}"
+        )
+
+
 def _check_nonempty(idx: Array, num_filled: Array) -> Array:
     return eqx.error_if(idx, num_filled == 0, "cannot select from an empty repertoire")
 
@@ -37,6 +47,7 @@ class UniformSelector(AbstractSelector):
     def indices(
         self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
     ) -> Int[Array, " {num}"]:
+        _check_args("UniformSelector", fitnesses, num)
         filled = jnp.isfinite(fitnesses)
         num_filled = jnp.sum(filled, dtype=jnp.int32)
         # Positions of the filled cells, packed at the front; a uniform draw over that prefix
@@ -56,9 +67,13 @@ class FitnessProportionalSelector(AbstractSelector):
 
     eps: float = 1e-6
 
+    def __check_init__(self):
+        check.positive("FitnessProportionalSelector.eps", self.eps)
+
     def indices(
         self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
     ) -> Int[Array, " {num}"]:
+        _check_args("FitnessProportionalSelector", fitnesses, num)
         filled = jnp.isfinite(fitnesses)
         num_filled = jnp.sum(filled, dtype=jnp.int32)
         lowest = jnp.min(jnp.where(filled, fitnesses, jnp.inf))

@@ -11,10 +11,11 @@ import jax.random as jr
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
+from . import _validate as check
 from ._custom_types import PRNGKey
 from ._map_elites import MAPElites, MAPElitesState
 from ._metrics import QDMetrics
-from ._misc import filter_scan, is_none
+from ._misc import batch_size_of, filter_scan, is_none
 from ._tessellation import AbstractTessellation
 
 
@@ -60,6 +61,12 @@ def init_sharded(
     device's initial population. The returned state's emitter state has a leading device
     axis. ``algo`` (and its emitter) must use the mesh's axis name."""
     axis = _check(algo, mesh)
+    n, devices = batch_size_of(genotypes), mesh.devices.size
+    if n % devices:
+        raise ValueError(
+            f"init_sharded: genotypes must have a leading axis divisible by the mesh's "
+            f"{devices} devices, got {n}"
+        )
     g_dyn, g_static = eqx.partition(genotypes, eqx.is_array)
     statics = {}
 
@@ -87,6 +94,7 @@ def run_sharded(
     history with a leading device axis: every row is the same, since the repertoires are.
     """
     _check(algo, mesh)
+    check.positive_int("run_sharded: num_iters", num_iters)
     (rest_dyn, rest_static), (es_dyn, es_static) = _split(state)
     rest_dyn, es_dyn, history = _run_mapped(
         algo, rest_dyn, es_dyn, key, num_iters, mesh, rest_static, es_static

@@ -12,6 +12,7 @@ import typing
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Float
 
 from . import _validate as check
@@ -51,6 +52,11 @@ def _check_dim(owner: str, dim: int, minimum: int) -> None:
     check.integer(f"{owner}.genotype_dim", dim, minimum=minimum)
 
 
+def _check_genotypes(task: AbstractTask, genotypes: Array) -> None:
+    n = np.shape(genotypes)[0] if np.ndim(genotypes) else 0
+    check.shape(f"{type(task).__name__}: genotypes", genotypes, (n, task.genotype_dim))
+
+
 @typing.final
 class Rastrigin(AbstractTask):
     """Rastrigin on ``y = 10x - 5`` (maximised, optimum 0 at ``x = 0.5``).
@@ -79,6 +85,7 @@ class Rastrigin(AbstractTask):
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
+        _check_genotypes(self, genotypes)
         y = 10.0 * genotypes - 5.0
         terms = y**2 - 10.0 * jnp.cos(2.0 * jnp.pi * y)
         fitnesses = -(10.0 * self.genotype_dim + jnp.sum(terms, axis=-1))
@@ -112,6 +119,7 @@ class Sphere(AbstractTask):
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
+        _check_genotypes(self, genotypes)
         y = 10.0 * genotypes - 5.0
         return -jnp.sum(y**2, axis=-1), jnp.clip(genotypes[:, :2], 0.0, 1.0), None
 
@@ -145,6 +153,7 @@ class Arm(AbstractTask):
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
+        _check_genotypes(self, genotypes)
         genes = jnp.clip(genotypes, 0.0, 1.0)
         angles = (genes - 0.5) * 2.0 * math.pi
         cumulative = jnp.cumsum(angles, axis=-1)

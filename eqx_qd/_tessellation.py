@@ -102,6 +102,16 @@ def nearest_centroid(
     Squared distances up to a per-point constant are ``|c|^2 - 2 p.c`` (one matmul); the minimum
     is found with ``min`` + ``where`` because XLA's CPU ``argmin`` is several times slower.
     """
+    if jnp.ndim(centroids) != 2:
+        raise ValueError(
+            f"nearest_centroid: centroids must have shape (num_cells, dim), got "
+            f"{jnp.shape(centroids)}"
+        )
+    dim = jnp.shape(centroids)[1]
+    if jnp.ndim(points) != 2 or jnp.shape(points)[1] != dim:
+        raise ValueError(
+            f"nearest_centroid: points must have shape (batch, {dim}), got {jnp.shape(points)}"
+        )
     scores = jnp.sum(centroids**2, axis=-1)[None] - 2.0 * points @ centroids.T
     return _argmin_rows(scores)
 

@@ -16,6 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Float
 
 from . import _validate as check
@@ -48,6 +49,30 @@ def _leafwise(fn: Callable[..., Array], key: PRNGKey, *trees: Genotypes) -> Geno
     return jax.tree.unflatten(treedef, out)
 
 
+def _check_bounds(prefix: str, lo: Any, hi: Any) -> None:
+    """Finite, ordered bounds where given; errors name ``prefix + field``."""
+    for name, value in (("min_genotype", lo), ("max_genotype", hi)):
+        if value is not None:
+            check.finite(f"{prefix}{name}", value)
+    if lo is not None and hi is not None:
+        check.ordered(f"{prefix}min_genotype", lo, f"{prefix}max_genotype", hi)
+
+
+def _check_parents(where: str, x1: Genotypes, x2: Genotypes) -> None:
+    """Refuse a second parent batch whose structure or leaf shapes differ from the first's
+    (static facts: free under ``jit``), naming the leaf and both shapes."""
+    leaves1, def1 = jax.tree_util.tree_flatten_with_path(x1)
+    leaves2, def2 = jax.tree_util.tree_flatten_with_path(x2)
+    if def1 != def2:
+        raise ValueError(f"{where}: x2 must have the structure of x1, {def1}; got {def2}")
+    for (path, a), (_, b) in zip(leaves1, leaves2):
+        if np.shape(a) != np.shape(b):
+            raise ValueError(
+                f"{where}: x2{jax.tree_util.keystr(path)} must have the shape of "
+                f"x1{jax.tree_util.keystr(path)}, {np.shape(a)}; got {np.shape(b)}"
+            )
+
+
 def _per_row(values: Array, like: Array) -> Array:
     return jnp.reshape(values, values.shape + (1,) * (like.ndim - 1))
 
@@ -69,6 +94,10 @@ def isoline_variation(
     The line coefficient is one draw per child, shared by all leaves of its genotype. Children
     are clipped to ``[min_genotype, max_genotype]`` when bounds are given.
     """
+    _check_parents("isoline_variation", x1, x2)
+    check.non_negative("isoline_variation: iso_sigma", iso_sigma)
+    check.non_negative("isoline_variation: line_sigma", line_sigma)
+    _check_bounds("isoline_variation: ", min_genotype, max_genotype)
     line_key, iso_key = jr.split(key)
     line = jr.normal(line_key, (batch_size_of(x1),)) * line_sigma
 
@@ -91,6 +120,9 @@ def gaussian_mutation(
 ) -> Genotypes:
     """Add ``sigma * N(0, 1)`` to each gene of ``x`` with probability ``mutation_rate``, then
     clip to ``[min_genotype, max_genotype]`` when bounds are given."""
+    check.non_negative("gaussian_mutation: sigma", sigma)
+    check.fraction("gaussian_mutation: mutation_rate", mutation_rate)
+    _check_bounds("gaussian_mutation: ", min_genotype, max_genotype)
 
     def mutate(k, a):
         noise_key, mask_key = jr.split(k)
@@ -116,6 +148,11 @@ def polynomial_mutation(
     ``min_genotype`` / ``max_genotype`` are required because the perturbation is scaled by the
     distance to them.
     """
+    if min_genotype is None or max_genotype is None:
+        raise ValueError("polynomial_mutation: min_genotype and max_genotype are required")
+    check.non_negative("polynomial_mutation: eta_m", eta_m)
+    check.fraction("polynomial_mutation: mutation_rate", mutation_rate)
+    _check_bounds("polynomial_mutation: ", min_genotype, max_genotype)
     lo, hi = f32(min_genotype), f32(max_genotype)
 
     def mutate(k, a):
@@ -152,6 +189,10 @@ def sbx_crossover(
     children near their parents. Children are clipped to ``[min_genotype, max_genotype]`` when
     bounds are given.
     """
+    _check_parents("sbx_crossover", x1, x2)
+    check.non_negative("sbx_crossover: eta_c", eta_c)
+    check.fraction("sbx_crossover: crossover_rate", crossover_rate)
+    _check_bounds("sbx_crossover: ", min_genotype, max_genotype)
 
     def cross(k, a, b):
         u_key, mask_key = jr.split(k)
@@ -184,14 +225,6 @@ class AbstractVariation(eqx.Module):
         shared leading batch axis): one child per pair, shaped like ``x1``."""
 
 
-def _check_bounds(owner: str, lo: Bound, hi: Bound) -> None:
-    for name, value in (("min_genotype", lo), ("max_genotype", hi)):
-        if value is not None:
-            check.finite(f"{owner}.{name}", value)
-    if lo is not None and hi is not None:
-        check.ordered(f"{owner}.min_genotype", lo, f"{owner}.max_genotype", hi)
-
-
 @typing.final
 class IsoLineVariation(AbstractVariation):
     """Iso+line-DD variation (`isoline_variation`) as a module.
@@ -208,7 +241,7 @@ class IsoLineVariation(AbstractVariation):
     def __check_init__(self):
         check.non_negative("IsoLineVariation.iso_sigma", self.iso_sigma)
         check.non_negative("IsoLineVariation.line_sigma", self.line_sigma)
-        _check_bounds("IsoLineVariation", self.min_genotype, self.max_genotype)
+        _check_bounds("IsoLineVariation.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
         return isoline_variation(
@@ -237,7 +270,7 @@ class SBXCrossover(AbstractVariation):
     def __check_init__(self):
         check.non_negative("SBXCrossover.eta_c", self.eta_c)
         check.fraction("SBXCrossover.crossover_rate", self.crossover_rate)
-        _check_bounds("SBXCrossover", self.min_genotype, self.max_genotype)
+        _check_bounds("SBXCrossover.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
         return sbx_crossover(
@@ -267,7 +300,7 @@ class PolynomialMutation(AbstractMutation):
     def __check_init__(self):
         check.non_negative("PolynomialMutation.eta_m", self.eta_m)
         check.fraction("PolynomialMutation.mutation_rate", self.mutation_rate)
-        _check_bounds("PolynomialMutation", self.min_genotype, self.max_genotype)
+        _check_bounds("PolynomialMutation.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
         return polynomial_mutation(
@@ -295,7 +328,7 @@ class GaussianMutation(AbstractMutation):
     def __check_init__(self):
         check.non_negative("GaussianMutation.sigma", self.sigma)
         check.fraction("GaussianMutation.mutation_rate", self.mutation_rate)
-        _check_bounds("GaussianMutation", self.min_genotype, self.max_genotype)
+        _check_bounds("GaussianMutation.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
         return gaussian_mutation(

@@ -87,3 +87,27 @@ def _problems(qualname, obj) -> list[str]:
 )
 def test_public_api_is_documented(qualname, obj):
     assert _problems(qualname, obj) == []
+
+
+def test_every_public_name_is_classified_in_the_checks_page():
+    """``docs/checks.md`` lists every top-level public name once, as a checked entry point or
+    with the reason it takes no input to check, and its counts are the real ones."""
+    import pathlib
+
+    import eqx_qd
+
+    page = (pathlib.Path(__file__).parents[1] / "docs" / "checks.md").read_text()
+    section = page.split("## Every public name", 1)[1]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    listed = [name for row in rows for name in re.findall(r"`(\w+)`", row.split(" | ")[1])]
+    public = {
+        n for n in vars(eqx_qd) if not n.startswith("_") and n != "internal"
+        and not inspect.ismodule(getattr(eqx_qd, n))
+    }  # fmt: skip
+    assert sorted(listed) == sorted(set(listed)), "a name is listed twice"
+    assert set(listed) == public, set(listed) ^ public
+    entry_rows = section.split("| kind |", 1)[0]
+    checked = len(re.findall(r"`\w+`", "".join(
+        r.split(" | ")[1] for r in entry_rows.splitlines() if r.startswith("| ") and "`" in r
+    )))  # fmt: skip
+    assert f"exports {len(public)} names. {checked} are entry points" in " ".join(section.split())

@@ -50,6 +50,8 @@ def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     genotypes = emitter.initial_genotypes(6 * devices, key=jr.key(1))
     state, first = q.init_sharded(algo, genotypes, cells, mesh=mesh, key=jr.key(2))
     state, hist = q.run_sharded(algo, state, 3, mesh=mesh, key=jr.key(3))
+    with pytest.raises(ValueError, match="run_sharded: num_iters must be a positive integer"):
+        q.run_sharded(algo, state, 0, mesh=mesh, key=jr.key(3))
     # Population size kept, per device.
     assert state.emitter_state.population.env_steps.shape == (devices, 4)
     # The repertoire is the same on every device and never loses a cell.

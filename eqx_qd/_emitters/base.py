@@ -52,6 +52,8 @@ class Lineage(eqx.Module):
 
 def parent_ids(elites: Elites) -> Int[Array, " batch"]:
     """The selected elites' ids when the repertoire stores them (int ``extra``), else ``-1``."""
+    if not isinstance(elites, Elites):
+        raise TypeError(f"parent_ids: elites must be an eqx_qd.Elites, got {type(elites).__name__}")
     extra = elites.extra
     if (
         isinstance(extra, jax.Array)

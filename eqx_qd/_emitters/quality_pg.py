@@ -49,6 +49,11 @@ class QualityPGState(eqx.Module):
 
 def episode_transitions(extra: ScoringExtra) -> tuple[Transition, Float[Array, " rows"]]:
     """Flatten a scoring extra's episodes to rows of transitions and their validity mask."""
+    if not isinstance(extra, ScoringExtra):
+        raise TypeError(
+            f"episode_transitions: extra must be the ScoringExtra of a PolicyScorer, got "
+            f"{type(extra).__name__}"
+        )
     t = extra.episodes.transitions
     flat = lambda x: x.reshape((-1,) + x.shape[2:])
     rows = Transition(
@@ -218,10 +223,9 @@ def pgame_emitter(
     iso+line-DD); ``td3``, ``hparams``, ``num_critic_steps``, ``num_pg_steps``, ``pg_lr``,
     ``buffer_size`` (the `QualityPGEmitter` fields); ``selector`` (shared by both halves).
     """
-    check.fraction("proportion_evo", proportion_evo)
+    check.integer("pgame_emitter: batch_size", batch_size, minimum=2)
+    check.fraction("pgame_emitter: proportion_evo", proportion_evo)
     num_evo = min(int(round(proportion_evo * batch_size)), batch_size - 1)
-    if batch_size < 2:
-        raise ValueError(f"the PGA-ME batch needs at least 2 slots, got {batch_size}")
     members: list[AbstractEmitter] = []
     if num_evo > 0:
         members.append(

@@ -177,11 +177,20 @@ class AbstractQDEnv(AbstractEnv):
         return float(self.reward_offset) * self.episode_length
 
 
+def _check_descriptor_args(where: str, state_descs: Array, valid: Array) -> None:
+    if jnp.ndim(state_descs) != 2:
+        raise ValueError(
+            f"{where}: state_descs must have shape (time, d), got {jnp.shape(state_descs)}"
+        )
+    check.shape(f"{where}: valid", valid, jnp.shape(state_descs)[:1])
+
+
 def mean_descriptor(
     state_descs: Float[Array, "time d"], valid: Float[Array, " time"]
 ) -> Float[Array, " d"]:
     """Average of ``state_descs`` (``(time, d)``) over the steps where ``valid`` is 1 (the
     feet-contact rates of the brax ``*_uni`` tasks)."""
+    _check_descriptor_args("mean_descriptor", state_descs, valid)
     total = jnp.sum(state_descs * valid[:, None], axis=0)
     return total / jnp.maximum(jnp.sum(valid), 1.0)
 
@@ -191,6 +200,7 @@ def final_descriptor(
 ) -> Float[Array, " d"]:
     """The row of ``state_descs`` (``(time, d)``) at the last step where ``valid`` is 1 (the
     final position of the maze and ``ant_omni``)."""
+    _check_descriptor_args("final_descriptor", state_descs, valid)
     last = jnp.maximum(jnp.sum(valid).astype(jnp.int32) - 1, 0)
     return state_descs[last]
 
@@ -216,6 +226,10 @@ class TrainingEnvState(eqx.Module):
 
 def training_reset(env: AbstractBaseEnv, *, key: PRNGKey) -> TrainingEnvState:
     """``env.reset`` with the step count and return at zero."""
+    if not isinstance(env, AbstractBaseEnv):
+        raise TypeError(
+            f"training_reset: env must be an eqx_qd.AbstractBaseEnv, got {type(env).__name__}"
+        )
     first = env.reset(key=key)
     return TrainingEnvState(first, jnp.zeros((), jnp.int32), jnp.zeros_like(first.reward))
 

@@ -85,6 +85,11 @@ class TimeLimit(AbstractMultiAgentEnv):
     max_steps: int = eqx.field(static=True)
 
     def __check_init__(self):
+        if not isinstance(self.env, AbstractMultiAgentEnv):
+            raise TypeError(
+                f"TimeLimit.env must be an eqx_qd.AbstractMultiAgentEnv, got "
+                f"{type(self.env).__name__}"
+            )
         check.positive_int("TimeLimit.max_steps", self.max_steps)
 
     @property
@@ -120,6 +125,13 @@ class SingleAgentView(AbstractMultiAgentEnv):
     Truncation comes from the wrapped environment's ``episode_length``."""
 
     env: AbstractEnv
+
+    def __check_init__(self):
+        if not isinstance(self.env, AbstractEnv):
+            raise TypeError(
+                f"SingleAgentView.env must be a single-agent eqx_qd.AbstractEnv, got "
+                f"{type(self.env).__name__}"
+            )
 
     @property
     def num_agents(self) -> int:

@@ -251,6 +251,8 @@ def evaluate(
     episode's descriptor is computed); any other, single- or multi-agent, by
     `evaluate_episodes` (each episode to its end).
     """
+    check.same_sizes(agent, env, "evaluate")
+    check.positive_int("evaluate: num_episodes", num_episodes)
     if isinstance(env, AbstractQDEnv):
         policy = lambda o: agent.act(agent_state, o, key=jr.key(0), deterministic=True)
         keys = jr.split(key, num_episodes)

@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .. import _validate as check
+
 
 def gae(
     rewards: Float[Array, " time *batch"],
@@ -31,6 +33,13 @@ def gae(
     the last step of a rollout cut by its length should be marked ``truncated`` so that the
     recursion bootstraps there and stops.
     """
+    for name, x in (("values", values), ("next_values", next_values),
+                    ("terminated", terminated), ("truncated", truncated)):  # fmt: skip
+        check.shape(f"gae: {name}", x, rewards.shape)
+    if rewards.ndim == 0:
+        raise ValueError("gae: rewards must have a leading time axis, got shape ()")
+    check.fraction("gae: gamma", gamma)
+    check.fraction("gae: gae_lambda", gae_lambda)
     gamma = jnp.asarray(gamma, rewards.dtype)
     gae_lambda = jnp.asarray(gae_lambda, rewards.dtype)
     deltas = rewards + gamma * (1.0 - terminated) * next_values - values

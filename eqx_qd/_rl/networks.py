@@ -9,13 +9,27 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 
 
 def _identity(x):
     return x
+
+
+def _check_sizes(owner: str, hidden: Sequence[int] | None = None, **sizes: int) -> None:
+    """Refuse non-positive sizes, naming ``owner`` and the argument."""
+    for name, value in sizes.items():
+        check.positive_int(f"{owner}: {name}", value)
+    for i, width in enumerate(hidden or ()):
+        check.positive_int(f"{owner}: hidden[{i}]", width)
+
+
+def _check_obs(owner: str, obs: Array, expected: tuple[int, ...], name: str = "obs") -> None:
+    check.shape(f"{owner}: {name}", obs, expected)
 
 
 @typing.final
@@ -69,9 +83,8 @@ class MLP(eqx.Module):
         final_activation: Callable = _identity,
         key: PRNGKey,
     ):
+        _check_sizes("MLP", hidden, in_size=in_size, out_size=out_size)
         sizes = [in_size, *hidden, out_size]
-        if any(int(s) < 1 for s in sizes):
-            raise ValueError(f"layer sizes must be positive integers, got {sizes}")
         keys = jr.split(key, len(sizes) - 1)
         self.layers = tuple(
             Dense(int(a), int(b), key=k) for a, b, k in zip(sizes[:-1], sizes[1:], keys)
@@ -79,7 +92,12 @@ class MLP(eqx.Module):
         self.activation = activation
         self.final_activation = final_activation
 
+    @property
+    def in_size(self) -> int:
+        return self.layers[0].weight.shape[-2]
+
     def __call__(self, x: Float[Array, " in_size"]) -> Float[Array, " out_size"]:
+        check.shape("MLP: x", x, (self.in_size,))
         for layer in self.layers[:-1]:
             x = self.activation(layer(x))
         return self.final_activation(self.layers[-1](x))
@@ -110,9 +128,11 @@ class DeterministicPolicy(AbstractPolicy):
     net: MLP
 
     def __init__(self, obs_size: int, action_size: int, hidden: Sequence[int], *, key: PRNGKey):
+        _check_sizes("DeterministicPolicy", hidden, obs_size=obs_size, action_size=action_size)
         self.net = MLP(obs_size, action_size, hidden, key=key, final_activation=jnp.tanh)
 
     def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]:
+        _check_obs("DeterministicPolicy", obs, (self.net.in_size,))
         return self.net(obs)
 
 
@@ -129,9 +149,11 @@ class TanhGaussianPolicy(AbstractPolicy):
     net: MLP
 
     def __init__(self, obs_size: int, action_size: int, hidden: Sequence[int], *, key: PRNGKey):
+        _check_sizes("TanhGaussianPolicy", hidden, obs_size=obs_size, action_size=action_size)
         self.net = MLP(obs_size, 2 * action_size, hidden, key=key)
 
     def _dist(self, obs):
+        _check_obs("TanhGaussianPolicy", obs, (self.net.in_size,))
         mean, log_std = jnp.split(self.net(obs), 2)
         return mean, jnp.clip(log_std, _LOG_STD_MIN, _LOG_STD_MAX)
 
@@ -180,15 +202,29 @@ class QCritics(eqx.Module):
         num_critics: int = 2,
         key: PRNGKey,
     ):
-        if num_critics < 1:
-            raise ValueError(f"num_critics must be positive, got {num_critics}")
+        _check_sizes(
+            "QCritics", hidden, obs_size=obs_size, action_size=action_size, num_critics=num_critics
+        )
         keys = jr.split(key, num_critics)
         self.nets = tuple(MLP(obs_size + action_size, 1, hidden, key=k) for k in keys)
+
+    def _check(self, obs: Array, action: Array) -> None:
+        if np.ndim(obs) != 1 or np.ndim(action) != 1:
+            raise ValueError(
+                f"QCritics: obs and action must be vectors, got shapes {np.shape(obs)} and "
+                f"{np.shape(action)}"
+            )
+        if np.size(obs) + np.size(action) != self.nets[0].in_size:
+            raise ValueError(
+                f"QCritics: obs and action must have {self.nets[0].in_size} entries together "
+                f"(obs_size + action_size), got shapes {np.shape(obs)} and {np.shape(action)}"
+            )
 
     def __call__(
         self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
     ) -> Float[Array, " num_critics"]:
         """Every critic's Q value of ``(obs, action)``."""
+        self._check(obs, action)
         x = jnp.concatenate([obs, action])
         return jnp.concatenate([net(x) for net in self.nets])
 
@@ -197,6 +233,7 @@ class QCritics(eqx.Module):
     ) -> Float[Array, ""]:
         """Q value of ``(obs, action)`` under the first critic only (TD3's and PGA-ME's
         policy objective)."""
+        self._check(obs, action)
         return self.nets[0](jnp.concatenate([obs, action]))[0]
 
 
@@ -241,11 +278,16 @@ class CategoricalActor(AbstractActor):
     net: MLP
 
     def __init__(self, obs_size: int, num_actions: int, hidden: Sequence[int], *, key: PRNGKey):
+        _check_sizes("CategoricalActor", hidden, obs_size=obs_size, num_actions=num_actions)
         net = MLP(obs_size, num_actions, hidden, key=key, activation=jnp.tanh)
         self.net = _scale_last_layer(net, 0.01)  # near-uniform initial policy
 
+    def _logits(self, obs):
+        _check_obs("CategoricalActor", obs, (self.net.in_size,))
+        return self.net(obs)
+
     def _log_probs(self, obs):
-        return jax.nn.log_softmax(self.net(obs))
+        return jax.nn.log_softmax(self._logits(obs))
 
     def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]:
         return self._log_probs(obs)[action]
@@ -255,10 +297,10 @@ class CategoricalActor(AbstractActor):
         return -jnp.sum(jnp.exp(log_p) * log_p)
 
     def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Int[Array, ""]:
-        return jr.categorical(key, self.net(obs)).astype(jnp.int32)
+        return jr.categorical(key, self._logits(obs)).astype(jnp.int32)
 
     def mode(self, obs: Float[Array, " obs_dim"]) -> Int[Array, ""]:
-        return jnp.argmax(self.net(obs)).astype(jnp.int32)
+        return jnp.argmax(self._logits(obs)).astype(jnp.int32)
 
 
 @typing.final
@@ -282,14 +324,21 @@ class GaussianActor(AbstractActor):
         init_log_std: float = -0.5,
         key: PRNGKey,
     ):
+        _check_sizes("GaussianActor", hidden, obs_size=obs_size, action_size=action_size)
+        check.finite("GaussianActor: init_log_std", init_log_std)
         net = MLP(obs_size, action_size, hidden, key=key, activation=jnp.tanh)
         self.net = _scale_last_layer(net, 0.01)
         self.log_std = jnp.full((action_size,), init_log_std, jnp.float32)
 
+    def _mean(self, obs):
+        _check_obs("GaussianActor", obs, (self.net.in_size,))
+        return self.net(obs)
+
     def log_prob(
         self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
     ) -> Float[Array, ""]:
-        z = (action - self.net(obs)) * jnp.exp(-self.log_std)
+        _check_obs("GaussianActor.log_prob", action, self.log_std.shape, name="action")
+        z = (action - self._mean(obs)) * jnp.exp(-self.log_std)
         return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi))
 
     def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
@@ -297,10 +346,10 @@ class GaussianActor(AbstractActor):
 
     def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Float[Array, " action_dim"]:
         noise = jr.normal(key, self.log_std.shape)
-        return self.net(obs) + jnp.exp(self.log_std) * noise
+        return self._mean(obs) + jnp.exp(self.log_std) * noise
 
     def mode(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]:
-        return self.net(obs)
+        return self._mean(obs)
 
 
 @typing.final
@@ -313,9 +362,11 @@ class ValueCritic(eqx.Module):
     net: MLP
 
     def __init__(self, obs_size: int, hidden: Sequence[int], *, key: PRNGKey):
+        _check_sizes("ValueCritic", hidden, obs_size=obs_size)
         self.net = MLP(obs_size, 1, hidden, key=key, activation=jnp.tanh)
 
     def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
+        _check_obs("ValueCritic", obs, (self.net.in_size,))
         return self.net(obs)[0]
 
 
@@ -353,6 +404,10 @@ class JointActor(AbstractActor):
         init_log_std: float = -0.5,
         key: PRNGKey,
     ):
+        _check_sizes(
+            "JointActor", hidden, num_agents=num_agents, obs_size=obs_size, action_size=action_size
+        )
+        check.finite("JointActor: init_log_std", init_log_std)
         net = MLP(num_agents * obs_size, num_agents * action_size, hidden, key=key,
                   activation=jnp.tanh)  # fmt: skip
         self.net = _scale_last_layer(net, 0.01)
@@ -363,6 +418,7 @@ class JointActor(AbstractActor):
         self.discrete = discrete
 
     def _heads(self, obs: Float[Array, "num_agents obs_dim"]) -> Float[Array, "num_agents k"]:
+        _check_obs("JointActor", obs, (self.num_agents, self.net.in_size // self.num_agents))
         return self.net(obs.reshape(-1)).reshape(self.num_agents, -1)
 
     def log_prob(
@@ -404,8 +460,10 @@ class JointValueCritic(eqx.Module):
     num_agents: int = eqx.field(static=True)
 
     def __init__(self, num_agents: int, obs_size: int, hidden: Sequence[int], *, key: PRNGKey):
+        _check_sizes("JointValueCritic", hidden, num_agents=num_agents, obs_size=obs_size)
         self.net = MLP(num_agents * obs_size, num_agents, hidden, key=key, activation=jnp.tanh)
         self.num_agents = num_agents
 
     def __call__(self, obs: Float[Array, "num_agents obs_dim"]) -> Float[Array, " num_agents"]:
+        _check_obs("JointValueCritic", obs, (self.num_agents, self.net.in_size // self.num_agents))
         return self.net(obs.reshape(-1))

@@ -4,8 +4,10 @@ import typing
 
 import equinox as eqx
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
+from .. import _validate as check
 from .._misc import f32
 
 
@@ -27,12 +29,20 @@ class RunningNormaliser(eqx.Module):
     eps: float = eqx.field(default=1e-6, static=True)
     clip: float = eqx.field(default=10.0, static=True)
 
+    def __check_init__(self):
+        check.positive("RunningNormaliser.eps", self.eps)
+        check.positive("RunningNormaliser.clip", self.clip)
+        check.shape("RunningNormaliser.var", self.var, np.shape(self.mean))
+
     @classmethod
     def create(cls, dim: int, *, eps: float = 1e-6, clip: float = 10.0) -> "RunningNormaliser":
+        check.positive_int("RunningNormaliser.create: dim", dim)
         return cls(jnp.zeros(dim, jnp.float32), jnp.ones(dim, jnp.float32), 0.0, eps, clip)
 
     def update(self, batch: Float[Array, "batch dim"]) -> "RunningNormaliser":
-        """Fold a batch of vectors into the statistics."""
+        """Fold a batch of vectors (``(batch, *mean.shape)``) into the statistics."""
+        n = np.shape(batch)[0] if np.ndim(batch) else 0
+        check.shape("RunningNormaliser.update: batch", batch, (n,) + self.mean.shape)
         n = jnp.asarray(batch.shape[0], jnp.float32)
         batch_mean = jnp.mean(batch, axis=0)
         batch_var = jnp.var(batch, axis=0)
@@ -46,6 +56,12 @@ class RunningNormaliser(eqx.Module):
     def normalise(self, x: Float[Array, "*batch dim"]) -> Float[Array, "*batch dim"]:
         """Also for stacked statistics (e.g. one per agent, ``mean (agents, dim)``): they apply
         to the trailing axes of ``x``."""
+        k = self.mean.ndim
+        if np.shape(x)[np.ndim(x) - k :] != self.mean.shape:
+            raise ValueError(
+                f"RunningNormaliser.normalise: x must end in the statistics' shape "
+                f"{self.mean.shape}, got {np.shape(x)}"
+            )
         lead = (1,) * (x.ndim - self.mean.ndim)  # explicit broadcast over the batch axes
         mean = self.mean.reshape(lead + self.mean.shape)
         std = jnp.sqrt(self.var + self.eps).reshape(lead + self.var.shape)

@@ -188,6 +188,7 @@ def train_iteration(
 
     **Returns:** the new state and the iteration's `TrainMetrics`.
     """
+    check.same_sizes(agent, env, "train_iteration")
     play_key, grad_key = jr.split(key)
     state, reward, episode_return, count = _play(agent, env, state, play_key, False)
     n = state.env_state.t.shape[0]
@@ -217,6 +218,7 @@ def train(
     """``num_iterations`` calls of `train_iteration` (``agent`` on ``env`` from ``state``, with
     ``grad_updates_per_step``) in one ``lax.scan``; the metrics have a leading iterations
     axis."""
+    check.positive_int("train: num_iterations", num_iterations)
     body = lambda s, k: train_iteration(
         agent, env, s, key=k, grad_updates_per_step=grad_updates_per_step
     )
@@ -234,6 +236,8 @@ def warmup(
 ) -> OffPolicyState:
     """Fill the buffer of ``state`` with ``num_iterations`` steps of ``env`` under uniformly
     random actions (no learning; ``agent`` only updates its observation statistics)."""
+    check.same_sizes(agent, env, "warmup")
+    check.positive_int("warmup: num_iterations", num_iterations)
 
     def body(s, k):
         return _play(agent, env, s, k, True)[0], None

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
+from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.rollout import EpisodeStats, evaluate_episodes
 from .._misc import filter_scan
@@ -29,6 +30,7 @@ def train_updates(agent: IPPO, state: PPOState, num_updates: int) -> tuple[PPOSt
     Vmap it over a batch of states (e.g. built from `PPOHParams.stack`) to train a sweep in one
     program.
     """
+    check.positive_int("train_updates: num_updates", num_updates)
     return filter_scan(lambda s, _: agent.train_step(s), state, None, length=num_updates)
 
 
@@ -52,6 +54,8 @@ def evaluate_ippo(
     With ``deterministic``, each policy plays its mode; otherwise actions are sampled.
     **Returns:** the `EpisodeStats` (returns and final rewards per agent).
     """
+    check.positive_int("evaluate_ippo: n_evals", n_evals)
+    check.positive_int("evaluate_ippo: max_steps", max_steps)
     policy = lambda obs, k: agent.act(state, obs, key=k, deterministic=deterministic)
     return evaluate_episodes(agent.env, policy, n_evals, max_steps=max_steps, key=key)
 
@@ -72,6 +76,11 @@ def summarize(values: Array | np.ndarray, axis: int = 0) -> Summary:
     """Mean, variance, standard deviation, min, max, median and NaN flag of ``values`` along
     ``axis`` (the episodes axis of `EpisodeStats` fields by default)."""
     values = jnp.asarray(values)
+    check.integer("summarize: axis", axis)
+    if not -values.ndim <= axis < max(values.ndim, 1):
+        raise ValueError(
+            f"summarize: axis {axis} is out of range for values of shape {values.shape}"
+        )
     if values.dtype == bool:
         values = values.astype(jnp.float32)
     return Summary(

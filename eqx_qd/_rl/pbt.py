@@ -14,6 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 from jaxtyping import Array, Float, Int
 
@@ -30,6 +31,14 @@ from .base import (
     TrainMetrics,
 )
 from .spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
+
+
+def _check_population(where: str, population) -> None:
+    if not isinstance(population, AbstractTrainingRun):
+        raise TypeError(
+            f"{where}: population must be a stacked eqx_qd.AbstractTrainingRun (from "
+            f"init_population), got {type(population).__name__}"
+        )
 
 
 def _hparams_of(run: AbstractTrainingRun):
@@ -170,6 +179,17 @@ def copy_into(
     """Overwrite the members at ``slots`` with copies of members drawn uniformly (with
     replacement) from ``pool`` (whole training runs, buffers included), whose hyperparameters
     then go through ``explore(hparams, key)``. Returns the population and the pool indices."""
+    size = _population_size(population)
+    if np.ndim(slots) != 1 or not jnp.issubdtype(jnp.result_type(slots), jnp.integer):
+        raise ValueError(
+            f"copy_into: slots must be a vector of integers, got shape {np.shape(slots)} "
+            f"and dtype {jnp.result_type(slots)}"
+        )
+    if np.shape(slots)[0] > size:
+        raise ValueError(
+            f"copy_into: {np.shape(slots)[0]} slots for a population of {size} members"
+        )
+    check.same_rows("copy_into: pool", pool, population, owner="the population", noun="members")
     choice_key, explore_key = jr.split(key)
     num = slots.shape[0]
     picked = jr.choice(choice_key, _population_size(pool), (num,), replace=True)
@@ -224,6 +244,8 @@ def train_population(
 ) -> tuple[AbstractTrainingRun, TrainMetrics]:
     """``agent.train`` (on ``env``, ``num_iterations`` iterations) of every member of
     ``population``, vmapped; the metrics get a leading population axis."""
+    check.same_sizes(agent, env, "train_population")
+    check.positive_int("train_population: num_iterations", num_iterations)
     run = lambda s, k: agent.train(env, s, num_iterations, key=k)
     return eqx.filter_vmap(run)(population, jr.split(key, _population_size(population)))
 
@@ -240,6 +262,8 @@ def evaluate_population(
     """``agent.evaluate`` (``num_episodes`` episodes of ``env`` with the deterministic policy)
     of every member of ``population``; with a QD environment the metrics also hold each
     episode's descriptor (QDax's ``eval_qd``)."""
+    check.same_sizes(agent, env, "evaluate_population")
+    check.positive_int("evaluate_population: num_episodes", num_episodes)
     run = lambda s, k: agent.evaluate(env, s.agent_state, num_episodes, key=k)
     return eqx.filter_vmap(run)(population, jr.split(key, _population_size(population)))
 
@@ -249,6 +273,7 @@ def population_without_optimizer_states(
 ) -> AbstractTrainingRun:
     """``population`` with ``agent.empty_optimizer_states`` applied to every member (what a
     repertoire stores: no optimiser states, no target networks)."""
+    _check_population("population_without_optimizer_states", population)
     states = eqx.filter_vmap(agent.empty_optimizer_states)(population.agent_state)
     return eqx.tree_at(lambda p: p.agent_state, population, states, is_leaf=is_none)
 
@@ -256,6 +281,7 @@ def population_without_optimizer_states(
 def hparams_table(population: AbstractTrainingRun) -> dict[str, Float[Array, "*population"]]:
     """Every member's hyperparameters, by name (for logs and plots); leading axes: the
     population's (devices, members when sharded)."""
+    _check_population("hparams_table", population)
     return dict(_hparams_of(population).as_dict())
 
 

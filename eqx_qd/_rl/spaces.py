@@ -98,6 +98,7 @@ Spaces = Mapping[str, AbstractSpace]
 
 def log_uniform_learning_rates(spaces: Spaces) -> dict[str, AbstractSpace]:
     """The same spaces with every ``*_lr`` drawn log-uniformly over its range."""
+    _check_spaces_mapping("log_uniform_learning_rates", spaces)
     out = dict(spaces)
     for name, space in spaces.items():
         if name.endswith("_lr") and isinstance(space, (Uniform, LogUniform)):
@@ -105,15 +106,28 @@ def log_uniform_learning_rates(spaces: Spaces) -> dict[str, AbstractSpace]:
     return out
 
 
-def _check_fields(hparams: eqx.Module, spaces: Spaces) -> None:
+def _check_spaces_mapping(where: str, spaces: Spaces) -> None:
+    if not isinstance(spaces, Mapping):
+        raise TypeError(f"{where}: spaces must be a mapping of names to spaces, got {spaces!r}")
+    for name, space in spaces.items():
+        if not isinstance(space, AbstractSpace):
+            raise TypeError(
+                f"{where}: spaces[{name!r}] must be an eqx_qd.AbstractSpace, got {space!r}"
+            )
+
+
+def _check_fields(where: str, hparams: eqx.Module, spaces: Spaces) -> None:
+    _check_spaces_mapping(where, spaces)
     missing = [name for name in spaces if not hasattr(hparams, name)]
     if missing:
-        raise ValueError(f"{type(hparams).__name__} has no hyperparameters named {missing}")
+        raise ValueError(
+            f"{where}: {type(hparams).__name__} has no hyperparameters named {missing}"
+        )
 
 
 def sample_hparams(template: eqx.Module, spaces: Spaces, *, key: PRNGKey) -> eqx.Module:
     """``template`` with every field named in ``spaces`` drawn from its space (pure)."""
-    _check_fields(template, spaces)
+    _check_fields("sample_hparams", template, spaces)
     names = sorted(spaces)
     keys = jr.split(key, len(names))
     values = [f32(spaces[n].sample(key=k)) for n, k in zip(names, keys)]
@@ -125,7 +139,10 @@ def perturb_hparams(
 ) -> eqx.Module:
     """``hparams`` with each hyperparameter named in ``spaces`` multiplied by one of
     ``factors`` (equally likely) and clipped into its space: PBT's "perturb" explore step."""
-    _check_fields(hparams, spaces)
+    _check_fields("perturb_hparams", hparams, spaces)
+    if len(factors) == 0:
+        raise ValueError("perturb_hparams: factors must not be empty")
+    check.positive("perturb_hparams: factors", factors)
     names = sorted(spaces)
     keys = jr.split(key, len(names))
     f = jnp.asarray(factors, jnp.float32)
