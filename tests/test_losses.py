@@ -47,9 +47,9 @@ QA = np.array([1.0, -0.5, 0.8, 0.3], F)
 QB = np.array([-0.6, 0.9, 0.2, 1.1], F)  # Q1 < Q2 on some rows, Q1 > Q2 on others
 
 
-def _batch():
+def _batch(terminated=TERMINATED):
     zeros = np.zeros(3, F)
-    return q.Transition(*(jnp.asarray(x) for x in (OBS, ACTION, REWARD, NEXT_OBS, TERMINATED,
+    return q.Transition(*(jnp.asarray(x) for x in (OBS, ACTION, REWARD, NEXT_OBS, terminated,
                                                     zeros)))  # fmt: skip
 
 
@@ -67,18 +67,22 @@ def _td3_state(agent, hparams):
     )  # fmt: skip
 
 
-def test_td3_critic_loss_by_hand():
+@pytest.mark.parametrize("terminated", [TERMINATED, np.zeros(3, F)], ids=["terminal", "none"])
+def test_td3_critic_loss_by_hand(terminated):
     agent = q.TD3(observation_size=2, action_size=2, minibatch_size=3)
     hparams = q.TD3HParams(discount=0.9, reward_scaling=2.0, policy_noise=0.6, noise_clip=0.5)
     state = _td3_state(agent, hparams)
     key = jr.key(7)
-    loss = agent.critic_loss(state.critic, state, _batch(), key=key)
+    loss = agent.critic_loss(state.critic, state, _batch(terminated), key=key)
     eps = np.asarray(jr.normal(key, ACTION.shape))
     noise = np.clip(0.6 * eps, -0.5, 0.5)
     assert np.any(np.abs(0.6 * eps) > 0.5), "the noise clip must bite for this test to mean it"
-    next_action = np.clip(np.tanh(NEXT_OBS @ (W * 0.5)) + noise, -1.0, 1.0)
+    raw = np.tanh(NEXT_OBS @ (W * 0.5)) + noise
+    if not terminated.any():  # both action bounds bite on bootstrapped rows
+        assert np.any(raw > 1.0) and np.any(raw < -1.0)
+    next_action = np.clip(raw, -1.0, 1.0)
     next_q = np.minimum(_q(QB, NEXT_OBS, next_action), _q(QA, NEXT_OBS, next_action))
-    target = 2.0 * REWARD + 0.9 * (1.0 - TERMINATED) * next_q
+    target = 2.0 * REWARD + 0.9 * (1.0 - terminated) * next_q
     q1, q2 = _q(QA, OBS, ACTION), _q(QB, OBS, ACTION)
     expected = np.mean((q1 - target) ** 2 + (q2 - target) ** 2)
     assert float(loss) == pytest.approx(expected, rel=1e-5)
@@ -90,6 +94,36 @@ def test_td3_policy_loss_by_hand():
     loss = agent.policy_loss(state.policy, state, _batch())
     expected = -np.mean(_q(QA, OBS, np.tanh(OBS @ W)))  # Q1 only, at the policy's actions
     assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
+def test_td3_act_explores_with_clipped_gaussian_noise_by_default():
+    agent = q.TD3(observation_size=2, action_size=2, minibatch_size=3)
+    state = _td3_state(agent, q.TD3HParams(expl_noise=0.7))
+    keys = jr.split(jr.key(5), 3)
+    acts = jax.vmap(lambda o, k: agent.act(state, o, key=k))(jnp.asarray(OBS), keys)
+    eps = np.stack([np.asarray(jr.normal(k, (2,))) for k in keys])
+    raw = np.tanh(OBS @ W) + 0.7 * eps
+    assert np.any(raw > 1.0) and np.any(raw < -1.0), "both bounds must bite"
+    np.testing.assert_allclose(np.asarray(acts), np.clip(raw, -1.0, 1.0), rtol=1e-5, atol=1e-6)
+    greedy = jax.vmap(lambda o, k: agent.act(state, o, key=k, deterministic=True))
+    np.testing.assert_allclose(np.asarray(greedy(jnp.asarray(OBS), keys)), np.tanh(OBS @ W),
+                               rtol=1e-5)  # fmt: skip
+
+
+def test_sac_act_samples_by_default_and_its_entropy_target():
+    agent = q.SAC(observation_size=2, action_size=2, minibatch_size=3)
+    state = _sac_state(agent, q.SACHParams(), log_alpha=0.0)
+    key = jr.key(4)
+    sampled = agent.act(state, jnp.asarray(OBS[0]), key=key)
+    eps = np.asarray(jr.normal(key, (2,)))
+    np.testing.assert_allclose(
+        np.asarray(sampled), _np_tanh_gaussian(OBS[:1], eps, W, LOG_STD)[0][0], rtol=1e-5
+    )
+    greedy = agent.act(state, jnp.asarray(OBS[0]), key=key, deterministic=True)
+    np.testing.assert_allclose(np.asarray(greedy), np.tanh(OBS[0] @ W), rtol=1e-5)
+    assert q.SAC(observation_size=2, action_size=3).entropy_target == -3.0
+    assert q.SAC(observation_size=2, action_size=4, target_entropy_scale=0.5).entropy_target == -2.0
+    assert q.SAC(observation_size=2, action_size=4, target_entropy=-0.3).entropy_target == -0.3
 
 
 def linear_gaussian(w, log_std):

@@ -103,6 +103,12 @@ def test_coverage_counts_finite_cells(rep):
     assert float(m.qd_score) == pytest.approx(filled.sum() + 0.0, rel=1e-5, abs=1e-4)
 
 
+def test_add_status_codes_are_pinned():
+    # The codes are stored in AddInfo and written to run files: they must not move or alias.
+    codes = [(s.name, int(s)) for s in q.AddStatus]
+    assert codes == [("NOT_ADDED", 0), ("IMPROVED", 1), ("NEW", 2)]
+
+
 @given(rep=repertoires(), batch=candidate_batches())
 def test_a_batch_of_nans_changes_nothing(jit_add, rep, batch):
     nan_fit = jnp.full_like(batch.fitnesses, jnp.nan)
