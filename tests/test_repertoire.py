@@ -230,6 +230,9 @@ def test_extra_is_stored_with_its_elite(getkey):
     assert rep.select(3, key=getkey()).extra["id"].shape == (3,)
     with pytest.raises(ValueError, match="extra"):
         rep.add(jnp.zeros((4, 2)), d, jnp.ones(4))
+    # init_repertoire shapes the store after the first batch, extra included.
+    first, _ = q.init_repertoire(tess, jnp.zeros((4, 2)), d, jnp.array([1.0, 2.0, 3.0, 4.0]), ids)
+    np.testing.assert_array_equal(first.extra["id"], [11, 0, 12, 13])
 
 
 def test_strategies_register_for_from_type():
