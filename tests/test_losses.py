@@ -189,6 +189,15 @@ def test_sac_temperature_moves_towards_the_entropy_target():
         new, metrics = agent.update(state, batch, key=jr.key(3))
         step = float(new.log_alpha - state.log_alpha)
         assert np.sign(step) == direction and abs(step) == pytest.approx(0.1, rel=1e-3)  # Adam
+    # The reported metrics: the losses, the new temperature and the policy's entropy estimate.
+    critic_key, policy_key = jr.split(jr.key(3))
+    critic_loss = agent.critic_loss(state.critic, state, batch, key=critic_key)
+    policy_loss, logp = agent.policy_loss(state.policy, state, batch, key=policy_key)
+    assert sorted(metrics) == ["alpha", "critic_loss", "entropy", "policy_loss"]
+    assert float(metrics["critic_loss"]) == pytest.approx(float(critic_loss), rel=1e-6)
+    assert float(metrics["policy_loss"]) == pytest.approx(float(policy_loss), rel=1e-6)
+    assert float(metrics["alpha"]) == pytest.approx(float(jnp.exp(new.log_alpha)), rel=1e-6)
+    assert float(metrics["entropy"]) == pytest.approx(-float(jnp.mean(logp)), rel=1e-6)
 
 
 def test_soft_update_by_hand():
