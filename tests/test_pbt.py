@@ -95,6 +95,12 @@ def test_pbt_validation_says_what_is_wrong():
         q.PBT(5, 1, 1, q.TD3_SPACES, explore="mutate")
     pbt = q.PBT.from_fractions(10, 0.1, 0.4, q.TD3_SPACES)
     assert (pbt.num_best_to_replace_from, pbt.num_worse_to_replace) == (1, 4)
+    assert q.PBT(2, 1, 1, q.TD3_SPACES).population_size == 2  # the smallest population
+    with pytest.raises(ValueError, match="at least 2, got 1"):
+        q.PBT(1, 1, 1, q.TD3_SPACES)
+    # A zero fraction is a count of zero (not "rounds to 0"), refused by PBT for what it is.
+    with pytest.raises(ValueError, match=r"num_best_to_replace_from \(0\)"):
+        q.PBT.from_fractions(10, 0.0, 0.4, q.TD3_SPACES)
     with pytest.raises(ValueError, match="no hyperparameters named"):
         q.sample_hparams(q.TD3HParams(), {"alpha_lr": q.Uniform(0.0, 1.0)}, key=jr.key(0))
 
