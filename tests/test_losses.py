@@ -277,9 +277,12 @@ def test_ppo_surrogate_by_hand():
     assert surrogate.tolist() == pytest.approx([2.4, -0.8, -4.5, 0.3, 1.5], rel=1e-5)
     assert float(loss) == pytest.approx(-surrogate.mean() - 0.05 * entropies.mean(), rel=1e-5)
     assert float(entropy) == pytest.approx(entropies.mean(), rel=1e-6)
-    # Standardised advantages: the same formula on (a - mean) / (std + 1e-8).
+    # Standardised advantages: the same formula on (a - mean) / (std + 1e-8), on advantages
+    # whose mean is not zero (the ones above have mean 0, which would hide the centring).
+    shifted = advantages + F(0.7)
+    data = _samples(np.zeros(5, F), shifted, np.zeros(5, F))
     loss, _ = internal.actor_loss(actor, data, h, normalise_advantages=True)
-    a = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    a = (shifted - shifted.mean()) / (shifted.std() + 1e-8)
     surrogate = np.minimum(ratio * a, np.clip(ratio, 0.8, 1.2) * a)
     assert float(loss) == pytest.approx(-surrogate.mean() - 0.05 * entropies.mean(), rel=1e-4)
 

@@ -87,8 +87,10 @@ def test_nan_returns_rank_last(population, pbt_update):
 
 
 def test_pbt_validation_says_what_is_wrong():
-    with pytest.raises(ValueError, match="rounds to 0 members"):
+    with pytest.raises(ValueError, match="best_fraction=0.1 of 4 members rounds to 0 members"):
         q.PBT.from_fractions(4, 0.1, 0.4, q.TD3_SPACES)
+    with pytest.raises(ValueError, match="worse_fraction=0.2 of 4 members rounds to 0 members"):
+        q.PBT.from_fractions(4, 0.5, 0.2, q.TD3_SPACES)
     with pytest.raises(ValueError, match="exceeds the population size 5"):
         q.PBT(5, 3, 3, q.TD3_SPACES)
     with pytest.raises(ValueError, match="explore"):
@@ -123,6 +125,16 @@ def test_spaces_sample_clip_and_perturb():
         # 0.95 x 0.8 = 0.76 and 0.95 x 1.2 = 1.14 are both clipped into [0.9, 1.0].
         assert float(out.discount) in (pytest.approx(0.9), pytest.approx(1.0))
         assert isinstance(out.discount, jax.Array) and out.discount.dtype == jnp.float32
+
+
+def test_pbt_explores_as_its_explore_field_says():
+    hp, key = q.SACHParams(policy_lr=3e-3, discount=0.95), jr.key(2)
+    spaces = {"policy_lr": q.LogUniform(1e-4, 1e-2), "discount": q.Uniform(0.9, 0.99)}
+    resampled = q.PBT(4, 1, 1, spaces).explore_hparams(hp, key=key)
+    perturbed = q.PBT(4, 1, 1, spaces, explore="perturb").explore_hparams(hp, key=key)
+    assert eqx.tree_equal(resampled, q.sample_hparams(hp, spaces, key=key))
+    assert eqx.tree_equal(perturbed, q.perturb_hparams(hp, spaces, key=key))
+    assert float(perturbed.policy_lr) in (pytest.approx(2.4e-3), pytest.approx(3.6e-3))
 
 
 def test_population_without_optimizer_states_is_smaller(population):
