@@ -137,6 +137,21 @@ def test_pbt_explores_as_its_explore_field_says():
     assert float(perturbed.policy_lr) in (pytest.approx(2.4e-3), pytest.approx(3.6e-3))
 
 
+def test_init_population_draws_each_members_hyperparameters(population):
+    hp = population.agent_state.hparams
+    for name, space in AGENT.hparam_spaces.items():
+        values = np.asarray(getattr(hp, name))
+        assert bool(jnp.all(space.contains(values))), name
+        assert len(set(values.tolist())) == POP, f"{name}: every member draws its own value"
+
+
+def test_copy_into_may_replace_every_member(population):
+    slots = jnp.arange(POP, dtype=jnp.int32)
+    out, picked = q.copy_into(population, population, slots, lambda h, k: h, key=jr.key(3))
+    assert picked.shape == (POP,)
+    np.testing.assert_array_equal(out.env_steps, np.asarray(population.env_steps)[picked])
+
+
 def test_population_without_optimizer_states_is_smaller(population):
     stored = q.population_without_optimizer_states(AGENT, population)
     assert stored.agent_state.policy_opt_state is None
