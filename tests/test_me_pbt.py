@@ -28,6 +28,18 @@ def test_config_counts_and_errors():
     # Counts are global, as QDax's: 4 devices x 10 agents draw copies from the best 4, not 1.
     assert q.PBTEmitterConfig(num_devices=4).counts() == (4, 8, 16)
     q.PBTEmitterConfig(pg_population_size=4, num_devices=4)  # 0.1 x 16 -> 1: fine over 4 devices
+    # Copies from the best need a best set; with no copies from the best, none is needed.
+    with pytest.raises(ValueError, match="fraction_best_to_replace_from must be positive"):
+        q.PBTEmitterConfig(fraction_best_to_replace_from=0.0, fraction_to_replace_from_best=0.1)
+    no_best = q.PBTEmitterConfig(
+        fraction_best_to_replace_from=0.0, fraction_to_replace_from_best=0.0
+    )
+    assert no_best.counts() == (0, 0, 4)
+    # The replaced bands may take every agent, and not one more.
+    full = q.PBTEmitterConfig(
+        fraction_to_replace_from_best=0.5, fraction_to_replace_from_samples=0.5
+    )
+    assert full.counts() == (1, 5, 5) and full.total_agents == 10
 
 
 def test_the_emitter_checks_agent_environment_and_spaces_against_each_other():
