@@ -54,6 +54,11 @@ def test_the_emitter_checks_agent_environment_and_spaces_against_each_other():
     ):
         q.PBTEmitter(AGENT, ENV, CONFIG, {"alpha_lr": q.Uniform(1e-4, 1e-3)}, iso)
     q.PBTEmitter(AGENT, ENV, CONFIG, {"policy_lr": q.LogUniform(1e-4, 1e-3)}, iso)  # fine
+    # A config for several devices needs the mesh axis it runs over.
+    two = q.PBTEmitterConfig(num_devices=2)
+    with pytest.raises(ValueError, match="config.num_devices is 2 but no axis_name"):
+        q.PBTEmitter(AGENT, ENV, two, AGENT.hparam_spaces, iso)
+    q.PBTEmitter(AGENT, ENV, two, AGENT.hparam_spaces, iso, axis_name="p")
 
 
 def test_me_pbt_keeps_its_invariants(getkey):
@@ -63,6 +68,11 @@ def test_me_pbt_keeps_its_invariants(getkey):
     cells = q.GridTessellation((6, 6), minval=-1.0, maxval=1.0)
     genotypes = emitter.initial_genotypes(8, key=getkey())
     assert genotypes.policy_opt_state is None
+    # The initial population must hold the PBT agents: exactly pg_population_size is enough.
+    first = lambda n: q.internal.tree_take(genotypes, jnp.arange(n))
+    eqx.filter_eval_shape(algo.init, first(4), cells, key=getkey())
+    with pytest.raises(ValueError, match=r"initial population \(3\) must hold at least"):
+        eqx.filter_eval_shape(algo.init, first(3), cells, key=getkey())
     state, first = eqx.filter_jit(algo.init)(genotypes, cells, key=getkey())
     step = eqx.filter_jit(lambda s, k: algo.step(s, key=k))
     filled = [int(first.num_filled)]

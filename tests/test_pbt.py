@@ -140,9 +140,9 @@ def test_pbt_explores_as_its_explore_field_says():
 def test_init_population_draws_each_members_hyperparameters(population):
     hp = population.agent_state.hparams
     for name, space in AGENT.hparam_spaces.items():
-        values = np.asarray(getattr(hp, name))
-        assert bool(jnp.all(space.contains(values))), name
-        assert len(set(values.tolist())) == POP, f"{name}: every member draws its own value"
+        assert bool(jnp.all(space.contains(getattr(hp, name)))), name
+        values = np.asarray(getattr(hp, name)).tolist()
+        assert len(set(values)) == POP, f"{name}: every member draws its own value"
 
 
 def test_copy_into_may_replace_every_member(population):
