@@ -174,6 +174,9 @@ def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
     cells = q.GridTessellation((6, 6), minval=-1.0, maxval=1.0)
     state, _ = eqx.filter_jit(algo.init)(emitter.initial_genotypes(8, key=getkey()), cells,
                                          key=getkey())  # fmt: skip
+    # No replacement has happened yet: an empty best set of the configured size (1 agent).
+    best = np.asarray(state.emitter_state.best_returns)
+    assert best.shape == (1,) and np.all(np.isneginf(best))
     state, _ = eqx.filter_jit(lambda s, k: algo.update(s, key=k))(state, getkey())  # fill buffers
     before = state.emitter_state
     # GA children first, then the 4 PBT agents: best 2, then 3, then 0, and 1 (NaN) worst.

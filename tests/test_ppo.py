@@ -147,6 +147,7 @@ def test_kl_early_stop_triggers_with_a_tiny_threshold():
     np.testing.assert_array_equal(tiny_metrics["actor_epochs"], [1.0, 1.0])
     np.testing.assert_array_equal(huge_metrics["actor_epochs"], [4.0, 4.0])
     assert bool(jnp.all(tiny_metrics["kl"] > 1e-9))
+    assert {"actor_loss", "entropy", "kl", "actor_epochs"} <= set(huge_metrics)
 
 
 def test_reward_scale_enters_advantages_linearly():
