@@ -312,3 +312,17 @@ def test_ppo_critic_loss_by_hand():
     values = np.asarray(data.obs) @ np.array([0.5, -1.0], F) + 0.25
     assert float(metrics["critic_loss"]) == pytest.approx(0.7 * np.mean((values - targets) ** 2))
     assert bool(eqx.tree_equal(out, critic))
+    # With learning, the reported loss is the last epoch's: that of the critic two updates on.
+    h = q.PPOHParams(vf_coef=0.7, critic_lr=0.05)
+    run = lambda epochs: internal.critic_epochs(
+        critic, internal.init_clipped_adam(critic), data, h, num_minibatches=1, epochs=epochs,
+        key=jr.key(1),
+    )  # fmt: skip
+    two_on, _, _ = run(2)
+    _, _, metrics = run(3)
+    w, b = (np.asarray(x) for x in (layer(two_on).weight, layer(two_on).bias))
+    values = np.asarray(data.obs) @ w[:, 0] + b[0]
+    expected = 0.7 * np.mean((values - targets) ** 2)
+    assert float(metrics["critic_loss"]) == pytest.approx(expected, rel=1e-5)
+    first = 0.7 * np.mean((np.asarray(data.obs) @ np.array([0.5, -1.0], F) + 0.25 - targets) ** 2)
+    assert abs(expected - first) > 1e-3, "the epochs' losses must differ for this to mean it"

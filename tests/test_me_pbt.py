@@ -183,6 +183,13 @@ def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
     fitnesses = jnp.asarray([0.0, 0.0, 0.0, 0.0, 1.0, jnp.nan, 5.0, 3.0], jnp.float32)
     descriptors = jnp.zeros((8, 2), jnp.float32)
     genotypes, extra = emitter.emit(state.repertoire, before, key=getkey())
+    # GA children name their two parents (repertoire ids); PBT agents have none (-1).
+    np.testing.assert_array_equal(np.asarray(extra.parent1)[4:], [-1] * 4)
+    np.testing.assert_array_equal(np.asarray(extra.parent2)[4:], [-1] * 4)
+    assert np.all(np.asarray(extra.parent1)[:4] >= 0) and np.all(np.asarray(extra.parent2)[:4] >= 0)
+    np.testing.assert_array_equal(
+        np.asarray(extra.kind), [int(q.ActorType.EVO)] * 4 + [int(q.ActorType.GRADIENT)] * 4
+    )
     update = eqx.filter_jit(
         lambda s, r, g, d, f, e, k: emitter.state_update(s, r, g, d, f, e, key=k)
     )
