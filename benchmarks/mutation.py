@@ -35,7 +35,11 @@ MODULES = {
     "gae": ("eqx_qd/_rl/gae.py", ["tests/test_gae.py"]),
     "buffers": ("eqx_qd/_rl/buffers.py", ["tests/test_buffers.py"]),
     "repertoire": ("eqx_qd/_repertoire.py", ["tests/test_repertoire.py"]),
-    "tessellation": ("eqx_qd/_tessellation.py", ["tests/test_tessellation.py"]),
+    # (the grid's tests live beside the repertoire's)
+    "tessellation": (
+        "eqx_qd/_tessellation.py",
+        ["tests/test_tessellation.py", "tests/test_repertoire.py"],
+    ),
     "variation": ("eqx_qd/_variation.py", ["tests/test_operators.py"]),
     "td3": ("eqx_qd/_rl/td3.py", ["tests/test_losses.py", "tests/test_agents.py"]),
     "sac": ("eqx_qd/_rl/sac.py", ["tests/test_losses.py", "tests/test_agents.py"]),

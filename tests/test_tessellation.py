@@ -62,5 +62,12 @@ def test_bad_tessellations_raise():
         q.GridTessellation((4, 0))
     with pytest.raises(ValueError, match="maxval"):
         q.GridTessellation((4,), 1.0, 0.0)
+    with pytest.raises(ValueError, match="minval must be finite"):
+        q.GridTessellation((4,), jnp.nan, 1.0)
+    # One bin on an axis is allowed: that axis does not split the cells.
+    flat = q.GridTessellation((1, 3))
+    assert flat.num_cells == 3
+    cells = flat.index(jnp.array([[0.1, 0.1], [0.9, 0.5], [0.5, 0.9]], jnp.float32))
+    np.testing.assert_array_equal(np.asarray(cells), [0, 1, 2])
     with pytest.raises(ValueError, match="num_samples"):
         q.cvt_centroids(100, 2, num_samples=10, key=jr.key(0))
