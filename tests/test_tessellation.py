@@ -41,8 +41,13 @@ def test_cvt_respects_per_dimension_bounds():
 def test_nearest_centroid_matches_brute_force():
     pts = jr.uniform(jr.key(2), (500, 3))
     cents = jr.uniform(jr.key(4), (50, 3))
-    brute = np.argmin(((np.asarray(pts)[:, None] - np.asarray(cents)[None]) ** 2).sum(-1), -1)
-    np.testing.assert_array_equal(q.nearest_centroid(pts, cents), brute)
+    brute = lambda p: np.argmin(
+        ((np.asarray(p)[:, None] - np.asarray(cents)[None]) ** 2).sum(-1), -1
+    )
+    np.testing.assert_array_equal(q.nearest_centroid(pts, cents), brute(pts))
+    few = pts[:3]  # fewer points than cells: the answer is not bounded by the batch size
+    assert brute(few).max() > 3
+    np.testing.assert_array_equal(q.nearest_centroid(few, cents), brute(few))
 
 
 def test_centroids_load_and_refuse_bad_ones(tmp_path, small_cvt):
@@ -67,6 +72,8 @@ def test_bad_tessellations_raise():
     # One bin on an axis is allowed: that axis does not split the cells.
     flat = q.GridTessellation((1, 3))
     assert flat.num_cells == 3
+    line = q.CVTTessellation(jnp.array([[0.2], [0.7]], jnp.float32))  # one descriptor is allowed
+    np.testing.assert_array_equal(np.asarray(line.index(jnp.array([[0.1], [0.9]]))), [0, 1])
     cells = flat.index(jnp.array([[0.1, 0.1], [0.9, 0.5], [0.5, 0.9]], jnp.float32))
     np.testing.assert_array_equal(np.asarray(cells), [0, 1, 2])
     with pytest.raises(ValueError, match="num_samples"):
