@@ -12,7 +12,6 @@ import typing
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
-import numpy as np
 from jaxtyping import Array, Float
 
 from . import _validate as check
@@ -53,8 +52,7 @@ def _check_dim(owner: str, dim: int, minimum: int) -> None:
 
 
 def _check_genotypes(task: AbstractTask, genotypes: Array) -> None:
-    n = np.shape(genotypes)[0] if np.ndim(genotypes) else 0
-    check.shape(f"{type(task).__name__}: genotypes", genotypes, (n, task.genotype_dim))
+    check.rows(f"{type(task).__name__}: genotypes", genotypes, (task.genotype_dim,))
 
 
 @typing.final

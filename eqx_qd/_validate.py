@@ -154,6 +154,13 @@ def shape(name: str, value: Any, expected: tuple[int, ...]) -> None:
         raise ValueError(f"{name} must have shape {tuple(expected)}, got {got}")
 
 
+def rows(name: str, value: Any, row_shape: tuple[int, ...]) -> None:
+    """Refuse an array ``value`` that is not a batch (a leading axis of any size) of rows of
+    shape ``row_shape``, naming ``name`` and both shapes (a static fact: free under ``jit``)."""
+    got = tuple(np.shape(value))
+    shape(name, value, (got[0] if got else 0, *row_shape))
+
+
 def same_rows(name: str, batch: Any, stored: Any, *, owner: str, noun: str = "rows") -> None:
     """Refuse a ``batch`` (leading batch axis) whose array leaves do not have the structure and
     the per-row shapes of ``stored`` (leading capacity axis), naming ``name``, the leaf, the

@@ -41,8 +41,7 @@ class RunningNormaliser(eqx.Module):
 
     def update(self, batch: Float[Array, "batch dim"]) -> "RunningNormaliser":
         """Fold a batch of vectors (``(batch, *mean.shape)``) into the statistics."""
-        n = np.shape(batch)[0] if np.ndim(batch) else 0
-        check.shape("RunningNormaliser.update: batch", batch, (n,) + self.mean.shape)
+        check.rows("RunningNormaliser.update: batch", batch, self.mean.shape)
         n = jnp.asarray(batch.shape[0], jnp.float32)
         batch_mean = jnp.mean(batch, axis=0)
         batch_var = jnp.var(batch, axis=0)
