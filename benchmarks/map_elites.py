@@ -12,13 +12,9 @@ the same initial state and key.
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import time
-
-
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import equinox as eqx
 import jax

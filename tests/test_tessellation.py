@@ -1,3 +1,4 @@
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -50,6 +51,39 @@ def test_nearest_centroid_matches_brute_force():
     np.testing.assert_array_equal(q.nearest_centroid(few, cents), brute(few))
 
 
+def _dot_precisions(fn, *args) -> list[str]:
+    text = jax.jit(fn).lower(*args).as_text()
+    return [line.split("precision = ")[-1] for line in text.splitlines() if "dot_general" in line]
+
+
+def test_distances_are_exact_float32_on_every_platform():
+    # CPU computes float32 matmuls exactly whatever the precision says; a GPU's default is TF32,
+    # which put descriptors in the wrong cell. The lowered program must ask for full precision.
+    pts, cents = jnp.zeros((8, 2)), jnp.zeros((64, 2))
+    found = _dot_precisions(q.nearest_centroid, pts, cents)
+    found += _dot_precisions(lambda k: q.cvt_centroids(32, 2, num_samples=64, key=k), jr.key(0))
+    assert len(found) >= 2
+    assert all(p.startswith("[HIGHEST, HIGHEST]") for p in found), found
+
+
+def test_cluster_means_do_not_depend_on_the_order_of_the_samples():
+    # A GPU adds floats in scatter-add in no fixed order; the k-means sums are integer sums, so
+    # any order gives the same bits (float sums of these samples differ with the order on CPU).
+    from eqx_qd._tessellation import _cluster_means
+
+    codes = jr.randint(jr.key(0), (50_000, 2), 0, 2**23)
+    cells = jr.randint(jr.key(1), (50_000,), 0, 64)
+    perm = jr.permutation(jr.key(2), 50_000)
+    means, counts = _cluster_means(codes, cells, 64)
+    again, counts_again = _cluster_means(codes[perm], cells[perm], 64)
+    np.testing.assert_array_equal(means, again)
+    np.testing.assert_array_equal(counts, counts_again)
+    ref = np.zeros((64, 2))
+    np.add.at(ref, np.asarray(cells), np.asarray(codes, np.float64) * 2.0**-23)
+    np.testing.assert_array_equal(counts, np.bincount(np.asarray(cells), minlength=64))
+    np.testing.assert_allclose(means, ref / np.asarray(counts)[:, None], rtol=0, atol=2e-7)
+
+
 def test_centroids_load_and_refuse_bad_ones(tmp_path, small_cvt):
     np.save(tmp_path / "c.npy", np.asarray(small_cvt))
     back = q.CVTTessellation.load(tmp_path / "c.npy")
@@ -78,3 +112,5 @@ def test_bad_tessellations_raise():
     np.testing.assert_array_equal(np.asarray(cells), [0, 1, 2])
     with pytest.raises(ValueError, match="num_samples"):
         q.cvt_centroids(100, 2, num_samples=10, key=jr.key(0))
+    with pytest.raises(ValueError, match=r"num_samples must be at most 8388608, got 8388609"):
+        q.cvt_centroids(100, 2, num_samples=2**23 + 1, key=jr.key(0))
