@@ -29,8 +29,9 @@ def test_cvt_beats_random_centroids(small_cvt):
 
     random_c = jr.uniform(jr.key(3), (64, 2))
     assert distortion(small_cvt) < 0.75 * distortion(random_c)
-    # Near the hexagonal optimum: 2 * G * area per cell, G = 0.0802 (plus border effects).
-    assert distortion(small_cvt) < 1.2 * 2 * 0.0802 / 64
+    # Near the hexagonal optimum: 2 * G * area per cell, G = 0.0802 (plus border effects). The
+    # 20 Lloyd steps give 1.12x it; the k-means++ seeds alone 1.50x, 5 steps 1.16x.
+    assert distortion(small_cvt) < 1.14 * 2 * 0.0802 / 64
 
 
 def test_cvt_respects_per_dimension_bounds():
