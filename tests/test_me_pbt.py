@@ -221,7 +221,7 @@ def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
     for i in (2, 3):
         assert same(_genome_of(new, i), _genome_of(old, i)) and noise_new[i] == noise_old[i]
     assert noise_new[1] != noise_old[2] and noise_new[0] != noise_old[0]
-    assert float(after.best_returns[0]) == 5.0
+    np.testing.assert_array_equal(np.asarray(after.best_returns), [5.0])  # one slot, as configured
     # Storage form before and after; every agent trained 3 iterations of 2 environments.
     assert new.agent_state.target_policy is None and new.agent_state.policy_opt_state is None
     assert int(after.training_env_steps) == int(before.training_env_steps) + 4 * 3 * 2
@@ -237,3 +237,35 @@ def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
             update(before, state.repertoire, genotypes, d, f, extra, getkey())
     with pytest.raises(ValueError, match=r"PBTEmitter.init: descriptors"):
         emitter.init(state.repertoire, genotypes, jnp.zeros((8, 3)), fitnesses, None, key=getkey())
+
+
+@pytest.mark.parametrize(
+    "pg, ga, fractions",
+    [(10, 0, (0.1, 0.2, 0.4)), (10, 1, (0.1, 0.2, 0.4)), (4, 3, (0.5, 0.25, 0.25))],
+)
+def test_state_and_batch_shapes_follow_the_config(pg, ga, fractions):
+    # Abstract evaluation (traced, never compiled): the best set holds counts()[0] returns from
+    # init through state_update, and emit returns ga children + pg agents, for ga = 0 and 1 too.
+    config = q.PBTEmitterConfig(
+        pg_population_size=pg, ga_population_size=ga, num_training_iterations=1,
+        fraction_best_to_replace_from=fractions[0], fraction_to_replace_from_best=fractions[1],
+        fraction_to_replace_from_samples=fractions[2],
+    )  # fmt: skip
+    emitter = q.PBTEmitter(AGENT, ENV, config, FROZEN, q.IsoLineVariation(0.01, 0.1))
+    cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
+    n = pg + ga
+
+    def round_trip(key):
+        init_key, emit_key, update_key = jax.random.split(key, 3)
+        genotypes = emitter.initial_genotypes(n, key=init_key)
+        rep = q.MapElitesRepertoire.empty(cells, q.internal.tree_take(genotypes, 0))
+        scores = jnp.zeros((n, 2)), jnp.zeros((n,))
+        state = emitter.init(rep, genotypes, *scores, None, key=init_key)
+        batch, extra = emitter.emit(rep, state, key=emit_key)
+        after = emitter.state_update(state, rep, batch, *scores, extra, key=update_key)
+        return state, batch, after
+
+    state, batch, after = eqx.filter_eval_shape(round_trip, jax.random.key(0))
+    num_best = config.counts()[0]
+    assert state.best_returns.shape == after.best_returns.shape == (num_best,)
+    assert {x.shape[0] for x in jax.tree.leaves(batch)} == {n}
