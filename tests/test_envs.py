@@ -173,6 +173,16 @@ def test_reevaluation_statistics(getkey):
         q.reevaluate(scorer, policies, 0, key=getkey())
 
 
+def test_reward_offsets_are_qdax_s():
+    # QDax 0.5.0, qdax/tasks/brax/v2/__init__.py (and v1): `reward_offset`, the minimum reward
+    # per step, times the episode length is the QD-score offset. The same table here keeps
+    # QD-scores comparable with published QDax results.
+    qdax = {"ant_omni": 3.0, "ant_uni": 3.24, "halfcheetah_uni": 9.231, "hopper_uni": 0.9,
+            "walker2d_uni": 1.413}  # fmt: skip
+    ours = {name: spec.reward_offset for name, spec in q.QD_BRAX_TASKS.items() if name in qdax}
+    assert ours == qdax
+
+
 @pytest.mark.parametrize("name", sorted(q.QD_BRAX_TASKS))
 def test_brax_task_smoke(name, getkey):
     env = q.BraxQDEnv(name, episode_length=6)

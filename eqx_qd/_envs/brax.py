@@ -40,10 +40,11 @@ class _TaskSpec(typing.NamedTuple):
     omni: bool = False
 
 
-# Reward offsets follow QDax's table so that QD-scores stay comparable across libraries.
+# Reward offsets are QDax's (`qdax.tasks.brax.v1` and `v2`, `reward_offset`), so that QD-scores
+# stay comparable across libraries.
 QD_BRAX_TASKS: dict[str, _TaskSpec] = {
     "walker2d_uni": _TaskSpec("walker2d", ("foot_geom", "foot_left_geom"), 1.413),
-    "halfcheetah_uni": _TaskSpec("halfcheetah", ("bfoot", "ffoot"), 0.103),
+    "halfcheetah_uni": _TaskSpec("halfcheetah", ("bfoot", "ffoot"), 9.231),
     "hopper_uni": _TaskSpec("hopper", ("foot_geom",), 0.9),
     "ant_uni": _TaskSpec(
         "ant", ("left_foot_geom", "right_foot_geom", "third_foot_geom", "fourth_foot_geom"), 3.24
