@@ -75,16 +75,33 @@ class MAPElites(eqx.Module):
 
     - `emitter`: where candidates come from.
     - `scoring_fn`: ``scoring_fn(genotypes, *, key) -> (fitnesses, descriptors, extra)``.
-    - `qd_offset`: added to every elite's fitness in the QD-score (the task's, usually).
+    - `qd_offset`: added to every elite's fitness in the QD-score; by default the scoring
+      function's own ``qd_offset`` (every task and `PolicyScorer` has one), else 0.
     - `lineage`: store each elite's id in the repertoire (see above).
     - `axis_name`: the mesh axis under ``shard_map``, or ``None``.
     """
 
     emitter: AbstractEmitter
     scoring_fn: ScoringFn
-    qd_offset: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
-    lineage: bool = eqx.field(default=False, static=True)
-    axis_name: str | None = eqx.field(default=None, static=True)
+    qd_offset: Float[Array, ""] = eqx.field(converter=f32)
+    lineage: bool = eqx.field(static=True)
+    axis_name: str | None = eqx.field(static=True)
+
+    def __init__(
+        self,
+        emitter: AbstractEmitter,
+        scoring_fn: ScoringFn,
+        qd_offset: Any = None,
+        lineage: bool = False,
+        axis_name: str | None = None,
+    ):
+        self.emitter = emitter
+        self.scoring_fn = scoring_fn
+        # The task's offset unless one is given: Rastrigin's fitnesses are negative, and a QD-
+        # score without its offset would be too. A plain function has none: 0.
+        self.qd_offset = getattr(scoring_fn, "qd_offset", 0.0) if qd_offset is None else qd_offset
+        self.lineage = lineage
+        self.axis_name = axis_name
 
     def __check_init__(self):
         if not isinstance(self.emitter, AbstractEmitter):

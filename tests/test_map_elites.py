@@ -152,6 +152,14 @@ def test_policy_genotypes_run_in_scan(getkey):
     assert float(history.qd_score[-1]) >= float(m0.qd_score)
 
 
+def test_qd_offset_is_the_task_s_unless_given():
+    assert float(q.MAPElites(EMITTER, TASK).qd_offset) == TASK.qd_offset == 50.0 * 6
+    assert float(q.MAPElites(EMITTER, TASK, 0.0).qd_offset) == 0.0  # given: kept, even 0
+    assert float(q.MAPElites(EMITTER, TASK, qd_offset=7).qd_offset) == 7.0
+    plain = lambda g, *, key: TASK(g, key=key)  # a plain function has no offset of its own
+    assert float(q.MAPElites(EMITTER, plain).qd_offset) == 0.0
+
+
 def test_arm_and_sphere_tasks(getkey):
     for task in (q.Arm(4), q.Sphere(4)):
         g = task.init_genotypes(10, key=getkey())
