@@ -18,82 +18,149 @@ from ._repertoire import MapElitesRepertoire
 from ._tessellation import GridTessellation
 
 
+def _default_bounds(repertoire: MapElitesRepertoire) -> tuple[np.ndarray, np.ndarray]:
+    tess = repertoire.tessellation
+    if isinstance(tess, GridTessellation):
+        return np.asarray(tess.minval, np.float64), np.asarray(tess.maxval, np.float64)
+    centroids = np.asarray(repertoire.centroids, np.float64)
+    lo, hi = centroids.min(axis=0), centroids.max(axis=0)
+    # Voronoi regions reach past the outermost centroids: pad by about half a cell's width.
+    width = np.where(hi > lo, hi - lo, 1.0)
+    pad = width / (2 * centroids.shape[0] ** (1 / centroids.shape[1]))
+    return lo - pad, hi + pad
+
+
+def _per_axis(value: ArrayLike | Sequence[float], d: int, name: str) -> np.ndarray:
+    out = np.asarray(value, np.float64)
+    if out.ndim == 0:
+        return np.full((d,), float(out))
+    if out.shape != (d,):
+        raise ValueError(f"plot_repertoire: {name} must be a scalar or {d} values, got {value!r}")
+    return out
+
+
 def plot_repertoire(
     repertoire: MapElitesRepertoire,
     ax: Axes | None = None,
-    bounds: tuple[float, float] | None = None,
+    bounds: tuple[ArrayLike | Sequence[float], ArrayLike | Sequence[float]] | None = None,
     resolution: int = 400,
     cmap: str = "viridis",
     values: ArrayLike | None = None,
     label: str = "fitness",
     log_scale: bool = False,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    descriptor_names: Sequence[str] | None = None,
 ) -> Figure:
-    """Heatmap of the elites' fitness (or of ``values``, one per cell) over a 1-D or 2-D
-    descriptor space.
+    """Heatmap of the elites' fitness (or of ``values``, one per cell) over the descriptor space.
 
-    The image is rasterised: each pixel takes the fitness of its cell (so CVT cells appear as
-    their Voronoi regions, grid cells as rectangles); empty cells stay white.
+    With 1 or 2 descriptors the image is rasterised: each pixel (sampled at its centre) takes
+    the value of its cell, so CVT cells appear as their Voronoi regions and grid cells as
+    rectangles of any shape; empty cells stay white. With 3 or more, one panel per pair of
+    descriptors shows the elites' stored descriptors as points, coloured alike.
 
     **Arguments:**
 
-    - `repertoire`: a repertoire with 1 or 2 descriptors.
-    - `ax`: the axes to draw on (a new figure by default).
-    - `bounds`: ``(low, high)`` of the drawn box (default: the grid's bounds, or the CVT
-      centroids' range).
+    - `repertoire`: any repertoire.
+    - `ax`: the axes to draw on (a new figure by default; 1 or 2 descriptors only).
+    - `bounds`: ``(low, high)`` of the drawn box, each a scalar or one value per descriptor
+      (default: the grid's bounds, or the CVT centroids' range padded by half a cell).
     - `resolution`: pixels per side; `cmap`: the colour map.
     - `values`: what colours each filled cell (``(num_cells,)``; default: its fitness), named
       `label`; `log_scale` colours by its logarithm (learning rates).
+    - `vmin`, `vmax`: the colour scale's limits (default: the shown values' range): give two
+      plots the same limits to compare them.
+    - `descriptor_names`: axis labels, one per descriptor.
 
     **Returns:** the figure.
     """
     tess = repertoire.tessellation
     d = tess.num_descriptors
-    if d not in (1, 2):
-        raise ValueError(f"plot_repertoire draws 1 or 2 descriptors, this repertoire has {d}")
-    if bounds is None:
-        if isinstance(tess, GridTessellation):
-            lo, hi = float(jnp.min(tess.minval)), float(jnp.max(tess.maxval))
-        else:
-            lo, hi = float(jnp.min(tess.centroids)), float(jnp.max(tess.centroids))
-    else:
-        lo, hi = bounds
-    fig = ax.figure if ax is not None else plt.figure(figsize=(5.2, 4.2) if d == 2 else (6, 3))
-    ax = ax if ax is not None else fig.add_subplot()
+    names = list(descriptor_names) if descriptor_names is not None else None
+    if names is None:
+        names = ["descriptor"] if d == 1 else [f"descriptor {i + 1}" for i in range(d)]
+    elif len(names) != d:
+        raise ValueError(f"plot_repertoire: descriptor_names must hold {d} names, got {names!r}")
+    lo, hi = _default_bounds(repertoire)
+    if bounds is not None:
+        lo, hi = _per_axis(bounds[0], d, "bounds[0]"), _per_axis(bounds[1], d, "bounds[1]")
+    if not np.all(hi > lo):
+        raise ValueError(f"plot_repertoire: bounds must have low < high, got {lo} and {hi}")
     fit = np.asarray(repertoire.fitnesses)
     shown = fit if values is None else np.where(np.isfinite(fit), np.asarray(values), np.nan)
     if log_scale:
         shown = np.log10(np.where(shown > 0, shown, np.nan))
         label = f"log10 {label}"
-    axis = np.linspace(lo, hi, resolution, dtype=np.float32)
+    finite = shown[np.isfinite(shown)]
+    low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+    vmin, vmax = low if vmin is None else vmin, high if vmax is None else vmax
+    filled = int(np.isfinite(fit).sum())
+    title = f"repertoire: {filled}/{fit.size} cells filled"
+    if d > 2:
+        return _plot_pairs(repertoire, shown, lo, hi, names, cmap, vmin, vmax, label, title, ax)
+    fig = ax.figure if ax is not None else plt.figure(figsize=(5.2, 4.2) if d == 2 else (6, 3))
+    ax = ax if ax is not None else fig.add_subplot()
+    # Pixel centres, one axis per descriptor.
+    axes = [lo[i] + (np.arange(resolution) + 0.5) * (hi[i] - lo[i]) / resolution for i in range(d)]
     if d == 2:
-        xx, yy = np.meshgrid(axis, axis)
+        xx, yy = np.meshgrid(*axes)
         pixels = np.stack([xx.ravel(), yy.ravel()], axis=-1)
     else:
-        pixels = axis[:, None]
-    cells = np.asarray(tess.index(jnp.asarray(pixels)))
+        pixels = axes[0][:, None]
+    cells = np.asarray(tess.index(jnp.asarray(pixels, jnp.float32)))
     pixel_values = np.where(np.isfinite(shown[cells]), shown[cells], np.nan)
-    finite = shown[np.isfinite(shown)]
-    vmin, vmax = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
     if d == 2:
         image = ax.imshow(
             pixel_values.reshape(resolution, resolution),
             origin="lower",
-            extent=(lo, hi, lo, hi),
+            extent=(lo[0], hi[0], lo[1], hi[1]),
+            aspect="auto",
             cmap=cmap,
             vmin=vmin,
             vmax=vmax,
             interpolation="nearest",
         )
-        ax.set_xlabel("descriptor 1")
-        ax.set_ylabel("descriptor 2")
+        ax.set_xlabel(names[0])
+        ax.set_ylabel(names[1])
         fig.colorbar(image, ax=ax, label=label)
     else:
-        ax.plot(axis, pixel_values)
-        ax.set_xlabel("descriptor")
+        ax.plot(axes[0], pixel_values)
+        ax.set_ylim(vmin, vmax)
+        ax.set_xlabel(names[0])
         ax.set_ylabel(label)
-    filled = int(np.isfinite(fit).sum())
-    ax.set_title(f"repertoire: {filled}/{fit.size} cells filled")
+    ax.set_title(title)
     fig.tight_layout()
+    return fig
+
+
+def _plot_pairs(repertoire, shown, lo, hi, names, cmap, vmin, vmax, label, title, ax) -> Figure:
+    """Descriptors 3 and up: a lower-triangular grid, one panel per pair (i < j)."""
+    if ax is not None:
+        raise ValueError("plot_repertoire: with more than 2 descriptors it draws its own figure")
+    d = len(names)
+    keep = np.isfinite(shown)
+    points = np.asarray(repertoire.descriptors)[keep]
+    colours = shown[keep]
+    fig, axes = plt.subplots(d - 1, d - 1, figsize=(2.6 * (d - 1) + 1, 2.4 * (d - 1)))
+    scatter = None
+    for row in range(d - 1):
+        for col in range(d - 1):
+            panel = axes[row, col]
+            i, j = col, row + 1  # x: descriptor i, y: descriptor j
+            if i >= j:
+                panel.axis("off")
+                continue
+            scatter = panel.scatter(points[:, i], points[:, j], c=colours, s=4, cmap=cmap,
+                                    vmin=vmin, vmax=vmax)  # fmt: skip
+            panel.set_xlim(lo[i], hi[i])
+            panel.set_ylim(lo[j], hi[j])
+            if row == d - 2:
+                panel.set_xlabel(names[i])
+            if col == 0:
+                panel.set_ylabel(names[j])
+    if scatter is not None:
+        fig.colorbar(scatter, ax=axes, label=label)
+    fig.suptitle(title)
     return fig
 
 

@@ -139,15 +139,15 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
     assert "rounds to 0 agents" in capsys.readouterr().err
 
 
-def test_run_folders_skip_the_repertoire_plot_beyond_two_descriptors(tmp_path):
+def test_run_folders_plot_repertoires_of_any_dimension(tmp_path):
     from eqx_qd.jobs._common import write_qd_outputs
 
     flat = q.MapElitesRepertoire.empty(q.GridTessellation((3, 3)), jnp.zeros(2))
     cube = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2, 2)), jnp.zeros(3))
     progress = {"evaluations": np.arange(2.0), **{k: np.zeros(2) for k in q.METRIC_NAMES}}
-    # ant_uni has 4 descriptors: nothing to draw, but the rest is written.
+    # ant_uni has 4 descriptors: one panel per pair of descriptors.
     write_qd_outputs(jobs.RunFolder(tmp_path / "cube"), cube, progress, plots=True)
-    assert not (tmp_path / "cube" / "repertoire.png").exists()
+    assert (tmp_path / "cube" / "repertoire.png").exists()
     assert (tmp_path / "cube" / "progress.png").exists()
     write_qd_outputs(jobs.RunFolder(tmp_path / "flat"), flat, progress, plots=True)
     assert (tmp_path / "flat" / "repertoire.png").exists()

@@ -236,15 +236,14 @@ def write_qd_outputs(
     x_key: str = "evaluations",
 ) -> None:
     """``progress.csv``, ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``,
-    ``repertoire.png`` (1 or 2 descriptors) and ``progress.png``."""
+    ``repertoire.png`` and ``progress.png``."""
     folder.write_columns(PROGRESS_FILE, progress)
     folder.write_eqx("repertoire.eqx", repertoire)
     folder.write_npy("centroids.npy", repertoire.centroids)
     if plots:
         from ..plotting import plot_metrics, plot_repertoire
 
-        if repertoire.tessellation.num_descriptors <= 2:
-            folder.write_figure("repertoire.png", plot_repertoire(repertoire))
+        folder.write_figure("repertoire.png", plot_repertoire(repertoire))
         folder.write_figure("progress.png", plot_metrics(progress, x_key=x_key))
 
 
