@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         "repeatable. Entry points of the group eqx_qd.plugins are loaded too",
     )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands.add_parser(
+        "list",
+        help="print the jobs, tasks, environments, agents and emitters (plugins' too)",
+        description="Everything a job's config can name, with each factory's options.",
+    )
     run = commands.add_parser("run", help="run a job")
     jobs = run.add_subparsers(dest="job", required=True, parser_class=_Parser)
     for job in JOBS.values():
@@ -199,9 +204,32 @@ def _describe_devices() -> str:
     return f"{len(devices)} {'/'.join(kinds)} device{'s' if len(devices) > 1 else ''}"
 
 
+def _listing() -> str:
+    """What ``eqx-qd list`` prints: every job and every registered name, with help and options."""
+    from .jobs import AGENTS, EMITTERS, ENVIRONMENTS, JOBS, TASKS
+
+    lines = ["jobs (eqx-qd run JOB --help for their options):"]
+    lines += [f"  {job.name:18s} {job.help}" for job in JOBS.values()]
+    for title, registry in (("tasks (map-elites --task)", TASKS),
+                            ("environments (--env)", ENVIRONMENTS),
+                            ("agents (pbt / me-pbt --agent)", AGENTS),
+                            ("emitters (map-elites --emitter)", EMITTERS)):  # fmt: skip
+        lines.append(f"{title}:")
+        for entry in registry:
+            tags = f" [{', '.join(sorted(entry.tags))}]" if entry.tags else ""
+            options = ", ".join(o for o in entry.options() if not o.startswith("_")) or "none"
+            about = entry.help.replace("``", "").rstrip(".")
+            lines.append(f"  {entry.name:18s} {about}{tags}; options: {options}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "list":
+        _load_plugins(parser, args.plugin)
+        print(_listing())
+        return 0
     from .jobs import default_run_folder, JOBS, run
 
     job = JOBS[args.job]

@@ -142,3 +142,14 @@ def test_cli_ippo_bad_input(tmp_path, capsys, args, message):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_list_prints_every_job_and_registered_name_with_its_options(capsys):
+    assert main(["--plugin", "user_plugin", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in [*jobs.JOBS, *jobs.TASKS.names(), *jobs.ENVIRONMENTS.names(),
+                 *jobs.AGENTS.names(), *jobs.EMITTERS.names()]:  # fmt: skip
+        assert f"  {name} " in out, name
+    assert "ddpg" in out  # the plugin's agent
+    assert "walker2d_uni       brax walker2d, feet contacts descriptor [qd]; options: " in out
+    assert "_cls" not in out  # private factory arguments are not options
