@@ -100,6 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="import MODULE first (it registers agents, environments... in eqx_qd.jobs); "
         "repeatable. Entry points of the group eqx_qd.plugins are loaded too",
     )
+    parser.add_argument(
+        "--compile-cache",
+        metavar="FOLDER",
+        default=None,
+        help="JAX's persistent compilation cache: a second run of the same programs skips their "
+        f"XLA compiles (default: ${_CACHE_ENV}, else {_default_cache()})",
+    )
+    parser.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser(
         "list",
@@ -196,6 +204,38 @@ def _load_plugins(parser: _Parser, modules: Sequence[str]) -> None:
             parser.error(f"--plugin {name}: cannot import it: {type(e).__name__}: {e}")
 
 
+_CACHE_ENV = "EQX_QD_COMPILE_CACHE"
+
+
+def _default_cache() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "eqx_qd", "xla")
+
+
+def _compile_cache(args: argparse.Namespace) -> str | None:
+    """The cache folder to use, or None: ``--no-compile-cache`` and ``$EQX_QD_COMPILE_CACHE``
+    set to ``off`` (or empty) turn it off; ``--compile-cache`` beats the variable."""
+    if args.no_compile_cache:
+        return None
+    if args.compile_cache is not None:
+        return args.compile_cache
+    env = os.environ.get(_CACHE_ENV)
+    if env is not None:
+        return None if env.strip().lower() in ("", "off", "0", "none") else env
+    return _default_cache()
+
+
+def _use_compile_cache(folder: str | None) -> None:
+    """Point JAX's persistent compilation cache at ``folder`` (before anything compiles).
+    JAX keeps programs that took at least ``jax_persistent_cache_min_compile_time_secs``
+    (1 s by default) to compile: the brax rollouts, the training steps."""
+    if folder is None:
+        return
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", folder)
+
+
 def _describe_devices() -> str:
     import jax
 
@@ -243,10 +283,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(f"cannot resume: {saved!r} does not exist")
             args.config = saved
     _use_devices(_requested_devices(args, job))
+    cache = _compile_cache(args)
+    _use_compile_cache(cache)
     _load_plugins(parser, args.plugin)
     config = _config(parser, args, job)
     out = resume or args.out or default_run_folder(job.name)
-    print(f"eqx-qd: {job.name} on {_describe_devices()}", flush=True)
+    where = f"compile cache {cache}" if cache else "no compile cache"
+    print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
     try:
         result = run(
             config, out, progress=not args.no_progress, plots=not args.no_plots,

@@ -2,6 +2,8 @@ import os
 
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# In-process CLI runs leave the user's compilation cache alone (test_cli turns it on apart).
+os.environ["EQX_QD_COMPILE_CACHE"] = "off"
 
 import equinox as eqx
 import jax

@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -153,3 +156,27 @@ def test_list_prints_every_job_and_registered_name_with_its_options(capsys):
     assert "ddpg" in out  # the plugin's agent
     assert "walker2d_uni       brax walker2d, feet contacts descriptor [qd]; options: " in out
     assert "_cls" not in out  # private factory arguments are not options
+
+
+def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
+    # Each run is a fresh process (JAX reads its cache folder once); every program is kept
+    # (min compile time 0). The second run finds them all: it stores nothing new.
+    cache = tmp_path / "cache"
+    env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    env.pop("EQX_QD_COMPILE_CACHE")
+
+    def run(*options, out):
+        cmd = [sys.executable, "-m", "eqx_qd.cli", *options, *SMALL, "--no-plots",
+               "--out", str(tmp_path / out)]  # fmt: skip
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert f"(compile cache {cache})" in run("--compile-cache", str(cache), out="first")
+    stored = sorted(p.name for p in cache.iterdir())
+    assert stored
+    run("--compile-cache", str(cache), out="second")
+    assert sorted(p.name for p in cache.iterdir()) == stored
+    env["EQX_QD_COMPILE_CACHE"] = str(tmp_path / "from_env")
+    assert "(no compile cache)" in run("--no-compile-cache", out="third")
+    assert not (tmp_path / "from_env").exists()
