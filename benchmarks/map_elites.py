@@ -34,6 +34,7 @@ def main() -> None:
     p.add_argument("--centroids", help=".npy centroids (else k-means on --cvt-samples)")
     p.add_argument("--cvt-samples", type=int, default=50_000)
     p.add_argument("--grid", action="store_true")
+    p.add_argument("--full-search", action="store_true", help="CVT without the bucket index")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json")
@@ -58,6 +59,8 @@ def main() -> None:
         jax.block_until_ready(q.cvt_centroids(a.cells, 2, num_samples=a.cvt_samples, key=cvt_key))
         centroids_warm_s = time.perf_counter() - t0
         cells = q.CVTTessellation(c)
+    if a.full_search and not a.grid:
+        cells = q.CVTTessellation(cells.centroids, index_min_cells=2**31 - 1)
 
     emitter = q.MixingEmitter(
         batch_size=a.batch,
@@ -93,6 +96,7 @@ def main() -> None:
         "dim": a.dim,
         "cells": cells.num_cells,
         "tessellation": "grid" if a.grid else "cvt",
+        "bucket_index": not a.grid and cells.bucket_index is not None,
         "batch": a.batch,
         "iters": a.iters,
         "seed": a.seed,

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from . import _validate as check
 from ._custom_types import Centroids, Descriptors, PRNGKey
@@ -98,6 +98,13 @@ def _argmin_rows(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
     return jnp.min(jnp.where(scores == best, idx, scores.shape[-1] - 1), axis=-1)
 
 
+def _check_points(points: Any, dim: int) -> None:
+    if jnp.ndim(points) != 2 or jnp.shape(points)[1] != dim:
+        raise ValueError(
+            f"nearest_centroid: points must have shape (batch, {dim}), got {jnp.shape(points)}"
+        )
+
+
 def nearest_centroid(
     points: Float[Array, "batch dim"], centroids: Float[Array, "num_cells dim"]
 ) -> Int[Array, " batch"]:
@@ -115,20 +122,184 @@ def nearest_centroid(
             f"nearest_centroid: centroids must have shape (num_cells, dim), got "
             f"{jnp.shape(centroids)}"
         )
-    dim = jnp.shape(centroids)[1]
-    if jnp.ndim(points) != 2 or jnp.shape(points)[1] != dim:
-        raise ValueError(
-            f"nearest_centroid: points must have shape (batch, {dim}), got {jnp.shape(points)}"
-        )
+    _check_points(points, jnp.shape(centroids)[1])
     scores = jnp.sum(centroids**2, axis=-1)[None] - 2.0 * _exact_matmul(points, centroids.T)
     return _argmin_rows(scores)
 
 
+class _NoIndex(Exception):
+    """The centroids are too clustered for an index to pay: use the full search."""
+
+
+class _BucketIndex:
+    """Which centroids can be nearest to a point of each box of a regular grid laid over the
+    centroids: the exact nearest-centroid search then compares a point with its box's
+    candidates (tens) instead of every centroid (thousands).
+
+    Built once, on the host, from concrete centroids. A box's candidates are the centroids
+    within ``R`` of the box, ``R`` being the largest distance from the box's corners to the
+    centroid nearest its centre: for any point ``p`` of the box, ``|p - nn(p)| <= |p - c*| <=
+    R``, so ``nn(p)`` lies within ``R`` of the box. Lists are sorted by index (ties go to the
+    lowest index, as in `nearest_centroid`) and padded with ``num_cells``.
+
+    Held as a static field of `CVTTessellation` (hashed by content), so it is a constant of
+    the compiled program and not a leaf: saved repertoires keep their format.
+    """
+
+    def __init__(self, centroids: np.ndarray, boxes_per_axis: int):
+        c = np.asarray(centroids, np.float64)
+        n, d = c.shape
+        lo, hi = c.min(axis=0), c.max(axis=0)
+        width = np.where(hi > lo, (hi - lo) / boxes_per_axis, 1.0)
+        # One more box on every side: descriptors usually reach past the outermost centroids
+        # (to the bounds the centroids were fitted in), and a batch with a point outside the
+        # grid takes the full search.
+        g, lo = boxes_per_axis + 2, lo - width
+        self.lo, self.width, self.boxes = lo.astype(np.float32), width.astype(np.float32), g
+        grid = np.stack(np.meshgrid(*[np.arange(g)] * d, indexing="ij"), -1).reshape(-1, d)
+        strides = g ** np.arange(d - 1, -1, -1)
+        box_lo = lo + grid * width
+        corners = np.stack(np.meshgrid(*[[0.0, 1.0]] * d, indexing="ij"), -1).reshape(-1, d)
+        # Each box's own centroids, padded with -1: neighbourhoods are gathered from these.
+        home = (np.clip(np.floor((c - lo) / width), 0, g - 1).astype(np.int64) * strides).sum(-1)
+        order = np.argsort(home, kind="stable")
+        counts = np.bincount(home, minlength=g**d)
+        if counts.max() > _INDEX_MAX_CANDIDATES:  # a box's own centroids are all candidates
+            raise _NoIndex
+        members = np.full((g**d, max(1, counts.max())), -1, np.int64)
+        rank = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+        members[home[order], rank] = order
+
+        def around(r: int, boxes: np.ndarray) -> np.ndarray:
+            """Centroid ids of the boxes within ``r`` boxes of each of ``boxes``, padded with
+            -1 (each centroid is in one box, so no id repeats)."""
+            offsets = np.stack(np.meshgrid(*[np.arange(-r, r + 1)] * d, indexing="ij"), -1)
+            parts = []
+            for o in offsets.reshape(-1, d):
+                other = grid[boxes] + o
+                valid = np.all((other >= 0) & (other < g), axis=-1)
+                flat = (np.clip(other, 0, g - 1) * strides).sum(-1)
+                parts.append(np.where(valid[:, None], members[flat], -1))
+            return np.concatenate(parts, axis=1)
+
+        def within(ids: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+            """``ids`` within each box's reach, sorted, padded with ``n``."""
+            pts = c[np.maximum(ids, 0)]  # (boxes, m, d): float64, so the reach test is exact
+            lows = box_lo[boxes][:, None]
+            gap = np.maximum(np.maximum(lows - pts, pts - (lows + width)), 0)
+            near = (ids >= 0) & ((gap**2).sum(-1) <= slack[boxes, None])
+            return np.sort(np.where(near, ids, n), axis=1)
+
+        # The reach of each box, from a centroid near its centre (any centroid would be safe).
+        everywhere = np.arange(len(grid))
+        near = around(1, everywhere)
+        centre = box_lo + width / 2
+        d_centre = np.where(near >= 0, ((c[np.maximum(near, 0)] - centre[:, None]) ** 2).sum(-1),
+                            np.inf)  # fmt: skip
+        best = near[everywhere, np.argmin(d_centre, axis=1)]
+        empty = best < 0
+        if np.any(empty):  # no centroid in the 3^d boxes around: search them all
+            sq = (c**2).sum(-1)
+            best[empty] = np.argmin(sq[None] - 2.0 * centre[empty] @ c.T, axis=1)
+        pts = box_lo[:, None] + corners[None] * width
+        reach2 = ((pts - c[best][:, None]) ** 2).sum(-1).max(axis=1)
+        slack = reach2 * (1 + 2e-5) + (1e-6 * width.max()) ** 2
+        # Every centroid within a box's reach lies within this many boxes of it: search each
+        # group of boxes over its own neighbourhood (boxes past the centroids reach further).
+        rings = np.ceil(np.sqrt(slack) / width.min()).astype(np.int64) + 1
+        rows: list[np.ndarray | None] = [None] * len(grid)
+        for r in np.unique(rings):
+            boxes = np.flatnonzero(rings == r)
+            size = (2 * r + 1) ** d * members.shape[1]
+            if size * len(boxes) > 5e7:
+                raise _NoIndex  # too far to look: the centroids are too uneven
+            step = max(1, int(2e6 // size))  # blocks of boxes: a few MB at a time
+            for start in range(0, len(boxes), step):
+                block = boxes[start : start + step]
+                for b, row in zip(block, within(around(int(r), block), block)):
+                    rows[b] = row[row < n]
+        k = max(len(row) for row in rows)  # type: ignore[arg-type]
+        if k > _INDEX_MAX_CANDIDATES:
+            raise _NoIndex
+        table = np.full((len(rows), k), n, np.int32)
+        for i, row in enumerate(rows):
+            table[i, : len(row)] = row  # type: ignore[arg-type]
+        self.table = table
+        padded = np.concatenate([c, np.full((1, d), 1e30)], 0)  # the padding never wins
+        self.padded = padded.astype(np.float32)
+        self._key = (table.shape, self.lo.tobytes(), self.width.tobytes(), table.tobytes(),
+                     self.padded.tobytes())  # fmt: skip
+        self._hash = hash(self._key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _BucketIndex) and self._key == other._key
+
+    def lookup(self, points: Float[Array, "batch dim"]) -> Int[Array, " batch"]:
+        """Nearest centroid of each point, for points inside the grid's box."""
+        g = self.boxes
+        coords = jnp.floor((points - self.lo[None]) / self.width[None]).astype(jnp.int32)
+        coords = jnp.clip(coords, 0, g - 1)
+        strides = np.asarray([g ** (points.shape[1] - 1 - i) for i in range(points.shape[1])])
+        box = jnp.sum(coords * jnp.asarray(strides, jnp.int32)[None], axis=-1)
+        candidates = jnp.asarray(self.table)[box]  # (batch, k)
+        cand = jnp.asarray(self.padded)[candidates]  # (batch, k, dim)
+        # Squared distances by differences: no cancellation, so nearer to exact than the
+        # matmul form of the full search (the two can differ only where distances tie to ~1e-7).
+        scores = jnp.sum((points[:, None, :] - cand) ** 2, -1)
+        return jnp.take_along_axis(candidates, _argmin_rows(scores)[:, None], axis=1)[:, 0]
+
+    def inside(self, points: Float[Array, "batch dim"]) -> Bool[Array, ""]:
+        top = self.lo + self.width * self.boxes
+        return jnp.all((points >= self.lo[None]) & (points <= top[None]))
+
+
+# An index pays from about this many cells (measured on CPU at 2-D); it is built for up to 3
+# descriptors, and dropped when a box would need more candidates than this (clustered
+# centroids), where the full search is as fast.
+_INDEX_MIN_CELLS = 512
+_INDEX_MAX_DIM = 3
+_INDEX_MAX_CANDIDATES = 256
+
+
+def _bucket_index(centroids: Any, min_cells: int = _INDEX_MIN_CELLS) -> _BucketIndex | None:
+    if isinstance(centroids, jax.core.Tracer):
+        return None  # built inside a trace: no host values, use the full search
+    c = np.asarray(centroids, np.float32)
+    if c.ndim != 2 or c.shape[0] < min_cells or not 1 <= c.shape[1] <= _INDEX_MAX_DIM:
+        return None
+    if not np.all(np.isfinite(c)):
+        return None  # the finiteness check reports it
+    boxes = max(1, round((c.shape[0] / 4) ** (1 / c.shape[1])))  # about 4 centroids a box
+    try:
+        return _BucketIndex(c, boxes)
+    except _NoIndex:
+        return None
+
+
 @typing.final
 class CVTTessellation(AbstractTessellation):
-    """A centroidal Voronoi tessellation: a descriptor belongs to its nearest centroid."""
+    """A centroidal Voronoi tessellation: a descriptor belongs to its nearest centroid.
+
+    With 512 cells or more and at most 3 descriptors, construction builds an index of which
+    centroids can be nearest in each box of a grid laid over them (`_BucketIndex`), and
+    `index` compares a descriptor with its box's candidates only; descriptors outside the
+    centroids' box, and every case without an index, use the full search. Both are exact.
+    Build a new tessellation to change the centroids (`eqx.tree_at` would keep the old index).
+
+    **Arguments:** `centroids` ``(num_cells, num_descriptors)``; `index_min_cells`, the fewest
+    cells that get an index (pass a huge number for the full search always).
+    """
 
     centroids: Centroids = eqx.field(converter=f32)
+    bucket_index: _BucketIndex | None = eqx.field(static=True)
+
+    def __init__(self, centroids: Any, *, index_min_cells: int = _INDEX_MIN_CELLS):
+        check.positive_int("index_min_cells", index_min_cells)
+        self.centroids = centroids
+        self.bucket_index = _bucket_index(centroids, index_min_cells)
 
     def __check_init__(self):
         if self.centroids.ndim != 2 or 0 in self.centroids.shape:
@@ -140,7 +311,16 @@ class CVTTessellation(AbstractTessellation):
         check.finite("CVTTessellation.centroids", self.centroids)
 
     def index(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
-        return nearest_centroid(descriptors, self.centroids)
+        if self.bucket_index is None:
+            return nearest_centroid(descriptors, self.centroids)
+        _check_points(descriptors, self.num_descriptors)
+        points = descriptors.astype(jnp.float32)
+        return jax.lax.cond(
+            self.bucket_index.inside(points),
+            self.bucket_index.lookup,
+            lambda p: nearest_centroid(p, self.centroids),
+            points,
+        )
 
     @classmethod
     def from_kmeans(

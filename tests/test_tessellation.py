@@ -1,8 +1,10 @@
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import eqx_qd as q
 
@@ -115,3 +117,70 @@ def test_bad_tessellations_raise():
         q.cvt_centroids(100, 2, num_samples=10, key=jr.key(0))
     with pytest.raises(ValueError, match=r"num_samples must be at most 8388608, got 8388609"):
         q.cvt_centroids(100, 2, num_samples=2**23 + 1, key=jr.key(0))
+
+
+# ----------------------------------------------------------------------------- the bucket index
+def _nearest64(points, centroids):
+    p, c = np.asarray(points, np.float64), np.asarray(centroids, np.float32).astype(np.float64)
+    dist = ((p[:, None] - c[None]) ** 2).sum(-1)
+    return dist, dist.argmin(axis=1)
+
+
+@settings(max_examples=30)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    num_cells=st.integers(2, 120),
+    dim=st.integers(1, 3),
+    spread=st.sampled_from([1.0, 1e-3, 100.0]),
+)
+def test_the_bucket_index_finds_the_nearest_centroid(seed, num_cells, dim, spread):
+    # Forced on small tessellations; points inside the centroids' box, at its border, on
+    # centroids, and far outside (the full search), in one batch and apart.
+    rng = np.random.default_rng(seed)
+    centroids = (rng.uniform(size=(num_cells, dim)) * spread).astype(np.float32)
+    tess = q.CVTTessellation(centroids, index_min_cells=1)
+    assert tess.bucket_index is not None
+    inside = rng.uniform(-0.05, 1.05, size=(64, dim)) * spread
+    points = np.concatenate([inside, centroids[:5], np.clip(inside, 0, spread)]).astype(np.float32)
+    # Far along each axis from the middle: the nearest centroid is the outermost one that way,
+    # which need not be a candidate of the border box the point would be clipped into.
+    away = 0.5 * spread + 1e3 * spread * np.concatenate([np.eye(dim), -np.eye(dim)])
+    far = np.concatenate([points[:8], away]).astype(np.float32)
+    for batch in (points, far):
+        got = np.asarray(tess.index(jnp.asarray(batch)))
+        dist, truth = _nearest64(batch, centroids)
+        rows = np.arange(len(batch))
+        # Exact, but for ties within float32 rounding of the distance.
+        excess = dist[rows, got] - dist[rows, truth]
+        assert np.all(excess <= 1e-6 * np.maximum(dist[rows, truth], spread**2 * 1e-6)), excess
+
+
+def test_the_bucket_index_breaks_ties_towards_the_lowest_index_and_matches_the_full_search():
+    rng = np.random.default_rng(0)
+    centroids = rng.uniform(size=(600, 2)).astype(np.float32)
+    centroids[400] = centroids[37]  # a duplicate: every point nearest to it must get 37
+    indexed, full = (
+        q.CVTTessellation(centroids),
+        q.CVTTessellation(centroids, index_min_cells=10**6),
+    )
+    assert indexed.bucket_index is not None and full.bucket_index is None
+    points = jnp.asarray(np.concatenate([rng.uniform(size=(2000, 2)), centroids[[37, 400]]]))
+    got = np.asarray(jax.jit(lambda t, p: t.index(p))(indexed, points))
+    np.testing.assert_array_equal(got, np.asarray(full.index(points)))
+    assert 400 not in got and np.sum(got == 37) >= 2
+    # Built by content: an equal tessellation is equal (one compiled program serves both).
+    again = q.CVTTessellation(centroids.copy())
+    assert again.bucket_index == indexed.bucket_index and eqx.tree_equal(again, indexed)
+    assert hash(again.bucket_index) == hash(indexed.bucket_index)
+
+
+def test_no_bucket_index_inside_a_trace_for_clustered_centroids_or_many_descriptors():
+    rng = np.random.default_rng(1)
+    traced = jax.jit(lambda c: q.CVTTessellation(c).index(c[:4]))
+    np.testing.assert_array_equal(traced(jnp.asarray(rng.uniform(size=(600, 2)))), np.arange(4))
+    clustered = np.concatenate([rng.normal(size=(995, 2)) * 1e-3, rng.uniform(size=(5, 2))])
+    assert q.CVTTessellation(clustered).bucket_index is None  # boxes would hold too many
+    assert q.CVTTessellation(rng.uniform(size=(600, 4))).bucket_index is None
+    assert q.CVTTessellation(rng.uniform(size=(100, 2))).bucket_index is None  # too few cells
+    with pytest.raises(ValueError, match="index_min_cells must be a positive integer"):
+        q.CVTTessellation(rng.uniform(size=(10, 2)), index_min_cells=0)
