@@ -106,6 +106,11 @@ def test_bad_tessellations_raise():
         q.GridTessellation((4,), 1.0, 0.0)
     with pytest.raises(ValueError, match="minval must be finite"):
         q.GridTessellation((4,), jnp.nan, 1.0)
+    with pytest.raises(ValueError, match="maxval must be finite"):
+        q.GridTessellation((4,), 0.0, jnp.inf)
+    for bad in (np.zeros(3), np.zeros((0, 2)), np.zeros((3, 0))):  # a vector, no cells, no axes
+        with pytest.raises(ValueError, match=r"centroids must have shape \(num_cells"):
+            q.CVTTessellation(bad)
     # One bin on an axis is allowed: that axis does not split the cells.
     flat = q.GridTessellation((1, 3))
     assert flat.num_cells == 3
@@ -184,3 +189,43 @@ def test_no_bucket_index_inside_a_trace_for_clustered_centroids_or_many_descript
     assert q.CVTTessellation(rng.uniform(size=(100, 2))).bucket_index is None  # too few cells
     with pytest.raises(ValueError, match="index_min_cells must be a positive integer"):
         q.CVTTessellation(rng.uniform(size=(10, 2)), index_min_cells=0)
+
+
+def test_kmeans_seeds_are_distinct_samples_and_singleton_clusters_sit_on_them():
+    # As many samples as cells: k-means++ must pick every sample once (a picked sample has
+    # weight 0), and each cluster then holds one sample, its centroid.
+    seeds = q.cvt_centroids(40, 2, num_samples=40, num_iters=0, key=jr.key(7))
+    final = q.cvt_centroids(40, 2, num_samples=40, num_iters=20, key=jr.key(7))
+    as_set = lambda c: sorted(map(tuple, np.asarray(c).tolist()))
+    assert len(set(as_set(seeds))) == 40
+    assert as_set(seeds) == as_set(final)
+
+
+def test_an_empty_cluster_keeps_its_centroid():
+    # Samples A, A, B and 3 cells: the third seed repeats a sample, the tie goes to the lower
+    # index, and the other copy's cluster is empty: it stays where it is (not at the box's corner).
+    from eqx_qd._tessellation import _kmeans
+
+    a, b = 2**21, 3 * 2**21  # codes: 0.25 and 0.75
+    codes = jnp.asarray([[a, a], [a, a], [b, b]], jnp.int32)
+    lo, hi = jnp.zeros(2), jnp.ones(2)
+    for seed in range(4):
+        c = np.asarray(_kmeans(codes, lo, hi, 3, 5, 3, jr.key(seed)))
+        assert {tuple(row) for row in c.tolist()} <= {(0.25, 0.25), (0.75, 0.75)}, c
+
+
+def test_the_largest_sample_count_is_accepted():
+    shape = jax.eval_shape(lambda k: q.cvt_centroids(4, 1, num_samples=2**23, key=k), jr.key(0))
+    assert shape.shape == (4, 1)
+
+
+def test_kmeans_plus_plus_seeds_spread_like_kmeans_plus_plus():
+    # D^2 sampling: seeds 1.49-1.61x the hexagonal optimum on keys 0-2; 64 uniform random
+    # points 2.1-2.4x. A seeding that ignores the D^2 weights lands near the latter.
+    points = jr.uniform(jr.key(9), (20000, 2))
+
+    def distortion(c):
+        return float(jnp.mean(jnp.sum((points - c[q.nearest_centroid(points, c)]) ** 2, -1)))
+
+    seeds = [q.cvt_centroids(64, 2, num_samples=4000, num_iters=0, key=jr.key(s)) for s in range(3)]
+    assert np.mean([distortion(c) for c in seeds]) < 1.85 * 2 * 0.0802 / 64
