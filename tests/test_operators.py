@@ -181,7 +181,7 @@ def test_sbx_spread_factor_follows_deb_s_distribution():
     assert _max_cdf_gap(beta, cdf, np.linspace(0.05, 3.0, 60)) < 0.01
 
 
-@pytest.mark.parametrize("x, eta", [(0.3, 3.0), (0.8, 10.0)])
+@pytest.mark.parametrize("x, eta", [(0.3, 3.0), (0.8, 10.0), (0.95, 3.0)])
 def test_polynomial_mutation_follows_deb_s_distribution(x, eta):
     # Bounds [0, 1], gene x: dq = child - x. From the two branches of the formula (r < 1/2
     # below x, r >= 1/2 above), P(dq <= q) = r(q):
