@@ -234,6 +234,10 @@ class _BucketIndex:
     def __hash__(self) -> int:
         return self._hash
 
+    def __repr__(self) -> str:
+        boxes = "x".join([str(self.boxes)] * len(self.lo))
+        return f"_BucketIndex(boxes={boxes}, candidates={self.table.shape[1]})"
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _BucketIndex) and self._key == other._key
 

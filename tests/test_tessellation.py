@@ -177,6 +177,7 @@ def test_the_bucket_index_breaks_ties_towards_the_lowest_index_and_matches_the_f
     again = q.CVTTessellation(centroids.copy())
     assert again.bucket_index == indexed.bucket_index and eqx.tree_equal(again, indexed)
     assert hash(again.bucket_index) == hash(indexed.bucket_index)
+    assert repr(indexed.bucket_index).startswith("_BucketIndex(boxes=14x14, candidates=")
 
 
 def test_no_bucket_index_inside_a_trace_for_clustered_centroids_or_many_descriptors():
