@@ -80,10 +80,17 @@ class GridTessellation(AbstractTessellation):
     def index(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
         bins = jnp.asarray(self.bins, jnp.float32)[None]
         scaled = (descriptors - self.minval[None]) / (self.maxval - self.minval)[None] * bins
-        coords = jnp.clip(jnp.floor(scaled), 0.0, bins - 1.0).astype(jnp.int32)
         # NaN descriptors floor to an arbitrary cell; callers mask them (they are never inserted).
-        strides = np.cumprod((1,) + self.bins[::-1])[:-1][::-1].astype(np.int32)
-        return jnp.sum(coords * jnp.asarray(strides)[None], axis=-1)
+        return _flat_cell(scaled, self.bins)
+
+
+def _flat_cell(scaled: Float[Array, "batch d"], bins: Sequence[int]) -> Int[Array, " batch"]:
+    """Row-major index of the grid cell of each point, given in bin units (``scaled[:, i]`` in
+    ``[0, bins[i])`` inside the grid; points outside go to the nearest border cell)."""
+    top = jnp.asarray(bins, jnp.float32)[None] - 1.0
+    coords = jnp.clip(jnp.floor(scaled), 0.0, top).astype(jnp.int32)
+    strides = np.cumprod((1, *bins[::-1]))[:-1][::-1].astype(np.int32)
+    return jnp.sum(coords * jnp.asarray(strides)[None], axis=-1)
 
 
 def _exact_matmul(a: Float[Array, "n d"], b: Float[Array, "d k"]) -> Float[Array, "n k"]:
@@ -243,11 +250,7 @@ class _BucketIndex:
 
     def lookup(self, points: Float[Array, "batch dim"]) -> Int[Array, " batch"]:
         """Nearest centroid of each point, for points inside the grid's box."""
-        g = self.boxes
-        coords = jnp.floor((points - self.lo[None]) / self.width[None]).astype(jnp.int32)
-        coords = jnp.clip(coords, 0, g - 1)
-        strides = np.asarray([g ** (points.shape[1] - 1 - i) for i in range(points.shape[1])])
-        box = jnp.sum(coords * jnp.asarray(strides, jnp.int32)[None], axis=-1)
+        box = _flat_cell((points - self.lo[None]) / self.width[None], (self.boxes,) * len(self.lo))
         candidates = jnp.asarray(self.table)[box]  # (batch, k)
         cand = jnp.asarray(self.padded)[candidates]  # (batch, k, dim)
         # Squared distances by differences: no cancellation, so nearer to exact than the
@@ -469,9 +472,7 @@ def cvt_centroids(
     """
     check.positive_int("num_cells", num_cells)
     check.positive_int("num_descriptors", num_descriptors)
-    check.integer("num_samples", num_samples, minimum=num_cells)
-    if num_samples > _MAX_SAMPLES:
-        raise ValueError(f"num_samples must be at most {_MAX_SAMPLES}, got {num_samples}")
+    check.integer("num_samples", num_samples, minimum=num_cells, maximum=_MAX_SAMPLES)
     check.non_negative_int("num_iters", num_iters)
     lo = _bounds(minval, num_descriptors, "minval")
     hi = _bounds(maxval, num_descriptors, "maxval")

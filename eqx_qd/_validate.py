@@ -87,8 +87,11 @@ def fraction(name: str, value: Any) -> None:
     in_range(name, value, 0.0, 1.0)
 
 
-def integer(name: str, value: Any, *, minimum: int | None = None) -> None:
-    """``value`` is a Python (or NumPy) integer, not a bool, and at least ``minimum``."""
+def integer(
+    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+) -> None:
+    """``value`` is a Python (or NumPy) integer, not a bool, at least ``minimum`` and at most
+    ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an integer, got {value!r}")
     if minimum is not None and value < minimum:
@@ -97,6 +100,8 @@ def integer(name: str, value: Any, *, minimum: int | None = None) -> None:
         if minimum == 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value}")
 
 
 def positive_int(name: str, value: Any) -> None:

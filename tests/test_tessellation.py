@@ -22,18 +22,18 @@ def test_cvt_is_deterministic_and_in_bounds(small_cvt):
     assert len(np.unique(np.asarray(small_cvt), axis=0)) == 64
 
 
-def test_cvt_beats_random_centroids(small_cvt):
+def _distortion(c):
+    """Mean squared distance of 20,000 fixed uniform points of the unit square to ``c``."""
     points = jr.uniform(jr.key(9), (20000, 2))
+    return float(jnp.mean(jnp.sum((points - c[q.nearest_centroid(points, c)]) ** 2, -1)))
 
-    def distortion(c):
-        i = q.nearest_centroid(points, c)
-        return float(jnp.mean(jnp.sum((points - c[i]) ** 2, -1)))
 
+def test_cvt_beats_random_centroids(small_cvt):
     random_c = jr.uniform(jr.key(3), (64, 2))
-    assert distortion(small_cvt) < 0.75 * distortion(random_c)
+    assert _distortion(small_cvt) < 0.75 * _distortion(random_c)
     # Near the hexagonal optimum: 2 * G * area per cell, G = 0.0802 (plus border effects). The
     # 20 Lloyd steps give 1.12x it; the k-means++ seeds alone 1.50x, 5 steps 1.16x.
-    assert distortion(small_cvt) < 1.14 * 2 * 0.0802 / 64
+    assert _distortion(small_cvt) < 1.14 * 2 * 0.0802 / 64
 
 
 def test_cvt_respects_per_dimension_bounds():
@@ -223,10 +223,5 @@ def test_the_largest_sample_count_is_accepted():
 def test_kmeans_plus_plus_seeds_spread_like_kmeans_plus_plus():
     # D^2 sampling: seeds 1.49-1.61x the hexagonal optimum on keys 0-2; 64 uniform random
     # points 2.1-2.4x. A seeding that ignores the D^2 weights lands near the latter.
-    points = jr.uniform(jr.key(9), (20000, 2))
-
-    def distortion(c):
-        return float(jnp.mean(jnp.sum((points - c[q.nearest_centroid(points, c)]) ** 2, -1)))
-
     seeds = [q.cvt_centroids(64, 2, num_samples=4000, num_iters=0, key=jr.key(s)) for s in range(3)]
-    assert np.mean([distortion(c) for c in seeds]) < 1.85 * 2 * 0.0802 / 64
+    assert np.mean([_distortion(c) for c in seeds]) < 1.85 * 2 * 0.0802 / 64
