@@ -46,7 +46,9 @@ MODULES = {
     "ppo": ("eqx_qd/_rl/ppo.py", ["tests/test_losses.py", "tests/test_ppo.py"]),
     "pbt": ("eqx_qd/_rl/pbt.py", ["tests/test_pbt.py"]),
     "pbt_emitter": ("eqx_qd/_emitters/pbt.py", ["tests/test_me_pbt.py"]),
-    "quality_pg": ("eqx_qd/_emitters/quality_pg.py", ["tests/test_pga_me.py"]),
+    "quality_pg": ("eqx_qd/_emitters/quality_pg.py", ["tests/test_quality_pg.py"]),
+    "mixing": ("eqx_qd/_emitters/mixing.py", ["tests/test_map_elites.py"]),
+    "composed": ("eqx_qd/_emitters/composed.py", ["tests/test_map_elites.py"]),
 }
 PRAGMA = "# pragma: no mutate"
 

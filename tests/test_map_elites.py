@@ -172,3 +172,65 @@ def test_arm_and_sphere_tasks(getkey):
     assert float(f[0]) == 0.0  # straight arm: all angles equal
     with pytest.raises(ValueError, match="unknown task"):
         jobs.make_task("nope")
+
+
+def test_mixing_emitter_splits_parents_and_lineage(getkey):
+    """Noise-free operators return their first parent, so each child shows which selected
+    parent it came from: variation children take parents [0, n_var) (second parents
+    [n_var, 2 n_var)), mutation children the rest, and the lineage names them."""
+    genotypes = TASK.init_genotypes(32, key=getkey())
+    fitnesses, descriptors, _ = TASK(genotypes, key=getkey())
+    ids = jnp.arange(100, 132, dtype=jnp.int32)
+    rep, _ = q.init_repertoire(TESS, genotypes, descriptors, fitnesses, ids)
+    exact = dict(variation=q.IsoLineVariation(0.0, 0.0), mutation=q.GaussianMutation(0.0))
+    for num_var, num_mut in ((1, 2), (2, 1), (0, 3), (3, 0)):
+        emitter = q.MixingEmitter(batch_size=3, variation_percentage=num_var / 3, **exact)
+        key = getkey()
+        children, lineage = emitter.emit(rep, None, key=key)
+        parents = rep.select(2 * num_var + num_mut, key=jr.split(key, 3)[0])
+        rows = [*range(num_var), *range(2 * num_var, 2 * num_var + num_mut)]
+        np.testing.assert_array_equal(children, parents.genotypes[np.asarray(rows, int)])
+        pid = np.asarray(parents.extra)
+        np.testing.assert_array_equal(lineage.parent1, pid[rows])
+        second = [*pid[num_var : 2 * num_var], *[-1] * num_mut]
+        np.testing.assert_array_equal(lineage.parent2, second)
+        assert bool(jnp.all(lineage.kind == q.ActorType.EVO))
+
+
+def test_mixing_emitter_needs_an_operator_for_a_single_slot():
+    # One variation slot (2 * 0.5 = 1) and no variation operator, or one mutation slot.
+    with pytest.raises(ValueError, match="variation operator"):
+        q.MixingEmitter(batch_size=2, variation_percentage=0.5, mutation=q.GaussianMutation(0.1))
+    with pytest.raises(ValueError, match="mutation operator"):
+        q.MixingEmitter(
+            batch_size=2, variation_percentage=0.5, variation=q.IsoLineVariation(0.01, 0.1)
+        )
+
+
+def test_composed_emitter_gives_each_member_its_own_slice(getkey):
+    class Recording(q.AbstractEmitter):
+        """Its state is the fitness slice it was last given; its emit extra is its size."""
+
+        batch_size: int = eqx.field(static=True)
+
+        def init(self, repertoire, genotypes, descriptors, fitnesses, extra, *, key):
+            return jnp.zeros((self.batch_size,))
+
+        def emit(self, repertoire, state, *, key):
+            return repertoire.select(self.batch_size, key=key).genotypes, self.batch_size
+
+        def state_update(self, state, repertoire, genotypes, descriptors, fitnesses, extra, *, key):
+            return fitnesses
+
+    composed = q.ComposedEmitter([Recording(2), Recording(3), Recording(4)])
+    genotypes = TASK.init_genotypes(9, key=getkey())
+    _, descriptors, _ = TASK(genotypes, key=getkey())
+    rep, _ = q.init_repertoire(TESS, genotypes, descriptors, jnp.zeros(9))
+    state = composed.init(rep, genotypes, descriptors, jnp.zeros(9), None, key=getkey())
+    fitnesses = jnp.arange(9.0)
+    state = composed.state_update(state, rep, genotypes, descriptors, fitnesses, None, key=getkey())
+    for got, want in zip(state, ([0, 1], [2, 3, 4], [5, 6, 7, 8])):
+        np.testing.assert_array_equal(got, want)
+    # Extras other than lineages are kept per member, in order.
+    children, extra = composed.emit(rep, state, key=getkey())
+    assert extra == (2, 3, 4) and children.shape == (9, 6)
