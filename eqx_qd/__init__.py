@@ -34,6 +34,7 @@ from ._emitters.pbt import (
 from ._emitters.quality_pg import (
     episode_transitions as episode_transitions,
     pgame_emitter as pgame_emitter,
+    pgame_split as pgame_split,
     QualityPGEmitter as QualityPGEmitter,
     QualityPGState as QualityPGState,
 )
@@ -210,10 +211,13 @@ from ._variation import (
     GaussianMutation as GaussianMutation,
     isoline_variation as isoline_variation,
     IsoLineVariation as IsoLineVariation,
+    MutatedVariation as MutatedVariation,
     polynomial_mutation as polynomial_mutation,
     PolynomialMutation as PolynomialMutation,
     sbx_crossover as sbx_crossover,
     SBXCrossover as SBXCrossover,
+    uniform_mutation as uniform_mutation,
+    UniformMutation as UniformMutation,
 )
 
 

@@ -350,10 +350,15 @@ class CVTTessellation(AbstractTessellation):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CVTTessellation":
-        """Centroids from a ``.npy`` file of shape ``(num_cells, num_descriptors)``."""
+        """Centroids from a ``.npy`` file of shape ``(num_cells, num_descriptors)``, or from a
+        text file with one centroid per line (the PGA-MAP-Elites repository's
+        ``CVT/centroids_K_D.dat``; any name not ending in ``.npy``)."""
         path = os.fspath(path)
         try:
-            centroids = np.load(path)
+            if path.endswith(".npy"):
+                centroids = np.load(path)
+            else:
+                centroids = np.loadtxt(path, ndmin=2)
         except (OSError, ValueError) as e:
             raise ValueError(f"cannot read centroids from {path!r}: {e}") from e
         return cls(centroids)

@@ -133,6 +133,31 @@ def gaussian_mutation(
     return _leafwise(mutate, key, x)
 
 
+def uniform_mutation(
+    x: Genotypes,
+    *,
+    max_uniform: Any,
+    mutation_rate: Any = 1.0,
+    min_genotype: Any = None,
+    max_genotype: Any = None,
+    key: PRNGKey,
+) -> Genotypes:
+    """Add ``U(-max_uniform, max_uniform)`` to each gene of ``x`` with probability
+    ``mutation_rate``, then clip to ``[min_genotype, max_genotype]`` when bounds are given (the
+    PGA-MAP-Elites repository's ``uniform_mutation``)."""
+    check.non_negative("uniform_mutation: max_uniform", max_uniform)
+    check.fraction("uniform_mutation: mutation_rate", mutation_rate)
+    _check_bounds("uniform_mutation: ", min_genotype, max_genotype)
+
+    def mutate(k, a):
+        noise_key, mask_key = jr.split(k)
+        noise = jr.uniform(noise_key, a.shape, a.dtype, -1.0, 1.0) * max_uniform
+        mask = jr.uniform(mask_key, a.shape) < mutation_rate
+        return _clip(jnp.where(mask, a + noise, a), _bound(min_genotype), _bound(max_genotype))
+
+    return _leafwise(mutate, key, x)
+
+
 def polynomial_mutation(
     x: Genotypes,
     *,
@@ -339,3 +364,58 @@ class GaussianMutation(AbstractMutation):
             min_genotype=self.min_genotype,
             max_genotype=self.max_genotype,
         )
+
+
+@typing.final
+class UniformMutation(AbstractMutation):
+    """Uniform mutation (`uniform_mutation`) as a module.
+
+    **Fields:** `max_uniform`, `mutation_rate`, and optional bounds `min_genotype`,
+    `max_genotype`.
+    """
+
+    max_uniform: Float[Array, ""] = eqx.field(converter=f32)
+    mutation_rate: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
+    min_genotype: Bound = eqx.field(default=None, converter=_bound)
+    max_genotype: Bound = eqx.field(default=None, converter=_bound)
+
+    def __check_init__(self):
+        check.non_negative("UniformMutation.max_uniform", self.max_uniform)
+        check.fraction("UniformMutation.mutation_rate", self.mutation_rate)
+        _check_bounds("UniformMutation.", self.min_genotype, self.max_genotype)
+
+    def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
+        return uniform_mutation(
+            x,
+            key=key,
+            max_uniform=self.max_uniform,
+            mutation_rate=self.mutation_rate,
+            min_genotype=self.min_genotype,
+            max_genotype=self.max_genotype,
+        )
+
+
+@typing.final
+class MutatedVariation(AbstractVariation):
+    """A two-parent variation whose children are then mutated: the PGA-MAP-Elites
+    repository's GA when both a ``crossover_op`` and a ``mutation_op`` are set.
+
+    **Fields:** `variation`, `mutation`.
+    """
+
+    variation: AbstractVariation
+    mutation: AbstractMutation
+
+    def __check_init__(self):
+        if not isinstance(self.variation, AbstractVariation):
+            raise TypeError(
+                f"MutatedVariation.variation must be an AbstractVariation, got {self.variation!r}"
+            )
+        if not isinstance(self.mutation, AbstractMutation):
+            raise TypeError(
+                f"MutatedVariation.mutation must be an AbstractMutation, got {self.mutation!r}"
+            )
+
+    def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
+        cross_key, mutate_key = jr.split(key)
+        return self.mutation(self.variation(x1, x2, key=cross_key), key=mutate_key)

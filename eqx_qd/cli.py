@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"TOML file of {job.config_cls.__name__} keys (top level or [{job.name}]); "
             "options override it",
         )
+        if job.original_config_help:
+            sub.add_argument("--config-file", metavar="FILE", help=job.original_config_help)
         defaults = job.default_values()
         hints = typing.get_type_hints(job.config_cls)
         for f in dataclasses.fields(job.config_cls):  # type: ignore[arg-type]
@@ -148,6 +150,14 @@ def _config(parser: _Parser, args: argparse.Namespace, job: Any) -> Any:
     keys = job.config_cls.keys()
     overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     try:
+        original = getattr(args, "config_file", None)
+        if original is not None:
+            if args.config is not None:
+                parser.error("--config and --config-file both give the config: use one")
+            values, notes = job.read_original_config(original)
+            for note in notes:
+                print(f"eqx-qd: {original}: {note}", file=sys.stderr)
+            return job.config_cls.from_mapping({**values, **overrides})
         if args.config is not None:
             return job.config_cls.from_toml(args.config, **overrides)
         return job.default_config(**overrides)

@@ -167,12 +167,16 @@ def test_functional_operators_refuse_non_finite_bounds(value, which):
     _raises(
         lambda: q.polynomial_mutation(x, eta_m=1.0, mutation_rate=0.5, **bounds, key=KEY), which
     )
+    _raises(lambda: q.uniform_mutation(x, max_uniform=0.1, **bounds, key=KEY), which)
 
 
 @given(value=st.one_of(NON_FINITE, st.floats(max_value=-1e-6, min_value=-1e6)))
 def test_functional_operators_refuse_bad_parameters(value):
     x = jnp.zeros((2, 3))
     _raises(lambda: q.gaussian_mutation(x, sigma=value, key=KEY), "gaussian_mutation: sigma")
+    _raises(
+        lambda: q.uniform_mutation(x, max_uniform=value, key=KEY), "uniform_mutation: max_uniform"
+    )
     _raises(
         lambda: q.isoline_variation(x, x, iso_sigma=value, line_sigma=0.1, key=KEY), "iso_sigma"
     )
@@ -188,6 +192,10 @@ def test_functional_operators_refuse_bad_parameters(value):
     )
     rate = 1.0 - value  # above 1 (or non-finite)
     _raises(lambda: q.gaussian_mutation(x, sigma=0.1, mutation_rate=rate, key=KEY), "mutation_rate")
+    _raises(
+        lambda: q.uniform_mutation(x, max_uniform=0.1, mutation_rate=rate, key=KEY),
+        "uniform_mutation: mutation_rate",
+    )
     _raises(
         lambda: q.sbx_crossover(x, x, eta_c=1.0, crossover_rate=rate, key=KEY), "crossover_rate"
     )
@@ -369,6 +377,18 @@ def test_pgame_emitter_names_its_bad_arguments():
                   pg_lr=1e-3, buffer_size=8)  # fmt: skip
     _raises(lambda: q.pgame_emitter(batch_size=1, proportion_evo=0.5, **common), "batch_size")
     _raises(lambda: q.pgame_emitter(batch_size=4, proportion_evo=1.5, **common), "proportion_evo")
+    _raises(
+        lambda: q.pgame_emitter(batch_size=4, proportion_evo=0.5, convention="x", **common),
+        "pgame_emitter: convention",
+    )
+    _raises(lambda: q.pgame_split(1, 0.5, "original"), "pgame_split: batch_size")
+    _raises(lambda: q.pgame_split(4, math.nan, "original"), "pgame_split: proportion_evo")
+    _raises(lambda: q.pgame_split(4, 0.5, "torch"), "pgame_split: convention")
+    sbx = q.SBXCrossover(eta_c=1.0)
+    _raises(lambda: q.MutatedVariation(sbx, sbx), "mutation")
+    _raises(
+        lambda: q.MutatedVariation(q.GaussianMutation(0.1), q.GaussianMutation(0.1)), "variation"
+    )
 
 
 def test_ippo_loops_refuse_non_positive_counts():

@@ -29,6 +29,9 @@ OPERATORS = {
     "gaussian": lambda x1, x2, k: q.gaussian_mutation(
         x1, key=k, sigma=0.3, min_genotype=0.0, max_genotype=1.0
     ),
+    "uniform": lambda x1, x2, k: q.uniform_mutation(
+        x1, key=k, max_uniform=0.3, mutation_rate=0.5, min_genotype=0.0, max_genotype=1.0
+    ),
 }
 JITTED = {name: eqx.filter_jit(fn) for name, fn in OPERATORS.items()}
 
@@ -101,6 +104,9 @@ def test_sbx_children_spread_around_parents(getkey):
         (lambda: q.SBXCrossover(1.0, 1.5), "crossover_rate"),
         (lambda: q.PolynomialMutation(1.0, 0.5, 1.0, 0.0), "max_genotype"),
         (lambda: q.GaussianMutation(0.1, mutation_rate=-1.0), "mutation_rate"),
+        (lambda: q.UniformMutation(-0.1), "UniformMutation.max_uniform"),
+        (lambda: q.UniformMutation(0.1, mutation_rate=1.5), "UniformMutation.mutation_rate"),
+        (lambda: q.UniformMutation(0.1, min_genotype=1.0, max_genotype=0.0), "max_genotype"),
     ],
 )
 def test_operator_config_is_validated(make, match):
@@ -137,6 +143,9 @@ AFFINE = {
     ),
     "gaussian": lambda x1, x2, lo, hi, s, k: q.gaussian_mutation(
         x1, key=k, sigma=0.3 * s, min_genotype=lo, max_genotype=hi
+    ),
+    "uniform": lambda x1, x2, lo, hi, s, k: q.uniform_mutation(
+        x1, key=k, max_uniform=0.3 * s, mutation_rate=0.5, min_genotype=lo, max_genotype=hi
     ),
 }
 
@@ -206,3 +215,15 @@ def test_polynomial_mutation_follows_deb_s_distribution(x, eta):
     with pytest.raises(ValueError, match="min_genotype and max_genotype are required"):
         q.polynomial_mutation(jnp.zeros((2, 1)), eta_m=eta, mutation_rate=1.0,
                               min_genotype=0.0, max_genotype=None, key=jr.key(2))  # fmt: skip
+
+
+def test_uniform_mutation_draws_uniformly_at_its_rate():
+    # The repository's uniform mutation: x + U(-max_uniform, max_uniform) on a fraction
+    # ``mutation_rate`` of the genes, the others copied.
+    x = jnp.full((N_DRAWS, 1), 2.0)
+    out = np.asarray(q.UniformMutation(0.4, mutation_rate=0.25)(x, key=jr.key(0)))[:, 0]
+    moved = out[out != 2.0]
+    assert abs(moved.size / N_DRAWS - 0.25) < 0.005
+    grid = np.linspace(1.6, 2.4, 81)
+    assert _max_cdf_gap(moved, lambda g: np.clip((g - 1.6) / 0.8, 0.0, 1.0), grid) < 0.01
+    assert moved.min() >= 1.6 and moved.max() <= 2.4

@@ -17,7 +17,7 @@ TINY = dict(
     env="point_maze", max_evals=544, random_init=64, init_batch_size=32, eval_batch_size=32,
     n_niches=64, cvt_samples=5000, save_period=160, nr_of_steps_crit=20, nr_of_steps_act=5,
     neurons_list=(16,), critic_hidden=(32, 32), train_batch_size=32, buffer_size=10_000,
-    episode_length=50,
+    episode_length=50, deterministic=True,
 )  # fmt: skip
 
 
@@ -53,6 +53,15 @@ def test_run_folder_has_the_repo_outputs(run_folder):
         assert column in progress[0]
     qd = [float(r["qd_score"]) for r in progress]
     assert all(b >= a for a, b in zip(qd, qd[1:]))
+    # The paper's plain QD-score: the sum of the archive's fitnesses, without the offset.
+    offset = q.PolicyScorer(q.PointMaze(length=50)).qd_offset
+    for r in progress:
+        plain = float(r["plain_qd_score"])
+        assert plain == pytest.approx(float(r["qd_score"]) - offset * int(r["coverage"]), rel=1e-4)
+    last = _rows(run_folder / sorted(n for n in names if n.startswith("archive_"))[-1])
+    assert float(progress[-1]["plain_qd_score"]) == pytest.approx(
+        sum(float(a["fitness"]) for a in last), rel=1e-5
+    )
     # Deterministic task: the re-evaluated best scores what the archive says.
     np.testing.assert_allclose(
         [float(r["averaged_max_fitness"]) for r in progress],
@@ -157,7 +166,7 @@ def test_policy_gradient_variation_raises_the_critic_value(getkey):
     state = emitter.state_update(
         state, rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), extra, key=getkey()
     )
-    assert int(state.td3.steps) == 30
+    assert int(state.td3.steps) == 60  # 30 in init (the warm-up), 30 after the batch
     obs = state.buffer.data.obs[: int(state.buffer.size)]
 
     def value(policies):
@@ -170,3 +179,189 @@ def test_policy_gradient_variation_raises_the_critic_value(getkey):
     assert bool(jnp.all(value(offspring) > value(parents)))
     with pytest.raises(TypeError, match="ScoringExtra"):
         emitter.init(rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), None, key=getkey())
+
+
+def test_tasks_are_stochastic_unless_deterministic():
+    paper = jobs.PGAMEConfig(env="point_maze")
+    assert paper.reset_noise and not paper.deterministic
+    assert jobs._pgame.make_pgame_env(paper).reset_noise > 0
+    fixed = jobs.PGAMEConfig(env="point_maze", deterministic=True, reset_noise=True)
+    env = jobs._pgame.make_pgame_env(fixed)
+    assert env.reset_noise == 0.0 and env.obs_noise == 0.0
+    with pytest.raises(ValueError, match="deterministic and obs_noise"):
+        jobs.PGAMEConfig(deterministic=True, obs_noise=0.1)
+
+
+def _made(**overrides):
+    config = jobs.PGAMEConfig(**{**TINY, **overrides})
+    algo, td3 = jobs._pgame.make_pgame(config, jobs._pgame.make_pgame_env(config))
+    return config, algo, td3
+
+
+def test_repository_arguments_build_the_emitter():
+    _, algo, _ = _made(eval_batch_size=100, random_init=100, init_batch_size=100, max_evals=1000)
+    ga, pg = algo.emitter.emitters
+    assert (ga.batch_size, pg.batch_size) == (49, 51)  # the original: 49 GA, 50 PG, 1 greedy
+    assert pg.greedy_init == "best" and pg.critic_warmup
+    _, algo, _ = _made(eval_batch_size=100, random_init=100, init_batch_size=100,
+                       max_evals=1000, convention="qdax")  # fmt: skip
+    ga, pg = algo.emitter.emitters
+    assert (ga.batch_size, pg.batch_size) == (50, 50) and pg.greedy_init == "first"
+    _, algo, _ = _made(crossover_op="sbx", mutation_op="gaussian_mutation", eta_c=3.0,
+                       crossover_rate=0.5, sigma=0.3, mutation_rate=0.2, min_genotype=-2.0,
+                       max_genotype=2.0)  # fmt: skip
+    variation = algo.emitter.emitters[0].variation
+    assert variation == q.MutatedVariation(
+        q.SBXCrossover(3.0, 0.5, -2.0, 2.0), q.GaussianMutation(0.3, 0.2, -2.0, 2.0)
+    )
+    _, algo, _ = _made(crossover_op="none", mutation_op="uniform_mutation", max_uniform=0.4)
+    ga = algo.emitter.emitters[0]
+    assert ga.variation is None and ga.mutation == q.UniformMutation(0.4, 0.05)
+    _, algo, _ = _made(gradient_op=False, mutation_op="polynomial_mutation", min_genotype=-1.0,
+                       max_genotype=1.0)  # fmt: skip
+    assert algo.emitter.variation == q.MutatedVariation(
+        q.IsoLineVariation(0.005, 0.05, -1.0, 1.0), q.PolynomialMutation(5.0, 0.05, -1.0, 1.0)
+    )
+    _, _, td3 = _made(normalise=True, affine=True)
+    policy = td3.init_policy(key=jr.key(0))
+    assert policy.net.norms is not None and policy.net.layers[0].bias is None
+    assert policy.net.norms[0].weight is not None
+
+
+@pytest.mark.parametrize(
+    "values, match",
+    [
+        (dict(n_species=5), "n_species is 5: only 1"),
+        (dict(crossover_op="none"), "both 'none'"),
+        (dict(mutation_op="polynomial_mutation"), "needs min_genotype and max_genotype"),
+        (dict(min_genotype=1.0, max_genotype=0.0), "min_genotype"),
+        (dict(affine=True), "affine needs normalise"),
+        (dict(crossover_op="blx"), "crossover_op"),
+        (dict(mutation_op="cauchy"), "mutation_op"),
+        (dict(convention="pytorch"), "convention"),
+        (dict(use_cached_cvt=True, centroids_file="c.npy"), "give one"),
+    ],
+)
+def test_repository_arguments_are_checked(values, match):
+    with pytest.raises(ValueError, match=match):
+        jobs.PGAMEConfig(**{**TINY, **values})
+
+
+def _policy_heading(direction):
+    """A policy whose action is ``tanh(5 * direction)`` everywhere (zero weights)."""
+    policy = q.DeterministicPolicy(2, 2, (4,), key=jr.key(0))
+    policy = jax.tree.map(lambda x: jnp.zeros_like(x) if eqx.is_array(x) else x, policy)
+    return eqx.tree_at(lambda p: p.net.layers[-1].bias, policy, 5.0 * jnp.asarray(direction))
+
+
+def test_discard_dead_refuses_episodes_that_ended_early(getkey):
+    scorer = q.PolicyScorer(q.PointMaze(walls=False, length=40))
+    policies = jax.tree.map(
+        lambda *xs: jnp.stack(xs) if eqx.is_array(xs[0]) else xs[0],
+        _policy_heading([0.0, 1.0]), _policy_heading([0.0, -1.0]),
+    )  # fmt: skip
+    key = getkey()
+    plain, descriptors, extra = scorer(policies, key=key)
+    # The first reaches the goal (it terminates), the second stays below and lives on.
+    assert float(extra.episodes.lengths[0]) < 40 and float(extra.episodes.lengths[1]) == 40
+    fitnesses, d2, extra2 = jobs._pgame.DiscardDead(scorer)(policies, key=key)
+    assert float(fitnesses[0]) == -np.inf and float(fitnesses[1]) == float(plain[1])
+    assert eqx.tree_equal(d2, descriptors) and eqx.tree_equal(extra2, extra)
+    assert jobs._pgame.DiscardDead(scorer).qd_offset == scorer.qd_offset
+    _, algo, _ = _made(not_discard_dead=False)
+    assert isinstance(algo.scoring_fn, jobs._pgame.DiscardDead)
+
+
+ORIGINAL_FILE = """--env=QDWalker2DBulletEnv-v0
+--seed=3
+--n_niches=64
+--max_evals=1e4
+--mutation_op=None
+--crossover_op=iso_dd
+--min_genotype=False
+--neurons_list=16 16
+--num_cpu=8
+--use_cached_cvt
+--not_discard_dead
+--gradient_op
+--lr
+0.002
+"""
+
+
+def test_original_config_files_read_as_the_repository_reads_them(tmp_path):
+    path = tmp_path / "QDWalker_config.txt"
+    path.write_text(ORIGINAL_FILE)
+    values, notes = jobs._pgame.read_original_config(path)
+    config = jobs.PGAMEConfig.from_mapping(values)
+    assert (config.env, config.seed, config.n_niches, config.max_evals) == (
+        "walker2d_uni", 3, 64, 10_000
+    )  # fmt: skip
+    assert config.neurons_list == (16, 16) and config.lr == 0.002
+    assert config.use_cached_cvt and config.not_discard_dead and config.gradient_op
+    assert config.mutation_op == "none" and config.min_genotype is None
+    # Arguments the file leaves out take the repository's defaults, flags are off.
+    assert (config.iso_sigma, config.line_sigma, config.dim_map) == (0.01, 0.2, 4)
+    assert not config.normalise and not config.affine
+    assert any(n.startswith("num_cpu: not used") for n in notes)
+    assert any("QDWalker2DBulletEnv-v0 runs as walker2d_uni" in n for n in notes)
+    bare = tmp_path / "bare.txt"
+    bare.write_text("--env=walker2d_uni\n")
+    assert not jobs._pgame.read_original_config(bare)[0]["gradient_op"]  # a flag left out
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("--n_niche=10\n", "line 1: unknown argument --n_niche"),
+        ("--seed=1\n--gradient_op=True\n", "line 2: --gradient_op is a flag"),
+        ("--max_evals=ten\n", "--max_evals='ten' is not a valid value"),
+        ("--seed=1.5\n", "--seed='1.5' is not a valid value"),
+        ("\n--lr\n", "line 2: --lr has no value"),
+        ("seed=1\n", "line 1: expected --argument"),
+    ],
+)
+def test_original_config_files_name_their_bad_lines(tmp_path, text, match):
+    path = tmp_path / "bad.txt"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        jobs._pgame.read_original_config(path)
+
+
+def test_cli_reads_original_config_files(tmp_path, capsys):
+    path = tmp_path / "QDAnt_config.txt"
+    path.write_text("--env=QDAntBulletEnv-v0\n--n_species=5\n--num_cpu=4\n")
+    out = tmp_path / "x"
+    with pytest.raises(SystemExit) as e:
+        main(["run", "pgame", "--config-file", str(path), "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "n_species is 5" in err and "num_cpu: not used" in err
+    assert not out.exists()
+    with pytest.raises(SystemExit) as e:
+        main(["run", "pgame", "--config-file", str(path), "--config", str(path)])
+    assert e.value.code == 2 and "use one" in capsys.readouterr().err
+
+
+def test_centroids_from_a_file_or_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    env = q.PointMaze()
+    text = tmp_path / "centroids_4_2.dat"
+    text.write_text("0.1 0.2\n-0.5 0.5\n0.9 -0.9\n0 0\n")
+    config = jobs.PGAMEConfig(**{**TINY, "n_niches": 4, "centroids_file": str(text)})
+    tess = jobs._pgame.pgame_tessellation(config, env, key=jr.key(0))
+    np.testing.assert_allclose(tess.centroids[1], [-0.5, 0.5])
+    with pytest.raises(ValueError, match=r"shape \(4, 2\); n_niches 8"):
+        config = jobs.PGAMEConfig(**{**TINY, "n_niches": 8, "centroids_file": str(text)})
+        jobs._pgame.pgame_tessellation(config, env, key=jr.key(0))
+    # Cached: computed once with a fixed key, then read back by every seed.
+    cached = jobs.PGAMEConfig(
+        **{**TINY, "n_niches": 16, "cvt_samples": 500, "use_cached_cvt": True}
+    )
+    a = jobs._pgame.pgame_tessellation(cached, env, key=jr.key(1))
+    files = os.listdir(tmp_path / "cache" / "eqx_qd" / "cvt")
+    assert len(files) == 1 and files[0].startswith("centroids_16_2_500_")
+    b = jobs._pgame.pgame_tessellation(cached, env, key=jr.key(2))
+    np.testing.assert_array_equal(a.centroids, b.centroids)
+    fresh = jobs.PGAMEConfig(**{**TINY, "n_niches": 16, "cvt_samples": 500})
+    c = jobs._pgame.pgame_tessellation(fresh, env, key=jr.key(2))
+    assert not np.array_equal(a.centroids, c.centroids)

@@ -7,6 +7,11 @@ replay buffer (one batch per step, shared by all parents); (2) offers the greedy
 with the critic; then, once the batch is scored, (3) stores the new transitions and (4) runs
 ``num_critic_steps`` TD3 steps (critic every step; greedy actor and targets every
 ``policy_delay`` steps).
+
+Two conventions differ at the start, and both are available: the original code (Nilsson &
+Cully's repository) trains the critic on the initial population's transitions before the first
+policy-gradient batch and starts the greedy actor as a copy of the best elite; QDax trains
+nothing before the first batch and starts the greedy actor as the first initial genotype.
 """
 
 import typing
@@ -28,7 +33,7 @@ from .._rl.optim import apply_adam, init_adam
 from .._rl.td3 import TD3, TD3HParams, TD3State
 from .._scoring import ScoringExtra
 from .._selectors import AbstractSelector, UniformSelector
-from .._variation import IsoLineVariation
+from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation, MutatedVariation
 from .base import AbstractEmitter, ActorType, Lineage, parent_ids
 from .composed import ComposedEmitter
 from .mixing import MixingEmitter
@@ -85,6 +90,12 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     - `buffer_size`: the replay buffer's capacity.
     - `pg_lr`: the learning rate of the policy-gradient variation.
     - `selector`: how parents are drawn.
+    - `greedy_init`: where the greedy actor starts: ``"best"``, a copy of the repertoire's best
+      elite after the initial population (the original code; the first initial genotype if
+      the repertoire is empty); ``"first"``, the first initial genotype (QDax).
+    - `critic_warmup`: if true (the original code), `init` also runs ``num_critic_steps`` TD3
+      steps on the initial transitions, so the first policy-gradient batch follows a trained
+      critic; QDax's emitter trains nothing before its first batch.
     """
 
     batch_size: int = eqx.field(static=True)
@@ -95,6 +106,8 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     buffer_size: int = eqx.field(static=True)
     pg_lr: Float[Array, ""] = eqx.field(converter=f32)
     selector: AbstractSelector = UniformSelector()
+    greedy_init: str = eqx.field(default="best", static=True)
+    critic_warmup: bool = eqx.field(default=True, static=True)
 
     def __check_init__(self):
         check.positive_int("QualityPGEmitter.batch_size", self.batch_size)  # the greedy actor
@@ -102,6 +115,11 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         check.non_negative_int("QualityPGEmitter.num_pg_steps", self.num_pg_steps)
         check.positive_int("QualityPGEmitter.buffer_size", self.buffer_size)
         check.non_negative("QualityPGEmitter.pg_lr", self.pg_lr)
+        check.one_of("QualityPGEmitter.greedy_init", self.greedy_init, ("best", "first"))
+        if not isinstance(self.critic_warmup, bool):
+            raise TypeError(
+                f"QualityPGEmitter.critic_warmup must be a bool, got {self.critic_warmup!r}"
+            )
 
     def init(
         self,
@@ -122,8 +140,20 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
             )
         rows, valid = episode_transitions(extra)
         buffer = ReplayBuffer.empty(self.buffer_size, tree_take(rows, 0))
-        td3_state = self.td3.init(self.hparams, key=key)
-        return QualityPGState(td3_state, buffer.insert(rows, mask=valid))
+        critic_key, train_key = jr.split(key)
+        greedy = tree_take(genotypes, 0)
+        if self.greedy_init == "best":
+            # The repertoire already holds the initial population; its best elite is the best
+            # policy seen so far (the original's one-cell "species archive"). An empty
+            # repertoire (every candidate refused) leaves the first genotype.
+            best = tree_take(repertoire.genotypes, jnp.argmax(repertoire.fitnesses))
+            filled = jnp.any(jnp.isfinite(repertoire.fitnesses))
+            greedy = jax.tree.map(
+                lambda b, g: jnp.where(filled, b, g) if eqx.is_array(b) else b, best, greedy
+            )
+        td3_state = self.td3.state_from(greedy, self.td3.init_critic(key=critic_key), self.hparams)
+        state = QualityPGState(td3_state, buffer.insert(rows, mask=valid))
+        return self._train_critic(state, key=train_key) if self.critic_warmup else state
 
     def emit(
         self, repertoire: MapElitesRepertoire, state: QualityPGState, *, key: PRNGKey
@@ -199,6 +229,27 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         return self._train_critic(state, key=key)
 
 
+CONVENTIONS = ("original", "qdax")
+"""The two conventions `pgame_emitter` follows (see `pgame_split` and `QualityPGEmitter`)."""
+
+
+def pgame_split(batch_size: int, proportion_evo: float, convention: str) -> tuple[int, int]:
+    """The GA count and the policy-gradient count (the greedy actor included) of a PGA-ME batch
+    of ``batch_size`` with GA fraction ``proportion_evo``, under ``convention``.
+
+    ``"original"`` (Nilsson & Cully's code) keeps the greedy actor's slot apart and gives the GA
+    ``floor(proportion_evo * (batch_size - 1))`` of the rest: 49 GA, 50 PG and the greedy actor
+    in a batch of 100. ``"qdax"`` gives the GA ``floor(proportion_evo * batch_size)``: 50 GA,
+    49 PG and the greedy actor. Either way the greedy actor keeps its slot.
+    """
+    check.integer("pgame_split: batch_size", batch_size, minimum=2)
+    check.fraction("pgame_split: proportion_evo", proportion_evo)
+    check.one_of("pgame_split: convention", convention, CONVENTIONS)
+    others = batch_size - 1 if convention == "original" else batch_size
+    num_evo = min(int(proportion_evo * others), batch_size - 1)
+    return num_evo, batch_size - num_evo
+
+
 def pgame_emitter(
     *,
     batch_size: int,
@@ -211,34 +262,51 @@ def pgame_emitter(
     buffer_size: int,
     iso_sigma: float = 0.005,
     line_sigma: float = 0.05,
+    variation: AbstractVariation | None = None,
+    mutation: AbstractMutation | None = None,
     selector: AbstractSelector = UniformSelector(),
+    convention: str = "original",
 ) -> ComposedEmitter:
-    """The PGA-ME emitter: ``round(proportion_evo * batch_size)`` GA offspring (iso+line-DD),
-    the rest from `QualityPGEmitter` (its last slot is the greedy actor).
+    """The PGA-ME emitter: GA offspring, then `QualityPGEmitter`'s (its last slot is the
+    greedy actor), in the proportions of ``convention`` (`pgame_split`).
+
+    The GA is iso+line-DD (``iso_sigma``, ``line_sigma``) unless ``variation`` or ``mutation``
+    is given: a variation alone, a mutation alone, or a variation whose children are then
+    mutated (the original code's ``crossover_op`` and ``mutation_op``).
 
     With ``proportion_evo = 1`` the greedy actor still takes one slot, so the emitter always
-    keeps training the critic on the evaluated transitions.
+    keeps training the critic on the evaluated transitions. ``convention`` also sets how the
+    greedy actor starts and whether the critic trains before the first batch (see
+    `QualityPGEmitter`: ``"original"`` copies the best elite and warms the critic up; ``"qdax"``
+    starts from the first initial genotype, cold).
 
-    **Arguments:** ``batch_size``, ``proportion_evo``; ``iso_sigma``, ``line_sigma`` (the GA's
-    iso+line-DD); ``td3``, ``hparams``, ``num_critic_steps``, ``num_pg_steps``, ``pg_lr``,
-    ``buffer_size`` (the `QualityPGEmitter` fields); ``selector`` (shared by both halves).
+    **Arguments:** ``batch_size``, ``proportion_evo``; ``iso_sigma``, ``line_sigma``,
+    ``variation``, ``mutation`` (the GA); ``td3``, ``hparams``, ``num_critic_steps``,
+    ``num_pg_steps``, ``pg_lr``, ``buffer_size`` (the `QualityPGEmitter` fields); ``selector``
+    (shared by both halves); ``convention``.
     """
     check.integer("pgame_emitter: batch_size", batch_size, minimum=2)
     check.fraction("pgame_emitter: proportion_evo", proportion_evo)
-    num_evo = min(int(round(proportion_evo * batch_size)), batch_size - 1)
+    check.one_of("pgame_emitter: convention", convention, CONVENTIONS)
+    num_evo, num_pg = pgame_split(batch_size, proportion_evo, convention)
+    if variation is None and mutation is None:
+        variation = IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma)
+    if variation is not None and mutation is not None:
+        variation, mutation = MutatedVariation(variation, mutation), None
     members: list[AbstractEmitter] = []
     if num_evo > 0:
         members.append(
             MixingEmitter(
                 batch_size=num_evo,
-                variation_percentage=1.0,
-                variation=IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma),
+                variation_percentage=0.0 if variation is None else 1.0,
+                variation=variation,
+                mutation=mutation,
                 selector=selector,
             )
         )
     members.append(
         QualityPGEmitter(
-            batch_size=batch_size - num_evo,
+            batch_size=num_pg,
             td3=td3,
             hparams=hparams,
             num_critic_steps=num_critic_steps,
@@ -246,6 +314,8 @@ def pgame_emitter(
             buffer_size=buffer_size,
             pg_lr=pg_lr,
             selector=selector,
+            greedy_init="best" if convention == "original" else "first",
+            critic_warmup=convention == "original",
         )
     )
     return ComposedEmitter(members)

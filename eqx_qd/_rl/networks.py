@@ -38,24 +38,26 @@ class Dense(eqx.Module):
 
     Stored input-major so that a vmapped call is one plain (batch, in) x (in, out) matmul (no
     transpose), measurably faster on CPU than ``eqx.nn.Linear``'s ``weight @ x``. Initialised
-    like ``eqx.nn.Linear``: uniform in +-1/sqrt(in).
+    like ``eqx.nn.Linear``: uniform in +-1/sqrt(in). ``use_bias=False`` leaves the bias out
+    (``bias`` is ``None``).
     """
 
     weight: Float[Array, "in_size out_size"]
-    bias: Float[Array, " out_size"]
+    bias: Float[Array, " out_size"] | None
 
-    def __init__(self, in_size: int, out_size: int, *, key: PRNGKey):
+    def __init__(self, in_size: int, out_size: int, *, use_bias: bool = True, key: PRNGKey):
         wkey, bkey = jr.split(key)
         lim = 1.0 / math.sqrt(in_size)
         self.weight = jr.uniform(wkey, (in_size, out_size), minval=-lim, maxval=lim)
-        self.bias = jr.uniform(bkey, (out_size,), minval=-lim, maxval=lim)
+        self.bias = jr.uniform(bkey, (out_size,), minval=-lim, maxval=lim) if use_bias else None
 
     @property
     def out_features(self) -> int:
         return self.weight.shape[-1]
 
     def __call__(self, x: Float[Array, " in_size"]) -> Float[Array, " out_size"]:
-        return x @ self.weight + self.bias
+        y = x @ self.weight
+        return y if self.bias is None else y + self.bias
 
 
 @typing.final
@@ -66,10 +68,14 @@ class MLP(eqx.Module):
     index as pure arrays.
 
     **Arguments:** `in_size`, `out_size`, `hidden` (the widths of the hidden layers),
-    `activation` (between layers; relu), `final_activation` (after the last; identity), `key`.
+    `activation` (between layers; relu), `final_activation` (after the last; identity),
+    `layer_norm` (a layer normalisation after every layer, before its activation), `affine`
+    (with ``layer_norm``: learned scale and shift in the normalisations, and no biases in the
+    layers, as the PGA-MAP-Elites repository's ``--normalise --affine``), `key`.
     """
 
     layers: tuple[Dense, ...]
+    norms: tuple[eqx.nn.LayerNorm, ...] | None
     activation: Callable = eqx.field(static=True)
     final_activation: Callable = eqx.field(static=True)
 
@@ -81,13 +87,23 @@ class MLP(eqx.Module):
         *,
         activation: Callable = jax.nn.relu,
         final_activation: Callable = _identity,
+        layer_norm: bool = False,
+        affine: bool = False,
         key: PRNGKey,
     ):
         _check_sizes("MLP", hidden, in_size=in_size, out_size=out_size)
+        if affine and not layer_norm:
+            raise ValueError("MLP: affine needs layer_norm (it sets the normalisations' scale)")
         sizes = [in_size, *hidden, out_size]
         keys = jr.split(key, len(sizes) - 1)
         self.layers = tuple(
-            Dense(int(a), int(b), key=k) for a, b, k in zip(sizes[:-1], sizes[1:], keys)
+            Dense(int(a), int(b), use_bias=not affine, key=k)
+            for a, b, k in zip(sizes[:-1], sizes[1:], keys)
+        )
+        self.norms = (
+            tuple(eqx.nn.LayerNorm(int(b), use_weight=affine, use_bias=affine) for b in sizes[1:])
+            if layer_norm
+            else None
         )
         self.activation = activation
         self.final_activation = final_activation
@@ -98,9 +114,13 @@ class MLP(eqx.Module):
 
     def __call__(self, x: Float[Array, " in_size"]) -> Float[Array, " out_size"]:
         check.shape("MLP: x", x, (self.in_size,))
-        for layer in self.layers[:-1]:
-            x = self.activation(layer(x))
-        return self.final_activation(self.layers[-1](x))
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if self.norms is not None:
+                x = self.norms[i](x)
+            x = self.final_activation(x) if i == last else self.activation(x)
+        return x
 
 
 class AbstractPolicy(eqx.Module):
@@ -122,14 +142,28 @@ class AbstractPolicy(eqx.Module):
 class DeterministicPolicy(AbstractPolicy):
     """``tanh(MLP(obs))`` (TD3, PGA-ME).
 
-    **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths), `key`.
+    **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths), `layer_norm` and
+    `affine` (as `MLP`'s: the PGA-MAP-Elites repository's ``--normalise`` / ``--affine``),
+    `key`.
     """
 
     net: MLP
 
-    def __init__(self, obs_size: int, action_size: int, hidden: Sequence[int], *, key: PRNGKey):
+    def __init__(
+        self,
+        obs_size: int,
+        action_size: int,
+        hidden: Sequence[int],
+        *,
+        layer_norm: bool = False,
+        affine: bool = False,
+        key: PRNGKey,
+    ):
         _check_sizes("DeterministicPolicy", hidden, obs_size=obs_size, action_size=action_size)
-        self.net = MLP(obs_size, action_size, hidden, key=key, final_activation=jnp.tanh)
+        self.net = MLP(
+            obs_size, action_size, hidden, final_activation=jnp.tanh, layer_norm=layer_norm,
+            affine=affine, key=key,
+        )  # fmt: skip
 
     def __call__(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]:
         _check_obs("DeterministicPolicy", obs, (self.net.in_size,))

@@ -105,9 +105,10 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
 
     **Fields:** `observation_size`, `action_size`, `policy_hidden`, `critic_hidden` (layer
     widths), `minibatch_size` (transitions per gradient step), `policy_delay`,
-    `normalise_observations` (use the state's running observation statistics), and the
-    training loop's `num_envs`, `buffer_size` and `grad_updates_per_step`
-    (`AbstractOffPolicyAgent`).
+    `normalise_observations` (use the state's running observation statistics),
+    `policy_layer_norm` and `policy_affine` (layer normalisation in the policy, as
+    `DeterministicPolicy`'s ``layer_norm`` / ``affine``), and the training loop's `num_envs`,
+    `buffer_size` and `grad_updates_per_step` (`AbstractOffPolicyAgent`).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -120,16 +121,21 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     num_envs: int = eqx.field(default=16, static=True)
     buffer_size: int = eqx.field(default=100_000, static=True)
     grad_updates_per_step: float = eqx.field(default=1.0, static=True)
+    policy_layer_norm: bool = eqx.field(default=False, static=True)
+    policy_affine: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
         check_off_policy_fields(self)
         check.positive_int("TD3.policy_delay", self.policy_delay)
+        if self.policy_affine and not self.policy_layer_norm:
+            raise ValueError("TD3.policy_affine needs policy_layer_norm")
 
     def init_policy(self, *, key: PRNGKey) -> DeterministicPolicy:
         """A freshly initialised policy (the genotype of PGA-ME)."""
         return DeterministicPolicy(
-            self.observation_size, self.action_size, self.policy_hidden, key=key
-        )
+            self.observation_size, self.action_size, self.policy_hidden,
+            layer_norm=self.policy_layer_norm, affine=self.policy_affine, key=key,
+        )  # fmt: skip
 
     def init_critic(self, *, key: PRNGKey) -> QCritics:
         """Freshly initialised twin critics."""

@@ -64,6 +64,13 @@ class Job(abc.ABC):
     help: ClassVar[str]
     description: ClassVar[str] = ""
     resumable: ClassVar[bool] = False
+    original_config_help: ClassVar[str] = ""
+    """Non-empty when the job reads the seed repository's own config files (`read_original_config`):
+    the ``--config-file`` help."""
+
+    def read_original_config(self, path: str) -> tuple[dict[str, Any], list[str]]:
+        """The config keys a seed repository's config file sets, and notes for the user."""
+        raise NotImplementedError(f"job {self.name!r} reads no original config files")
 
     def default_values(self) -> dict[str, Any]:
         """The values of the config the command runs without ``--config`` (not validated, so

@@ -7,6 +7,10 @@ parameters (``repertoire.eqx``, read back by `load_run`), ``centroids.npy`` and 
 """
 
 import dataclasses
+import hashlib
+import io
+import os
+import typing
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -18,7 +22,7 @@ import numpy as np
 from .._custom_types import PRNGKey
 from .._emitters.base import ActorType
 from .._emitters.mixing import MixingEmitter
-from .._emitters.quality_pg import pgame_emitter
+from .._emitters.quality_pg import CONVENTIONS, pgame_emitter
 from .._envs.base import AbstractQDEnv
 from .._map_elites import MAPElites, MAPElitesState, StepInfo
 from .._metrics import QDMetrics
@@ -28,13 +32,34 @@ from .._rl.networks import DeterministicPolicy
 from .._rl.td3 import TD3, TD3HParams
 from .._scoring import PolicyScorer, reevaluate
 from .._tessellation import CVTTessellation
-from .._validate import fraction, non_negative, non_negative_int, positive_int
-from .._variation import IsoLineVariation
+from .._validate import finite, fraction, non_negative, non_negative_int, one_of, positive_int
+from .._variation import (
+    AbstractMutation,
+    AbstractVariation,
+    GaussianMutation,
+    IsoLineVariation,
+    MutatedVariation,
+    PolynomialMutation,
+    SBXCrossover,
+    UniformMutation,
+)
 from ._common import Job, new_run_folder, read_qd_run, read_repertoire, register_job, RunResult
 from ._config import JobConfig, option
-from ._folder import RunFolder
+from ._folder import atomic_write, RunFolder
 from ._progress import Progress
 from ._registry import ENVIRONMENTS, make_env
+
+
+CROSSOVER_OPS = ("iso_dd", "sbx", "none")
+MUTATION_OPS = ("polynomial_mutation", "gaussian_mutation", "uniform_mutation", "none")
+
+
+def _choice(choices: tuple[str, ...]):
+    def check(name: str, value: str) -> None:
+        one_of(name, value, choices)
+
+    check.known = lambda: choices  # the choices, listed by --help
+    return check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +69,18 @@ class PGAMEConfig(JobConfig):
     `PGAMEConfig.local` is a small preset that runs on a laptop CPU in minutes (what
     ``eqx-qd run pgame`` runs without ``--config``).
 
+    Tasks are stochastic by default, as the paper's were (random initial states:
+    ``reset_noise``; ``obs_noise`` adds observation noise), so the averaged max fitness and the
+    fitness loss of the re-evaluated best mean something; ``deterministic`` turns both off.
+
     Ours, beyond the repo's arguments: ``episode_length``, ``critic_hidden``, ``critic_lr``,
-    ``greedy_lr``, ``buffer_size``, ``reset_noise`` / ``obs_noise`` (stochastic tasks),
-    ``num_reevals`` (the "10" of the averaged max fitness) and ``gradient_op`` (the repo's
-    switch: ``False`` gives plain MAP-Elites with the same GA, budget and outputs).
+    ``greedy_lr``, ``buffer_size``, ``reset_noise`` / ``obs_noise`` / ``deterministic``,
+    ``num_reevals`` (the "10" of the averaged max fitness), ``centroids_file`` and
+    ``convention`` (``"original"``: the repo's batch split, greedy-actor start and critic
+    warm-up; ``"qdax"``: QDax's). ``gradient_op`` is the repo's switch: ``False`` gives plain
+    MAP-Elites with the same GA, budget and outputs. The repo's ``num_cpu`` / ``num_cpu_var``
+    have no counterpart (evaluation is vectorised) and are accepted only in its own config
+    files (`read_original_config`).
     """
 
     JOB: ClassVar[str] = "pgame"
@@ -72,8 +105,42 @@ class PGAMEConfig(JobConfig):
     lr: float = option(0.001, "policy-gradient variation learning rate", check=non_negative)
     iso_sigma: float = option(0.005, "iso+line-DD isotropic noise", check=non_negative)
     line_sigma: float = option(0.05, "iso+line-DD line noise", check=non_negative)
+    crossover_op: str = option(
+        "iso_dd", "GA two-parent operator: iso_dd, sbx or none", check=_choice(CROSSOVER_OPS)
+    )
+    mutation_op: str = option(
+        "none",
+        "GA mutation (after the crossover, if any): polynomial_mutation, gaussian_mutation, "
+        "uniform_mutation or none",
+        check=_choice(MUTATION_OPS),
+    )
+    mutation_rate: float = option(0.05, "probability that a gene mutates", check=fraction)
+    crossover_rate: float = option(0.75, "probability that an sbx gene crosses", check=fraction)
+    eta_m: float = option(5.0, "polynomial mutation's distribution index", check=non_negative)
+    eta_c: float = option(10.0, "sbx's distribution index", check=non_negative)
+    sigma: float = option(0.2, "gaussian mutation's standard deviation", check=non_negative)
+    max_uniform: float = option(0.1, "uniform mutation's half-width", check=non_negative)
+    min_genotype: float | None = option(None, "lower bound of every gene (none: no bound)",
+                                        check=finite)  # fmt: skip
+    max_genotype: float | None = option(None, "upper bound of every gene (none: no bound)",
+                                        check=finite)  # fmt: skip
     neurons_list: tuple[int, ...] = option((128, 128), "policy hidden layer widths")
+    normalise: bool = option(False, "layer normalisation in the policy")
+    affine: bool = option(False, "with normalise: learned scale and shift, layers without bias")
     cvt_samples: int = option(100_000, "uniform samples for CVT k-means", check=positive_int)
+    use_cached_cvt: bool = option(
+        False, "reuse cached centroids (computed once per n_niches, dim and cvt_samples with "
+        "seed 0, so every seed shares them, as the repo's CVT folder)",
+    )  # fmt: skip
+    centroids_file: str | None = option(
+        None, "read the centroids from a .npy or text file (the repo's CVT/centroids_K_D.dat)"
+    )
+    n_species: int = option(1, "species-archive cells (1 only: the paper's setting)",
+                            check=positive_int)  # fmt: skip
+    not_discard_dead: bool = option(
+        True, "insert solutions whose episode ended early (the paper's setting; off: they are "
+        "evaluated, stored in the replay buffer, but not inserted)",
+    )  # fmt: skip
     save_period: int = option(10_000, "evaluations between archive snapshots", check=positive_int)
     gradient_op: bool = option(
         True, "policy-gradient variation (off: GA only)", aliases=("--no-gradient",)
@@ -83,8 +150,13 @@ class PGAMEConfig(JobConfig):
     critic_lr: float = option(3e-4, "critic learning rate", check=non_negative)
     greedy_lr: float = option(3e-4, "greedy actor learning rate", check=non_negative)
     buffer_size: int = option(1_000_000, "replay buffer capacity", check=positive_int)
-    reset_noise: bool = option(False, "random initial states (stochastic task)")
+    reset_noise: bool = option(True, "random initial states (stochastic task)")
     obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
+    deterministic: bool = option(False, "no reset or observation noise (QDax's tasks)")
+    convention: str = option(
+        "original", "batch split, greedy start and critic warm-up: original or qdax",
+        check=_choice(CONVENTIONS),
+    )  # fmt: skip
     num_reevals: int = option(
         10, "re-evaluations of the best for its averaged fitness", check=positive_int
     )
@@ -108,6 +180,34 @@ class PGAMEConfig(JobConfig):
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least n_niches")
         if self.gradient_op and self.eval_batch_size < 2:
             raise ValueError("with gradient_op, eval_batch_size needs 2 slots or more")
+        if self.n_species != 1:
+            raise ValueError(
+                f"n_species is {self.n_species}: only 1 is supported (the GECCO paper's setting, "
+                "one greedy actor); the species archive of several greedy actors is not built"
+            )
+        if self.crossover_op == "none" and self.mutation_op == "none":
+            raise ValueError("crossover_op and mutation_op are both 'none': the GA has no operator")
+        bounds = (self.min_genotype, self.max_genotype)
+        if self.mutation_op == "polynomial_mutation" and None in bounds:
+            raise ValueError(
+                "mutation_op 'polynomial_mutation' needs min_genotype and max_genotype (ours is "
+                "Deb's bounded form, which scales the perturbation by the bounds)"
+            )
+        if None not in bounds and self.min_genotype >= self.max_genotype:  # type: ignore
+            raise ValueError(
+                f"min_genotype ({self.min_genotype}) must be below max_genotype "
+                f"({self.max_genotype})"
+            )
+        if self.affine and not self.normalise:
+            raise ValueError("affine needs normalise (it sets the layer normalisations' scale)")
+        if self.deterministic and self.obs_noise > 0:
+            raise ValueError(
+                f"deterministic and obs_noise = {self.obs_noise} contradict each other"
+            )
+        if self.use_cached_cvt and self.centroids_file is not None:
+            raise ValueError(
+                "use_cached_cvt and centroids_file both choose the centroids: give one"
+            )
 
     @classmethod
     def local(cls, **overrides: Any) -> "PGAMEConfig":
@@ -133,9 +233,31 @@ def make_pgame_env(config: PGAMEConfig) -> AbstractQDEnv:
     return make_env(
         config.env,
         episode_length=config.episode_length,
-        reset_noise=config.reset_noise,
-        obs_noise=config.obs_noise,
+        reset_noise=config.reset_noise and not config.deterministic,
+        obs_noise=0.0 if config.deterministic else config.obs_noise,
     )
+
+
+def ga_operators(config: PGAMEConfig) -> tuple[AbstractVariation | None, AbstractMutation | None]:
+    """The GA's two-parent operator and mutation from ``crossover_op`` / ``mutation_op`` and
+    their parameters (either may be ``None``), bounded by ``min_genotype`` / ``max_genotype``."""
+    bounds = dict(min_genotype=config.min_genotype, max_genotype=config.max_genotype)
+    variation: AbstractVariation | None = {
+        "iso_dd": lambda: IsoLineVariation(config.iso_sigma, config.line_sigma, **bounds),
+        "sbx": lambda: SBXCrossover(config.eta_c, config.crossover_rate, **bounds),
+        "none": lambda: None,
+    }[config.crossover_op]()
+    mutation: AbstractMutation | None = {
+        "polynomial_mutation": lambda: PolynomialMutation(
+            config.eta_m, config.mutation_rate, config.min_genotype, config.max_genotype
+        ),
+        "gaussian_mutation": lambda: GaussianMutation(config.sigma, config.mutation_rate, **bounds),
+        "uniform_mutation": lambda: UniformMutation(
+            config.max_uniform, config.mutation_rate, **bounds
+        ),
+        "none": lambda: None,
+    }[config.mutation_op]()
+    return variation, mutation
 
 
 def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
@@ -151,8 +273,11 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
         critic_hidden=config.critic_hidden,
         minibatch_size=config.train_batch_size,
         policy_delay=config.policy_freq,
+        policy_layer_norm=config.normalise,
+        policy_affine=config.affine,
     )
     scorer = PolicyScorer(env)
+    variation, mutation = ga_operators(config)
     if config.gradient_op:
         hparams = TD3HParams(
             policy_lr=config.greedy_lr,
@@ -171,22 +296,100 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
             num_pg_steps=config.nr_of_steps_act,
             pg_lr=config.lr,
             buffer_size=config.buffer_size,
-            iso_sigma=config.iso_sigma,
-            line_sigma=config.line_sigma,
+            variation=variation,
+            mutation=mutation,
+            convention=config.convention,
         )
     else:
+        if variation is not None and mutation is not None:
+            variation, mutation = MutatedVariation(variation, mutation), None
         emitter = MixingEmitter(
             batch_size=config.eval_batch_size,
-            variation_percentage=1.0,
-            variation=IsoLineVariation(config.iso_sigma, config.line_sigma),
+            variation_percentage=0.0 if variation is None else 1.0,
+            variation=variation,
+            mutation=mutation,
         )
-    return MAPElites(emitter, scorer, scorer.qd_offset, lineage=True), td3
+    scoring = scorer if config.not_discard_dead else DiscardDead(scorer)
+    return MAPElites(emitter, scoring, scorer.qd_offset, lineage=True), td3
+
+
+def cvt_cache_dir() -> str:
+    """Where ``use_cached_cvt`` keeps centroids: ``$XDG_CACHE_HOME/eqx_qd/cvt`` (default
+    ``~/.cache/eqx_qd/cvt``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "eqx_qd", "cvt")
+
+
+def pgame_tessellation(config: PGAMEConfig, env: AbstractQDEnv, *, key: PRNGKey) -> CVTTessellation:
+    """The run's CVT: read from ``centroids_file``; with ``use_cached_cvt``, the cached
+    centroids for these ``n_niches``, descriptor bounds and ``cvt_samples`` (computed with a
+    fixed key on first use and stored, so every seed shares them); else k-means with ``key``."""
+    d, (low, high) = env.descriptor_size, env.descriptor_bounds
+    if config.centroids_file is not None:
+        path = config.centroids_file
+        if not os.path.isfile(path):
+            raise ValueError(f"centroids_file {path!r} does not exist")
+        try:
+            tess = CVTTessellation.load(path)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"centroids_file: {e}") from e
+        if tess.centroids.shape != (config.n_niches, d):
+            raise ValueError(
+                f"centroids_file {path!r} holds centroids of shape {tess.centroids.shape}; "
+                f"n_niches {config.n_niches} of {config.env!r}'s {d} descriptors need "
+                f"({config.n_niches}, {d})"
+            )
+        return tess
+    compute = lambda k: CVTTessellation.from_kmeans(
+        config.n_niches, d, low, high, num_samples=config.cvt_samples, key=k
+    )  # fmt: skip
+    if not config.use_cached_cvt:
+        return compute(key)
+    bounds = np.concatenate([np.broadcast_to(low, (d,)), np.broadcast_to(high, (d,))])
+    tag = hashlib.sha256(np.asarray(bounds, np.float32).tobytes()).hexdigest()[:8]
+    path = os.path.join(
+        cvt_cache_dir(), f"centroids_{config.n_niches}_{d}_{config.cvt_samples}_{tag}.npy"
+    )
+    if os.path.isfile(path):
+        tess = CVTTessellation.load(path)
+        if tess.centroids.shape == (config.n_niches, d):
+            return tess
+    tess = compute(jr.key(0))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(tess.centroids))
+    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+    return tess
+
+
+class DiscardDead(eqx.Module):
+    """A policy scorer whose candidates that terminated before the episode's end get fitness
+    ``-inf``, so the repertoire refuses them (the repo without ``--not_discard_dead``). Their
+    transitions still reach the replay buffer, as in the repo."""
+
+    scorer: PolicyScorer
+
+    @property
+    def qd_offset(self) -> float:
+        return self.scorer.qd_offset
+
+    def __call__(self, genotypes, *, key: PRNGKey):
+        fitnesses, descriptors, extra = self.scorer(genotypes, key=key)
+        episodes = extra.episodes
+        ended = jnp.any((episodes.valid > 0) & (episodes.transitions.terminated > 0), axis=-1)
+        return jnp.where(ended, -jnp.inf, fitnesses), descriptors, extra
+
+
+def _plain_scorer(algo: MAPElites):
+    """The scorer without `DiscardDead` (re-evaluations score every episode, as the repo's)."""
+    fn = algo.scoring_fn
+    return fn.scorer if isinstance(fn, DiscardDead) else fn
 
 
 class ChunkedScorer(eqx.Module):
     """Scores a large population in sequential chunks (the repo's ``init_batch_size``)."""
 
-    scorer: PolicyScorer
+    scorer: PolicyScorer | DiscardDead
     chunk: int = eqx.field(static=True)
 
     def __call__(self, genotypes, *, key: PRNGKey):
@@ -218,11 +421,18 @@ class IterationLog(eqx.Module):
     info: StepInfo
     reeval_fitness: jax.Array
     reeval_descriptor: jax.Array
+    plain_qd_score: jax.Array
+
+
+def _plain_qd_score(repertoire: MapElitesRepertoire) -> jax.Array:
+    """The paper's QD-score: the plain sum of the stored fitnesses (no offset)."""
+    f = repertoire.fitnesses
+    return jnp.sum(jnp.where(jnp.isfinite(f), f, 0.0))
 
 
 def _best_reevaluation(algo: MAPElites, repertoire: MapElitesRepertoire, n: int, key: PRNGKey):
     genotype = tree_take(repertoire.genotypes, jnp.argmax(repertoire.fitnesses)[None])
-    re = reevaluate(algo.scoring_fn, genotype, n, key=key)
+    re = reevaluate(_plain_scorer(algo), genotype, n, key=key)
     return re.fitness_mean[0], re.descriptor_mean[0]
 
 
@@ -232,7 +442,7 @@ def _run_chunk(algo: MAPElites, state: MAPElitesState, keys: jax.Array, num_reev
         step_key, reeval_key = jr.split(k)
         s, metrics, info = algo.step(s, key=step_key)
         fit, desc = _best_reevaluation(algo, s.repertoire, num_reevals, reeval_key)
-        return s, IterationLog(metrics, info, fit, desc)
+        return s, IterationLog(metrics, info, fit, desc, _plain_qd_score(s.repertoire))
 
     return filter_scan(body, state, keys)
 
@@ -242,7 +452,7 @@ def _init(algo, init_algo, genotypes, tessellation, key, num_reevals):
     init_key, reeval_key = jr.split(key)
     state, metrics = init_algo.init(genotypes, tessellation, key=init_key)
     fit, desc = _best_reevaluation(algo, state.repertoire, num_reevals, reeval_key)
-    return state, metrics, fit, desc
+    return state, metrics, fit, desc, _plain_qd_score(state.repertoire)
 
 
 _TYPE_NAMES = {int(t): t.name.lower() for t in ActorType}
@@ -250,15 +460,15 @@ _TYPE_NAMES = {int(t): t.name.lower() for t in ActorType}
 
 def _progress_header(d: int) -> list[str]:
     return [
-        "evaluations", "coverage", "coverage_fraction", "qd_score", "max_fitness",
+        "evaluations", "coverage", "coverage_fraction", "qd_score", "plain_qd_score", "max_fitness",
         "mean_fitness", "median_fitness", "p5_fitness", "p95_fitness", "averaged_max_fitness",
         *[f"averaged_max_descriptor_{i}" for i in range(d)],
     ]  # fmt: skip
 
 
-def _progress_row(evals: int, m: dict[str, float], fit: float, desc) -> list:
+def _progress_row(evals: int, m: dict[str, float], plain: float, fit: float, desc) -> list:
     return [
-        evals, int(m["num_filled"]), m["coverage"], m["qd_score"], m["max_fitness"],
+        evals, int(m["num_filled"]), m["coverage"], m["qd_score"], plain, m["max_fitness"],
         m["mean_fitness"], m["median_fitness"], m["p5_fitness"], m["p95_fitness"], fit,
         *np.asarray(desc).tolist(),
     ]  # fmt: skip
@@ -314,8 +524,17 @@ class _PGAMEJob(Job):
         "starts from the GECCO 2021 paper's defaults instead. Options override both."
     )
 
+    original_config_help = (
+        "a config file of the PGA-MAP-Elites repository (--key=value lines, e.g. its "
+        "configure_experiment/QDWalker_config.txt), read with that repository's defaults; "
+        "options override it"
+    )
+
     def default_values(self) -> dict[str, Any]:
         return {**super().default_values(), **LOCAL_PRESET}
+
+    def read_original_config(self, path: str) -> tuple[dict[str, Any], list[str]]:
+        return read_original_config(path)
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         env = make_pgame_env(config)
@@ -324,13 +543,9 @@ class _PGAMEJob(Job):
             algo.emitter, ChunkedScorer(algo.scoring_fn, config.init_batch_size),
             algo.qd_offset, lineage=True,
         )  # fmt: skip
-        folder = new_run_folder(out_dir, config)
         cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
-        low, high = env.descriptor_bounds
-        tessellation = CVTTessellation.from_kmeans(
-            config.n_niches, env.descriptor_size, low, high, num_samples=config.cvt_samples,
-            key=cvt_key,
-        )  # fmt: skip
+        tessellation = pgame_tessellation(config, env, key=cvt_key)  # (a bad file: no folder)
+        folder = new_run_folder(out_dir, config)
         genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(
             jr.split(pop_key, config.random_init)
         )
@@ -347,7 +562,7 @@ class _PGAMEJob(Job):
         if folder is not None:
             folder.write_npy("centroids.npy", tessellation.centroids)
         progress.start(config.max_evals, "pga-me", unit="evals")
-        state, metrics, fit, desc = _init(
+        state, metrics, fit, desc, plain = _init(
             algo, init_algo, genotypes, tessellation, init_key, config.num_reevals
         )
         evals = config.random_init
@@ -361,7 +576,7 @@ class _PGAMEJob(Job):
              True, float("inf")]
             for c in filled
         )  # fmt: skip
-        history.append(_progress_row(evals, m, float(fit), desc))
+        history.append(_progress_row(evals, m, float(plain), float(fit), desc))
         progress.log(dict(zip(progress_header, history[-1])))
         flush()
         progress.advance(evals)
@@ -382,15 +597,23 @@ class _PGAMEJob(Job):
             columns = {k: np.asarray(v) for k, v in columns.items()}
             reeval_fit = np.asarray(logs.reeval_fitness)
             reeval_desc = np.asarray(logs.reeval_descriptor)
+            plain_qd = np.asarray(logs.plain_qd_score)
             for i in range(n):
                 evals += config.eval_batch_size
                 m = {k: float(v[i]) for k, v in metrics_np.items()}
-                history.append(_progress_row(evals, m, float(reeval_fit[i]), reeval_desc[i]))
+                history.append(
+                    _progress_row(
+                        evals, m, float(plain_qd[i]), float(reeval_fit[i]), reeval_desc[i]
+                    )
+                )
                 actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
                 progress.log(dict(zip(progress_header, history[-1])))
             flush()
             done += n
-            progress.advance(n * config.eval_batch_size, qd=history[-1][3], max=history[-1][4])
+            last = dict(zip(progress_header, history[-1]))
+            progress.advance(
+                n * config.eval_batch_size, qd=last["qd_score"], max=last["max_fitness"]
+            )
             if folder is not None and (evals >= next_save or done == config.num_iterations):
                 folder.write_csv(f"archive_{evals}.csv", *_archive_rows(state.repertoire))
                 while next_save <= evals:
@@ -453,3 +676,119 @@ def policy_by_id(repertoire: MapElitesRepertoire, actor_id: int) -> Deterministi
     if where.size == 0:
         raise KeyError(f"no actor with id {actor_id} in the final archive")
     return tree_take(repertoire.genotypes, int(where[0]))
+
+
+# ------------------------------------------------ the repository's own config files, as written
+ORIGINAL_DEFAULTS: dict[str, str | bool] = {
+    "env": "QDAntBulletEnv-v0", "seed": "0", "save_path": ".", "dim_map": "4",
+    "n_niches": "1296", "n_species": "1", "max_evals": "1e6", "mutation_op": "None",
+    "crossover_op": "iso_dd", "min_genotype": "False", "max_genotype": "False",
+    "mutation_rate": "0.05", "crossover_rate": "0.75", "eta_m": "5.0", "eta_c": "10.0",
+    "sigma": "0.2", "iso_sigma": "0.01", "line_sigma": "0.2", "max_uniform": "0.1",
+    "cvt_samples": "100000", "eval_batch_size": "100", "random_init": "500",
+    "init_batch_size": "100", "save_period": "10000", "num_cpu": "32", "num_cpu_var": "32",
+    "use_cached_cvt": False, "not_discard_dead": False, "neurons_list": "128 128",
+    "train_batch_size": "256", "discount": "0.99", "tau": "0.005", "policy_noise": "0.2",
+    "noise_clip": "0.5", "policy_freq": "2", "nr_of_steps_crit": "300", "nr_of_steps_act": "10",
+    "proportion_evo": "0.5", "normalise": False, "affine": False, "gradient_op": False,
+    "lr": "0.001",
+}  # fmt: skip
+"""The repository's ``main.py`` argument defaults (as its parser reads them: text, or ``False``
+for a flag left out), which apply to every argument a config file does not set."""
+
+ORIGINAL_ENVS = {
+    "QDWalker2DBulletEnv-v0": "walker2d_uni",
+    "QDHalfCheetahBulletEnv-v0": "halfcheetah_uni",
+    "QDHopperBulletEnv-v0": "hopper_uni",
+    "QDAntBulletEnv-v0": "ant_uni",
+}
+"""The repository's QDgym tasks and the brax tasks that stand in for them."""
+
+_UNUSED = {
+    "num_cpu": "evaluation is vectorised by JAX, not spread over processes",
+    "num_cpu_var": "variation is vectorised by JAX, not spread over processes",
+    "save_path": "the run folder is --out",
+}
+
+
+def read_original_config(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
+    """Read one of the PGA-MAP-Elites repository's config files (one command-line token per
+    line: ``--key=value``, a bare ``--flag``, or ``--key`` then its value on the next line) as
+    its ``main.py`` would, defaults included (`ORIGINAL_DEFAULTS`).
+
+    **Returns:** the `PGAMEConfig` keys and values, and notes for the user: how each QDgym task
+    is stood in for, and the arguments that have no counterpart here. An unknown argument, a
+    flag given a value or a value that does not parse is a `ValueError` naming the line.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read config file {path!r}: {e}") from e
+    given: dict[str, str | bool] = {}
+    pending: tuple[int, str] | None = None
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line:
+            continue
+        where = f"config file {path!r}, line {number}"
+        if pending is not None and not line.startswith("--"):
+            given[pending[1]], pending = line, None
+            continue
+        if not line.startswith("--"):
+            raise ValueError(f"{where}: expected --argument, got {line!r}")
+        name, sep, value = line[2:].partition("=")
+        if name not in ORIGINAL_DEFAULTS:
+            raise ValueError(f"{where}: unknown argument --{name}")
+        flag = ORIGINAL_DEFAULTS[name] is False
+        if flag and sep:
+            raise ValueError(f"{where}: --{name} is a flag and takes no value, got {value!r}")
+        pending = None
+        if flag:
+            given[name] = True
+        elif sep:
+            given[name] = value
+        else:
+            pending = (number, name)
+    if pending is not None:
+        raise ValueError(f"config file {path!r}, line {pending[0]}: --{pending[1]} has no value")
+    args = {**ORIGINAL_DEFAULTS, **given}
+    notes = [f"{name}: not used ({why})" for name, why in _UNUSED.items() if name in given]
+    values: dict[str, Any] = {}
+    for name, text in args.items():
+        if name in _UNUSED:
+            continue
+        try:
+            values[name] = _original_value(name, text)
+        except ValueError:
+            raise ValueError(
+                f"config file {path!r}: --{name}={text!r} is not a valid value"
+            ) from None
+    env = values["env"]
+    if env in ORIGINAL_ENVS:
+        values["env"] = ORIGINAL_ENVS[env]
+        notes.append(
+            f"env: {env} runs as {values['env']} (a brax task: other physics and fitness scale)"
+        )
+    return values, notes
+
+
+def _original_value(name: str, text: str | bool) -> Any:
+    if isinstance(text, bool):
+        return text
+    if name in ("mutation_op", "crossover_op"):
+        return "none" if text in ("None", "False", "") else text
+    if name in ("min_genotype", "max_genotype"):
+        return None if text in ("False", "None") else float(text)
+    if name == "neurons_list":
+        return tuple(int(t) for t in text.split())
+    if name in ("env",):
+        return text
+    field_type = typing.get_type_hints(PGAMEConfig)[name]
+    if field_type in (int, int | None):
+        number = float(text)  # "1e6", as the repository's max_evals default
+        if number != int(number):
+            raise ValueError(text)
+        return int(number)
+    return float(text)
