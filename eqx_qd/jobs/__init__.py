@@ -7,6 +7,7 @@ from eqx_qd import jobs
 
 result = jobs.run(jobs.MapElitesConfig(iterations=100), "runs/demo")
 again = jobs.load_run("runs/demo")  # config, progress columns, repertoire
+summary = jobs.report(["runs/seed0", "runs/seed1", ...], "runs/report")  # over seeds
 ```
 """
 
@@ -59,4 +60,11 @@ from ._registry import (
     make_task as make_task,
     Registry as Registry,
     TASKS as TASKS,
+)
+from ._report import (
+    group_of as group_of,
+    mann_whitney as mann_whitney,
+    read_run as read_run,
+    Report as Report,
+    report as report,
 )

@@ -1,0 +1,299 @@
+"""Multi-seed reports over QD run folders, the way the PGA-MAP-Elites paper reports its results:
+curves with the median and interquartile range over seeds, the cumulative fitness density
+averaged over seeds, a table of final medians, and two-sided Mann-Whitney U p-values between
+algorithms.
+
+Runs are grouped by algorithm and task (`group_of`); within a group, runs differ by seed.
+"""
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._common import load_run, run_status, RunResult
+from ._folder import RunFolder
+
+
+REPORT_METRICS = ("qd_score", "plain_qd_score", "coverage", "max_fitness", "averaged_max_fitness")
+"""The curves and final values a report compares, where the runs log them (``coverage`` as a
+fraction of the cells; ``plain_qd_score`` and ``averaged_max_fitness`` are PGA-ME's)."""
+
+P_METHODS = ("auto", "exact", "asymptotic")
+
+
+def group_of(result: RunResult) -> str:
+    """A run's group: its algorithm and task (``PGA-ME on walker2d_uni``). The PGA-ME job
+    without its policy gradients (``gradient_op = false``) is ``MAP-Elites``."""
+    config = result.config
+    job = config.JOB
+    if job == "pgame":
+        algorithm = "PGA-ME" if config.gradient_op else "MAP-Elites"  # type: ignore[attr-defined]
+    else:
+        algorithm = {"map-elites": "MAP-Elites", "me-pbt": "ME-PBT"}.get(job, job)
+    task = getattr(config, "env", None) or getattr(config, "task", None)
+    return f"{algorithm} on {task}" if task else algorithm
+
+
+def _coverage(progress: dict[str, np.ndarray]) -> np.ndarray | None:
+    if "coverage_fraction" in progress:  # PGA-ME: "coverage" is the count, as in the repo
+        return progress["coverage_fraction"]
+    return progress.get("coverage")
+
+
+@dataclasses.dataclass
+class RunCurves:
+    """One run as a report reads it: its group, folder, the metric curves against evaluations
+    and its final archive's fitnesses (``-inf`` for empty cells)."""
+
+    group: str
+    folder: str
+    evaluations: np.ndarray
+    curves: dict[str, np.ndarray]
+    fitnesses: np.ndarray
+
+    @property
+    def fitness_loss(self) -> float:
+        """The paper's fitness loss, in percent: how much the best elite's fitness drops when
+        it is re-evaluated, ``100 * (max - averaged max) / |max|`` at the end (``nan`` for
+        runs without re-evaluations)."""
+        if "averaged_max_fitness" not in self.curves:
+            return float("nan")
+        best, again = self.curves["max_fitness"][-1], self.curves["averaged_max_fitness"][-1]
+        return float(100.0 * (best - again) / abs(best)) if best != 0 else float("nan")
+
+
+def read_run(folder: str | os.PathLike) -> RunCurves:
+    """A QD run folder's curves and final fitnesses. A folder that is not a finished QD run
+    is a `ValueError` naming it."""
+    folder = os.fspath(folder)
+    status = run_status(folder).get("status")
+    if status not in ("finished", "unknown"):
+        raise ValueError(f"run folder {folder!r} is {status}, not finished")
+    result = load_run(folder)
+    if result.repertoire is None:
+        raise ValueError(
+            f"run folder {folder!r} holds a {result.config.JOB} run, not a QD run (no repertoire)"
+        )
+    progress = result.progress
+    curves = {}
+    for name in REPORT_METRICS:
+        values = _coverage(progress) if name == "coverage" else progress.get(name)
+        if values is not None:
+            curves[name] = np.asarray(values, np.float64)
+    return RunCurves(
+        group_of(result),
+        folder,
+        np.asarray(progress["evaluations"], np.float64),
+        curves,
+        np.asarray(result.repertoire.fitnesses, np.float64),
+    )
+
+
+@dataclasses.dataclass
+class GroupStats:
+    """A group's curves over seeds on a common evaluation grid: the median and quartiles per
+    metric (``(len(evaluations),)`` each), and each run's final value."""
+
+    name: str
+    runs: list[RunCurves]
+    evaluations: np.ndarray
+    median: dict[str, np.ndarray]
+    q1: dict[str, np.ndarray]
+    q3: dict[str, np.ndarray]
+    finals: dict[str, np.ndarray]
+
+
+def group_stats(name: str, runs: Sequence[RunCurves]) -> GroupStats:
+    """Median and quartiles over ``runs`` of every metric they all log, on the evaluation
+    counts of the shortest run (the others interpolated there, linearly)."""
+    shortest = min(runs, key=lambda r: r.evaluations[-1])
+    grid = shortest.evaluations
+    metrics = [m for m in REPORT_METRICS if all(m in r.curves for r in runs)]
+    stacked = {
+        m: np.stack([np.interp(grid, r.evaluations, r.curves[m]) for r in runs]) for m in metrics
+    }
+    finals = {m: stacked[m][:, -1] for m in metrics}
+    if "averaged_max_fitness" in metrics:
+        finals["fitness_loss"] = np.asarray([r.fitness_loss for r in runs])
+    return GroupStats(
+        name,
+        list(runs),
+        grid,
+        {m: np.median(v, axis=0) for m, v in stacked.items()},
+        {m: np.percentile(v, 25, axis=0) for m, v in stacked.items()},
+        {m: np.percentile(v, 75, axis=0) for m, v in stacked.items()},
+        finals,
+    )
+
+
+def mann_whitney(a: np.ndarray, b: np.ndarray, method: str = "auto") -> float:
+    """Two-sided Mann-Whitney U p-value of samples ``a`` and ``b`` (scipy; non-finite values
+    are dropped, ``nan`` if a sample is then empty). ``method`` ``"asymptotic"``
+    (without continuity correction) is what the paper's tables used; ``"auto"`` is exact for
+    small samples without ties."""
+    from scipy.stats import mannwhitneyu
+
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if len(a) == 0 or len(b) == 0:
+        return float("nan")
+    kwargs: dict[str, Any] = {"alternative": "two-sided", "method": method}
+    if method == "asymptotic":
+        kwargs["use_continuity"] = False
+    return float(mannwhitneyu(a, b, **kwargs).pvalue)
+
+
+@dataclasses.dataclass
+class Report:
+    """What `report` computed: the groups (in the order first met) and, per final metric, the
+    p-value of every pair of groups (``p_values[metric][(a, b)]``)."""
+
+    groups: list[GroupStats]
+    p_values: dict[str, dict[tuple[str, str], float]]
+
+    def table(self) -> str:
+        """The final medians (with quartiles) of every group, as a Markdown table."""
+        metrics = _final_metrics(self.groups)
+        lines = [
+            "| group | runs | " + " | ".join(metrics) + " |",
+            "| --- | --- | " + " | ".join("---" for _ in metrics) + " |",
+        ]
+        for g in self.groups:
+            cells = []
+            for m in metrics:
+                v = g.finals.get(m)
+                if v is None:
+                    cells.append("")
+                else:
+                    q1, med, q3 = np.nanpercentile(v, [25, 50, 75])
+                    cells.append(f"{med:.4g} [{q1:.4g}, {q3:.4g}]")
+            lines.append(f"| {g.name} | {len(g.runs)} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def p_value_tables(self) -> str:
+        """One Markdown table of p-values per metric (rows and columns: the groups)."""
+        names = [g.name for g in self.groups]
+        out = []
+        for metric, pairs in self.p_values.items():
+            out.append(f"#### {metric}\n")
+            out.append("| | " + " | ".join(names) + " |")
+            out.append("| --- | " + " | ".join("---" for _ in names) + " |")
+            for a in names:
+                row = [f"{pairs[(a, b)]:.3g}" if (a, b) in pairs else "" for b in names]
+                out.append(f"| {a} | " + " | ".join(row) + " |")
+            out.append("")
+        return "\n".join(out)
+
+
+def _final_metrics(groups: Sequence[GroupStats]) -> list[str]:
+    order = [*REPORT_METRICS, "fitness_loss"]
+    return [m for m in order if any(m in g.finals for g in groups)]
+
+
+def report(
+    folders: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike | None = None,
+    *,
+    p_method: str = "auto",
+    plots: bool = True,
+) -> Report:
+    """Compare QD runs: read every run folder of ``folders``, group them (`group_of`), and
+    compute the median and interquartile range over seeds, the final medians and the p-values
+    between groups (`mann_whitney` with ``p_method``: ``"auto"``, ``"exact"`` or
+    ``"asymptotic"``).
+
+    With ``out_dir``, write there ``report.md`` (the tables), ``finals.csv`` (each run's final
+    values), ``p_values.csv`` and, with ``plots``, ``curves.png`` (median and IQR per group)
+    and ``fitness_density.png`` (the cumulative fitness density averaged over seeds).
+    """
+    if not folders:
+        raise ValueError("report needs at least one run folder")
+    if p_method not in P_METHODS:
+        raise ValueError(f"p_method must be one of {list(P_METHODS)}, got {p_method!r}")
+    runs = [read_run(f) for f in folders]
+    by_group: dict[str, list[RunCurves]] = {}
+    for r in runs:
+        by_group.setdefault(r.group, []).append(r)
+    groups = [group_stats(name, rs) for name, rs in by_group.items()]
+    p_values: dict[str, dict[tuple[str, str], float]] = {}
+    for metric in _final_metrics(groups):
+        pairs = {}
+        for a in groups:
+            for b in groups:
+                if a is not b and metric in a.finals and metric in b.finals:
+                    pairs[(a.name, b.name)] = mann_whitney(a.finals[metric], b.finals[metric],
+                                                           p_method)  # fmt: skip
+        p_values[metric] = pairs
+    result = Report(groups, p_values)
+    if out_dir is not None:
+        _write(RunFolder(out_dir), result, p_method, plots)
+    return result
+
+
+def _write(folder: RunFolder, result: Report, p_method: str, plots: bool) -> None:
+    header = ["group", "folder", *_final_metrics(result.groups)]
+    rows = []
+    for g in result.groups:
+        for i, r in enumerate(g.runs):
+            rows.append([g.name, r.folder, *(
+                float(g.finals[m][i]) if m in g.finals else "" for m in header[2:]
+            )])  # fmt: skip
+    folder.write_csv("finals.csv", header, rows)
+    folder.write_csv(
+        "p_values.csv",
+        ["metric", "group_a", "group_b", "p_value"],
+        [[m, a, b, p] for m, pairs in result.p_values.items() for (a, b), p in pairs.items()],
+    )
+    method = {
+        "auto": "exact for small samples without ties, else asymptotic",
+        "exact": "exact",
+        "asymptotic": "asymptotic, no continuity correction",
+    }[p_method]
+    text = (
+        "# Report\n\n"
+        f"{sum(len(g.runs) for g in result.groups)} runs in {len(result.groups)} groups. Final "
+        "values: median [first quartile, third quartile] over the runs of each group.\n\n"
+        f"{result.table()}\n\n"
+        f"## Two-sided Mann-Whitney U p-values ({method})\n\n"
+        f"{result.p_value_tables()}"
+    )
+    folder.write_text("report.md", text)
+    if plots:
+        folder.write_figure("curves.png", plot_report_curves(result))
+        folder.write_figure("fitness_density.png", plot_report_density(result))
+
+
+def plot_report_curves(result: Report):
+    """One panel per metric: each group's median over seeds, its interquartile range shaded."""
+    import matplotlib.pyplot as plt
+
+    metrics = [m for m in REPORT_METRICS if any(m in g.median for g in result.groups)]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for g in result.groups:
+            if metric not in g.median:
+                continue
+            (line,) = ax.plot(g.evaluations, g.median[metric], label=g.name)
+            ax.fill_between(g.evaluations, g.q1[metric], g.q3[metric], alpha=0.25,
+                            color=line.get_color(), linewidth=0)  # fmt: skip
+        ax.set_title(metric)
+        ax.set_xlabel("evaluations")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_report_density(result: Report):
+    """The cumulative fitness density of each group's final archives, averaged over seeds."""
+    import matplotlib.pyplot as plt
+
+    from ..plotting import plot_fitness_density
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for g in result.groups:
+        plot_fitness_density([r.fitnesses for r in g.runs], label=g.name, ax=ax)
+    return fig

@@ -1,0 +1,118 @@
+"""Multi-seed reports (`jobs.report`, ``eqx-qd report``) over small MAP-Elites runs, with the
+statistics checked against NumPy and scipy computed here."""
+
+import csv
+import os
+
+import numpy as np
+import pytest
+from scipy.stats import mannwhitneyu
+
+from eqx_qd import jobs
+from eqx_qd.cli import main
+
+
+TINY = dict(genotype_dim=3, grid=True, cells=4, batch_size=8, iterations=6, log_period=2)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Three seeds on sphere and two on rastrigin (two groups), without plots."""
+    root = tmp_path_factory.mktemp("report")
+    out = {}
+    for task, seeds in (("sphere", (0, 1, 2)), ("rastrigin", (0, 1))):
+        for seed in seeds:
+            folder = root / f"{task}-{seed}"
+            config = jobs.MapElitesConfig(task=task, seed=seed, **TINY)
+            jobs.run(config, folder, progress=False, plots=False)
+            out.setdefault(task, []).append(str(folder))
+    return out
+
+
+def test_report_groups_runs_and_takes_medians_over_seeds(folders, tmp_path):
+    result = jobs.report(folders["sphere"] + folders["rastrigin"], tmp_path / "r")
+    assert [g.name for g in result.groups] == ["MAP-Elites on sphere", "MAP-Elites on rastrigin"]
+    sphere = result.groups[0]
+    assert len(sphere.runs) == 3
+    runs = [jobs.load_run(f) for f in folders["sphere"]]
+    qd = np.stack([r.progress["qd_score"] for r in runs])
+    np.testing.assert_allclose(sphere.evaluations, runs[0].progress["evaluations"])
+    np.testing.assert_allclose(sphere.median["qd_score"], np.median(qd, axis=0))
+    np.testing.assert_allclose(sphere.q1["qd_score"], np.percentile(qd, 25, axis=0))
+    np.testing.assert_allclose(sphere.q3["qd_score"], np.percentile(qd, 75, axis=0))
+    np.testing.assert_allclose(sphere.finals["coverage"], [r.last["coverage"] for r in runs])
+    np.testing.assert_allclose(
+        sphere.runs[0].fitnesses, np.asarray(runs[0].repertoire.fitnesses, np.float64)
+    )
+    other = result.groups[1]
+    expected = mannwhitneyu(sphere.finals["max_fitness"], other.finals["max_fitness"],
+                            alternative="two-sided").pvalue  # fmt: skip
+    pair = ("MAP-Elites on sphere", "MAP-Elites on rastrigin")
+    assert result.p_values["max_fitness"][pair] == pytest.approx(expected)
+    assert result.p_values["max_fitness"][pair[::-1]] == pytest.approx(expected)
+    written = set(os.listdir(tmp_path / "r"))
+    assert {
+        "report.md",
+        "finals.csv",
+        "p_values.csv",
+        "curves.png",
+        "fitness_density.png",
+    } <= written
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "| MAP-Elites on sphere | 3 |" in text and "#### max_fitness" in text
+    with open(tmp_path / "r" / "finals.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 5 and float(rows[0]["qd_score"]) == pytest.approx(runs[0].last["qd_score"])
+
+
+def test_runs_of_different_lengths_meet_on_the_shortest(folders, tmp_path):
+    longer = tmp_path / "long"
+    jobs.run(jobs.MapElitesConfig(task="sphere", seed=5, **{**TINY, "iterations": 10}), longer,
+             progress=False, plots=False)  # fmt: skip
+    result = jobs.report([folders["sphere"][0], str(longer)])
+    (group,) = result.groups
+    short = jobs.load_run(folders["sphere"][0]).progress["evaluations"]
+    np.testing.assert_array_equal(group.evaluations, short)
+    long_run = jobs.load_run(longer)
+    at = np.interp(
+        group.evaluations, long_run.progress["evaluations"], long_run.progress["qd_score"]
+    )
+    np.testing.assert_allclose(group.finals["qd_score"][1], at[-1])
+
+
+def test_the_paper_s_p_values_are_the_asymptotic_test():
+    # 20 seeds against 20, every value of one above every value of the other: the paper's
+    # tables print 6.30185e-08, the asymptotic test without continuity correction.
+    a, b = np.arange(20.0), np.arange(20.0) + 100
+    assert jobs.mann_whitney(a, b, "asymptotic") == pytest.approx(6.30185e-08, rel=1e-5)
+    assert jobs.mann_whitney(a, b, "exact") == pytest.approx(2 / 137846528820, rel=1e-6)
+    assert np.isnan(jobs.mann_whitney(np.array([np.nan]), b))
+
+
+def test_fitness_loss_is_the_paper_s_percentage():
+    run = jobs._report.RunCurves(
+        "g", "f", np.array([1.0, 2.0]),
+        {"max_fitness": np.array([5.0, 10.0]), "averaged_max_fitness": np.array([5.0, 9.0])},
+        np.zeros(3),
+    )  # fmt: skip
+    assert run.fitness_loss == pytest.approx(10.0)
+    run.curves.pop("averaged_max_fitness")
+    assert np.isnan(run.fitness_loss)
+
+
+def test_report_refuses_what_it_cannot_compare(folders, tmp_path, capsys):
+    with pytest.raises(ValueError, match="at least one run folder"):
+        jobs.report([])
+    with pytest.raises(ValueError, match="p_method"):
+        jobs.report(folders["sphere"], p_method="bootstrap")
+    unfinished = tmp_path / "unfinished"
+    jobs.run(jobs.MapElitesConfig(task="sphere", **TINY), unfinished, progress=False, plots=False)
+    jobs._common.write_status(jobs.RunFolder(unfinished), "failed", error="boom")
+    with pytest.raises(ValueError, match="is failed, not finished"):
+        jobs.report([str(unfinished)])
+    code = main(["report", *folders["rastrigin"], "--out", str(tmp_path / "cli"), "--no-plots"])
+    assert code == 0 and "MAP-Elites on rastrigin" in capsys.readouterr().out
+    assert os.path.isfile(tmp_path / "cli" / "report.md")
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(tmp_path / "nowhere")])
+    assert e.value.code == 2 and "does not exist" in capsys.readouterr().err
