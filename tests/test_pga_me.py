@@ -247,6 +247,13 @@ def test_repository_arguments_are_checked(values, match):
         jobs.PGAMEConfig(**{**TINY, **values})
 
 
+def test_repository_arguments_without_counterpart_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="'num_cpu' is not used by this job: evaluation is vec"):
+        jobs.PGAMEConfig.from_mapping({**TINY, "num_cpu": 32})
+    with pytest.raises(ValueError, match="'save_path' is not used by this job: the run folder"):
+        jobs.PGAMEConfig.from_mapping({"save_path": "."})
+
+
 def _policy_heading(direction):
     """A policy whose action is ``tanh(5 * direction)`` everywhere (zero weights)."""
     policy = q.DeterministicPolicy(2, 2, (4,), key=jr.key(0))

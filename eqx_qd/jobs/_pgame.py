@@ -11,6 +11,7 @@ import hashlib
 import io
 import os
 import typing
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -208,6 +209,15 @@ class PGAMEConfig(JobConfig):
             raise ValueError(
                 "use_cached_cvt and centroids_file both choose the centroids: give one"
             )
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "PGAMEConfig":
+        """As `JobConfig.from_mapping`; the repository's arguments that have no counterpart
+        here (``num_cpu``, ``num_cpu_var``, ``save_path``) are refused with the reason."""
+        for name, why in _UNUSED.items():
+            if name in values:
+                raise ValueError(f"config key {name!r} is not used by this job: {why}")
+        return super().from_mapping(values)
 
     @classmethod
     def local(cls, **overrides: Any) -> "PGAMEConfig":
