@@ -225,3 +225,32 @@ def test_kmeans_plus_plus_seeds_spread_like_kmeans_plus_plus():
     # points 2.1-2.4x. A seeding that ignores the D^2 weights lands near the latter.
     seeds = [q.cvt_centroids(64, 2, num_samples=4000, num_iters=0, key=jr.key(s)) for s in range(3)]
     assert np.mean([_distortion(c) for c in seeds]) < 1.85 * 2 * 0.0802 / 64
+
+
+def test_the_bucket_index_grid_and_its_pruning_on_a_lattice():
+    """On a 32 x 32 lattice (spacing h) the index lays 16 boxes per axis over the centroids
+    (about 4 centroids a box) plus one on each side, and prunes: a box's candidates lie within
+    its reach R <= sqrt(2) (w + h) / 2 of it (w the box width), at most ((w + 2R) / h + 1)^2
+    lattice points. (Mutation testing: a wider box or reach stays exact but stops pruning.)"""
+    h = 1 / 32
+    axis = (np.arange(32) + 0.5) * h
+    lattice = np.stack(np.meshgrid(axis, axis, indexing="ij"), -1).reshape(-1, 2)
+    index = q.CVTTessellation(lattice).bucket_index
+    w = (31 * h) / 16
+    assert index.boxes == 18
+    np.testing.assert_allclose(index.width, [w, w], rtol=1e-6)
+    np.testing.assert_allclose(index.lo, [h / 2 - w] * 2, rtol=1e-6)
+    reach = np.sqrt(2) * (w + h) / 2
+    assert index.table.shape[0] == 18 * 18
+    assert index.table.shape[1] <= ((w + 2 * reach) / h + 1) ** 2  # 50, of 1024 centroids
+
+
+def test_the_bucket_index_on_centroids_sharing_a_coordinate():
+    # Every centroid on the line y = 0.5: that axis has no extent (the index, if built, gives
+    # it boxes of width 1), and lookups still match the full search.
+    rng = np.random.default_rng(3)
+    centroids = np.stack([rng.uniform(size=600), np.full(600, 0.5)], axis=1).astype(np.float32)
+    indexed = q.CVTTessellation(centroids)
+    points = jnp.asarray(np.stack([rng.uniform(size=500), rng.uniform(0.0, 1.0, 500)], axis=1))
+    full = q.CVTTessellation(centroids, index_min_cells=10**6)
+    np.testing.assert_array_equal(indexed.index(points), full.index(points))
