@@ -149,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--out", metavar="FOLDER", help=f"run folder (default: runs/{job.name}-<time>)"
         )
+        sub.add_argument(
+            "--seeds", metavar="S,S,...", type=_int_list,
+            help="run these seeds one after another, each in OUT/seed-S (instead of --seed); "
+            "then `eqx-qd report OUT/seed-*` compares them with other runs",
+        )  # fmt: skip
         sub.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         if job.resumable:
@@ -314,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "report":
         return _report(parser, args)
-    from .jobs import default_run_folder, JOBS, run
+    from .jobs import JOBS, run
 
     job = JOBS[args.job]
     resume = getattr(args, "resume", None)
@@ -331,19 +336,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     _use_compile_cache(cache)
     _load_plugins(parser, args.plugin)
     config = _config(parser, args, job)
-    out = resume or args.out or default_run_folder(job.name)
+    runs = _seeded_runs(parser, args, job, config, resume)
     where = f"compile cache {cache}" if cache else "no compile cache"
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
-    try:
-        result = run(
-            config, out, progress=not args.no_progress, plots=not args.no_plots,
-            resume=resume is not None,
-        )  # fmt: skip
-    except ValueError as e:
-        parser.error(str(e))
-    print(job.summary(result))
-    print(f"run folder: {result.folder}")
+    for config, out in runs:
+        try:
+            result = run(
+                config, out, progress=not args.no_progress, plots=not args.no_plots,
+                resume=resume is not None,
+            )  # fmt: skip
+        except ValueError as e:
+            parser.error(str(e))
+        print(job.summary(result))
+        print(f"run folder: {result.folder}")
+    if len(runs) > 1:
+        print(f"compare the seeds: eqx-qd report {os.path.dirname(runs[0][1])}/seed-*")
     return 0
+
+
+def _seeded_runs(
+    parser: _Parser, args: argparse.Namespace, job: Any, config: Any, resume: str | None
+) -> list[tuple[Any, str]]:
+    """The (config, folder) pairs to run: one, or one per ``--seeds`` entry in OUT/seed-S, all
+    checked before the first starts (so a bad seed or a taken folder stops nothing halfway)."""
+    from .jobs import default_run_folder
+
+    if args.seeds is None:
+        return [(config, resume or args.out or default_run_folder(job.name, config.seed))]
+    if resume is not None:
+        parser.error("--seeds runs new folders; it cannot --resume one")
+    if not args.seeds or len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds must list distinct seeds, got {list(args.seeds)}")
+    base = args.out or default_run_folder(job.name)
+    runs = []
+    for seed in args.seeds:
+        out = os.path.join(base, f"seed-{seed}")
+        if os.path.exists(os.path.join(out, "config.toml")):
+            parser.error(f"{out!r} already holds a run; choose another --out")
+        try:
+            values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+            runs.append((job.config_cls.from_mapping({**values, "seed": seed}), out))
+        except (ValueError, TypeError) as e:
+            parser.error(f"--seeds {seed}: {e}")
+    return runs
 
 
 if __name__ == "__main__":

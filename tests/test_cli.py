@@ -39,6 +39,27 @@ def test_cli_writes_a_run_folder(tmp_path, capsys):
     assert "run folder" in capsys.readouterr().out
 
 
+def test_cli_runs_several_seeds_into_one_folder(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "seeds"
+    assert main(SMALL + ["--no-plots", "--seeds", "3,1", "--out", str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["seed-1", "seed-3"]
+    runs = {s: jobs.load_run(out / f"seed-{s}") for s in (1, 3)}
+    assert [runs[s].config.seed for s in (1, 3)] == [1, 3]
+    assert runs[1].progress["qd_score"][-1] != runs[3].progress["qd_score"][-1]
+    assert f"eqx-qd report {out}/seed-*" in capsys.readouterr().out
+    # Checked before the first run starts: a taken folder or a repeated seed stops everything.
+    for seeds, message in (("1,4", "seed-1' already holds a run"), ("4,4", "distinct seeds")):
+        with pytest.raises(SystemExit) as e:
+            main(SMALL + ["--seeds", seeds, "--out", str(out)])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+        assert not (out / "seed-4").exists()
+    # Without --out, one run goes to runs/<job>-seed<S>-<time>.
+    monkeypatch.chdir(tmp_path)
+    assert main(SMALL + ["--no-plots", "--seed", "7", "--iterations", "5"]) == 0
+    (folder,) = os.listdir(tmp_path / "runs")
+    assert folder.startswith("map-elites-seed7-")
+
+
 def test_cli_config_file_and_overrides(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text(

@@ -113,10 +113,12 @@ def register_job(job: Job) -> Job:
     return job
 
 
-def default_run_folder(job: str) -> str:
-    """``runs/<job>-<date>-<time>``: where the command writes when ``--out`` is not given."""
+def default_run_folder(job: str, seed: int | None = None) -> str:
+    """``runs/<job>-seed<S>-<date>-<time>`` (without ``seed``: ``runs/<job>-<date>-<time>``):
+    where the command writes when ``--out`` is not given."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{job}-{stamp}")
+    name = job if seed is None else f"{job}-seed{seed}"
+    return os.path.join("runs", f"{name}-{stamp}")
 
 
 def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunFolder | None:
