@@ -77,6 +77,8 @@ def test_pgame_emitter_follows_its_convention():
     ).emitters
     assert (ga.batch_size, pg.batch_size) == (50, 50)
     assert pg.greedy_init == "first" and pg.critic_warmup is False
+    ga, pg = q.pgame_emitter(batch_size=2, proportion_evo=1.0, **common).emitters
+    assert (ga.batch_size, pg.batch_size) == (1, 1)  # one GA slot beside the greedy actor
     (only_pg,) = q.pgame_emitter(batch_size=10, proportion_evo=0.0, **common).emitters
     assert isinstance(only_pg, q.QualityPGEmitter) and only_pg.batch_size == 10
     with pytest.raises(ValueError, match="pgame_emitter: convention"):
