@@ -271,8 +271,12 @@ def plot_report_curves(result: Report):
     import matplotlib.pyplot as plt
 
     metrics = [m for m in REPORT_METRICS if any(m in g.median for g in result.groups)]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.6), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
+    cols = min(3, len(metrics))
+    rows = -(-len(metrics) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.4 * rows), squeeze=False)
+    for ax in axes.flat[len(metrics) :]:
+        ax.set_visible(False)
+    for ax, metric in zip(axes.flat, metrics):
         for g in result.groups:
             if metric not in g.median:
                 continue
@@ -282,7 +286,7 @@ def plot_report_curves(result: Report):
         ax.set_title(metric)
         ax.set_xlabel("evaluations")
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
 
