@@ -111,3 +111,23 @@ def test_every_public_name_is_classified_in_the_checks_page():
         r.split(" | ")[1] for r in entry_rows.splitlines() if r.startswith("| ") and "`" in r
     )))  # fmt: skip
     assert f"exports {len(public)} names. {checked} are entry points" in " ".join(section.split())
+
+
+def test_the_migration_guide_names_only_what_exists():
+    """Every ``q.X``, ``jobs.X`` and ``plotting.X`` of docs/migrating-from-qdax.md (and their
+    attributes, ``q.X.y``) exists, so the guide cannot drift from the API."""
+    import pathlib
+
+    import eqx_qd
+    from eqx_qd import jobs, plotting
+
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "migrating-from-qdax.md").read_text()
+    roots = {"q": eqx_qd, "jobs": jobs, "plotting": plotting}
+    found = re.findall(r"\b(q|jobs|plotting)\.(\w+)(?:\.(\w+))?", text)
+    assert len(found) > 40
+    missing = []
+    for root, name, attr in found:
+        obj = getattr(roots[root], name, None)
+        if obj is None or (attr and attr[0].islower() and not hasattr(obj, attr)):
+            missing.append(".".join(filter(None, (root, name, attr))))
+    assert missing == []
