@@ -142,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
         )
         if job.original_config_help:
             sub.add_argument("--config-file", metavar="FILE", help=job.original_config_help)
+        if job.presets:
+            shown = "; ".join(f"{name}: {_preset_text(v)}" for name, v in job.presets.items())
+            sub.add_argument(
+                "--preset", choices=sorted(job.presets),
+                help=f"start from these values instead of the defaults shown below: {shown}",
+            )  # fmt: skip
         defaults = job.default_values()
         hints = typing.get_type_hints(job.config_cls)
         for f in dataclasses.fields(job.config_cls):  # type: ignore[arg-type]
@@ -166,11 +172,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _preset_text(values: dict[str, Any]) -> str:
+    if not values:
+        return "the config's own defaults"
+    shown = (",".join(map(str, v)) if isinstance(v, tuple) else v for v in values.values())
+    return " ".join(f"{k}={v}" for k, v in zip(values, shown))
+
+
 def _config(parser: _Parser, args: argparse.Namespace, job: Any) -> Any:
     """The config from ``--config`` (or the job's default without it), options winning."""
     keys = job.config_cls.keys()
     overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     try:
+        preset = getattr(args, "preset", None)
+        if preset is not None:
+            if args.config is not None or getattr(args, "config_file", None) is not None:
+                parser.error("--preset and a config file both give the starting values: use one")
+            base = {f.name: f.default for f in dataclasses.fields(job.config_cls)}
+            return job.config_cls.from_mapping({**base, **job.presets[preset], **overrides})
         original = getattr(args, "config_file", None)
         if original is not None:
             if args.config is not None:
@@ -280,7 +299,9 @@ def _listing() -> str:
     from .jobs import AGENTS, EMITTERS, ENVIRONMENTS, JOBS, TASKS
 
     lines = ["jobs (eqx-qd run JOB --help for their options):"]
-    lines += [f"  {job.name:18s} {job.help}" for job in JOBS.values()]
+    for job in JOBS.values():
+        presets = f" (presets: {', '.join(sorted(job.presets))})" if job.presets else ""
+        lines.append(f"  {job.name:18s} {job.help}{presets}")
     for title, registry in (("tasks (map-elites --task)", TASKS),
                             ("environments (--env)", ENVIRONMENTS),
                             ("agents (pbt / me-pbt --agent)", AGENTS),

@@ -372,3 +372,23 @@ def test_centroids_from_a_file_or_the_cache(tmp_path, monkeypatch):
     fresh = jobs.PGAMEConfig(**{**TINY, "n_niches": 16, "cvt_samples": 500})
     c = jobs._pgame.pgame_tessellation(fresh, env, key=jr.key(2))
     assert not np.array_equal(a.centroids, c.centroids)
+
+
+def test_presets_start_the_command_from_the_paper_or_the_local_values(tmp_path, capsys):
+    from eqx_qd.cli import _config, build_parser
+
+    parser = build_parser()
+    job = jobs.JOBS["pgame"]
+    parse = lambda *a: _config(parser, parser.parse_args(["run", "pgame", *a]), job)
+    assert parse("--preset", "paper") == jobs.PGAMEConfig()
+    assert parse("--preset", "local", "--seed", "4") == jobs.PGAMEConfig.local(seed=4)
+    assert parse() == jobs.PGAMEConfig.local()  # without a config: the local preset
+    path = tmp_path / "c.toml"
+    path.write_text("seed = 1\n")
+    with pytest.raises(SystemExit):
+        parse("--preset", "paper", "--config", str(path))
+    assert "--preset and a config file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse("--preset", "huge")
+    main(["list"])
+    assert "(presets: local, paper)" in capsys.readouterr().out

@@ -64,6 +64,9 @@ class Job(abc.ABC):
     help: ClassVar[str]
     description: ClassVar[str] = ""
     resumable: ClassVar[bool] = False
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    """Named starting values (``--preset NAME``): the keys each preset sets over the config's
+    defaults."""
     original_config_help: ClassVar[str] = ""
     """Non-empty when the job reads the seed repository's own config files (`read_original_config`):
     the ``--config-file`` help."""

@@ -530,10 +530,12 @@ class _PGAMEJob(Job):
     config_cls = PGAMEConfig
     help = "PGA-MAP-Elites (default: the local preset, walker2d_uni, 10k evaluations)"
     description = (
-        "Without --config the local preset runs (minutes on a laptop CPU); a --config TOML file "
-        "starts from the GECCO 2021 paper's defaults instead. Options override both."
+        "Without --config the local preset runs (minutes on a laptop CPU); --preset paper, or a "
+        "--config TOML file, starts from the GECCO 2021 paper's defaults instead. Options "
+        "override both."
     )
 
+    presets = {"local": LOCAL_PRESET, "paper": {}}
     original_config_help = (
         "a config file of the PGA-MAP-Elites repository (--key=value lines, e.g. its "
         "configure_experiment/QDWalker_config.txt), read with that repository's defaults; "
