@@ -73,6 +73,26 @@ def _check_parents(where: str, x1: Genotypes, x2: Genotypes) -> None:
             )
 
 
+def _add_noise(
+    x: Genotypes,
+    noise: Callable[[PRNGKey, Array], Array],
+    mutation_rate: Any,
+    min_genotype: Any,
+    max_genotype: Any,
+    key: PRNGKey,
+) -> Genotypes:
+    """Add ``noise(key, gene_array)`` to each gene of ``x`` with probability ``mutation_rate``,
+    then clip to the bounds given (the additive mutations: gaussian and uniform)."""
+
+    def mutate(k, a):
+        noise_key, mask_key = jr.split(k)
+        mask = jr.uniform(mask_key, a.shape) < mutation_rate
+        out = jnp.where(mask, a + noise(noise_key, a), a)
+        return _clip(out, _bound(min_genotype), _bound(max_genotype))
+
+    return _leafwise(mutate, key, x)
+
+
 def _per_row(values: Array, like: Array) -> Array:
     return jnp.reshape(values, values.shape + (1,) * (like.ndim - 1))
 
@@ -123,14 +143,8 @@ def gaussian_mutation(
     check.non_negative("gaussian_mutation: sigma", sigma)
     check.fraction("gaussian_mutation: mutation_rate", mutation_rate)
     _check_bounds("gaussian_mutation: ", min_genotype, max_genotype)
-
-    def mutate(k, a):
-        noise_key, mask_key = jr.split(k)
-        noise = jr.normal(noise_key, a.shape, a.dtype) * sigma
-        mask = jr.uniform(mask_key, a.shape) < mutation_rate
-        return _clip(jnp.where(mask, a + noise, a), _bound(min_genotype), _bound(max_genotype))
-
-    return _leafwise(mutate, key, x)
+    noise = lambda k, a: jr.normal(k, a.shape, a.dtype) * sigma
+    return _add_noise(x, noise, mutation_rate, min_genotype, max_genotype, key)
 
 
 def uniform_mutation(
@@ -148,14 +162,8 @@ def uniform_mutation(
     check.non_negative("uniform_mutation: max_uniform", max_uniform)
     check.fraction("uniform_mutation: mutation_rate", mutation_rate)
     _check_bounds("uniform_mutation: ", min_genotype, max_genotype)
-
-    def mutate(k, a):
-        noise_key, mask_key = jr.split(k)
-        noise = jr.uniform(noise_key, a.shape, a.dtype, -1.0, 1.0) * max_uniform
-        mask = jr.uniform(mask_key, a.shape) < mutation_rate
-        return _clip(jnp.where(mask, a + noise, a), _bound(min_genotype), _bound(max_genotype))
-
-    return _leafwise(mutate, key, x)
+    noise = lambda k, a: jr.uniform(k, a.shape, a.dtype, -1.0, 1.0) * max_uniform
+    return _add_noise(x, noise, mutation_rate, min_genotype, max_genotype, key)
 
 
 def polynomial_mutation(
