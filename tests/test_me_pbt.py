@@ -133,6 +133,9 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
     assert int(repertoire.num_filled) > 0
     with open(out / "hparams.csv") as f:
         assert len(f.read().strip().splitlines()) == 1 + 3 * 4  # header + (init + 2 iters) x 4
+    # The multi-seed report reads ME-PBT folders too.
+    (group,) = jobs.report([str(out)], plots=False).groups
+    assert group.name == f"ME-PBT on {cfg.env}" and "qd_score" in group.finals
     with pytest.raises(SystemExit) as e:
         main(["run", "me-pbt", "--pg-population-size", "4", "--out", str(tmp_path / "bad")])
     assert e.value.code == 2
