@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
         for f in dataclasses.fields(job.config_cls):  # type: ignore[arg-type]
             _add_field(sub, f, hints[f.name], defaults[f.name])
         sub.add_argument(
-            "--out", metavar="FOLDER", help=f"run folder (default: runs/{job.name}-<time>)"
+            "--out", metavar="FOLDER", help=f"run folder (default: runs/{job.name}-seed<S>-<time>)"
         )
         sub.add_argument(
             "--seeds", metavar="S,S,...", type=_int_list,
@@ -188,8 +188,7 @@ def _config(parser: _Parser, args: argparse.Namespace, job: Any) -> Any:
         if preset is not None:
             if args.config is not None or getattr(args, "config_file", None) is not None:
                 parser.error("--preset and a config file both give the starting values: use one")
-            base = {f.name: f.default for f in dataclasses.fields(job.config_cls)}
-            return job.config_cls.from_mapping({**base, **job.presets[preset], **overrides})
+            return job.config_cls.from_mapping({**job.preset_values(preset), **overrides})
         original = getattr(args, "config_file", None)
         if original is not None:
             if args.config is not None:
@@ -258,8 +257,9 @@ _CACHE_ENV = "EQX_QD_COMPILE_CACHE"
 
 
 def _default_cache() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "eqx_qd", "xla")
+    from .jobs._folder import user_cache_dir
+
+    return user_cache_dir("xla")
 
 
 def _compile_cache(args: argparse.Namespace) -> str | None:
@@ -380,7 +380,7 @@ def _seeded_runs(
 ) -> list[tuple[Any, str]]:
     """The (config, folder) pairs to run: one, or one per ``--seeds`` entry in OUT/seed-S, all
     checked before the first starts (so a bad seed or a taken folder stops nothing halfway)."""
-    from .jobs import default_run_folder
+    from .jobs._common import default_run_folder, holds_run
 
     if args.seeds is None:
         return [(config, resume or args.out or default_run_folder(job.name, config.seed))]
@@ -392,11 +392,10 @@ def _seeded_runs(
     runs = []
     for seed in args.seeds:
         out = os.path.join(base, f"seed-{seed}")
-        if os.path.exists(os.path.join(out, "config.toml")):
+        if holds_run(out):
             parser.error(f"{out!r} already holds a run; choose another --out")
         try:
-            values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-            runs.append((job.config_cls.from_mapping({**values, "seed": seed}), out))
+            runs.append((dataclasses.replace(config, seed=seed), out))  # checked again
         except (ValueError, TypeError) as e:
             parser.error(f"--seeds {seed}: {e}")
     return runs

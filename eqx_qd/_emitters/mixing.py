@@ -11,7 +11,7 @@ from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import tree_concatenate, tree_slice
 from .._repertoire import MapElitesRepertoire
 from .._selectors import AbstractSelector, UniformSelector
-from .._variation import AbstractMutation, AbstractVariation
+from .._variation import AbstractMutation, AbstractVariation, MutatedVariation
 from .base import AbstractStatelessEmitter, ActorType, Lineage, parent_ids
 
 
@@ -75,3 +75,24 @@ class MixingEmitter(AbstractStatelessEmitter):
             second.append(jnp.full((num_mutation,), -1, jnp.int32))
         lineage = Lineage.of(jnp.concatenate(first), jnp.concatenate(second), ActorType.EVO)
         return (parts[0] if len(parts) == 1 else tree_concatenate(parts)), lineage
+
+
+def ga_emitter(
+    batch_size: int,
+    *,
+    variation: AbstractVariation | None = None,
+    mutation: AbstractMutation | None = None,
+    selector: AbstractSelector = UniformSelector(),
+) -> MixingEmitter:
+    """A `MixingEmitter` whose children all come the same way: from ``variation``, from
+    ``mutation``, or, with both, from ``variation`` and then ``mutation`` (`MutatedVariation`:
+    the PGA-MAP-Elites repository's GA with a ``crossover_op`` and a ``mutation_op``)."""
+    if variation is not None and mutation is not None:
+        variation, mutation = MutatedVariation(variation, mutation), None
+    return MixingEmitter(
+        batch_size=batch_size,
+        variation_percentage=0.0 if variation is None else 1.0,
+        variation=variation,
+        mutation=mutation,
+        selector=selector,
+    )

@@ -33,10 +33,10 @@ from .._rl.optim import apply_adam, init_adam
 from .._rl.td3 import TD3, TD3HParams, TD3State
 from .._scoring import ScoringExtra
 from .._selectors import AbstractSelector, UniformSelector
-from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation, MutatedVariation
+from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation
 from .base import AbstractEmitter, ActorType, Lineage, parent_ids
 from .composed import ComposedEmitter
-from .mixing import MixingEmitter
+from .mixing import ga_emitter
 
 
 class QualityPGState(eqx.Module):
@@ -242,9 +242,13 @@ def pgame_split(batch_size: int, proportion_evo: float, convention: str) -> tupl
     in a batch of 100. ``"qdax"`` gives the GA ``floor(proportion_evo * batch_size)``: 50 GA,
     49 PG and the greedy actor. Either way the greedy actor keeps its slot.
     """
-    check.integer("pgame_split: batch_size", batch_size, minimum=2)
-    check.fraction("pgame_split: proportion_evo", proportion_evo)
-    check.one_of("pgame_split: convention", convention, CONVENTIONS)
+    return _split(batch_size, proportion_evo, convention, "pgame_split")
+
+
+def _split(batch_size: int, proportion_evo: float, convention: str, where: str) -> tuple[int, int]:
+    check.integer(f"{where}: batch_size", batch_size, minimum=2)
+    check.fraction(f"{where}: proportion_evo", proportion_evo)
+    check.one_of(f"{where}: convention", convention, CONVENTIONS)
     others = batch_size - 1 if convention == "original" else batch_size
     num_evo = min(int(proportion_evo * others), batch_size - 1)
     return num_evo, batch_size - num_evo
@@ -285,24 +289,13 @@ def pgame_emitter(
     ``num_pg_steps``, ``pg_lr``, ``buffer_size`` (the `QualityPGEmitter` fields); ``selector``
     (shared by both halves); ``convention``.
     """
-    check.integer("pgame_emitter: batch_size", batch_size, minimum=2)
-    check.fraction("pgame_emitter: proportion_evo", proportion_evo)
-    check.one_of("pgame_emitter: convention", convention, CONVENTIONS)
-    num_evo, num_pg = pgame_split(batch_size, proportion_evo, convention)
+    num_evo, num_pg = _split(batch_size, proportion_evo, convention, "pgame_emitter")
     if variation is None and mutation is None:
         variation = IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma)
-    if variation is not None and mutation is not None:
-        variation, mutation = MutatedVariation(variation, mutation), None
     members: list[AbstractEmitter] = []
     if num_evo > 0:
         members.append(
-            MixingEmitter(
-                batch_size=num_evo,
-                variation_percentage=0.0 if variation is None else 1.0,
-                variation=variation,
-                mutation=mutation,
-                selector=selector,
-            )
+            ga_emitter(num_evo, variation=variation, mutation=mutation, selector=selector)
         )
     members.append(
         QualityPGEmitter(

@@ -55,6 +55,10 @@ class RunResult:
         }
 
 
+def _field_defaults(config_cls: type[JobConfig]) -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(config_cls)}  # type: ignore[arg-type]
+
+
 class Job(abc.ABC):
     """One ``eqx-qd run NAME`` job: its config class, how to run it, read its folder back, and
     summarise a result in one line. Subclasses are registered in `JOBS`."""
@@ -78,7 +82,11 @@ class Job(abc.ABC):
     def default_values(self) -> dict[str, Any]:
         """The values of the config the command runs without ``--config`` (not validated, so
         nothing is built: the command's ``--help`` shows them)."""
-        return {f.name: f.default for f in dataclasses.fields(self.config_cls)}  # type: ignore[arg-type]
+        return _field_defaults(self.config_cls)
+
+    def preset_values(self, name: str) -> dict[str, Any]:
+        """The config's defaults with preset ``name`` (one of `presets`) over them."""
+        return {**_field_defaults(self.config_cls), **self.presets[name]}
 
     def default_config(self, **values: Any) -> JobConfig:
         """The config the command runs without ``--config`` (options applied)."""
@@ -124,6 +132,11 @@ def default_run_folder(job: str, seed: int | None = None) -> str:
     return os.path.join("runs", f"{name}-{stamp}")
 
 
+def holds_run(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` already holds a run (its ``config.toml``)."""
+    return os.path.exists(os.path.join(folder, CONFIG_FILE))
+
+
 def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunFolder | None:
     """Create the run folder and write ``config.toml``; ``None`` when ``out_dir`` is ``None``.
 
@@ -133,7 +146,7 @@ def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunF
     if out_dir is None:
         return None
     path = os.fspath(out_dir)
-    if os.path.exists(os.path.join(path, CONFIG_FILE)):
+    if holds_run(path):
         raise ValueError(
             f"{path!r} already holds a run ({CONFIG_FILE}); choose another folder"
             + (" or resume it" if JOBS[config.JOB].resumable else "")

@@ -28,6 +28,13 @@ from .._repertoire import MapElitesRepertoire
 _TMP_PREFIX = ".tmp-"
 
 
+def user_cache_dir(name: str) -> str:
+    """``$XDG_CACHE_HOME/eqx_qd/<name>`` (default ``~/.cache/eqx_qd/<name>``): where the jobs
+    keep what outlives a run (compiled programs, cached centroids)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "eqx_qd", name)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

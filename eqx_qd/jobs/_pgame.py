@@ -8,7 +8,6 @@ parameters (``repertoire.eqx``, read back by `load_run`), ``centroids.npy`` and 
 
 import dataclasses
 import hashlib
-import io
 import os
 import typing
 from collections.abc import Mapping
@@ -22,7 +21,7 @@ import numpy as np
 
 from .._custom_types import PRNGKey
 from .._emitters.base import ActorType
-from .._emitters.mixing import MixingEmitter
+from .._emitters.mixing import ga_emitter
 from .._emitters.quality_pg import CONVENTIONS, pgame_emitter
 from .._envs.base import AbstractQDEnv
 from .._map_elites import MAPElites, MAPElitesState, StepInfo
@@ -39,14 +38,13 @@ from .._variation import (
     AbstractVariation,
     GaussianMutation,
     IsoLineVariation,
-    MutatedVariation,
     PolynomialMutation,
     SBXCrossover,
     UniformMutation,
 )
 from ._common import Job, new_run_folder, read_qd_run, read_repertoire, register_job, RunResult
 from ._config import JobConfig, option
-from ._folder import atomic_write, RunFolder
+from ._folder import RunFolder, user_cache_dir
 from ._progress import Progress
 from ._registry import ENVIRONMENTS, make_env
 
@@ -106,13 +104,10 @@ class PGAMEConfig(JobConfig):
     lr: float = option(0.001, "policy-gradient variation learning rate", check=non_negative)
     iso_sigma: float = option(0.005, "iso+line-DD isotropic noise", check=non_negative)
     line_sigma: float = option(0.05, "iso+line-DD line noise", check=non_negative)
-    crossover_op: str = option(
-        "iso_dd", "GA two-parent operator: iso_dd, sbx or none", check=_choice(CROSSOVER_OPS)
-    )
+    crossover_op: str = option("iso_dd", "GA two-parent operator", check=_choice(CROSSOVER_OPS))
     mutation_op: str = option(
         "none",
-        "GA mutation (after the crossover, if any): polynomial_mutation, gaussian_mutation, "
-        "uniform_mutation or none",
+        "GA mutation (after the crossover, if any)",
         check=_choice(MUTATION_OPS),
     )
     mutation_rate: float = option(0.05, "probability that a gene mutates", check=fraction)
@@ -155,7 +150,7 @@ class PGAMEConfig(JobConfig):
     obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
     deterministic: bool = option(False, "no reset or observation noise (QDax's tasks)")
     convention: str = option(
-        "original", "batch split, greedy start and critic warm-up: original or qdax",
+        "original", "batch split, greedy start and critic warm-up",
         check=_choice(CONVENTIONS),
     )  # fmt: skip
     num_reevals: int = option(
@@ -311,23 +306,9 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
             convention=config.convention,
         )
     else:
-        if variation is not None and mutation is not None:
-            variation, mutation = MutatedVariation(variation, mutation), None
-        emitter = MixingEmitter(
-            batch_size=config.eval_batch_size,
-            variation_percentage=0.0 if variation is None else 1.0,
-            variation=variation,
-            mutation=mutation,
-        )
+        emitter = ga_emitter(config.eval_batch_size, variation=variation, mutation=mutation)
     scoring = scorer if config.not_discard_dead else DiscardDead(scorer)
     return MAPElites(emitter, scoring, scorer.qd_offset, lineage=True), td3
-
-
-def cvt_cache_dir() -> str:
-    """Where ``use_cached_cvt`` keeps centroids: ``$XDG_CACHE_HOME/eqx_qd/cvt`` (default
-    ``~/.cache/eqx_qd/cvt``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "eqx_qd", "cvt")
 
 
 def pgame_tessellation(config: PGAMEConfig, env: AbstractQDEnv, *, key: PRNGKey) -> CVTTessellation:
@@ -357,18 +338,14 @@ def pgame_tessellation(config: PGAMEConfig, env: AbstractQDEnv, *, key: PRNGKey)
         return compute(key)
     bounds = np.concatenate([np.broadcast_to(low, (d,)), np.broadcast_to(high, (d,))])
     tag = hashlib.sha256(np.asarray(bounds, np.float32).tobytes()).hexdigest()[:8]
-    path = os.path.join(
-        cvt_cache_dir(), f"centroids_{config.n_niches}_{d}_{config.cvt_samples}_{tag}.npy"
-    )
-    if os.path.isfile(path):
-        tess = CVTTessellation.load(path)
+    cache = RunFolder(user_cache_dir("cvt"))  # ~/.cache/eqx_qd/cvt
+    name = f"centroids_{config.n_niches}_{d}_{config.cvt_samples}_{tag}.npy"
+    if cache.exists(name):
+        tess = CVTTessellation.load(cache.file(name))
         if tess.centroids.shape == (config.n_niches, d):
             return tess
     tess = compute(jr.key(0))
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(tess.centroids))
-    atomic_write(path, lambda f: f.write(buffer.getvalue()))
+    cache.write_npy(name, tess.centroids)
     return tess
 
 
