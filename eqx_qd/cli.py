@@ -162,13 +162,16 @@ def build_parser() -> argparse.ArgumentParser:
         )  # fmt: skip
         sub.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-        if job.resumable:
-            sub.add_argument(
-                "--resume",
-                metavar="FOLDER",
-                help="continue the run in FOLDER from its latest checkpoint (its config.toml, "
-                "unless --config is given) up to --num-updates",
-            )
+        sub.add_argument(
+            "--resume", metavar="FOLDER",
+            help="continue the run in FOLDER from its newest checkpoint, with its config.toml "
+            "(options may lengthen it); with --out, fork it into a new folder instead",
+        )  # fmt: skip
+        sub.add_argument(
+            "--from", dest="from_checkpoint", metavar="STEP|best|latest",
+            help="with --resume and --out: the checkpoint of FOLDER to fork from "
+            "(default: latest)",
+        )  # fmt: skip
     return parser
 
 
@@ -343,20 +346,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .jobs import JOBS, run
 
     job = JOBS[args.job]
-    resume = getattr(args, "resume", None)
+    resume = args.resume
+    if args.from_checkpoint is not None and (resume is None or args.out is None):
+        parser.error("--from STEP forks a run: give --resume FOLDER and --out NEW_FOLDER")
     if resume is not None:
-        if args.out is not None:
-            parser.error("--resume FOLDER writes into FOLDER; drop --out")
+        if args.seeds is not None:
+            parser.error("--seeds runs new folders; it cannot --resume one")
         saved = os.path.join(resume, "config.toml")
+        if not os.path.isfile(saved):
+            parser.error(f"cannot resume: {saved!r} does not exist")
         if args.config is None:
-            if not os.path.isfile(saved):
-                parser.error(f"cannot resume: {saved!r} does not exist")
             args.config = saved
     _use_devices(_requested_devices(args, job))
     cache = _compile_cache(args)
     _use_compile_cache(cache)
     _load_plugins(parser, args.plugin)
     config = _config(parser, args, job)
+    if resume is not None and args.out is not None:  # a fork: it continues in --out
+        resume = _fork(parser, resume, args.out, args.from_checkpoint or "latest")
     runs = _seeded_runs(parser, args, job, config, resume)
     where = f"compile cache {cache}" if cache else "no compile cache"
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
@@ -375,6 +382,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _fork(parser: _Parser, source: str, dest: str, which: str) -> str:
+    from .jobs import fork_run
+
+    try:
+        chosen = fork_run(source, dest, int(which) if which.isdigit() else which)
+    except (ValueError, FileNotFoundError) as e:
+        parser.error(str(e))
+    print(f"eqx-qd: forked {source} at checkpoint {chosen.step} into {dest}", flush=True)
+    return dest
+
+
 def _seeded_runs(
     parser: _Parser, args: argparse.Namespace, job: Any, config: Any, resume: str | None
 ) -> list[tuple[Any, str]]:
@@ -384,8 +402,6 @@ def _seeded_runs(
 
     if args.seeds is None:
         return [(config, resume or args.out or default_run_folder(job.name, config.seed))]
-    if resume is not None:
-        parser.error("--seeds runs new folders; it cannot --resume one")
     if not args.seeds or len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds must list distinct seeds, got {list(args.seeds)}")
     base = args.out or default_run_folder(job.name)

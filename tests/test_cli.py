@@ -22,8 +22,8 @@ def test_cli_writes_a_run_folder(tmp_path, capsys):
     assert main(SMALL + ["--out", str(out)]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == [
-        "centroids.npy", "config.toml", "progress.csv", "progress.png", "repertoire.eqx",
-        "repertoire.png", "status.json",
+        "centroids.npy", "checkpoints", "config.toml", "progress.csv", "progress.png",
+        "repertoire.eqx", "repertoire.png", "status.json",
     ]  # fmt: skip
     assert jobs.run_status(out)["status"] == "finished"
     run = jobs.load_run(out)

@@ -136,8 +136,10 @@ def test_a_folder_holds_one_run_and_load_run_reads_it_back(tmp_path):
     np.testing.assert_allclose(back.progress["qd_score"], result.progress["qd_score"], rtol=1e-6)
     with pytest.raises(ValueError, match="already holds a run"):
         jobs.run(config, tmp_path / "run", progress=False)
-    with pytest.raises(ValueError, match="map-elites runs cannot be resumed yet"):
-        jobs.run(config, tmp_path / "run", progress=False, resume=True)
+    # Resuming a finished run continues from its last checkpoint: nothing is left to do.
+    again = jobs.run(config, tmp_path / "run", progress=False, plots=False, resume=True)
+    assert bool(jnp.all(again.repertoire.fitnesses == result.repertoire.fitnesses))
+    assert again.progress["iteration"].tolist() == [0, 2, 4]
     with pytest.raises(FileNotFoundError, match="not a run folder"):
         jobs.load_run(tmp_path)
     # In memory: no folder at all.

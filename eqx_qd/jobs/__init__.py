@@ -68,3 +68,8 @@ from ._report import (
     Report as Report,
     report as report,
 )
+from ._resume import (
+    fork_run as fork_run,
+    read_log as read_log,
+    resume as resume,
+)

@@ -32,18 +32,30 @@ def _folder(directory: str | os.PathLike | RunFolder, *, create: bool) -> RunFol
 
 
 def save_checkpoint(
-    directory: str | os.PathLike | RunFolder, step: int, state: Any, metrics: Mapping[str, Any]
+    directory: str | os.PathLike | RunFolder,
+    step: int,
+    state: Any,
+    metrics: Mapping[str, Any],
+    *,
+    keep: int | None = None,
 ) -> str:
     """Write ``state`` and ``metrics`` (JSON-able values) as checkpoint ``step`` of the run
-    folder ``directory``.
+    folder ``directory``; with ``keep``, then remove all but the newest ``keep`` checkpoints.
 
     The metrics land first and the state second, each atomically, so every ``.eqx`` present is
-    complete and has its metrics beside it. **Returns:** the path of the ``.eqx`` file.
+    complete and has its metrics beside it; an old checkpoint loses its ``.eqx`` before its
+    metrics. **Returns:** the path of the ``.eqx`` file.
     """
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ValueError(f"keep must be a positive int, got {keep!r}")
     folder = _folder(directory, create=True).subfolder(CHECKPOINTS)
     stem = f"{int(step):010d}"
     folder.write_json(stem + ".json", {"step": int(step), **metrics})
     folder.write_eqx(stem + ".eqx", state)
+    if keep is not None:
+        for old in list_checkpoints(directory)[:-keep]:
+            os.remove(old.path)
+            os.remove(old.path[: -len(".eqx")] + ".json")
     return folder.file(stem + ".eqx")
 
 

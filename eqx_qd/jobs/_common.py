@@ -67,7 +67,18 @@ class Job(abc.ABC):
     config_cls: ClassVar[type[JobConfig]]
     help: ClassVar[str]
     description: ClassVar[str] = ""
-    resumable: ClassVar[bool] = False
+    logs: ClassVar[Mapping[str, str]] = {PROGRESS_FILE: "iteration"}
+    """The job's CSV logs and the step column of each; a resumed run cuts them back to the
+    checkpoint's step (`jobs._resume`)."""
+    step_files: ClassVar[tuple[str, ...]] = ()
+    """Patterns of files named after a step (one group), removed past a resumed checkpoint."""
+    resume_may_change: ClassVar[tuple[str, ...] | None] = ()
+    """Config keys a resumed run may change beside the checkpoint settings (``None``: any)."""
+
+    def best(self, metrics: Mapping[str, Any]) -> float:
+        """How good a checkpoint is, from its metrics (``fork_run(..., "best")``)."""
+        return float(np.mean(metrics["qd_score"]))
+
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
     """Named starting values (``--preset NAME``): the keys each preset sets over the config's
     defaults."""
@@ -104,7 +115,7 @@ class Job(abc.ABC):
     ) -> RunResult:
         """Run ``config``; write the run folder ``out_dir`` unless it is ``None``, report to
         ``progress``, draw the figures when ``plots``, continue the run in ``out_dir`` when
-        ``resume`` (only asked of a `resumable` job)."""
+        ``resume``."""
 
     @abc.abstractmethod
     def load(self, folder: RunFolder, config: Any) -> RunResult:
@@ -148,8 +159,7 @@ def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunF
     path = os.fspath(out_dir)
     if holds_run(path):
         raise ValueError(
-            f"{path!r} already holds a run ({CONFIG_FILE}); choose another folder"
-            + (" or resume it" if JOBS[config.JOB].resumable else "")
+            f"{path!r} already holds a run ({CONFIG_FILE}); choose another folder" + " or resume it"
         )
     folder = RunFolder(path)
     folder.write_text(CONFIG_FILE, config.to_toml())
@@ -219,7 +229,8 @@ def run(
     - `progress`: show a progress bar (or a `Progress` to report to).
     - `plots`: write the PNG figures.
     - `on_log`: called with every row the job logs (a dict of floats), e.g. to plot live.
-    - `resume`: continue the run in ``out_dir`` from its latest checkpoint (IPPO).
+    - `resume`: continue the run in ``out_dir`` from its newest checkpoint (`resume` does it
+      with the folder's own config; `fork_run` branches from an earlier one).
 
     **Returns:** the `RunResult`; each job's class docstring says what its folder holds.
     Every folder also holds ``status.json`` (`run_status`): ``running`` from its creation,
@@ -227,8 +238,6 @@ def run(
     raised, so a folder never looks finished when it is not.
     """
     job = JOBS[config.JOB]
-    if resume and not job.resumable:
-        raise ValueError(f"{job.name} runs cannot be resumed yet")
     # The folder is this run's when it creates it, or when it resumes it; a folder that already
     # held another run is refused untouched.
     ours = out_dir is not None and (

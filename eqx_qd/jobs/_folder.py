@@ -67,7 +67,9 @@ def atomic_write(
 
 
 def _is_key(x: Any) -> bool:
-    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+    return isinstance(x, jax.Array | jax.ShapeDtypeStruct) and jnp.issubdtype(
+        x.dtype, jax.dtypes.prng_key
+    )
 
 
 def _save_leaf(f: typing.BinaryIO, x: Any) -> None:
@@ -90,8 +92,11 @@ def serialise(f: typing.BinaryIO, tree: Any) -> None:
 
 def deserialise(f: typing.BinaryIO, like: Any) -> Any:
     """Read from the binary file ``f`` what `serialise` wrote; ``like`` gives the structure,
-    shapes and dtypes (arrays, or ``jax.ShapeDtypeStruct``s from ``eqx.filter_eval_shape``
-    where the tree holds no typed key)."""
+    shapes and dtypes (arrays, or ``jax.ShapeDtypeStruct``s from ``eqx.filter_eval_shape``,
+    typed keys included)."""
+    # Keys in a shape template become concrete (zero) keys: Equinox keeps each leaf's type.
+    concrete = lambda x: jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x
+    like = jax.tree.map(lambda x: concrete(x) if _is_key(x) else x, like)
     return eqx.tree_deserialise_leaves(f, like, _load_leaf)
 
 
@@ -232,6 +237,6 @@ class RunFolder:
 
     def read_eqx(self, name: str, like: Any) -> Any:
         """What `write_eqx` wrote to file ``name``; ``like`` gives the structure (arrays, or
-        shape structs where the tree holds no typed key)."""
+        shape structs from ``eqx.filter_eval_shape``)."""
         with open(self.file(name), "rb") as f:
             return deserialise(f, like)

@@ -17,7 +17,7 @@ from .._envs.multi_agent import AbstractMultiAgentEnv, SingleAgentView
 from .._rl.on_policy import EpisodeStats, evaluate_ippo, summarize, train_updates
 from .._rl.ppo import IPPO, PPOHParams, PPOState
 from .._validate import non_negative_int, positive_int
-from ._checkpoints import list_checkpoints, restore_checkpoint, save_checkpoint
+from ._checkpoints import list_checkpoints, mean_return, restore_checkpoint, save_checkpoint
 from ._common import CONFIG_FILE, Job, register_job, RunResult, write_status
 from ._config import JobConfig, option
 from ._folder import RunFolder
@@ -241,7 +241,12 @@ class _IPPOJob(Job):
 
     name = "ippo"
     config_cls = IPPOConfig
-    resumable = True
+    logs = {"progress.csv": "updates"}
+    resume_may_change = None  # a resumed run takes the config's hyperparameters from there
+
+    def best(self, metrics) -> float:
+        return mean_return(metrics)
+
     help = "independent PPO (default: 4 agents on the discrete LineTargets task)"
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
@@ -252,12 +257,13 @@ class _IPPOJob(Job):
         init_key, train_key = jr.split(jr.key(config.seed))
         state = agent.start(config.hparams(), key=init_key)
         if resume:
-            if not list_checkpoints(path):
-                raise ValueError(f"nothing to resume: no checkpoints under {path!r}")
+            if not os.path.exists(os.path.join(path, CONFIG_FILE)):
+                raise ValueError(f"nothing to resume: {path!r} holds no run ({CONFIG_FILE})")
             folder = RunFolder(path)  # removes the litter of a killed write
-            state, _ = restore_checkpoint(folder, state)
-            # The config is the truth written beside the run: its hyperparameters apply from here.
-            state = eqx.tree_at(lambda s: s.hparams, state, config.hparams())
+            if list_checkpoints(folder):  # else killed before its first: start again
+                state, _ = restore_checkpoint(folder, state)
+                # The config is the truth written beside the run: its hyperparameters apply.
+                state = eqx.tree_at(lambda s: s.hparams, state, config.hparams())
         elif list_checkpoints(path) or os.path.exists(os.path.join(path, CONFIG_FILE)):
             raise ValueError(
                 f"{path!r} already holds checkpoints of a run; resume it or choose another folder"

@@ -6,18 +6,22 @@ import os
 from typing import ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from jaxtyping import Array, Key
 
-from .._map_elites import MAPElites, run
+from .._custom_types import PRNGKey
+from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import QDMetrics
+from .._misc import filter_scan
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
 from .._validate import non_negative, positive_int
 from ._common import (
     Job,
-    new_run_folder,
+    PROGRESS_FILE,
     qd_summary,
     read_qd_run,
     read_repertoire,
@@ -29,6 +33,7 @@ from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
 from ._registry import EMITTERS, make_emitter, make_task, TASKS
+from ._resume import Checkpointer, start_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +58,10 @@ class MapElitesConfig(JobConfig):
     line_sigma: float = option(0.05, "iso+line-DD line noise (iso_line)", check=non_negative)
     sigma: float = option(0.05, "gaussian mutation std (gaussian)", check=non_negative)
     seed: int = option(0, "random seed")
+    checkpoint_every: int = option(
+        100, "iterations between checkpoints (and one at the end)", check=positive_int
+    )
+    keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
 
     def check(self) -> None:
         if not self.grid and self.centroids is None and self.cvt_samples < self.cells:
@@ -101,37 +110,71 @@ def _row(iteration: int, config: MapElitesConfig, metrics: QDMetrics) -> dict[st
     return row
 
 
+def iteration_keys(config: MapElitesConfig, *, key: PRNGKey) -> Key[Array, " iterations"]:
+    """The key of every iteration, ``(iterations,)``: chunk ``c`` of ``log_period`` iterations
+    splits ``split(key, chunks)[c]``, as `run` splits its key. Splits keep their prefix as the
+    count grows, so a longer run's first iterations get the same keys (a run extended on
+    resume equals the uninterrupted longer run)."""
+    period = config.log_period
+    chunks = -(-config.iterations // period)
+    per_chunk = jax.vmap(lambda k: jr.split(k, period))(jr.split(key, chunks))
+    return per_chunk.reshape(-1)[: config.iterations]
+
+
+@eqx.filter_jit
+def _run_keys(algo: MAPElites, state: MAPElitesState, keys: Key[Array, " n"]):
+    return filter_scan(lambda s, k: algo.update(s, key=k), state, keys)
+
+
 class _MapElitesJob(Job):
     """Run MAP-Elites as ``config`` says; with ``out_dir``, write the run folder.
 
     The loop runs ``log_period`` iterations per jitted call (one compile), logging the metrics
-    after each. The folder holds ``config.toml``, ``progress.csv`` (iteration, evaluations and
+    after each and rewriting ``progress.csv``; the whole state is checkpointed every
+    ``checkpoint_every`` iterations and at the end (``checkpoints/``; `resume` continues from
+    the newest). The folder holds ``config.toml``, ``progress.csv`` (iteration, evaluations and
     the `QDMetrics` columns), ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``,
-    ``repertoire.png`` and ``progress.png``. ``on_log`` is called with every logged row.
+    ``repertoire.png`` and ``progress.png``.
     """
 
     name = "map-elites"
     config_cls = MapElitesConfig
     help = "MAP-Elites on a pure-JAX task (default: rastrigin, 100-D, CVT 1024 cells)"
+    resume_may_change = ("iterations",)
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         tess_key, init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
         algo, task = make_map_elites(config)
         tessellation = make_tessellation(config, task, key=tess_key)
-        folder = new_run_folder(out_dir, config)
         genotypes = task.init_genotypes(config.batch_size, key=pop_key)
-        state, metrics = eqx.filter_jit(algo.init)(genotypes, tessellation, key=init_key)
-        rows = [_row(0, config, metrics)]
-        progress.log(rows[-1])
-        progress.start(config.iterations, "map-elites")
-        done = 0
-        for chunk_key in jr.split(run_key, -(-config.iterations // config.log_period)):
-            n = min(config.log_period, config.iterations - done)
-            state, chunk = run(algo, state, n, key=chunk_key)
+        init = eqx.filter_jit(algo.init)
+        like = lambda: eqx.filter_eval_shape(init, genotypes, tessellation, key=init_key)[0]
+        folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
+        if resumed is None:
+            state, metrics = init(genotypes, tessellation, key=init_key)
+            rows, done = [_row(0, config, metrics)], 0
+        else:
+            state, done = resumed.state, resumed.step
+            rows = resumed.rows(PROGRESS_FILE)
+        checkpoints = Checkpointer(
+            folder, config.checkpoint_every, config.keep_checkpoints,
+            resumed_at=None if resumed is None else done,
+        )  # fmt: skip
+        if resumed is None:
+            progress.log(rows[-1])
+        progress.start(config.iterations, "map-elites", initial=min(done, config.iterations))
+        keys = iteration_keys(config, key=run_key)
+        while done < config.iterations:
+            # Chunks end on multiples of log_period, wherever the run (re)started.
+            n = min(config.log_period - done % config.log_period, config.iterations - done)
+            state, chunk = _run_keys(algo, state, keys[done : done + n])
             done += n
             rows.append(_row(done, config, chunk))
             progress.log(rows[-1])
             progress.advance(n, qd=rows[-1]["qd_score"], max=rows[-1]["max_fitness"])
+            if folder is not None:
+                folder.write_csv(PROGRESS_FILE, list(rows[0]), [list(r.values()) for r in rows])
+            checkpoints.save(done, state, rows[-1], force=done >= config.iterations)
         columns = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
         if folder is not None:
             write_qd_outputs(folder, state.repertoire, columns, plots=plots)

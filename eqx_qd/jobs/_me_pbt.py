@@ -23,7 +23,7 @@ from ._common import (
     build_agent,
     hparams_columns,
     Job,
-    new_run_folder,
+    PROGRESS_FILE,
     qd_summary,
     read_qd_run,
     read_repertoire,
@@ -35,6 +35,7 @@ from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
 from ._registry import AGENTS, ENVIRONMENTS, make_env
+from ._resume import Checkpointer, start_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +92,11 @@ class MEPBTConfig(JobConfig):
         1, "devices to shard over (on a CPU, host devices are made)", check=positive_int
     )
     seed: int = option(0, "random seed")
+    checkpoint_every: int = option(
+        10, "iterations between checkpoints (and one at the end); the logs are written then",
+        check=positive_int,
+    )  # fmt: skip
+    keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
 
     def check(self) -> None:
         if not self.hidden or min(self.hidden) < 1:
@@ -126,6 +132,21 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
     return MAPElites(emitter, scorer, scorer.qd_offset, lineage=True, axis_name=axis), emitter
 
 
+def _hparams_long(hp_rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """``hparams.csv``'s columns: every agent's hyperparameters after each iteration."""
+    hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
+    return hparams_columns("iteration", hparams)  # all devices' agents, device-major
+
+
+def _hparams_by_iteration(rows: list[dict], iterations: int) -> list[dict[str, np.ndarray]]:
+    """The per-iteration hyperparameter tables back from ``hparams.csv``'s rows."""
+    names = [k for k in rows[0] if k not in ("iteration", "member")]
+    return [
+        {n: np.asarray([r[n] for r in rows if r["iteration"] == i]) for n in names}
+        for i in range(iterations + 1)
+    ]
+
+
 class _MEPBTJob(Job):
     """ME-PBT for ``config.iterations`` iterations.
 
@@ -141,12 +162,13 @@ class _MEPBTJob(Job):
 
     name = "me-pbt"
     config_cls = MEPBTConfig
+    logs = {PROGRESS_FILE: "iteration", "hparams.csv": "iteration"}
+    resume_may_change = ("iterations",)
     help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         algo, emitter = make_me_pbt(config)
         mesh = device_mesh(config.devices) if config.devices > 1 else None  # before the folder
-        folder = new_run_folder(out_dir, config)
         env = emitter.env
         cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
         low, high = env.descriptor_bounds
@@ -156,7 +178,7 @@ class _MEPBTJob(Job):
         )  # fmt: skip
         if mesh is not None:
             genotypes = emitter.initial_genotypes(config.devices * emitter.batch_size, key=pop_key)
-            state, metrics = init_sharded(algo, genotypes, cells, key=init_key, mesh=mesh)
+            init = lambda: init_sharded(algo, genotypes, cells, key=init_key, mesh=mesh)
 
             def step(s, k):
                 s, history = run_sharded(algo, s, 1, key=k, mesh=mesh)
@@ -164,8 +186,10 @@ class _MEPBTJob(Job):
 
         else:
             genotypes = emitter.initial_genotypes(emitter.batch_size, key=pop_key)
-            state, metrics = eqx.filter_jit(algo.init)(genotypes, cells, key=init_key)
+            init = lambda: eqx.filter_jit(algo.init)(genotypes, cells, key=init_key)
             step = eqx.filter_jit(lambda s, k: algo.update(s, key=k))
+        like = lambda: eqx.filter_eval_shape(init)[0]
+        folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
         rows: list[dict[str, float]] = []
         hp_rows: list[dict[str, np.ndarray]] = []
 
@@ -184,15 +208,36 @@ class _MEPBTJob(Job):
             hp_rows.append({n: np.asarray(v).reshape(-1) for n, v in table.items()})
             progress.log(row)
 
-        log(0, metrics, state)
-        progress.start(config.iterations, "me-pbt")
-        for i, k in enumerate(jr.split(run_key, config.iterations)):
-            state, metrics = step(state, k)
+        def flush():  # the logs so far, before each checkpoint
+            if folder is not None:
+                columns = {k: [r[k] for r in rows] for k in rows[0]}
+                folder.write_columns(PROGRESS_FILE, columns)
+                folder.write_columns("hparams.csv", _hparams_long(hp_rows))
+
+        if resumed is None:
+            state, metrics = init()
+            log(0, metrics, state)
+            done = 0
+        else:
+            state, done = resumed.state, resumed.step
+            rows = resumed.rows(PROGRESS_FILE)
+            hp_rows = _hparams_by_iteration(resumed.rows("hparams.csv"), done)
+        checkpoints = Checkpointer(
+            folder, config.checkpoint_every, config.keep_checkpoints,
+            resumed_at=None if resumed is None else done,
+        )  # fmt: skip
+        progress.start(config.iterations, "me-pbt", initial=min(done, config.iterations))
+        keys = jr.split(run_key, config.iterations)  # a longer run's first keys are the same
+        for i in range(done, config.iterations):
+            state, metrics = step(state, keys[i])
             log(i + 1, metrics, state)
             progress.advance(1, qd=rows[-1]["qd_score"], max=rows[-1]["max_fitness"])
+            if checkpoints.due(i + 1, force=i + 1 == config.iterations):
+                flush()
+                checkpoints.save(i + 1, state, rows[-1], force=i + 1 == config.iterations)
         columns = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
         hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
-        table = hparams_columns("iteration", hparams)  # all devices' agents, device-major
+        table = _hparams_long(hp_rows)
         if folder is not None:
             write_qd_outputs(folder, state.repertoire, columns, plots=plots)
             folder.write_columns("hparams.csv", table)

@@ -24,7 +24,6 @@ from ._common import (
     build_agent,
     hparams_columns,
     Job,
-    new_run_folder,
     register_job,
     RunResult,
 )
@@ -32,6 +31,7 @@ from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
 from ._registry import AGENTS, ENVIRONMENTS, make_env
+from ._resume import Checkpointer, start_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +76,11 @@ class PBTConfig(JobConfig):
     log_uniform_lr: bool = option(False, "draw learning rates log-uniformly")
     eval_episodes: int = option(4, "evaluation episodes per member and round", check=positive_int)
     seed: int = option(0, "random seed")
+    checkpoint_every: int = option(
+        1, "rounds between checkpoints (and one at the end); the logs are written then",
+        check=positive_int,
+    )  # fmt: skip
+    keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
 
     def check(self) -> None:
         if not self.hidden or min(self.hidden) < 1:
@@ -103,6 +108,17 @@ def make_pbt_run(config: PBTConfig):
     return env, agent, spaces, config.make_pbt(spaces)
 
 
+def _rounds_back(rows: list[dict], rounds: int) -> tuple[list, list, list]:
+    """The returns, hyperparameters and sources of rounds ``0 .. rounds - 1`` back from
+    ``hparams.csv``'s rows (returns as the float32 they were computed in)."""
+    names = [k for k in rows[0] if k not in ("round", "member", "return", "next_copied_from")]
+    by_round = [[r for r in rows if r["round"] == i] for i in range(rounds)]
+    returns = [np.asarray([r["return"] for r in rs], np.float32) for rs in by_round]
+    hparams = [{n: np.asarray([r[n] for r in rs]) for n in names} for rs in by_round]
+    sources = [np.asarray([r["next_copied_from"] for r in rs]) for rs in by_round]
+    return returns, hparams, sources
+
+
 class _PBTJob(Job):
     """Train the population for ``rounds`` rounds; after each, evaluate every member and apply
     PBT (not after the last).
@@ -115,27 +131,69 @@ class _PBTJob(Job):
 
     name = "pbt"
     config_cls = PBTConfig
+    logs = {"progress.csv": "round", "hparams.csv": "round"}
+    resume_may_change = ("rounds",)
+
+    def best(self, metrics) -> float:
+        return float(np.mean(metrics["mean_return"]))
+
     help = "PBT over any registered agent (default: 8 SAC agents on the open point maze)"
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         env, agent, spaces, pbt = make_pbt_run(config)
-        folder = new_run_folder(out_dir, config)
         init_key, loop_key = jr.split(jr.key(config.seed))
-        pop = init_population(agent, env, spaces, config.population_size, key=init_key)
+        init = lambda: init_population(agent, env, spaces, config.population_size, key=init_key)
+        folder, resumed = start_run(
+            self, config, out_dir, resume=resume, like=lambda: eqx.filter_eval_shape(init)
+        )
+        # A longer run's first round keys are the same (splits keep their prefix).
+        round_keys = [jr.split(k, 3) for k in jr.split(loop_key, config.rounds)]
         returns_log, hp_log, source_log, steps_log = [], [], [], []
-        progress.start(config.rounds, "pbt", unit="round")
-        for r, k in enumerate(jr.split(loop_key, config.rounds)):
-            train_key, eval_key, pbt_key = jr.split(k, 3)
+
+        def exploit(pop, r, returns):  # PBT after round r; every round but the last
+            source = np.arange(config.population_size)
+            if r < config.rounds - 1:
+                pop, info = pbt.update(pop, jnp.asarray(returns), key=round_keys[r][2])
+                source[np.asarray(info.replaced)] = np.asarray(info.sources)
+            return pop, source
+
+        def tables():
+            returns_arr = np.stack(returns_log)
+            hparams = {n: np.stack([h[n] for h in hp_log]) for n in hp_log[0]}
+            progress_columns = {
+                "round": np.arange(len(returns_log)),
+                "env_steps": np.asarray(steps_log),
+                "mean_return": returns_arr.mean(axis=1),
+                "max_return": returns_arr.max(axis=1),
+                "min_return": returns_arr.min(axis=1),
+            }
+            extra = {"return": returns_arr, "next_copied_from": np.stack(source_log)}
+            table = hparams_columns("round", hparams, **extra)
+            return returns_arr, hparams, progress_columns, table
+
+        if resumed is None:
+            pop, start = init(), 0
+        else:
+            pop, start = resumed.state, resumed.step + 1
+            steps_log = [r["env_steps"] for r in resumed.rows("progress.csv")]
+            returns_log, hp_log, source_log = _rounds_back(resumed.rows("hparams.csv"), start)
+            if not resumed.metrics["exploited"] and start < config.rounds:
+                # The run was lengthened after its last round, which had no PBT step: take it.
+                pop, source_log[-1] = exploit(pop, start - 1, returns_log[-1])
+        checkpoints = Checkpointer(
+            folder, config.checkpoint_every, config.keep_checkpoints,
+            resumed_at=None if resumed is None else start - 1, origin=-1,
+        )  # fmt: skip
+        progress.start(config.rounds, "pbt", unit="round", initial=min(start, config.rounds))
+        for r in range(start, config.rounds):
+            train_key, eval_key, _ = round_keys[r]
             hp_log.append({n: np.asarray(v) for n, v in hparams_table(pop).items()})
             pop, _ = train_population(agent, env, pop, config.iterations_per_round, key=train_key)
             ev = evaluate_population(agent, env, pop, config.eval_episodes, key=eval_key)
             returns = np.asarray(jnp.mean(ev.returns, axis=1))
             returns_log.append(returns)
             steps_log.append(int(np.sum(np.asarray(pop.env_steps))))
-            source = np.arange(config.population_size)
-            if r < config.rounds - 1:
-                pop, info = pbt.update(pop, jnp.asarray(returns), key=pbt_key)
-                source[np.asarray(info.replaced)] = np.asarray(info.sources)
+            pop, source = exploit(pop, r, returns)
             source_log.append(source)
             row = {
                 "round": r, "env_steps": steps_log[-1], "mean_return": returns.mean(),
@@ -143,18 +201,14 @@ class _PBTJob(Job):
             }  # fmt: skip
             progress.log(row)
             progress.advance(1, mean=row["mean_return"], max=row["max_return"])
-        returns_arr = np.stack(returns_log)
-        hparams = {n: np.stack([h[n] for h in hp_log]) for n in hp_log[0]}
-        progress_columns = {
-            "round": np.arange(config.rounds),
-            "env_steps": np.asarray(steps_log),
-            "mean_return": returns_arr.mean(axis=1),
-            "max_return": returns_arr.max(axis=1),
-            "min_return": returns_arr.min(axis=1),
-        }
-        table = hparams_columns(
-            "round", hparams, **{"return": returns_arr, "next_copied_from": np.stack(source_log)}
-        )
+            last = r == config.rounds - 1
+            if checkpoints.due(r, force=last):
+                _, _, progress_columns, table = tables()
+                folder.write_columns("progress.csv", progress_columns)  # type: ignore[union-attr]
+                folder.write_columns("hparams.csv", table)  # type: ignore[union-attr]
+                metrics = {k: float(v) for k, v in row.items()} | {"exploited": not last}
+                checkpoints.save(r, pop, metrics, force=last)
+        returns_arr, hparams, progress_columns, table = tables()
         if folder is not None:
             folder.write_columns("progress.csv", progress_columns)
             folder.write_columns("hparams.csv", table)

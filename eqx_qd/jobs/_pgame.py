@@ -42,11 +42,12 @@ from .._variation import (
     SBXCrossover,
     UniformMutation,
 )
-from ._common import Job, new_run_folder, read_qd_run, read_repertoire, register_job, RunResult
+from ._common import Job, read_qd_run, read_repertoire, register_job, RunResult
 from ._config import JobConfig, option
 from ._folder import RunFolder, user_cache_dir
 from ._progress import Progress
 from ._registry import ENVIRONMENTS, make_env
+from ._resume import Checkpointer, start_run
 
 
 CROSSOVER_OPS = ("iso_dd", "sbx", "none")
@@ -138,6 +139,11 @@ class PGAMEConfig(JobConfig):
         "evaluated, stored in the replay buffer, but not inserted)",
     )  # fmt: skip
     save_period: int = option(10_000, "evaluations between archive snapshots", check=positive_int)
+    checkpoint_every: int = option(
+        10_000, "evaluations between checkpoints of the whole state (and one at the end)",
+        check=positive_int,
+    )  # fmt: skip
+    keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
     gradient_op: bool = option(
         True, "policy-gradient variation (off: GA only)", aliases=("--no-gradient",)
     )
@@ -228,6 +234,7 @@ class PGAMEConfig(JobConfig):
 LOCAL_PRESET: dict[str, Any] = dict(
     env="walker2d_uni", n_niches=256, max_evals=10_000, eval_batch_size=64, random_init=256,
     init_batch_size=128, neurons_list=(64, 64), cvt_samples=20_000, save_period=2_000,
+    checkpoint_every=2_000,
     episode_length=100, buffer_size=200_000,
 )  # fmt: skip
 """`PGAMEConfig.local`: the keys that differ from the paper's defaults."""
@@ -445,6 +452,11 @@ def _init(algo, init_algo, genotypes, tessellation, key, num_reevals):
 _TYPE_NAMES = {int(t): t.name.lower() for t in ActorType}
 
 
+def _last_metrics(header: list[str], history: list[list]) -> dict[str, Any]:
+    """A checkpoint's metrics: the last progress row."""
+    return dict(zip(header, history[-1]))
+
+
 def _progress_header(d: int) -> list[str]:
     return [
         "evaluations", "coverage", "coverage_fraction", "qd_score", "plain_qd_score", "max_fitness",
@@ -505,6 +517,9 @@ class _PGAMEJob(Job):
 
     name = "pgame"
     config_cls = PGAMEConfig
+    logs = {"progress.csv": "evaluations", "actors.csv": "evaluations"}
+    step_files = (r"archive_(\d+)\.csv",)
+    resume_may_change = ("max_evals",)
     help = "PGA-MAP-Elites (default: the local preset, walker2d_uni, 10k evaluations)"
     description = (
         "Without --config the local preset runs (minutes on a laptop CPU); --preset paper, or a "
@@ -534,10 +549,12 @@ class _PGAMEJob(Job):
         )  # fmt: skip
         cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
         tessellation = pgame_tessellation(config, env, key=cvt_key)  # (a bad file: no folder)
-        folder = new_run_folder(out_dir, config)
         genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(
             jr.split(pop_key, config.random_init)
         )
+        args = (algo, init_algo, genotypes, tessellation, init_key, config.num_reevals)
+        like = lambda: eqx.filter_eval_shape(_init, *args)[0]
+        folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
         d = env.descriptor_size
         progress_header, actors_header = _progress_header(d), _actors_header(d)
         history: list[list] = []
@@ -551,29 +568,39 @@ class _PGAMEJob(Job):
         if folder is not None:
             folder.write_npy("centroids.npy", tessellation.centroids)
         progress.start(config.max_evals, "pga-me", unit="evals")
-        state, metrics, fit, desc, plain = _init(
-            algo, init_algo, genotypes, tessellation, init_key, config.num_reevals
-        )
-        evals = config.random_init
-        m = {k: float(v) for k, v in metrics.as_dict().items()}
-        # The random actors that entered the archive: every filled cell holds one.
-        rep = state.repertoire
-        filled = np.flatnonzero(np.isfinite(np.asarray(rep.fitnesses)))
-        ids, fits, descs = (np.asarray(x) for x in (rep.extra, rep.fitnesses, rep.descriptors))
-        actors.extend(
-            [evals, int(ids[c]), float(fits[c]), *descs[c].tolist(), int(c), -1, -1, "random",
-             True, float("inf")]
-            for c in filled
-        )  # fmt: skip
-        history.append(_progress_row(evals, m, float(plain), float(fit), desc))
-        progress.log(dict(zip(progress_header, history[-1])))
-        flush()
+        if resumed is None:
+            state, metrics, fit, desc, plain = _init(*args)
+            evals = config.random_init
+            m = {k: float(v) for k, v in metrics.as_dict().items()}
+            # The random actors that entered the archive: every filled cell holds one.
+            rep = state.repertoire
+            filled = np.flatnonzero(np.isfinite(np.asarray(rep.fitnesses)))
+            ids, fits, descs = (np.asarray(x) for x in (rep.extra, rep.fitnesses, rep.descriptors))
+            actors.extend(
+                [evals, int(ids[c]), float(fits[c]), *descs[c].tolist(), int(c), -1, -1,
+                 "random", True, float("inf")]
+                for c in filled
+            )  # fmt: skip
+            history.append(_progress_row(evals, m, float(plain), float(fit), desc))
+            progress.log(dict(zip(progress_header, history[-1])))
+            flush()
+        else:
+            state, evals = resumed.state, resumed.step
+            history, actors = resumed.logs["progress.csv"], resumed.logs["actors.csv"]
         progress.advance(evals)
+        checkpoints = Checkpointer(
+            folder, config.checkpoint_every, config.keep_checkpoints,
+            resumed_at=None if resumed is None else evals,
+        )  # fmt: skip
+        # The random initialisation is costly: keep it (a resumed start saves nothing again).
+        checkpoints.save(evals, state, _last_metrics(progress_header, history), force=True)
         chunk = _chunk_length(config)
-        done, next_save = 0, config.save_period
+        done = (evals - config.random_init) // config.eval_batch_size
+        next_save = (evals // config.save_period + 1) * config.save_period
         run_keys = jr.split(run_key, config.num_iterations)
         while done < config.num_iterations:
-            n = min(chunk, config.num_iterations - done)
+            # Chunks end on multiples of `chunk`, wherever the run (re)started.
+            n = min(chunk - done % chunk, config.num_iterations - done)
             state, logs = _run_chunk(algo, state, run_keys[done : done + n], config.num_reevals)
             metrics_np = {k: np.asarray(v) for k, v in logs.metrics.as_dict().items()}
             lineage = logs.info.emit_extra
@@ -607,6 +634,8 @@ class _PGAMEJob(Job):
                 folder.write_csv(f"archive_{evals}.csv", *_archive_rows(state.repertoire))
                 while next_save <= evals:
                     next_save += config.save_period
+            final = done == config.num_iterations  # always checkpoint the end
+            checkpoints.save(evals, state, _last_metrics(progress_header, history), force=final)
         table = np.asarray(history, dtype=np.float64)
         prog = {h: table[:, j] for j, h in enumerate(progress_header)}
         if folder is not None:

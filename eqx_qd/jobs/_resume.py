@@ -1,0 +1,304 @@
+"""Checkpoint and resume for the jobs whose logs are CSV files with a step column (MAP-Elites,
+PGA-ME, PBT, ME-PBT), and forks of any run folder.
+
+A run checkpoints its whole state (algorithm and emitter state, replay buffers, keys, counters,
+lineage ids) with `Checkpointer` after its logs are written, so the logs always reach at least
+as far as the newest checkpoint. Resuming (`start_run` with ``resume=True``) loads the newest
+checkpoint, cuts every log back to the checkpoint's step (rows written after it would otherwise
+appear twice) and hands the job its rows, so a resumed run writes what the uninterrupted run
+writes. A folder killed before its first checkpoint resumes from the start.
+
+Branches never mix: continuing from an earlier checkpoint (the best, say) goes through
+`fork_run`, which copies the run up to that checkpoint into a new folder and records where it
+came from; the source folder is left as it was.
+"""
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._checkpoints import Checkpoint, CHECKPOINTS, list_checkpoints, save_checkpoint
+from ._common import (
+    CONFIG_FILE,
+    holds_run,
+    Job,
+    JOBS,
+    new_run_folder,
+    read_config,
+    run,
+    RunResult,
+    STATUS_FILE,
+    write_status,
+)
+from ._config import JobConfig
+from ._folder import RunFolder
+
+
+ALWAYS_CHANGEABLE = ("checkpoint_every", "keep_checkpoints")
+"""Config keys a resumed run may always change."""
+
+
+def _typed(text: str) -> int | float | str:
+    # A CSV cell as the jobs wrote it: Python writes an int without a point and a float with
+    # one (or an exponent, inf, nan), so this gives back the value that wrote the same text.
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def read_log(
+    folder: RunFolder, name: str, column: str, upto: int | None = None
+) -> tuple[list[str], list[list[Any]]]:
+    """The header and rows of the CSV log ``name`` of the run folder ``folder`` (cells as int,
+    float or str), keeping the
+    rows whose ``column`` is at most ``upto`` (all rows without it; none when the file is
+    missing). Rewriting the rows with `RunFolder.write_csv` gives the same text back."""
+    if not folder.exists(name):
+        return [], []
+    import csv
+
+    with open(folder.file(name), newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, [])
+        rows = [[_typed(c) for c in r] for r in reader if r]
+    if upto is not None and rows:
+        if column not in header:
+            raise ValueError(f"{folder.file(name)!r} has no column {column!r}")
+        j = header.index(column)
+        rows = [r for r in rows if r[j] <= upto]
+    return header, rows
+
+
+def _step_files(folder: RunFolder, patterns: Sequence[str]) -> list[tuple[str, int]]:
+    out = []
+    for name in sorted(os.listdir(folder.path)):
+        for pattern in patterns:
+            match = re.fullmatch(pattern, name)
+            if match:
+                out.append((name, int(match.group(1))))
+    return out
+
+
+def _cut_back(folder: RunFolder, job: Job, step: int | None) -> dict[str, list[list[Any]]]:
+    """Cut the folder's logs and step files back to ``step`` (``None``: remove them all) and
+    return the logs' rows."""
+    logs = {}
+    for name, column in job.logs.items():
+        header, rows = read_log(folder, name, column, -1 if step is None else step)
+        if header:
+            folder.write_csv(name, header, rows)
+        logs[name] = rows
+    for name, file_step in _step_files(folder, job.step_files):
+        if step is None or file_step > step:
+            os.remove(folder.file(name))
+    return logs
+
+
+@dataclasses.dataclass
+class Resumed:
+    """Where a resumed run starts: the checkpoint's `state`, its `step` (in the unit of the
+    job's logs), its `metrics`, and each log's rows up to the step, by file name."""
+
+    state: Any
+    step: int
+    metrics: dict[str, Any]
+    logs: dict[str, list[list[Any]]]
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """The rows of log ``name`` as dicts keyed by its header."""
+        header = self.headers[name]
+        return [dict(zip(header, r)) for r in self.logs[name]]
+
+    headers: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+
+
+def check_resumable(job: Job, saved: JobConfig, config: JobConfig, path: str) -> None:
+    """A resumed run must be the run in its folder: only the keys the job lists in
+    `Job.resume_may_change` (its length) and `ALWAYS_CHANGEABLE` may differ."""
+    if job.resume_may_change is None:
+        return
+    allowed = set(job.resume_may_change) | set(ALWAYS_CHANGEABLE)
+    changed = [
+        f"{f.name} ({getattr(saved, f.name)!r} in the run, {getattr(config, f.name)!r} now)"
+        for f in dataclasses.fields(config)  # type: ignore[arg-type]
+        if f.name not in allowed and getattr(saved, f.name) != getattr(config, f.name)
+    ]
+    if changed:
+        may = ", ".join(sorted(allowed))
+        raise ValueError(
+            f"cannot resume {path!r} with another config: {'; '.join(changed)}; a resumed run "
+            f"may change only {may} (fork it into a new folder to change more)"
+        )
+
+
+def start_run(
+    job: Job,
+    config: JobConfig,
+    out_dir: str | os.PathLike | None,
+    *,
+    resume: bool,
+    like: Callable[[], Any],
+) -> tuple[RunFolder | None, Resumed | None]:
+    """Open the run folder of a fresh run (as `new_run_folder`) or of a resumed one.
+
+    Resuming checks that ``config`` is the folder's run (`check_resumable`), writes it as the
+    folder's ``config.toml``, loads the newest checkpoint into the structure ``like()`` gives
+    (shapes are enough: ``eqx.filter_eval_shape`` of the job's init), and cuts the logs back to
+    it. **Returns:** the folder and the `Resumed` start (``None``: start from the beginning,
+    which a folder killed before its first checkpoint does too).
+    """
+    if not resume:
+        return new_run_folder(out_dir, config), None
+    if out_dir is None:
+        raise ValueError(f"resuming a {job.name} run needs its run folder")
+    path = os.fspath(out_dir)
+    if not holds_run(path):
+        raise ValueError(f"nothing to resume: {path!r} holds no run ({CONFIG_FILE})")
+    folder = RunFolder(path)  # removes the litter of a killed write
+    saved = read_config(folder)
+    if saved.JOB != config.JOB:
+        raise ValueError(f"{path!r} holds a {saved.JOB} run, not a {config.JOB} run")
+    check_resumable(job, saved, config, path)
+    checkpoints = list_checkpoints(folder)
+    folder.write_text(CONFIG_FILE, config.to_toml())
+    if not checkpoints:
+        _cut_back(folder, job, None)
+        return folder, None
+    latest = checkpoints[-1]
+    state = folder.subfolder(CHECKPOINTS).read_eqx(os.path.basename(latest.path), like())
+    logs = _cut_back(folder, job, latest.step)
+    headers = {name: read_log(folder, name, "")[0] for name in job.logs}
+    metrics = {k: v.tolist() for k, v in latest.metrics.items()}
+    return folder, Resumed(state, latest.step, metrics, logs, headers)
+
+
+class Checkpointer:
+    """Checkpoints a run: `save` writes the state after the first step at or past each multiple
+    of ``every`` counted from ``origin`` (and when forced: at the end), keeping the newest
+    ``keep``. A run resumed at step ``resumed_at`` counts from there and does not write that
+    checkpoint again."""
+
+    def __init__(
+        self,
+        folder: RunFolder | None,
+        every: int,
+        keep: int,
+        resumed_at: int | None = None,
+        *,
+        origin: int = 0,
+    ):
+        self.folder, self.every, self.keep = folder, every, keep
+        self._last = origin if resumed_at is None else resumed_at
+        self._saved = resumed_at
+
+    def due(self, step: int, *, force: bool = False) -> bool:
+        """Whether `save` at ``step`` writes a checkpoint (a job writes its logs first)."""
+        if self.folder is None or step == self._saved:
+            return False
+        return force or step // self.every > self._last // self.every
+
+    def save(self, step: int, state: Any, metrics: Mapping[str, Any], *, force: bool) -> bool:
+        """Checkpoint ``state`` at ``step`` with ``metrics`` (JSON-able) if one is due, or with
+        ``force`` (a run's end). **Returns:** whether it saved."""
+        if not self.due(step, force=force):
+            return False
+        save_checkpoint(self.folder, step, state, metrics, keep=self.keep)
+        self._last = self._saved = step
+        return True
+
+
+def _choose(checkpoints: list[Checkpoint], which: int | str, best: Callable) -> Checkpoint:
+    if which == "latest":
+        return checkpoints[-1]
+    if which == "best":
+        return checkpoints[int(np.nanargmax([best(c.metrics) for c in checkpoints]))]
+    if isinstance(which, int) and not isinstance(which, bool):
+        for c in checkpoints:
+            if c.step == which:
+                return c
+        steps = ", ".join(str(c.step) for c in checkpoints)
+        raise ValueError(f"no checkpoint at step {which}; the run has {steps}")
+    raise ValueError(f"which must be 'latest', 'best' or a checkpoint's step, got {which!r}")
+
+
+_NOT_COPIED = re.compile(r".*\.(png|eqx)$")  # final outputs: the fork writes its own
+
+
+def fork_run(
+    source: str | os.PathLike, dest: str | os.PathLike, which: int | str = "latest"
+) -> Checkpoint:
+    """Copy the run in ``source`` up to one of its checkpoints into the new folder ``dest``,
+    to continue it there with `resume` (``eqx-qd run JOB --resume SOURCE --from WHICH --out
+    DEST``): the config, the checkpoints up to the chosen one, the logs cut back to its step,
+    and ``status.json`` recording ``forked_from`` (folder and step). ``source`` is not touched.
+
+    ``which``: ``"latest"``, ``"best"`` (the job's `Job.best` of the checkpoint's metrics) or a
+    checkpoint's step. **Returns:** the chosen `Checkpoint`.
+    """
+    src = RunFolder(source, create=False)
+    config = read_config(src)
+    job = JOBS[config.JOB]
+    checkpoints = list_checkpoints(src)
+    if not checkpoints:
+        raise ValueError(f"{src.path!r} has no checkpoint to fork from")
+    chosen = _choose(checkpoints, which, job.best)
+    path = os.fspath(dest)
+    if os.path.exists(path) and os.listdir(path):
+        raise ValueError(f"fork destination {path!r} is not empty; choose a new folder")
+    if os.path.abspath(path) == os.path.abspath(src.path):
+        raise ValueError("a fork needs a folder of its own")
+    out = RunFolder(path)
+    for name in sorted(os.listdir(src.path)):
+        skipped = name in (CONFIG_FILE, STATUS_FILE, CHECKPOINTS) or name in job.logs
+        if skipped or name.startswith(".") or _NOT_COPIED.match(name):
+            continue
+        if os.path.isfile(src.file(name)):
+            with open(src.file(name), "rb") as f:
+                out.write_bytes(name, f.read())
+    for name, column in job.logs.items():
+        header, rows = read_log(src, name, column, chosen.step)
+        if header:
+            out.write_csv(name, header, rows)
+    for name, step in _step_files(out, job.step_files):
+        if step > chosen.step:
+            os.remove(out.file(name))
+    ckpts = out.subfolder(CHECKPOINTS)
+    for c in checkpoints:
+        if c.step <= chosen.step:
+            for suffix in (".json", ".eqx"):  # the metrics first, as `save_checkpoint` does
+                with open(c.path[: -len(".eqx")] + suffix, "rb") as f:
+                    ckpts.write_bytes(os.path.basename(c.path)[: -len(".eqx")] + suffix, f.read())
+    out.write_text(CONFIG_FILE, src.read_text(CONFIG_FILE))
+    write_status(
+        out, "forked", job=config.JOB,
+        forked_from={"folder": os.path.abspath(src.path), "step": chosen.step},
+    )  # fmt: skip
+    return chosen
+
+
+def resume(
+    folder: str | os.PathLike,
+    *,
+    progress: Any = True,
+    plots: bool = True,
+    on_log: Callable[[dict[str, float]], None] | None = None,
+    **changes: Any,
+) -> RunResult:
+    """Continue the run in ``folder`` from its newest checkpoint, with its own config and
+    ``changes`` (its length, say ``iterations=2000``, or `ALWAYS_CHANGEABLE` keys). A notebook
+    stops a run by interrupting it, and continues it with this; a run extended this way equals
+    the uninterrupted longer run. ``progress``, ``plots`` and ``on_log`` are `run`'s.
+    """
+    config = read_config(RunFolder(folder, create=False))
+    if changes:
+        config = dataclasses.replace(config, **changes)
+    return run(config, folder, progress=progress, plots=plots, on_log=on_log, resume=True)

@@ -1,0 +1,267 @@
+"""Checkpoint and resume of every job: a run interrupted and resumed writes what the
+uninterrupted run writes (state and logs, bit for bit on CPU); a lengthened run equals the
+longer run; forks leave their source alone; a killed process leaves a resumable folder."""
+
+import filecmp
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import equinox as eqx
+import jax
+import numpy as np
+import pytest
+
+from eqx_qd import jobs
+from eqx_qd.cli import main
+
+
+ME = dict(
+    task="sphere", genotype_dim=3, cells=16, cvt_samples=500, batch_size=8, iterations=12,
+    log_period=2, checkpoint_every=4, keep_checkpoints=2,
+)  # fmt: skip
+PGAME = dict(
+    env="point_maze", max_evals=544, random_init=64, init_batch_size=32, eval_batch_size=32,
+    n_niches=64, cvt_samples=5000, save_period=160, checkpoint_every=160, nr_of_steps_crit=20,
+    nr_of_steps_act=5, neurons_list=(16,), critic_hidden=(32, 32), train_batch_size=32,
+    buffer_size=10_000, episode_length=50, deterministic=True,
+)  # fmt: skip
+MEPBT = dict(
+    pg_population_size=4, ga_population_size=2, num_training_iterations=2, num_envs=2,
+    buffer_size=200, hidden=(8,), minibatch_size=8, fraction_best_to_replace_from=0.25,
+    fraction_to_replace_from_best=0.25, fraction_to_replace_from_samples=0.25, cells=16,
+    cvt_samples=1000, episode_length=20, iterations=5, checkpoint_every=2,
+)  # fmt: skip
+PBT = dict(
+    population_size=4, rounds=4, agent="td3", iterations_per_round=3, num_envs=2, hidden=(8,),
+    minibatch_size=8, buffer_size=200, episode_length=20, eval_episodes=2, best_fraction=0.25,
+    worse_fraction=0.25, checkpoint_every=2,
+)  # fmt: skip
+IPPO = dict(
+    num_agents=2, size=6, episode_length=8, rollout_length=8, num_envs=4, num_minibatches=2,
+    num_updates=4, eval_frequency=2, n_evals=4,
+)  # fmt: skip
+
+# (config, the logged row's step column, the step after which the run is interrupted)
+CASES = {
+    "map-elites": (jobs.MapElitesConfig(**ME), "iteration", 7),
+    "pgame": (jobs.PGAMEConfig(**PGAME), "evaluations", 64 + 32 * 9),
+    "me-pbt": (jobs.MEPBTConfig(**MEPBT), "iteration", 3),
+    "pbt": (jobs.PBTConfig(**PBT), "round", 2),
+}
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def _stop_after(column, step):
+    def on_log(row):
+        if row[column] >= step:
+            raise _Interrupt  # as a notebook's interrupt, between two chunks
+
+    return on_log
+
+
+def _same_arrays(a, b) -> bool:
+    leaves = jax.tree.map(
+        lambda x, y: bool(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)),
+        eqx.filter(a, eqx.is_array),
+        eqx.filter(b, eqx.is_array),
+    )
+    return jax.tree.structure(eqx.filter(a, eqx.is_array)) == jax.tree.structure(
+        eqx.filter(b, eqx.is_array)
+    ) and all(jax.tree.leaves(leaves))
+
+
+def _key_data(tree):
+    # Typed keys compare through their data.
+    is_key = lambda x: (
+        isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+    )
+    return jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
+
+
+def _same_files(a, b, names):
+    return {n: filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False) for n in names}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def interrupted(request, tmp_path_factory):
+    name = request.param
+    config, column, step = CASES[name]
+    root = tmp_path_factory.mktemp(name)
+    whole = jobs.run(config, root / "whole", progress=False, plots=False)
+    with pytest.raises(_Interrupt):
+        jobs.run(
+            config, root / "cut", progress=False, plots=False, on_log=_stop_after(column, step)
+        )
+    status = jobs.run_status(root / "cut")["status"]
+    checkpoints = [c.step for c in jobs.list_checkpoints(root / "cut")]
+    resumed = jobs.resume(root / "cut", progress=False, plots=False)
+    return name, root, whole, resumed, status, checkpoints
+
+
+def test_a_resumed_run_equals_the_uninterrupted_run(interrupted):
+    name, root, whole, resumed, status, checkpoints = interrupted
+    assert status == "failed" and checkpoints  # interrupted with a checkpoint to go on from
+    assert _same_arrays(_key_data(whole.state), _key_data(resumed.state)), name
+    for column in whole.progress:
+        np.testing.assert_array_equal(whole.progress[column], resumed.progress[column])
+    # Every CSV the same, byte for byte: each row exactly once.
+    csvs = sorted(n for n in os.listdir(root / "whole") if n.endswith(".csv"))
+    assert csvs and sorted(n for n in os.listdir(root / "cut") if n.endswith(".csv")) == csvs
+    assert all(_same_files(root / "whole", root / "cut", csvs).values())
+    assert jobs.run_status(root / "cut")["status"] == "finished"
+    # The checkpoints kept: the newest `keep_checkpoints`, the last at the run's end.
+    kept = jobs.list_checkpoints(root / "cut")
+    assert len(kept) == min(2, len(jobs.list_checkpoints(root / "whole")))
+    assert [c.step for c in kept] == [c.step for c in jobs.list_checkpoints(root / "whole")]
+
+
+def test_a_lengthened_run_equals_the_longer_run(tmp_path):
+    config = jobs.MapElitesConfig(**ME)
+    longer = jobs.run(config, tmp_path / "long", progress=False, plots=False)
+    short = jobs.MapElitesConfig(**{**ME, "iterations": 7})  # ends inside a logged chunk
+    jobs.run(short, tmp_path / "short", progress=False, plots=False)
+    again = jobs.resume(tmp_path / "short", iterations=12, progress=False, plots=False)
+    assert _same_arrays(_key_data(longer.state), _key_data(again.state))
+    # The shorter run's last row stays (iteration 7), the rest are the longer run's rows.
+    assert again.progress["iteration"].tolist() == [0, 2, 4, 6, 7, 8, 10, 12]
+    rows = {int(i): q for i, q in zip(longer.progress["iteration"], longer.progress["qd_score"])}
+    for i, q in zip(again.progress["iteration"], again.progress["qd_score"]):
+        if int(i) in rows:
+            assert q == rows[int(i)]
+
+
+def test_ippo_resumed_to_more_updates_equals_the_longer_run(tmp_path):
+    whole = jobs.run(jobs.IPPOConfig(**IPPO), tmp_path / "whole", progress=False, plots=False)
+    half = jobs.IPPOConfig(**{**IPPO, "num_updates": 2})
+    jobs.run(half, tmp_path / "half", progress=False, plots=False)
+    again = jobs.resume(tmp_path / "half", num_updates=4, progress=False, plots=False)
+    assert _same_arrays(_key_data(whole.state), _key_data(again.state))
+    assert _same_files(tmp_path / "whole", tmp_path / "half", ["progress.csv"])["progress.csv"]
+
+
+def test_resuming_with_another_config_is_refused_by_name(tmp_path):
+    config = jobs.MapElitesConfig(**{**ME, "iterations": 4})
+    jobs.run(config, tmp_path / "run", progress=False, plots=False)
+    before = (tmp_path / "run" / "config.toml").read_text()
+    changed = jobs.MapElitesConfig(**{**ME, "iterations": 4, "batch_size": 16})
+    with pytest.raises(ValueError, match=r"batch_size \(8 in the run, 16 now\).*iterations"):
+        jobs.run(changed, tmp_path / "run", progress=False, resume=True)
+    assert (tmp_path / "run" / "config.toml").read_text() == before
+    with pytest.raises(ValueError, match="nothing to resume"):
+        jobs.run(config, tmp_path / "empty", progress=False, resume=True)
+    other = jobs.PBTConfig(**PBT)
+    with pytest.raises(ValueError, match="holds a map-elites run, not a pbt run"):
+        jobs.run(other, tmp_path / "run", progress=False, resume=True)
+
+
+def test_a_folder_killed_before_its_first_checkpoint_starts_again(tmp_path):
+    config = jobs.MapElitesConfig(**ME)
+    whole = jobs.run(config, tmp_path / "whole", progress=False, plots=False)
+    with pytest.raises(_Interrupt):
+        jobs.run(
+            config, tmp_path / "cut", progress=False, plots=False,
+            on_log=_stop_after("iteration", 2),
+        )  # fmt: skip
+    assert not jobs.list_checkpoints(tmp_path / "cut")
+    # Litter of killed writes, in the folder and among the checkpoints.
+    (tmp_path / "cut" / ".tmp-abc").write_bytes(b"half a file")
+    (tmp_path / "cut" / "checkpoints").mkdir()
+    (tmp_path / "cut" / "checkpoints" / ".tmp-0000000004.eqx").write_bytes(b"half")
+    assert not jobs.list_checkpoints(tmp_path / "cut")
+    again = jobs.resume(tmp_path / "cut", progress=False, plots=False)
+    assert _same_arrays(_key_data(whole.state), _key_data(again.state))
+    assert _same_files(tmp_path / "whole", tmp_path / "cut", ["progress.csv"])["progress.csv"]
+    left = os.listdir(tmp_path / "cut") + os.listdir(tmp_path / "cut" / "checkpoints")
+    assert not [n for n in left if n.startswith(".tmp")]
+
+
+def test_a_fork_continues_a_chosen_checkpoint_and_leaves_its_source(tmp_path):
+    config = jobs.MapElitesConfig(**{**ME, "keep_checkpoints": 5})
+    jobs.run(config, tmp_path / "src", progress=False, plots=False)
+    listing = {p: (tmp_path / "src" / p).read_bytes() for p in ("progress.csv", "config.toml")}
+    assert [c.step for c in jobs.list_checkpoints(tmp_path / "src")] == [4, 8, 12]
+    chosen = jobs.fork_run(tmp_path / "src", tmp_path / "fork", 4)
+    assert chosen.step == 4
+    assert [c.step for c in jobs.list_checkpoints(tmp_path / "fork")] == [4]
+    status = jobs.run_status(tmp_path / "fork")
+    assert status["status"] == "forked" and status["forked_from"]["step"] == 4
+    assert (
+        jobs.read_log(jobs.RunFolder(tmp_path / "fork"), "progress.csv", "iteration")[1][-1][0] == 4
+    )
+    assert not (tmp_path / "fork" / "repertoire.eqx").exists()  # the fork writes its own
+    # The branch, continued, is the uninterrupted run again; the source is untouched.
+    branch = jobs.resume(tmp_path / "fork", progress=False, plots=False)
+    whole = jobs.load_run(tmp_path / "src")
+    assert bool(np.array_equal(branch.repertoire.fitnesses, whole.repertoire.fitnesses))
+    assert {p: (tmp_path / "src" / p).read_bytes() for p in listing} == listing
+    assert [c.step for c in jobs.list_checkpoints(tmp_path / "src")] == [4, 8, 12]
+    # "best" is the job's criterion (the QD-score for the QD jobs): the latest here.
+    assert jobs.fork_run(tmp_path / "src", tmp_path / "best", "best").step == 12
+    with pytest.raises(ValueError, match="no checkpoint at step 5; the run has 4, 8, 12"):
+        jobs.fork_run(tmp_path / "src", tmp_path / "five", 5)
+    with pytest.raises(ValueError, match="is not empty"):
+        jobs.fork_run(tmp_path / "src", tmp_path / "fork", 8)
+
+
+def test_cli_resumes_and_forks(tmp_path, capsys):
+    out = tmp_path / "run"
+    base = ["run", "map-elites", "--task", "sphere", "--genotype-dim", "3", "--cells", "16",
+            "--cvt-samples", "500", "--batch-size", "8", "--log-period", "2",
+            "--checkpoint-every", "4", "--no-progress", "--no-plots"]  # fmt: skip
+    assert main([*base, "--iterations", "8", "--out", str(out)]) == 0
+    assert main(["run", "map-elites", "--resume", str(out), "--iterations", "12",
+                 "--no-progress", "--no-plots"]) == 0  # fmt: skip
+    assert "240 evaluations" not in capsys.readouterr().out
+    assert jobs.load_run(out).progress["iteration"].tolist()[-1] == 12
+    fork = tmp_path / "fork"
+    assert main(["run", "map-elites", "--resume", str(out), "--from", "8", "--out", str(fork),
+                 "--no-progress", "--no-plots"]) == 0  # fmt: skip
+    assert f"forked {out} at checkpoint 8" in capsys.readouterr().out
+    assert jobs.run_status(fork)["status"] == "finished"
+    for args, message in (
+        (["--resume", str(out), "--from", "9", "--out", str(tmp_path / "x")], "no checkpoint at"),
+        (["--from", "8"], "--from STEP forks a run"),
+        (["--resume", str(out), "--batch-size", "4"], "cannot resume"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(["run", "map-elites", *args, "--no-progress"])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_kill_at_random_moments_leaves_a_resumable_folder(tmp_path):
+    """``kill -9`` of the command at random moments, three times, then a resume to the end:
+    the result equals an uninterrupted run's."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    args = [sys.executable, "-m", "eqx_qd.cli", "run", "map-elites", "--task", "sphere",
+            "--genotype-dim", "3", "--cells", "16", "--cvt-samples", "500", "--batch-size", "8",
+            "--iterations", "400", "--log-period", "2", "--checkpoint-every", "4",
+            "--no-progress", "--no-plots"]  # fmt: skip
+    out = tmp_path / "run"
+    rng = random.Random(0)
+    first = [*args, "--out", str(out)]
+    for attempt in range(3):
+        proc = subprocess.Popen(first if attempt == 0 else [*args[:5], "--resume", str(out),
+                                "--no-progress", "--no-plots"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        time.sleep(rng.uniform(4.0, 9.0))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        jobs.list_checkpoints(out)  # always readable
+    done = subprocess.run(
+        [*args[:5], "--resume", str(out), "--no-progress", "--no-plots"], env=env,
+        capture_output=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    whole = jobs.run(
+        jobs.MapElitesConfig(**{**ME, "iterations": 400}), tmp_path / "whole", progress=False,
+        plots=False,
+    )  # fmt: skip
+    assert _same_files(tmp_path / "whole", out, ["progress.csv"])["progress.csv"]
+    assert bool(np.array_equal(jobs.load_run(out).repertoire.fitnesses, whole.repertoire.fitnesses))
