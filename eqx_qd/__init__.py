@@ -189,7 +189,9 @@ from ._selectors import (
 from ._sharded import (
     device_mesh as device_mesh,
     init_sharded as init_sharded,
+    place_sharded as place_sharded,
     run_sharded as run_sharded,
+    scan_sharded as scan_sharded,
 )
 from ._tasks import (
     AbstractTask as AbstractTask,

@@ -7,9 +7,11 @@ gathered batches of all devices, so every copy stays equal. Emitter states are p
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jaxtyping import Array, Key
 
 from . import _validate as check
 from ._custom_types import PRNGKey
@@ -88,29 +90,42 @@ def run_sharded(
     algo: MAPElites, state: MAPElitesState, num_iters: int, *, mesh: Mesh, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
     """``num_iters`` iterations of ``algo.update`` in one ``lax.scan`` on every device of
-    ``mesh``, from ``state`` (as `init_sharded` returns it).
+    ``mesh``, from ``state`` (as `init_sharded` returns it). Iteration ``i`` uses
+    ``jax.random.split(key, num_iters)[i]``.
 
     Returns the state (replicated repertoire, per-device emitter states) and the metrics
     history with a leading device axis: every row is the same, since the repertoires are.
     """
-    _check(algo, mesh)
     check.positive_int("run_sharded: num_iters", num_iters)
+    return scan_sharded(algo, state, mesh=mesh, keys=jr.split(key, num_iters))
+
+
+def scan_sharded(
+    algo: MAPElites, state: MAPElitesState, *, mesh: Mesh, keys: Key[Array, " n"]
+) -> tuple[MAPElitesState, QDMetrics]:
+    """`run_sharded` of ``algo`` from ``state`` on ``mesh``, with the iterations' keys given:
+    ``keys`` ``(n,)``, one per iteration (a job that resumes mid-way derives each iteration's
+    key from its index)."""
+    _check(algo, mesh)
+    if not eqx.is_array(keys) or keys.ndim != 1 or keys.shape[0] < 1:
+        raise ValueError(
+            f"scan_sharded: keys must be a 1-D array of keys, one per iteration, got "
+            f"{getattr(keys, 'shape', type(keys).__name__)}"
+        )
     (rest_dyn, rest_static), (es_dyn, es_static) = _split(state)
     rest_dyn, es_dyn, history = _run_mapped(
-        algo, rest_dyn, es_dyn, key, num_iters, mesh, rest_static, es_static
+        algo, rest_dyn, es_dyn, keys, mesh, rest_static, es_static
     )
     return _join(eqx.combine(rest_dyn, rest_static), eqx.combine(es_dyn, es_static)), history
 
 
 @eqx.filter_jit
-def _run_mapped(algo, rest_dyn, es_dyn, key, num_iters, mesh, rest_static, es_static):
+def _run_mapped(algo, rest_dyn, es_dyn, keys, mesh, rest_static, es_static):
     (axis,) = mesh.axis_names
 
-    def body(rest, es, k):
+    def body(rest, es, ks):
         state = _join(eqx.combine(rest, rest_static), eqx.combine(_drop_axis(es), es_static))
-        state, history = filter_scan(
-            lambda s, kk: algo.update(s, key=kk), state, jr.split(k, num_iters)
-        )
+        state, history = filter_scan(lambda s, kk: algo.update(s, key=kk), state, ks)
         (new_rest, _), (new_es, _) = _split(state)
         return new_rest, _add_axis(new_es), _add_axis(history)
 
@@ -121,4 +136,42 @@ def _run_mapped(algo, rest_dyn, es_dyn, key, num_iters, mesh, rest_static, es_st
         out_specs=(P(), P(axis), P(axis)),
         check_vma=False,
     )
-    return mapped(rest_dyn, es_dyn, key)
+    return mapped(rest_dyn, es_dyn, keys)
+
+
+def place_sharded(state: MAPElitesState, *, mesh: Mesh) -> MAPElitesState:
+    """Lay ``state`` out on ``mesh`` as `init_sharded` returns it (repertoire replicated,
+    emitter state split along its leading device axis), from host arrays holding the whole
+    state: a checkpoint read back. Across processes, each process gives the whole state and
+    keeps its own devices' parts."""
+    (axis,) = mesh.axis_names
+    (rest_dyn, rest_static), (es_dyn, es_static) = _split(state)
+    devices = mesh.devices.size
+    for leaf in jax.tree.leaves(es_dyn):
+        if leaf.ndim == 0 or leaf.shape[0] != devices:
+            raise ValueError(
+                f"place_sharded: state.emitter_state needs a leading axis of the mesh's "
+                f"{devices} devices on every array, got shape {leaf.shape}"
+            )
+
+    def put(x, spec):
+        if not eqx.is_array(x):
+            return x
+        x = jr.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+        sharding = NamedSharding(mesh, spec)
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda i: host[i])
+
+    def place(tree, spec):
+        return jax.tree.map(lambda x: _rewrap(x, put(x, spec)), tree)
+
+    rest = place(rest_dyn, P())
+    es = place(es_dyn, P(axis))
+    return _join(eqx.combine(rest, rest_static), eqx.combine(es, es_static))
+
+
+def _rewrap(original, placed):
+    # Typed keys travel as their data and are wrapped again with their implementation.
+    if eqx.is_array(original) and jnp.issubdtype(original.dtype, jax.dtypes.prng_key):
+        return jr.wrap_key_data(placed, impl=jr.key_impl(original))
+    return placed

@@ -108,6 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
         f"XLA compiles (default: ${_CACHE_ENV}, else {_default_cache()})",
     )
     parser.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh")
+    parser.add_argument(
+        "--coordinator", metavar="HOST:PORT",
+        help="join a multi-process run (jax.distributed) whose process 0 listens at HOST:PORT "
+        "(default: $JAX_COORDINATOR_ADDRESS, or what a SLURM / Open MPI job says)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--num-processes", metavar="N", type=_int, help="processes in the run (with --coordinator)"
+    )
+    parser.add_argument(
+        "--process-id", metavar="I", type=_int, help="this process's index, 0 .. N-1; 0 writes"
+    )
+    parser.add_argument(
+        "--distributed", action="store_true",
+        help="join a multi-process run, every setting from the environment (SLURM, Open MPI)",
+    )  # fmt: skip
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser(
         "list",
@@ -225,17 +240,33 @@ def _requested_devices(args: argparse.Namespace, job: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _use_devices(count: int | None) -> None:
+def _use_devices(count: int | None, processes: int = 1) -> None:
     """Make ``count`` host devices available when the CPU is the platform (before JAX starts
-    its backends); on a GPU machine this changes nothing."""
-    if count is None or count <= 1:
+    its backends), ``count / processes`` on each process of a multi-process run; on a GPU
+    machine this changes nothing."""
+    if count is None or count <= processes:
         return
     import jax
 
     try:
-        jax.config.update("jax_num_cpu_devices", count)
+        jax.config.update("jax_num_cpu_devices", -(-count // processes))
     except RuntimeError:  # backends already running (called from Python): use what is there
         pass
+
+
+def _join_processes(parser: _Parser, args: argparse.Namespace) -> None:
+    """Join the multi-process run the options or the environment ask for (before JAX starts
+    its backends)."""
+    from .jobs._distributed import initialize, wants_distributed
+
+    if not (args.distributed or wants_distributed(args.coordinator, args.num_processes)):
+        if args.process_id is not None:
+            parser.error("--process-id needs a multi-process run (--coordinator, --num-processes)")
+        return
+    try:
+        initialize(args.coordinator, args.num_processes, args.process_id)
+    except (ValueError, RuntimeError) as e:
+        parser.error(f"cannot join the multi-process run: {e}")
 
 
 def _load_plugins(parser: _Parser, modules: Sequence[str]) -> None:
@@ -294,7 +325,10 @@ def _describe_devices() -> str:
 
     devices = jax.devices()
     kinds = sorted({f"{d.platform}" for d in devices})
-    return f"{len(devices)} {'/'.join(kinds)} device{'s' if len(devices) > 1 else ''}"
+    text = f"{len(devices)} {'/'.join(kinds)} device{'s' if len(devices) > 1 else ''}"
+    if jax.process_count() > 1:
+        text += f", process {jax.process_index()} of {jax.process_count()}"
+    return text
 
 
 def _listing() -> str:
@@ -357,7 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"cannot resume: {saved!r} does not exist")
         if args.config is None:
             args.config = saved
-    _use_devices(_requested_devices(args, job))
+    # Host devices first (each process makes its share), then join: both before JAX starts.
+    _use_devices(_requested_devices(args, job), args.num_processes or 1)
+    _join_processes(parser, args)
     cache = _compile_cache(args)
     _use_compile_cache(cache)
     _load_plugins(parser, args.plugin)
@@ -376,7 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             parser.error(str(e))
         print(job.summary(result))
-        print(f"run folder: {result.folder}")
+        print(f"run folder: {result.folder or f'{out} (written by process 0)'}")
     if len(runs) > 1:
         print(f"compare the seeds: eqx-qd report {os.path.dirname(runs[0][1])}/seed-*")
     return 0

@@ -11,6 +11,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import jaxtyping
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -70,6 +71,40 @@ def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     assert int(state.evaluations) == devices * 6 * 4
     fit = np.asarray(state.repertoire.fitnesses)
     assert np.asarray(state.repertoire.extra)[np.isfinite(fit)].max() < int(state.evaluations)
+
+
+def test_a_state_read_back_goes_on_the_mesh_again_and_runs_on():
+    """`place_sharded` lays a whole host state (a checkpoint) out on the mesh, and
+    `scan_sharded` with `run_sharded`'s keys continues it to the same state."""
+    config = dataclasses.replace(CONFIG, num_devices=2)
+    emitter = q.PBTEmitter(
+        AGENT, ENV, config, AGENT.hparam_spaces, q.IsoLineVariation(0.01, 0.1), axis_name="p"
+    )
+    scorer = q.PolicyScorer(ENV, agent=AGENT)
+    algo = q.MAPElites(emitter, scorer, scorer.qd_offset, lineage=True, axis_name="p")
+    mesh = q.device_mesh(2)
+    cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
+    genotypes = emitter.initial_genotypes(12, key=jr.key(1))
+    state, _ = q.init_sharded(algo, genotypes, cells, mesh=mesh, key=jr.key(2))
+    host = jax.tree.map(
+        lambda x: np.asarray(x) if eqx.is_array(x) and x.dtype != jax.dtypes.prng_key else x, state
+    )
+    placed = q.place_sharded(host, mesh=mesh)
+    assert placed.emitter_state.population.env_steps.sharding.spec == P("p")
+    direct, _ = q.run_sharded(algo, state, 2, mesh=mesh, key=jr.key(3))
+    again, _ = q.scan_sharded(algo, placed, mesh=mesh, keys=jr.split(jr.key(3), 2))
+    assert bool(jnp.array_equal(direct.repertoire.fitnesses, again.repertoire.fitnesses))
+    jaxtyping.config.update("jaxtyping_disable", True)  # the library's own check, as users meet it
+    try:
+        with pytest.raises(ValueError, match="scan_sharded: keys must be a 1-D array"):
+            q.scan_sharded(algo, placed, mesh=mesh, keys=jr.key(3))
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", False)
+    unstacked = eqx.tree_at(
+        lambda s: s.emitter_state, host, jax.tree.map(lambda x: x[0], host.emitter_state)
+    )
+    with pytest.raises(ValueError, match="place_sharded: state.emitter_state needs a leading"):
+        q.place_sharded(unstacked, mesh=mesh)
 
 
 def test_population_training_splits_over_the_mesh():

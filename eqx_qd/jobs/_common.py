@@ -9,11 +9,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
 import numpy as np
 
 from .._repertoire import MapElitesRepertoire
 from .._tessellation import AbstractTessellation, CVTTessellation
 from ._config import job_of_toml, JobConfig
+from ._distributed import is_writer
 from ._folder import RunFolder
 from ._progress import as_progress, Progress
 from ._registry import AGENTS, make_agent
@@ -72,6 +74,8 @@ class Job(abc.ABC):
     checkpoint's step (`jobs._resume`)."""
     step_files: ClassVar[tuple[str, ...]] = ()
     """Patterns of files named after a step (one group), removed past a resumed checkpoint."""
+    multi_process: ClassVar[bool] = False
+    """Whether the job runs over the devices of several processes (``jax.distributed``)."""
     resume_may_change: ClassVar[tuple[str, ...] | None] = ()
     """Config keys a resumed run may change beside the checkpoint settings (``None``: any)."""
 
@@ -154,7 +158,7 @@ def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunF
     A folder that already holds a run is refused, so runs never mix (resume it instead, or
     choose another folder).
     """
-    if out_dir is None:
+    if out_dir is None or not is_writer():  # other processes of a run write nothing
         return None
     path = os.fspath(out_dir)
     if holds_run(path):
@@ -238,10 +242,15 @@ def run(
     raised, so a folder never looks finished when it is not.
     """
     job = JOBS[config.JOB]
+    if jax.process_count() > 1 and not job.multi_process:
+        several = ", ".join(n for n, j in JOBS.items() if j.multi_process)
+        raise ValueError(f"{job.name} runs on one process; {several} run over several")
     # The folder is this run's when it creates it, or when it resumes it; a folder that already
-    # held another run is refused untouched.
-    ours = out_dir is not None and (
-        resume or not os.path.exists(os.path.join(out_dir, CONFIG_FILE))
+    # held another run is refused untouched. In a multi-process run only process 0 writes.
+    ours = (
+        out_dir is not None
+        and is_writer()
+        and (resume or not os.path.exists(os.path.join(out_dir, CONFIG_FILE)))
     )
     if ours and resume and os.path.exists(os.path.join(out_dir, CONFIG_FILE)):  # type: ignore[arg-type]
         write_status(RunFolder(out_dir), "running", job=config.JOB, resumed=_now())
@@ -253,7 +262,7 @@ def run(
             status = "failed" if isinstance(e, Exception) else "interrupted"
             write_status(RunFolder(out_dir), status, error=f"{type(e).__name__}: {e}")
         raise
-    if result.folder is not None:
+    if result.folder is not None and is_writer():
         write_status(RunFolder(result.folder), "finished")
     return result
 

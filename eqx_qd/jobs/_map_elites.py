@@ -16,6 +16,7 @@ from .._custom_types import PRNGKey
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import QDMetrics
 from .._misc import filter_scan
+from .._sharded import init_sharded, place_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
 from .._validate import non_negative, positive_int
@@ -30,6 +31,7 @@ from ._common import (
     write_qd_outputs,
 )
 from ._config import JobConfig, option
+from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._progress import Progress
 from ._registry import EMITTERS, make_emitter, make_task, TASKS
@@ -58,6 +60,10 @@ class MapElitesConfig(JobConfig):
     line_sigma: float = option(0.05, "iso+line-DD line noise (iso_line)", check=non_negative)
     sigma: float = option(0.05, "gaussian mutation std (gaussian)", check=non_negative)
     seed: int = option(0, "random seed")
+    devices: int = option(
+        1, "devices to shard over, batch_size candidates each (on a CPU, host devices are made)",
+        check=positive_int,
+    )  # fmt: skip
     checkpoint_every: int = option(
         100, "iterations between checkpoints (and one at the end)", check=positive_int
     )
@@ -99,12 +105,14 @@ def make_map_elites(config: MapElitesConfig) -> tuple[MAPElites, AbstractTask]:
     entry = EMITTERS.get(config.emitter)
     params = {k: getattr(config, k) for k in entry.options() if k != "batch_size"}
     emitter = make_emitter(config.emitter, batch_size=config.batch_size, **params)
-    return MAPElites(emitter, task, task.qd_offset), task
+    axis = "p" if config.devices > 1 else None
+    return MAPElites(emitter, task, task.qd_offset, axis_name=axis), task
 
 
 def _row(iteration: int, config: MapElitesConfig, metrics: QDMetrics) -> dict[str, float | int]:
     """A progress row: ``metrics`` holds scalars, or a history whose last entry is logged."""
-    row = {"iteration": iteration, "evaluations": config.batch_size * (iteration + 1)}
+    evaluations = config.batch_size * config.devices * (iteration + 1)
+    row = {"iteration": iteration, "evaluations": evaluations}
     for k, v in metrics.as_dict().items():
         row[k] = np.ravel(np.asarray(v))[-1].item()
     return row
@@ -141,24 +149,37 @@ class _MapElitesJob(Job):
     config_cls = MapElitesConfig
     help = "MAP-Elites on a pure-JAX task (default: rastrigin, 100-D, CVT 1024 cells)"
     resume_may_change = ("iterations",)
+    multi_process = True
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         tess_key, init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
         algo, task = make_map_elites(config)
         tessellation = make_tessellation(config, task, key=tess_key)
-        genotypes = task.init_genotypes(config.batch_size, key=pop_key)
-        init = eqx.filter_jit(algo.init)
-        like = lambda: eqx.filter_eval_shape(init, genotypes, tessellation, key=init_key)[0]
+        mesh = job_mesh(config.devices)
+        genotypes = task.init_genotypes(config.batch_size * config.devices, key=pop_key)
+        if mesh is None:
+            init = lambda: eqx.filter_jit(algo.init)(genotypes, tessellation, key=init_key)
+            chunk_of = lambda state, keys: _run_keys(algo, state, keys)
+        else:
+            init = lambda: init_sharded(algo, genotypes, tessellation, key=init_key, mesh=mesh)
+
+            def chunk_of(state, keys):
+                state, history = scan_sharded(algo, state, mesh=mesh, keys=keys)
+                return state, jax.tree.map(lambda x: x[0], to_host(history))  # equal everywhere
+
+        like = lambda: eqx.filter_eval_shape(init)[0]
         folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
         if resumed is None:
-            state, metrics = init(genotypes, tessellation, key=init_key)
-            rows, done = [_row(0, config, metrics)], 0
+            state, metrics = init()
+            rows, done = [_row(0, config, to_host(metrics))], 0
         else:
             state, done = resumed.state, resumed.step
+            if mesh is not None:  # the checkpoint, laid out on the mesh again
+                state = place_sharded(state, mesh=mesh)
             rows = resumed.rows(PROGRESS_FILE)
         checkpoints = Checkpointer(
             folder, config.checkpoint_every, config.keep_checkpoints,
-            resumed_at=None if resumed is None else done,
+            resumed_at=None if resumed is None else done, enabled=out_dir is not None,
         )  # fmt: skip
         if resumed is None:
             progress.log(rows[-1])
@@ -167,7 +188,7 @@ class _MapElitesJob(Job):
         while done < config.iterations:
             # Chunks end on multiples of log_period, wherever the run (re)started.
             n = min(config.log_period - done % config.log_period, config.iterations - done)
-            state, chunk = _run_keys(algo, state, keys[done : done + n])
+            state, chunk = chunk_of(state, keys[done : done + n])
             done += n
             rows.append(_row(done, config, chunk))
             progress.log(rows[-1])
@@ -176,10 +197,11 @@ class _MapElitesJob(Job):
                 folder.write_csv(PROGRESS_FILE, list(rows[0]), [list(r.values()) for r in rows])
             checkpoints.save(done, state, rows[-1], force=done >= config.iterations)
         columns = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+        repertoire = to_host(state.repertoire)  # every process, in step
         if folder is not None:
-            write_qd_outputs(folder, state.repertoire, columns, plots=plots)
+            write_qd_outputs(folder, repertoire, columns, plots=plots)
         return RunResult(
-            config, None if folder is None else folder.path, columns, state, state.repertoire
+            config, None if folder is None else folder.path, columns, state, repertoire
         )
 
     def load(self, folder: RunFolder, config) -> RunResult:

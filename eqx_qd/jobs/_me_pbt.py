@@ -14,7 +14,7 @@ from .._map_elites import MAPElites
 from .._misc import tree_take
 from .._rl.pbt import hparams_table
 from .._scoring import PolicyScorer
-from .._sharded import device_mesh, init_sharded, run_sharded
+from .._sharded import init_sharded, place_sharded, scan_sharded
 from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive, positive_int
 from .._variation import IsoLineVariation
@@ -32,6 +32,7 @@ from ._common import (
     write_qd_outputs,
 )
 from ._config import JobConfig, option
+from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._progress import Progress
 from ._registry import AGENTS, ENVIRONMENTS, make_env
@@ -163,12 +164,13 @@ class _MEPBTJob(Job):
     name = "me-pbt"
     config_cls = MEPBTConfig
     logs = {PROGRESS_FILE: "iteration", "hparams.csv": "iteration"}
+    multi_process = True
     resume_may_change = ("iterations",)
     help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         algo, emitter = make_me_pbt(config)
-        mesh = device_mesh(config.devices) if config.devices > 1 else None  # before the folder
+        mesh = job_mesh(config.devices)  # before the folder
         env = emitter.env
         cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
         low, high = env.descriptor_bounds
@@ -181,8 +183,8 @@ class _MEPBTJob(Job):
             init = lambda: init_sharded(algo, genotypes, cells, key=init_key, mesh=mesh)
 
             def step(s, k):
-                s, history = run_sharded(algo, s, 1, key=k, mesh=mesh)
-                return s, jax.tree.map(lambda x: x[0, 0], history)  # the same on every device
+                s, history = scan_sharded(algo, s, mesh=mesh, keys=k[None])
+                return s, jax.tree.map(lambda x: x[0, 0], to_host(history))  # equal everywhere
 
         else:
             genotypes = emitter.initial_genotypes(emitter.batch_size, key=pop_key)
@@ -194,8 +196,13 @@ class _MEPBTJob(Job):
         hp_rows: list[dict[str, np.ndarray]] = []
 
         def log(iteration, metrics, state):
-            evaluations = int(state.evaluations)
-            trained = int(np.sum(np.asarray(state.emitter_state.training_env_steps)))
+            # What the row needs, gathered from every process's devices in a multi-process run.
+            evaluations, trained, table, metrics = to_host((
+                state.evaluations, state.emitter_state.training_env_steps,
+                hparams_table(state.emitter_state.population),  # (devices, pg) if sharded
+                metrics,
+            ))  # fmt: skip
+            evaluations, trained = int(evaluations), int(np.sum(np.asarray(trained)))
             played = evaluations * config.episode_length  # QDax's accounting: full episodes
             row = {
                 "iteration": iteration, "evaluations": evaluations,
@@ -204,7 +211,6 @@ class _MEPBTJob(Job):
             }  # fmt: skip
             row.update({k: float(v) for k, v in metrics.as_dict().items()})
             rows.append(row)
-            table = hparams_table(state.emitter_state.population)  # (devices, pg) if sharded
             hp_rows.append({n: np.asarray(v).reshape(-1) for n, v in table.items()})
             progress.log(row)
 
@@ -220,11 +226,13 @@ class _MEPBTJob(Job):
             done = 0
         else:
             state, done = resumed.state, resumed.step
+            if mesh is not None:  # the checkpoint, laid out on the mesh again
+                state = place_sharded(state, mesh=mesh)
             rows = resumed.rows(PROGRESS_FILE)
             hp_rows = _hparams_by_iteration(resumed.rows("hparams.csv"), done)
         checkpoints = Checkpointer(
             folder, config.checkpoint_every, config.keep_checkpoints,
-            resumed_at=None if resumed is None else done,
+            resumed_at=None if resumed is None else done, enabled=out_dir is not None,
         )  # fmt: skip
         progress.start(config.iterations, "me-pbt", initial=min(done, config.iterations))
         keys = jr.split(run_key, config.iterations)  # a longer run's first keys are the same
@@ -238,21 +246,22 @@ class _MEPBTJob(Job):
         columns = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
         hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
         table = _hparams_long(hp_rows)
+        repertoire = to_host(state.repertoire)  # every process, in step
         if folder is not None:
-            write_qd_outputs(folder, state.repertoire, columns, plots=plots)
+            write_qd_outputs(folder, repertoire, columns, plots=plots)
             folder.write_columns("hparams.csv", table)
             if plots:
                 from ..plotting import plot_hparams_distribution, plot_repertoire_hparams
 
                 figure = plot_hparams_distribution(hparams, x=columns["env_steps"])
                 folder.write_figure("hparams.png", figure)
-                if state.repertoire.tessellation.num_descriptors <= 2:
-                    elites = state.repertoire.genotypes.hparams.as_dict()
+                if repertoire.tessellation.num_descriptors <= 2:
+                    elites = repertoire.genotypes.hparams.as_dict()
                     explored = {n: elites[n] for n in sorted(emitter.spaces)}
-                    figure = plot_repertoire_hparams(state.repertoire, explored)
+                    figure = plot_repertoire_hparams(repertoire, explored)
                     folder.write_figure("repertoire_hparams.png", figure)
         return RunResult(
-            config, None if folder is None else folder.path, columns, state, state.repertoire,
+            config, None if folder is None else folder.path, columns, state, repertoire,
             {"hparams": table},
         )  # fmt: skip
 

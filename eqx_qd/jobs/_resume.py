@@ -35,6 +35,7 @@ from ._common import (
     write_status,
 )
 from ._config import JobConfig
+from ._distributed import is_writer, to_host
 from ._folder import RunFolder
 
 
@@ -163,22 +164,29 @@ def start_run(
     path = os.fspath(out_dir)
     if not holds_run(path):
         raise ValueError(f"nothing to resume: {path!r} holds no run ({CONFIG_FILE})")
-    folder = RunFolder(path)  # removes the litter of a killed write
+    writer = is_writer()  # other processes of a multi-process run only read the folder
+    folder = RunFolder(path, create=writer)  # the writer removes the litter of a killed write
     saved = read_config(folder)
     if saved.JOB != config.JOB:
         raise ValueError(f"{path!r} holds a {saved.JOB} run, not a {config.JOB} run")
     check_resumable(job, saved, config, path)
     checkpoints = list_checkpoints(folder)
-    folder.write_text(CONFIG_FILE, config.to_toml())
+    if writer:
+        folder.write_text(CONFIG_FILE, config.to_toml())
     if not checkpoints:
-        _cut_back(folder, job, None)
-        return folder, None
+        if writer:
+            _cut_back(folder, job, None)
+        return (folder if writer else None), None
     latest = checkpoints[-1]
-    state = folder.subfolder(CHECKPOINTS).read_eqx(os.path.basename(latest.path), like())
-    logs = _cut_back(folder, job, latest.step)
+    ckpts = folder.subfolder(CHECKPOINTS, create=False)
+    state = ckpts.read_eqx(os.path.basename(latest.path), like())
+    if writer:
+        logs = _cut_back(folder, job, latest.step)
+    else:
+        logs = {n: read_log(folder, n, c, latest.step)[1] for n, c in job.logs.items()}
     headers = {name: read_log(folder, name, "")[0] for name in job.logs}
     metrics = {k: v.tolist() for k, v in latest.metrics.items()}
-    return folder, Resumed(state, latest.step, metrics, logs, headers)
+    return (folder if writer else None), Resumed(state, latest.step, metrics, logs, headers)
 
 
 class Checkpointer:
@@ -195,14 +203,18 @@ class Checkpointer:
         resumed_at: int | None = None,
         *,
         origin: int = 0,
+        enabled: bool | None = None,
     ):
         self.folder, self.every, self.keep = folder, every, keep
         self._last = origin if resumed_at is None else resumed_at
         self._saved = resumed_at
+        # Off for a run kept in memory. On in every process of a multi-process run, where
+        # only process 0 has the folder but all of them gather the state.
+        self.enabled = folder is not None if enabled is None else enabled
 
     def due(self, step: int, *, force: bool = False) -> bool:
         """Whether `save` at ``step`` writes a checkpoint (a job writes its logs first)."""
-        if self.folder is None or step == self._saved:
+        if not self.enabled or step == self._saved:
             return False
         return force or step // self.every > self._last // self.every
 
@@ -211,7 +223,9 @@ class Checkpointer:
         ``force`` (a run's end). **Returns:** whether it saved."""
         if not self.due(step, force=force):
             return False
-        save_checkpoint(self.folder, step, state, metrics, keep=self.keep)
+        state = to_host(state)  # every process, in step
+        if self.folder is not None:
+            save_checkpoint(self.folder, step, state, metrics, keep=self.keep)
         self._last = self._saved = step
         return True
 

@@ -1,0 +1,162 @@
+"""Kill soak: ``kill -9`` every job's command at random moments, resume it, and check that no
+run is lost.
+
+For each job, a small config runs once uninterrupted (the reference); then the command is
+started on a run folder and killed with SIGKILL after a random delay, again and again, each
+time with ``--resume`` (a run that finished before its kill is compared and a new one starts;
+one killed before it wrote its ``config.toml`` had not begun, and starts again). After the last
+kill the run is resumed to its end. A run is lost when a resume fails or its
+final outputs (``progress.csv`` and the saved state) differ from the reference's, byte for
+byte. Prints one row per job.
+
+```bash
+python benchmarks/kill_soak.py --kills 50                 # every job, 50 kills each
+python benchmarks/kill_soak.py --jobs map-elites --kills 5 --max-delay 6
+```
+"""
+
+import argparse
+import filecmp
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+SMALL = {
+    "map-elites": [
+        "--task", "sphere", "--genotype-dim", "3", "--cells", "64", "--cvt-samples", "2000",
+        "--batch-size", "64", "--iterations", "20000", "--log-period", "50",
+        "--checkpoint-every", "500",
+    ],
+    "pgame": [
+        "--env", "point_maze", "--max-evals", "1984", "--random-init", "64",
+        "--init-batch-size", "32", "--eval-batch-size", "32", "--n-niches", "64",
+        "--cvt-samples", "5000", "--save-period", "160", "--checkpoint-every", "160",
+        "--nr-of-steps-crit", "20", "--nr-of-steps-act", "5", "--neurons-list", "16",
+        "--critic-hidden", "32,32", "--train-batch-size", "32", "--buffer-size", "10000",
+        "--episode-length", "50", "--deterministic",
+    ],
+    "me-pbt": [
+        "--pg-population-size", "4", "--ga-population-size", "2",
+        "--num-training-iterations", "2", "--num-envs", "2", "--buffer-size", "200",
+        "--hidden", "8", "--minibatch-size", "8", "--fraction-best-to-replace-from", "0.25",
+        "--fraction-to-replace-from-best", "0.25", "--fraction-to-replace-from-samples", "0.25",
+        "--cells", "16", "--cvt-samples", "1000", "--episode-length", "20",
+        "--iterations", "40", "--checkpoint-every", "2",
+    ],
+    "pbt": [
+        "--population-size", "4", "--rounds", "30", "--agent", "td3",
+        "--iterations-per-round", "3", "--num-envs", "2", "--hidden", "8",
+        "--minibatch-size", "8", "--buffer-size", "200", "--episode-length", "20",
+        "--eval-episodes", "2", "--best-fraction", "0.25", "--worse-fraction", "0.25",
+    ],
+    "ippo": [
+        "--num-agents", "2", "--size", "6", "--episode-length", "8", "--rollout-length", "8",
+        "--num-envs", "4", "--num-minibatches", "2", "--num-updates", "60",
+        "--eval-frequency", "2", "--n-evals", "4",
+    ],
+}  # fmt: skip
+
+# What must be byte-equal to the reference at the end of a run.
+OUTPUTS = {
+    "map-elites": ["progress.csv", "repertoire.eqx"],
+    "pgame": ["progress.csv", "actors.csv", "repertoire.eqx"],
+    "me-pbt": ["progress.csv", "hparams.csv", "repertoire.eqx"],
+    "pbt": ["progress.csv", "hparams.csv", "population.eqx"],
+    "ippo": ["progress.csv"],
+}
+
+
+def _command(job: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "eqx_qd.cli", "run", job, *extra, "--no-progress", "--no-plots"]
+
+
+def _same(reference: str, folder: str, job: str) -> bool:
+    return all(
+        filecmp.cmp(os.path.join(reference, n), os.path.join(folder, n), shallow=False)
+        for n in OUTPUTS[job]
+    )
+
+
+def soak(job: str, kills: int, min_delay: float, max_delay: float, root: str, seed: int):
+    rng = random.Random(seed)
+    env = {**os.environ, "XDG_CACHE_HOME": os.path.join(root, "cache")}
+    reference = os.path.join(root, f"{job}-reference")
+    t0 = time.perf_counter()
+    subprocess.run(_command(job, *SMALL[job], "--out", reference), env=env, check=True,
+                   capture_output=True, timeout=900)  # fmt: skip
+    reference_s = time.perf_counter() - t0
+    runs = completed = lost = resumed = 0
+    folder, fresh = None, True
+    for _ in range(kills):
+        if folder is None:
+            runs += 1
+            folder, fresh = os.path.join(root, f"{job}-run{runs}"), True
+        args = SMALL[job] + ["--out", folder] if fresh else ["--resume", folder]
+        proc = subprocess.Popen(_command(job, *args), env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)  # fmt: skip
+        fresh = False
+        try:
+            _, err = proc.communicate(timeout=rng.uniform(min_delay, max_delay))
+            # It ended before its kill: finished (compare) or failed (lost).
+            if proc.returncode == 0 and _same(reference, folder, job):
+                completed += 1
+            else:
+                lost += 1
+                print(f"  {job}: run {runs} lost: rc {proc.returncode}: {err.decode()[-500:]}")
+            folder = None
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.communicate(timeout=60)
+            resumed += 1
+            # Killed before the run wrote its config.toml: nothing ran, so it starts afresh.
+            fresh = not os.path.exists(os.path.join(folder, "config.toml"))
+    if folder is not None:  # the last run, to its end
+        done = subprocess.run(_command(job, "--resume", folder), env=env, capture_output=True,
+                              timeout=900)  # fmt: skip
+        if done.returncode == 0 and _same(reference, folder, job):
+            completed += 1
+        else:
+            lost += 1
+            print(f"  {job}: run {runs} lost: rc {done.returncode}: {done.stderr.decode()[-500:]}")
+    return {
+        "job": job, "kills": kills, "runs": runs, "completed": completed, "lost": lost,
+        "resumes": resumed, "reference_s": round(reference_s, 1),
+    }  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", default=",".join(SMALL), help="comma-separated job names")
+    p.add_argument("--kills", type=int, default=50, help="kills per job")
+    p.add_argument("--min-delay", type=float, default=1.0, help="seconds before a kill, least")
+    p.add_argument("--max-delay", type=float, default=12.0, help="seconds before a kill, most")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--keep", action="store_true", help="keep the run folders")
+    p.add_argument("--json", help="write the rows here")
+    a = p.parse_args()
+    root = tempfile.mkdtemp(prefix="kill-soak-")
+    rows = []
+    try:
+        print(f"{'job':<11} {'kills':>5} {'runs':>4} {'completed':>9} {'lost':>4} {'ref s':>6}")
+        for job in a.jobs.split(","):
+            row = soak(job, a.kills, a.min_delay, a.max_delay, root, a.seed)
+            rows.append(row)
+            print(f"{job:<11} {row['kills']:>5} {row['runs']:>4} {row['completed']:>9} "
+                  f"{row['lost']:>4} {row['reference_s']:>6}", flush=True)  # fmt: skip
+    finally:
+        if not a.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
