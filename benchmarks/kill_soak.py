@@ -92,9 +92,9 @@ def soak(job: str, kills: int, min_delay: float, max_delay: float, root: str, se
     subprocess.run(_command(job, *SMALL[job], "--out", reference), env=env, check=True,
                    capture_output=True, timeout=900)  # fmt: skip
     reference_s = time.perf_counter() - t0
-    runs = completed = lost = resumed = 0
+    runs = completed = lost = killed = 0
     folder, fresh = None, True
-    for _ in range(kills):
+    while killed < kills:
         if folder is None:
             runs += 1
             folder, fresh = os.path.join(root, f"{job}-run{runs}"), True
@@ -114,7 +114,7 @@ def soak(job: str, kills: int, min_delay: float, max_delay: float, root: str, se
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGKILL)
             proc.communicate(timeout=60)
-            resumed += 1
+            killed += 1
             # Killed before the run wrote its config.toml: nothing ran, so it starts afresh.
             fresh = not os.path.exists(os.path.join(folder, "config.toml"))
     if folder is not None:  # the last run, to its end
@@ -126,15 +126,17 @@ def soak(job: str, kills: int, min_delay: float, max_delay: float, root: str, se
             lost += 1
             print(f"  {job}: run {runs} lost: rc {done.returncode}: {done.stderr.decode()[-500:]}")
     return {
-        "job": job, "kills": kills, "runs": runs, "completed": completed, "lost": lost,
-        "resumes": resumed, "reference_s": round(reference_s, 1),
+        "job": job, "kills": killed, "runs": runs, "completed": completed, "lost": lost,
+        "reference_s": round(reference_s, 1),
     }  # fmt: skip
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--jobs", default=",".join(SMALL), help="comma-separated job names")
-    p.add_argument("--kills", type=int, default=50, help="kills per job")
+    p.add_argument(
+        "--kills", type=int, default=50, help="SIGKILLs per job (runs that end first do not count)"
+    )
     p.add_argument("--min-delay", type=float, default=1.0, help="seconds before a kill, least")
     p.add_argument("--max-delay", type=float, default=12.0, help="seconds before a kill, most")
     p.add_argument("--seed", type=int, default=0)

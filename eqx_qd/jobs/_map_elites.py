@@ -129,7 +129,7 @@ def iteration_keys(config: MapElitesConfig, *, key: PRNGKey) -> Key[Array, " ite
     return per_chunk.reshape(-1)[: config.iterations]
 
 
-@eqx.filter_jit
+@eqx.filter_jit(donate="all-except-first")  # the old state's buffers are reused
 def _run_keys(algo: MAPElites, state: MAPElitesState, keys: Key[Array, " n"]):
     return filter_scan(lambda s, k: algo.update(s, key=k), state, keys)
 

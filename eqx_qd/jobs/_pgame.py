@@ -430,7 +430,7 @@ def _best_reevaluation(algo: MAPElites, repertoire: MapElitesRepertoire, n: int,
     return re.fitness_mean[0], re.descriptor_mean[0]
 
 
-@eqx.filter_jit
+@eqx.filter_jit(donate="all-except-first")  # the old state's buffers (replay buffer) reused
 def _run_chunk(algo: MAPElites, state: MAPElitesState, keys: jax.Array, num_reevals: int):
     def body(s, k):
         step_key, reeval_key = jr.split(k)
