@@ -131,3 +131,28 @@ def test_the_migration_guide_names_only_what_exists():
         if obj is None or (attr and attr[0].islower() and not hasattr(obj, attr)):
             missing.append(".".join(filter(None, (root, name, attr))))
     assert missing == []
+
+
+def test_the_api_reference_has_a_page_entry_for_every_public_name():
+    """``docs/api`` (built by ``mkdocs build --strict`` in CI) renders every public name of
+    ``eqx_qd``, ``eqx_qd.jobs`` and ``eqx_qd.plotting`` once."""
+    import pathlib
+
+    entries = []
+    for page in sorted((pathlib.Path(__file__).parents[1] / "docs" / "api").glob("*.md")):
+        entries += re.findall(r"^::: (eqx_qd[\w.]*)$", page.read_text(), flags=re.M)
+    assert len(entries) == len(set(entries)), "an entry is listed twice"
+    expected = set()
+    for module_name in ("eqx_qd", "eqx_qd.jobs", "eqx_qd.plotting"):
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", None) or [n for n in vars(module) if n[0] != "_"]:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj):
+                continue
+            home = getattr(obj, "__module__", None) or ""
+            if module_name != "eqx_qd" and callable(obj) and not home.startswith("eqx_qd"):
+                continue  # re-exported third-party names (matplotlib's Figure, ...)
+            if module_name == "eqx_qd.plotting" and not name.startswith("plot_"):
+                continue  # the module's own imports
+            expected.add(f"{module_name}.{name}")
+    assert set(entries) == expected, set(entries) ^ expected
