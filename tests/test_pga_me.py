@@ -57,7 +57,8 @@ def test_run_folder_has_the_repo_outputs(run_folder):
     offset = q.PolicyScorer(q.PointMaze(length=50)).qd_offset
     for r in progress:
         plain = float(r["plain_qd_score"])
-        assert plain == pytest.approx(float(r["qd_score"]) - offset * int(r["coverage"]), rel=1e-4)
+        expected = float(r["qd_score"]) - offset * int(r["num_filled"])
+        assert plain == pytest.approx(expected, rel=1e-4)
     last = _rows(run_folder / sorted(n for n in names if n.startswith("archive_"))[-1])
     assert float(progress[-1]["plain_qd_score"]) == pytest.approx(
         sum(float(a["fitness"]) for a in last), rel=1e-5

@@ -35,7 +35,7 @@ from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._progress import Progress
 from ._registry import EMITTERS, make_emitter, make_task, TASKS
-from ._resume import Checkpointer, start_run
+from ._resume import Checkpointer, RunClock, start_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,10 +109,12 @@ def make_map_elites(config: MapElitesConfig) -> tuple[MAPElites, AbstractTask]:
     return MAPElites(emitter, task, task.qd_offset, axis_name=axis), task
 
 
-def _row(iteration: int, config: MapElitesConfig, metrics: QDMetrics) -> dict[str, float | int]:
+def _row(
+    iteration: int, config: MapElitesConfig, wall: float, metrics: QDMetrics
+) -> dict[str, float | int]:
     """A progress row: ``metrics`` holds scalars, or a history whose last entry is logged."""
     evaluations = config.batch_size * config.devices * (iteration + 1)
-    row = {"iteration": iteration, "evaluations": evaluations}
+    row = {"iteration": iteration, "evaluations": evaluations, "wall_s": wall}
     for k, v in metrics.as_dict().items():
         row[k] = np.ravel(np.asarray(v))[-1].item()
     return row
@@ -140,9 +142,10 @@ class _MapElitesJob(Job):
     The loop runs ``log_period`` iterations per jitted call (one compile), logging the metrics
     after each and rewriting ``progress.csv``; the whole state is checkpointed every
     ``checkpoint_every`` iterations and at the end (``checkpoints/``; `resume` continues from
-    the newest). The folder holds ``config.toml``, ``progress.csv`` (iteration, evaluations and
-    the `QDMetrics` columns), ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``,
-    ``repertoire.png`` and ``progress.png``.
+    the newest). The folder holds ``config.toml``, ``progress.csv`` (iteration, evaluations,
+    ``wall_s``: seconds spent running, over resumes, and the `QDMetrics` columns),
+    ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``, ``repertoire.png`` and
+    ``progress.png``.
     """
 
     name = "map-elites"
@@ -170,13 +173,15 @@ class _MapElitesJob(Job):
         like = lambda: eqx.filter_eval_shape(init)[0]
         folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
         if resumed is None:
+            clock = RunClock()  # the seconds the run has spent, over its resumes
             state, metrics = init()
-            rows, done = [_row(0, config, to_host(metrics))], 0
+            rows, done = [_row(0, config, clock(), to_host(metrics))], 0
         else:
             state, done = resumed.state, resumed.step
             if mesh is not None:  # the checkpoint, laid out on the mesh again
                 state = place_sharded(state, mesh=mesh)
             rows = resumed.rows(PROGRESS_FILE)
+            clock = RunClock(rows[-1]["wall_s"])
         checkpoints = Checkpointer(
             folder, config.checkpoint_every, config.keep_checkpoints,
             resumed_at=None if resumed is None else done, enabled=out_dir is not None,
@@ -190,7 +195,7 @@ class _MapElitesJob(Job):
             n = min(config.log_period - done % config.log_period, config.iterations - done)
             state, chunk = chunk_of(state, keys[done : done + n])
             done += n
-            rows.append(_row(done, config, chunk))
+            rows.append(_row(done, config, clock(), chunk))
             progress.log(rows[-1])
             progress.advance(n, qd=rows[-1]["qd_score"], max=rows[-1]["max_fitness"])
             if folder is not None:

@@ -36,7 +36,7 @@ from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._progress import Progress
 from ._registry import AGENTS, ENVIRONMENTS, make_env
-from ._resume import Checkpointer, start_run
+from ._resume import Checkpointer, RunClock, start_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +153,8 @@ class _MEPBTJob(Job):
 
     The folder holds ``config.toml``, ``progress.csv`` (per iteration: evaluations, environment
     steps as QDax's notebooks count them (``eval_env_steps``: evaluations x episode length;
-    ``train_env_steps``; ``env_steps``: both) and the QD metrics), ``hparams.csv`` (the PBT
+    ``train_env_steps``; ``env_steps``: both), ``wall_s`` (seconds spent running, over resumes)
+    and the QD metrics), ``hparams.csv`` (the PBT
     agents' hyperparameters after each iteration), ``repertoire.eqx`` (agent states in storage
     form), ``centroids.npy`` and the plots ``repertoire.png``, ``progress.png``,
     ``hparams.png`` (the population's explored hyperparameters over environment steps: median,
@@ -207,7 +208,7 @@ class _MEPBTJob(Job):
             row = {
                 "iteration": iteration, "evaluations": evaluations,
                 "env_steps": played + trained, "eval_env_steps": played,
-                "train_env_steps": trained,
+                "train_env_steps": trained, "wall_s": clock(),
             }  # fmt: skip
             row.update({k: float(v) for k, v in metrics.as_dict().items()})
             rows.append(row)
@@ -221,6 +222,7 @@ class _MEPBTJob(Job):
                 folder.write_columns("hparams.csv", _hparams_long(hp_rows))
 
         if resumed is None:
+            clock = RunClock()  # the seconds the run has spent, over its resumes
             state, metrics = init()
             log(0, metrics, state)
             done = 0
@@ -229,6 +231,7 @@ class _MEPBTJob(Job):
             if mesh is not None:  # the checkpoint, laid out on the mesh again
                 state = place_sharded(state, mesh=mesh)
             rows = resumed.rows(PROGRESS_FILE)
+            clock = RunClock(rows[-1]["wall_s"])
             hp_rows = _hparams_by_iteration(resumed.rows("hparams.csv"), done)
         checkpoints = Checkpointer(
             folder, config.checkpoint_every, config.keep_checkpoints,

@@ -31,7 +31,7 @@ from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
 from ._registry import AGENTS, ENVIRONMENTS, make_env
-from ._resume import Checkpointer, start_run
+from ._resume import Checkpointer, RunClock, start_run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,10 +123,11 @@ class _PBTJob(Job):
     """Train the population for ``rounds`` rounds; after each, evaluate every member and apply
     PBT (not after the last).
 
-    The folder holds ``config.toml``, ``progress.csv`` (per round: env steps, mean / max / min
-    return), ``hparams.csv`` (per round and member: its hyperparameters, return, and the member
-    it was copied from next), ``population.eqx`` (the final agent states without optimiser
-    states), ``returns.png`` and ``hparams.png``. `RunResult.state` is the final population.
+    The folder holds ``config.toml``, ``progress.csv`` (per round: env steps, ``wall_s``
+    (seconds spent running, over resumes), mean / max / min return), ``hparams.csv`` (per
+    round and member: its hyperparameters, return, and the member it was copied from next),
+    ``population.eqx`` (the final agent states without optimiser states), ``returns.png`` and
+    ``hparams.png``. `RunResult.state` is the final population.
     """
 
     name = "pbt"
@@ -148,7 +149,7 @@ class _PBTJob(Job):
         )
         # A longer run's first round keys are the same (splits keep their prefix).
         round_keys = [jr.split(k, 3) for k in jr.split(loop_key, config.rounds)]
-        returns_log, hp_log, source_log, steps_log = [], [], [], []
+        returns_log, hp_log, source_log, steps_log, wall_log = [], [], [], [], []
 
         def exploit(pop, r, returns):  # PBT after round r; every round but the last
             source = np.arange(config.population_size)
@@ -163,6 +164,7 @@ class _PBTJob(Job):
             progress_columns = {
                 "round": np.arange(len(returns_log)),
                 "env_steps": np.asarray(steps_log),
+                "wall_s": np.asarray(wall_log),
                 "mean_return": returns_arr.mean(axis=1),
                 "max_return": returns_arr.max(axis=1),
                 "min_return": returns_arr.min(axis=1),
@@ -172,10 +174,13 @@ class _PBTJob(Job):
             return returns_arr, hparams, progress_columns, table
 
         if resumed is None:
+            clock = RunClock()  # the seconds the run has spent, over its resumes
             pop, start = init(), 0
         else:
             pop, start = resumed.state, resumed.step + 1
             steps_log = [r["env_steps"] for r in resumed.rows("progress.csv")]
+            wall_log = [r["wall_s"] for r in resumed.rows("progress.csv")]
+            clock = RunClock(wall_log[-1])
             returns_log, hp_log, source_log = _rounds_back(resumed.rows("hparams.csv"), start)
             if not resumed.metrics["exploited"] and start < config.rounds:
                 # The run was lengthened after its last round, which had no PBT step: take it.
@@ -193,6 +198,7 @@ class _PBTJob(Job):
             returns = np.asarray(jnp.mean(ev.returns, axis=1))
             returns_log.append(returns)
             steps_log.append(int(np.sum(np.asarray(pop.env_steps))))
+            wall_log.append(clock())
             pop, source = exploit(pop, r, returns)
             source_log.append(source)
             row = {

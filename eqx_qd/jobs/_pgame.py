@@ -47,7 +47,7 @@ from ._config import JobConfig, option
 from ._folder import RunFolder, user_cache_dir
 from ._progress import Progress
 from ._registry import ENVIRONMENTS, make_env
-from ._resume import Checkpointer, start_run
+from ._resume import Checkpointer, RunClock, start_run
 
 
 CROSSOVER_OPS = ("iso_dd", "sbx", "none")
@@ -459,17 +459,19 @@ def _last_metrics(header: list[str], history: list[list]) -> dict[str, Any]:
 
 def _progress_header(d: int) -> list[str]:
     return [
-        "evaluations", "coverage", "coverage_fraction", "qd_score", "plain_qd_score", "max_fitness",
-        "mean_fitness", "median_fitness", "p5_fitness", "p95_fitness", "averaged_max_fitness",
-        *[f"averaged_max_descriptor_{i}" for i in range(d)],
+        "evaluations", "env_steps", "wall_s", "num_filled", "coverage", "qd_score",
+        "plain_qd_score", "max_fitness", "mean_fitness", "median_fitness", "p5_fitness",
+        "p95_fitness", "averaged_max_fitness", *[f"averaged_max_descriptor_{i}" for i in range(d)],
     ]  # fmt: skip
 
 
-def _progress_row(evals: int, m: dict[str, float], plain: float, fit: float, desc) -> list:
+def _progress_row(
+    evals: int, steps: int, wall: float, m: dict[str, float], plain: float, fit: float, desc
+) -> list:
     return [
-        evals, int(m["num_filled"]), m["coverage"], m["qd_score"], plain, m["max_fitness"],
-        m["mean_fitness"], m["median_fitness"], m["p5_fitness"], m["p95_fitness"], fit,
-        *np.asarray(desc).tolist(),
+        evals, steps, wall, int(m["num_filled"]), m["coverage"], m["qd_score"], plain,
+        m["max_fitness"], m["mean_fitness"], m["median_fitness"], m["p5_fitness"],
+        m["p95_fitness"], fit, *np.asarray(desc).tolist(),
     ]  # fmt: skip
 
 
@@ -568,6 +570,8 @@ class _PGAMEJob(Job):
         if folder is not None:
             folder.write_npy("centroids.npy", tessellation.centroids)
         progress.start(config.max_evals, "pga-me", unit="evals")
+        start = 0.0 if resumed is None else resumed.logs["progress.csv"][-1][2]
+        clock = RunClock(start)  # the seconds the run has spent, over its resumes
         if resumed is None:
             state, metrics, fit, desc, plain = _init(*args)
             evals = config.random_init
@@ -581,7 +585,8 @@ class _PGAMEJob(Job):
                  "random", True, float("inf")]
                 for c in filled
             )  # fmt: skip
-            history.append(_progress_row(evals, m, float(plain), float(fit), desc))
+            steps = evals * config.episode_length  # QDax's accounting: full episodes
+            history.append(_progress_row(evals, steps, clock(), m, float(plain), float(fit), desc))
             progress.log(dict(zip(progress_header, history[-1])))
             flush()
         else:
@@ -617,11 +622,13 @@ class _PGAMEJob(Job):
             for i in range(n):
                 evals += config.eval_batch_size
                 m = {k: float(v[i]) for k, v in metrics_np.items()}
+                steps, wall = evals * config.episode_length, clock()
                 history.append(
                     _progress_row(
-                        evals, m, float(plain_qd[i]), float(reeval_fit[i]), reeval_desc[i]
+                        evals, steps, wall, m, float(plain_qd[i]), float(reeval_fit[i]),
+                        reeval_desc[i],
                     )
-                )
+                )  # fmt: skip
                 actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
                 progress.log(dict(zip(progress_header, history[-1])))
             flush()
@@ -656,7 +663,8 @@ class _PGAMEJob(Job):
         last = result.last
         return (
             f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
-            f"coverage {int(last['coverage'])} cells, max fitness {last['max_fitness']:.6g} "
+            f"{int(last['num_filled'])} cells ({100 * last['coverage']:.1f}%), "
+            f"max fitness {last['max_fitness']:.6g} "
             f"(averaged over {result.config.num_reevals} re-evaluations: "
             f"{last['averaged_max_fitness']:.6g})"
         )
@@ -670,7 +678,7 @@ def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog) -> No
     curves = {
         "evaluations": prog["evaluations"],
         "qd_score": prog["qd_score"],
-        "coverage": prog["coverage_fraction"],
+        "coverage": prog["coverage"],
         "max_fitness": prog["max_fitness"],
         "mean_fitness": prog["mean_fitness"],
     }

@@ -38,7 +38,7 @@ def group_of(result: RunResult) -> str:
 
 
 def _coverage(progress: dict[str, np.ndarray]) -> np.ndarray | None:
-    if "coverage_fraction" in progress:  # PGA-ME: "coverage" is the count, as in the repo
+    if "coverage_fraction" in progress:  # PGA-ME folders of earlier versions: "coverage" counted
         return progress["coverage_fraction"]
     return progress.get("coverage")
 

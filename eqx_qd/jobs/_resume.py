@@ -16,6 +16,7 @@ came from; the source folder is left as it was.
 import dataclasses
 import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -228,6 +229,17 @@ class Checkpointer:
             save_checkpoint(self.folder, step, state, metrics, keep=self.keep)
         self._last = self._saved = step
         return True
+
+
+class RunClock:
+    """Seconds a run has spent running: from its start, plus what the rows it resumed from
+    had (``start``), so a resumed run's ``wall_s`` column goes on from there."""
+
+    def __init__(self, start: float = 0.0):
+        self._origin = time.perf_counter() - float(start)
+
+    def __call__(self) -> float:
+        return round(time.perf_counter() - self._origin, 3)
 
 
 def _choose(checkpoints: list[Checkpoint], which: int | str, best: Callable) -> Checkpoint:
