@@ -16,7 +16,7 @@ from .._custom_types import PRNGKey
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import QDMetrics
 from .._misc import filter_scan
-from .._sharded import init_sharded, place_sharded, scan_sharded
+from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
 from .._validate import non_negative, positive_int
@@ -172,20 +172,14 @@ class _MapElitesJob(Job):
 
         like = lambda: eqx.filter_eval_shape(init)[0]
         folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
+        clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
         if resumed is None:
-            clock = RunClock()  # the seconds the run has spent, over its resumes
             state, metrics = init()
             rows, done = [_row(0, config, clock(), to_host(metrics))], 0
         else:
-            state, done = resumed.state, resumed.step
-            if mesh is not None:  # the checkpoint, laid out on the mesh again
-                state = place_sharded(state, mesh=mesh)
+            state, done = resumed.state_on(mesh), resumed.step
             rows = resumed.rows(PROGRESS_FILE)
-            clock = RunClock(rows[-1]["wall_s"])
-        checkpoints = Checkpointer(
-            folder, config.checkpoint_every, config.keep_checkpoints,
-            resumed_at=None if resumed is None else done, enabled=out_dir is not None,
-        )  # fmt: skip
+        checkpoints = Checkpointer.of(config, folder, resumed, enabled=out_dir is not None)
         if resumed is None:
             progress.log(rows[-1])
         progress.start(config.iterations, "map-elites", initial=min(done, config.iterations))

@@ -14,7 +14,7 @@ from .._map_elites import MAPElites
 from .._misc import tree_take
 from .._rl.pbt import hparams_table
 from .._scoring import PolicyScorer
-from .._sharded import init_sharded, place_sharded, scan_sharded
+from .._sharded import init_sharded, scan_sharded
 from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive, positive_int
 from .._variation import IsoLineVariation
@@ -221,22 +221,16 @@ class _MEPBTJob(Job):
                 folder.write_columns(PROGRESS_FILE, columns)
                 folder.write_columns("hparams.csv", _hparams_long(hp_rows))
 
+        clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
         if resumed is None:
-            clock = RunClock()  # the seconds the run has spent, over its resumes
             state, metrics = init()
             log(0, metrics, state)
             done = 0
         else:
-            state, done = resumed.state, resumed.step
-            if mesh is not None:  # the checkpoint, laid out on the mesh again
-                state = place_sharded(state, mesh=mesh)
+            state, done = resumed.state_on(mesh), resumed.step
             rows = resumed.rows(PROGRESS_FILE)
-            clock = RunClock(rows[-1]["wall_s"])
             hp_rows = _hparams_by_iteration(resumed.rows("hparams.csv"), done)
-        checkpoints = Checkpointer(
-            folder, config.checkpoint_every, config.keep_checkpoints,
-            resumed_at=None if resumed is None else done, enabled=out_dir is not None,
-        )  # fmt: skip
+        checkpoints = Checkpointer.of(config, folder, resumed, enabled=out_dir is not None)
         progress.start(config.iterations, "me-pbt", initial=min(done, config.iterations))
         keys = jr.split(run_key, config.iterations)  # a longer run's first keys are the same
         for i in range(done, config.iterations):

@@ -173,22 +173,18 @@ class _PBTJob(Job):
             table = hparams_columns("round", hparams, **extra)
             return returns_arr, hparams, progress_columns, table
 
+        clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
         if resumed is None:
-            clock = RunClock()  # the seconds the run has spent, over its resumes
             pop, start = init(), 0
         else:
             pop, start = resumed.state, resumed.step + 1
             steps_log = [r["env_steps"] for r in resumed.rows("progress.csv")]
             wall_log = [r["wall_s"] for r in resumed.rows("progress.csv")]
-            clock = RunClock(wall_log[-1])
             returns_log, hp_log, source_log = _rounds_back(resumed.rows("hparams.csv"), start)
             if not resumed.metrics["exploited"] and start < config.rounds:
                 # The run was lengthened after its last round, which had no PBT step: take it.
                 pop, source_log[-1] = exploit(pop, start - 1, returns_log[-1])
-        checkpoints = Checkpointer(
-            folder, config.checkpoint_every, config.keep_checkpoints,
-            resumed_at=None if resumed is None else start - 1, origin=-1,
-        )  # fmt: skip
+        checkpoints = Checkpointer.of(config, folder, resumed, origin=-1)
         progress.start(config.rounds, "pbt", unit="round", initial=min(start, config.rounds))
         for r in range(start, config.rounds):
             train_key, eval_key, _ = round_keys[r]

@@ -570,8 +570,7 @@ class _PGAMEJob(Job):
         if folder is not None:
             folder.write_npy("centroids.npy", tessellation.centroids)
         progress.start(config.max_evals, "pga-me", unit="evals")
-        start = 0.0 if resumed is None else resumed.logs["progress.csv"][-1][2]
-        clock = RunClock(start)  # the seconds the run has spent, over its resumes
+        clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
         if resumed is None:
             state, metrics, fit, desc, plain = _init(*args)
             evals = config.random_init
@@ -593,10 +592,7 @@ class _PGAMEJob(Job):
             state, evals = resumed.state, resumed.step
             history, actors = resumed.logs["progress.csv"], resumed.logs["actors.csv"]
         progress.advance(evals)
-        checkpoints = Checkpointer(
-            folder, config.checkpoint_every, config.keep_checkpoints,
-            resumed_at=None if resumed is None else evals,
-        )  # fmt: skip
+        checkpoints = Checkpointer.of(config, folder, resumed)
         # The random initialisation is costly: keep it (a resumed start saves nothing again).
         checkpoints.save(evals, state, _last_metrics(progress_header, history), force=True)
         chunk = _chunk_length(config)

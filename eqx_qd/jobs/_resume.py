@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .._sharded import place_sharded
 from ._checkpoints import Checkpoint, CHECKPOINTS, list_checkpoints, save_checkpoint
 from ._common import (
     CONFIG_FILE,
@@ -29,6 +30,7 @@ from ._common import (
     Job,
     JOBS,
     new_run_folder,
+    PROGRESS_FILE,
     read_config,
     run,
     RunResult,
@@ -122,6 +124,16 @@ class Resumed:
 
     headers: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
+    @property
+    def seconds(self) -> float:
+        """The ``wall_s`` of the last progress row: the time the run had spent."""
+        rows = self.rows(PROGRESS_FILE)
+        return float(rows[-1]["wall_s"]) if rows and "wall_s" in rows[-1] else 0.0
+
+    def state_on(self, mesh: Any) -> Any:
+        """The checkpoint's state, laid out on ``mesh`` again (as it is without one)."""
+        return self.state if mesh is None else place_sharded(self.state, mesh=mesh)
+
 
 def check_resumable(job: Job, saved: JobConfig, config: JobConfig, path: str) -> None:
     """A resumed run must be the run in its folder: only the keys the job lists in
@@ -212,6 +224,15 @@ class Checkpointer:
         # Off for a run kept in memory. On in every process of a multi-process run, where
         # only process 0 has the folder but all of them gather the state.
         self.enabled = folder is not None if enabled is None else enabled
+
+    @classmethod
+    def of(
+        cls, config: Any, folder: RunFolder | None, resumed: "Resumed | None", **kwargs: Any
+    ) -> "Checkpointer":
+        """The checkpointer of a job's config (``checkpoint_every``, ``keep_checkpoints``),
+        counting from where ``resumed`` left off."""
+        at = None if resumed is None else resumed.step
+        return cls(folder, config.checkpoint_every, config.keep_checkpoints, at, **kwargs)
 
     def due(self, step: int, *, force: bool = False) -> bool:
         """Whether `save` at ``step`` writes a checkpoint (a job writes its logs first)."""
