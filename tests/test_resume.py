@@ -167,6 +167,20 @@ def test_ippo_resumed_to_more_updates_equals_the_longer_run(tmp_path):
     assert _same_files(tmp_path / "whole", tmp_path / "half", ["progress.csv"])["progress.csv"]
 
 
+def test_ippo_keeps_its_newest_states_and_every_evaluation(tmp_path):
+    config = jobs.IPPOConfig(**{**IPPO, "keep_checkpoints": 1})
+    jobs.run(config, tmp_path / "run", progress=False, plots=False)
+    assert [c.step for c in jobs.list_checkpoints(tmp_path / "run")] == [4]
+    names = sorted(os.listdir(tmp_path / "run" / "checkpoints"))
+    assert names == ["0000000000.json", "0000000002.json", "0000000004.eqx", "0000000004.json"]
+    assert jobs.load_run(tmp_path / "run").progress["updates"].tolist() == [0.0, 2.0, 4.0]
+    # A fork carries the record along; the run goes on from the kept state.
+    jobs.fork_run(tmp_path / "run", tmp_path / "fork")
+    longer = jobs.resume(tmp_path / "fork", num_updates=6, progress=False, plots=False)
+    assert longer.progress["updates"].tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert [c.step for c in jobs.list_checkpoints(tmp_path / "fork")] == [6]
+
+
 def test_resuming_with_another_config_is_refused_by_name(tmp_path):
     config = jobs.MapElitesConfig(**{**ME, "iterations": 4})
     jobs.run(config, tmp_path / "run", progress=False, plots=False)

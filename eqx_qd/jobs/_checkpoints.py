@@ -15,6 +15,7 @@ from ._folder import RunFolder
 
 CHECKPOINTS = "checkpoints"
 _CKPT = re.compile(r"^(\d{10})\.eqx$")
+_RECORD = re.compile(r"^(\d{10})\.json$")
 
 
 class Checkpoint(typing.NamedTuple):
@@ -38,9 +39,11 @@ def save_checkpoint(
     metrics: Mapping[str, Any],
     *,
     keep: int | None = None,
+    records: bool = False,
 ) -> str:
     """Write ``state`` and ``metrics`` (JSON-able values) as checkpoint ``step`` of the run
-    folder ``directory``; with ``keep``, then remove all but the newest ``keep`` checkpoints.
+    folder ``directory``; with ``keep``, then remove all but the newest ``keep`` checkpoints
+    (with ``records``, only their states: their metrics stay, the run's record, `records_of`).
 
     The metrics land first and the state second, each atomically, so every ``.eqx`` present is
     complete and has its metrics beside it; an old checkpoint loses its ``.eqx`` before its
@@ -55,7 +58,8 @@ def save_checkpoint(
     if keep is not None:
         for old in list_checkpoints(directory)[:-keep]:
             os.remove(old.path)
-            os.remove(old.path[: -len(".eqx")] + ".json")
+            if not records:
+                os.remove(old.path[: -len(".eqx")] + ".json")
     return folder.file(stem + ".eqx")
 
 
@@ -73,6 +77,19 @@ def list_checkpoints(directory: str | os.PathLike | RunFolder) -> list[Checkpoin
             metrics = {k: np.asarray(v) for k, v in raw.items() if k != "step"}
             out.append(Checkpoint(int(match.group(1)), folder.file(name), metrics))
     return out
+
+
+def records_of(directory: str | os.PathLike | RunFolder) -> list[tuple[int, dict[str, Any]]]:
+    """Every checkpoint's metrics by step, oldest first, those whose state was pruned too."""
+    root = _folder(directory, create=False)
+    if not root.exists(CHECKPOINTS):
+        return []
+    folder = root.subfolder(CHECKPOINTS, create=False)
+    return [
+        (int(name[:10]), {k: v for k, v in folder.read_json(name).items() if k != "step"})
+        for name in sorted(os.listdir(folder.path))
+        if _RECORD.match(name)
+    ]
 
 
 def mean_return(metrics: Mapping[str, np.ndarray]) -> float:

@@ -17,7 +17,13 @@ from .._envs.multi_agent import AbstractMultiAgentEnv, SingleAgentView
 from .._rl.on_policy import EpisodeStats, evaluate_ippo, summarize, train_updates
 from .._rl.ppo import IPPO, PPOHParams, PPOState
 from .._validate import non_negative_int, positive_int
-from ._checkpoints import list_checkpoints, mean_return, restore_checkpoint, save_checkpoint
+from ._checkpoints import (
+    list_checkpoints,
+    mean_return,
+    records_of,
+    restore_checkpoint,
+    save_checkpoint,
+)
 from ._common import CONFIG_FILE, Job, register_job, RunResult, write_status
 from ._config import JobConfig, option
 from ._folder import RunFolder
@@ -67,6 +73,10 @@ class IPPOConfig(JobConfig):
     max_grad_norm: float = option(0.5, "gradient clipping by global norm")
     reward_scale: float = option(1.0, "rewards are multiplied by it before GAE")
     seed: int = option(0, "random seed")
+    keep_checkpoints: int = option(
+        0, "newest checkpoint states kept (0: all); every evaluation's record stays",
+        check=non_negative_int,
+    )  # fmt: skip
 
     def check(self) -> None:
         if not self.hidden or min(self.hidden) < 1:
@@ -139,6 +149,7 @@ def train_ippo(
     checkpoint_dir: str | os.PathLike | RunFolder | None = None,
     progress: bool | Progress = True,
     deterministic_eval: bool = True,
+    keep: int | None = None,
     key: PRNGKey,
 ) -> tuple[PPOState, TrainingLog]:
     """Train ``num_updates`` more updates, evaluating every ``eval_frequency`` updates.
@@ -147,7 +158,8 @@ def train_ippo(
     ``deterministic_eval=False``); ``progress`` shows a bar (or reports to a `Progress`). A
     fresh state (zero updates) is evaluated first too. With ``checkpoint_dir``, every
     evaluation is checkpointed there (`save_checkpoint`; the agent's structure and the
-    hyperparameters go beside, as ``agent.json`` and ``hparams.json``). Evaluation keys derive
+    hyperparameters go beside, as ``agent.json`` and ``hparams.json``); with ``keep``, only the
+    newest ``keep`` states stay, and every evaluation's metrics. Evaluation keys derive
     from ``key`` and the update count, so a run continued from a checkpoint sees the same keys as
     an uninterrupted one.
 
@@ -178,7 +190,7 @@ def train_ippo(
         log.evals.append(result)
         log.metrics.append(metrics)
         if folder is not None:
-            save_checkpoint(folder, updates, state, result.to_dict())
+            save_checkpoint(folder, updates, state, result.to_dict(), keep=keep, records=True)
 
     if int(state.updates) == 0:
         record(state, {})
@@ -206,11 +218,10 @@ PROGRESS_COLUMNS = (
 def progress_table(folder: RunFolder, agent: IPPO) -> dict[str, np.ndarray]:
     """Per-evaluation statistics read back from a run folder's checkpoints."""
     rows: dict[str, list[Any]] = {c: [] for c in PROGRESS_COLUMNS}
-    for ckpt in list_checkpoints(folder):
-        m = ckpt.metrics
+    for step, m in records_of(folder):  # every evaluation, its state kept or not
         s = summarize(np.asarray(m["returns"], np.float32).reshape(-1))
         values = (
-            ckpt.step, ckpt.step * agent.rollout_length * agent.num_envs, s.mean, s.std,
+            step, step * agent.rollout_length * agent.num_envs, s.mean, s.std,
             s.min, s.max, s.median, np.mean(m["terminated"]), np.mean(m["truncated"]),
             np.mean(m["lengths"]),
         )  # fmt: skip
@@ -277,6 +288,7 @@ class _IPPOJob(Job):
         state, _ = train_ippo(
             agent, state, remaining, key=train_key, eval_frequency=config.eval_frequency,
             n_evals=config.n_evals, checkpoint_dir=folder, progress=progress,
+            keep=config.keep_checkpoints or None,
         )  # fmt: skip
         table = progress_table(folder, agent)
         for i in range(len(table["updates"])):

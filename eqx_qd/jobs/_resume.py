@@ -318,12 +318,14 @@ def fork_run(
     for name, step in _step_files(out, job.step_files):
         if step > chosen.step:
             os.remove(out.file(name))
-    ckpts = out.subfolder(CHECKPOINTS)
-    for c in checkpoints:
-        if c.step <= chosen.step:
-            for suffix in (".json", ".eqx"):  # the metrics first, as `save_checkpoint` does
-                with open(c.path[: -len(".eqx")] + suffix, "rb") as f:
-                    ckpts.write_bytes(os.path.basename(c.path)[: -len(".eqx")] + suffix, f.read())
+    ckpts, src_ckpts = out.subfolder(CHECKPOINTS), src.subfolder(CHECKPOINTS, create=False)
+    # Every checkpoint up to the chosen one: metrics first, as `save_checkpoint` writes them,
+    # those whose state was pruned (an IPPO run's evaluation record) included.
+    for suffix in (".json", ".eqx"):
+        for name in sorted(os.listdir(src_ckpts.path)):
+            if re.fullmatch(r"\d{10}" + re.escape(suffix), name) and int(name[:10]) <= chosen.step:
+                with open(src_ckpts.file(name), "rb") as f:
+                    ckpts.write_bytes(name, f.read())
     out.write_text(CONFIG_FILE, src.read_text(CONFIG_FILE))
     write_status(
         out, "forked", job=config.JOB,
