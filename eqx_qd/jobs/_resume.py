@@ -13,6 +13,7 @@ Branches never mix: continuing from an earlier checkpoint (the best, say) goes t
 came from; the source folder is left as it was.
 """
 
+import csv
 import dataclasses
 import os
 import re
@@ -63,13 +64,11 @@ def read_log(
     folder: RunFolder, name: str, column: str, upto: int | None = None
 ) -> tuple[list[str], list[list[Any]]]:
     """The header and rows of the CSV log ``name`` of the run folder ``folder`` (cells as int,
-    float or str), keeping the
-    rows whose ``column`` is at most ``upto`` (all rows without it; none when the file is
-    missing). Rewriting the rows with `RunFolder.write_csv` gives the same text back."""
+    float or str), keeping the rows whose ``column`` is at most ``upto`` (all rows without
+    it; none when the file is missing). Rewriting the rows with `RunFolder.write_csv` gives
+    the same text back."""
     if not folder.exists(name):
         return [], []
-    import csv
-
     with open(folder.file(name), newline="") as f:
         reader = csv.reader(f)
         header = next(reader, [])
@@ -110,19 +109,18 @@ def _cut_back(folder: RunFolder, job: Job, step: int | None) -> dict[str, list[l
 @dataclasses.dataclass
 class Resumed:
     """Where a resumed run starts: the checkpoint's `state`, its `step` (in the unit of the
-    job's logs), its `metrics`, and each log's rows up to the step, by file name."""
+    job's logs), its `metrics`, and each log's rows up to the step and header, by file name."""
 
     state: Any
     step: int
     metrics: dict[str, Any]
     logs: dict[str, list[list[Any]]]
+    headers: dict[str, list[str]]
 
     def rows(self, name: str) -> list[dict[str, Any]]:
         """The rows of log ``name`` as dicts keyed by its header."""
         header = self.headers[name]
         return [dict(zip(header, r)) for r in self.logs[name]]
-
-    headers: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
