@@ -15,6 +15,7 @@ from ._checkpoints import (
     Checkpoint as Checkpoint,
     list_checkpoints as list_checkpoints,
     mean_return as mean_return,
+    records_of as records_of,
     restore_checkpoint as restore_checkpoint,
     save_checkpoint as save_checkpoint,
 )
