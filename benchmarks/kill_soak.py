@@ -130,9 +130,9 @@ def soak(job: str, kills: int, min_delay: float, max_delay: float, root: str, se
             killed += 1
             # Killed before the run wrote its config.toml: nothing ran, so it starts afresh.
             fresh = not os.path.exists(os.path.join(folder, "config.toml"))
-    if folder is not None:  # the last run, to its end
-        done = subprocess.run(_command(job, "--resume", folder), env=env, capture_output=True,
-                              timeout=900)  # fmt: skip
+    if folder is not None:  # the last run, to its end (afresh if it had not begun)
+        args = SMALL[job] + ["--out", folder] if fresh else ["--resume", folder]
+        done = subprocess.run(_command(job, *args), env=env, capture_output=True, timeout=900)
         if done.returncode == 0 and _same(reference, folder, job):
             completed += 1
         else:
