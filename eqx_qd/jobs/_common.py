@@ -163,7 +163,7 @@ def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunF
     path = os.fspath(out_dir)
     if holds_run(path):
         raise ValueError(
-            f"{path!r} already holds a run ({CONFIG_FILE}); choose another folder" + " or resume it"
+            f"{path!r} already holds a run ({CONFIG_FILE}); choose another folder or resume it"
         )
     folder = RunFolder(path)
     folder.write_text(CONFIG_FILE, config.to_toml())

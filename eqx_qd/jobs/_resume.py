@@ -91,18 +91,21 @@ def _step_files(folder: RunFolder, patterns: Sequence[str]) -> list[tuple[str, i
     return out
 
 
-def _cut_back(folder: RunFolder, job: Job, step: int | None) -> dict[str, list[list[Any]]]:
-    """Cut the folder's logs and step files back to ``step`` (``None``: remove them all) and
-    return the logs' rows."""
+def _cut_back(
+    folder: RunFolder, job: Job, step: int | None, *, write: bool = True
+) -> dict[str, tuple[list[str], list[list[Any]]]]:
+    """The folder's logs cut back to ``step`` (``None``: no rows), header and rows by name;
+    with ``write``, the files too, and the step files past ``step`` removed."""
     logs = {}
     for name, column in job.logs.items():
         header, rows = read_log(folder, name, column, -1 if step is None else step)
-        if header:
+        if header and write:
             folder.write_csv(name, header, rows)
-        logs[name] = rows
-    for name, file_step in _step_files(folder, job.step_files):
-        if step is None or file_step > step:
-            os.remove(folder.file(name))
+        logs[name] = (header, rows)
+    if write:
+        for name, file_step in _step_files(folder, job.step_files):
+            if step is None or file_step > step:
+                os.remove(folder.file(name))
     return logs
 
 
@@ -191,13 +194,11 @@ def start_run(
     latest = checkpoints[-1]
     ckpts = folder.subfolder(CHECKPOINTS, create=False)
     state = ckpts.read_eqx(os.path.basename(latest.path), like())
-    if writer:
-        logs = _cut_back(folder, job, latest.step)
-    else:
-        logs = {n: read_log(folder, n, c, latest.step)[1] for n, c in job.logs.items()}
-    headers = {name: read_log(folder, name, "")[0] for name in job.logs}
+    logs = _cut_back(folder, job, latest.step, write=writer)  # others only read
+    headers = {name: header for name, (header, _) in logs.items()}
+    rows = {name: rows for name, (_, rows) in logs.items()}
     metrics = {k: v.tolist() for k, v in latest.metrics.items()}
-    return (folder if writer else None), Resumed(state, latest.step, metrics, logs, headers)
+    return (folder if writer else None), Resumed(state, latest.step, metrics, rows, headers)
 
 
 class Checkpointer:
