@@ -43,6 +43,7 @@ from ._envs.base import (
     AbstractEnv as AbstractEnv,
     AbstractEnvState as AbstractEnvState,
     AbstractQDEnv as AbstractQDEnv,
+    Arena as Arena,
     autoreset_step as autoreset_step,
     AutoResetStep as AutoResetStep,
     EnvState as EnvState,
@@ -74,6 +75,7 @@ from ._envs.rollout import (
     evaluate_episodes as evaluate_episodes,
     QDTransition as QDTransition,
     rollout as rollout,
+    rollout_states as rollout_states,
     Transition as Transition,
 )
 from ._map_elites import (

@@ -13,8 +13,8 @@ from jaxtyping import Array, Float
 
 from . import _validate as check
 from ._custom_types import PRNGKey
-from ._envs.base import AbstractQDEnv
-from ._envs.rollout import Episode, rollout
+from ._envs.base import AbstractQDEnv, EnvState
+from ._envs.rollout import Episode, rollout, rollout_states
 
 
 class ScoringExtra(eqx.Module):
@@ -66,6 +66,17 @@ class PolicyScorer(eqx.Module):
             return rollout(self.env, policy, key=k)
 
         return eqx.filter_vmap(play)(policies, jr.split(key, n))
+
+    def replay(self, genotype, *, key: PRNGKey) -> tuple[Episode, EnvState]:
+        """One genotype (not stacked) played as scoring plays it, with the environment's
+        states (`rollout_states`): to look at what an elite does. On a deterministic task the
+        return is the stored fitness, up to float32 rounding: scoring stepped a batch, this
+        steps one, and brax's contacts amplify the difference (a few percent over 100 steps;
+        pure-JAX tasks replay exactly)."""
+        policy = genotype
+        if self.agent is not None:
+            policy = lambda obs: self.agent.act(genotype, obs, key=key, deterministic=True)
+        return rollout_states(self.env, policy, key=key)
 
     def __call__(
         self, policies, *, key: PRNGKey

@@ -145,6 +145,23 @@ def build_parser() -> argparse.ArgumentParser:
         "asymptotic without continuity correction (the paper's tables)",
     )  # fmt: skip
     report.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    replay = commands.add_parser(
+        "replay",
+        help="play one elite of a PGA-ME or ME-PBT run again and write what it does",
+        description="Play an elite of a QD run folder again (the best, or the one --id or "
+        "--cell names) and write into the folder replay_<id>.html (brax's viewer of the "
+        "episode, for brax tasks; open it in a browser) and replay_<id>.png (its path in the "
+        "plane, for mazes, traps and omni tasks).",
+    )
+    replay.add_argument("folder", metavar="RUN_FOLDER", help="a PGA-ME or ME-PBT run folder")
+    which = replay.add_mutually_exclusive_group()
+    which.add_argument(
+        "--id", type=_int, default=None,
+        help="the elite's id (the id column of actors.csv and archive_*.csv)",
+    )  # fmt: skip
+    which.add_argument("--cell", type=_int, default=None, help="the elite's cell")
+    replay.add_argument("--seed", type=_int, default=0,
+                        help="the episode's key, on stochastic tasks (default: 0)")  # fmt: skip
     run = commands.add_parser("run", help="run a job")
     jobs = run.add_subparsers(dest="job", required=True, parser_class=_Parser)
     for job in JOBS.values():
@@ -368,6 +385,20 @@ def _report(parser: _Parser, args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay(parser: _Parser, args: argparse.Namespace) -> int:
+    _load_plugins(parser, args.plugin)
+    from .jobs import replay
+
+    if not os.path.isfile(os.path.join(args.folder, "config.toml")):
+        parser.error(f"{args.folder!r} is not a run folder (it has no config.toml)")
+    try:
+        result = replay(args.folder, id=args.id, cell=args.cell, seed=args.seed)
+    except ValueError as e:
+        parser.error(str(e))
+    print(result.summary())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -377,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "report":
         return _report(parser, args)
+    if args.command == "replay":
+        return _replay(parser, args)
     from .jobs import JOBS, run
 
     job = JOBS[args.job]

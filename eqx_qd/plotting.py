@@ -1,5 +1,6 @@
 """Plots that return matplotlib figures: repertoire heatmaps (grid and CVT, rasterised), QD
-metric curves, cumulative fitness density, PBT hyperparameters and returns, learning curves.
+metric curves, cumulative fitness density, PBT hyperparameters and returns, learning curves,
+trajectories in a task's arena.
 
 A public namespace of its own (``from eqx_qd import plotting``) so that ``import eqx_qd`` does not
 import matplotlib. Nothing here writes files: the jobs save figures through their run folder.
@@ -14,6 +15,7 @@ from jaxtyping import ArrayLike
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from ._envs.base import AbstractQDEnv
 from ._repertoire import MapElitesRepertoire
 from ._tessellation import GridTessellation
 
@@ -173,16 +175,31 @@ _PANELS = (
 
 
 def plot_metrics(
-    history: Mapping[str, Sequence[float] | np.ndarray], x_key: str = "evaluations"
+    history: Mapping[str, Sequence[float] | np.ndarray],
+    x_key: str = "evaluations",
+    top_key: str | None = None,
 ) -> Figure:
-    """QD-score, coverage, max and mean fitness against ``history[x_key]``."""
-    fig, axes = plt.subplots(2, 2, figsize=(9, 6))
-    x = np.asarray(history[x_key])
+    """QD-score, coverage, max and mean fitness against ``history[x_key]``; with ``top_key``
+    (e.g. ``"env_steps"``, increasing with ``x_key``) a second scale on top of each panel, so
+    the curves read against both (evaluations and environment steps, as QDax plots them)."""
+    fig, axes = plt.subplots(2, 2, figsize=(9, 6.4 if top_key else 6))
+    x = np.asarray(history[x_key], np.float64)
+    top = None if top_key is None else np.asarray(history[top_key], np.float64)
+    if top is not None and (
+        len(top) != len(x) or np.any(np.diff(x) <= 0) or np.any(np.diff(top) < 0)
+    ):
+        raise ValueError(f"plot_metrics: {top_key!r} must grow with {x_key!r}, one value per row")
     for ax, (key, label) in zip(axes.ravel(), _PANELS):
         ax.plot(x, np.asarray(history[key]))
         ax.set_title(label)
         ax.set_xlabel(x_key)
         ax.grid(alpha=0.3)
+        if top is not None and len(x) > 1:
+            forward = lambda v, top=top: np.interp(v, x, top)
+            backward = lambda v, top=top: np.interp(v, top, x)
+            ax.secondary_xaxis("top", functions=(forward, backward)).set_xlabel(
+                top_key, fontsize="small"
+            )
     fig.tight_layout()
     return fig
 
@@ -329,3 +346,94 @@ def plot_hparams_distribution(
         ax.axis("off")
     fig.tight_layout()
     return fig
+
+
+def plot_trajectories(
+    env: AbstractQDEnv,
+    positions: ArrayLike,
+    valid: ArrayLike | None = None,
+    *,
+    labels: Sequence[str] | None = None,
+    colors: ArrayLike | Sequence[float] | None = None,
+    color_label: str = "",
+    ax: Axes | None = None,
+) -> Figure:
+    """Paths in the plane of a task whose state descriptor is an (x, y) position (`env.arena`:
+    mazes, traps, omni tasks), over its walls, goal and descriptor box.
+
+    ``positions``: ``(time, 2)`` or ``(paths, time, 2)``, e.g. an episode's
+    ``transitions.next_state_desc``; ``valid`` (same leading axes) cuts each path where its
+    episode ended. Each path starts with a circle and ends with a cross (its descriptor).
+    ``labels`` name the paths in a legend; ``colors`` (one value per path, e.g. the fitness)
+    colour them through a colour bar labelled ``color_label``. Drawn on ``ax`` when given.
+    """
+    arena = env.arena
+    if arena is None:
+        raise ValueError(
+            f"{type(env).__name__} {getattr(env, 'name', '')!r} has no arena: its state "
+            "descriptor is not a position in the plane (feet contacts?); a brax robot can be "
+            "rendered instead (BraxQDEnv.render_html)"
+        )
+    xy = np.asarray(positions, np.float64)
+    if xy.ndim == 2:
+        xy = xy[None]
+    if xy.ndim != 3 or xy.shape[-1] != 2:
+        raise ValueError(
+            f"positions must be (time, 2) or (paths, time, 2), got {np.shape(positions)}"
+        )
+    mask = (
+        np.ones(xy.shape[:2], bool)
+        if valid is None
+        else np.asarray(valid).reshape(xy.shape[:2]) > 0
+    )
+    if labels is not None and len(labels) != len(xy):
+        raise ValueError(f"{len(labels)} labels for {len(xy)} paths")
+    fig = None
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(5.5, 5))
+    low, high = (np.asarray(b, np.float64) for b in env.descriptor_bounds)
+    ax.add_patch(plt.Rectangle(low, *(high - low), fill=False, ls="--", lw=1, ec="0.5"))
+    for x0, y0, x1, y1 in arena.walls:
+        if arena.wall_radius > 0:
+            ax.add_patch(_capsule((x0, y0), (x1, y1), arena.wall_radius))
+        else:
+            ax.plot([x0, x1], [y0, y1], color="0.2", lw=3, solid_capstyle="round")
+    if arena.goal is not None:
+        ax.plot(*arena.goal, marker="*", ms=16, color="gold", mec="k", ls="", label="goal")
+    values = None if colors is None else np.asarray(colors, np.float64).reshape(len(xy))
+    cmap = plt.get_cmap("viridis")
+    norm = None if values is None else plt.Normalize(np.min(values), np.max(values))
+    for i, (path, keep) in enumerate(zip(xy, mask)):
+        path = path[: max(int(keep.sum()), 1)]  # the valid steps (a prefix)
+        color = f"C{i % 10}" if values is None else cmap(norm(values[i]))
+        label = None if labels is None else labels[i]
+        ax.plot(path[:, 0], path[:, 1], color=color, lw=1.5, label=label)
+        ax.plot(*path[0], marker="o", ms=4, color=color)
+        ax.plot(*path[-1], marker="x", ms=7, mew=2, color=color)
+    if values is not None:
+        bar = plt.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax)
+        bar.set_label(color_label)
+    margin = 0.04 * (high - low)
+    ax.set_xlim(low[0] - margin[0], high[0] + margin[0])
+    ax.set_ylim(low[1] - margin[1], high[1] + margin[1])
+    ax.set_aspect("equal")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    if labels is not None or arena.goal is not None:
+        ax.legend(fontsize="small", loc="best")
+    if fig is not None:
+        fig.tight_layout()
+    return ax.figure
+
+
+def _capsule(a, b, radius: float):
+    """A wall of half-thickness ``radius`` around the segment ``a`` - ``b`` (a stadium)."""
+    from matplotlib.patches import Polygon
+
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    angle = np.arctan2(*(b - a)[::-1])
+    turn = angle + np.linspace(-np.pi / 2, np.pi / 2, 16)  # the half circle around ``b``
+    arc = lambda t: radius * np.stack([np.cos(t), np.sin(t)], -1)
+    return Polygon(
+        np.concatenate([b + arc(turn), a + arc(turn + np.pi)]), closed=True, color="0.25"
+    )

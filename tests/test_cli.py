@@ -37,6 +37,12 @@ def test_cli_writes_a_run_folder(tmp_path, capsys):
     )
     assert np.all(np.diff(progress["qd_score"]) >= 0)
     assert "run folder" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:  # a pure-JAX task: nothing to replay
+        main(["replay", str(out)])
+    assert e.value.code == 2
+    assert "a map-elites run: its elites play no environment (replay reads the runs of " in (
+        capsys.readouterr().err
+    )
 
 
 def test_cli_runs_several_seeds_into_one_folder(tmp_path, capsys, monkeypatch):

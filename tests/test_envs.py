@@ -1,4 +1,8 @@
+import base64
+import json
+import re
 import typing
+import zlib
 
 import equinox as eqx
 import jax
@@ -8,7 +12,7 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
-from eqx_qd import jobs
+from eqx_qd import jobs, plotting
 
 
 def _constant_policy(action):
@@ -89,6 +93,8 @@ def test_actions_of_the_wrong_shape_are_named_by_every_driver(getkey):
         q.autoreset_step(maze, start, jnp.zeros(3), key=getkey())
     with pytest.raises(ValueError, match=r"rollout: the policy's action must have shape \(2,\)"):
         q.rollout(maze, lambda o: jnp.zeros(3), key=getkey())
+    with pytest.raises(ValueError, match=r"rollout: the policy's action must have shape \(2,\)"):
+        q.rollout_states(maze, lambda o: jnp.zeros(3), key=getkey())
     team = q.TimeLimit(q.LineTargets(n=2, size=4), 5)
     assert team.action_shape == (2,) and q.SingleAgentView(maze).action_shape == (1, 2)
     message = r"evaluate_episodes: the policy's action must have shape \(2,\), got \(\)"
@@ -178,9 +184,15 @@ def test_reward_offsets_are_qdax_s():
     # per step, times the episode length is the QD-score offset. The same table here keeps
     # QD-scores comparable with published QDax results.
     qdax = {"ant_omni": 3.0, "ant_uni": 3.24, "halfcheetah_uni": 9.231, "hopper_uni": 0.9,
-            "walker2d_uni": 1.413}  # fmt: skip
-    ours = {name: spec.reward_offset for name, spec in q.QD_BRAX_TASKS.items() if name in qdax}
+            "walker2d_uni": 1.413, "humanoid_omni": 0.0, "humanoid_uni": 0.0,
+            # QDax 0.4 (brax v1): the deceptive tasks of the ME-PBT paper.
+            "anttrap": 3.38, "antmaze": 40.32, "humanoidtrap": 0.0}  # fmt: skip
+    ours = {name: spec.reward_offset for name, spec in q.QD_BRAX_TASKS.items()}
     assert ours == qdax
+    # QDax v1's descriptor boxes of the deceptive tasks.
+    bounds = {"anttrap": ((0.0, -8.0), (30.0, 8.0)), "humanoidtrap": ((0.0, -8.0), (30.0, 8.0)),
+              "antmaze": ((-5.0, -5.0), (40.0, 40.0))}  # fmt: skip
+    assert {n: q.QD_BRAX_TASKS[n].bounds for n in bounds} == bounds
 
 
 @pytest.mark.parametrize("name", sorted(q.QD_BRAX_TASKS))
@@ -197,13 +209,82 @@ def test_brax_task_smoke(name, getkey):
     assert bool(jnp.all(jnp.isfinite(fitnesses)))
     low, high = (np.asarray(b) for b in env.descriptor_bounds)
     assert np.all(np.asarray(descriptors) >= low) and np.all(np.asarray(descriptors) <= high)
+    spec = q.QD_BRAX_TASKS[name]
     if name.endswith("_uni"):
-        assert env.descriptor_size == len(q.QD_BRAX_TASKS[name].feet)
+        assert env.descriptor_size == len(spec.feet)
         contacts = np.asarray(extra.episodes.transitions.next_state_desc)
         assert set(np.unique(contacts).tolist()) <= {0.0, 1.0}
-    else:
+    elif name.endswith("_omni"):
         assert env.descriptor_bounds == ((-30.0, -30.0), (30.0, 30.0))
-    assert extra.episodes.transitions.obs.shape == (3, 6, env.observation_size)
+    transitions = extra.episodes.transitions
+    assert transitions.obs.shape == (3, 6, env.observation_size)
+    if spec.xy_obs is not None:  # the normalised torso (x, y) leads the observation
+        (sx, sy), (dx, dy) = spec.xy_obs
+        xy = np.asarray(transitions.next_state_desc)  # final-position tasks: the torso's (x, y)
+        np.testing.assert_allclose(
+            np.asarray(transitions.next_obs)[..., :2], (xy - [sx, sy]) / [dx, dy], atol=1e-5
+        )
+    if spec.reward == "to_target":  # minus the torso's distance to the target
+        xy = np.asarray(transitions.next_state_desc)
+        distance = np.linalg.norm(xy - np.asarray(spec.target), axis=-1)
+        np.testing.assert_allclose(np.asarray(transitions.reward), -distance, rtol=1e-5)
+
+
+def _push_into(name, x, speed, steps):
+    """The torso's largest x when the ant starts at ``x`` running at ``speed`` along +x."""
+    env = q.BraxQDEnv(name).brax_env
+    with q._envs.brax._brax_numerics():
+        state = env.reset(jr.key_data(jr.key(0)))
+        pipeline = env.pipeline_init(
+            state.pipeline_state.q.at[0].set(x), state.pipeline_state.qd.at[0].set(speed)
+        )
+
+        def body(s, _):
+            s = env.pipeline_step(s, jnp.zeros(env.action_size))
+            return s, s.x.pos[0, 0]
+
+        return float(jnp.max(jax.jit(lambda s: jax.lax.scan(body, s, None, steps)[1])(pipeline)))
+
+
+def test_trap_walls_are_brax_geometry():
+    # The ant thrown at the trap's back wall (at x = 12, radius 0.5) stops against it, where the
+    # same throw without walls carries it well past: the walls are bodies brax collides with.
+    assert _push_into("ant_omni", 10.5, 8.0, 30) > 12.5
+    assert _push_into("anttrap", 10.5, 8.0, 30) < 11.5 - 0.25 + 0.05  # wall face - torso radius
+    # The humanoid's trap: three world capsules that its shins and feet collide with.
+    import mujoco
+
+    model = q.BraxQDEnv("humanoidtrap").brax_env.sys.mj_model
+    world = [i for i in range(model.ngeom) if model.geom_bodyid[i] == 0]
+    walls = [i for i in world if model.geom_type[i] == mujoco.mjtGeom.mjGEOM_CAPSULE]
+    assert len(walls) == 3 and all(model.geom_conaffinity[i] == 3 for i in walls)
+    for name in ("left_shin1", "right_shin1", "left_foot", "right_foot"):
+        geom = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, name)
+        assert model.geom_contype[geom] & 3
+
+
+def test_an_elite_replays_with_its_states_and_renders_in_brax_s_viewer(getkey):
+    env = q.BraxQDEnv("anttrap", episode_length=5)
+    policy = q.DeterministicPolicy(env.observation_size, env.action_size, (8,), key=getkey())
+    scorer = q.PolicyScorer(env)
+    episode, states = eqx.filter_jit(lambda p, k: scorer.replay(p, key=k))(policy, getkey())
+    assert states.obs.shape == (6, env.observation_size)  # the reset, then every step
+    np.testing.assert_array_equal(states.state_desc[1:], episode.transitions.next_state_desc)
+    np.testing.assert_array_equal(states.obs[:-1], episode.transitions.obs)
+    html = env.render_html(states)
+    assert "<title>Brax visualizer</title>" in html
+    # The viewer's scene: brax's JSON, zlib-compressed and base64-encoded into the page.
+    encoded = re.search(r'var system = "([^"]+)"', html).group(1)
+    scene = json.loads(zlib.decompress(base64.b64decode(encoded)))
+    assert len(scene["states"]["x"]) == 6  # one frame per state
+    world = [g["name"] for g in scene["geoms"]["world"]]
+    assert world.count("Capsule") == 3  # the trap's walls, drawn with the floor
+    with pytest.raises(ValueError, match="number of states"):
+        env.render_html(jax.tree.map(lambda x: x[:0], states))
+    fig = plotting.plot_trajectories(env, states.state_desc, colors=[1.0], color_label="return")
+    assert len(fig.axes) == 2  # the arena, and the colour bar
+    with pytest.raises(ValueError, match="no arena"):
+        plotting.plot_trajectories(q.BraxQDEnv("hopper_uni"), states.state_desc)
 
 
 def test_brax_task_errors():

@@ -131,6 +131,12 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
     cfg, repertoire = run.config, run.repertoire
     assert cfg.iterations == 2 and repertoire.genotypes.policy_opt_state is None
     assert int(repertoire.num_filled) > 0
+    # An elite (an agent's training state) replays as scoring played it: the task is
+    # deterministic, so to its stored fitness.
+    replayed = jobs.replay(out, write=False)
+    np.testing.assert_allclose(replayed.episode_return, replayed.stored_fitness, rtol=1e-5)
+    assert replayed.files == {} and replayed.stored_fitness == float(np.nanmax(
+        np.where(np.isfinite(repertoire.fitnesses), repertoire.fitnesses, -np.inf)))  # fmt: skip
     with open(out / "hparams.csv") as f:
         assert len(f.read().strip().splitlines()) == 1 + 3 * 4  # header + (init + 2 iters) x 4
     # The multi-seed report reads ME-PBT folders too.
@@ -272,3 +278,21 @@ def test_state_and_batch_shapes_follow_the_config(pg, ga, fractions):
     num_best = config.counts()[0]
     assert state.best_returns.shape == after.best_returns.shape == (num_best,)
     assert {x.shape[0] for x in jax.tree.leaves(batch)} == {n}
+
+
+def test_the_paper_preset_runs_the_ant_trap_at_qdax_s_sizes(capsys):
+    from eqx_qd.cli import _config, build_parser, main
+
+    parser = build_parser()
+    args = parser.parse_args(["run", "me-pbt", "--preset", "paper", "--seed", "3"])
+    config = _config(parser, args, jobs.JOBS["me-pbt"])
+    assert (config.env, config.episode_length, config.cells) == ("anttrap", 1000, 1024)
+    assert (config.hidden, config.iterations, config.seed) == ((256, 256), 450, 3)
+    # QDax's example: num_training_steps = 5000 environment steps per agent and generation.
+    assert config.num_envs * config.num_training_iterations == 5000
+    algo, emitter = jobs._me_pbt.make_me_pbt(config)  # the agent is built for the ant trap
+    assert emitter.env.name == "anttrap" and emitter.batch_size == 20
+    assert emitter.agent.observation_size == emitter.env.observation_size == 29
+    main(["list"])
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("me-pbt")]
+    assert line.endswith("(presets: local, paper)")

@@ -117,6 +117,40 @@ def test_final_actors_load_back_as_policies(run_folder):
         jobs.policy_by_id(repertoire, -5)
 
 
+def test_replay_plays_an_elite_again_and_draws_its_path(run_folder, tmp_path, capsys):
+    repertoire = jobs.load_run(run_folder).repertoire
+    fitnesses = np.asarray(repertoire.fitnesses)
+    best = jobs.replay(run_folder)  # without a choice: the best elite
+    assert best.cell == int(np.nanargmax(np.where(np.isfinite(fitnesses), fitnesses, -np.inf)))
+    assert best.id == int(repertoire.extra[best.cell])
+    # A deterministic task: the replayed episode is the one scoring played.
+    np.testing.assert_allclose(best.episode_return, best.stored_fitness, rtol=1e-5)
+    np.testing.assert_allclose(best.descriptor, best.stored_descriptor, atol=1e-6)
+    assert best.states.state_desc.shape == (best.steps + 1, 2)
+    assert set(best.files) == {"png"}  # the point maze: a path in the plane, no brax viewer
+    assert os.path.isfile(best.files["png"])
+    # By id, through the command: another elite, its own file.
+    others = np.isfinite(fitnesses) & (np.arange(fitnesses.size) != best.cell)
+    other = int(np.flatnonzero(others)[0])
+    other_id = int(repertoire.extra[other])
+    assert main(["replay", str(run_folder), "--id", str(other_id)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"elite {other_id} (cell {other}): stored fitness")
+    assert os.path.isfile(run_folder / f"replay_{other_id}.png")
+    # Bad choices end in one line naming what is wrong.
+    for args, message in (
+        (["--id", "999999"], "no elite with id 999999"),
+        (["--cell", str(fitnesses.size)], f"cell {fitnesses.size} of"),
+        (["--id", "1", "--cell", "1"], "not allowed with argument"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(["replay", str(run_folder), *args])
+        assert e.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["replay", str(tmp_path)])
+    assert "is not a run folder" in capsys.readouterr().err
+
+
 def test_config_validation_names_the_problem(tmp_path):
     with pytest.raises(ValueError, match="multiple of init_batch_size"):
         jobs.PGAMEConfig(random_init=50, init_batch_size=100)

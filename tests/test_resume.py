@@ -165,6 +165,8 @@ def test_ippo_resumed_to_more_updates_equals_the_longer_run(tmp_path):
     again = jobs.resume(tmp_path / "half", num_updates=4, progress=False, plots=False)
     assert _same_arrays(_key_data(whole.state), _key_data(again.state))
     assert _same_files(tmp_path / "whole", tmp_path / "half", ["progress.csv"])["progress.csv"]
+    wall = again.progress["wall_s"]  # seconds spent, going on over the resume
+    assert len(wall) == 3 and np.all(np.isfinite(wall)) and np.all(np.diff(wall) >= 0)
 
 
 def test_ippo_keeps_its_newest_states_and_every_evaluation(tmp_path):

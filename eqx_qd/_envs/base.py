@@ -13,6 +13,7 @@ the QD-score.
 """
 
 import abc
+import typing
 from typing import Generic, TypeVar
 
 import equinox as eqx
@@ -138,8 +139,24 @@ class AbstractEnv(AbstractBaseEnv[EnvState]):
         return (t >= self.episode_length).astype(jnp.float32) * (1.0 - state.terminated)
 
 
+class Arena(typing.NamedTuple):
+    """A task whose state descriptor is a position in the plane, seen from above (trajectory
+    plots draw it): `walls` as segments ``(x0, y0, x1, y1)`` of half-thickness `wall_radius`
+    (0: thin walls), and the `goal`, if the task has one."""
+
+    walls: tuple[tuple[float, float, float, float], ...] = ()
+    wall_radius: float = 0.0
+    goal: tuple[float, float] | None = None
+
+
 class AbstractQDEnv(AbstractEnv):
     """An environment that also defines an episode descriptor (what MAP-Elites bins)."""
+
+    @property
+    def arena(self) -> Arena | None:
+        """The plane the state descriptor moves in, for tasks whose state descriptor is an
+        (x, y) position (mazes, traps, omni tasks); None for the others (the default)."""
+        return None
 
     @property
     @abc.abstractmethod

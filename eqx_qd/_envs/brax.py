@@ -20,7 +20,7 @@ from jaxtyping import Array, Float
 from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._misc import f32
-from .base import AbstractQDEnv, EnvState, final_descriptor, mean_descriptor
+from .base import AbstractQDEnv, Arena, EnvState, final_descriptor, mean_descriptor
 
 
 @contextlib.contextmanager
@@ -33,25 +33,96 @@ def _brax_numerics():
             yield
 
 
-class _TaskSpec(typing.NamedTuple):
-    robot: str
-    feet: tuple[str, ...]  # foot geoms for feet-contact descriptors; empty -> final (x, y)
-    reward_offset: float
-    omni: bool = False
+Segment = tuple[float, float, float, float]
+"""A wall: a capsule of radius 0.5 m and height 0.5 m from (x0, y0) to (x1, y1)."""
 
+
+class _TaskSpec(typing.NamedTuple):
+    """How a QD task is made from a brax robot.
+
+    - `robot`: brax's environment name.
+    - `feet`: foot geoms for feet-contact descriptors; empty: the final (x, y) of the torso.
+    - `reward_offset`: QDax's offset (minimum reward per step), for the QD-score.
+    - `reward`: ``"brax"`` (the robot's reward), ``"no_forward"`` (without its forward term, for
+      omni tasks) or ``"to_target"`` (minus the torso's distance to `target`).
+    - `bounds`: the descriptor box ((x low, y low), (x high, y high)); None: [0, 1] per foot, or
+      +-``omni_bound``.
+    - `walls`: capsules added to the world (real geometry: the robot collides with them).
+    - `wall_colliders`: the robot's geoms made to collide with walls (the feet always do).
+    - `xy_obs`: (subtract, divide): the torso's normalised (x, y) put in front of the observation.
+    - `target`: the goal of a ``"to_target"`` reward, drawn as a sphere.
+    - `brax_options`: keyword arguments of the brax environment.
+    """
+
+    robot: str
+    feet: tuple[str, ...] = ()
+    reward_offset: float = 0.0
+    reward: str = "brax"
+    bounds: tuple[tuple[float, float], tuple[float, float]] | None = None
+    walls: tuple[Segment, ...] = ()
+    wall_colliders: tuple[str, ...] = ()
+    xy_obs: tuple[tuple[float, float], tuple[float, float]] | None = None
+    target: tuple[float, float] | None = None
+    brax_options: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def omni(self) -> bool:
+        """Whether the descriptor is the final (x, y) of the torso."""
+        return not self.feet
+
+
+def _trap(x: float) -> tuple[Segment, ...]:
+    # QDax v1's trap (brax v1 capsules of radius 0.5 whose length counts both caps): a U open
+    # towards the start, its back wall across x, the side walls 5 m long at y = +-3.
+    return ((x, -2.0, x, 2.0), (x - 5.0, 3.0, x, 3.0), (x - 5.0, -3.0, x, -3.0))
+
+
+# QDax v1's maze: a 45 m square, a wall at x = 20 that blocks the straight way to the target at
+# (35, 0), a dead end under y = 7.5, and a wall down from the top at x = 10.
+_MAZE: tuple[Segment, ...] = (
+    (-5.0, -5.0, 40.0, -5.0), (-5.0, 40.0, 40.0, 40.0), (-5.0, -4.0, -5.0, 39.0),
+    (40.0, -4.0, 40.0, 39.0), (20.0, -4.0, 20.0, 19.0), (11.0, 7.5, 19.0, 7.5),
+    (10.0, 20.75, 10.0, 39.25),
+)  # fmt: skip
+
+_ANT_FEET = ("left_foot_geom", "right_foot_geom", "third_foot_geom", "fourth_foot_geom")
 
 # Reward offsets are QDax's (`qdax.tasks.brax.v1` and `v2`, `reward_offset`), so that QD-scores
-# stay comparable across libraries.
+# stay comparable across libraries; the deceptive tasks' bounds, walls, observations and rewards
+# are those of QDax's brax-v1 versions (`exploration_wrappers.py`, `humanoidtrap.py`), rebuilt on
+# current brax.
 QD_BRAX_TASKS: dict[str, _TaskSpec] = {
     "walker2d_uni": _TaskSpec("walker2d", ("foot_geom", "foot_left_geom"), 1.413),
     "halfcheetah_uni": _TaskSpec("halfcheetah", ("bfoot", "ffoot"), 9.231),
     "hopper_uni": _TaskSpec("hopper", ("foot_geom",), 0.9),
-    "ant_uni": _TaskSpec(
-        "ant", ("left_foot_geom", "right_foot_geom", "third_foot_geom", "fourth_foot_geom"), 3.24
+    "ant_uni": _TaskSpec("ant", _ANT_FEET, 3.24),
+    "ant_omni": _TaskSpec("ant", (), 3.0, reward="no_forward"),
+    # Current brax's humanoid touches the floor with its foot spheres only (QDax names the shins,
+    # which held the feet in brax v1's humanoid).
+    "humanoid_uni": _TaskSpec("humanoid", ("left_foot", "right_foot"), 0.0),
+    "humanoid_omni": _TaskSpec("humanoid", (), 0.0, reward="no_forward"),
+    "anttrap": _TaskSpec(
+        "ant", (), 3.38, bounds=((0.0, -8.0), (30.0, 8.0)), walls=_trap(12.0),
+        wall_colliders=("torso_geom",), xy_obs=((15.0, 0.0), (15.0, 8.0)),
     ),
-    "ant_omni": _TaskSpec("ant", (), 3.0, omni=True),
-}
-"""QD brax tasks: name -> (brax robot, foot geoms, reward offset, omni)."""
+    "antmaze": _TaskSpec(
+        "ant", (), 40.32, reward="to_target", bounds=((-5.0, -5.0), (40.0, 40.0)), walls=_MAZE,
+        wall_colliders=("torso_geom",), xy_obs=((17.5, 17.5), (22.5, 22.5)),
+        target=(35.0, 0.0),
+        # QDax's maze ends an episode only when the torso is under 0.2 m or over 5 m (the ant
+        # would otherwise end a costly episode by jumping).
+        brax_options=(("healthy_z_range", (0.2, 5.0)),),
+    ),
+    "humanoidtrap": _TaskSpec(
+        "humanoid", (), 0.0, bounds=((0.0, -8.0), (30.0, 8.0)), walls=_trap(9.0),
+        wall_colliders=("left_shin1", "right_shin1"),
+        brax_options=(("healthy_z_range", (0.8, 2.1)),),  # QDax v1's humanoid trap
+    ),
+}  # fmt: skip
+"""QD brax tasks: name -> how the task is made (`_TaskSpec`)."""
+
+_FORWARD_METRIC = {"ant": "reward_forward", "humanoid": "forward_reward"}
+"""The metric holding each robot's forward reward (removed by ``"no_forward"``)."""
 
 DEFAULT_BACKEND = "spring"
 """brax's fastest physics backend on CPU for every robot here (figures in the README)."""
@@ -76,23 +147,76 @@ def _brax_env(robot: str, backend: str, debug: bool) -> Any:
         return envs.get_environment(robot, backend=backend, debug=debug)
 
 
+def _with_walls(env: Any, spec: _TaskSpec) -> Any:
+    """``env`` with ``spec``'s walls (and target) added to its robot's MJCF world."""
+    import xml.etree.ElementTree as ET
+
+    from brax.io import mjcf
+    from etils import epath
+
+    root = ET.fromstring(
+        (epath.resource_path("brax") / f"envs/assets/{spec.robot}.xml").read_text()
+    )
+    world = root.find("worldbody")
+    assert world is not None
+    # Contact bits: the floor has conaffinity 1 and the feet contype 1; walls take conaffinity
+    # 1 | 2, and the other robot geoms that must hit them contype 2, which the floor ignores.
+    for x0, y0, x1, y1 in spec.walls:
+        ET.SubElement(world, "geom", type="capsule", size="0.5", contype="0", conaffinity="3",
+                      fromto=f"{x0} {y0} 0.5 {x1} {y1} 0.5", rgba="0.55 0.25 0.2 1")  # fmt: skip
+    if spec.target is not None:
+        x, y = spec.target
+        ET.SubElement(world, "geom", type="sphere", size="0.5", contype="0", conaffinity="0",
+                      pos=f"{x} {y} 0.5", rgba="0.2 0.7 0.2 1")  # fmt: skip
+    named = {g.get("name"): g for g in root.iter("geom")}
+    missing = [n for n in spec.wall_colliders if n not in named]
+    if missing:
+        raise ValueError(f"brax robot {spec.robot!r} has no geoms named {missing}")
+    for name in spec.wall_colliders:
+        named[name].set("contype", "2")
+    sys = mjcf.loads(ET.tostring(root, encoding="unicode"))
+    # The robot's own constructor tuned the options and gears per backend: keep its tuning.
+    env.sys = sys.replace(opt=env.sys.opt, actuator=env.sys.actuator)
+    return env
+
+
 @functools.lru_cache(maxsize=32)
-def _sizes(robot: str, backend: str, debug: bool) -> tuple[int, int]:
-    env = _brax_env(robot, backend, debug)
+def _task_env(name: str, backend: str) -> Any:
+    """The brax environment of QD task ``name``: its robot with the task's options and walls."""
+    envs = _import_brax_envs()
+    spec = QD_BRAX_TASKS[name]
+    # Contacts are only recorded by the non-mjx backends when brax runs in debug mode.
+    with warnings.catch_warnings(), jax.ensure_compile_time_eval():
+        warnings.simplefilter("ignore")  # "brax is not actively maintained"
+        env = envs.get_environment(
+            spec.robot, backend=backend, debug=bool(spec.feet), **dict(spec.brax_options)
+        )
+        return _with_walls(env, spec) if spec.walls or spec.target else env
+
+
+@functools.lru_cache(maxsize=32)
+def _sizes(name: str, backend: str) -> tuple[int, int]:
+    env = _task_env(name, backend)
     with _brax_numerics():  # brax's observation_size runs a reset
-        return int(env.observation_size), int(env.action_size)
+        obs_size = int(env.observation_size)
+    return obs_size + (2 if QD_BRAX_TASKS[name].xy_obs else 0), int(env.action_size)
 
 
 @functools.lru_cache(maxsize=32)
-def _foot_geom_ids(robot: str, backend: str, feet: tuple[str, ...]) -> tuple[int, ...]:
+def _foot_geom_ids(name: str, backend: str) -> tuple[int, ...]:
     import mujoco
 
-    model = _brax_env(robot, backend, True).sys.mj_model
-    ids = tuple(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, name) for name in feet)
-    missing = [name for name, i in zip(feet, ids) if i < 0]
+    spec = QD_BRAX_TASKS[name]
+    model = _task_env(name, backend).sys.mj_model
+    ids = tuple(mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_GEOM, n) for n in spec.feet)
+    missing = [n for n, i in zip(spec.feet, ids) if i < 0]
     if missing:
-        raise ValueError(f"brax robot {robot!r} has no geoms named {missing}")
+        raise ValueError(f"brax robot {spec.robot!r} has no geoms named {missing}")
     return ids
+
+
+class _Frame(typing.NamedTuple):
+    x: Any  # what brax's viewer reads of a state: the links' transforms
 
 
 @typing.final
@@ -101,9 +225,17 @@ class BraxQDEnv(AbstractQDEnv):
 
     ``*_uni`` tasks: the brax reward (forward velocity + healthy bonus - control cost), and the
     fraction of valid steps in which each foot touches the ground as descriptor (one dimension
-    per foot, in [0, 1]). ``ant_omni``: the reward without its forward term (survival minus
+    per foot, in [0, 1]). ``*_omni``: the reward without its forward term (survival minus
     control and contact costs) and the final (x, y) of the torso as descriptor, within
     ``omni_bound``.
+
+    The deceptive tasks of the ME-PBT paper, as QDax's brax-v1 versions defined them, with
+    their walls as brax geometry that the robot collides with, and the final (x, y) of the
+    torso as descriptor: ``anttrap`` (the ant's reward, which pays running along +x straight
+    into a U-shaped trap at x = 12; descriptor box [0, 30] x [-8, 8]), ``humanoidtrap`` (the
+    same for the humanoid, the trap at x = 9) and ``antmaze`` (reward: minus the distance to a
+    target at (35, 0) behind a wall; box [-5, 40]^2). The ant tasks put the torso's normalised
+    (x, y) in front of the observation, as QDax's did.
 
     By default every episode starts from the same state (a deterministic task, as in QDax);
     ``reset_noise=True`` keeps brax's random initial perturbation, and ``obs_noise`` adds
@@ -112,12 +244,13 @@ class BraxQDEnv(AbstractQDEnv):
     **Arguments:**
 
     - `name`: one of `QD_BRAX_TASKS` (``walker2d_uni``, ``halfcheetah_uni``, ``hopper_uni``,
-      ``ant_uni``, ``ant_omni``).
+      ``ant_uni``, ``ant_omni``, ``humanoid_uni``, ``humanoid_omni``, ``anttrap``, ``antmaze``,
+      ``humanoidtrap``).
     - `episode_length`: steps per episode.
     - `backend`: brax's physics (``spring``, fastest on CPU; ``positional``,
       ``generalized``, ``mjx``).
     - `reset_noise`, `obs_noise`: as above.
-    - `omni_bound`: half-width of the ``ant_omni`` descriptor box.
+    - `omni_bound`: half-width of the ``*_omni`` descriptor box.
     """
 
     name: str = eqx.field(static=True)
@@ -153,10 +286,9 @@ class BraxQDEnv(AbstractQDEnv):
         self.reset_noise = reset_noise
         self.omni_bound = float(omni_bound)
         self.obs_noise = float(obs_noise)
-        # Contacts are only recorded by the non-mjx backends when brax runs in debug mode.
-        self._env = _brax_env(spec.robot, backend, bool(spec.feet))
-        self._feet = _foot_geom_ids(spec.robot, backend, spec.feet) if spec.feet else ()
-        self._sizes = _sizes(spec.robot, backend, bool(spec.feet))
+        self._env = _task_env(name, backend)
+        self._feet = _foot_geom_ids(name, backend) if spec.feet else ()
+        self._sizes = _sizes(name, backend)
 
     @property
     def brax_env(self) -> Any:
@@ -190,6 +322,8 @@ class BraxQDEnv(AbstractQDEnv):
     @property
     def descriptor_bounds(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         d = self.descriptor_size
+        if self.spec.bounds is not None:
+            return self.spec.bounds
         if self._feet:
             return (0.0,) * d, (1.0,) * d
         return (-self.omni_bound,) * d, (self.omni_bound,) * d
@@ -198,6 +332,24 @@ class BraxQDEnv(AbstractQDEnv):
     def reward_offset(self) -> float:
         return self.spec.reward_offset
 
+    @property
+    def arena(self) -> Arena | None:
+        spec = self.spec
+        return Arena(spec.walls, 0.5, spec.target) if spec.omni else None
+
+    def render_html(self, states: EnvState, *, height: int = 480) -> str:
+        """brax's own HTML viewer (three.js, loaded from brax's CDN) of an episode: ``states``
+        stacked on a leading time axis, as `rollout_states` returns them (cut to the steps
+        wanted: those after termination may hold broken physics). Walls and targets show;
+        ``height`` is the viewer's height in pixels."""
+        from brax.base import Transform
+        from brax.io import html
+
+        x = jax.device_get(states.physics.pipeline_state.x)
+        check.positive_int("render_html: number of states", int(x.pos.shape[0]))
+        frames = [_Frame(Transform(pos=x.pos[i], rot=x.rot[i])) for i in range(x.pos.shape[0])]
+        return html.render(self.brax_env.sys, frames, height=height, colab=False)
+
     def descriptor(
         self,
         state_descs: Float[Array, "time state_desc_dim"],
@@ -205,7 +357,8 @@ class BraxQDEnv(AbstractQDEnv):
     ) -> Float[Array, " descriptor_size"]:
         if self._feet:
             return mean_descriptor(state_descs, valid)
-        return jnp.clip(final_descriptor(state_descs, valid), -self.omni_bound, self.omni_bound)
+        low, high = self.descriptor_bounds
+        return jnp.clip(final_descriptor(state_descs, valid), jnp.asarray(low), jnp.asarray(high))
 
     def _state_desc(self, brax_state: Any) -> Float[Array, " state_desc_dim"]:
         pipeline = brax_state.pipeline_state
@@ -220,10 +373,19 @@ class BraxQDEnv(AbstractQDEnv):
 
     def _wrap(self, brax_state: Any, key: PRNGKey) -> EnvState:
         brax_state = brax_state.replace(metrics=jax.tree.map(f32, brax_state.metrics))
+        spec = self.spec
         reward = brax_state.reward
-        if self.spec.omni:
-            reward = reward - brax_state.metrics["reward_forward"]
+        torso_xy = brax_state.pipeline_state.x.pos[0, :2]
+        if spec.reward == "no_forward":
+            reward = reward - brax_state.metrics[_FORWARD_METRIC[spec.robot]]
+        elif spec.reward == "to_target":
+            assert spec.target is not None
+            reward = -jnp.linalg.norm(jnp.asarray(spec.target) - torso_xy)
         obs = brax_state.obs
+        if spec.xy_obs is not None:
+            subtract, divide = spec.xy_obs
+            xy = (torso_xy - jnp.asarray(subtract)) / jnp.asarray(divide)
+            obs = jnp.concatenate([xy.astype(obs.dtype), obs])
         if self.obs_noise > 0:  # static: no random numbers drawn for deterministic tasks
             obs = obs + self.obs_noise * jr.normal(key, obs.shape)
         return EnvState(

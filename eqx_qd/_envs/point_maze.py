@@ -10,7 +10,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .base import AbstractQDEnv, EnvState, final_descriptor
+from .base import AbstractQDEnv, Arena, EnvState, final_descriptor
 
 
 class _Walls(typing.NamedTuple):
@@ -53,6 +53,11 @@ class PointMaze(AbstractQDEnv):
 
     start = (0.0, -0.85)
     goal = (0.0, 0.85)
+
+    @property
+    def arena(self) -> Arena:
+        w = _DEFAULT_WALLS if self.walls else _Walls((), (), ())
+        return Arena(tuple(zip(w.x_min, w.y, w.x_max, w.y)), 0.0, self.goal)
 
     @property
     def observation_size(self) -> int:

@@ -1,4 +1,5 @@
-"""Transitions, and the two ways of playing episodes: `rollout` and `evaluate_episodes`.
+"""Transitions, and the two ways of playing episodes: `rollout` (with `rollout_states` keeping
+the environment's states) and `evaluate_episodes`.
 
 `rollout` plays one episode of ``env.episode_length`` steps in one single-agent environment,
 recording every transition and state descriptor (what QD scoring and replay buffers need). Steps
@@ -19,7 +20,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .base import AbstractBaseEnv, AbstractEnv
+from .base import AbstractBaseEnv, AbstractEnv, EnvState
 
 
 class Transition(eqx.Module):
@@ -92,6 +93,23 @@ def rollout(
     Step ``t`` is valid while the episode had not terminated before it. The last valid step is
     marked ``truncated`` when the time limit, not termination, ended the episode.
     """
+    return _play(env, policy, key, keep_states=False)[0]
+
+
+def rollout_states(
+    env: AbstractEnv,
+    policy: Callable[[Float[Array, " obs_dim"]], Float[Array, " action_dim"]],
+    *,
+    key: PRNGKey,
+) -> tuple[Episode, EnvState]:
+    """`rollout` of ``policy`` in ``env``, and the environment's states with it:
+    ``episode_length + 1`` of them stacked on a leading time axis, the reset's first (to
+    replay, render or plot an episode; the states after the episode ended are those of
+    `Episode.valid` 0). Same key, same episode as `rollout`."""
+    return _play(env, policy, key, keep_states=True)
+
+
+def _play(env, policy, key, keep_states: bool):
     reset_key, steps_key = jr.split(key)
     first = env.reset(key=reset_key)
     length = env.episode_length
@@ -111,10 +129,13 @@ def rollout(
             state_desc=state.state_desc,
             next_state_desc=nxt.state_desc,
         )
-        return (nxt, alive * (1.0 - nxt.terminated)), (transition, alive)
+        out = (transition, alive, nxt) if keep_states else (transition, alive, None)
+        return (nxt, alive * (1.0 - nxt.terminated)), out
 
     alive0 = jnp.ones((), jnp.float32)
-    _, (transitions, valid) = jax.lax.scan(body, (first, alive0), jr.split(steps_key, length))
+    _, (transitions, valid, states) = jax.lax.scan(
+        body, (first, alive0), jr.split(steps_key, length)
+    )
     # Steps past termination may hold garbage (NaN physics): zero what is reported.
     transitions = eqx.tree_at(
         lambda t: (t.reward, t.truncated),
@@ -126,7 +147,9 @@ def rollout(
             * (1.0 - transitions.terminated),
         ),
     )
-    return Episode(transitions, valid)
+    if keep_states:
+        states = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, states)
+    return Episode(transitions, valid), states
 
 
 class EpisodeStats(eqx.Module):

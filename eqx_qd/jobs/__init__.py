@@ -62,6 +62,7 @@ from ._registry import (
     Registry as Registry,
     TASKS as TASKS,
 )
+from ._replay import Replay as Replay, replay as replay
 from ._report import (
     group_of as group_of,
     mann_whitney as mann_whitney,

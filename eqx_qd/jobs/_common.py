@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from .._repertoire import MapElitesRepertoire
+from .._scoring import PolicyScorer
 from .._tessellation import AbstractTessellation, CVTTessellation
 from ._config import job_of_toml, JobConfig
 from ._distributed import is_writer
@@ -120,6 +121,11 @@ class Job(abc.ABC):
         """Run ``config``; write the run folder ``out_dir`` unless it is ``None``, report to
         ``progress``, draw the figures when ``plots``, continue the run in ``out_dir`` when
         ``resume``."""
+
+    def scorer(self, config: Any) -> PolicyScorer | None:
+        """How the job's elites play their environment (`replay`); None (the default): its
+        genotypes play none."""
+        return None
 
     @abc.abstractmethod
     def load(self, folder: RunFolder, config: Any) -> RunResult:
@@ -277,9 +283,10 @@ def write_qd_outputs(
     *,
     plots: bool,
     x_key: str = "evaluations",
+    top_key: str | None = None,
 ) -> None:
     """``progress.csv``, ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``,
-    ``repertoire.png`` and ``progress.png``."""
+    ``repertoire.png`` and ``progress.png`` (against ``x_key``, with ``top_key`` on top)."""
     folder.write_columns(PROGRESS_FILE, progress)
     folder.write_eqx("repertoire.eqx", repertoire)
     folder.write_npy("centroids.npy", repertoire.centroids)
@@ -287,7 +294,7 @@ def write_qd_outputs(
         from ..plotting import plot_metrics, plot_repertoire
 
         folder.write_figure("repertoire.png", plot_repertoire(repertoire))
-        folder.write_figure("progress.png", plot_metrics(progress, x_key=x_key))
+        folder.write_figure("progress.png", plot_metrics(progress, x_key, top_key))
 
 
 def read_repertoire(

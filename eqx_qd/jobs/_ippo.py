@@ -5,6 +5,7 @@ checkpoint; and `train_ippo`, the evaluate-and-checkpoint driver it runs on."""
 import dataclasses
 import os
 import typing
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -29,6 +30,7 @@ from ._config import JobConfig, option
 from ._folder import RunFolder
 from ._progress import Progress
 from ._registry import ENVIRONMENTS, make_env
+from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +152,7 @@ def train_ippo(
     progress: bool | Progress = True,
     deterministic_eval: bool = True,
     keep: int | None = None,
+    clock: Callable[[], float] | None = None,
     key: PRNGKey,
 ) -> tuple[PPOState, TrainingLog]:
     """Train ``num_updates`` more updates, evaluating every ``eval_frequency`` updates.
@@ -159,7 +162,8 @@ def train_ippo(
     fresh state (zero updates) is evaluated first too. With ``checkpoint_dir``, every
     evaluation is checkpointed there (`save_checkpoint`; the agent's structure and the
     hyperparameters go beside, as ``agent.json`` and ``hparams.json``); with ``keep``, only the
-    newest ``keep`` states stay, and every evaluation's metrics. Evaluation keys derive
+    newest ``keep`` states stay, and every evaluation's metrics, with ``wall_s``: ``clock()``,
+    the seconds the run has spent (default: since this call). Evaluation keys derive
     from ``key`` and the update count, so a run continued from a checkpoint sees the same keys as
     an uninterrupted one.
 
@@ -179,6 +183,7 @@ def train_ippo(
         folder.write_json("hparams.json", state.hparams.to_dict())
     log = TrainingLog([], [], [], [])
     steps_per_update = agent.rollout_length * agent.num_envs
+    clock = clock or RunClock()
 
     def record(state, metrics):
         updates = int(state.updates)
@@ -190,7 +195,8 @@ def train_ippo(
         log.evals.append(result)
         log.metrics.append(metrics)
         if folder is not None:
-            save_checkpoint(folder, updates, state, result.to_dict(), keep=keep, records=True)
+            metrics = {**result.to_dict(), "wall_s": clock()}
+            save_checkpoint(folder, updates, state, metrics, keep=keep, records=True)
 
     if int(state.updates) == 0:
         record(state, {})
@@ -211,7 +217,7 @@ def train_ippo(
 
 PROGRESS_COLUMNS = (
     "updates", "env_steps", "mean_return", "std_return", "min_return", "max_return",
-    "median_return", "terminated", "truncated", "mean_length",
+    "median_return", "terminated", "truncated", "mean_length", "wall_s",
 )  # fmt: skip
 
 
@@ -223,7 +229,7 @@ def progress_table(folder: RunFolder, agent: IPPO) -> dict[str, np.ndarray]:
         values = (
             step, step * agent.rollout_length * agent.num_envs, s.mean, s.std,
             s.min, s.max, s.median, np.mean(m["terminated"]), np.mean(m["truncated"]),
-            np.mean(m["lengths"]),
+            np.mean(m["lengths"]), m.get("wall_s", np.nan),  # older runs kept no clock
         )  # fmt: skip
         for column, value in zip(PROGRESS_COLUMNS, values):
             rows[column].append(float(value))
@@ -245,9 +251,10 @@ class _IPPOJob(Job):
     The folder holds ``config.toml``, ``agent.json``, ``hparams.json``, ``checkpoints/`` (one
     state and its evaluation per evaluation), ``progress.csv`` (per evaluation: updates, env
     steps, return statistics over episodes and agents, fractions terminated / truncated, mean
-    length) and ``learning_curve.png``. With ``resume``, training continues from the latest
-    checkpoint in ``out_dir`` (the config must describe the same agent; its hyperparameters
-    apply from there on). Without it, a folder that already holds a run is refused.
+    length, ``wall_s``: seconds spent running, summed over resumes) and
+    ``learning_curve.png``. With ``resume``, training continues from the latest checkpoint in
+    ``out_dir`` (the config must describe the same agent; its hyperparameters apply from there
+    on). Without it, a folder that already holds a run is refused.
     """
 
     name = "ippo"
@@ -267,12 +274,14 @@ class _IPPOJob(Job):
         agent = config.make_agent()
         init_key, train_key = jr.split(jr.key(config.seed))
         state = agent.start(config.hparams(), key=init_key)
+        seconds = 0.0  # spent by the run before this call
         if resume:
             if not os.path.exists(os.path.join(path, CONFIG_FILE)):
                 raise ValueError(f"nothing to resume: {path!r} holds no run ({CONFIG_FILE})")
             folder = RunFolder(path)  # removes the litter of a killed write
             if list_checkpoints(folder):  # else killed before its first: start again
-                state, _ = restore_checkpoint(folder, state)
+                state, last = restore_checkpoint(folder, state)
+                seconds = float(last.metrics.get("wall_s", 0.0))
                 # The config is the truth written beside the run: its hyperparameters apply.
                 state = eqx.tree_at(lambda s: s.hparams, state, config.hparams())
         elif list_checkpoints(path) or os.path.exists(os.path.join(path, CONFIG_FILE)):
@@ -288,7 +297,7 @@ class _IPPOJob(Job):
         state, _ = train_ippo(
             agent, state, remaining, key=train_key, eval_frequency=config.eval_frequency,
             n_evals=config.n_evals, checkpoint_dir=folder, progress=progress,
-            keep=config.keep_checkpoints or None,
+            keep=config.keep_checkpoints or None, clock=RunClock(seconds),
         )  # fmt: skip
         table = progress_table(folder, agent)
         for i in range(len(table["updates"])):

@@ -120,6 +120,17 @@ class MEPBTConfig(JobConfig):
         )
 
 
+PAPER_PRESET: dict[str, object] = dict(
+    env="anttrap", episode_length=1000, cells=1024, hidden=(256, 256), num_envs=250,
+    num_training_iterations=20, grad_updates_per_step=1.0, buffer_size=100_000,
+    minibatch_size=256, pg_population_size=10, ga_population_size=10, iterations=450,
+)  # fmt: skip
+"""The ME-PBT paper's setting as QDax's ``me_td3_pbt`` example runs it: the ant trap,
+1000-step episodes, 1024 CVT cells, (256, 256) networks, per device 10 PBT-TD3 agents
+(each training 20 x 250 environment steps per generation, one gradient step per environment
+step, a 100k buffer) and 10 GA children, for 450 iterations. Hours on a GPU; not for a laptop."""
+
+
 def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
     """The algorithm and its emitter; with ``devices > 1`` both use the mesh axis ``"p"``."""
     axis = "p" if config.devices > 1 else None
@@ -168,6 +179,7 @@ class _MEPBTJob(Job):
     multi_process = True
     resume_may_change = ("iterations",)
     help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
+    presets = {"local": {}, "paper": PAPER_PRESET}
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         algo, emitter = make_me_pbt(config)
@@ -245,7 +257,10 @@ class _MEPBTJob(Job):
         table = _hparams_long(hp_rows)
         repertoire = to_host(state.repertoire)  # every process, in step
         if folder is not None:
-            write_qd_outputs(folder, repertoire, columns, plots=plots)
+            # Against environment steps (training and evaluation), as QDax's ME-PBT notebook.
+            write_qd_outputs(
+                folder, repertoire, columns, plots=plots, x_key="env_steps", top_key="evaluations"
+            )
             folder.write_columns("hparams.csv", table)
             if plots:
                 from ..plotting import plot_hparams_distribution, plot_repertoire_hparams
@@ -261,6 +276,10 @@ class _MEPBTJob(Job):
             config, None if folder is None else folder.path, columns, state, repertoire,
             {"hparams": table},
         )  # fmt: skip
+
+    def scorer(self, config) -> PolicyScorer:
+        _, emitter = make_me_pbt(config)
+        return PolicyScorer(emitter.env, agent=emitter.agent)
 
     def load(self, folder: RunFolder, config) -> RunResult:
         _, emitter = make_me_pbt(config)

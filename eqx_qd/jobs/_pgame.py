@@ -649,6 +649,9 @@ class _PGAMEJob(Job):
             config, None if folder is None else folder.path, prog, state, state.repertoire
         )
 
+    def scorer(self, config) -> PolicyScorer:
+        return PolicyScorer(make_pgame_env(config))
+
     def load(self, folder: RunFolder, config) -> RunResult:
         env = make_pgame_env(config)
         _, td3 = make_pgame(config, env)
@@ -673,12 +676,13 @@ def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog) -> No
         folder.write_figure("repertoire.png", plot_repertoire(repertoire))
     curves = {
         "evaluations": prog["evaluations"],
+        "env_steps": prog["env_steps"],
         "qd_score": prog["qd_score"],
         "coverage": prog["coverage"],
         "max_fitness": prog["max_fitness"],
         "mean_fitness": prog["mean_fitness"],
     }
-    fig = plot_metrics(curves)
+    fig = plot_metrics(curves, "evaluations", "env_steps")  # the paper's axis, and QDax's
     fig.axes[2].plot(prog["evaluations"], prog["averaged_max_fitness"], label="averaged (re-evals)")
     fig.axes[2].legend()
     folder.write_figure("progress.png", fig)

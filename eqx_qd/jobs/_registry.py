@@ -208,9 +208,11 @@ def _brax_qd(name: str) -> Callable[..., BraxQDEnv]:
 
 for _name, _spec in QD_BRAX_TASKS.items():
     _what = "final (x, y)" if _spec.omni else "feet contacts"
+    _walls = " (deceptive: walls)" if _spec.walls else ""
     ENVIRONMENTS.register(
-        _name, _brax_qd(_name), help=f"brax {_spec.robot}, {_what} descriptor", tags=("qd",)
-    )
+        _name, _brax_qd(_name), help=f"brax {_spec.robot}, {_what} descriptor{_walls}",
+        tags=("qd",),
+    )  # fmt: skip
 
 
 def _line_targets(
