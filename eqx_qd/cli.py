@@ -144,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="Mann-Whitney U: exact for small samples without ties (auto), exact, or "
         "asymptotic without continuity correction (the paper's tables)",
     )  # fmt: skip
+    report.add_argument(
+        "--x", choices=("evaluations", "env_steps"), default="evaluations",
+        help="the curves' axis: evaluations, or environment steps (PGA-ME and ME-PBT runs, "
+        "as QDax plots them) (default: evaluations)",
+    )  # fmt: skip
     report.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     replay = commands.add_parser(
         "replay",
@@ -377,7 +382,9 @@ def _report(parser: _Parser, args: argparse.Namespace) -> int:
         if not os.path.isdir(folder):
             parser.error(f"run folder {folder!r} does not exist")
     try:
-        result = report(args.folders, args.out, p_method=args.p_method, plots=not args.no_plots)
+        result = report(
+            args.folders, args.out, x=args.x, p_method=args.p_method, plots=not args.no_plots
+        )
     except (ValueError, TypeError, OSError) as e:
         parser.error(str(e))
     print(result.table())

@@ -142,6 +142,11 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
     # The multi-seed report reads ME-PBT folders too.
     (group,) = jobs.report([str(out)], plots=False).groups
     assert group.name == f"ME-PBT on {cfg.env}" and "qd_score" in group.finals
+    # ... against environment steps too, as QDax plots ME-PBT.
+    (by_steps,) = jobs.report([str(out)], x="env_steps", plots=False).groups
+    assert by_steps.x_name == "env_steps"
+    np.testing.assert_array_equal(by_steps.x, run.progress["env_steps"])
+    np.testing.assert_array_equal(by_steps.median["qd_score"], run.progress["qd_score"])
     with pytest.raises(SystemExit) as e:
         main(["run", "me-pbt", "--pg-population-size", "4", "--out", str(tmp_path / "bad")])
     assert e.value.code == 2

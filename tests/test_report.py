@@ -36,7 +36,7 @@ def test_report_groups_runs_and_takes_medians_over_seeds(folders, tmp_path):
     assert len(sphere.runs) == 3
     runs = [jobs.load_run(f) for f in folders["sphere"]]
     qd = np.stack([r.progress["qd_score"] for r in runs])
-    np.testing.assert_allclose(sphere.evaluations, runs[0].progress["evaluations"])
+    np.testing.assert_allclose(sphere.x, runs[0].progress["evaluations"])
     np.testing.assert_allclose(sphere.median["qd_score"], np.median(qd, axis=0))
     np.testing.assert_allclose(sphere.q1["qd_score"], np.percentile(qd, 25, axis=0))
     np.testing.assert_allclose(sphere.q3["qd_score"], np.percentile(qd, 75, axis=0))
@@ -72,11 +72,9 @@ def test_runs_of_different_lengths_meet_on_the_shortest(folders, tmp_path):
     result = jobs.report([folders["sphere"][0], str(longer)])
     (group,) = result.groups
     short = jobs.load_run(folders["sphere"][0]).progress["evaluations"]
-    np.testing.assert_array_equal(group.evaluations, short)
+    np.testing.assert_array_equal(group.x, short)
     long_run = jobs.load_run(longer)
-    at = np.interp(
-        group.evaluations, long_run.progress["evaluations"], long_run.progress["qd_score"]
-    )
+    at = np.interp(group.x, long_run.progress["evaluations"], long_run.progress["qd_score"])
     np.testing.assert_allclose(group.finals["qd_score"][1], at[-1])
 
 
@@ -105,6 +103,11 @@ def test_report_refuses_what_it_cannot_compare(folders, tmp_path, capsys):
         jobs.report([])
     with pytest.raises(ValueError, match="p_method"):
         jobs.report(folders["sphere"], p_method="bootstrap")
+    with pytest.raises(ValueError, match="x must be one of"):
+        jobs.report(folders["sphere"], x="iterations")
+    with pytest.raises(SystemExit) as e:  # MAP-Elites on a pure-JAX task counts no env steps
+        main(["report", *folders["sphere"], "--x", "env_steps", "--no-plots"])
+    assert e.value.code == 2 and "logs no environment steps" in capsys.readouterr().err
     unfinished = tmp_path / "unfinished"
     jobs.run(jobs.MapElitesConfig(task="sphere", **TINY), unfinished, progress=False, plots=False)
     jobs._common.write_status(jobs.RunFolder(unfinished), "failed", error="boom")

@@ -43,16 +43,34 @@ def _coverage(progress: dict[str, np.ndarray]) -> np.ndarray | None:
     return progress.get("coverage")
 
 
+X_AXES = {"evaluations": "evaluations", "env_steps": "environment steps"}
+"""What report curves can run against, and their axis labels."""
+
+
 @dataclasses.dataclass
 class RunCurves:
     """One run as a report reads it: its group, folder, the metric curves against evaluations
-    and its final archive's fitnesses (``-inf`` for empty cells)."""
+    (and environment steps, for runs that log them), and its final archive's fitnesses
+    (``-inf`` for empty cells)."""
 
     group: str
     folder: str
     evaluations: np.ndarray
     curves: dict[str, np.ndarray]
     fitnesses: np.ndarray
+    env_steps: np.ndarray | None = None
+
+    def axis(self, x: str) -> np.ndarray:
+        """The run's ``"evaluations"`` or ``"env_steps"`` column."""
+        values = {"evaluations": self.evaluations, "env_steps": self.env_steps}.get(x)
+        if x not in X_AXES:
+            raise ValueError(f"x must be one of {list(X_AXES)}, got {x!r}")
+        if values is None:
+            raise ValueError(
+                f"run folder {self.folder!r} logs no environment steps (a {self.group} run): "
+                "compare it against evaluations"
+            )
+        return values
 
     @property
     def fitness_loss(self) -> float:
@@ -83,37 +101,42 @@ def read_run(folder: str | os.PathLike) -> RunCurves:
         values = _coverage(progress) if name == "coverage" else progress.get(name)
         if values is not None:
             curves[name] = np.asarray(values, np.float64)
+    steps = progress.get("env_steps")
     return RunCurves(
         group_of(result),
         folder,
         np.asarray(progress["evaluations"], np.float64),
         curves,
         np.asarray(result.repertoire.fitnesses, np.float64),
+        None if steps is None else np.asarray(steps, np.float64),
     )
 
 
 @dataclasses.dataclass
 class GroupStats:
-    """A group's curves over seeds on a common evaluation grid: the median and quartiles per
-    metric (``(len(evaluations),)`` each), and each run's final value."""
+    """A group's curves over seeds on a common grid of `x_name` (``"evaluations"`` or
+    ``"env_steps"``) values `x`: the median and quartiles per metric (``(len(x),)`` each), and
+    each run's final value."""
 
     name: str
     runs: list[RunCurves]
-    evaluations: np.ndarray
+    x_name: str
+    x: np.ndarray
     median: dict[str, np.ndarray]
     q1: dict[str, np.ndarray]
     q3: dict[str, np.ndarray]
     finals: dict[str, np.ndarray]
 
 
-def group_stats(name: str, runs: Sequence[RunCurves]) -> GroupStats:
-    """Median and quartiles over ``runs`` of every metric they all log, on the evaluation
-    counts of the shortest run (the others interpolated there, linearly)."""
-    shortest = min(runs, key=lambda r: r.evaluations[-1])
-    grid = shortest.evaluations
+def group_stats(name: str, runs: Sequence[RunCurves], x: str = "evaluations") -> GroupStats:
+    """Median and quartiles over ``runs`` of every metric they all log, against ``x``
+    (``"evaluations"`` or ``"env_steps"``), on the values of the shortest run (the others
+    interpolated there, linearly)."""
+    shortest = min(runs, key=lambda r: r.axis(x)[-1])
+    grid = shortest.axis(x)
     metrics = [m for m in REPORT_METRICS if all(m in r.curves for r in runs)]
     stacked = {
-        m: np.stack([np.interp(grid, r.evaluations, r.curves[m]) for r in runs]) for m in metrics
+        m: np.stack([np.interp(grid, r.axis(x), r.curves[m]) for r in runs]) for m in metrics
     }
     finals = {m: stacked[m][:, -1] for m in metrics}
     if "averaged_max_fitness" in metrics:
@@ -121,6 +144,7 @@ def group_stats(name: str, runs: Sequence[RunCurves]) -> GroupStats:
     return GroupStats(
         name,
         list(runs),
+        x,
         grid,
         {m: np.median(v, axis=0) for m, v in stacked.items()},
         {m: np.percentile(v, 25, axis=0) for m, v in stacked.items()},
@@ -197,13 +221,15 @@ def report(
     folders: Sequence[str | os.PathLike],
     out_dir: str | os.PathLike | None = None,
     *,
+    x: str = "evaluations",
     p_method: str = "auto",
     plots: bool = True,
 ) -> Report:
     """Compare QD runs: read every run folder of ``folders``, group them (`group_of`), and
     compute the median and interquartile range over seeds, the final medians and the p-values
     between groups (`mann_whitney` with ``p_method``: ``"auto"``, ``"exact"`` or
-    ``"asymptotic"``).
+    ``"asymptotic"``). Curves run against ``x``: ``"evaluations"`` (every QD run) or
+    ``"env_steps"`` (PGA-ME and ME-PBT runs, as QDax plots them).
 
     With ``out_dir``, write there ``report.md`` (the tables), ``finals.csv`` (each run's final
     values), ``p_values.csv`` and, with ``plots``, ``curves.png`` (median and IQR per group)
@@ -213,11 +239,13 @@ def report(
         raise ValueError("report needs at least one run folder")
     if p_method not in P_METHODS:
         raise ValueError(f"p_method must be one of {list(P_METHODS)}, got {p_method!r}")
+    if x not in X_AXES:
+        raise ValueError(f"x must be one of {list(X_AXES)}, got {x!r}")
     runs = [read_run(f) for f in folders]
     by_group: dict[str, list[RunCurves]] = {}
     for r in runs:
         by_group.setdefault(r.group, []).append(r)
-    groups = [group_stats(name, rs) for name, rs in by_group.items()]
+    groups = [group_stats(name, rs, x) for name, rs in by_group.items()]
     p_values: dict[str, dict[tuple[str, str], float]] = {}
     for metric in _final_metrics(groups):
         pairs = {}
@@ -280,11 +308,11 @@ def plot_report_curves(result: Report):
         for g in result.groups:
             if metric not in g.median:
                 continue
-            (line,) = ax.plot(g.evaluations, g.median[metric], label=g.name)
-            ax.fill_between(g.evaluations, g.q1[metric], g.q3[metric], alpha=0.25,
+            (line,) = ax.plot(g.x, g.median[metric], label=g.name)
+            ax.fill_between(g.x, g.q1[metric], g.q3[metric], alpha=0.25,
                             color=line.get_color(), linewidth=0)  # fmt: skip
         ax.set_title(metric)
-        ax.set_xlabel("evaluations")
+        ax.set_xlabel(X_AXES[result.groups[0].x_name])
         ax.grid(alpha=0.3)
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
