@@ -291,12 +291,16 @@ def plot_learning_curve(
 
 
 def plot_repertoire_hparams(
-    repertoire: MapElitesRepertoire, hparams: Mapping[str, ArrayLike], resolution: int = 200
+    repertoire: MapElitesRepertoire,
+    hparams: Mapping[str, ArrayLike],
+    resolution: int = 200,
+    bounds: tuple[ArrayLike | Sequence[float], ArrayLike | Sequence[float]] | None = None,
+    descriptor_names: Sequence[str] | None = None,
 ) -> Figure:
     """One heatmap per hyperparameter: the repertoire coloured by each elite's value (as
     QDax's ME-PBT notebook draws it). ``hparams`` maps names to ``(num_cells,)`` arrays;
     learning rates (``*_lr``) are coloured by their logarithm; ``resolution`` pixels per
-    side."""
+    side; ``bounds`` and ``descriptor_names`` as `plot_repertoire`'s."""
     names = list(hparams)
     if not names:
         raise ValueError("plot_repertoire_hparams needs at least one hyperparameter")
@@ -306,7 +310,8 @@ def plot_repertoire_hparams(
     for ax, name in zip(axes.ravel(), names):
         plot_repertoire(
             repertoire, ax=ax, resolution=resolution, values=np.asarray(hparams[name]),
-            label=name, log_scale=name.endswith("_lr"),
+            label=name, log_scale=name.endswith("_lr"), bounds=bounds,
+            descriptor_names=descriptor_names,
         )  # fmt: skip
         ax.set_title(name)
     for ax in axes.ravel()[len(names) :]:

@@ -210,8 +210,11 @@ def test_brax_task_smoke(name, getkey):
     low, high = (np.asarray(b) for b in env.descriptor_bounds)
     assert np.all(np.asarray(descriptors) >= low) and np.all(np.asarray(descriptors) <= high)
     spec = q.QD_BRAX_TASKS[name]
+    assert env.descriptor_names == (("final x", "final y") if spec.omni else env.descriptor_names)
+    assert len(env.descriptor_names) == env.descriptor_size  # the plots' axis labels
     if name.endswith("_uni"):
         assert env.descriptor_size == len(spec.feet)
+        assert all(n.endswith(" contact") and "_geom" not in n for n in env.descriptor_names)
         contacts = np.asarray(extra.episodes.transitions.next_state_desc)
         assert set(np.unique(contacts).tolist()) <= {0.0, 1.0}
     elif name.endswith("_omni"):

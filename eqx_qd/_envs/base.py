@@ -153,6 +153,12 @@ class AbstractQDEnv(AbstractEnv):
     """An environment that also defines an episode descriptor (what MAP-Elites bins)."""
 
     @property
+    def descriptor_names(self) -> tuple[str, ...]:
+        """What each descriptor dimension measures, for plots' axes (default: ``descriptor
+        1``, ``descriptor 2``...)."""
+        return tuple(f"descriptor {i + 1}" for i in range(self.descriptor_size))
+
+    @property
     def arena(self) -> Arena | None:
         """The plane the state descriptor moves in, for tasks whose state descriptor is an
         (x, y) position (mazes, traps, omni tasks); None for the others (the default)."""

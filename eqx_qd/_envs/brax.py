@@ -333,6 +333,12 @@ class BraxQDEnv(AbstractQDEnv):
         return self.spec.reward_offset
 
     @property
+    def descriptor_names(self) -> tuple[str, ...]:
+        if self.spec.feet:  # "foot_left_geom" -> "foot_left contact"
+            return tuple(f"{name.removesuffix('_geom')} contact" for name in self.spec.feet)
+        return ("final x", "final y")
+
+    @property
     def arena(self) -> Arena | None:
         spec = self.spec
         return Arena(spec.walls, 0.5, spec.target) if spec.omni else None

@@ -55,6 +55,10 @@ class PointMaze(AbstractQDEnv):
     goal = (0.0, 0.85)
 
     @property
+    def descriptor_names(self) -> tuple[str, ...]:
+        return ("final x", "final y")
+
+    @property
     def arena(self) -> Arena:
         w = _DEFAULT_WALLS if self.walls else _Walls((), (), ())
         return Arena(tuple(zip(w.x_min, w.y, w.x_max, w.y)), 0.0, self.goal)

@@ -12,6 +12,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._envs.base import AbstractQDEnv
 from .._repertoire import MapElitesRepertoire
 from .._scoring import PolicyScorer
 from .._tessellation import AbstractTessellation, CVTTessellation
@@ -284,17 +285,26 @@ def write_qd_outputs(
     plots: bool,
     x_key: str = "evaluations",
     top_key: str | None = None,
+    env: AbstractQDEnv | None = None,
 ) -> None:
     """``progress.csv``, ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``,
-    ``repertoire.png`` and ``progress.png`` (against ``x_key``, with ``top_key`` on top)."""
+    ``repertoire.png`` (over ``env``'s descriptor box, its axes named by ``env``) and
+    ``progress.png`` (against ``x_key``, with ``top_key`` on top)."""
     folder.write_columns(PROGRESS_FILE, progress)
     folder.write_eqx("repertoire.eqx", repertoire)
     folder.write_npy("centroids.npy", repertoire.centroids)
     if plots:
         from ..plotting import plot_metrics, plot_repertoire
 
-        folder.write_figure("repertoire.png", plot_repertoire(repertoire))
+        folder.write_figure("repertoire.png", plot_repertoire(repertoire, **repertoire_axes(env)))
         folder.write_figure("progress.png", plot_metrics(progress, x_key, top_key))
+
+
+def repertoire_axes(env: AbstractQDEnv | None) -> dict[str, Any]:
+    """`plot_repertoire`'s ``bounds`` and ``descriptor_names`` from a task (none without)."""
+    if env is None:
+        return {}
+    return {"bounds": env.descriptor_bounds, "descriptor_names": env.descriptor_names}
 
 
 def read_repertoire(

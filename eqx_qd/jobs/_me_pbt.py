@@ -28,6 +28,7 @@ from ._common import (
     read_qd_run,
     read_repertoire,
     register_job,
+    repertoire_axes,
     RunResult,
     write_qd_outputs,
 )
@@ -259,8 +260,9 @@ class _MEPBTJob(Job):
         if folder is not None:
             # Against environment steps (training and evaluation), as QDax's ME-PBT notebook.
             write_qd_outputs(
-                folder, repertoire, columns, plots=plots, x_key="env_steps", top_key="evaluations"
-            )
+                folder, repertoire, columns, plots=plots, x_key="env_steps", top_key="evaluations",
+                env=env,
+            )  # fmt: skip
             folder.write_columns("hparams.csv", table)
             if plots:
                 from ..plotting import plot_hparams_distribution, plot_repertoire_hparams
@@ -270,7 +272,7 @@ class _MEPBTJob(Job):
                 if repertoire.tessellation.num_descriptors <= 2:
                     elites = repertoire.genotypes.hparams.as_dict()
                     explored = {n: elites[n] for n in sorted(emitter.spaces)}
-                    figure = plot_repertoire_hparams(repertoire, explored)
+                    figure = plot_repertoire_hparams(repertoire, explored, **repertoire_axes(env))
                     folder.write_figure("repertoire_hparams.png", figure)
         return RunResult(
             config, None if folder is None else folder.path, columns, state, repertoire,

@@ -42,7 +42,7 @@ from .._variation import (
     SBXCrossover,
     UniformMutation,
 )
-from ._common import Job, read_qd_run, read_repertoire, register_job, RunResult
+from ._common import Job, read_qd_run, read_repertoire, register_job, repertoire_axes, RunResult
 from ._config import JobConfig, option
 from ._folder import RunFolder, user_cache_dir
 from ._progress import Progress
@@ -644,7 +644,7 @@ class _PGAMEJob(Job):
         if folder is not None:
             folder.write_eqx("repertoire.eqx", state.repertoire)
             if plots:
-                _write_plots(folder, state.repertoire, prog)
+                _write_plots(folder, state.repertoire, prog, env)
         return RunResult(
             config, None if folder is None else folder.path, prog, state, state.repertoire
         )
@@ -669,11 +669,11 @@ class _PGAMEJob(Job):
         )
 
 
-def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog) -> None:
+def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog, env) -> None:
     from ..plotting import plot_fitness_density, plot_metrics, plot_repertoire
 
     if repertoire.tessellation.num_descriptors <= 2:
-        folder.write_figure("repertoire.png", plot_repertoire(repertoire))
+        folder.write_figure("repertoire.png", plot_repertoire(repertoire, **repertoire_axes(env)))
     curves = {
         "evaluations": prog["evaluations"],
         "env_steps": prog["env_steps"],
