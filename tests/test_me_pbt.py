@@ -1,3 +1,5 @@
+import os
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -165,6 +167,15 @@ def test_run_folders_plot_repertoires_of_any_dimension(tmp_path):
     assert (tmp_path / "cube" / "progress.png").exists()
     write_qd_outputs(jobs.RunFolder(tmp_path / "flat"), flat, progress, plots=True)
     assert (tmp_path / "flat" / "repertoire.png").exists()
+    # PGA-ME's folder too, with the task's axes (ant_uni: four feet).
+    ant = q.BraxQDEnv("ant_uni")
+    four, _ = q.init_repertoire(
+        q.GridTessellation((2, 2, 2, 2), minval=0.0, maxval=1.0), jnp.zeros((3, 2)),
+        jnp.asarray([[0.1] * 4, [0.9] * 4, [0.1, 0.9, 0.1, 0.9]]), jnp.asarray([1.0, 2.0, 3.0]),
+    )  # fmt: skip
+    prog = {**progress, "env_steps": np.arange(2.0), "averaged_max_fitness": np.zeros(2)}
+    jobs._pgame._write_plots(jobs.RunFolder(tmp_path / "ant"), four, prog, ant)
+    assert {"repertoire.png", "progress.png"} <= set(os.listdir(tmp_path / "ant"))
 
 
 # ----------------------------------------------------------------------------- the exchange step

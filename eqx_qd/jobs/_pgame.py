@@ -672,8 +672,8 @@ class _PGAMEJob(Job):
 def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog, env) -> None:
     from ..plotting import plot_fitness_density, plot_metrics, plot_repertoire
 
-    if repertoire.tessellation.num_descriptors <= 2:
-        folder.write_figure("repertoire.png", plot_repertoire(repertoire, **repertoire_axes(env)))
+    # Any number of descriptors: beyond two, one panel per pair (ant_uni has four).
+    folder.write_figure("repertoire.png", plot_repertoire(repertoire, **repertoire_axes(env)))
     curves = {
         "evaluations": prog["evaluations"],
         "env_steps": prog["env_steps"],
