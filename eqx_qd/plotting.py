@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import ArrayLike
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ._envs.base import AbstractQDEnv
 from ._repertoire import MapElitesRepertoire
@@ -197,9 +198,11 @@ def plot_metrics(
         if top is not None and len(x) > 1:
             forward = lambda v, top=top: np.interp(v, x, top)
             backward = lambda v, top=top: np.interp(v, top, x)
-            ax.secondary_xaxis("top", functions=(forward, backward)).set_xlabel(
-                top_key, fontsize="small"
-            )
+            second = ax.secondary_xaxis("top", functions=(forward, backward))
+            second.set_xlabel(top_key, fontsize="small")
+            # Ticks within the logged range only (the mapping is flat beyond its ends).
+            ticks = MaxNLocator(5).tick_values(top[0], top[-1])
+            second.set_xticks(ticks[(ticks >= top[0]) & (ticks <= top[-1])])
     fig.tight_layout()
     return fig
 
@@ -394,9 +397,10 @@ def plot_trajectories(
     if labels is not None and len(labels) != len(xy):
         raise ValueError(f"{len(labels)} labels for {len(xy)} paths")
     fig = None
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(5.5, 5))
     low, high = (np.asarray(b, np.float64) for b in env.descriptor_bounds)
+    if ax is None:  # the figure takes the arena's shape (the axes keep equal scales)
+        tall = float(np.clip((high[1] - low[1]) / (high[0] - low[0]), 0.3, 2.0))
+        fig, ax = plt.subplots(figsize=(6.0, 1.2 + 5.0 * tall))
     ax.add_patch(plt.Rectangle(low, *(high - low), fill=False, ls="--", lw=1, ec="0.5"))
     for x0, y0, x1, y1 in arena.walls:
         if arena.wall_radius > 0:
@@ -418,9 +422,14 @@ def plot_trajectories(
     if values is not None:
         bar = plt.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax)
         bar.set_label(color_label)
-    margin = 0.04 * (high - low)
-    ax.set_xlim(low[0] - margin[0], high[0] + margin[0])
-    ax.set_ylim(low[1] - margin[1], high[1] + margin[1])
+    # The box, widened to paths that left it (their descriptors are clipped to the box).
+    drawn = xy[mask] if mask.any() else xy[:, :1].reshape(-1, 2)
+    finite = drawn[np.all(np.isfinite(drawn), axis=1)]
+    lo = np.minimum(low, finite.min(axis=0)) if len(finite) else low
+    hi = np.maximum(high, finite.max(axis=0)) if len(finite) else high
+    margin = 0.04 * (hi - lo)
+    ax.set_xlim(lo[0] - margin[0], hi[0] + margin[0])
+    ax.set_ylim(lo[1] - margin[1], hi[1] + margin[1])
     ax.set_aspect("equal")
     ax.set_xlabel("x")
     ax.set_ylabel("y")

@@ -83,3 +83,19 @@ def test_more_than_two_descriptors_get_one_panel_per_pair():
         assert points.get_clim() == (0.0, 7.0)
     with pytest.raises(ValueError, match="draws its own figure"):
         plotting.plot_repertoire(_filled(cube, fit), ax=fig.axes[0])
+
+
+def test_metric_curves_read_against_a_second_axis_on_top():
+    history = {k: np.linspace(0.0, 1.0, 5) for k in q.METRIC_NAMES}
+    history.update(evaluations=np.arange(1.0, 6.0) * 100, env_steps=np.arange(1.0, 6.0) * 1e4)
+    fig = plotting.plot_metrics(history, "evaluations", "env_steps")
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert len(panels) == 4 and all(ax.get_xlabel() == "evaluations" for ax in panels)
+    tops = [child for ax in panels for child in ax.child_axes]  # the secondary axes
+    assert len(tops) == 4 and tops[0].get_xlabel() == "env_steps"
+    ticks = tops[0].get_xticks()  # within the logged range: the mapping is flat beyond it
+    assert len(ticks) >= 2 and ticks.min() >= 1e4 and ticks.max() <= 5e4
+    with pytest.raises(ValueError, match="'env_steps' must grow with 'evaluations'"):
+        plotting.plot_metrics({**history, "env_steps": history["env_steps"][::-1]},
+                              "evaluations", "env_steps")  # fmt: skip
+    assert len(plotting.plot_metrics(history).axes) == 4  # no second axis unless asked
