@@ -1,3 +1,4 @@
+import gc
 import os
 
 
@@ -20,6 +21,17 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 settings.register_profile("eqx_qd", deadline=None, max_examples=40, derandomize=True)
 settings.load_profile("eqx_qd")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_programs():
+    """Every compiled XLA CPU program holds memory mappings, and a process may hold 65,530 of
+    them (Linux's ``vm.max_map_count``): an xdist worker that kept every module's programs
+    reached 62,000 and its neighbour aborted inside XLA's compiler. Programs are reused within
+    a module; after it, they go."""
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 @pytest.fixture
