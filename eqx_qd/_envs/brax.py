@@ -137,14 +137,18 @@ def _import_brax_envs():
     return envs
 
 
-@functools.lru_cache(maxsize=32)
-def _brax_env(robot: str, backend: str, debug: bool) -> Any:
+def _new_brax_env(robot: str, backend: str, debug: bool, **options: Any) -> Any:
     envs = _import_brax_envs()
     # Built eagerly even when first asked for inside a trace: the cached system must hold no
     # tracers.
     with warnings.catch_warnings(), jax.ensure_compile_time_eval():
         warnings.simplefilter("ignore")  # "brax is not actively maintained"
-        return envs.get_environment(robot, backend=backend, debug=debug)
+        return envs.get_environment(robot, backend=backend, debug=debug, **options)
+
+
+@functools.lru_cache(maxsize=32)
+def _brax_env(robot: str, backend: str, debug: bool) -> Any:
+    return _new_brax_env(robot, backend, debug)
 
 
 def _with_walls(env: Any, spec: _TaskSpec) -> Any:
@@ -182,16 +186,16 @@ def _with_walls(env: Any, spec: _TaskSpec) -> Any:
 
 @functools.lru_cache(maxsize=32)
 def _task_env(name: str, backend: str) -> Any:
-    """The brax environment of QD task ``name``: its robot with the task's options and walls."""
-    envs = _import_brax_envs()
+    """The brax environment of QD task ``name``: its robot with the task's options and walls
+    (a fresh object: `_with_walls` replaces its system, which a shared one must not see)."""
     spec = QD_BRAX_TASKS[name]
     # Contacts are only recorded by the non-mjx backends when brax runs in debug mode.
-    with warnings.catch_warnings(), jax.ensure_compile_time_eval():
-        warnings.simplefilter("ignore")  # "brax is not actively maintained"
-        env = envs.get_environment(
-            spec.robot, backend=backend, debug=bool(spec.feet), **dict(spec.brax_options)
-        )
-        return _with_walls(env, spec) if spec.walls or spec.target else env
+    env = _new_brax_env(spec.robot, backend, bool(spec.feet), **dict(spec.brax_options))
+    if not (spec.walls or spec.target):
+        return env
+    with warnings.catch_warnings(), jax.ensure_compile_time_eval():  # as in _new_brax_env
+        warnings.simplefilter("ignore")
+        return _with_walls(env, spec)
 
 
 @functools.lru_cache(maxsize=32)

@@ -195,8 +195,8 @@ def train_ippo(
         log.evals.append(result)
         log.metrics.append(metrics)
         if folder is not None:
-            metrics = {**result.to_dict(), "wall_s": clock()}
-            save_checkpoint(folder, updates, state, metrics, keep=keep, records=True)
+            saved = {**result.to_dict(), "wall_s": clock()}
+            save_checkpoint(folder, updates, state, saved, keep=keep, records=True)
 
     if int(state.updates) == 0:
         record(state, {})
