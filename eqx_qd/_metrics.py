@@ -1,6 +1,7 @@
 """QD metrics: the columns of PGA-MAP-Elites' progress file, computed on device."""
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
@@ -35,6 +36,20 @@ class QDMetrics(eqx.Module):
 METRIC_NAMES = tuple(QDMetrics.__dataclass_fields__)
 
 
+def _sorted(x: Float[Array, " n"]) -> Float[Array, " n"]:
+    """``x`` (float32, no NaN) in ascending order, sorted as order-preserving int32 keys.
+
+    XLA's CPU sort calls a float comparator per comparison (it orders NaNs); on integers it
+    takes a fast path: 0.23 against 1.99 ms for 10,000 values, which was half of a MAP-Elites
+    iteration at 10,000 cells. The key flips the 31 low bits of negative numbers, so that
+    their order as int32 is their order as floats (-0.0 sorts just below +0.0); it is its own
+    inverse.
+    """
+    bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
+    keys = jax.lax.sort(bits ^ ((bits >> 31) & 0x7FFFFFFF))
+    return jax.lax.bitcast_convert_type(keys ^ ((keys >> 31) & 0x7FFFFFFF), jnp.float32)
+
+
 def qd_metrics(repertoire: MapElitesRepertoire, qd_offset: float | Array) -> QDMetrics:
     """`QDMetrics` of ``repertoire`` with QD-score offset ``qd_offset`` (a finite scalar)."""
     check.shape("qd_metrics: qd_offset", qd_offset, ())
@@ -46,7 +61,7 @@ def qd_metrics(repertoire: MapElitesRepertoire, qd_offset: float | Array) -> QDM
     count = num_filled.astype(jnp.float32)
     # Filled fitnesses first, in ascending order; percentiles interpolate linearly between
     # order statistics (NumPy's default). One sort compiles much faster than nanpercentile.
-    ordered = jnp.sort(jnp.where(filled, fit, jnp.inf))
+    ordered = _sorted(jnp.where(filled, fit, jnp.inf))
     last = jnp.maximum(num_filled - 1, 0)
 
     def percentile(p: float) -> Array:

@@ -103,6 +103,41 @@ def test_coverage_counts_finite_cells(rep):
     assert float(m.qd_score) == pytest.approx(filled.sum() + 0.0, rel=1e-5, abs=1e-4)
 
 
+@given(
+    values=st.lists(
+        st.floats(width=32, allow_nan=False)
+        | st.sampled_from([0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, 3.4e38, -3.4e38]),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_metrics_sort_orders_floats_as_numpy_does(values):
+    from eqx_qd._metrics import _sorted
+
+    x = np.asarray(values, np.float32)
+    got = _np(_sorted(jnp.asarray(x)))
+    np.testing.assert_array_equal(got, np.sort(x))  # == on floats: -0.0 equals 0.0
+    assert got.dtype == np.float32
+
+
+@given(fit=st.lists(st.floats(-1e6, 1e6, width=32) | st.just(-np.inf), min_size=1, max_size=30))
+def test_percentiles_match_numpy(fit):
+    f = np.asarray(fit, np.float32)
+    rep = q.MapElitesRepertoire(
+        genotypes=jnp.zeros((f.size, 1)),
+        fitnesses=jnp.asarray(f),
+        descriptors=jnp.zeros((f.size, 1)),
+        tessellation=q.CVTTessellation(np.linspace(0, 1, f.size)[:, None]),
+    )
+    m = q.qd_metrics(rep, 0.0)
+    filled = f[np.isfinite(f)].astype(np.float64)
+    if filled.size == 0:
+        assert np.isnan(float(m.p5_fitness)) and np.isnan(float(m.p95_fitness))
+        return
+    for got, p in ((m.p5_fitness, 5), (m.median_fitness, 50), (m.p95_fitness, 95)):
+        assert float(got) == pytest.approx(np.percentile(filled, p), rel=1e-5, abs=1e-2)
+
+
 def test_bytes_per_cell_counts_one_genotype():
     tess = q.GridTessellation((4,))
     genotypes = {"w": jnp.zeros((2, 3), jnp.float32), "b": jnp.zeros((2,), jnp.int16)}
@@ -216,6 +251,24 @@ def test_save_load_roundtrip(tmp_path, getkey):
     back = jobs.load_repertoire(tmp_path / "r.eqx", like)
     assert eqx.tree_equal(back, rep)
     assert [p.name for p in tmp_path.iterdir()] == ["r.eqx"]
+
+
+def test_a_cvt_repertoire_read_into_a_template_of_other_centroids_gets_their_index(tmp_path):
+    # The template's centroids (computed again, by another version, say) differ from the
+    # saved ones: the bucket index, a static field, must follow the centroids read.
+    rng = np.random.default_rng(0)
+    saved, other = (rng.uniform(size=(300, 2)).astype(np.float32) for _ in range(2))
+    rep = q.MapElitesRepertoire.empty(q.CVTTessellation(saved), jnp.zeros(1))
+    jobs.save_repertoire(tmp_path / "r.eqx", rep)
+    like = q.MapElitesRepertoire.empty(q.CVTTessellation(other), jnp.zeros(1))
+    back = jobs.load_repertoire(tmp_path / "r.eqx", like)
+    np.testing.assert_array_equal(back.centroids, saved)
+    assert back.tessellation.bucket_index == rep.tessellation.bucket_index
+    points = jnp.asarray(rng.uniform(size=(500, 2)), jnp.float32)
+    np.testing.assert_array_equal(back.cell_of(points), q.nearest_centroid(points, back.centroids))
+    # Read into a template of the same centroids, the tessellation is kept as it is.
+    same = jobs.load_repertoire(tmp_path / "r.eqx", rep)
+    assert same.tessellation.bucket_index is rep.tessellation.bucket_index
 
 
 def test_grid_index_equals_nearest_centroid():
