@@ -1,22 +1,30 @@
 """eqx_qd beside its peers, back to back, in one command: one table of throughputs and ratios.
 
-Runs our MAP-Elites benchmark (`benchmarks/map_elites.py`) and the peers' scripts of
-``../shared/bench`` (pyribs 0.12 float32, QDax 0.5.0), each in its own virtualenv as
-``../shared/bench/README.md`` installs them, on the anchor workload (rastrigin-100, isoline
-0.005 / 0.05, batch 1024, 200 iterations in one compiled loop) for several archives. Rounds
-alternate who goes first, so drift on a shared machine hits every side alike; each cell of the
-table is the median over rounds, and the ratio is ours over the faster peer. Run it with
-nothing else on the machine: a 2-core CPU measures what runs beside it.
+MAP-Elites: our benchmark (`benchmarks/map_elites.py`) and the peers' scripts of
+``../shared/bench`` (pyribs 0.12 float32, QDax 0.5.0) on the anchor workload (rastrigin-100,
+isoline 0.005 / 0.05, batch 1024, 200 iterations in one compiled loop) for several archives,
+and the first call of the CVT k-means (ours against QDax's sklearn). RL: our `sac.py`,
+`pga_me.py` and `me_pbt.py` against QDax's `bench_pbt_sac.py`, `bench_pgame.py` and
+`bench_mepbt.py` on the same sizes, and `ppo.py` (jaxagents' network layout) against
+jaxagents' `bench_ippo.py` on cart-pole and the twin cart-pole. Each peer runs in its own
+virtualenv as ``../shared/bench/README.md`` installs it. Rounds alternate who goes first, so
+drift on a shared machine hits every side alike; each cell is the median over rounds. Run it
+with nothing else on the machine: a 2-core CPU measures what runs beside it.
 
 The peers' scripts are copied into a temporary folder and run from there (``../shared`` is
-read-only; QDax's writes its centroids beside itself). QDax's gets one change, made in the copy:
-it loads the same centroids as the others when a ``centroids_cvt<N>_2d.npy`` sits beside it,
-as our GPU session's copy did, instead of computing its own k-means.
+read-only; QDax's writes its centroids beside itself). QDax's MAP-Elites script gets one
+change, made in the copy: it loads the same centroids as the others when a
+``centroids_cvt<N>_2d.npy`` sits beside it, as our GPU session's copy did, instead of computing
+its own k-means (except in the ``kmeans`` workload, which times that k-means).
 
-Usage: python benchmarks/compare.py [--rounds 3] [--only cvt1024,grid]
+Usage: python benchmarks/compare.py [--rounds 3] [--only cvt1024,grid,sac,ippo]
        [--qdax-python /tmp/qdax_venv/bin/python] [--ribs-python /tmp/ribs_venv/bin/python]
+       [--jaxagents-python /tmp/jaxagents_venv/bin/python]
 
-Prints the machine (``lscpu``'s model name), the date, then a Markdown table.
+Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, pgame, mepbt (QDax);
+ppo, ippo (jaxagents). The default runs the MAP-Elites rows and k-means; ``--only all`` runs
+everything (about 40 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s
+model name), the date, then Markdown tables.
 """
 
 import argparse
@@ -28,12 +36,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import typing
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "bench"))
 
-# name -> (our arguments, pyribs arguments, QDax arguments, centroids file or None)
+# MAP-Elites: name -> (row title, centroids file or None for the grid, cells)
 WORKLOADS = {
     "cvt1024": ("CVT 1,024 (QDax's centroids)", "qdax/centroids_cvt1024_2d.npy", 1024),
     "grid": ("grid 32x32", None, 1024),
@@ -46,7 +55,8 @@ _QDAX_PATCH_AT = (
     "        centroids = compute_cvt_centroids("
 )
 _QDAX_PATCH = (
-    '    elif os.path.exists(os.path.join(HERE, f"centroids_cvt{a.centroids}_2d.npy")):\n'
+    '    elif os.path.exists(os.path.join(HERE, f"centroids_cvt{a.centroids}_2d.npy")) and not '
+    'os.environ.get("EQX_QD_COMPARE_KMEANS"):\n'
     "        key, subkey = jax.random.split(key)  # compare.py: the others' centroids, loaded\n"
     '        path = os.path.join(HERE, f"centroids_cvt{a.centroids}_2d.npy")\n'
     "        centroids = jnp.asarray(np.load(path))\n"
@@ -68,12 +78,15 @@ def _machine() -> str:
 
 
 def _peer_copies(folder: str) -> dict[str, str]:
-    """The peers' scripts copied into ``folder`` (QDax's patched there), with the centroids."""
+    """The peers' scripts copied into ``folder`` (QDax's MAP-Elites patched there), with the
+    centroids. The k-means workload gets a copy of its own: QDax's script saves the centroids
+    it computes beside itself, which must not replace the shared ones the others load."""
     scripts = {}
     ribs = os.path.join(folder, "pyribs")
     qdax = os.path.join(folder, "qdax")
-    os.makedirs(ribs)
-    os.makedirs(qdax)
+    kmeans = os.path.join(folder, "qdax_kmeans")
+    for d in (ribs, qdax, kmeans):
+        os.makedirs(d)
     shutil.copy(os.path.join(SHARED, "pyribs", "bench_ribs.py"), ribs)
     for name in os.listdir(os.path.join(SHARED, "pyribs")):
         if name.endswith(".npy"):
@@ -83,24 +96,34 @@ def _peer_copies(folder: str) -> dict[str, str]:
         text = text.replace(_QDAX_PATCH_AT, _QDAX_PATCH + _QDAX_PATCH_AT, 1)
     if "import jax.numpy as jnp" not in text:
         text = text.replace("import jax\n", "import jax\nimport jax.numpy as jnp\n", 1)
-    with open(os.path.join(qdax, "bench_me.py"), "w") as f:
-        f.write(text)
+    for d in (qdax, kmeans):
+        with open(os.path.join(d, "bench_me.py"), "w") as f:
+            f.write(text)
     shutil.copy(os.path.join(SHARED, "qdax", "centroids_cvt1024_2d.npy"), qdax)
+    for name in ("bench_pbt_sac.py", "bench_pgame.py", "bench_mepbt.py"):
+        shutil.copy(os.path.join(SHARED, "qdax", name), qdax)
+        scripts[name] = os.path.join(qdax, name)
     scripts["pyribs"] = os.path.join(ribs, "bench_ribs.py")
     scripts["qdax"] = os.path.join(qdax, "bench_me.py")
+    scripts["qdax_kmeans"] = os.path.join(kmeans, "bench_me.py")
+    scripts["jaxagents"] = os.path.join(SHARED, "jaxagents", "bench_ippo.py")  # writes nothing
     return scripts
 
 
-def _run(cmd: list[str], timeout: int) -> dict | None:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+def _run(cmd: list[str], timeout: int, env: dict[str, str] | None = None) -> dict | None:
+    """The script's result: its last ``JSON {...}`` line, or a last line that is JSON."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         print(f"  timed out: {' '.join(cmd[:3])} ...", file=sys.stderr)
         return None
-    for line in done.stdout.splitlines():
+    lines = done.stdout.strip().splitlines()
+    for line in reversed(lines):
         if line.startswith("JSON "):
             return json.loads(line[5:])
+    if done.returncode == 0 and lines and lines[-1].startswith("{"):
+        return json.loads(lines[-1])
     print(f"  no result from {' '.join(cmd[:3])} ...: {done.stderr[-800:]}", file=sys.stderr)
     return None
 
@@ -118,7 +141,7 @@ def _max_fitness(res: dict) -> float:
     return float(res.get("max_fitness", res.get("final_max_fitness", float("nan"))))
 
 
-def _commands(name: str, args, scripts) -> dict[str, list[str]]:
+def _map_elites_commands(name: str, args, scripts) -> dict[str, tuple[list[str], dict]]:
     _, centroids, cells = WORKLOADS[name]
     ours = [sys.executable, os.path.join(HERE, "map_elites.py"), "--repeats", "3"]
     ribs = [args.ribs_python, scripts["pyribs"], "--dtype", "float32"]
@@ -132,44 +155,100 @@ def _commands(name: str, args, scripts) -> dict[str, list[str]]:
         ours += ["--centroids", path, "--cells", str(cells)]
         ribs += ["--centroids", path]
         qdax += ["--centroids", str(cells)]
-    return {"eqx_qd": ours, "pyribs f32": ribs, "QDax 0.5.0": qdax}
+    return {"eqx_qd": (ours, {}), "pyribs f32": (ribs, {}), "QDax 0.5.0": (qdax, {})}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--only", default=",".join(WORKLOADS), help="workloads, comma-separated")
-    p.add_argument("--qdax-python", default="/tmp/qdax_venv/bin/python")
-    p.add_argument("--ribs-python", default="/tmp/ribs_venv/bin/python")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per script run")
-    args = p.parse_args()
-    chosen = [w.strip() for w in args.only.split(",") if w.strip()]
-    unknown = [w for w in chosen if w not in WORKLOADS]
-    if unknown:
-        p.error(f"unknown workloads {unknown}; known: {list(WORKLOADS)}")
-    for who, python in (("QDax", args.qdax_python), ("pyribs", args.ribs_python)):
-        if not os.path.exists(python):
-            p.error(
-                f"no {who} virtualenv at {python} (install it as ../shared/bench/README.md says)"
-            )
+class _Versus(typing.NamedTuple):
+    """One workload against one peer: how to run each side and what to read from each."""
 
-    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    results: dict[str, dict[str, list[dict]]] = {w: {} for w in chosen}
-    with tempfile.TemporaryDirectory(prefix="eqx_qd_compare_") as folder:
-        scripts = _peer_copies(folder)
-        for r in range(args.rounds):
-            for w in chosen:
-                commands = list(_commands(w, args, scripts).items())
-                if r % 2:  # alternate who goes first
-                    commands.reverse()
-                for who, cmd in commands:
-                    print(f"round {r + 1}/{args.rounds}: {w} {who}", file=sys.stderr, flush=True)
-                    res = _run(cmd, args.timeout)
-                    if res is not None:
-                        results[w].setdefault(who, []).append(res)
+    title: str
+    measure: str  # what the number is
+    higher_is_better: bool
+    peer: str
+    ours: typing.Callable[[typing.Any, dict], list[str]]
+    theirs: typing.Callable[[typing.Any, dict], list[str]]
+    read_ours: typing.Callable[[dict], float]
+    read_theirs: typing.Callable[[dict], float]
+    compile_ours: typing.Callable[[dict], float]
+    compile_theirs: typing.Callable[[dict], float]
+    peer_env: dict = {}
 
-    print(f"{started}, {_machine()}; medians of {args.rounds} rounds, back to back")
-    print()
+
+_PPO_STEPS = 10 * 128 * 64  # jaxagents' bench_ippo.py: 10 updates of 64 envs x 128 steps
+
+
+def _as_median(rate: float, times: list[float]) -> float:
+    """A rate a QDax script took over the mean of its steady ``times``, over their median."""
+    return rate * statistics.mean(times) / statistics.median(times)
+
+
+def _jaxagents_median(res: dict) -> float:
+    return _PPO_STEPS / statistics.median(res["train"]["steady_call_all_s"])
+
+
+def _ppo(task: str, agent: str, title: str) -> _Versus:
+    return _Versus(
+        title, "env steps/s", True, "jaxagents 0.2.5",
+        lambda a, s: [sys.executable, os.path.join(HERE, "ppo.py"), "--tasks", task, "--layout",
+                      "joint", "--repeats", "5"],
+        lambda a, s: [a.jaxagents_python, s["jaxagents"], "--agent", agent, "--n-steps", "10",
+                      "--reps", "5", "--raw-iters", "1280"],
+        lambda r: r[task]["train_env_steps_per_s"], _jaxagents_median,
+        lambda r: r[task]["train_compile_s"], lambda r: r["train"]["compile_s_est"],
+    )  # fmt: skip
+
+
+VERSUS = {
+    "kmeans": _Versus(
+        "CVT k-means, 1,024 cells from 50,000 samples, first call (compile included)",
+        "s", False, "QDax 0.5.0 (sklearn)",
+        lambda a, s: [sys.executable, os.path.join(HERE, "map_elites.py"), "--cells", "1024",
+                      "--iters", "2", "--repeats", "1"],
+        lambda a, s: [a.qdax_python, s["qdax_kmeans"], "--centroids", "1024", "--iters", "2",
+                      "--repeats", "1"],
+        lambda r: r["centroids_s"], lambda r: r["centroid_time_s"],
+        lambda r: float("nan"), lambda r: float("nan"),
+        {"EQX_QD_COMPARE_KMEANS": "1"},
+    ),
+    "sac": _Versus(
+        "SAC population, hopper, 8 agents x 16 envs, (256, 256), batch 256",
+        "SAC grad steps/s", True, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "sac.py")],
+        lambda a, s: [a.qdax_python, s["bench_pbt_sac.py"]],
+        lambda r: r["grad_steps_per_s"],
+        lambda r: _as_median(r["grad_steps_per_s_total_over_pop"], r["train_call_times_s"][1:]),
+        lambda r: r["train_compile_s"], lambda r: r["train_compile_time_s"],
+    ),
+    "pgame": _Versus(
+        "PGA-ME, walker2d_uni, 64 offspring, 300 critic + 100 PG steps per iteration",
+        "s/iter", False, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "pga_me.py")],
+        lambda a, s: [a.qdax_python, s["bench_pgame.py"]],
+        lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
+        lambda r: r["compile_s"], lambda r: r["compile_time_s"],
+    ),
+    "mepbt": _Versus(
+        "ME-PBT, point maze, 10 PBT-TD3 + 10 GA, (64, 64), 400 steps per agent",
+        "TD3 grad steps/s", True, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "me_pbt.py"), "--loops", "4"],
+        lambda a, s: [a.qdax_python, s["bench_mepbt.py"], "--hidden", "64", "64",
+                      "--train-steps", "400"],
+        lambda r: r["td3_grad_steps_per_s"],
+        lambda r: _as_median(r["td3_grad_steps_per_s_total"], r["iter_times_s"][1:]),
+        lambda r: r["iter_times_s"][0], lambda r: r["first_iter_s_incl_compile"],
+    ),
+    "ppo": _ppo("cartpole", "ppo", "PPO, cart-pole, 64 envs x 128 steps, (64, 64)"),
+    "ippo": _ppo("twin_cartpole", "ippo2", "IPPO, twin cart-pole, jaxagents' joint network"),
+}  # fmt: skip
+DEFAULT = [*WORKLOADS, "kmeans"]
+
+
+def _versus_commands(name: str, args, scripts) -> dict[str, tuple[list[str], dict]]:
+    v = VERSUS[name]
+    return {"eqx_qd": (v.ours(args, scripts), {}), v.peer: (v.theirs(args, scripts), v.peer_env)}
+
+
+def _print_map_elites(chosen: list[str], results: dict) -> None:
     print("| MAP-Elites, rastrigin-100, batch 1024 | eqx_qd evals/s | pyribs f32 | QDax 0.5.0 "
           "| eqx_qd / best peer | max fitness (ours / pyribs / QDax) |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- |")
@@ -184,6 +263,86 @@ def main() -> None:
         fits = " / ".join(f"{best[k]:.1f}" if k in best else "-" for k in
                           ("eqx_qd", "pyribs f32", "QDax 0.5.0"))  # fmt: skip
         print(f"| {WORKLOADS[w][0]} | " + " | ".join(cells) + f" | **{ratio}** | {fits} |")
+
+
+def _num(x: float) -> str:
+    if x != x:  # NaN
+        return "-"
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _print_versus(chosen: list[str], results: dict) -> None:
+    print("| workload | measure | eqx_qd | peer | peer's | speed, ours / peer's | compile s "
+          "(ours / peer's) |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for w in chosen:
+        v, runs = VERSUS[w], results[w]
+
+        def med(who, read):
+            values = []
+            for r in runs.get(who, []):
+                try:
+                    values.append(float(read(r)))
+                except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError):
+                    pass
+            return statistics.median(values) if values else float("nan")
+
+        ours, theirs = med("eqx_qd", v.read_ours), med(v.peer, v.read_theirs)
+        speed = ours / theirs if v.higher_is_better else theirs / ours
+        compile_ = f"{_num(med('eqx_qd', v.compile_ours))} / {_num(med(v.peer, v.compile_theirs))}"
+        ratio = "n/a" if speed != speed else f"**{speed:.2f}x**"
+        print(f"| {v.title} | {v.measure} | {_num(ours)} | {v.peer} | {_num(theirs)} | {ratio} "
+              f"| {compile_} |")  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--only", default=",".join(DEFAULT), help="workloads, comma-separated, or all")
+    p.add_argument("--qdax-python", default="/tmp/qdax_venv/bin/python")
+    p.add_argument("--ribs-python", default="/tmp/ribs_venv/bin/python")
+    p.add_argument("--jaxagents-python", default="/tmp/jaxagents_venv/bin/python")
+    p.add_argument("--timeout", type=int, default=900, help="seconds per script run")
+    args = p.parse_args()
+    known = [*WORKLOADS, *VERSUS]
+    chosen = known if args.only == "all" else [w.strip() for w in args.only.split(",") if w]
+    unknown = [w for w in chosen if w not in known]
+    if unknown:
+        p.error(f"unknown workloads {unknown}; known: {known} (or all)")
+    needs = {"QDax": args.qdax_python, "pyribs": args.ribs_python}
+    if any(w in ("ppo", "ippo") for w in chosen):
+        needs["jaxagents"] = args.jaxagents_python
+    for who, python in needs.items():
+        if not os.path.exists(python):
+            p.error(
+                f"no {who} virtualenv at {python} (install it as ../shared/bench/README.md says)"
+            )
+
+    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    results: dict[str, dict[str, list[dict]]] = {w: {} for w in chosen}
+    with tempfile.TemporaryDirectory(prefix="eqx_qd_compare_") as folder:
+        scripts = _peer_copies(folder)
+        for r in range(args.rounds):
+            for w in chosen:
+                make = _map_elites_commands if w in WORKLOADS else _versus_commands
+                commands = list(make(w, args, scripts).items())
+                if r % 2:  # alternate who goes first
+                    commands.reverse()
+                for who, (cmd, env) in commands:
+                    print(f"round {r + 1}/{args.rounds}: {w} {who}", file=sys.stderr, flush=True)
+                    res = _run(cmd, args.timeout, env)
+                    if res is not None:
+                        results[w].setdefault(who, []).append(res)
+
+    print(f"{started}, {_machine()}; medians of {args.rounds} rounds, back to back")
+    map_elites = [w for w in chosen if w in WORKLOADS]
+    versus = [w for w in chosen if w in VERSUS]
+    if map_elites:
+        print()
+        _print_map_elites(map_elites, results)
+    if versus:
+        print()
+        _print_versus(versus, results)
 
 
 if __name__ == "__main__":

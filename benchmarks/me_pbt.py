@@ -11,6 +11,7 @@ Usage: python benchmarks/me_pbt.py [--loops 3] [--train-steps 400]
 """
 
 import argparse
+import json
 import statistics
 import time
 
@@ -75,6 +76,12 @@ def main():
         f"bytes per repertoire cell (agent state, no optimiser): "
         f"{q.bytes_per_cell(state.repertoire):,}"
     )
+    res = {
+        "bench": "me_pbt_td3", "pg_pop": a.pg_pop, "ga_pop": a.ga_pop, "hidden": a.hidden,
+        "train_steps": a.train_steps, "jax": jax.__version__, "init_s": t_init,
+        "iter_times_s": times, "s_per_iter": t, "td3_grad_steps_per_s": grad_steps / t,
+    }  # fmt: skip
+    print("JSON " + json.dumps(res))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Usage: python benchmarks/pga_me.py [--env walker2d_uni] [--iters 10] [--repeats 
 """
 
 import argparse
+import json
 import time
 
 import equinox as eqx
@@ -109,6 +110,15 @@ def main():
         f"{100 * float(history.coverage[-1]):.2f}% / {float(history.max_fitness[-1]):.2f}"
     )
     print(f"wall total                 : {time.perf_counter() - t_start:.1f} s")
+    res = {
+        "bench": "pgame", "env": a.env, "batch": a.batch, "iters": a.iters,
+        "critic_steps": a.critic_steps, "pg_steps": a.pg_steps, "jax": jax.__version__,
+        "centroids_s": t_cvt, "init_s": t_init, "lower_s": t_lower, "compile_s": t_compile,
+        "run_times_s": run_times, "s_per_iter": best / a.iters,
+        "final_qd_score": float(history.qd_score[-1]),
+        "final_max_fitness": float(history.max_fitness[-1]),
+    }  # fmt: skip
+    print("JSON " + json.dumps(res))
 
 
 if __name__ == "__main__":

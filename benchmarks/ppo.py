@@ -211,6 +211,7 @@ def main():
                 f"{raw['raw_env_steps_per_s']:,.0f} env steps/s",
                 flush=True,
             )
+    print("JSON " + json.dumps(results))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -11,6 +11,7 @@ Usage: python benchmarks/sac.py [--env hopper_uni] [--pop 8] [--calls 3] [--devi
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -103,7 +104,16 @@ def main():
         f"(per agent {grad_steps / P / t:,.1f})"
     )
     print(f"env steps/s while training: {P * a.steps_per_call / t:,.0f}")
-    print(f"eval env steps/s: {P * B * a.episode_length / min(eval_times[1:] or eval_times):,.0f}")
+    eval_rate = P * B * a.episode_length / min(eval_times[1:] or eval_times)
+    print(f"eval env steps/s: {eval_rate:,.0f}")
+    res = {
+        "bench": "sac_population", "env": a.env, "pop": P, "env_batch": B,
+        "steps_per_call": a.steps_per_call, "hidden": a.hidden, "batch": a.batch,
+        "devices": a.devices, "jax": jax.__version__, "init_s": t_init,
+        "train_compile_s": t_compile, "train_call_s": train_times,
+        "grad_steps_per_s": grad_steps / t, "eval_env_steps_per_s": eval_rate,
+    }  # fmt: skip
+    print("JSON " + json.dumps(res))
 
 
 if __name__ == "__main__":
