@@ -23,7 +23,10 @@ from ._misc import f32
 
 
 def _bounds(value: Any, num_descriptors: int, name: str) -> Float[Array, " num_descriptors"]:
-    arr = jnp.broadcast_to(jnp.asarray(value, jnp.float32), (num_descriptors,))
+    if isinstance(value, jax.core.Tracer):
+        arr = jnp.broadcast_to(jnp.asarray(value, jnp.float32), (num_descriptors,))
+    else:  # on the host: eager jnp operations would each compile a small program
+        arr = jnp.asarray(np.broadcast_to(np.asarray(value, np.float32), (num_descriptors,)))
     check.finite(name, arr)
     return arr
 
@@ -549,18 +552,9 @@ def cvt_centroids(
     check.positive_int("num_descriptors", num_descriptors)
     check.integer("num_samples", num_samples, minimum=num_cells, maximum=_MAX_SAMPLES)
     check.non_negative_int("num_iters", num_iters)
-    lo = _host_bounds(minval, num_descriptors, "minval")
-    hi = _host_bounds(maxval, num_descriptors, "maxval")
+    lo = _bounds(minval, num_descriptors, "minval")
+    hi = _bounds(maxval, num_descriptors, "maxval")
     return _cvt(key, lo, hi, num_cells, num_samples, num_iters, min(num_cells, 16))
-
-
-def _host_bounds(value: Any, num_descriptors: int, name: str) -> Any:
-    """`_bounds` on the host where ``value`` is concrete: no small programs to compile."""
-    if isinstance(value, jax.core.Tracer):
-        return _bounds(value, num_descriptors, name)
-    arr = np.broadcast_to(np.asarray(value, np.float32), (num_descriptors,))
-    check.finite(name, arr)
-    return arr
 
 
 @eqx.filter_jit
