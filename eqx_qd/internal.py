@@ -5,7 +5,8 @@ and environments.
   hyperparameter fields: no weak types, no retrace when a value changes).
 - **pytrees of populations** (array leaves with a leading batch axis; non-array leaves such as an
   MLP's activation pass through): `batch_size_of`, `tree_take`, `tree_scatter`, `tree_slice`,
-  `tree_concatenate`, `tree_zeros_batch`, `tree_all_gather`.
+  `tree_concatenate`, `tree_zeros_batch`, `tree_all_gather`; `random_permutation` (a fast
+  uniform shuffle, for minibatches).
 - **loops over modules**: `filter_scan`, `filter_cond`, `filter_while_loop`: ``lax`` control
   flow whose carry may hold non-array leaves (checked unchanged).
 - **optimisers**: `params_of`, `init_adam` / `apply_adam`, `init_clipped_adam` /
@@ -29,6 +30,7 @@ from ._misc import (
     filter_scan as filter_scan,
     filter_while_loop as filter_while_loop,
     i32 as i32,
+    random_permutation as random_permutation,
     tree_all_gather as tree_all_gather,
     tree_concatenate as tree_concatenate,
     tree_scatter as tree_scatter,
@@ -78,6 +80,7 @@ __all__ = [
     "is_concrete",
     "params_of",
     "PPOSamples",
+    "random_permutation",
     "soft_update",
     "tree_all_gather",
     "tree_concatenate",

@@ -103,6 +103,38 @@ def test_joint_actor_is_one_distribution_per_agent_over_the_team_observation(dis
         q.IPPO(q.LineTargets(n=2), joint_network=True, shared_params=True)
 
 
+def _actors():
+    obs1, obs3 = jr.normal(jr.key(5), (4,)), jr.normal(jr.key(6), (3, 4))
+    return [
+        (q.CategoricalActor(4, 3, (16, 16), key=jr.key(0)), obs1),
+        (q.GaussianActor(4, 2, (16, 16), key=jr.key(1)), obs1),
+        (q.JointActor(3, 4, 3, (16,), discrete=True, key=jr.key(2)), obs3),
+        (q.JointActor(3, 4, 2, (16,), discrete=False, key=jr.key(3)), obs3),
+    ]
+
+
+def _dots(fn) -> int:
+    return str(jax.make_jaxpr(fn)()).count("dot_general")
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_actors_pair_their_methods_on_one_pass_of_the_network(index):
+    actor, obs = _actors()[index]
+    action, log_prob = actor.sample_and_log_prob(obs, key=jr.key(7))
+    np.testing.assert_array_equal(action, actor.sample(obs, key=jr.key(7)))
+    np.testing.assert_allclose(log_prob, actor.log_prob(obs, action), rtol=1e-6)
+    both = actor.log_prob_and_entropy(obs, action)
+    np.testing.assert_allclose(both[0], actor.log_prob(obs, action), rtol=1e-6)
+    np.testing.assert_allclose(both[1], actor.entropy(obs), rtol=1e-6)
+    # PPO's loss and its gradient run the network once, as log_prob alone does: computed
+    # apart, the categorical's log-prob and entropy ran (and differentiated) it twice.
+    loss = lambda a: jnp.sum(sum(a.log_prob_and_entropy(obs, action)))
+    alone = lambda a: jnp.sum(a.log_prob(obs, action))
+    assert _dots(lambda: jax.grad(loss)(actor)) == _dots(lambda: jax.grad(alone)(actor))
+    sampled = lambda: actor.sample_and_log_prob(obs, key=jr.key(7))
+    assert _dots(sampled) == _dots(lambda: actor.sample(obs, key=jr.key(7)))
+
+
 def test_ppo_learns_a_continuous_task():
     env = q.SingleAgentView(q.PointMaze(walls=False, length=50))
     agent = q.IPPO(env, normalise_observations=True, **FAST)

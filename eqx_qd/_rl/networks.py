@@ -282,7 +282,9 @@ def _scale_last_layer(net: MLP, scale: float) -> MLP:
 class AbstractActor(eqx.Module):
     """A stochastic policy for one agent: log-probabilities, entropy, samples and the mode.
 
-    Subclass it for another action distribution; `IPPO` only uses these four methods.
+    Subclass it for another action distribution: define the four abstract methods. `IPPO`
+    calls them through `log_prob_and_entropy` and `sample_and_log_prob`, which a subclass
+    overrides to run its network once for both values.
     """
 
     @abc.abstractmethod
@@ -300,6 +302,18 @@ class AbstractActor(eqx.Module):
     @abc.abstractmethod
     def mode(self, obs: Float[Array, " obs_dim"]) -> Array:
         """The most likely action for ``obs`` (deterministic evaluation)."""
+
+    def log_prob_and_entropy(self, obs: Array, action: Array) -> tuple[Array, Array]:
+        """`log_prob` and `entropy` together (PPO's loss needs both). Override to share one pass
+        of the network between them: computed apart, the network runs, and is differentiated,
+        twice."""
+        return self.log_prob(obs, action), self.entropy(obs)
+
+    def sample_and_log_prob(self, obs: Array, *, key: PRNGKey) -> tuple[Array, Array]:
+        """An action drawn as `sample` draws it, and its `log_prob` (a rollout needs both).
+        Override to share one pass of the network between them."""
+        action = self.sample(obs, key=key)
+        return action, self.log_prob(obs, action)
 
 
 @typing.final
@@ -332,6 +346,19 @@ class CategoricalActor(AbstractActor):
 
     def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Int[Array, ""]:
         return jr.categorical(key, self._logits(obs)).astype(jnp.int32)
+
+    def log_prob_and_entropy(
+        self, obs: Float[Array, " obs_dim"], action: Array
+    ) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        log_p = self._log_probs(obs)
+        return log_p[action], -jnp.sum(jnp.exp(log_p) * log_p)
+
+    def sample_and_log_prob(
+        self, obs: Float[Array, " obs_dim"], *, key: PRNGKey
+    ) -> tuple[Int[Array, ""], Float[Array, ""]]:
+        logits = self._logits(obs)
+        action = jr.categorical(key, logits).astype(jnp.int32)
+        return action, jax.nn.log_softmax(logits)[action]
 
     def mode(self, obs: Float[Array, " obs_dim"]) -> Int[Array, ""]:
         return jnp.argmax(self._logits(obs)).astype(jnp.int32)
@@ -372,15 +399,25 @@ class GaussianActor(AbstractActor):
         self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
     ) -> Float[Array, ""]:
         _check_obs("GaussianActor.log_prob", action, self.log_std.shape, name="action")
-        z = (action - self._mean(obs)) * jnp.exp(-self.log_std)
-        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi))
+        return self._log_prob_at(self._mean(obs), action)
 
     def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
         return jnp.sum(self.log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e))
 
+    def _log_prob_at(self, mean: Array, action: Array) -> Float[Array, ""]:
+        z = (action - mean) * jnp.exp(-self.log_std)
+        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi))
+
     def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Float[Array, " action_dim"]:
         noise = jr.normal(key, self.log_std.shape)
         return self._mean(obs) + jnp.exp(self.log_std) * noise
+
+    def sample_and_log_prob(
+        self, obs: Float[Array, " obs_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " action_dim"], Float[Array, ""]]:
+        mean = self._mean(obs)
+        action = mean + jnp.exp(self.log_std) * jr.normal(key, self.log_std.shape)
+        return action, self._log_prob_at(mean, action)
 
     def mode(self, obs: Float[Array, " obs_dim"]) -> Float[Array, " action_dim"]:
         return self._mean(obs)
@@ -455,27 +492,49 @@ class JointActor(AbstractActor):
         _check_obs("JointActor", obs, (self.num_agents, self.net.in_size // self.num_agents))
         return self.net(obs.reshape(-1)).reshape(self.num_agents, -1)
 
-    def log_prob(
-        self, obs: Float[Array, "num_agents obs_dim"], action: Array
-    ) -> Float[Array, " num_agents"]:
-        heads = self._heads(obs)
+    def _log_prob_at(self, heads: Array, action: Array) -> Float[Array, " num_agents"]:
         if self.discrete:
             log_p = jax.nn.log_softmax(heads)
             return jnp.take_along_axis(log_p, action[:, None], axis=-1)[:, 0]
         z = (action - heads) * jnp.exp(-self.log_std)
         return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi), axis=-1)
 
-    def entropy(self, obs: Float[Array, "num_agents obs_dim"]) -> Float[Array, " num_agents"]:
+    def _entropy_at(self, heads: Array) -> Float[Array, " num_agents"]:
         if self.discrete:
-            log_p = jax.nn.log_softmax(self._heads(obs))
+            log_p = jax.nn.log_softmax(heads)
             return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
         return jnp.sum(self.log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e), axis=-1)
 
-    def sample(self, obs: Float[Array, "num_agents obs_dim"], *, key: PRNGKey) -> Array:
-        heads = self._heads(obs)
+    def _sample_at(self, heads: Array, key: PRNGKey) -> Array:
         if self.discrete:
             return jr.categorical(key, heads).astype(jnp.int32)
         return heads + jnp.exp(self.log_std) * jr.normal(key, heads.shape)
+
+    def log_prob(
+        self, obs: Float[Array, "num_agents obs_dim"], action: Array
+    ) -> Float[Array, " num_agents"]:
+        return self._log_prob_at(self._heads(obs), action)
+
+    def entropy(self, obs: Float[Array, "num_agents obs_dim"]) -> Float[Array, " num_agents"]:
+        if self.discrete:
+            return self._entropy_at(self._heads(obs))
+        return self._entropy_at(jnp.zeros(()))  # the network does not enter it
+
+    def sample(self, obs: Float[Array, "num_agents obs_dim"], *, key: PRNGKey) -> Array:
+        return self._sample_at(self._heads(obs), key)
+
+    def log_prob_and_entropy(
+        self, obs: Float[Array, "num_agents obs_dim"], action: Array
+    ) -> tuple[Float[Array, " num_agents"], Float[Array, " num_agents"]]:
+        heads = self._heads(obs)
+        return self._log_prob_at(heads, action), self._entropy_at(heads)
+
+    def sample_and_log_prob(
+        self, obs: Float[Array, "num_agents obs_dim"], *, key: PRNGKey
+    ) -> tuple[Array, Float[Array, " num_agents"]]:
+        heads = self._heads(obs)
+        action = self._sample_at(heads, key)
+        return action, self._log_prob_at(heads, action)
 
     def mode(self, obs: Float[Array, "num_agents obs_dim"]) -> Array:
         heads = self._heads(obs)

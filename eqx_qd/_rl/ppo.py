@@ -25,7 +25,15 @@ from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._envs.base import autoreset_step, finished_episodes, training_reset, TrainingEnvState
 from .._envs.multi_agent import AbstractMultiAgentEnv
-from .._misc import f32, filter_scan, filter_while_loop, i32, is_none, tree_take
+from .._misc import (
+    f32,
+    filter_scan,
+    filter_while_loop,
+    i32,
+    is_none,
+    random_permutation,
+    tree_take,
+)
 from .base import (
     AbstractAgent,
     AbstractAgentState,
@@ -242,7 +250,7 @@ def _normalise(normaliser: RunningNormaliser | None, obs: Array) -> Array:
 
 def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:
     """A fresh shuffle of ``n`` samples cut into ``count`` equal minibatches."""
-    return jr.permutation(key, n).reshape(count, n // count)
+    return random_permutation(n, key=key).reshape(count, n // count)
 
 
 # ----------------------------------------------------------------------------- agent
@@ -470,14 +478,12 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
         # obs: (batch, agents, obs_dim) -> actions and log-probs (batch, agents, ...)
         if self.joint_network:
             keys = jr.split(key, obs.shape[0])
-            actions = jax.vmap(lambda o, k: actors.sample(o, key=k))(obs, keys)
-            return actions, jax.vmap(actors.log_prob)(obs, actions)
+            return jax.vmap(lambda o, k: actors.sample_and_log_prob(o, key=k))(obs, keys)
         obs = jnp.swapaxes(obs, 0, 1)
         keys = jr.split(key, obs.shape[:2])
 
         def one_agent(actor, o, k):
-            actions = jax.vmap(lambda oi, ki: actor.sample(oi, key=ki))(o, k)
-            return actions, jax.vmap(actor.log_prob)(o, actions)
+            return jax.vmap(lambda oi, ki: actor.sample_and_log_prob(oi, key=ki))(o, k)
 
         actions, log_probs = self._over_agents(one_agent, actors, obs, keys)
         return jnp.swapaxes(actions, 0, 1), jnp.swapaxes(log_probs, 0, 1)
@@ -626,14 +632,14 @@ def actor_loss(
     """The clipped surrogate with an entropy bonus (to minimise) of ``actor`` on ``batch``, and
     the mean entropy, with the clip and entropy coefficient of ``h`` (`PPOHParams`).
     Advantages are standardised over the batch when ``normalise_advantages``."""
-    log_probs = jax.vmap(actor.log_prob)(batch.obs, batch.actions)
+    log_probs, entropies = jax.vmap(actor.log_prob_and_entropy)(batch.obs, batch.actions)
     ratio = jnp.exp(log_probs - batch.log_probs)
     adv = batch.advantages
     if normalise_advantages:
         adv = (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
     clipped = jnp.clip(ratio, 1.0 - h.clip_eps, 1.0 + h.clip_eps)
     surrogate = jnp.mean(jnp.minimum(ratio * adv, clipped * adv))
-    entropy = jnp.mean(jax.vmap(actor.entropy)(batch.obs))
+    entropy = jnp.mean(entropies)
     return -surrogate - h.ent_coef * entropy, entropy
 
 

@@ -163,8 +163,9 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
             raw_obs = env_state.env_state.obs
             obs = self.normalise(state, raw_obs)
             keys = jr.split(act_key, self.num_envs)
-            actions = jax.vmap(lambda o, ak: state.actor.sample(o, key=ak))(obs, keys)
-            log_probs = jax.vmap(state.actor.log_prob)(obs, actions)
+            actions, log_probs = jax.vmap(lambda o, ak: state.actor.sample_and_log_prob(o, key=ak))(
+                obs, keys
+            )
             clipped = jnp.clip(actions, -1.0, 1.0)
             out = jax.vmap(lambda s, a, sk: autoreset_step(env, s, a, key=sk))(
                 env_state, clipped, jr.split(step_key, self.num_envs)
