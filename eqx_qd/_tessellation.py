@@ -206,13 +206,11 @@ class _BucketIndex:
             """Centroid ids of the boxes within ``r`` boxes of each of ``boxes``, padded with
             -1 (each centroid is in one box, so no id repeats)."""
             offsets = np.stack(np.meshgrid(*[np.arange(-r, r + 1)] * d, indexing="ij"), -1)
-            parts = []
-            for o in offsets.reshape(-1, d):
-                other = grid[boxes] + o
-                valid = np.all((other >= 0) & (other < g), axis=-1)
-                flat = (np.clip(other, 0, g - 1) * strides).sum(-1)
-                parts.append(np.where(valid[:, None], members[flat], -1))
-            return np.concatenate(parts, axis=1)
+            other = grid[boxes][:, None] + offsets.reshape(1, -1, d)  # (boxes, offsets, d)
+            valid = np.all((other >= 0) & (other < g), axis=-1)
+            flat = (np.clip(other, 0, g - 1) * strides).sum(-1)
+            ids = np.where(valid[..., None], members[flat], -1)  # (boxes, offsets, members)
+            return ids.reshape(len(boxes), -1)
 
         def within(ids: np.ndarray, boxes: np.ndarray) -> np.ndarray:
             """``ids`` within each box's reach, sorted, padded with ``n``."""
@@ -239,23 +237,25 @@ class _BucketIndex:
         # Every centroid within a box's reach lies within this many boxes of it: search each
         # group of boxes over its own neighbourhood (boxes past the centroids reach further).
         rings = np.ceil(np.sqrt(slack) / width.min()).astype(np.int64) + 1
-        rows: list[np.ndarray | None] = [None] * len(grid)
+        # Too far to look, over all boxes: the centroids are too uneven (all on a line, say,
+        # where the boxes off the line reach across it; that once took a minute to give up).
+        if float(((2.0 * rings + 1) ** d).sum()) * members.shape[1] > 5e7:
+            raise _NoIndex
+        found = []  # (boxes, their candidates: sorted, padded with n)
         for r in np.unique(rings):
             boxes = np.flatnonzero(rings == r)
             size = (2 * r + 1) ** d * members.shape[1]
-            if size * len(boxes) > 5e7:
-                raise _NoIndex  # too far to look: the centroids are too uneven
             step = max(1, int(2e6 // size))  # blocks of boxes: a few MB at a time
             for start in range(0, len(boxes), step):
                 block = boxes[start : start + step]
-                for b, row in zip(block, within(around(int(r), block), block)):
-                    rows[b] = row[row < n]
-        k = max(len(row) for row in rows)  # type: ignore[arg-type]
+                ids = within(around(int(r), block), block)
+                found.append((block, ids[:, : max(1, int((ids < n).sum(1).max()))]))
+        k = max(ids.shape[1] for _, ids in found)
         if k > _INDEX_MAX_CANDIDATES:
             raise _NoIndex
-        table = np.full((len(rows), k), n, np.int32)
-        for i, row in enumerate(rows):
-            table[i, : len(row)] = row  # type: ignore[arg-type]
+        table = np.full((len(grid), k), n, np.int32)
+        for block, ids in found:
+            table[block, : ids.shape[1]] = ids
         self.table = table
         padded = np.concatenate([c, np.full((1, d), 1e30)], 0)  # the padding never wins
         self.padded = padded.astype(np.float32)

@@ -304,14 +304,14 @@ class AbstractActor(eqx.Module):
         """The most likely action for ``obs`` (deterministic evaluation)."""
 
     def log_prob_and_entropy(self, obs: Array, action: Array) -> tuple[Array, Array]:
-        """`log_prob` and `entropy` together (PPO's loss needs both). Override to share one pass
-        of the network between them: computed apart, the network runs, and is differentiated,
-        twice."""
+        """``(log_prob(obs, action), entropy(obs))`` (PPO's loss needs both). Override to share
+        one pass of the network between them: computed apart, the network runs, and is
+        differentiated, twice."""
         return self.log_prob(obs, action), self.entropy(obs)
 
     def sample_and_log_prob(self, obs: Array, *, key: PRNGKey) -> tuple[Array, Array]:
-        """An action drawn as `sample` draws it, and its `log_prob` (a rollout needs both).
-        Override to share one pass of the network between them."""
+        """An action for ``obs`` drawn with ``key`` as `sample` draws it, and its `log_prob` (a
+        rollout needs both). Override to share one pass of the network between them."""
         action = self.sample(obs, key=key)
         return action, self.log_prob(obs, action)
 
