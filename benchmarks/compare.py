@@ -309,7 +309,11 @@ def main() -> None:
     unknown = [w for w in chosen if w not in known]
     if unknown:
         p.error(f"unknown workloads {unknown}; known: {known} (or all)")
-    needs = {"QDax": args.qdax_python, "pyribs": args.ribs_python}
+    needs = {}  # only the peers of the chosen workloads
+    if any(w in WORKLOADS for w in chosen):
+        needs["pyribs"] = args.ribs_python
+    if any(w in WORKLOADS or w in ("kmeans", "sac", "pgame", "mepbt") for w in chosen):
+        needs["QDax"] = args.qdax_python
     if any(w in ("ppo", "ippo") for w in chosen):
         needs["jaxagents"] = args.jaxagents_python
     for who, python in needs.items():
