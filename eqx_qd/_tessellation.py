@@ -237,14 +237,17 @@ class _BucketIndex:
         # Every centroid within a box's reach lies within this many boxes of it: search each
         # group of boxes over its own neighbourhood (boxes past the centroids reach further).
         rings = np.ceil(np.sqrt(slack) / width.min()).astype(np.int64) + 1
-        # Too far to look, over all boxes: the centroids are too uneven (all on a line, say,
-        # where the boxes off the line reach across it; that once took a minute to give up).
-        if float(((2.0 * rings + 1) ** d).sum()) * members.shape[1] > 5e7:
+        # Too far to look: the centroids are too uneven. Bounded over all boxes first (all on
+        # a line, the boxes off the line reach across it: 1.3e10 here, where 20,000 uniform
+        # 3-D centroids need 8e7; that once took a minute to give up), then per ring.
+        if float(((2.0 * rings + 1) ** d).sum()) * members.shape[1] > 2e8:
             raise _NoIndex
         found = []  # (boxes, their candidates: sorted, padded with n)
         for r in np.unique(rings):
             boxes = np.flatnonzero(rings == r)
             size = (2 * r + 1) ** d * members.shape[1]
+            if size * len(boxes) > 5e7:
+                raise _NoIndex
             step = max(1, int(2e6 // size))  # blocks of boxes: a few MB at a time
             for start in range(0, len(boxes), step):
                 block = boxes[start : start + step]
