@@ -201,8 +201,10 @@ def _task_env(name: str, backend: str) -> Any:
 @functools.lru_cache(maxsize=32)
 def _sizes(name: str, backend: str) -> tuple[int, int]:
     env = _task_env(name, backend)
-    with _brax_numerics():  # brax's observation_size runs a reset
-        obs_size = int(env.observation_size)
+    # brax's own `observation_size` runs a reset eagerly: some 200 small XLA programs, about
+    # 8 s on a 2-core CPU. Its shapes alone are what is needed: an abstract evaluation.
+    with _brax_numerics():
+        obs_size = int(jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs.shape[-1])
     return obs_size + (2 if QD_BRAX_TASKS[name].xy_obs else 0), int(env.action_size)
 
 
