@@ -197,8 +197,8 @@ def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
     scorer = q.PolicyScorer(ENV, agent=AGENT)
     algo = q.MAPElites(emitter, scorer, scorer.qd_offset, lineage=True)
     cells = q.GridTessellation((6, 6), minval=-1.0, maxval=1.0)
-    state, _ = eqx.filter_jit(algo.init)(emitter.initial_genotypes(8, key=getkey()), cells,
-                                         key=getkey())  # fmt: skip
+    genotypes = emitter.initial_genotypes(8, key=getkey())
+    state, _ = eqx.filter_jit(algo.init)(genotypes, cells, key=getkey())
     # No replacement has happened yet: an empty best set of the configured size (1 agent).
     best = np.asarray(state.emitter_state.best_returns)
     assert best.shape == (1,) and np.all(np.isneginf(best))
@@ -207,7 +207,8 @@ def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
     # GA children first, then the 4 PBT agents: best 2, then 3, then 0, and 1 (NaN) worst.
     fitnesses = jnp.asarray([0.0, 0.0, 0.0, 0.0, 1.0, jnp.nan, 5.0, 3.0], jnp.float32)
     descriptors = jnp.zeros((8, 2), jnp.float32)
-    genotypes, extra = emitter.emit(state.repertoire, before, key=getkey())
+    emit = eqx.filter_jit(lambda r, s, k: emitter.emit(r, s, key=k))  # eagerly: 100 compiles
+    genotypes, extra = emit(state.repertoire, before, getkey())
     # GA children name their two parents (repertoire ids); PBT agents have none (-1).
     np.testing.assert_array_equal(np.asarray(extra.parent1)[4:], [-1] * 4)
     np.testing.assert_array_equal(np.asarray(extra.parent2)[4:], [-1] * 4)

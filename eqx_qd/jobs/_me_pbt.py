@@ -2,13 +2,14 @@
 sharded over several, with the PBT agents' hyperparameter trajectories."""
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
 
+from .._custom_types import PRNGKey
 from .._emitters.pbt import PBTEmitter, PBTEmitterConfig
 from .._map_elites import MAPElites
 from .._misc import tree_take
@@ -146,6 +147,19 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
     return MAPElites(emitter, scorer, scorer.qd_offset, lineage=True, axis_name=axis), emitter
 
 
+# Free jitted functions taking the algorithm as an argument, so that runs of equal configs in
+# one process (a notebook's second run, a resume) reuse the compiled programs, where a lambda
+# made per run compiled them again.
+@eqx.filter_jit
+def _init(algo: MAPElites, genotypes: Any, cells: CVTTessellation, *, key: PRNGKey) -> Any:
+    return algo.init(genotypes, cells, key=key)
+
+
+@eqx.filter_jit
+def _step(algo: MAPElites, state: Any, *, key: PRNGKey) -> Any:
+    return algo.update(state, key=key)
+
+
 def _hparams_long(hp_rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """``hparams.csv``'s columns: every agent's hyperparameters after each iteration."""
     hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
@@ -203,8 +217,8 @@ class _MEPBTJob(Job):
 
         else:
             genotypes = emitter.initial_genotypes(emitter.batch_size, key=pop_key)
-            init = lambda: eqx.filter_jit(algo.init)(genotypes, cells, key=init_key)
-            step = eqx.filter_jit(lambda s, k: algo.update(s, key=k))
+            init = lambda: _init(algo, genotypes, cells, key=init_key)
+            step = lambda s, k: _step(algo, s, key=k)
         like = lambda: eqx.filter_eval_shape(init)[0]
         folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
         rows: list[dict[str, float]] = []
