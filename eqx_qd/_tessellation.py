@@ -5,6 +5,7 @@ tessellation (CVT, index of the nearest centroid). CVT centroids come from k-mea
 """
 
 import abc
+import math
 import os
 import typing
 from collections.abc import Sequence
@@ -422,6 +423,31 @@ def reindexed(tree: Any) -> Any:
     return jax.tree.map(fix, tree, is_leaf=lambda x: isinstance(x, CVTTessellation))
 
 
+def _draw_width(m: int) -> int:
+    """`_weighted_draw`'s block width for ``m`` weights: about sqrt(m), at least 128."""
+    return max(128, 1 << math.ceil(math.log2(math.sqrt(m))))
+
+
+def _weighted_draw(weights: Float[Array, " m"], u: Float[Array, ""], width: int) -> Int[Array, ""]:
+    """The index of the first cumulative weight above ``u`` (in [0, 1)) times the total: a draw
+    with probability proportional to ``weights`` (non-negative).
+
+    Through blocks of ``width`` weights: the block from the blocks' cumulative sums, then the
+    index within it. One cumulative sum of all the weights took 60 us for 8,192 on a 2-core CPU
+    (XLA's CPU cumsum is slow), two short ones take 4; k-means++ draws once per centroid. A
+    count compiles faster than ``searchsorted`` and costs the same here.
+    """
+    m = weights.shape[0]
+    num_blocks = -(-m // width)
+    blocks = jnp.pad(weights, (0, num_blocks * width - m)).reshape(num_blocks, width)
+    ends = jnp.cumsum(jnp.sum(blocks, axis=1))
+    target = u * ends[-1]
+    b = jnp.minimum(jnp.sum(ends <= target, dtype=jnp.int32), num_blocks - 1)
+    start = jnp.where(b > 0, ends[jnp.maximum(b - 1, 0)], 0.0)
+    within = jnp.sum(start + jnp.cumsum(blocks[b]) <= target, dtype=jnp.int32)
+    return jnp.minimum(b * width + within, m - 1)
+
+
 def _kmeans_plus_plus(
     samples: Float[Array, "num_samples dim"], bits: UInt32[Array, " num_cells"], num_cells: int
 ) -> Float[Array, "num_cells dim"]:
@@ -431,16 +457,17 @@ def _kmeans_plus_plus(
     uniforms = (bits >> 8).astype(jnp.float32) * 2.0**-24  # in [0, 1)
     first = samples[jnp.minimum(jnp.floor(uniforms[0] * m).astype(jnp.int32), m - 1)]
     centroids = jnp.zeros((num_cells, samples.shape[1]), samples.dtype).at[0].set(first)
-    dist = jnp.sum((samples - first[None]) ** 2, axis=-1)
+    # Distances from the (dim, m) layout, summed over its leading axis: summing the short rows
+    # of the (m, dim) layout took 85 us per centroid for 8,192 samples on a 2-core CPU, this 4.
+    columns = samples.T
+    sq_dist = lambda c: jnp.sum((columns - c[:, None]) ** 2, axis=0)
+    dist = sq_dist(first)
+    width = _draw_width(m)
 
     def pick(i, carry):
         centroids, dist = carry
-        cumulative = jnp.cumsum(dist)
-        # Index of the first cumulative weight above the draw (a count compiles faster than
-        # searchsorted and costs the same here).
-        j = jnp.sum(cumulative <= uniforms[i] * cumulative[-1], dtype=jnp.int32)
-        new = samples[jnp.minimum(j, m - 1)]
-        dist = jnp.minimum(dist, jnp.sum((samples - new[None]) ** 2, axis=-1))
+        new = samples[_weighted_draw(dist, uniforms[i], width)]
+        dist = jnp.minimum(dist, sq_dist(new))
         return centroids.at[i].set(new), dist
 
     centroids, _ = jax.lax.fori_loop(1, num_cells, pick, (centroids, dist))
@@ -517,12 +544,15 @@ def _kmeans(
         )
         return centroids, cells
 
-    # Exact first assignment, in chunks so the distance matrix stays small (a map over chunks,
-    # not ``batch_size``, which would vmap the search's fallback into every chunk).
+    # Exact first assignment, in chunks so the distance matrix stays small. One argmin over
+    # scores computed once (not `nearest_centroid`'s min + where with its fallback branch):
+    # 0.1-0.2 s less to compile, and no slower here.
     chunk = min(_ASSIGN_CHUNK, n)
     rows = jnp.concatenate([samples, jnp.broadcast_to(samples[:1], (-n % chunk, d))])
     chunks = rows.reshape(-1, chunk, d)
-    cells = jax.lax.map(lambda p: nearest_centroid(p, init), chunks).reshape(-1)[:n]
+    norms = jnp.sum(init**2, axis=-1)[None]
+    nearest = lambda p: jnp.argmin(norms - 2.0 * _exact_matmul(p, init.T), axis=-1)
+    cells = jax.lax.map(nearest, chunks).reshape(-1)[:n].astype(jnp.int32)
     num_rounds = -(-num_iters // _NEIGHBOUR_REFRESH)
     centroids, _ = jax.lax.fori_loop(0, num_rounds, refresh, (init, cells))
     return centroids

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 import eqx_qd as q
+from eqx_qd._tessellation import _weighted_draw
 
 
 @pytest.fixture(scope="module")
@@ -235,6 +236,40 @@ def test_an_empty_cluster_keeps_its_centroid():
 def test_the_largest_sample_count_is_accepted():
     shape = jax.eval_shape(lambda k: q.cvt_centroids(4, 1, num_samples=2**23, key=k), jr.key(0))
     assert shape.shape == (4, 1)
+
+
+# One shape (700 weights, zeros after the drawn ones; 18 draws): one compile for all examples.
+_draw = jax.jit(jax.vmap(lambda w, u: _weighted_draw(w, u, 128), in_axes=(None, 0)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    length=st.integers(1, 700),
+    zeros=st.integers(0, 10),  # tenths of the weights that are 0 (picked samples)
+    seed=st.integers(0, 2**32 - 1),
+)
+@example(length=700, zeros=0, seed=0)
+@example(length=700, zeros=9, seed=1)
+@example(length=129, zeros=5, seed=2)
+def test_the_blocked_draw_is_the_first_cumulative_weight_above_the_target(length, zeros, seed):
+    # k-means++ draws by blocks (`_weighted_draw`): the same index as one cumulative sum in
+    # float64, unless the target sits within rounding of a boundary; never a zero weight.
+    # (Weights and draws from numpy: hypothesis' float strategies refuse to run once XLA has
+    # set the CPU's flush-to-zero mode.)
+    rng = np.random.default_rng(seed)
+    w = np.zeros(700, np.float32)
+    w[:length] = rng.uniform(0.0, 1.0, length) ** 2 * (rng.uniform(size=length) >= zeros / 10)
+    u24 = np.concatenate([[0, 2**24 - 1], rng.integers(0, 2**24, 16)])
+    u = u24 * 2.0**-24  # in [0, 1), as k-means++ makes them
+    draws = np.asarray(_draw(jnp.asarray(w), jnp.asarray(u, jnp.float32)))
+    cumulative = np.cumsum(w.astype(np.float64))
+    if cumulative[-1] == 0:
+        return  # nothing to draw (k-means++ always has a sample it has not picked)
+    for j, target in zip(draws.tolist(), u * cumulative[-1]):
+        expected = int(np.searchsorted(cumulative, target, side="right"))
+        near = np.abs(cumulative - target).min() <= 1e-5 * cumulative[-1]
+        assert j == expected or near, (j, expected)
+        assert w[j] > 0 or near, j
 
 
 def test_kmeans_plus_plus_seeds_spread_like_kmeans_plus_plus():
