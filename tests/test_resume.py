@@ -4,8 +4,10 @@ longer run; forks leave their source alone; a killed process leaves a resumable 
 
 import csv
 import filecmp
+import logging
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -118,13 +120,36 @@ def interrupted(request, tmp_path_factory):
         )
     status = jobs.run_status(root / "cut")["status"]
     checkpoints = [c.step for c in jobs.list_checkpoints(root / "cut")]
-    resumed = jobs.resume(root / "cut", progress=False, plots=False)
-    return name, root, whole, resumed, status, checkpoints
+    compiles = _Compiles()
+    logging.getLogger("jax").addHandler(compiles)
+    try:
+        with jax.log_compiles(True):
+            resumed = jobs.resume(root / "cut", progress=False, plots=False)
+    finally:
+        logging.getLogger("jax").removeHandler(compiles)
+    return name, root, whole, resumed, status, checkpoints, compiles.names
+
+
+class _Compiles(logging.Handler):
+    """The names of the programs XLA compiles while it is installed (``jax.log_compiles``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names: set[str] = set()
+
+    def emit(self, record):
+        found = re.match(r"Finished XLA compilation of jit\((.*?)\)", record.getMessage())
+        if found:
+            self.names.add(found.group(1))
 
 
 def test_a_resumed_run_equals_the_uninterrupted_run(interrupted):
-    name, root, whole, resumed, status, checkpoints = interrupted
+    name, root, whole, resumed, status, checkpoints, compiled = interrupted
     assert status == "failed" and checkpoints  # interrupted with a checkpoint to go on from
+    # The resume, in the process of the runs before it, reuses their compiled programs: it
+    # compiles only JAX's ``stage`` copies, which put the loaded arrays on the device.
+    # (The ME-PBT job once made its jitted functions per run, and compiled them again.)
+    assert compiled <= {"stage"}, compiled
     assert _same_arrays(_key_data(whole.state), _key_data(resumed.state)), name
     assert list(whole.progress) == list(resumed.progress)
     for column in whole.progress:
