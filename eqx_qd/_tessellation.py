@@ -490,12 +490,16 @@ def _cluster_means(
     The sums are integer sums, so they do not depend on the order of the additions: a GPU's
     float scatter-add is unordered and made two calls with one key differ in the last bits.
     """
-    counts = jax.ops.segment_sum(jnp.ones_like(cells), cells, num_segments=num_cells)
-    total = jnp.zeros((num_cells, codes.shape[1]), jnp.float32)
-    for shift in range(0, _CODE_BITS, _PART_BITS)[::-1]:
-        part = (codes >> shift) & (2**_PART_BITS - 1)
-        sums = jax.ops.segment_sum(part, cells, num_segments=num_cells)
-        total = total + sums.astype(jnp.float32) * 2.0**shift
+    d = codes.shape[1]
+    shifts = list(range(0, _CODE_BITS, _PART_BITS))[::-1]
+    # One scatter-add of every part and a column of ones (the counts).
+    columns = [(codes >> shift) & (2**_PART_BITS - 1) for shift in shifts]
+    stacked = jnp.concatenate([*columns, jnp.ones_like(codes[:, :1])], axis=1)
+    sums = jax.ops.segment_sum(stacked, cells, num_segments=num_cells)
+    counts = sums[:, -1]
+    total = jnp.zeros((num_cells, d), jnp.float32)
+    for i, shift in enumerate(shifts):
+        total = total + sums[:, i * d : (i + 1) * d].astype(jnp.float32) * 2.0**shift
     means = total / jnp.maximum(counts, 1).astype(jnp.float32)[:, None] * 2.0**-_CODE_BITS
     return means, counts
 
