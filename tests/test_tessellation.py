@@ -238,8 +238,9 @@ def test_the_largest_sample_count_is_accepted():
     assert shape.shape == (4, 1)
 
 
-# One shape (700 weights, zeros after the drawn ones; 18 draws): one compile for all examples.
-_draw = jax.jit(jax.vmap(lambda w, u: _weighted_draw(w, u, 128), in_axes=(None, 0)))
+# One shape (700 weights, zeros after the drawn ones: 6 blocks of 128; 18 draws): one compile
+# for all examples.
+_draw = jax.jit(jax.vmap(_weighted_draw, in_axes=(None, 0)))
 
 
 @settings(max_examples=60, deadline=None)
