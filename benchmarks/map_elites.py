@@ -16,7 +16,6 @@ import resource
 import statistics
 import time
 
-import equinox as eqx
 import jax
 import jax.random as jr
 
@@ -70,10 +69,10 @@ def main() -> None:
     algo = q.MAPElites(emitter, task, task.qd_offset)
     genotypes = task.init_genotypes(a.batch, key=pop_key)
     t0 = time.perf_counter()
-    state, _ = jax.block_until_ready(eqx.filter_jit(algo.init)(genotypes, cells, key=init_key))
+    state, _ = jax.block_until_ready(q.jit(algo.init)(genotypes, cells, key=init_key))
     init_s = time.perf_counter() - t0
 
-    scan = jax.jit(lambda s, k: q.run(algo, s, a.iters, key=k))
+    scan = q.jit(lambda s, k: q.run(algo, s, a.iters, key=k))
     t0 = time.perf_counter()
     lowered = scan.lower(state, run_key)
     lower_s = time.perf_counter() - t0

@@ -15,7 +15,6 @@ import json
 import statistics
 import time
 
-import equinox as eqx
 import jax
 import jax.random as jr
 
@@ -52,9 +51,9 @@ def main():
 
     t0 = time.perf_counter()
     genotypes = emitter.initial_genotypes(a.pg_pop + a.ga_pop, key=jr.key(1))
-    state, m0 = jax.block_until_ready(eqx.filter_jit(algo.init)(genotypes, cells, key=jr.key(2)))
+    state, m0 = jax.block_until_ready(q.jit(algo.init)(genotypes, cells, key=jr.key(2)))
     t_init = time.perf_counter() - t0
-    step = eqx.filter_jit(lambda s, k: algo.update(s, key=k))
+    step = q.jit(lambda s, k: algo.update(s, key=k))
     times = []
     for i, k in enumerate(jr.split(jr.key(3), a.loops)):
         t0 = time.perf_counter()

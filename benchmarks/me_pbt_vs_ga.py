@@ -47,7 +47,7 @@ def ga_only(seed: int, iterations: int, batch: int):
     genotypes = eqx.filter_vmap(lambda k: q.DeterministicPolicy(2, 2, (64, 64), key=k))(
         jr.split(pop_key, batch)
     )
-    state, _ = eqx.filter_jit(algo.init)(genotypes, cells, key=init_key)
+    state, _ = q.jit(algo.init)(genotypes, cells, key=init_key)
     state, history = q.run(algo, state, iterations, key=run_key)
     return float(history.qd_score[-1]), float(history.coverage[-1])
 

@@ -70,7 +70,7 @@ def main():
     genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(key, a.batch))
     t0 = time.perf_counter()
     state, init_metrics = jax.block_until_ready(
-        eqx.filter_jit(algo.init)(genotypes, cells, key=jr.fold_in(key, 1))
+        q.jit(algo.init)(genotypes, cells, key=jr.fold_in(key, 1))
     )
     t_init = time.perf_counter() - t0
 

@@ -134,7 +134,7 @@ def bench_train(env, repeats, layout="independent"):
 def bench_raw(env, repeats):
     steps = UPDATES * ROLLOUT
 
-    @jax.jit
+    @q.jit
     def run(key):
         reset_key, key = jr.split(key)
         states = jax.vmap(lambda k: q.training_reset(env, key=k))(jr.split(reset_key, BATCH))

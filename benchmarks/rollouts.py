@@ -52,12 +52,12 @@ def main():
     )
     policies = eqx.filter_vmap(make)(jr.split(jr.key(0), n))
     scorer = eqx_qd.PolicyScorer(env)
-    score = eqx.filter_jit(lambda pol, k: scorer(pol, key=k)[:2])
-    episodes = eqx.filter_jit(lambda pol, k: scorer.episodes(pol, key=k))(policies, jr.key(1))
+    score = eqx_qd.jit(lambda pol, k: scorer(pol, key=k)[:2])
+    episodes = eqx_qd.jit(lambda pol, k: scorer.episodes(pol, key=k))(policies, jr.key(1))
     actions = jnp.swapaxes(episodes.transitions.action, 0, 1)  # (T, n, action_size)
     start_key = jr.key_data(jr.key(0))  # the deterministic task's fixed initial state
 
-    @jax.jit
+    @eqx_qd.jit
     def raw(actions):
         states = jax.vmap(brax_env.reset)(jnp.broadcast_to(start_key, (n, 2)))
 

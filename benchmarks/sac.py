@@ -54,7 +54,7 @@ def main():
     P, B = a.pop, a.env_batch
     iters = a.steps_per_call // B
 
-    init = eqx.filter_jit(
+    init = q.jit(
         eqx.filter_vmap(
             lambda k: q.init_off_policy(agent, env, num_envs=B, buffer_size=a.buffer, key=k)
         )
@@ -68,9 +68,7 @@ def main():
         train = lambda s, k: q.train_population_sharded(agent, env, s, iters, key=k, mesh=mesh)
     else:
         train = lambda s, k: q.train_population(agent, env, s, iters, key=k)
-    evaluate = eqx.filter_jit(
-        eqx.filter_vmap(lambda s, k: q.evaluate(agent, env, s.agent_state, B, key=k))
-    )
+    evaluate = q.jit(eqx.filter_vmap(lambda s, k: q.evaluate(agent, env, s.agent_state, B, key=k)))
 
     key = jr.key(1)
     train_times, eval_times = [], []

@@ -10,6 +10,7 @@ what the ``eqx-qd`` command runs). ``import eqx_qd`` imports neither matplotlib 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError, version as _version
 
 from . import internal as internal
+from ._compile import compiler_options as compiler_options, jit as jit
 from ._custom_types import (
     Centroids as Centroids,
     Descriptors as Descriptors,

@@ -11,6 +11,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, Int
 
 from . import _validate as check
+from ._compile import jit
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters.base import AbstractEmitter
 from ._metrics import qd_metrics, QDMetrics
@@ -178,7 +179,7 @@ class MAPElites(eqx.Module):
         return new_state, metrics
 
 
-@eqx.filter_jit
+@jit
 def run(
     algorithm: MAPElites, state: MAPElitesState, num_iters: int, *, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:

@@ -14,6 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Key
 
 from . import _validate as check
+from ._compile import jit
 from ._custom_types import PRNGKey
 from ._map_elites import MAPElites, MAPElitesState
 from ._metrics import QDMetrics
@@ -81,7 +82,7 @@ def init_sharded(
     mapped = jax.shard_map(
         body, mesh=mesh, in_specs=(P(axis), P()), out_specs=(P(), P(axis), P()), check_vma=False
     )
-    rest_dyn, es_dyn, metrics = eqx.filter_jit(mapped)(g_dyn, key)
+    rest_dyn, es_dyn, metrics = jit(mapped)(g_dyn, key)
     state = _join(eqx.combine(rest_dyn, statics["rest"]), eqx.combine(es_dyn, statics["es"]))
     return state, metrics
 
@@ -119,7 +120,7 @@ def scan_sharded(
     return _join(eqx.combine(rest_dyn, rest_static), eqx.combine(es_dyn, es_static)), history
 
 
-@eqx.filter_jit
+@jit
 def _run_mapped(algo, rest_dyn, es_dyn, keys, mesh, rest_static, es_static):
     (axis,) = mesh.axis_names
 

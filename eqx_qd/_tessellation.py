@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, UInt32
 
 from . import _validate as check
+from ._compile import jit
 from ._custom_types import Centroids, Descriptors, PRNGKey
 from ._misc import f32
 
@@ -513,7 +514,7 @@ _SEED_SAMPLES_PER_CELL = 4
 _ASSIGN_CHUNK = 2048
 
 
-@eqx.filter_jit
+@jit
 def _kmeans(
     codes: Int[Array, "num_samples dim"],
     lo: Float[Array, " dim"],
@@ -593,7 +594,7 @@ def cvt_centroids(
     return _cvt(key, lo, hi, num_cells, num_samples, num_iters, min(num_cells, 16))
 
 
-@eqx.filter_jit
+@jit
 def _cvt(
     key: PRNGKey,
     lo: Float[Array, " dim"],

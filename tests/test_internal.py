@@ -92,3 +92,56 @@ def test_random_permutation_is_a_uniform_permutation():
     where = np.asarray(jax.vmap(lambda k: jnp.argmin(random_permutation(8192, key=k)))(keys))
     deciles = np.bincount(where * 10 // 8192, minlength=10)
     assert ((deciles - 200) ** 2 / 200).sum() < 27.9  # chi-square, 9 degrees of freedom
+
+
+def test_the_package_compiles_with_the_older_cpu_fusion_emitters():
+    # jax 0.10's XLA knows the option; a JAX whose XLA dropped it gets {} (next test), and this
+    # test then says the package's compile-time lever is gone (see eqx_qd/_compile.py).
+    assert q.compiler_options() == {"xla_cpu_use_fusion_emitters": False}
+
+
+def test_compiler_options_yield_to_xla_flags_and_to_an_xla_without_them(monkeypatch):
+    from eqx_qd import _compile
+
+    probe = _compile.compiler_options.__wrapped__  # uncached
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
+    assert probe() == {}
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert probe() == {"xla_cpu_use_fusion_emitters": False}
+    monkeypatch.setattr(_compile, "_OPTIONS", {"xla_no_such_option_of_eqx_qd": True})
+    assert probe() == {}
+
+
+def test_jit_passes_options_at_the_top_only():
+    from eqx_qd import jit
+
+    calls = []
+
+    @jit
+    def double(x):
+        """Twice x."""
+        calls.append(None)  # counts traces
+        return 2.0 * x
+
+    x = jnp.arange(3.0)
+    assert double.__doc__ == "Twice x." and double.__name__ == "double"
+    np.testing.assert_array_equal(double(x), 2.0 * x)
+    np.testing.assert_array_equal(double(x), 2.0 * x)  # reused: one trace so far
+    assert len(calls) == 1 and set(double._variants) == {True}
+    # Inside other transformations JAX refuses options on an inner jit: the plain variant.
+    np.testing.assert_array_equal(jax.jit(double)(x), 2.0 * x)
+    np.testing.assert_array_equal(jax.vmap(double)(x), 2.0 * x)
+    assert float(jax.grad(lambda y: double(y).sum())(x)[0]) == 2.0
+    assert set(double._variants) == {True, False}
+    np.testing.assert_array_equal(double.lower(x).compile()(x), 2.0 * x)
+    donating = jit(donate="all")(lambda y: y + 1.0)
+    np.testing.assert_array_equal(donating(jnp.zeros(2)), jnp.ones(2))
+
+    class Scale(eqx.Module):
+        factor: jax.Array
+
+        @jit
+        def __call__(self, y):
+            return self.factor * y
+
+    np.testing.assert_array_equal(Scale(jnp.asarray(3.0))(x), 3.0 * x)

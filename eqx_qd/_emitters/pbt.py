@@ -22,6 +22,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, Int
 
 from .. import _validate as check
+from .._compile import jit
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._envs.base import AbstractEnv
 from .._misc import is_none, tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
@@ -109,7 +110,7 @@ class PBTEmitterState(eqx.Module):
     training_env_steps: Int[Array, ""]
 
 
-@eqx.filter_jit
+@jit
 def _initial_genotypes(emitter: "PBTEmitter", num: int, *, key: PRNGKey) -> Genotypes:
     def one(k):
         init_key, hp_key = jr.split(k)

@@ -28,6 +28,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
+from .._compile import jit
 from .._custom_types import PRNGKey
 from .._envs.base import AbstractBaseEnv, AbstractQDEnv
 from .._envs.rollout import Episode, evaluate_episodes, rollout
@@ -240,7 +241,7 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
         return evaluate(self, env, state, num_episodes, key=key)
 
 
-@eqx.filter_jit
+@jit
 def evaluate(
     agent: AbstractAgent, env: AbstractBaseEnv, agent_state, num_episodes: int, *, key: PRNGKey
 ) -> EvalMetrics:

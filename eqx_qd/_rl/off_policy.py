@@ -19,6 +19,7 @@ import jax.random as jr
 from jaxtyping import Array, Int
 
 from .. import _validate as check
+from .._compile import jit
 from .._custom_types import PRNGKey
 from .._envs.base import (
     AbstractEnv,
@@ -205,7 +206,7 @@ def train_iteration(
     return state, TrainMetrics(reward, episode_return, count, losses)
 
 
-@eqx.filter_jit
+@jit
 def train(
     agent: AbstractOffPolicyAgent,
     env: AbstractEnv,
@@ -225,7 +226,7 @@ def train(
     return filter_scan(body, state, jr.split(key, num_iterations))
 
 
-@eqx.filter_jit
+@jit
 def warmup(
     agent: AbstractOffPolicyAgent,
     env: AbstractEnv,

@@ -4,12 +4,12 @@
 
 import typing
 
-import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array
 
 from .. import _validate as check
+from .._compile import jit
 from .._custom_types import PRNGKey
 from .._envs.rollout import EpisodeStats, evaluate_episodes
 from .._misc import filter_scan
@@ -19,7 +19,7 @@ from .ppo import IPPO, IPPOAgentState, Metrics, PPOState
 # ----------------------------------------------------------------------------- training
 
 
-@eqx.filter_jit
+@jit
 def train_updates(agent: IPPO, state: PPOState, num_updates: int) -> tuple[PPOState, Metrics]:
     """``num_updates`` PPO updates of ``agent`` (rollout + update) from ``state``, in one
     ``lax.scan``.
@@ -37,7 +37,7 @@ def train_updates(agent: IPPO, state: PPOState, num_updates: int) -> tuple[PPOSt
 # ----------------------------------------------------------------------------- evaluation
 
 
-@eqx.filter_jit
+@jit
 def evaluate_ippo(
     agent: IPPO,
     state: IPPOAgentState | PPOState,

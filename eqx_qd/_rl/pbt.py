@@ -19,6 +19,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from jaxtyping import Array, Float, Int
 
 from .. import _validate as check
+from .._compile import jit
 from .._custom_types import PRNGKey
 from .._misc import is_none, tree_scatter, tree_take
 from .base import (
@@ -227,7 +228,7 @@ def init_population(
 
 # One compiled program: op by op, a population's init compiled some 100 small ones (8 s on a
 # 2-core CPU for TD3).
-@eqx.filter_jit
+@jit
 def _init_runs(
     agent: AbstractAgent,
     env: AbstractBaseEnv,
@@ -248,7 +249,7 @@ def _init_runs(
     return eqx.filter_vmap(one)(jr.split(key, population_size))
 
 
-@eqx.filter_jit
+@jit
 def train_population(
     agent: AbstractAgent,
     env: AbstractBaseEnv,
@@ -265,7 +266,7 @@ def train_population(
     return eqx.filter_vmap(run)(population, jr.split(key, _population_size(population)))
 
 
-@eqx.filter_jit
+@jit
 def evaluate_population(
     agent: AbstractAgent,
     env: AbstractBaseEnv,
@@ -321,7 +322,7 @@ def train_population_sharded(
     return _train_mapped(agent, env, dyn, static, jr.split(key, devices), num_iterations, mesh)
 
 
-@eqx.filter_jit
+@jit
 def _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh):
     (axis,) = mesh.axis_names
 

@@ -16,6 +16,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
+from .._compile import jit
 from .._custom_types import PRNGKey
 from .._envs.base import (
     AbstractEnv,
@@ -226,7 +227,7 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
         return _train(self, env, run, num_iterations, key=key)
 
 
-@eqx.filter_jit
+@jit
 def _train(agent: PPO, env: AbstractEnv, run: OnPolicyRun, num_iterations: int, *, key):
     body = lambda r, k: agent._iteration(env, r, k)
     return filter_scan(body, run, jr.split(key, num_iterations))

@@ -12,6 +12,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Key
 
+from .._compile import jit
 from .._custom_types import PRNGKey
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import QDMetrics
@@ -131,7 +132,7 @@ def iteration_keys(config: MapElitesConfig, *, key: PRNGKey) -> Key[Array, " ite
     return per_chunk.reshape(-1)[: config.iterations]
 
 
-@eqx.filter_jit(donate="all-except-first")  # the old state's buffers are reused
+@jit(donate="all-except-first")  # the old state's buffers are reused
 def _run_keys(algo: MAPElites, state: MAPElitesState, keys: Key[Array, " n"]):
     return filter_scan(lambda s, k: algo.update(s, key=k), state, keys)
 
@@ -161,7 +162,7 @@ class _MapElitesJob(Job):
         mesh = job_mesh(config.devices)
         genotypes = task.init_genotypes(config.batch_size * config.devices, key=pop_key)
         if mesh is None:
-            init = lambda: eqx.filter_jit(algo.init)(genotypes, tessellation, key=init_key)
+            init = lambda: jit(algo.init)(genotypes, tessellation, key=init_key)
             chunk_of = lambda state, keys: _run_keys(algo, state, keys)
         else:
             init = lambda: init_sharded(algo, genotypes, tessellation, key=init_key, mesh=mesh)

@@ -9,6 +9,7 @@ import jax
 import jax.random as jr
 import numpy as np
 
+from .._compile import jit
 from .._custom_types import PRNGKey
 from .._emitters.pbt import PBTEmitter, PBTEmitterConfig
 from .._map_elites import MAPElites
@@ -150,12 +151,12 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
 # Free jitted functions taking the algorithm as an argument, so that runs of equal configs in
 # one process (a notebook's second run, a resume) reuse the compiled programs, where a lambda
 # made per run compiled them again.
-@eqx.filter_jit
+@jit
 def _init(algo: MAPElites, genotypes: Any, cells: CVTTessellation, *, key: PRNGKey) -> Any:
     return algo.init(genotypes, cells, key=key)
 
 
-@eqx.filter_jit
+@jit
 def _step(algo: MAPElites, state: Any, *, key: PRNGKey) -> Any:
     return algo.update(state, key=key)
 

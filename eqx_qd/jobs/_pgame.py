@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._compile import jit
 from .._custom_types import PRNGKey
 from .._emitters.base import ActorType
 from .._emitters.mixing import ga_emitter
@@ -430,7 +431,7 @@ def _best_reevaluation(algo: MAPElites, repertoire: MapElitesRepertoire, n: int,
     return re.fitness_mean[0], re.descriptor_mean[0]
 
 
-@eqx.filter_jit(donate="all-except-first")  # the old state's buffers (replay buffer) reused
+@jit(donate="all-except-first")  # the old state's buffers (replay buffer) reused
 def _run_chunk(algo: MAPElites, state: MAPElitesState, keys: jax.Array, num_reevals: int):
     def body(s, k):
         step_key, reeval_key = jr.split(k)
@@ -441,7 +442,7 @@ def _run_chunk(algo: MAPElites, state: MAPElitesState, keys: jax.Array, num_reev
     return filter_scan(body, state, keys)
 
 
-@eqx.filter_jit
+@jit
 def _init(algo, init_algo, genotypes, tessellation, key, num_reevals):
     init_key, reeval_key = jr.split(key)
     state, metrics = init_algo.init(genotypes, tessellation, key=init_key)

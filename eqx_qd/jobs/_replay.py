@@ -5,11 +5,11 @@ import dataclasses
 import os
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.random as jr
 import numpy as np
 
+from .._compile import jit
 from .._envs.base import EnvState
 from .._envs.rollout import Episode
 from .._misc import tree_take
@@ -91,7 +91,7 @@ def _replayable() -> list[str]:
     return [name for name, job in JOBS.items() if type(job).scorer is not Job.scorer]
 
 
-@eqx.filter_jit
+@jit
 def _play(scorer, genotype, key):
     return scorer.replay(genotype, key=key)
 

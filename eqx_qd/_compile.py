@@ -1,0 +1,95 @@
+"""How the package compiles its programs: `compiler_options` and the `jit` decorator every
+jitted entry point of the package uses.
+
+XLA's CPU backend has two code generators for its fusions. The newer one (the default in jax
+0.10) took twice as long to compile a brax rollout here and ran it slower (walker2d, 64 policies
+x 100 steps, AMD EPYC with 2 cores: compile 11.4 s against 5.5 s, run 157 against 113 ms); on
+the MAP-Elites loop it compiled in 2.1 s against 1.4 s for the same results bit for bit
+(``benchmarks/README.md``, "XLA's CPU fusion emitters"). The package's programs are compiled
+with the older one, where the installed XLA still has it.
+"""
+
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+
+_OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+
+
+@functools.cache
+def compiler_options() -> dict[str, Any]:
+    """The XLA options the package compiles its programs with (pass them on to your own:
+    ``eqx.filter_jit(f, compiler_options=eqx_qd.compiler_options())``).
+
+    ``{"xla_cpu_use_fusion_emitters": False}``: the CPU backend's older fusion code generator,
+    which compiles brax programs about twice as fast and runs them faster (no effect on other
+    backends). Empty where the installed XLA no longer knows the option, and where
+    ``XLA_FLAGS`` sets it (your choice stands). Decided once per process, on the first call,
+    by compiling a one-line program.
+    """
+    if any(name in os.environ.get("XLA_FLAGS", "") for name in _OPTIONS):
+        return {}
+    try:
+        jax.jit(lambda x: x + 1).lower(jnp.zeros((), jnp.float32)).compile(dict(_OPTIONS))
+    except jax.errors.JaxRuntimeError:
+        return {}
+    return dict(_OPTIONS)
+
+
+def _at_top_level() -> bool:
+    """Whether no JAX transformation is tracing (XLA options may only go to an outermost
+    ``jax.jit``). False where the installed JAX no longer has the check: no options then."""
+    try:
+        from jax._src.core import trace_state_clean
+    except ImportError:  # pragma: no cover - a JAX without it
+        return False
+    return bool(trace_state_clean())
+
+
+class _Jit:
+    """``eqx.filter_jit(fn, donate=donate)``, given the package's `compiler_options` when it
+    is called (or lowered) outside any JAX transformation; inside one (an outer jit, vmap,
+    grad, ...) the outer program's options rule, as JAX only takes options at the top. Built
+    on the first call, so importing the package starts no backend; each variant is one
+    jitted function whose compiled programs are reused like ``eqx.filter_jit``'s."""
+
+    def __init__(self, fn: Callable, donate: str):
+        self._fn = fn
+        self._donate = donate
+        self._variants: dict[bool, Any] = {}
+        functools.update_wrapper(self, fn)
+
+    def _get(self) -> Any:
+        options = compiler_options() if _at_top_level() else {}
+        key = bool(options)
+        if key not in self._variants:
+            kwargs = {"compiler_options": options} if options else {}
+            self._variants[key] = eqx.filter_jit(self._fn, donate=self._donate, **kwargs)
+        return self._variants[key]
+
+    def __call__(self, *args, **kwargs):
+        return self._get()(*args, **kwargs)
+
+    def lower(self, *args, **kwargs):
+        """``eqx.filter_jit``'s ``lower`` (ahead-of-time compilation)."""
+        return self._get().lower(*args, **kwargs)
+
+    def __get__(self, instance, owner=None):
+        # As a method decorator: bound to the instance, like ``eqx.filter_jit``.
+        return self if instance is None else functools.partial(self, instance)
+
+
+def jit(fn: Callable | None = None, *, donate: str = "none") -> Any:
+    """`eqx.filter_jit` of ``fn`` (arrays traced, everything else static) compiled with the
+    package's `compiler_options` when called outside other JAX transformations (inside one, the
+    outer program's options rule). ``donate`` is ``eqx.filter_jit``'s. Use it as ``jit(fn)``,
+    ``@jit`` or ``@jit(donate="all")``: ``q.jit(algo.init)(genotypes, cells, key=key)``."""
+    if fn is None:
+        return lambda f: _Jit(f, donate)
+    return _Jit(fn, donate)
