@@ -23,23 +23,27 @@ _OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
 
 
 @functools.cache
-def compiler_options() -> dict[str, Any]:
-    """The XLA options the package compiles its programs with (pass them on to your own:
-    ``eqx.filter_jit(f, compiler_options=eqx_qd.compiler_options())``).
-
-    ``{"xla_cpu_use_fusion_emitters": False}``: the CPU backend's older fusion code generator,
-    which compiles brax programs about twice as fast and runs them faster (no effect on other
-    backends). Empty where the installed XLA no longer knows the option, and where
-    ``XLA_FLAGS`` sets it (your choice stands). Decided once per process, on the first call,
-    by compiling a one-line program.
-    """
-    if any(name in os.environ.get("XLA_FLAGS", "") for name in _OPTIONS):
-        return {}
+def _accepted() -> bool:
+    # Once per process: the installed XLA compiles a one-line program with the options.
     try:
         jax.jit(lambda x: x + 1).lower(jnp.zeros((), jnp.float32)).compile(dict(_OPTIONS))
     except jax.errors.JaxRuntimeError:
+        return False
+    return True
+
+
+def compiler_options() -> dict[str, Any]:
+    """The XLA options the package compiles its programs with (a fresh dict).
+
+    ``{"xla_cpu_use_fusion_emitters": False}``: the CPU backend's older fusion code generator,
+    which compiles brax programs about twice as fast and runs them no slower (other backends
+    ignore it). Empty where ``XLA_FLAGS`` sets the option (your choice stands) and where the
+    installed XLA no longer knows it (found once per process by compiling a one-line program).
+    For your own programs use `jit`, which passes them only where JAX accepts them.
+    """
+    if any(name in os.environ.get("XLA_FLAGS", "") for name in _OPTIONS):
         return {}
-    return dict(_OPTIONS)
+    return dict(_OPTIONS) if _accepted() else {}
 
 
 def _at_top_level() -> bool:
