@@ -46,36 +46,39 @@ def compiler_options() -> dict[str, Any]:
     return dict(_OPTIONS) if _accepted() else {}
 
 
+try:  # JAX-internal: whether no transformation is tracing
+    from jax._src.core import trace_state_clean as _trace_state_clean
+except ImportError:  # pragma: no cover - a JAX without it: no options anywhere
+    _trace_state_clean = None
+
+
 def _at_top_level() -> bool:
     """Whether no JAX transformation is tracing (XLA options may only go to an outermost
     ``jax.jit``). False where the installed JAX no longer has the check: no options then."""
-    try:
-        from jax._src.core import trace_state_clean
-    except ImportError:  # pragma: no cover - a JAX without it
-        return False
-    return bool(trace_state_clean())
+    return _trace_state_clean is not None and bool(_trace_state_clean())
 
 
 class _Jit:
     """``eqx.filter_jit(fn, donate=donate)``, given the package's `compiler_options` when it
     is called (or lowered) outside any JAX transformation; inside one (an outer jit, vmap,
-    grad, ...) the outer program's options rule, as JAX only takes options at the top. Built
-    on the first call, so importing the package starts no backend; each variant is one
-    jitted function whose compiled programs are reused like ``eqx.filter_jit``'s."""
+    grad, ...) the outer program's options rule, as JAX only takes options at the top. Each
+    variant is built on its first call (so importing the package starts no backend, and the
+    options are read once), and is one jitted function whose compiled programs are reused
+    like ``eqx.filter_jit``'s."""
 
     def __init__(self, fn: Callable, donate: str):
         self._fn = fn
         self._donate = donate
-        self._variants: dict[bool, Any] = {}
+        self._variants: dict[bool, Any] = {}  # at the top level or not
         functools.update_wrapper(self, fn)
 
     def _get(self) -> Any:
-        options = compiler_options() if _at_top_level() else {}
-        key = bool(options)
-        if key not in self._variants:
+        top = _at_top_level()
+        if top not in self._variants:
+            options = compiler_options() if top else {}
             kwargs = {"compiler_options": options} if options else {}
-            self._variants[key] = eqx.filter_jit(self._fn, donate=self._donate, **kwargs)
-        return self._variants[key]
+            self._variants[top] = eqx.filter_jit(self._fn, donate=self._donate, **kwargs)
+        return self._variants[top]
 
     def __call__(self, *args, **kwargs):
         return self._get()(*args, **kwargs)
