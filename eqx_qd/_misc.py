@@ -64,10 +64,11 @@ def random_permutation(n: int, *, key: PRNGKey) -> Int[Array, " {n}"]:
     rounds = -(-(2 * index_bits + 8) // random_bits)
     low = jnp.uint32(2**index_bits - 1)
     position = jnp.arange(n, dtype=jnp.uint32)
-    perm = position
+    perm = None
     for k in jax.random.split(key, rounds):
         packed = (jax.random.bits(k, (n,), jnp.uint32) & ~low) | position
-        perm = perm[jax.lax.sort(packed) & low]
+        order = jax.lax.sort(packed) & low
+        perm = order if perm is None else perm[order]  # the first round needs no gather
     return perm.astype(jnp.int32)
 
 

@@ -316,6 +316,11 @@ class AbstractActor(eqx.Module):
         return action, self.log_prob(obs, action)
 
 
+def _entropy_of_log_probs(log_p: Float[Array, "*batch k"]) -> Float[Array, "*batch"]:
+    """The entropy of categorical distributions given their log-probabilities (last axis)."""
+    return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+
+
 @typing.final
 class CategoricalActor(AbstractActor):
     """Discrete actions: an MLP gives the logits of a categorical distribution.
@@ -341,8 +346,7 @@ class CategoricalActor(AbstractActor):
         return self._log_probs(obs)[action]
 
     def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
-        log_p = self._log_probs(obs)
-        return -jnp.sum(jnp.exp(log_p) * log_p)
+        return _entropy_of_log_probs(self._log_probs(obs))
 
     def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Int[Array, ""]:
         return jr.categorical(key, self._logits(obs)).astype(jnp.int32)
@@ -351,7 +355,7 @@ class CategoricalActor(AbstractActor):
         self, obs: Float[Array, " obs_dim"], action: Array
     ) -> tuple[Float[Array, ""], Float[Array, ""]]:
         log_p = self._log_probs(obs)
-        return log_p[action], -jnp.sum(jnp.exp(log_p) * log_p)
+        return log_p[action], _entropy_of_log_probs(log_p)
 
     def sample_and_log_prob(
         self, obs: Float[Array, " obs_dim"], *, key: PRNGKey
@@ -501,8 +505,10 @@ class JointActor(AbstractActor):
 
     def _entropy_at(self, heads: Array) -> Float[Array, " num_agents"]:
         if self.discrete:
-            log_p = jax.nn.log_softmax(heads)
-            return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+            return _entropy_of_log_probs(jax.nn.log_softmax(heads))
+        return self._gaussian_entropy()
+
+    def _gaussian_entropy(self) -> Float[Array, " num_agents"]:
         return jnp.sum(self.log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e), axis=-1)
 
     def _sample_at(self, heads: Array, key: PRNGKey) -> Array:
@@ -518,7 +524,7 @@ class JointActor(AbstractActor):
     def entropy(self, obs: Float[Array, "num_agents obs_dim"]) -> Float[Array, " num_agents"]:
         if self.discrete:
             return self._entropy_at(self._heads(obs))
-        return self._entropy_at(jnp.zeros(()))  # the network does not enter it
+        return self._gaussian_entropy()  # the network does not enter it
 
     def sample(self, obs: Float[Array, "num_agents obs_dim"], *, key: PRNGKey) -> Array:
         return self._sample_at(self._heads(obs), key)
