@@ -321,6 +321,19 @@ def _entropy_of_log_probs(log_p: Float[Array, "*batch k"]) -> Float[Array, "*bat
     return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
 
 
+def _gaussian_log_prob(
+    mean: Float[Array, "*batch d"], log_std: Float[Array, "*batch d"], x: Float[Array, "*batch d"]
+) -> Float[Array, "*batch"]:
+    """The log-density of ``x`` under diagonal gaussians (dimensions on the last axis)."""
+    z = (x - mean) * jnp.exp(-log_std)
+    return jnp.sum(-0.5 * z**2 - log_std - 0.5 * jnp.log(2.0 * jnp.pi), axis=-1)
+
+
+def _gaussian_entropy(log_std: Float[Array, "*batch d"]) -> Float[Array, "*batch"]:
+    """The entropy of diagonal gaussians (dimensions on the last axis)."""
+    return jnp.sum(log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e), axis=-1)
+
+
 @typing.final
 class CategoricalActor(AbstractActor):
     """Discrete actions: an MLP gives the logits of a categorical distribution.
@@ -406,11 +419,10 @@ class GaussianActor(AbstractActor):
         return self._log_prob_at(self._mean(obs), action)
 
     def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
-        return jnp.sum(self.log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e))
+        return _gaussian_entropy(self.log_std)
 
     def _log_prob_at(self, mean: Array, action: Array) -> Float[Array, ""]:
-        z = (action - mean) * jnp.exp(-self.log_std)
-        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi))
+        return _gaussian_log_prob(mean, self.log_std, action)
 
     def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Float[Array, " action_dim"]:
         noise = jr.normal(key, self.log_std.shape)
@@ -500,16 +512,12 @@ class JointActor(AbstractActor):
         if self.discrete:
             log_p = jax.nn.log_softmax(heads)
             return jnp.take_along_axis(log_p, action[:, None], axis=-1)[:, 0]
-        z = (action - heads) * jnp.exp(-self.log_std)
-        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * jnp.log(2.0 * jnp.pi), axis=-1)
+        return _gaussian_log_prob(heads, self.log_std, action)
 
     def _entropy_at(self, heads: Array) -> Float[Array, " num_agents"]:
         if self.discrete:
             return _entropy_of_log_probs(jax.nn.log_softmax(heads))
-        return self._gaussian_entropy()
-
-    def _gaussian_entropy(self) -> Float[Array, " num_agents"]:
-        return jnp.sum(self.log_std + 0.5 * jnp.log(2.0 * jnp.pi * jnp.e), axis=-1)
+        return _gaussian_entropy(self.log_std)
 
     def _sample_at(self, heads: Array, key: PRNGKey) -> Array:
         if self.discrete:
@@ -524,7 +532,7 @@ class JointActor(AbstractActor):
     def entropy(self, obs: Float[Array, "num_agents obs_dim"]) -> Float[Array, " num_agents"]:
         if self.discrete:
             return self._entropy_at(self._heads(obs))
-        return self._gaussian_entropy()  # the network does not enter it
+        return _gaussian_entropy(self.log_std)  # the network does not enter it
 
     def sample(self, obs: Float[Array, "num_agents obs_dim"], *, key: PRNGKey) -> Array:
         return self._sample_at(self._heads(obs), key)
