@@ -290,6 +290,26 @@ def test_an_elite_replays_with_its_states_and_renders_in_brax_s_viewer(getkey):
         plotting.plot_trajectories(q.BraxQDEnv("hopper_uni"), states.state_desc)
 
 
+def test_a_deterministic_brax_task_starts_from_one_stored_state(getkey):
+    # Every episode starts where brax's reset with key 0 puts the robot. That state is computed
+    # once per process (here first inside a trace) and enters programs as a constant: a program
+    # that plays episodes holds no copy of brax's reset.
+    env = q.BraxQDEnv("anttrap", episode_length=5)
+    q._envs.brax._first_state.cache_clear()
+    first = jax.jit(lambda k: env.reset(key=k))(getkey())
+    again = env.reset(key=getkey())
+    with q._envs.brax._brax_numerics():
+        reference = jax.jit(env.brax_env.reset)(jr.key_data(jr.key(0)))
+    for ours, again_, brax_s in zip(
+        *map(jax.tree.leaves, (first.physics, again.physics, reference))
+    ):
+        np.testing.assert_array_equal(ours, again_)
+        np.testing.assert_allclose(ours, brax_s, rtol=1e-5, atol=1e-6)
+    noisy = q.BraxQDEnv("anttrap", episode_length=5, reset_noise=True)
+    program = lambda e: str(jax.make_jaxpr(lambda k: e.reset(key=k))(getkey()))
+    assert 20 * len(program(env)) < len(program(noisy))
+
+
 def test_brax_task_errors():
     with pytest.raises(ValueError, match="unknown brax QD task"):
         q.BraxQDEnv("walker3d_uni")
