@@ -312,7 +312,12 @@ def test_kill_at_random_moments_leaves_a_resumable_folder(tmp_path):
         proc = subprocess.Popen(first if attempt == 0 else [*args[:5], "--resume", str(out),
                                 "--no-progress", "--no-plots"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        time.sleep(rng.uniform(4.0, 9.0))
+        if attempt == 0:  # the run's moments start once its folder exists: under load the
+            deadline = time.monotonic() + 120  # start-up alone can outlast the draw below
+            while not (out / "config.toml").exists():
+                assert proc.poll() is None and time.monotonic() < deadline, "no run folder"
+                time.sleep(0.1)
+        time.sleep(rng.uniform(4.0, 9.0) if attempt else rng.uniform(0.5, 5.0))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
         jobs.list_checkpoints(out)  # always readable
