@@ -426,11 +426,11 @@ class BraxQDEnv(AbstractQDEnv):
 
     def reset(self, *, key: PRNGKey) -> EnvState:
         reset_key, obs_key = jr.split(key)
-        if not self.reset_noise:  # every episode starts from one state: a constant
+        if self.reset_noise:
+            with _brax_numerics():
+                brax_state = self.brax_env.reset(jr.key_data(reset_key))
+        else:  # every episode starts from one state: a constant
             brax_state = jax.tree.map(jnp.asarray, _first_state(self.name, self.backend))
-            return self._wrap(brax_state, obs_key)
-        with _brax_numerics():
-            brax_state = self.brax_env.reset(jr.key_data(reset_key))
         return self._wrap(brax_state, obs_key)
 
     def step(
