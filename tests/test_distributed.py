@@ -3,13 +3,12 @@ ME-PBT job over the four devices of both, then resuming it: every process holds 
 repertoire, only process 0 writes the folder, and the run equals the same job on four
 devices of one process."""
 
-import os
 import socket
 import subprocess
 import sys
 
 import numpy as np
-import pytest
+from launched import launched_env
 
 from eqx_qd import jobs
 
@@ -30,8 +29,7 @@ def _free_port() -> int:
 
 def _launch(out, iterations, *extra):
     port = _free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
+    env = launched_env(JAX_PLATFORMS="cpu")
     procs = [
         subprocess.Popen(
             [
@@ -61,22 +59,20 @@ def _launch(out, iterations, *extra):
     return [dict(np.load(out / f"process-{i}.npz")) for i in range(2)]
 
 
-@pytest.fixture(scope="module")
-def two_processes(tmp_path_factory):
-    out = tmp_path_factory.mktemp("distributed")
+def test_two_processes_hold_one_repertoire_and_resume_to_the_one_process_run(tmp_path):
+    """One test for both claims, as they read the same runs (about two minutes): split over
+    two tests, a module-scoped fixture was built once per pytest-xdist worker."""
+    out = tmp_path / "distributed"
+    out.mkdir()
     first = _launch(out, 3)
     second = _launch(out, 4, "resume")  # killed after 3 iterations, say, and lengthened
-    return out, first, second
 
-
-def test_two_processes_hold_the_same_repertoire(two_processes):
-    out, first, second = two_processes
+    # Every process holds the same repertoire; only process 0 writes the folder.
     for views in (first, second):
         a, b = views
         assert int(a["processes"]) == 2 and int(a["devices"]) == 4
         for name in ("fitnesses", "descriptors", "ids"):
             np.testing.assert_array_equal(a[name], b[name])
-        # Only process 0 wrote the folder.
         assert str(a["folder"]).endswith("run") and str(b["folder"]) == "None"
     # The invariants of any run: a filled cell has a finite fitness and a descriptor in bounds,
     # and the resumed run never lost a cell.
@@ -85,9 +81,7 @@ def test_two_processes_hold_the_same_repertoire(two_processes):
     assert filled.sum() >= np.isfinite(first[0]["fitnesses"]).sum() > 0
     assert np.all(np.abs(second[0]["descriptors"][filled]) <= 1.0 + 1e-6)
 
-
-def test_the_resumed_two_process_run_equals_one_process_on_four_devices(two_processes, tmp_path):
-    out, _, second = two_processes
+    # The resumed two-process run equals the same job on four devices of one process.
     folder = out / "run"
     assert jobs.run_status(folder)["status"] == "finished"
     assert [c.step for c in jobs.list_checkpoints(folder)] == [3, 4]  # the first run ended at 3

@@ -3,7 +3,6 @@ devices before it starts), and the command's ``--devices`` in a fresh process (t
 subprocess is needed: the device count is fixed when JAX starts)."""
 
 import dataclasses
-import os
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ import jaxtyping
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
+from launched import launched_env
 
 import eqx_qd as q
 from eqx_qd.cli import main
@@ -149,7 +149,8 @@ def test_the_command_makes_host_devices_and_never_picks_the_platform(tmp_path):
     machine, and the command leaves the environment variable unset."""
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env = launched_env()
+    env.pop("JAX_PLATFORMS", None)
     script = (
         "import os, sys; from eqx_qd.cli import main; code = main(sys.argv[1:]); "
         "print('JAX_PLATFORMS' in os.environ); sys.exit(code)"
