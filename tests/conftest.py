@@ -9,9 +9,11 @@ os.environ["EQX_QD_COMPILE_CACHE"] = "off"
 # time in XLA's LLVM backend: at optimisation level 0 (XLA's default is 3) the suite takes about
 # half the time (benchmarks/README.md, "The test suite's time"). Values are those of the same
 # operations, as for any compile option; only the machine code is less optimised. The processes
-# the tests launch inherit it (`launched.py`). XLA_FLAGS naming the level keeps its choice:
-# ``XLA_FLAGS=--xla_backend_optimization_level=3 pytest ...`` runs the suite as users compile.
+# the tests launch inherit it (`launched.py`); the notebooks' kernels do not (notebooks/
+# conftest.py: their brax training ran past nbmake's 300 s per cell at level 0). XLA_FLAGS
+# naming the level keeps its choice: ``XLA_FLAGS=--xla_backend_optimization_level=3 pytest``.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["EQX_QD_USER_XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
     ).strip()
