@@ -32,7 +32,8 @@ def main():
     p.add_argument("--devices", type=int, default=1, help="host devices to split agents over")
     a = p.parse_args(sys.argv[1:])
     if a.devices > 1:  # must be set before JAX starts its CPU backend
-        os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={a.devices}"
+        flags = os.environ.get("XLA_FLAGS", "")  # kept: e.g. --xla_cpu_multi_thread_eigen=false
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={a.devices}"
     import equinox as eqx
     import jax
     import jax.numpy as jnp

@@ -115,6 +115,17 @@ def test_population_training_splits_over_the_mesh():
     # A population of 4 agents split over the devices: each stepped 2 envs x 3 iterations.
     assert np.asarray(pop.env_steps).tolist() == [6, 6, 6, 6]
     assert metrics.reward.shape == (4, 3)
+    # The population it returns meets the program the first call compiled (it is laid out on
+    # the mesh the way the first call's input was put): no compile on the second call.
+    compiles = []
+    listen = lambda name, secs, **kw: compiles.append(name) if "backend_compile" in name else None
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        mesh = q.device_mesh(4)
+        pop, _ = q.train_population_sharded(AGENT, ENV, pop, 3, mesh=mesh, key=jr.key(7))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiles == [] and np.asarray(pop.env_steps).tolist() == [12, 12, 12, 12]
     with pytest.raises(ValueError, match="does not split"):
         q.train_population_sharded(AGENT, ENV, pop, 1, mesh=q.device_mesh(3), key=jr.key(0))
 
