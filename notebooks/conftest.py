@@ -6,24 +6,18 @@ import os
 import pytest
 
 
-_suite_flags: list[str | None] = []
-
-
-def _set(name: str, value: str | None) -> None:
-    if value is None:
-        os.environ.pop(name, None)
-    else:
-        os.environ[name] = value
+_SUITE_FLAGS = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     if "EQX_QD_USER_XLA_FLAGS" in os.environ:  # the tests' conftest added the level
-        _suite_flags.append(os.environ.get("XLA_FLAGS"))
-        _set("XLA_FLAGS", os.environ["EQX_QD_USER_XLA_FLAGS"] or None)
+        item.stash[_SUITE_FLAGS] = os.environ["XLA_FLAGS"]
+        # The user's flags; empty where they had none (XLA reads an empty XLA_FLAGS as unset).
+        os.environ["XLA_FLAGS"] = os.environ["EQX_QD_USER_XLA_FLAGS"]
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item):
-    if _suite_flags:
-        _set("XLA_FLAGS", _suite_flags.pop())
+    if _SUITE_FLAGS in item.stash:
+        os.environ["XLA_FLAGS"] = item.stash[_SUITE_FLAGS]
