@@ -323,7 +323,8 @@ def train_population_sharded(
     dyn, static = eqx.partition(population, eqx.is_array)
     # Laid out as the call returns it, so that a population from `init_population` (on one
     # device) and one returned by this function meet the same compiled program: otherwise
-    # the second call compiled it again (73 s of a 105 s pair for `benchmarks/sac.py`).
+    # the second call compiled it again (`benchmarks/sac.py --devices 2`: 73-75 s, steady
+    # calls 29-33 s).
     (axis,) = mesh.axis_names
     dyn = jax.device_put(dyn, NamedSharding(mesh, P(axis)))
     return _train_mapped(agent, env, dyn, static, jr.split(key, devices), num_iterations, mesh)
