@@ -6,7 +6,9 @@ XLA's CPU backend has two code generators for its fusions. The newer one (the de
 x 100 steps, AMD EPYC with 2 cores: compile 11.4 s against 5.5 s, run 157 against 113 ms); on
 the MAP-Elites loop it compiled in 2.1 s against 1.4 s for the same results bit for bit
 (``benchmarks/README.md``, "XLA's CPU fusion emitters"). The package's programs are compiled
-with the older one, where the installed XLA still has it.
+with the older one, where the installed XLA still has it, except the PPO / IPPO training
+programs: on an AVX-512 machine the older generator ran them at half the speed (cart-pole PPO
+75-84k against 149-173k env steps/s) and their pure-JAX tasks compile as fast either way.
 """
 
 import functools
@@ -66,16 +68,17 @@ class _Jit:
     options are read once), and is one jitted function whose compiled programs are reused
     like ``eqx.filter_jit``'s."""
 
-    def __init__(self, fn: Callable, donate: str):
+    def __init__(self, fn: Callable, donate: str, package_options: bool = True):
         self._fn = fn
         self._donate = donate
+        self._package_options = package_options
         self._variants: dict[bool, Any] = {}  # at the top level or not
         functools.update_wrapper(self, fn)
 
     def _get(self) -> Any:
         top = _at_top_level()
         if top not in self._variants:
-            options = compiler_options() if top else {}
+            options = compiler_options() if top and self._package_options else {}
             kwargs = {"compiler_options": options} if options else {}
             self._variants[top] = eqx.filter_jit(self._fn, donate=self._donate, **kwargs)
         return self._variants[top]
@@ -92,11 +95,13 @@ class _Jit:
         return self if instance is None else functools.partial(self, instance)
 
 
-def jit(fn: Callable | None = None, *, donate: str = "none") -> Any:
+def jit(fn: Callable | None = None, *, donate: str = "none", package_options: bool = True) -> Any:
     """`eqx.filter_jit` of ``fn`` (arrays traced, everything else static) compiled with the
     package's `compiler_options` when called outside other JAX transformations (inside one, the
-    outer program's options rule). ``donate`` is ``eqx.filter_jit``'s. Use it as ``jit(fn)``,
-    ``@jit`` or ``@jit(donate="all")``: ``q.jit(algo.init)(genotypes, cells, key=key)``."""
+    outer program's options rule). ``donate`` is ``eqx.filter_jit``'s; ``package_options=False``
+    compiles with XLA's own defaults (the PPO / IPPO training programs do). Use it as
+    ``jit(fn)``, ``@jit`` or ``@jit(donate="all")``: ``q.jit(algo.init)(genotypes, cells,
+    key=key)``."""
     if fn is None:
-        return lambda f: _Jit(f, donate)
-    return _Jit(fn, donate)
+        return lambda f: _Jit(f, donate, package_options)
+    return _Jit(fn, donate, package_options)

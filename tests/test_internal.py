@@ -146,3 +146,26 @@ def test_jit_passes_options_at_the_top_only():
             return self.factor * y
 
     np.testing.assert_array_equal(Scale(jnp.asarray(3.0))(x), 3.0 * x)
+
+
+def test_the_on_policy_training_programs_compile_with_xla_defaults(monkeypatch):
+    # Measured: XLA's default (newer) fusion emitters ran cart-pole PPO 1.8x faster on an
+    # AVX-512 machine (benchmarks/README.md); the other programs keep the package's options.
+    from eqx_qd import _compile
+    from eqx_qd._rl.on_policy import train_updates
+    from eqx_qd._rl.ppo_agent import _train
+
+    seen = []
+    real = eqx.filter_jit
+    monkeypatch.setattr(
+        _compile.eqx, "filter_jit", lambda fn, **kw: seen.append(kw) or real(fn, **kw)
+    )
+    x = jnp.arange(3.0)
+    np.testing.assert_array_equal(_compile.jit(lambda y: y + 1.0, package_options=False)(x), x + 1)
+    np.testing.assert_array_equal(_compile.jit(lambda y: y + 1.0)(x), x + 1)
+    assert seen == [
+        {"donate": "none"},
+        {"donate": "none", "compiler_options": {"xla_cpu_use_fusion_emitters": False}},
+    ]
+    assert not train_updates._package_options and not _train._package_options
+    assert _compile.jit(lambda y: y)._package_options

@@ -19,7 +19,7 @@ from .ppo import IPPO, IPPOAgentState, Metrics, PPOState
 # ----------------------------------------------------------------------------- training
 
 
-@jit
+@jit(package_options=False)  # XLA's fusion emitters: see `eqx_qd._compile`
 def train_updates(agent: IPPO, state: PPOState, num_updates: int) -> tuple[PPOState, Metrics]:
     """``num_updates`` PPO updates of ``agent`` (rollout + update) from ``state``, in one
     ``lax.scan``.

@@ -227,7 +227,7 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
         return _train(self, env, run, num_iterations, key=key)
 
 
-@jit
+@jit(package_options=False)  # XLA's fusion emitters: see `eqx_qd._compile`
 def _train(agent: PPO, env: AbstractEnv, run: OnPolicyRun, num_iterations: int, *, key):
     body = lambda r, k: agent._iteration(env, r, k)
     return filter_scan(body, run, jr.split(key, num_iterations))
