@@ -7,9 +7,9 @@ x 100 steps, AMD EPYC with 2 cores: compile 11.4 s against 5.5 s, run 157 agains
 the MAP-Elites loop it compiled in 2.1 s against 1.4 s for the same results bit for bit
 (``benchmarks/README.md``, "XLA's CPU fusion emitters"). The package's programs are compiled
 with the older one, where the installed XLA still has it, except the PPO / IPPO training
-programs: on an AVX-512 machine the older generator ran them at half the speed (cart-pole PPO
-75-84k against 149-173k env steps/s) and their pure-JAX tasks compile about as fast either
-way.
+programs (and `train_population` of an agent whose ``package_compiler_options`` is False): on
+an AVX-512 machine the older generator ran them at half the speed (cart-pole PPO 75-84k
+against 149-173k env steps/s) and their pure-JAX tasks compile about as fast either way.
 """
 
 import functools

@@ -169,3 +169,32 @@ def test_the_on_policy_training_programs_compile_with_xla_defaults(monkeypatch):
     ]
     assert not train_updates._package_options and not _train._package_options
     assert _compile.jit(lambda y: y)._package_options
+
+
+def test_train_population_compiles_ppo_with_xla_defaults(monkeypatch):
+    # PPO populations ran 1.3x faster with XLA's default fusion emitters; the off-policy
+    # agents keep the package's options (level speed, half the compile time for SAC).
+    from eqx_qd._rl import pbt
+
+    class Picked(Exception):
+        pass
+
+    def picks(name):
+        def program(*args, **kwargs):
+            raise Picked(name)
+
+        return program
+
+    monkeypatch.setattr(pbt, "_train_population", picks("package"))
+    monkeypatch.setattr(pbt, "_train_population_xla", picks("xla"))
+    env, key = q.PointMaze(walls=False), jax.random.key(0)
+    small = dict(observation_size=2, action_size=2, num_envs=2)
+    for agent, picked in (
+        (q.PPO(**small, rollout_length=4, actor_hidden=(4,), critic_hidden=(4,)), "xla"),
+        (q.SAC(**small, policy_hidden=(4,), critic_hidden=(4,), buffer_size=8), "package"),
+        (q.TD3(**small, policy_hidden=(4,), critic_hidden=(4,), buffer_size=8), "package"),
+    ):
+        run = agent.init_run(env, agent.init(key=key), key=key)
+        with pytest.raises(Picked, match=f"^{picked}$"):
+            q.train_population(agent, env, run, 1, key=key)
+    assert q.PPO.package_compiler_options is False and q.AbstractAgent.package_compiler_options

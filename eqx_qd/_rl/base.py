@@ -18,7 +18,7 @@ subclass (TD3, SAC, PPO or a user's agent) goes everywhere an agent can go.
 import abc
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import equinox as eqx
 import jax
@@ -151,6 +151,11 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
     observation_size: eqx.AbstractVar[int]
     action_size: eqx.AbstractVar[int]
     normalise_observations: eqx.AbstractVar[bool]
+
+    package_compiler_options: ClassVar[bool] = True
+    """Whether `train_population` compiles this agent's training with the package's
+    `compiler_options` (True) or with XLA's defaults (`PPO`: 1.3x faster there on an AVX-512
+    machine, ``benchmarks/README.md``). A class attribute: set it in a subclass."""
 
     # -- what every agent implements ------------------------------------------------------
 

@@ -249,7 +249,6 @@ def _init_runs(
     return eqx.filter_vmap(one)(jr.split(key, population_size))
 
 
-@jit
 def train_population(
     agent: AbstractAgent,
     env: AbstractBaseEnv,
@@ -259,11 +258,22 @@ def train_population(
     key: PRNGKey,
 ) -> tuple[AbstractTrainingRun, TrainMetrics]:
     """``agent.train`` (on ``env``, ``num_iterations`` iterations) of every member of
-    ``population``, vmapped; the metrics get a leading population axis."""
+    ``population``, vmapped; the metrics get a leading population axis. One compiled program,
+    with the package's `compiler_options` or XLA's defaults as the agent's
+    ``package_compiler_options`` says."""
+    train = _train_population if agent.package_compiler_options else _train_population_xla
+    return train(agent, env, population, num_iterations, key=key)
+
+
+def _train_members(agent, env, population, num_iterations, *, key):
     check.same_sizes(agent, env, "train_population")
     check.positive_int("train_population: num_iterations", num_iterations)
     run = lambda s, k: agent.train(env, s, num_iterations, key=k)
     return eqx.filter_vmap(run)(population, jr.split(key, _population_size(population)))
+
+
+_train_population = jit(_train_members)
+_train_population_xla = jit(_train_members, package_options=False)
 
 
 @jit

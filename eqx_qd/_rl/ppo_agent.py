@@ -8,6 +8,7 @@ layout differs.
 """
 
 import typing
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -73,6 +74,8 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
     `actor_hidden`, `critic_hidden` (layer widths, tanh); `normalise_advantages` (per
     minibatch); `normalise_observations` (running statistics in the state).
     """
+
+    package_compiler_options: ClassVar[bool] = False  # see `AbstractAgent`
 
     observation_size: int = eqx.field(static=True)
     action_size: int = eqx.field(static=True)
