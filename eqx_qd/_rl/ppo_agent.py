@@ -230,7 +230,7 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
         return _train(self, env, run, num_iterations, key=key)
 
 
-@jit(package_options=False)  # XLA's fusion emitters: see `eqx_qd._compile`
+@jit(package_options=PPO.package_compiler_options)  # one choice for PPO's programs
 def _train(agent: PPO, env: AbstractEnv, run: OnPolicyRun, num_iterations: int, *, key):
     body = lambda r, k: agent._iteration(env, r, k)
     return filter_scan(body, run, jr.split(key, num_iterations))
