@@ -21,10 +21,11 @@ Usage: python benchmarks/compare.py [--rounds 3] [--only cvt1024,grid,sac,ippo]
        [--qdax-python /tmp/qdax_venv/bin/python] [--ribs-python /tmp/ribs_venv/bin/python]
        [--jaxagents-python /tmp/jaxagents_venv/bin/python]
 
-Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, pgame, mepbt (QDax);
-ppo, ippo (jaxagents). The default runs the MAP-Elites rows and k-means; ``--only all`` runs
-everything (about 40 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s
-model name), the date, then Markdown tables.
+Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
+bfloat16 hidden products), pgame, mepbt (QDax); ppo, ippo (jaxagents). The default runs the
+MAP-Elites rows and k-means; ``--only all`` runs everything (about 50 minutes for 3 rounds on a
+2-core CPU). Prints the machine (``lscpu``'s model name), the date, then Markdown tables; each
+RL run's figure goes to stderr as it ends.
 """
 
 import argparse
@@ -219,6 +220,15 @@ VERSUS = {
         lambda r: _as_median(r["grad_steps_per_s_total_over_pop"], r["train_call_times_s"][1:]),
         lambda r: r["train_compile_s"], lambda r: r["train_compile_time_s"],
     ),
+    "sacbf16": _Versus(
+        "SAC population as above, our hidden products in bfloat16 (QDax: float32)",
+        "SAC grad steps/s", True, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "sac.py"), "--matmul-dtype", "bfloat16"],
+        lambda a, s: [a.qdax_python, s["bench_pbt_sac.py"]],
+        lambda r: r["grad_steps_per_s"],
+        lambda r: _as_median(r["grad_steps_per_s_total_over_pop"], r["train_call_times_s"][1:]),
+        lambda r: r["train_compile_s"], lambda r: r["train_compile_time_s"],
+    ),
     "pgame": _Versus(
         "PGA-ME, walker2d_uni, 64 offspring, 300 critic + 100 PG steps per iteration",
         "s/iter", False, "QDax 0.5.0",
@@ -271,6 +281,18 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
+def _print_run(w: str, who: str, res: dict) -> None:
+    """One run's headline figure on stderr (the spread between rounds is worth seeing)."""
+    if w not in VERSUS:
+        return
+    v = VERSUS[w]
+    try:
+        value = float((v.read_ours if who == "eqx_qd" else v.read_theirs)(res))
+    except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError):
+        return
+    print(f"  {who}: {_num(value)} {v.measure}", file=sys.stderr, flush=True)
+
+
 def _print_versus(chosen: list[str], results: dict) -> None:
     print("| workload | measure | eqx_qd | peer | peer's | speed, ours / peer's | compile s "
           "(ours / peer's) |")  # fmt: skip
@@ -312,7 +334,7 @@ def main() -> None:
     needs = {}  # only the peers of the chosen workloads
     if any(w in WORKLOADS for w in chosen):
         needs["pyribs"] = args.ribs_python
-    if any(w in WORKLOADS or w in ("kmeans", "sac", "pgame", "mepbt") for w in chosen):
+    if any(w in WORKLOADS or w in ("kmeans", "sac", "sacbf16", "pgame", "mepbt") for w in chosen):
         needs["QDax"] = args.qdax_python
     if any(w in ("ppo", "ippo") for w in chosen):
         needs["jaxagents"] = args.jaxagents_python
@@ -337,6 +359,7 @@ def main() -> None:
                     res = _run(cmd, args.timeout, env)
                     if res is not None:
                         results[w].setdefault(who, []).append(res)
+                        _print_run(w, who, res)
 
     print(f"{started}, {_machine()}; medians of {args.rounds} rounds, back to back")
     map_elites = [w for w in chosen if w in WORKLOADS]

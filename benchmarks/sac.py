@@ -5,9 +5,14 @@ episode 100), networks (256, 256), SAC batch 256, buffer 1e5 per agent, one grad
 environment step (16 per iteration), 100 iterations (1,600 env steps per agent) per train call.
 The first call compiles; the others are timed (median). A deterministic evaluation (1 episode x
 16 envs per agent) follows each call. No PBT selection here. ``--devices 2`` splits the agents
-over 2 host devices (one per core) with `train_population_sharded`.
+over 2 host devices (one per core) with `train_population_sharded`. ``--matmul-dtype bfloat16``
+runs the networks' hidden products with bfloat16 inputs (`SAC`'s ``matmul_dtype``). The JSON
+line holds every call's evaluation returns per agent, so that a long run (``--calls 26``) is a
+learning curve; the agents' keys and initial weights do not depend on ``--matmul-dtype``, so two
+runs differ only by it.
 
 Usage: python benchmarks/sac.py [--env hopper_uni] [--pop 8] [--calls 3] [--devices 2]
+       [--matmul-dtype bfloat16]
 """
 
 import argparse
@@ -30,6 +35,7 @@ def main():
     p.add_argument("--buffer", type=int, default=100_000)
     p.add_argument("--episode-length", type=int, default=100)
     p.add_argument("--devices", type=int, default=1, help="host devices to split agents over")
+    p.add_argument("--matmul-dtype", default="float32", choices=["float32", "bfloat16"])
     a = p.parse_args(sys.argv[1:])
     if a.devices > 1:  # must be set before JAX starts its CPU backend
         flags = os.environ.get("XLA_FLAGS", "")  # kept: e.g. --xla_cpu_multi_thread_eigen=false
@@ -51,6 +57,7 @@ def main():
         num_envs=a.env_batch,
         buffer_size=a.buffer,
         grad_updates_per_step=1.0,
+        matmul_dtype=a.matmul_dtype,
     )
     P, B = a.pop, a.env_batch
     iters = a.steps_per_call // B
@@ -72,7 +79,7 @@ def main():
     evaluate = q.jit(eqx.filter_vmap(lambda s, k: q.evaluate(agent, env, s.agent_state, B, key=k)))
 
     key = jr.key(1)
-    train_times, eval_times = [], []
+    train_times, eval_times, returns = [], [], []
     for i in range(a.calls):  # call 0 compiles: it is reported apart
         key, k1, k2 = jr.split(key, 3)
         t0 = time.perf_counter()
@@ -81,6 +88,7 @@ def main():
         t0 = time.perf_counter()
         ev = jax.block_until_ready(evaluate(pop, jr.split(k2, P)))
         eval_times.append(time.perf_counter() - t0)
+        returns.append([float(r) for r in jnp.mean(ev.returns, axis=-1)])  # one per agent
         print(
             f"call {i}: train {train_times[-1]:.2f} s, eval {eval_times[-1]:.2f} s, "
             f"mean return {float(jnp.mean(ev.returns)):.1f}, max {float(jnp.max(ev.returns)):.1f}"
@@ -92,7 +100,7 @@ def main():
     grad_steps = P * iters * B
     print(
         f"jax {jax.__version__} | {a.env} | {P} agents x {B} envs | "
-        f"hidden {a.hidden} batch {a.batch}"
+        f"hidden {a.hidden} batch {a.batch} | matmul {a.matmul_dtype}"
     )
     print(
         f"init {t_init:.2f} s | train compile ~{t_compile:.2f} s (first call minus a steady one)"
@@ -108,7 +116,8 @@ def main():
     res = {
         "bench": "sac_population", "env": a.env, "pop": P, "env_batch": B,
         "steps_per_call": a.steps_per_call, "hidden": a.hidden, "batch": a.batch,
-        "devices": a.devices, "jax": jax.__version__, "init_s": t_init,
+        "devices": a.devices, "matmul_dtype": a.matmul_dtype, "jax": jax.__version__,
+        "init_s": t_init, "eval_returns_per_call": returns,
         "train_compile_s": t_compile, "train_call_s": train_times,
         "grad_steps_per_s": grad_steps / t, "eval_env_steps_per_s": eval_rate,
     }  # fmt: skip

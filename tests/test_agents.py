@@ -1,3 +1,6 @@
+import dataclasses
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -39,6 +42,134 @@ def test_agent_learns_the_point_maze(name):
     early = np.nanmean(np.asarray(metrics.episode_return)[:100])
     assert late > early + 30.0
     assert set(metrics.losses) >= {"critic_loss", "policy_loss"}
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_agent_learns_the_point_maze_with_bfloat16_products(name):
+    agent = dataclasses.replace(AGENTS[name], matmul_dtype="bfloat16")
+    state, metrics, evaluation = _learn(agent, jr.key(0))
+    layers = state.agent_state.critic.nets[0].layers
+    assert [layer.matmul_dtype for layer in layers] == ["float32", "bfloat16", "float32"]
+    assert float(jnp.mean(evaluation.returns)) > -60.0  # as in float32 (random: about -160)
+
+
+def test_bfloat16_products_round_the_hidden_inputs_and_accumulate_in_float32(getkey):
+    key = getkey()
+    net32 = q.MLP(5, 3, (64, 48, 32), key=key)
+    net16 = q.MLP(5, 3, (64, 48, 32), matmul_dtype="bfloat16", key=key)
+    kinds = [layer.matmul_dtype for layer in net16.layers]
+    assert kinds == ["float32", "bfloat16", "bfloat16", "float32"]  # first and last: float32
+    x = jr.normal(getkey(), (32, 5))
+
+    def by_hand(x):  # the float32 network with its hidden products' inputs rounded to bfloat16
+        rounded = lambda a: np.asarray(jnp.asarray(a).astype(jnp.bfloat16).astype(jnp.float32))
+        h = np.asarray(x, np.float64)
+        for i, layer in enumerate(net32.layers):
+            w = np.asarray(layer.weight, np.float64)
+            if kinds[i] == "bfloat16":
+                h, w = rounded(h).astype(np.float64), rounded(w).astype(np.float64)
+            h = h @ w + np.asarray(layer.bias, np.float64)
+            h = np.maximum(h, 0.0) if i < len(kinds) - 1 else h
+        return h
+
+    y16, y32 = jax.vmap(net16)(x), jax.vmap(net32)(x)
+    assert y16.dtype == jnp.float32
+    np.testing.assert_allclose(y16, by_hand(x), rtol=1e-5, atol=1e-5)
+    assert np.max(np.abs(np.asarray(y16) - np.asarray(y32))) > 1e-4  # rounding did happen
+    np.testing.assert_allclose(y16, y32, atol=0.05)
+    assert "bf16" in jax.jit(jax.vmap(net16)).lower(x).as_text()
+    assert "bf16" not in jax.jit(jax.vmap(net32)).lower(x).as_text()
+    # Gradients: float32 leaves (the stored weights), close to the float32 network's.
+    loss = lambda net: jnp.mean(jax.vmap(net)(x) ** 2)
+    g16, g32 = eqx.filter_grad(loss)(net16), eqx.filter_grad(loss)(net32)
+    for a, b in zip(jax.tree.leaves(g16), jax.tree.leaves(g32)):
+        assert a.dtype == jnp.float32
+        np.testing.assert_allclose(a, b, rtol=0.1, atol=0.02 * float(jnp.max(jnp.abs(b))))
+
+
+def test_bfloat16_gradients_are_bfloat16_products_of_rounded_operands(getkey):
+    layer = q.MLP(8, 4, (48, 32), matmul_dtype="bfloat16", key=getkey()).layers[1]  # 48 -> 32
+    assert layer.matmul_dtype == "bfloat16"
+    x, g = jr.normal(getkey(), (16, 48)), jr.normal(getkey(), (16, 32))
+    rounded = lambda a: np.asarray(jnp.asarray(a).astype(jnp.bfloat16).astype(jnp.float32))
+    y, pullback = jax.vjp(lambda lay, x: lay(x), layer, x)
+    d_layer, dx = pullback(g)
+    w = np.asarray(layer.weight, np.float64)
+    bias = np.asarray(layer.bias)[None, :]
+    np.testing.assert_allclose(y, rounded(x) @ rounded(w) + bias, rtol=1e-5, atol=1e-5)
+    # The input's gradient: the cotangent and the weight rounded, accumulated in float32.
+    np.testing.assert_allclose(dx, rounded(g) @ rounded(w).T, rtol=1e-5, atol=1e-5)
+    # The weight's gradient: float32 (unrounded input and cotangent), one product over the rows.
+    np.testing.assert_allclose(d_layer.weight, np.asarray(x).T @ np.asarray(g), rtol=1e-5)
+    np.testing.assert_allclose(d_layer.bias, np.sum(np.asarray(g), axis=0), rtol=1e-5)
+    assert dx.dtype == d_layer.weight.dtype == jnp.float32
+
+    # Every product of the differentiated program takes bfloat16 inputs but the weight's
+    # gradient: the forward one and the input's gradient (the transposed weight as a gather).
+    def forward_and_back(layer, x, g):
+        y, pullback = jax.vjp(lambda lay, x: lay(x), layer, x)
+        return y, pullback(g)
+
+    text = jax.jit(forward_and_back).lower(layer, x, g).as_text()
+    products = re.findall(r"dot_general.*: \((tensor<\S+>), (tensor<\S+>)\)", text)
+    assert sorted(a.endswith("bf16>") and b.endswith("bf16>") for a, b in products) == [
+        False, True, True,
+    ]  # fmt: skip
+
+
+def test_networks_called_on_a_batch_match_their_vmapped_calls(getkey):
+    obs, action = jr.normal(getkey(), (2, 5, 3)), jnp.tanh(jr.normal(getkey(), (2, 5, 2)))
+    eps = jr.normal(getkey(), (2, 5, 2))
+    for dtype in ("float32", "bfloat16"):
+        critic = q.QCritics(3, 2, (32, 16), matmul_dtype=dtype, key=getkey())
+        sac_policy = q.TanhGaussianPolicy(3, 2, (32, 16), matmul_dtype=dtype, key=getkey())
+        td3_policy = q.DeterministicPolicy(3, 2, (32, 16), matmul_dtype=dtype, key=getkey())
+        normed = q.DeterministicPolicy(3, 2, (32,), layer_norm=True, affine=True, key=getkey())
+        twice = lambda f: jax.vmap(jax.vmap(f))
+        close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+        close(critic(obs, action), twice(critic)(obs, action))
+        close(critic.q1(obs, action), twice(critic.q1)(obs, action))
+        sampled = sac_policy.sample_from_noise(obs, eps)
+        for a, b in zip(sampled, twice(sac_policy.sample_from_noise)(obs, eps)):
+            close(a, b)
+        close(sac_policy(obs), twice(sac_policy)(obs))
+        close(td3_policy(obs), twice(td3_policy)(obs))
+        close(normed(obs), twice(normed)(obs))
+        # The gradients agree too (per input: a sum of outer products; batched: one product).
+        loss = lambda c, f: jnp.mean(f(c)(obs, action) ** 2)
+        g_batch = eqx.filter_grad(loss)(critic, lambda c: c)
+        g_vmap = eqx.filter_grad(loss)(critic, lambda c: twice(c))
+        for a, b in zip(jax.tree.leaves(g_batch), jax.tree.leaves(g_vmap)):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    # Mismatched leading axes: jaxtyping's check under pytest, ours (ValueError) without it.
+    with pytest.raises((ValueError, TypeError), match="action"):
+        critic(obs, action[0])
+    with pytest.raises(ValueError, match="same leading axes"):
+        critic._check(obs, action[0])
+    with pytest.raises((ValueError, TypeError), match="eps"):
+        sac_policy.sample_from_noise(obs, eps[0])
+    with pytest.raises(ValueError, match=r"MLP: x must have shape \(3,\) or \(..., 3\)"):
+        q.MLP(3, 1, (4,), key=getkey())(jnp.zeros((5, 4)))
+
+
+def test_bfloat16_networks_take_per_input_gradients_but_not_forward_mode(getkey):
+    net = q.MLP(3, 1, (16, 16), matmul_dtype="bfloat16", key=getkey())
+    x = jr.normal(getkey(), (4, 3))
+    per_input = jax.vmap(eqx.filter_grad(lambda n, xi: n(xi)[0]), in_axes=(None, 0))(net, x)
+    mean = eqx.filter_grad(lambda n: jnp.mean(n(x)))(net)
+    for a, b in zip(jax.tree.leaves(per_input), jax.tree.leaves(mean)):
+        np.testing.assert_allclose(jnp.mean(a, axis=0), b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jvp(net, (x,), (x,))
+
+
+def test_matmul_dtype_is_validated():
+    with pytest.raises(ValueError, match="SAC.matmul_dtype must be one of"):
+        q.SAC(observation_size=2, action_size=2, matmul_dtype="float16")
+    with pytest.raises(ValueError, match="TD3.matmul_dtype must be one of"):
+        q.TD3(observation_size=2, action_size=2, matmul_dtype="bf16")
+    with pytest.raises(ValueError, match="MLP: matmul_dtype must be one of"):
+        q.MLP(2, 2, (4,), matmul_dtype="half", key=jr.key(0))
 
 
 def test_a_policy_that_never_moves_scores_minus_170():

@@ -247,6 +247,9 @@ NETWORKS = {
 }
 
 
+BATCHED = {"MLP", "DeterministicPolicy", "TanhGaussianPolicy"}  # also take (..., 3)
+
+
 @functools.cache
 def _network(name):
     return NETWORKS[name][0]()
@@ -256,8 +259,8 @@ def _network(name):
 @given(shape=st.lists(st.integers(1, 5), min_size=0, max_size=2).map(tuple))
 def test_networks_refuse_inputs_of_another_shape(name, shape):
     net, call, arg = _network(name), NETWORKS[name][1], NETWORKS[name][2]
-    if shape == (3,):
-        call(net, jnp.zeros(shape))  # the right shape goes through
+    if shape == (3,) or (name in BATCHED and shape[-1:] == (3,)):
+        call(net, jnp.zeros(shape))  # the right shape (or a batch of them) goes through
         return
     _raises(lambda: call(net, jnp.zeros(shape)), arg, str(shape))
 

@@ -14,7 +14,7 @@ from .._custom_types import PRNGKey
 from .._envs.rollout import Transition
 from .._misc import f32, i32, is_none
 from .base import AbstractAgentState, AbstractHParams, Metrics
-from .networks import QCritics, TanhGaussianPolicy
+from .networks import MATMUL_DTYPES, QCritics, TanhGaussianPolicy
 from .normaliser import RunningNormaliser
 from .off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
 from .optim import apply_adam, init_adam, soft_update
@@ -94,8 +94,11 @@ class SAC(AbstractOffPolicyAgent[SACState]):
 
     **Fields:** `observation_size`, `action_size`, `policy_hidden`, `critic_hidden` (layer
     widths), `minibatch_size` (transitions per gradient step), `normalise_observations`, the
-    temperature settings above, and the training loop's `num_envs`, `buffer_size` and
-    `grad_updates_per_step` (`AbstractOffPolicyAgent`).
+    temperature settings above, `matmul_dtype` (``"bfloat16"``: the networks' products between
+    hidden layers take bfloat16 inputs with float32 accumulation, as `MLP`'s; faster on CPUs
+    with AVX-512 BF16, see ``benchmarks/README.md`` for speed and learning curves), and the
+    training loop's `num_envs`, `buffer_size` and `grad_updates_per_step`
+    (`AbstractOffPolicyAgent`).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -111,9 +114,11 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     num_envs: int = eqx.field(default=16, static=True)
     buffer_size: int = eqx.field(default=100_000, static=True)
     grad_updates_per_step: float = eqx.field(default=1.0, static=True)
+    matmul_dtype: str = eqx.field(default="float32", static=True)
 
     def __check_init__(self):
         check_off_policy_fields(self)
+        check.one_of("SAC.matmul_dtype", self.matmul_dtype, MATMUL_DTYPES)
         check.positive("SAC.init_alpha", self.init_alpha)
         check.finite("SAC.init_alpha", self.init_alpha)
         check.finite("SAC.target_entropy_scale", self.target_entropy_scale)
@@ -130,11 +135,13 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     def init(self, hparams: SACHParams | None = None, *, key: PRNGKey) -> SACState:
         policy_key, critic_key = jr.split(key)
         policy = TanhGaussianPolicy(
-            self.observation_size, self.action_size, self.policy_hidden, key=policy_key
-        )
+            self.observation_size, self.action_size, self.policy_hidden,
+            matmul_dtype=self.matmul_dtype, key=policy_key,
+        )  # fmt: skip
         critic = QCritics(
-            self.observation_size, self.action_size, self.critic_hidden, key=critic_key
-        )
+            self.observation_size, self.action_size, self.critic_hidden,
+            matmul_dtype=self.matmul_dtype, key=critic_key,
+        )  # fmt: skip
         log_alpha = jnp.log(jnp.asarray(self.init_alpha, jnp.float32))
         return SACState(
             policy,
@@ -201,11 +208,11 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         h = state.hparams
         obs, next_obs = self.normalise(state, batch.obs), self.normalise(state, batch.next_obs)
         eps = jr.normal(key, batch.action.shape)
-        next_action, next_logp = jax.vmap(state.policy.sample_from_noise)(next_obs, eps)
-        next_q = jnp.min(jax.vmap(state.target_critic)(next_obs, next_action), axis=-1)
+        next_action, next_logp = state.policy.sample_from_noise(next_obs, eps)
+        next_q = jnp.min(state.target_critic(next_obs, next_action), axis=-1)
         next_v = next_q - jnp.exp(state.log_alpha) * next_logp
         target = h.reward_scaling * batch.reward + h.discount * (1.0 - batch.terminated) * next_v
-        q = jax.vmap(critic)(obs, batch.action)
+        q = critic(obs, batch.action)
         return 0.5 * jnp.mean(jnp.sum((q - jax.lax.stop_gradient(target)[:, None]) ** 2, axis=-1))
 
     def policy_loss(
@@ -215,8 +222,8 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         temperature of ``state``, and the sampled actions' log-densities."""
         obs = self.normalise(state, batch.obs)
         eps = jr.normal(key, batch.action.shape)
-        action, logp = jax.vmap(policy.sample_from_noise)(obs, eps)
-        q = jnp.min(jax.vmap(state.critic)(obs, action), axis=-1)
+        action, logp = policy.sample_from_noise(obs, eps)
+        q = jnp.min(state.critic(obs, action), axis=-1)
         return jnp.mean(jnp.exp(state.log_alpha) * logp - q), logp
 
     def update(

@@ -20,7 +20,7 @@ from .._custom_types import PRNGKey
 from .._envs.rollout import Transition
 from .._misc import f32, filter_cond, i32, is_none
 from .base import AbstractAgentState, AbstractHParams, Metrics
-from .networks import DeterministicPolicy, QCritics
+from .networks import DeterministicPolicy, MATMUL_DTYPES, QCritics
 from .normaliser import RunningNormaliser
 from .off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
 from .optim import apply_adam, init_adam, soft_update
@@ -107,8 +107,9 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     widths), `minibatch_size` (transitions per gradient step), `policy_delay`,
     `normalise_observations` (use the state's running observation statistics),
     `policy_layer_norm` and `policy_affine` (layer normalisation in the policy, as
-    `DeterministicPolicy`'s ``layer_norm`` / ``affine``), and the training loop's `num_envs`,
-    `buffer_size` and `grad_updates_per_step` (`AbstractOffPolicyAgent`).
+    `DeterministicPolicy`'s ``layer_norm`` / ``affine``), `matmul_dtype` (as `SAC`'s), and the
+    training loop's `num_envs`, `buffer_size` and `grad_updates_per_step`
+    (`AbstractOffPolicyAgent`).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -123,9 +124,11 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     grad_updates_per_step: float = eqx.field(default=1.0, static=True)
     policy_layer_norm: bool = eqx.field(default=False, static=True)
     policy_affine: bool = eqx.field(default=False, static=True)
+    matmul_dtype: str = eqx.field(default="float32", static=True)
 
     def __check_init__(self):
         check_off_policy_fields(self)
+        check.one_of("TD3.matmul_dtype", self.matmul_dtype, MATMUL_DTYPES)
         check.positive_int("TD3.policy_delay", self.policy_delay)
         if self.policy_affine and not self.policy_layer_norm:
             raise ValueError("TD3.policy_affine needs policy_layer_norm")
@@ -134,12 +137,16 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         """A freshly initialised policy (the genotype of PGA-ME)."""
         return DeterministicPolicy(
             self.observation_size, self.action_size, self.policy_hidden,
-            layer_norm=self.policy_layer_norm, affine=self.policy_affine, key=key,
+            layer_norm=self.policy_layer_norm, affine=self.policy_affine,
+            matmul_dtype=self.matmul_dtype, key=key,
         )  # fmt: skip
 
     def init_critic(self, *, key: PRNGKey) -> QCritics:
         """Freshly initialised twin critics."""
-        return QCritics(self.observation_size, self.action_size, self.critic_hidden, key=key)
+        return QCritics(
+            self.observation_size, self.action_size, self.critic_hidden,
+            matmul_dtype=self.matmul_dtype, key=key,
+        )  # fmt: skip
 
     def init(self, hparams: TD3HParams | None = None, *, key: PRNGKey) -> TD3State:
         policy_key, critic_key = jr.split(key)
@@ -220,10 +227,10 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         noise = jnp.clip(
             h.policy_noise * jr.normal(key, batch.action.shape), -h.noise_clip, h.noise_clip
         )
-        next_action = jnp.clip(jax.vmap(state.target_policy)(next_obs) + noise, -1.0, 1.0)
-        next_q = jnp.min(jax.vmap(state.target_critic)(next_obs, next_action), axis=-1)
+        next_action = jnp.clip(state.target_policy(next_obs) + noise, -1.0, 1.0)
+        next_q = jnp.min(state.target_critic(next_obs, next_action), axis=-1)
         target = h.reward_scaling * batch.reward + h.discount * (1.0 - batch.terminated) * next_q
-        q = jax.vmap(critic)(obs, batch.action)
+        q = critic(obs, batch.action)
         return jnp.mean(jnp.sum((q - jax.lax.stop_gradient(target)[:, None]) ** 2, axis=-1))
 
     def policy_loss(
@@ -232,7 +239,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         """Minus the mean Q1 of ``policy``'s actions on ``batch`` under the critic of
         ``state``."""
         obs = self.normalise(state, batch.obs)
-        return -jnp.mean(jax.vmap(state.critic.q1)(obs, jax.vmap(policy)(obs)))
+        return -jnp.mean(state.critic.q1(obs, policy(obs)))
 
     def update(
         self, state: TD3State, batch: Transition, *, key: PRNGKey
