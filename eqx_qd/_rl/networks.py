@@ -61,8 +61,7 @@ def _transposed_copy(w: Array) -> Array:
 @jax.custom_vjp
 def _bf16_matmul(x: Float[Array, "n in_size"], w: Float[Array, "in_size out_size"]) -> Array:
     """``x @ w`` with bfloat16 inputs and float32 accumulation, for rows of inputs."""
-    bf16 = jnp.bfloat16
-    return jnp.matmul(x.astype(bf16), w.astype(bf16), preferred_element_type=jnp.float32)
+    return _bf16_matmul_fwd(x, w)[0]
 
 
 def _bf16_matmul_fwd(x, w):
@@ -288,6 +287,10 @@ class TanhGaussianPolicy(AbstractPolicy):
         _check_sizes("TanhGaussianPolicy", hidden, obs_size=obs_size, action_size=action_size)
         self.net = MLP(obs_size, 2 * action_size, hidden, matmul_dtype=matmul_dtype, key=key)
 
+    @property
+    def _action_size(self) -> int:
+        return self.net.layers[-1].out_features // 2
+
     def _dist(self, obs):
         _check_last_axis("TanhGaussianPolicy: obs", obs, self.net.in_size)
         mean, log_std = jnp.split(self.net(obs), 2, axis=-1)
@@ -303,8 +306,8 @@ class TanhGaussianPolicy(AbstractPolicy):
         """A squashed sample and its log-density (with the tanh change of variables), for one
         observation or each row of a batch (leading axes)."""
         _check_last_axis("TanhGaussianPolicy: obs", obs, self.net.in_size)
-        action_size = self.net.layers[-1].out_features // 2
-        return self.sample_from_noise(obs, jr.normal(key, (*np.shape(obs)[:-1], action_size)))
+        eps = jr.normal(key, (*np.shape(obs)[:-1], self._action_size))
+        return self.sample_from_noise(obs, eps)
 
     def sample_from_noise(
         self, obs: Float[Array, "*batch obs_dim"], eps: Float[Array, "*batch action_dim"]
@@ -312,7 +315,7 @@ class TanhGaussianPolicy(AbstractPolicy):
         """`sample` with the standard-normal draw ``eps`` (``(action_dim,)``) given for the
         observation ``obs`` (batched draws are cheaper in one call), or for each row of a batch
         of both (leading axes: the networks then run on the batch, see `Dense`)."""
-        if np.shape(eps) != (*np.shape(obs)[:-1], self.net.layers[-1].out_features // 2):
+        if np.shape(eps) != (*np.shape(obs)[:-1], self._action_size):
             raise ValueError(
                 "TanhGaussianPolicy.sample_from_noise: eps must have the shape of the actions, "
                 f"(*batch, action_dim), got obs {np.shape(obs)} and eps {np.shape(eps)}"
