@@ -22,10 +22,11 @@ Usage: python benchmarks/compare.py [--rounds 3] [--only cvt1024,grid,sac,ippo]
        [--jaxagents-python /tmp/jaxagents_venv/bin/python]
 
 Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
-bfloat16 hidden products), pgame, mepbt (QDax); ppo, ippo (jaxagents). The default runs the
-MAP-Elites rows and k-means; ``--only all`` runs everything (about 50 minutes for 3 rounds on a
-2-core CPU). Prints the machine (``lscpu``'s model name), the date, then Markdown tables; each
-RL run's figure goes to stderr as it ends.
+bfloat16 hidden products), sacx2, sacbf16x2 (both sides on 2 host devices, one core each; QDax's
+script patched in the copy to ``jax.pmap`` its train function), pgame, mepbt (QDax); ppo, ippo
+(jaxagents). The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
+(about 105 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s model name),
+the date, then Markdown tables; each RL run's figure goes to stderr as it ends.
 """
 
 import argparse
@@ -63,6 +64,49 @@ _QDAX_PATCH = (
     "        centroids = jnp.asarray(np.load(path))\n"
     '        cname = f"cvt{a.centroids}"\n'
 )
+
+# QDax's SAC script, split over host devices the way QDax's own multi-device examples do it:
+# ``jax.pmap`` of its population-vmapped train function over a leading device axis (inert
+# unless ``EQX_QD_COMPARE_DEVICES`` > 1). The timed call includes moving the states (the replay
+# buffers, ~100 MB) onto the devices and back: tens of milliseconds in a call of ~40 s.
+_SAC_SPLIT_AT = "import jax\n"
+_SAC_SPLIT = """import os  # compare.py: EQX_QD_COMPARE_DEVICES host devices, agents split
+_DEVICES = int(os.environ.get("EQX_QD_COMPARE_DEVICES", "1"))
+if _DEVICES > 1:
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={_DEVICES}"
+    )
+"""
+_SAC_SPLIT_FN = """
+
+def _over_devices(fn, d):
+    \"\"\"fn (vmapped over agents) run by jax.pmap on d devices, d-fold fewer agents each.\"\"\"
+    import types
+    split = lambda t: jax.tree_util.tree_map(lambda x: x.reshape((d, -1) + x.shape[1:]), t)
+    join = lambda t: jax.tree_util.tree_map(lambda x: jnp.reshape(x, (-1,) + x.shape[2:]), t)
+    pf = jax.pmap(fn)
+
+    def lower(*args):
+        compiled = pf.lower(*split(args)).compile()
+        return types.SimpleNamespace(compile=lambda: lambda *a: join(compiled(*split(a))))
+
+    return types.SimpleNamespace(lower=lower)
+
+
+def main():"""
+_SAC_SPLIT_JIT = "    train_fn = jax.jit(train_fn)\n"
+_SAC_SPLIT_PMAP = (
+    "    train_fn = jax.jit(train_fn) if _DEVICES == 1 else _over_devices(train_fn, _DEVICES)\n"
+)
+
+
+def _patch_sac(text: str) -> str:
+    """QDax's SAC script with the device split added (unchanged where it does not fit)."""
+    if _SAC_SPLIT_JIT not in text or "\ndef main():" not in text or _SAC_SPLIT_AT not in text:
+        return text
+    text = text.replace(_SAC_SPLIT_AT, _SAC_SPLIT + _SAC_SPLIT_AT, 1)
+    text = text.replace("\n\ndef main():", _SAC_SPLIT_FN, 1)
+    return text.replace(_SAC_SPLIT_JIT, _SAC_SPLIT_PMAP, 1)
 
 
 def _machine() -> str:
@@ -104,6 +148,11 @@ def _peer_copies(folder: str) -> dict[str, str]:
     for name in ("bench_pbt_sac.py", "bench_pgame.py", "bench_mepbt.py"):
         shutil.copy(os.path.join(SHARED, "qdax", name), qdax)
         scripts[name] = os.path.join(qdax, name)
+    with open(os.path.join(SHARED, "qdax", "bench_pbt_sac.py")) as f:
+        text = _patch_sac(f.read())
+    scripts["bench_pbt_sac_split.py"] = os.path.join(qdax, "bench_pbt_sac_split.py")
+    with open(scripts["bench_pbt_sac_split.py"], "w") as f:
+        f.write(text)
     scripts["pyribs"] = os.path.join(ribs, "bench_ribs.py")
     scripts["qdax"] = os.path.join(qdax, "bench_me.py")
     scripts["qdax_kmeans"] = os.path.join(kmeans, "bench_me.py")
@@ -173,6 +222,7 @@ class _Versus(typing.NamedTuple):
     compile_ours: typing.Callable[[dict], float]
     compile_theirs: typing.Callable[[dict], float]
     peer_env: dict = {}
+    ours_env: dict = {}
 
 
 _PPO_STEPS = 10 * 128 * 64  # jaxagents' bench_ippo.py: 10 updates of 64 envs x 128 steps
@@ -196,6 +246,25 @@ def _ppo(task: str, agent: str, title: str) -> _Versus:
                       "--reps", "5", "--raw-iters", "1280"],
         lambda r: r[task]["train_env_steps_per_s"], _jaxagents_median,
         lambda r: r[task]["train_compile_s"], lambda r: r["train"]["compile_s_est"],
+    )  # fmt: skip
+
+
+_SPLIT_FLAGS = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}  # one core per device
+
+
+def _sac_split(dtype: str) -> _Versus:
+    """The SAC row on 2 host devices, 4 agents each, on both sides (ours: shard_map; QDax: its
+    script's train function under ``jax.pmap``), Eigen's threads off on both."""
+    return _Versus(
+        f"SAC population as above, split over 2 host devices (ours {dtype}, QDax float32)",
+        "SAC grad steps/s", True, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "sac.py"), "--devices", "2",
+                      "--matmul-dtype", dtype],
+        lambda a, s: [a.qdax_python, s["bench_pbt_sac_split.py"]],
+        lambda r: r["grad_steps_per_s"],
+        lambda r: _as_median(r["grad_steps_per_s_total_over_pop"], r["train_call_times_s"][1:]),
+        lambda r: r["train_compile_s"], lambda r: r["train_compile_time_s"],
+        {**_SPLIT_FLAGS, "EQX_QD_COMPARE_DEVICES": "2"}, _SPLIT_FLAGS,
     )  # fmt: skip
 
 
@@ -229,6 +298,8 @@ VERSUS = {
         lambda r: _as_median(r["grad_steps_per_s_total_over_pop"], r["train_call_times_s"][1:]),
         lambda r: r["train_compile_s"], lambda r: r["train_compile_time_s"],
     ),
+    "sacx2": _sac_split("float32"),
+    "sacbf16x2": _sac_split("bfloat16"),
     "pgame": _Versus(
         "PGA-ME, walker2d_uni, 64 offspring, 300 critic + 100 PG steps per iteration",
         "s/iter", False, "QDax 0.5.0",
@@ -255,7 +326,10 @@ DEFAULT = [*WORKLOADS, "kmeans"]
 
 def _versus_commands(name: str, args, scripts) -> dict[str, tuple[list[str], dict]]:
     v = VERSUS[name]
-    return {"eqx_qd": (v.ours(args, scripts), {}), v.peer: (v.theirs(args, scripts), v.peer_env)}
+    return {
+        "eqx_qd": (v.ours(args, scripts), v.ours_env),
+        v.peer: (v.theirs(args, scripts), v.peer_env),
+    }
 
 
 def _print_map_elites(chosen: list[str], results: dict) -> None:
@@ -334,7 +408,7 @@ def main() -> None:
     needs = {}  # only the peers of the chosen workloads
     if any(w in WORKLOADS for w in chosen):
         needs["pyribs"] = args.ribs_python
-    if any(w in WORKLOADS or w in ("kmeans", "sac", "sacbf16", "pgame", "mepbt") for w in chosen):
+    if any(w in WORKLOADS or w in ("kmeans", "pgame", "mepbt") or w[:3] == "sac" for w in chosen):
         needs["QDax"] = args.qdax_python
     if any(w in ("ppo", "ippo") for w in chosen):
         needs["jaxagents"] = args.jaxagents_python
