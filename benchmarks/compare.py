@@ -84,6 +84,7 @@ def _over_devices(fn, d):
     import types
     split = lambda t: jax.tree_util.tree_map(lambda x: x.reshape((d, -1) + x.shape[1:]), t)
     join = lambda t: jax.tree_util.tree_map(lambda x: jnp.reshape(x, (-1,) + x.shape[2:]), t)
+    assert jax.device_count() == d, f"asked for {d} host devices, JAX has {jax.device_count()}"
     pf = jax.pmap(fn)
 
     def lower(*args):
@@ -100,10 +101,11 @@ _SAC_SPLIT_PMAP = (
 )
 
 
-def _patch_sac(text: str) -> str:
-    """QDax's SAC script with the device split added (unchanged where it does not fit)."""
+def _patch_sac(text: str) -> str | None:
+    """QDax's SAC script with the device split added, or None where the script no longer has
+    the lines the change goes into."""
     if _SAC_SPLIT_JIT not in text or "\ndef main():" not in text or _SAC_SPLIT_AT not in text:
-        return text
+        return None
     text = text.replace(_SAC_SPLIT_AT, _SAC_SPLIT + _SAC_SPLIT_AT, 1)
     text = text.replace("\n\ndef main():", _SAC_SPLIT_FN, 1)
     return text.replace(_SAC_SPLIT_JIT, _SAC_SPLIT_PMAP, 1)
@@ -150,9 +152,10 @@ def _peer_copies(folder: str) -> dict[str, str]:
         scripts[name] = os.path.join(qdax, name)
     with open(os.path.join(SHARED, "qdax", "bench_pbt_sac.py")) as f:
         text = _patch_sac(f.read())
-    scripts["bench_pbt_sac_split.py"] = os.path.join(qdax, "bench_pbt_sac_split.py")
-    with open(scripts["bench_pbt_sac_split.py"], "w") as f:
-        f.write(text)
+    if text is not None:  # else main refuses the split rows
+        scripts["bench_pbt_sac_split.py"] = os.path.join(qdax, "bench_pbt_sac_split.py")
+        with open(scripts["bench_pbt_sac_split.py"], "w") as f:
+            f.write(text)
     scripts["pyribs"] = os.path.join(ribs, "bench_ribs.py")
     scripts["qdax"] = os.path.join(qdax, "bench_me.py")
     scripts["qdax_kmeans"] = os.path.join(kmeans, "bench_me.py")
@@ -422,6 +425,12 @@ def main() -> None:
     results: dict[str, dict[str, list[dict]]] = {w: {} for w in chosen}
     with tempfile.TemporaryDirectory(prefix="eqx_qd_compare_") as folder:
         scripts = _peer_copies(folder)
+        split = [w for w in chosen if w.endswith("x2")]
+        if split and "bench_pbt_sac_split.py" not in scripts:
+            p.error(
+                f"{split}: QDax's bench_pbt_sac.py no longer has the lines compare.py changes to "
+                "split it over devices"
+            )
         for r in range(args.rounds):
             for w in chosen:
                 make = _map_elites_commands if w in WORKLOADS else _versus_commands
