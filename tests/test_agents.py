@@ -99,22 +99,21 @@ def test_bfloat16_gradients_are_bfloat16_products_of_rounded_operands(getkey):
     np.testing.assert_allclose(y, rounded(x) @ rounded(w) + bias, rtol=1e-5, atol=1e-5)
     # The input's gradient: the cotangent and the weight rounded, accumulated in float32.
     np.testing.assert_allclose(dx, rounded(g) @ rounded(w).T, rtol=1e-5, atol=1e-5)
-    # The weight's gradient: float32 (unrounded input and cotangent), one product over the rows.
-    np.testing.assert_allclose(d_layer.weight, np.asarray(x).T @ np.asarray(g), rtol=1e-5)
+    # The weight's gradient: the input and the cotangent rounded, one product over the rows.
+    np.testing.assert_allclose(d_layer.weight, rounded(x).T @ rounded(g), rtol=1e-5, atol=1e-5)
+    assert not np.allclose(d_layer.weight, np.asarray(x).T @ np.asarray(g), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(d_layer.bias, np.sum(np.asarray(g), axis=0), rtol=1e-5)
     assert dx.dtype == d_layer.weight.dtype == jnp.float32
 
-    # Every product of the differentiated program takes bfloat16 inputs but the weight's
-    # gradient: the forward one and the input's gradient (the transposed weight as a gather).
+    # Every product of the differentiated program takes bfloat16 inputs: the forward one and
+    # both gradients (the transposed weight and input as gathers).
     def forward_and_back(layer, x, g):
         y, pullback = jax.vjp(lambda lay, x: lay(x), layer, x)
         return y, pullback(g)
 
     text = jax.jit(forward_and_back).lower(layer, x, g).as_text()
     products = re.findall(r"dot_general.*: \((tensor<\S+>), (tensor<\S+>)\)", text)
-    assert sorted(a.endswith("bf16>") and b.endswith("bf16>") for a, b in products) == [
-        False, True, True,
-    ]  # fmt: skip
+    assert [a.endswith("bf16>") and b.endswith("bf16>") for a, b in products] == [True] * 3
 
 
 def test_networks_called_on_a_batch_match_their_vmapped_calls(getkey):

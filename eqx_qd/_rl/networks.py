@@ -65,20 +65,20 @@ def _bf16_matmul(x: Float[Array, "n in_size"], w: Float[Array, "in_size out_size
 
 
 def _bf16_matmul_fwd(x, w):
-    w16 = w.astype(jnp.bfloat16)
-    y = jnp.matmul(x.astype(jnp.bfloat16), w16, preferred_element_type=jnp.float32)
-    return y, (x, w16)
+    x16, w16 = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    y = jnp.matmul(x16, w16, preferred_element_type=jnp.float32)
+    return y, (_transposed_copy(x16), w16)
 
 
 def _bf16_matmul_bwd(residuals, g):
-    # The input's gradient is a bfloat16 product too (JAX's own rule would multiply the float32
-    # cotangent by the bfloat16 weight, a mixed product XLA runs in float32); the weight's
-    # gradient stays float32 (no faster in bfloat16 on the CPUs measured).
-    x, w16 = residuals
-    dx = jnp.matmul(
-        g.astype(jnp.bfloat16), _transposed_copy(w16), preferred_element_type=jnp.float32
-    )
-    return dx, x.T @ g
+    # Both gradients are bfloat16 products of rounded operands with float32 accumulation (JAX's
+    # own rule would multiply the float32 cotangent by a bfloat16 operand, a mixed product XLA
+    # runs in float32). Each transposed operand is a physical copy (`_transposed_copy`): a
+    # bfloat16 product reading a transposed operand runs in float32 too.
+    x16_t, w16 = residuals
+    g16 = g.astype(jnp.bfloat16)
+    dx = jnp.matmul(g16, _transposed_copy(w16), preferred_element_type=jnp.float32)
+    return dx, jnp.matmul(x16_t, g16, preferred_element_type=jnp.float32)
 
 
 _bf16_matmul.defvjp(_bf16_matmul_fwd, _bf16_matmul_bwd)
@@ -95,10 +95,11 @@ class Dense(eqx.Module):
 
     ``matmul_dtype="bfloat16"`` rounds ``x`` and ``weight`` to bfloat16 for the product and
     accumulates it in float32 (the output, the stored weights and the optimiser stay float32);
-    the input's gradient is such a product too, the weight's gradient is float32. On CPUs with
-    AVX-512 BF16 these products run about 1.35x faster. Called on a batch (``x`` of shape
-    ``(..., in)``), the weight's gradient is one product over the batch; called on single inputs
-    under ``vmap``, it is a sum of per-input outer products, no faster than float32. Reverse
+    both gradients are such products too (of the rounded cotangent with the rounded weight, and
+    with the rounded input). On CPUs with AVX-512 BF16 these products run about 1.35x faster.
+    Called on a batch (``x`` of shape ``(..., in)``), the weight's gradient is one product over
+    the batch; called on single inputs under ``vmap``, it is a sum of per-input outer products,
+    no faster than float32. Reverse
     mode only (a custom VJP: no ``jax.jvp`` / ``jax.jacfwd`` through such a layer).
     """
 
