@@ -99,8 +99,8 @@ class Dense(eqx.Module):
     with the rounded input). On CPUs with AVX-512 BF16 these products run about 1.35x faster.
     Called on a batch (``x`` of shape ``(..., in)``), the weight's gradient is one product over
     the batch; called on single inputs under ``vmap``, it is a sum of per-input outer products,
-    no faster than float32. Reverse
-    mode only (a custom VJP: no ``jax.jvp`` / ``jax.jacfwd`` through such a layer).
+    no faster than float32. Reverse mode only (a custom VJP: no ``jax.jvp`` / ``jax.jacfwd``
+    through such a layer).
     """
 
     weight: Float[Array, "in_size out_size"]
