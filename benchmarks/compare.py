@@ -150,7 +150,7 @@ def _peer_copies(folder: str) -> dict[str, str]:
     for name in ("bench_pbt_sac.py", "bench_pgame.py", "bench_mepbt.py"):
         shutil.copy(os.path.join(SHARED, "qdax", name), qdax)
         scripts[name] = os.path.join(qdax, name)
-    with open(os.path.join(SHARED, "qdax", "bench_pbt_sac.py")) as f:
+    with open(scripts["bench_pbt_sac.py"]) as f:
         text = _patch_sac(f.read())
     if text is not None:  # else main refuses the split rows
         scripts["bench_pbt_sac_split.py"] = os.path.join(qdax, "bench_pbt_sac_split.py")
@@ -255,21 +255,28 @@ def _ppo(task: str, agent: str, title: str) -> _Versus:
 _SPLIT_FLAGS = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}  # one core per device
 
 
-def _sac_split(dtype: str) -> _Versus:
-    """The SAC row on 2 host devices, 4 agents each, on both sides (ours: shard_map; QDax: its
-    script's train function under ``jax.pmap``), Eigen's threads off on both."""
+def _sac(title: str, dtype: str, devices: int = 1) -> _Versus:
+    """A SAC row: our ``sac.py`` with its hidden products in ``dtype`` against QDax's
+    ``bench_pbt_sac.py`` (float32). With ``devices`` > 1 both sides split the 8 agents over that
+    many host devices (ours: shard_map; QDax: its train function under ``jax.pmap``, the patched
+    copy), Eigen's threads off on both so that each device has one core."""
+    ours = [os.path.join(HERE, "sac.py"), "--matmul-dtype", dtype]
+    script, ours_env, peer_env = "bench_pbt_sac.py", {}, {}
+    if devices > 1:
+        ours += ["--devices", str(devices)]
+        script, ours_env = "bench_pbt_sac_split.py", _SPLIT_FLAGS
+        peer_env = {**_SPLIT_FLAGS, "EQX_QD_COMPARE_DEVICES": str(devices)}
     return _Versus(
-        f"SAC population as above, split over 2 host devices (ours {dtype}, QDax float32)",
-        "SAC grad steps/s", True, "QDax 0.5.0",
-        lambda a, s: [sys.executable, os.path.join(HERE, "sac.py"), "--devices", "2",
-                      "--matmul-dtype", dtype],
-        lambda a, s: [a.qdax_python, s["bench_pbt_sac_split.py"]],
+        title, "SAC grad steps/s", True, "QDax 0.5.0",
+        lambda a, s: [sys.executable, *ours], lambda a, s: [a.qdax_python, s[script]],
         lambda r: r["grad_steps_per_s"],
         lambda r: _as_median(r["grad_steps_per_s_total_over_pop"], r["train_call_times_s"][1:]),
         lambda r: r["train_compile_s"], lambda r: r["train_compile_time_s"],
-        {**_SPLIT_FLAGS, "EQX_QD_COMPARE_DEVICES": "2"}, _SPLIT_FLAGS,
+        peer_env, ours_env,
     )  # fmt: skip
 
+
+_SPLIT_TITLE = "SAC population as above, split over 2 host devices (ours {}, QDax float32)"
 
 VERSUS = {
     "kmeans": _Versus(
@@ -283,26 +290,12 @@ VERSUS = {
         lambda r: float("nan"), lambda r: float("nan"),
         {"EQX_QD_COMPARE_KMEANS": "1"},
     ),
-    "sac": _Versus(
-        "SAC population, hopper, 8 agents x 16 envs, (256, 256), batch 256",
-        "SAC grad steps/s", True, "QDax 0.5.0",
-        lambda a, s: [sys.executable, os.path.join(HERE, "sac.py")],
-        lambda a, s: [a.qdax_python, s["bench_pbt_sac.py"]],
-        lambda r: r["grad_steps_per_s"],
-        lambda r: _as_median(r["grad_steps_per_s_total_over_pop"], r["train_call_times_s"][1:]),
-        lambda r: r["train_compile_s"], lambda r: r["train_compile_time_s"],
+    "sac": _sac("SAC population, hopper, 8 agents x 16 envs, (256, 256), batch 256", "float32"),
+    "sacbf16": _sac(
+        "SAC population as above, our hidden products in bfloat16 (QDax: float32)", "bfloat16"
     ),
-    "sacbf16": _Versus(
-        "SAC population as above, our hidden products in bfloat16 (QDax: float32)",
-        "SAC grad steps/s", True, "QDax 0.5.0",
-        lambda a, s: [sys.executable, os.path.join(HERE, "sac.py"), "--matmul-dtype", "bfloat16"],
-        lambda a, s: [a.qdax_python, s["bench_pbt_sac.py"]],
-        lambda r: r["grad_steps_per_s"],
-        lambda r: _as_median(r["grad_steps_per_s_total_over_pop"], r["train_call_times_s"][1:]),
-        lambda r: r["train_compile_s"], lambda r: r["train_compile_time_s"],
-    ),
-    "sacx2": _sac_split("float32"),
-    "sacbf16x2": _sac_split("bfloat16"),
+    "sacx2": _sac(_SPLIT_TITLE.format("float32"), "float32", devices=2),
+    "sacbf16x2": _sac(_SPLIT_TITLE.format("bfloat16"), "bfloat16", devices=2),
     "pgame": _Versus(
         "PGA-ME, walker2d_uni, 64 offspring, 300 critic + 100 PG steps per iteration",
         "s/iter", False, "QDax 0.5.0",

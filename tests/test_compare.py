@@ -1,0 +1,100 @@
+"""benchmarks/compare.py: the rows' commands, and its change to QDax's SAC script, run on a
+small stand-in for that script (the real one needs QDax and ../shared, which CI lacks)."""
+
+import argparse
+import importlib.util
+import os
+import sys
+
+import pytest
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, "..", "benchmarks")
+
+
+@pytest.fixture(scope="module")
+def compare():
+    spec = importlib.util.spec_from_file_location("compare", os.path.join(BENCH, "compare.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The lines of QDax's bench_pbt_sac.py the split goes into, around a vmapped "train function"
+# called the way that script calls it (lowered, compiled, then called with the population).
+STAND_IN = """import json
+import jax
+import jax.numpy as jnp
+
+
+def main():
+    def one(w, x):
+        return jnp.tanh(x @ w).sum(), 2.0 * w
+
+    train_fn = jax.vmap(one)
+    train_fn = jax.jit(train_fn)
+    w = jnp.arange(8 * 3 * 3, dtype=jnp.float32).reshape(8, 3, 3) / 50.0
+    x = jnp.linspace(-1.0, 1.0, 8 * 5 * 3, dtype=jnp.float32).reshape(8, 5, 3)
+    compiled = train_fn.lower(w, x).compile()
+    s, w2 = compiled(w, x)
+    out = {"s": s.tolist(), "w": w2.tolist(), "devices": jax.device_count()}
+    print("JSON " + json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_sac_rows_commands(compare):
+    args = argparse.Namespace(qdax_python="/peer/python")
+    scripts = {"bench_pbt_sac.py": "/c/plain.py", "bench_pbt_sac_split.py": "/c/split.py"}
+    sac = os.path.join(compare.HERE, "sac.py")
+    one = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
+    expected = {
+        "sac": ([sac, "--matmul-dtype", "float32"], {}, "/c/plain.py", {}),
+        "sacbf16": ([sac, "--matmul-dtype", "bfloat16"], {}, "/c/plain.py", {}),
+        "sacx2": (
+            [sac, "--matmul-dtype", "float32", "--devices", "2"],
+            one,
+            "/c/split.py",
+            {**one, "EQX_QD_COMPARE_DEVICES": "2"},
+        ),
+        "sacbf16x2": (
+            [sac, "--matmul-dtype", "bfloat16", "--devices", "2"],
+            one,
+            "/c/split.py",
+            {**one, "EQX_QD_COMPARE_DEVICES": "2"},
+        ),
+    }
+    for name, (ours, ours_env, script, peer_env) in expected.items():
+        commands = compare._versus_commands(name, args, scripts)
+        assert commands["eqx_qd"] == ([sys.executable, *ours], ours_env), name
+        assert commands["QDax 0.5.0"] == (["/peer/python", script], peer_env), name
+        row = compare.VERSUS[name]
+        # QDax's script reports the mean over its steady calls: the row reads it as a median.
+        theirs = {"grad_steps_per_s_total_over_pop": 100.0, "train_call_times_s": [9, 1, 1, 2]}
+        assert row.read_theirs(theirs) == pytest.approx(100.0 * (4 / 3))
+        assert row.read_ours({"grad_steps_per_s": 7.0}) == 7.0
+
+
+def test_patch_sac_refuses_a_script_without_its_lines(compare):
+    assert compare._patch_sac(STAND_IN.replace("    train_fn = jax.jit(train_fn)\n", "")) is None
+    assert compare._patch_sac(STAND_IN.replace("def main():", "def run():")) is None
+
+
+def test_patched_script_splits_over_devices_and_agrees(compare, tmp_path):
+    patched = compare._patch_sac(STAND_IN)
+    assert patched is not None and "_over_devices" in patched
+    (tmp_path / "plain.py").write_text(STAND_IN)
+    (tmp_path / "split.py").write_text(patched)
+    plain = compare._run([sys.executable, str(tmp_path / "plain.py")], timeout=100)
+    inert = compare._run([sys.executable, str(tmp_path / "split.py")], timeout=100)
+    env = {"EQX_QD_COMPARE_DEVICES": "2"}  # the script adds the host devices to XLA_FLAGS
+    split = compare._run([sys.executable, str(tmp_path / "split.py")], timeout=100, env=env)
+    assert plain is not None and inert is not None and split is not None
+    assert plain["devices"] == inert["devices"] == 1 and split["devices"] == 2
+    assert inert == plain
+    assert split["s"] == pytest.approx(plain["s"], rel=1e-6)
+    assert split["w"] == plain["w"]
