@@ -95,6 +95,7 @@ def _over_devices(fn, d):
 
 
 def main():"""
+_SAC_SPLIT_MAIN = "\n\ndef main():"  # _SAC_SPLIT_FN goes in its place, ending with it
 _SAC_SPLIT_JIT = "    train_fn = jax.jit(train_fn)\n"
 _SAC_SPLIT_PMAP = (
     "    train_fn = jax.jit(train_fn) if _DEVICES == 1 else _over_devices(train_fn, _DEVICES)\n"
@@ -104,10 +105,10 @@ _SAC_SPLIT_PMAP = (
 def _patch_sac(text: str) -> str | None:
     """QDax's SAC script with the device split added, or None where the script no longer has
     the lines the change goes into."""
-    if _SAC_SPLIT_JIT not in text or "\ndef main():" not in text or _SAC_SPLIT_AT not in text:
+    if any(line not in text for line in (_SAC_SPLIT_AT, _SAC_SPLIT_MAIN, _SAC_SPLIT_JIT)):
         return None
     text = text.replace(_SAC_SPLIT_AT, _SAC_SPLIT + _SAC_SPLIT_AT, 1)
-    text = text.replace("\n\ndef main():", _SAC_SPLIT_FN, 1)
+    text = text.replace(_SAC_SPLIT_MAIN, _SAC_SPLIT_FN, 1)
     return text.replace(_SAC_SPLIT_JIT, _SAC_SPLIT_PMAP, 1)
 
 
@@ -404,9 +405,10 @@ def main() -> None:
     needs = {}  # only the peers of the chosen workloads
     if any(w in WORKLOADS for w in chosen):
         needs["pyribs"] = args.ribs_python
-    if any(w in WORKLOADS or w in ("kmeans", "pgame", "mepbt") or w[:3] == "sac" for w in chosen):
+    peers = {VERSUS[w].peer.split()[0] for w in chosen if w in VERSUS}  # "QDax", "jaxagents"
+    if any(w in WORKLOADS for w in chosen) or "QDax" in peers:
         needs["QDax"] = args.qdax_python
-    if any(w in ("ppo", "ippo") for w in chosen):
+    if "jaxagents" in peers:
         needs["jaxagents"] = args.jaxagents_python
     for who, python in needs.items():
         if not os.path.exists(python):
@@ -418,7 +420,8 @@ def main() -> None:
     results: dict[str, dict[str, list[dict]]] = {w: {} for w in chosen}
     with tempfile.TemporaryDirectory(prefix="eqx_qd_compare_") as folder:
         scripts = _peer_copies(folder)
-        split = [w for w in chosen if w.endswith("x2")]
+        versus = [w for w in chosen if w in VERSUS]
+        split = [w for w in versus if "EQX_QD_COMPARE_DEVICES" in VERSUS[w].peer_env]
         if split and "bench_pbt_sac_split.py" not in scripts:
             p.error(
                 f"{split}: QDax's bench_pbt_sac.py no longer has the lines compare.py changes to "

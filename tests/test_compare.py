@@ -82,6 +82,8 @@ def test_sac_rows_commands(compare):
 def test_patch_sac_refuses_a_script_without_its_lines(compare):
     assert compare._patch_sac(STAND_IN.replace("    train_fn = jax.jit(train_fn)\n", "")) is None
     assert compare._patch_sac(STAND_IN.replace("def main():", "def run():")) is None
+    # The helper goes in place of the two blank lines before main: a script without them too.
+    assert compare._patch_sac(STAND_IN.replace("\n\ndef main():", "def main():")) is None
 
 
 def test_patched_script_splits_over_devices_and_agrees(compare, tmp_path):
