@@ -27,58 +27,6 @@ from ._emitters.base import (
 )
 from ._emitters.composed import ComposedEmitter as ComposedEmitter
 from ._emitters.mixing import MixingEmitter as MixingEmitter
-from ._emitters.pbt import (
-    PBTEmitter as PBTEmitter,
-    PBTEmitterConfig as PBTEmitterConfig,
-    PBTEmitterState as PBTEmitterState,
-)
-from ._emitters.quality_pg import (
-    episode_transitions as episode_transitions,
-    pgame_emitter as pgame_emitter,
-    pgame_split as pgame_split,
-    QualityPGEmitter as QualityPGEmitter,
-    QualityPGState as QualityPGState,
-)
-from ._envs.base import (
-    AbstractBaseEnv as AbstractBaseEnv,
-    AbstractEnv as AbstractEnv,
-    AbstractEnvState as AbstractEnvState,
-    AbstractQDEnv as AbstractQDEnv,
-    Arena as Arena,
-    autoreset_step as autoreset_step,
-    AutoResetStep as AutoResetStep,
-    EnvState as EnvState,
-    final_descriptor as final_descriptor,
-    mean_descriptor as mean_descriptor,
-    training_reset as training_reset,
-    TrainingEnvState as TrainingEnvState,
-)
-from ._envs.brax import (
-    BraxQDEnv as BraxQDEnv,
-    DEFAULT_BACKEND as DEFAULT_BACKEND,
-    QD_BRAX_TASKS as QD_BRAX_TASKS,
-)
-from ._envs.brax_multi_agent import (
-    BraxMultiAgentEnv as BraxMultiAgentEnv,
-    MA_BRAX_TASKS as MA_BRAX_TASKS,
-)
-from ._envs.line_targets import LineTargets as LineTargets
-from ._envs.multi_agent import (
-    AbstractMultiAgentEnv as AbstractMultiAgentEnv,
-    MultiAgentState as MultiAgentState,
-    SingleAgentView as SingleAgentView,
-    TimeLimit as TimeLimit,
-)
-from ._envs.point_maze import PointMaze as PointMaze
-from ._envs.rollout import (
-    Episode as Episode,
-    EpisodeStats as EpisodeStats,
-    evaluate_episodes as evaluate_episodes,
-    QDTransition as QDTransition,
-    rollout as rollout,
-    rollout_states as rollout_states,
-    Transition as Transition,
-)
 from ._map_elites import (
     MAPElites as MAPElites,
     MAPElitesState as MAPElitesState,
@@ -86,6 +34,24 @@ from ._map_elites import (
     StepInfo as StepInfo,
 )
 from ._metrics import METRIC_NAMES as METRIC_NAMES, qd_metrics as qd_metrics, QDMetrics as QDMetrics
+from ._qdrl.me_pbt import (
+    PBTEmitter as PBTEmitter,
+    PBTEmitterConfig as PBTEmitterConfig,
+    PBTEmitterState as PBTEmitterState,
+)
+from ._qdrl.pga_me import (
+    episode_transitions as episode_transitions,
+    pgame_emitter as pgame_emitter,
+    pgame_split as pgame_split,
+    QualityPGEmitter as QualityPGEmitter,
+    QualityPGState as QualityPGState,
+)
+from ._qdrl.scoring import (
+    PolicyScorer as PolicyScorer,
+    reevaluate as reevaluate,
+    Reevaluation as Reevaluation,
+    ScoringExtra as ScoringExtra,
+)
 from ._repertoire import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,
@@ -93,96 +59,6 @@ from ._repertoire import (
     Elites as Elites,
     init_repertoire as init_repertoire,
     MapElitesRepertoire as MapElitesRepertoire,
-)
-from ._rl.base import (
-    AbstractAgent as AbstractAgent,
-    AbstractAgentState as AbstractAgentState,
-    AbstractHParams as AbstractHParams,
-    AbstractTrainingRun as AbstractTrainingRun,
-    EvalMetrics as EvalMetrics,
-    TrainMetrics as TrainMetrics,
-)
-from ._rl.buffers import ReplayBuffer as ReplayBuffer
-from ._rl.gae import gae as gae
-from ._rl.networks import (
-    AbstractActor as AbstractActor,
-    AbstractPolicy as AbstractPolicy,
-    CategoricalActor as CategoricalActor,
-    DeterministicPolicy as DeterministicPolicy,
-    GaussianActor as GaussianActor,
-    JointActor as JointActor,
-    JointValueCritic as JointValueCritic,
-    MLP as MLP,
-    QCritics as QCritics,
-    TanhGaussianPolicy as TanhGaussianPolicy,
-    ValueCritic as ValueCritic,
-)
-from ._rl.normaliser import RunningNormaliser as RunningNormaliser
-from ._rl.off_policy import (
-    AbstractOffPolicyAgent as AbstractOffPolicyAgent,
-    evaluate as evaluate,
-    init_off_policy as init_off_policy,
-    OffPolicyState as OffPolicyState,
-    train as train,
-    train_iteration as train_iteration,
-    warmup as warmup,
-)
-from ._rl.on_policy import (
-    evaluate_ippo as evaluate_ippo,
-    summarize as summarize,
-    Summary as Summary,
-    train_updates as train_updates,
-)
-from ._rl.pbt import (
-    copy_into as copy_into,
-    evaluate_population as evaluate_population,
-    hparams_table as hparams_table,
-    init_population as init_population,
-    PBT as PBT,
-    PBTInfo as PBTInfo,
-    population_without_optimizer_states as population_without_optimizer_states,
-    train_population as train_population,
-    train_population_sharded as train_population_sharded,
-)
-from ._rl.ppo import (
-    IPPO as IPPO,
-    IPPOAgentState as IPPOAgentState,
-    PPO_SPACES as PPO_SPACES,
-    PPOHParams as PPOHParams,
-    PPOState as PPOState,
-    Trajectory as Trajectory,
-)
-from ._rl.ppo_agent import (
-    OnPolicyRun as OnPolicyRun,
-    PPO as PPO,
-    PPOAgentState as PPOAgentState,
-)
-from ._rl.sac import (
-    SAC as SAC,
-    SAC_SPACES as SAC_SPACES,
-    SACHParams as SACHParams,
-    SACState as SACState,
-)
-from ._rl.spaces import (
-    AbstractSpace as AbstractSpace,
-    Choice as Choice,
-    log_uniform_learning_rates as log_uniform_learning_rates,
-    LogUniform as LogUniform,
-    perturb_hparams as perturb_hparams,
-    sample_hparams as sample_hparams,
-    Uniform as Uniform,
-)
-from ._rl.td3 import (
-    TD3 as TD3,
-    TD3_SPACES as TD3_SPACES,
-    TD3HParams as TD3HParams,
-    TD3State as TD3State,
-)
-from ._scoring import (
-    PolicyScorer as PolicyScorer,
-    reevaluate as reevaluate,
-    Reevaluation as Reevaluation,
-    ScoringExtra as ScoringExtra,
 )
 from ._selectors import (
     AbstractSelector as AbstractSelector,
@@ -223,6 +99,132 @@ from ._variation import (
     SBXCrossover as SBXCrossover,
     uniform_mutation as uniform_mutation,
     UniformMutation as UniformMutation,
+)
+from .envs._base import (
+    AbstractBaseEnv as AbstractBaseEnv,
+    AbstractEnv as AbstractEnv,
+    AbstractEnvState as AbstractEnvState,
+    AbstractQDEnv as AbstractQDEnv,
+    Arena as Arena,
+    autoreset_step as autoreset_step,
+    AutoResetStep as AutoResetStep,
+    EnvState as EnvState,
+    final_descriptor as final_descriptor,
+    mean_descriptor as mean_descriptor,
+    training_reset as training_reset,
+    TrainingEnvState as TrainingEnvState,
+)
+from .envs._brax import (
+    BraxQDEnv as BraxQDEnv,
+    DEFAULT_BACKEND as DEFAULT_BACKEND,
+    QD_BRAX_TASKS as QD_BRAX_TASKS,
+)
+from .envs._brax_multi_agent import (
+    BraxMultiAgentEnv as BraxMultiAgentEnv,
+    MA_BRAX_TASKS as MA_BRAX_TASKS,
+)
+from .envs._line_targets import LineTargets as LineTargets
+from .envs._multi_agent import (
+    AbstractMultiAgentEnv as AbstractMultiAgentEnv,
+    MultiAgentState as MultiAgentState,
+    SingleAgentView as SingleAgentView,
+    TimeLimit as TimeLimit,
+)
+from .envs._point_maze import PointMaze as PointMaze
+from .envs._rollout import (
+    Episode as Episode,
+    EpisodeStats as EpisodeStats,
+    evaluate_episodes as evaluate_episodes,
+    QDTransition as QDTransition,
+    rollout as rollout,
+    rollout_states as rollout_states,
+    Transition as Transition,
+)
+from .rl._actors import (
+    AbstractActor as AbstractActor,
+    CategoricalActor as CategoricalActor,
+    GaussianActor as GaussianActor,
+    JointActor as JointActor,
+    JointValueCritic as JointValueCritic,
+    ValueCritic as ValueCritic,
+)
+from .rl._base import (
+    AbstractAgent as AbstractAgent,
+    AbstractAgentState as AbstractAgentState,
+    AbstractHParams as AbstractHParams,
+    AbstractTrainingRun as AbstractTrainingRun,
+    EvalMetrics as EvalMetrics,
+    TrainMetrics as TrainMetrics,
+)
+from .rl._buffers import ReplayBuffer as ReplayBuffer
+from .rl._gae import gae as gae
+from .rl._ippo import (
+    IPPO as IPPO,
+    IPPOAgentState as IPPOAgentState,
+    PPO_SPACES as PPO_SPACES,
+    PPOHParams as PPOHParams,
+    PPOState as PPOState,
+    Trajectory as Trajectory,
+)
+from .rl._layers import MLP as MLP
+from .rl._normaliser import RunningNormaliser as RunningNormaliser
+from .rl._off_policy import (
+    AbstractOffPolicyAgent as AbstractOffPolicyAgent,
+    evaluate as evaluate,
+    init_off_policy as init_off_policy,
+    OffPolicyState as OffPolicyState,
+    train as train,
+    train_iteration as train_iteration,
+    warmup as warmup,
+)
+from .rl._on_policy import (
+    evaluate_ippo as evaluate_ippo,
+    summarize as summarize,
+    Summary as Summary,
+    train_updates as train_updates,
+)
+from .rl._pbt import (
+    copy_into as copy_into,
+    evaluate_population as evaluate_population,
+    hparams_table as hparams_table,
+    init_population as init_population,
+    PBT as PBT,
+    PBTInfo as PBTInfo,
+    population_without_optimizer_states as population_without_optimizer_states,
+    train_population as train_population,
+    train_population_sharded as train_population_sharded,
+)
+from .rl._policies import (
+    AbstractPolicy as AbstractPolicy,
+    DeterministicPolicy as DeterministicPolicy,
+    QCritics as QCritics,
+    TanhGaussianPolicy as TanhGaussianPolicy,
+)
+from .rl._ppo import (
+    OnPolicyRun as OnPolicyRun,
+    PPO as PPO,
+    PPOAgentState as PPOAgentState,
+)
+from .rl._sac import (
+    SAC as SAC,
+    SAC_SPACES as SAC_SPACES,
+    SACHParams as SACHParams,
+    SACState as SACState,
+)
+from .rl._spaces import (
+    AbstractSpace as AbstractSpace,
+    Choice as Choice,
+    log_uniform_learning_rates as log_uniform_learning_rates,
+    LogUniform as LogUniform,
+    perturb_hparams as perturb_hparams,
+    sample_hparams as sample_hparams,
+    Uniform as Uniform,
+)
+from .rl._td3 import (
+    TD3 as TD3,
+    TD3_SPACES as TD3_SPACES,
+    TD3HParams as TD3HParams,
+    TD3State as TD3State,
 )
 
 

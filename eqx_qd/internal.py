@@ -38,9 +38,17 @@ from ._misc import (
     tree_take as tree_take,
     tree_zeros_batch as tree_zeros_batch,
 )
-from ._rl.base import check_agent as check_agent, check_spaces as check_spaces
-from ._rl.off_policy import check_off_policy_fields as check_off_policy_fields
-from ._rl.optim import (
+from ._validate import is_concrete as is_concrete
+from .rl._base import check_agent as check_agent, check_spaces as check_spaces
+from .rl._ippo import (
+    actor_epochs as actor_epochs,
+    actor_loss as actor_loss,
+    approx_kl as approx_kl,
+    critic_epochs as critic_epochs,
+    PPOSamples as PPOSamples,
+)
+from .rl._off_policy import check_off_policy_fields as check_off_policy_fields
+from .rl._optim import (
     apply_adam as apply_adam,
     apply_clipped_adam as apply_clipped_adam,
     init_adam as init_adam,
@@ -48,14 +56,6 @@ from ._rl.optim import (
     params_of as params_of,
     soft_update as soft_update,
 )
-from ._rl.ppo import (
-    actor_epochs as actor_epochs,
-    actor_loss as actor_loss,
-    approx_kl as approx_kl,
-    critic_epochs as critic_epochs,
-    PPOSamples as PPOSamples,
-)
-from ._validate import is_concrete as is_concrete
 
 
 __all__ = [

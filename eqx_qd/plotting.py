@@ -16,9 +16,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ._envs.base import AbstractQDEnv
 from ._repertoire import MapElitesRepertoire
 from ._tessellation import GridTessellation
+from .envs._base import AbstractQDEnv
 
 
 def _default_bounds(repertoire: MapElitesRepertoire) -> tuple[np.ndarray, np.ndarray]:

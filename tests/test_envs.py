@@ -236,7 +236,7 @@ def test_brax_task_smoke(name, getkey):
 def _push_into(name, x, speed, steps):
     """The torso's largest x when the ant starts at ``x`` running at ``speed`` along +x."""
     env = q.BraxQDEnv(name).brax_env
-    with q._envs.brax._brax_numerics():
+    with q.envs._brax._brax_numerics():
         state = env.reset(jr.key_data(jr.key(0)))
         pipeline = env.pipeline_init(
             state.pipeline_state.q.at[0].set(x), state.pipeline_state.qd.at[0].set(speed)
@@ -295,10 +295,10 @@ def test_a_deterministic_brax_task_starts_from_one_stored_state(getkey):
     # once per process (here first inside a trace) and enters programs as a constant: a program
     # that plays episodes holds no copy of brax's reset.
     env = q.BraxQDEnv("anttrap", episode_length=5)
-    q._envs.brax._first_state.cache_clear()
+    q.envs._brax._first_state.cache_clear()
     first = jax.jit(lambda k: env.reset(key=k))(getkey())
     again = env.reset(key=getkey())
-    with q._envs.brax._brax_numerics():
+    with q.envs._brax._brax_numerics():
         reference = jax.jit(env.brax_env.reset)(jr.key_data(jr.key(0)))
     for ours, again_, brax_s in zip(
         *map(jax.tree.leaves, (first.physics, again.physics, reference))

@@ -152,8 +152,8 @@ def test_the_on_policy_training_programs_compile_with_xla_defaults(monkeypatch):
     # Measured: XLA's default (newer) fusion emitters ran cart-pole PPO 1.8x faster on an
     # AVX-512 machine (benchmarks/README.md); the other programs keep the package's options.
     from eqx_qd import _compile
-    from eqx_qd._rl.on_policy import train_updates
-    from eqx_qd._rl.ppo_agent import _train
+    from eqx_qd.rl._on_policy import train_updates
+    from eqx_qd.rl._ppo import _train
 
     seen = []
     real = eqx.filter_jit

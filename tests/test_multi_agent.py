@@ -147,7 +147,7 @@ def test_walker2d_2x3_splits_actuators_and_shares_the_reward():
     def run(key):
         start = env.reset(key=key)
         ma = env.step(start, actions, key=key)
-        with q._envs.brax._brax_numerics():
+        with q.envs._brax._brax_numerics():
             raw = env.brax_env.step(start.physics, actions.reshape(-1))
         return start, ma, env.step(ma, actions, key=key), raw
 

@@ -306,12 +306,12 @@ def test_discard_dead_refuses_episodes_that_ended_early(getkey):
     plain, descriptors, extra = scorer(policies, key=key)
     # The first reaches the goal (it terminates), the second stays below and lives on.
     assert float(extra.episodes.lengths[0]) < 40 and float(extra.episodes.lengths[1]) == 40
-    fitnesses, d2, extra2 = jobs._pgame.DiscardDead(scorer)(policies, key=key)
+    fitnesses, d2, extra2 = q._qdrl.scoring.DiscardDead(scorer)(policies, key=key)
     assert float(fitnesses[0]) == -np.inf and float(fitnesses[1]) == float(plain[1])
     assert eqx.tree_equal(d2, descriptors) and eqx.tree_equal(extra2, extra)
-    assert jobs._pgame.DiscardDead(scorer).qd_offset == scorer.qd_offset
+    assert q._qdrl.scoring.DiscardDead(scorer).qd_offset == scorer.qd_offset
     _, algo, _ = _made(not_discard_dead=False)
-    assert isinstance(algo.scoring_fn, jobs._pgame.DiscardDead)
+    assert isinstance(algo.scoring_fn, q._qdrl.scoring.DiscardDead)
 
 
 ORIGINAL_FILE = """--env=QDWalker2DBulletEnv-v0

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 import eqx_qd as q
-from eqx_qd._tessellation import _weighted_draw
+from eqx_qd._kmeans import _weighted_draw
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_distances_are_exact_float32_on_every_platform():
 def test_cluster_means_do_not_depend_on_the_order_of_the_samples():
     # A GPU adds floats in scatter-add in no fixed order; the k-means sums are integer sums, so
     # any order gives the same bits (float sums of these samples differ with the order on CPU).
-    from eqx_qd._tessellation import _cluster_means
+    from eqx_qd._kmeans import _cluster_means
 
     codes = jr.randint(jr.key(0), (50_000, 2), 0, 2**23)
     cells = jr.randint(jr.key(1), (50_000,), 0, 64)
@@ -223,7 +223,7 @@ def test_kmeans_seeds_are_distinct_samples_and_singleton_clusters_sit_on_them():
 def test_an_empty_cluster_keeps_its_centroid():
     # Samples A, A, B and 3 cells: the third seed repeats a sample, the tie goes to the lower
     # index, and the other copy's cluster is empty: it stays where it is (not at the box's corner).
-    from eqx_qd._tessellation import _kmeans
+    from eqx_qd._kmeans import _kmeans
 
     a, b = 2**21, 3 * 2**21  # codes: 0.25 and 0.75
     codes = jnp.asarray([[a, a], [a, a], [b, b]], jnp.int32)

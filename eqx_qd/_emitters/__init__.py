@@ -1,2 +1,2 @@
-"""Emitters: the contract, the GA emitter, composition, and the QD x RL emitters (PGA-ME's
-policy-gradient emitter, ME-PBT's PBT emitter). Everything public is re-exported by `eqx_qd`."""
+"""Emitters of the QD core: the contract (`AbstractEmitter`, `Lineage`), the GA emitter and
+composition. The QD x RL emitters (PGA-ME, ME-PBT) live in `eqx_qd._qdrl`."""

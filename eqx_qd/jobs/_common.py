@@ -12,10 +12,10 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .._envs.base import AbstractQDEnv
+from .._qdrl.scoring import PolicyScorer
 from .._repertoire import MapElitesRepertoire
-from .._scoring import PolicyScorer
 from .._tessellation import AbstractTessellation, CVTTessellation
+from ..envs._base import AbstractQDEnv
 from ._config import job_of_toml, JobConfig
 from ._distributed import is_writer
 from ._folder import RunFolder

@@ -14,10 +14,10 @@ import numpy as np
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._envs.multi_agent import AbstractMultiAgentEnv, SingleAgentView
-from .._rl.on_policy import EpisodeStats, evaluate_ippo, summarize, train_updates
-from .._rl.ppo import IPPO, PPOHParams, PPOState
 from .._validate import non_negative_int, positive_int
+from ..envs._multi_agent import AbstractMultiAgentEnv, SingleAgentView
+from ..rl._ippo import IPPO, PPOHParams, PPOState
+from ..rl._on_policy import EpisodeStats, evaluate_ippo, summarize, train_updates
 from ._checkpoints import (
     list_checkpoints,
     mean_return,

@@ -11,15 +11,15 @@ import numpy as np
 
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._emitters.pbt import PBTEmitter, PBTEmitterConfig
 from .._map_elites import MAPElites
 from .._misc import tree_take
-from .._rl.pbt import hparams_table
-from .._scoring import PolicyScorer
+from .._qdrl.me_pbt import PBTEmitter, PBTEmitterConfig
+from .._qdrl.scoring import PolicyScorer
 from .._sharded import init_sharded, scan_sharded
 from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive, positive_int
 from .._variation import IsoLineVariation
+from ..rl._pbt import hparams_table
 from ._common import (
     agent_options,
     build_agent,

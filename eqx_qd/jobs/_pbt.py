@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._rl.pbt import (
+from .._validate import fraction, positive, positive_int
+from ..rl._pbt import (
     evaluate_population,
     hparams_table,
     init_population,
@@ -17,8 +18,7 @@ from .._rl.pbt import (
     population_without_optimizer_states,
     train_population,
 )
-from .._rl.spaces import log_uniform_learning_rates, Uniform
-from .._validate import fraction, positive, positive_int
+from ..rl._spaces import log_uniform_learning_rates, Uniform
 from ._common import (
     agent_options,
     build_agent,

@@ -23,15 +23,12 @@ from .._compile import jit
 from .._custom_types import PRNGKey
 from .._emitters.base import ActorType
 from .._emitters.mixing import ga_emitter
-from .._emitters.quality_pg import CONVENTIONS, pgame_emitter
-from .._envs.base import AbstractQDEnv
 from .._map_elites import MAPElites, MAPElitesState, StepInfo
 from .._metrics import QDMetrics
 from .._misc import filter_scan, tree_take
+from .._qdrl.pga_me import CONVENTIONS, pgame_emitter
+from .._qdrl.scoring import ChunkedScorer, DiscardDead, PolicyScorer, reevaluate
 from .._repertoire import AddStatus, MapElitesRepertoire
-from .._rl.networks import DeterministicPolicy
-from .._rl.td3 import TD3, TD3HParams
-from .._scoring import PolicyScorer, reevaluate
 from .._tessellation import CVTTessellation
 from .._validate import finite, fraction, non_negative, non_negative_int, one_of, positive_int
 from .._variation import (
@@ -43,6 +40,9 @@ from .._variation import (
     SBXCrossover,
     UniformMutation,
 )
+from ..envs._base import AbstractQDEnv
+from ..rl._policies import DeterministicPolicy
+from ..rl._td3 import TD3, TD3HParams
 from ._common import Job, read_qd_run, read_repertoire, register_job, repertoire_axes, RunResult
 from ._config import JobConfig, option
 from ._folder import RunFolder, user_cache_dir
@@ -357,48 +357,10 @@ def pgame_tessellation(config: PGAMEConfig, env: AbstractQDEnv, *, key: PRNGKey)
     return tess
 
 
-class DiscardDead(eqx.Module):
-    """A policy scorer whose candidates that terminated before the episode's end get fitness
-    ``-inf``, so the repertoire refuses them (the repo without ``--not_discard_dead``). Their
-    transitions still reach the replay buffer, as in the repo."""
-
-    scorer: PolicyScorer
-
-    @property
-    def qd_offset(self) -> float:
-        return self.scorer.qd_offset
-
-    def __call__(self, genotypes, *, key: PRNGKey):
-        fitnesses, descriptors, extra = self.scorer(genotypes, key=key)
-        episodes = extra.episodes
-        ended = jnp.any((episodes.valid > 0) & (episodes.transitions.terminated > 0), axis=-1)
-        return jnp.where(ended, -jnp.inf, fitnesses), descriptors, extra
-
-
 def _plain_scorer(algo: MAPElites):
     """The scorer without `DiscardDead` (re-evaluations score every episode, as the repo's)."""
     fn = algo.scoring_fn
     return fn.scorer if isinstance(fn, DiscardDead) else fn
-
-
-class ChunkedScorer(eqx.Module):
-    """Scores a large population in sequential chunks (the repo's ``init_batch_size``)."""
-
-    scorer: PolicyScorer | DiscardDead
-    chunk: int = eqx.field(static=True)
-
-    def __call__(self, genotypes, *, key: PRNGKey):
-        n = jax.tree.leaves(eqx.filter(genotypes, eqx.is_array))[0].shape[0]
-        k = n // self.chunk
-        split = lambda x: x.reshape((k, self.chunk) + x.shape[1:]) if eqx.is_array(x) else x
-        dyn, static = eqx.partition(jax.tree.map(split, genotypes), eqx.is_array)
-
-        def one(args):
-            d, kk = args
-            return self.scorer(eqx.combine(d, static), key=kk)
-
-        out = jax.lax.map(one, (dyn, jr.split(key, k)))
-        return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), out)
 
 
 def _chunk_length(config: PGAMEConfig) -> int:

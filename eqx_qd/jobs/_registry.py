@@ -23,19 +23,19 @@ from typing import Any, Generic, TypeVar
 
 from .._emitters.base import AbstractEmitter
 from .._emitters.mixing import MixingEmitter
-from .._envs.base import AbstractEnv
-from .._envs.brax import BraxQDEnv, QD_BRAX_TASKS
-from .._envs.brax_multi_agent import BraxMultiAgentEnv, MA_BRAX_TASKS
-from .._envs.line_targets import LineTargets
-from .._envs.multi_agent import AbstractMultiAgentEnv, TimeLimit
-from .._envs.point_maze import PointMaze
-from .._rl.base import AbstractAgent
-from .._rl.off_policy import AbstractOffPolicyAgent
-from .._rl.ppo_agent import PPO
-from .._rl.sac import SAC
-from .._rl.td3 import TD3
 from .._tasks import AbstractTask, Arm, Rastrigin, Sphere
 from .._variation import GaussianMutation, IsoLineVariation
+from ..envs._base import AbstractEnv
+from ..envs._brax import BraxQDEnv, QD_BRAX_TASKS
+from ..envs._brax_multi_agent import BraxMultiAgentEnv, MA_BRAX_TASKS
+from ..envs._line_targets import LineTargets
+from ..envs._multi_agent import AbstractMultiAgentEnv, TimeLimit
+from ..envs._point_maze import PointMaze
+from ..rl._base import AbstractAgent
+from ..rl._off_policy import AbstractOffPolicyAgent
+from ..rl._ppo import PPO
+from ..rl._sac import SAC
+from ..rl._td3 import TD3
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])

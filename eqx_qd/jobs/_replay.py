@@ -10,9 +10,9 @@ import jax.random as jr
 import numpy as np
 
 from .._compile import jit
-from .._envs.base import EnvState
-from .._envs.rollout import Episode
 from .._misc import tree_take
+from ..envs._base import EnvState
+from ..envs._rollout import Episode
 from ._common import Job, JOBS, read_config
 from ._folder import RunFolder
 

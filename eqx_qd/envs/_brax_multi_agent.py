@@ -18,8 +18,8 @@ from jaxtyping import Array, Float
 from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._misc import f32
-from .brax import _brax_env, _brax_numerics, DEFAULT_BACKEND
-from .multi_agent import AbstractMultiAgentEnv, MultiAgentState
+from ._brax import _brax_env, _brax_numerics, DEFAULT_BACKEND
+from ._multi_agent import AbstractMultiAgentEnv, MultiAgentState
 
 
 class _Split(typing.NamedTuple):

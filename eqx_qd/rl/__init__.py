@@ -1,2 +1,2 @@
 """RL: agents (TD3, SAC, PPO / IPPO), networks, buffers, optimiser plumbing, training loops and
-PBT. Everything public is re-exported by `eqx_qd`."""
+PBT."""

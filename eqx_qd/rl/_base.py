@@ -30,10 +30,10 @@ from jaxtyping import Array, Float, Int, PyTree
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._envs.base import AbstractBaseEnv, AbstractQDEnv
-from .._envs.rollout import Episode, evaluate_episodes, rollout
-from .normaliser import RunningNormaliser
-from .spaces import AbstractSpace, sample_hparams
+from ..envs._base import AbstractBaseEnv, AbstractQDEnv
+from ..envs._rollout import Episode, evaluate_episodes, rollout
+from ._normaliser import RunningNormaliser
+from ._spaces import AbstractSpace, sample_hparams
 
 
 Metrics = dict[str, Float[Array, ""]]

@@ -10,7 +10,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .base import AbstractQDEnv, Arena, EnvState, final_descriptor
+from ._base import AbstractQDEnv, Arena, EnvState, final_descriptor
 
 
 class _Walls(typing.NamedTuple):

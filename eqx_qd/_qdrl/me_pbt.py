@@ -24,15 +24,15 @@ from jaxtyping import Array, Float, Int
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import Extra, Genotypes, PRNGKey
-from .._envs.base import AbstractEnv
+from .._emitters.base import AbstractEmitter, ActorType, Lineage, parent_ids
 from .._misc import is_none, tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
 from .._repertoire import MapElitesRepertoire
-from .._rl.base import AbstractAgent, AbstractTrainingRun, check_agent, check_spaces
-from .._rl.pbt import count_from_fraction, init_population, train_population
-from .._rl.spaces import AbstractSpace
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractVariation
-from .base import AbstractEmitter, ActorType, Lineage, parent_ids
+from ..envs._base import AbstractEnv
+from ..rl._base import AbstractAgent, AbstractTrainingRun, check_agent, check_spaces
+from ..rl._pbt import count_from_fraction, init_population, train_population
+from ..rl._spaces import AbstractSpace
 
 
 @typing.final

@@ -22,7 +22,7 @@ from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
 from .._misc import is_none, tree_scatter, tree_take
-from .base import (
+from ._base import (
     AbstractAgent,
     AbstractBaseEnv,
     AbstractTrainingRun,
@@ -31,7 +31,7 @@ from .base import (
     EvalMetrics,
     TrainMetrics,
 )
-from .spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
+from ._spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
 
 
 def _check_population(where: str, population) -> None:

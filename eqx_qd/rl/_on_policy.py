@@ -11,9 +11,9 @@ from jaxtyping import Array
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._envs.rollout import EpisodeStats, evaluate_episodes
 from .._misc import filter_scan
-from .ppo import IPPO, IPPOAgentState, Metrics, PPOState
+from ..envs._rollout import EpisodeStats, evaluate_episodes
+from ._ippo import IPPO, IPPOAgentState, Metrics, PPOState
 
 
 # ----------------------------------------------------------------------------- training

@@ -15,7 +15,7 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .base import AbstractBaseEnv, AbstractEnv, AbstractEnvState
+from ._base import AbstractBaseEnv, AbstractEnv, AbstractEnvState
 
 
 class MultiAgentState(AbstractEnvState):

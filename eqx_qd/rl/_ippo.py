@@ -23,8 +23,6 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._envs.base import autoreset_step, finished_episodes, training_reset, TrainingEnvState
-from .._envs.multi_agent import AbstractMultiAgentEnv
 from .._misc import (
     f32,
     filter_scan,
@@ -34,15 +32,9 @@ from .._misc import (
     random_permutation,
     tree_take,
 )
-from .base import (
-    AbstractAgent,
-    AbstractAgentState,
-    AbstractHParams,
-    AbstractTrainingRun,
-    TrainMetrics,
-)
-from .gae import gae
-from .networks import (
+from ..envs._base import autoreset_step, finished_episodes, training_reset, TrainingEnvState
+from ..envs._multi_agent import AbstractMultiAgentEnv
+from ._actors import (
     AbstractActor,
     CategoricalActor,
     GaussianActor,
@@ -50,9 +42,17 @@ from .networks import (
     JointValueCritic,
     ValueCritic,
 )
-from .normaliser import RunningNormaliser
-from .optim import apply_clipped_adam, init_clipped_adam
-from .spaces import AbstractSpace, LogUniform, Uniform
+from ._base import (
+    AbstractAgent,
+    AbstractAgentState,
+    AbstractHParams,
+    AbstractTrainingRun,
+    TrainMetrics,
+)
+from ._gae import gae
+from ._normaliser import RunningNormaliser
+from ._optim import apply_clipped_adam, init_clipped_adam
+from ._spaces import AbstractSpace, LogUniform, Uniform
 
 
 Metrics = dict[str, Float[Array, "..."]]
@@ -427,7 +427,7 @@ class IPPO(AbstractAgent[IPPOAgentState, PPOState]):
         """``num_iterations`` updates (`train_step`) from ``run`` with its key replaced by
         ``key``, as `TrainMetrics`: the mean reward over agents, and the team's return (summed
         over agents) of the episodes that ended, as `evaluate` reports it."""
-        from .on_policy import train_updates
+        from ._on_policy import train_updates
 
         self._check_env(env, "train")
         run, metrics = train_updates(self, eqx.tree_at(lambda r: r.key, run, key), num_iterations)

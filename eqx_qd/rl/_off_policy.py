@@ -21,16 +21,16 @@ from jaxtyping import Array, Int
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._envs.base import (
+from .._misc import filter_scan
+from ..envs._base import (
     AbstractEnv,
     autoreset_step,
     finished_episodes,
     training_reset,
     TrainingEnvState,
 )
-from .._envs.rollout import Transition
-from .._misc import filter_scan
-from .base import (
+from ..envs._rollout import Transition
+from ._base import (
     AbstractAgent,
     AbstractAgentState,
     AbstractTrainingRun,
@@ -38,7 +38,7 @@ from .base import (
     Metrics,
     TrainMetrics,
 )
-from .buffers import ReplayBuffer
+from ._buffers import ReplayBuffer
 
 
 _S = TypeVar("_S", bound=AbstractAgentState)

@@ -9,7 +9,7 @@ from jaxtyping import Array, Int
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .multi_agent import AbstractMultiAgentEnv, MultiAgentState
+from ._multi_agent import AbstractMultiAgentEnv, MultiAgentState
 
 
 @typing.final

@@ -19,20 +19,20 @@ from jaxtyping import Array, Float, Int, PyTree
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._envs.base import (
+from .._misc import filter_scan, is_none
+from ..envs._base import (
     AbstractEnv,
     autoreset_step,
     finished_episodes,
     training_reset,
     TrainingEnvState,
 )
-from .._misc import filter_scan, is_none
-from .base import AbstractAgent, AbstractAgentState, AbstractTrainingRun, TrainMetrics
-from .gae import gae
-from .networks import GaussianActor, ValueCritic
-from .normaliser import RunningNormaliser
-from .optim import init_clipped_adam
-from .ppo import actor_epochs, critic_epochs, PPOHParams, PPOSamples
+from ._actors import GaussianActor, ValueCritic
+from ._base import AbstractAgent, AbstractAgentState, AbstractTrainingRun, TrainMetrics
+from ._gae import gae
+from ._ippo import actor_epochs, critic_epochs, PPOHParams, PPOSamples
+from ._normaliser import RunningNormaliser
+from ._optim import init_clipped_adam
 
 
 class PPOAgentState(AbstractAgentState):

@@ -21,7 +21,7 @@ from .. import _validate as check
 from .._compile import compiler_options
 from .._custom_types import PRNGKey
 from .._misc import f32
-from .base import AbstractQDEnv, Arena, EnvState, final_descriptor, mean_descriptor
+from ._base import AbstractQDEnv, Arena, EnvState, final_descriptor, mean_descriptor
 
 
 @contextlib.contextmanager

@@ -17,14 +17,15 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._envs.rollout import Transition
 from .._misc import f32, filter_cond, i32, is_none
-from .base import AbstractAgentState, AbstractHParams, Metrics
-from .networks import DeterministicPolicy, MATMUL_DTYPES, QCritics
-from .normaliser import RunningNormaliser
-from .off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
-from .optim import apply_adam, init_adam, soft_update
-from .spaces import AbstractSpace, Uniform
+from ..envs._rollout import Transition
+from ._base import AbstractAgentState, AbstractHParams, Metrics
+from ._layers import MATMUL_DTYPES
+from ._normaliser import RunningNormaliser
+from ._off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
+from ._optim import apply_adam, init_adam, soft_update
+from ._policies import DeterministicPolicy, QCritics
+from ._spaces import AbstractSpace, Uniform
 
 
 TD3_SPACES: dict[str, AbstractSpace] = {

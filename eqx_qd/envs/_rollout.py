@@ -20,7 +20,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .base import AbstractBaseEnv, AbstractEnv, EnvState
+from ._base import AbstractBaseEnv, AbstractEnv, EnvState
 
 
 class Transition(eqx.Module):

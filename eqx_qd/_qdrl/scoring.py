@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float
 
-from . import _validate as check
-from ._custom_types import PRNGKey
-from ._envs.base import AbstractQDEnv, EnvState
-from ._envs.rollout import Episode, rollout, rollout_states
+from .. import _validate as check
+from .._custom_types import PRNGKey
+from ..envs._base import AbstractQDEnv, EnvState
+from ..envs._rollout import Episode, rollout, rollout_states
 
 
 class ScoringExtra(eqx.Module):
@@ -135,3 +135,43 @@ def reevaluate(scoring_fn: Callable, genotypes, num_evals: int, *, key: PRNGKey)
 
     fitnesses, descriptors = jax.lax.map(one, jr.split(key, num_evals))
     return Reevaluation(fitnesses, descriptors)
+
+
+@typing.final
+class DiscardDead(eqx.Module):
+    """A policy scorer whose candidates that terminated before the episode's end get fitness
+    ``-inf``, so the repertoire refuses them (the repo without ``--not_discard_dead``). Their
+    transitions still reach the replay buffer, as in the repo."""
+
+    scorer: PolicyScorer
+
+    @property
+    def qd_offset(self) -> float:
+        return self.scorer.qd_offset
+
+    def __call__(self, genotypes, *, key: PRNGKey):
+        fitnesses, descriptors, extra = self.scorer(genotypes, key=key)
+        episodes = extra.episodes
+        ended = jnp.any((episodes.valid > 0) & (episodes.transitions.terminated > 0), axis=-1)
+        return jnp.where(ended, -jnp.inf, fitnesses), descriptors, extra
+
+
+@typing.final
+class ChunkedScorer(eqx.Module):
+    """Scores a large population in sequential chunks (the repo's ``init_batch_size``)."""
+
+    scorer: PolicyScorer | DiscardDead
+    chunk: int = eqx.field(static=True)
+
+    def __call__(self, genotypes, *, key: PRNGKey):
+        n = jax.tree.leaves(eqx.filter(genotypes, eqx.is_array))[0].shape[0]
+        k = n // self.chunk
+        split = lambda x: x.reshape((k, self.chunk) + x.shape[1:]) if eqx.is_array(x) else x
+        dyn, static = eqx.partition(jax.tree.map(split, genotypes), eqx.is_array)
+
+        def one(args):
+            d, kk = args
+            return self.scorer(eqx.combine(d, static), key=kk)
+
+        out = jax.lax.map(one, (dyn, jr.split(key, k)))
+        return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), out)

@@ -24,19 +24,19 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
-from .._envs.rollout import Transition
+from .._emitters.base import AbstractEmitter, ActorType, Lineage, parent_ids
+from .._emitters.composed import ComposedEmitter
+from .._emitters.mixing import ga_emitter
 from .._misc import f32, filter_scan, tree_concatenate, tree_take
 from .._repertoire import MapElitesRepertoire
-from .._rl.buffers import ReplayBuffer
-from .._rl.networks import DeterministicPolicy
-from .._rl.optim import apply_adam, init_adam
-from .._rl.td3 import TD3, TD3HParams, TD3State
-from .._scoring import ScoringExtra
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation
-from .base import AbstractEmitter, ActorType, Lineage, parent_ids
-from .composed import ComposedEmitter
-from .mixing import ga_emitter
+from ..envs._rollout import Transition
+from ..rl._buffers import ReplayBuffer
+from ..rl._optim import apply_adam, init_adam
+from ..rl._policies import DeterministicPolicy
+from ..rl._td3 import TD3, TD3HParams, TD3State
+from .scoring import ScoringExtra
 
 
 class QualityPGState(eqx.Module):

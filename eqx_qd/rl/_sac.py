@@ -1,5 +1,5 @@
 """SAC: a stateless agent module, its training state and its array hyperparameters (see
-`eqx_qd._rl.td3` for the layout)."""
+`eqx_qd.rl._td3` for the layout)."""
 
 import typing
 
@@ -11,14 +11,15 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._envs.rollout import Transition
 from .._misc import f32, i32, is_none
-from .base import AbstractAgentState, AbstractHParams, Metrics
-from .networks import MATMUL_DTYPES, QCritics, TanhGaussianPolicy
-from .normaliser import RunningNormaliser
-from .off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
-from .optim import apply_adam, init_adam, soft_update
-from .spaces import AbstractSpace, Uniform
+from ..envs._rollout import Transition
+from ._base import AbstractAgentState, AbstractHParams, Metrics
+from ._layers import MATMUL_DTYPES
+from ._normaliser import RunningNormaliser
+from ._off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
+from ._optim import apply_adam, init_adam, soft_update
+from ._policies import QCritics, TanhGaussianPolicy
+from ._spaces import AbstractSpace, Uniform
 
 
 SAC_SPACES: dict[str, AbstractSpace] = {
