@@ -116,13 +116,16 @@ LAYOUTS = {"independent": {}, "shared": dict(shared_params=True), "joint": dict(
 
 
 def bench_train(env, repeats, layout="independent"):
-    agent = q.IPPO(env, rollout_length=ROLLOUT, num_envs=BATCH, num_minibatches=MINIBATCHES,
-                   actor_epochs=EPOCHS, critic_epochs=EPOCHS, **LAYOUTS[layout])  # fmt: skip
-    state = agent.start(q.PPOHParams(kl_threshold=1e9), key=jr.key(0))
-    first, (trained, metrics) = timed(q.train_updates, agent, state, UPDATES)
-    warm = [timed(q.train_updates, agent, state, UPDATES)[0] for _ in range(repeats)]
+    agent = q.IPPO.for_env(env, rollout_length=ROLLOUT, num_envs=BATCH,
+                           num_minibatches=MINIBATCHES, actor_epochs=EPOCHS,
+                           critic_epochs=EPOCHS, **LAYOUTS[layout])  # fmt: skip
+    state = agent.init(q.PPOHParams(kl_threshold=1e9), key=jr.key(0))
+    run = agent.init_run(env, state, key=jr.key(1))
+    train = lambda r: agent.train(env, r, UPDATES, key=jr.key(2))
+    first, (trained, metrics) = timed(train, run)
+    warm = [timed(train, run)[0] for _ in range(repeats)]
     median = statistics.median(warm)
-    finite = bool(jnp.all(jnp.isfinite(metrics["actor_loss"])))
+    finite = bool(jnp.all(jnp.isfinite(metrics.losses["actor_loss"])))
     return {
         "train_compile_s": first - median,
         "train_s_per_call": median,

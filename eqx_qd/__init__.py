@@ -158,14 +158,7 @@ from .rl._base import (
 )
 from .rl._buffers import ReplayBuffer as ReplayBuffer
 from .rl._gae import gae as gae
-from .rl._ippo import (
-    IPPO as IPPO,
-    IPPOAgentState as IPPOAgentState,
-    PPO_SPACES as PPO_SPACES,
-    PPOHParams as PPOHParams,
-    PPOState as PPOState,
-    Trajectory as Trajectory,
-)
+from .rl._ippo import IPPO as IPPO
 from .rl._layers import MLP as MLP
 from .rl._normaliser import RunningNormaliser as RunningNormaliser
 from .rl._off_policy import (
@@ -176,12 +169,6 @@ from .rl._off_policy import (
     train as train,
     train_iteration as train_iteration,
     warmup as warmup,
-)
-from .rl._on_policy import (
-    evaluate_ippo as evaluate_ippo,
-    summarize as summarize,
-    Summary as Summary,
-    train_updates as train_updates,
 )
 from .rl._pbt import (
     copy_into as copy_into,
@@ -201,9 +188,11 @@ from .rl._policies import (
     TanhGaussianPolicy as TanhGaussianPolicy,
 )
 from .rl._ppo import (
-    OnPolicyRun as OnPolicyRun,
     PPO as PPO,
-    PPOAgentState as PPOAgentState,
+    PPO_SPACES as PPO_SPACES,
+    PPOHParams as PPOHParams,
+    PPORun as PPORun,
+    PPOState as PPOState,
 )
 from .rl._sac import (
     SAC as SAC,

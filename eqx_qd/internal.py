@@ -14,8 +14,6 @@ and environments.
   step, so nothing optax is stored in a module.
 - **the agent contract**: `check_agent`, `check_spaces` (what `PBT` and `PBTEmitter` check of
   an agent, callable on yours), `check_off_policy_fields`.
-- **PPO's maths** on one actor / critic: `actor_loss`, `approx_kl`, `actor_epochs`,
-  `critic_epochs` over `PPOSamples` (what IPPO and `PPO` share).
 - **validation** (`check`): the one family of tracer-tolerant input checks (``check.positive_int``,
   ``check.fraction``, ``check.in_range``, ``check.finite``...) every ``__check_init__`` uses.
 
@@ -40,13 +38,6 @@ from ._misc import (
 )
 from ._validate import is_concrete as is_concrete
 from .rl._base import check_agent as check_agent, check_spaces as check_spaces
-from .rl._ippo import (
-    actor_epochs as actor_epochs,
-    actor_loss as actor_loss,
-    approx_kl as approx_kl,
-    critic_epochs as critic_epochs,
-    PPOSamples as PPOSamples,
-)
 from .rl._off_policy import check_off_policy_fields as check_off_policy_fields
 from .rl._optim import (
     apply_adam as apply_adam,
@@ -59,17 +50,13 @@ from .rl._optim import (
 
 
 __all__ = [
-    "actor_epochs",
-    "actor_loss",
     "apply_adam",
     "apply_clipped_adam",
-    "approx_kl",
     "batch_size_of",
     "check",
     "check_agent",
     "check_off_policy_fields",
     "check_spaces",
-    "critic_epochs",
     "f32",
     "filter_cond",
     "filter_scan",
@@ -79,7 +66,6 @@ __all__ = [
     "init_clipped_adam",
     "is_concrete",
     "params_of",
-    "PPOSamples",
     "random_permutation",
     "soft_update",
     "tree_all_gather",

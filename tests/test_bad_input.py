@@ -62,8 +62,8 @@ def _population():
 @functools.cache
 def _ippo() -> q.IPPO:
     env = q.TimeLimit(q.LineTargets(n=2, size=8), 16)
-    return q.IPPO(env, rollout_length=4, num_envs=2, num_minibatches=1, actor_epochs=1,
-                  critic_epochs=1)  # fmt: skip
+    return q.IPPO.for_env(env, rollout_length=4, num_envs=2, num_minibatches=1, actor_epochs=1,
+                          critic_epochs=1)  # fmt: skip
 
 
 def _repertoire() -> q.MapElitesRepertoire:
@@ -394,12 +394,16 @@ def test_pgame_emitter_names_its_bad_arguments():
     )
 
 
-def test_ippo_loops_refuse_non_positive_counts():
-    agent = _ippo()
+def test_ippo_refuses_negative_counts_and_another_team():
+    agent, env = _ippo(), q.TimeLimit(q.LineTargets(n=2, size=8), 16)
     state = agent.init(key=KEY)
-    _raises(lambda: q.evaluate_ippo(agent, state, 0, key=KEY), "evaluate_ippo: n_evals")
-    _raises(lambda: q.evaluate_ippo(agent, state, 2, max_steps=0, key=KEY), "max_steps")
-    _raises(lambda: q.train_updates(agent, agent.start(key=KEY), 0), "train_updates: num_updates")
+    run = agent.init_run(env, state, key=KEY)
+    _raises(lambda: agent.train(env, run, -1, key=KEY), "IPPO.train: num_iterations")
+    _raises(lambda: agent.evaluate(env, state, 0, key=KEY), "evaluate: num_episodes")
+    _raises(lambda: agent.init_run(q.LineTargets(n=3), state, key=KEY), "num_agents is 2", "3")
+    _raises(lambda: agent.init_run(q.PointMaze(), state, key=KEY), "IPPO.init_run", "PointMaze")
+    ppo = q.PPO(observation_size=2, action_size=2, rollout_length=4, num_envs=2)
+    _raises(lambda: ppo.init_run(env, ppo.init(key=KEY), key=KEY), "PPO.init_run", "TimeLimit")
 
 
 def test_agent_and_emitter_constructors_name_the_bad_field():
@@ -435,7 +439,9 @@ def test_init_repertoire_and_helpers_refuse_what_they_cannot_read():
         lambda: q.population_without_optimizer_states(_td3(), g),
         "population_without_optimizer_states", "population",
     )  # fmt: skip
-    _raises(lambda: q.summarize(jnp.zeros(3), axis=2), "axis 2")
+    from eqx_qd.jobs._ippo import summarise
+
+    _raises(lambda: summarise(jnp.zeros(3), axis=2), "axis 2")
 
 
 def test_nearest_centroid_and_training_reset_name_their_arguments():

@@ -119,9 +119,9 @@ episode_length = 12
 rollout_length = 16
 num_envs = 8
 num_minibatches = 2
-num_updates = 4
+num_iterations = 4
 eval_frequency = 2
-n_evals = 4
+num_episodes = 4
 """
 
 
@@ -130,15 +130,15 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
     cfg.write_text(IPPO_TOML)
     out = tmp_path / "run"
     assert main(["run", "ippo", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
-    assert "done: 4 updates (512 env steps)" in capsys.readouterr().out
+    assert "done: 4 iterations (512 env steps)" in capsys.readouterr().out
     for name in ("config.toml", "agent.json", "hparams.json", "progress.csv", "learning_curve.png"):
         assert (out / name).is_file(), name
     # Resuming reads the run's own config and trains on to the new total.
-    assert main(["run", "ippo", "--resume", str(out), "--num-updates", "6", "--no-plots",
+    assert main(["run", "ippo", "--resume", str(out), "--num-iterations", "6", "--no-plots",
                  "--no-progress"]) == 0  # fmt: skip
-    assert "done: 6 updates" in capsys.readouterr().out
+    assert "done: 6 iterations" in capsys.readouterr().out
     rows = (out / "progress.csv").read_text().strip().splitlines()
-    assert rows[0].startswith("updates,env_steps,mean_return")
+    assert rows[0].startswith("iterations,env_steps,mean_return")
     assert [int(r.split(",")[0]) for r in rows[1:]] == [0, 2, 4, 6]
     saved = sorted(p.name for p in (out / "checkpoints").iterdir())
     assert saved[-1] == "0000000006.json" and len(saved) == 8
@@ -150,7 +150,7 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
     # Resuming with another config: its hyperparameters apply from the checkpoint on.
     changed = tmp_path / "changed.toml"
     changed.write_text(IPPO_TOML + "actor_lr = 0.0125\n")
-    assert main(["run", "ippo", "--resume", str(out), "--config", str(changed), "--num-updates",
+    assert main(["run", "ippo", "--resume", str(out), "--config", str(changed), "--num-iterations",
                  "8", "--no-plots", "--no-progress"]) == 0  # fmt: skip
     assert json.loads((out / "hparams.json").read_text())["actor_lr"] == pytest.approx(0.0125)
     assert "actor_lr = 0.0125" in (out / "config.toml").read_text()
@@ -160,7 +160,7 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
     "args, message",
     [
         (["--env", "pong"], "unknown environment 'pong'"),
-        (["--num-updates", "-1"], "num_updates must be >= 0"),
+        (["--num-iterations", "-1"], "num_iterations must be >= 0"),
         (["--resume", "/nonexistent"], "cannot resume"),
         (["--num-envs", "3", "--rollout-length", "5"], "num_minibatches"),
         (["--env", "walker2d_2x3", "--num-agents", "3"], "takes no option num_agents"),

@@ -38,8 +38,8 @@ AGENTS = {
     "ddpg": DDPG(**SMALL, **OFF, hidden=8),
 }
 TEAM = q.TimeLimit(q.LineTargets(n=2, size=6), 12)  # IPPO's task: 2 agents, discrete actions
-AGENTS["ippo"] = q.IPPO(TEAM, rollout_length=4, num_envs=2, num_minibatches=2,
-                        actor_hidden=(8,), critic_hidden=(8,))  # fmt: skip
+AGENTS["ippo"] = q.IPPO.for_env(TEAM, rollout_length=4, num_envs=2, num_minibatches=2,
+                                actor_hidden=(8,), critic_hidden=(8,))  # fmt: skip
 ENVS = {name: TEAM if name == "ippo" else ENV for name in AGENTS}
 SINGLE = [name for name in AGENTS if name != "ippo"]  # ME-PBT scores single-agent episodes
 POP = 4

@@ -152,7 +152,6 @@ def test_the_on_policy_training_programs_compile_with_xla_defaults(monkeypatch):
     # Measured: XLA's default (newer) fusion emitters ran cart-pole PPO 1.8x faster on an
     # AVX-512 machine (benchmarks/README.md); the other programs keep the package's options.
     from eqx_qd import _compile
-    from eqx_qd.rl._on_policy import train_updates
     from eqx_qd.rl._ppo import _train
 
     seen = []
@@ -167,14 +166,14 @@ def test_the_on_policy_training_programs_compile_with_xla_defaults(monkeypatch):
         {"donate": "none"},
         {"donate": "none", "compiler_options": {"xla_cpu_use_fusion_emitters": False}},
     ]
-    assert not train_updates._package_options and not _train._package_options
+    assert not _train._package_options
     assert _compile.jit(lambda y: y)._package_options
 
 
 def test_train_population_compiles_ppo_with_xla_defaults(monkeypatch):
     # PPO populations ran 1.3x faster with XLA's default fusion emitters; the off-policy
     # agents keep the package's options (level speed, half the compile time for SAC).
-    from eqx_qd._rl import pbt
+    from eqx_qd.rl import _pbt as pbt
 
     class Picked(Exception):
         pass

@@ -12,6 +12,7 @@ import pytest
 
 import eqx_qd as q
 from eqx_qd import internal
+from eqx_qd.rl._ppo import _actor_loss, _approx_kl, _critic_epochs, _Samples
 
 
 F = np.float32
@@ -255,7 +256,7 @@ class FixedActor(q.AbstractActor):
 def _samples(old_log_probs, advantages, targets):
     n = len(advantages)
     obs = np.stack([np.arange(n, dtype=F), np.zeros(n, F)], axis=1)
-    return internal.PPOSamples(
+    return _Samples(
         jnp.asarray(obs), jnp.zeros((n, 1), F), jnp.asarray(old_log_probs, F),
         jnp.asarray(advantages, F), jnp.asarray(targets, F),
     )  # fmt: skip
@@ -271,7 +272,7 @@ def test_ppo_surrogate_by_hand():
     actor = FixedActor(jnp.asarray(new_lp), jnp.asarray(entropies))
     data = _samples(np.zeros(5, F), advantages, np.zeros(5, F))
     h = q.PPOHParams(clip_eps=0.2, ent_coef=0.05)
-    loss, entropy = internal.actor_loss(actor, data, h, normalise_advantages=False)
+    loss, entropy = _actor_loss(actor, data, h, normalise_advantages=False)
     ratio = np.exp(new_lp)
     surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.2) * advantages)
     assert surrogate.tolist() == pytest.approx([2.4, -0.8, -4.5, 0.3, 1.5], rel=1e-5)
@@ -281,7 +282,7 @@ def test_ppo_surrogate_by_hand():
     # whose mean is not zero (the ones above have mean 0, which would hide the centring).
     shifted = advantages + F(0.7)
     data = _samples(np.zeros(5, F), shifted, np.zeros(5, F))
-    loss, _ = internal.actor_loss(actor, data, h, normalise_advantages=True)
+    loss, _ = _actor_loss(actor, data, h, normalise_advantages=True)
     a = (shifted - shifted.mean()) / (shifted.std() + 1e-8)
     surrogate = np.minimum(ratio * a, np.clip(ratio, 0.8, 1.2) * a)
     assert float(loss) == pytest.approx(-surrogate.mean() - 0.05 * entropies.mean(), rel=1e-4)
@@ -291,7 +292,7 @@ def test_ppo_approximate_kl_by_hand():
     old = np.log(np.array([0.5, 0.2, 0.3], F))
     new = np.log(np.array([0.4, 0.3, 0.3], F))
     actor = FixedActor(jnp.asarray(new), jnp.zeros(3, F))
-    kl = internal.approx_kl(actor, _samples(old, np.zeros(3, F), np.zeros(3, F)))
+    kl = _approx_kl(actor, _samples(old, np.zeros(3, F), np.zeros(3, F)))
     r = np.exp(new - old)
     assert float(kl) == pytest.approx(np.mean((r - 1.0) - np.log(r)), rel=1e-5)
     assert float(kl) > 0.0
@@ -305,7 +306,7 @@ def test_ppo_critic_loss_by_hand():
     targets = np.array([1.0, -0.5, 2.0, 0.0], F)
     data = _samples(np.zeros(4, F), np.zeros(4, F), targets)
     h = q.PPOHParams(vf_coef=0.7, critic_lr=0.0)  # a zero rate reports the loss, moves nothing
-    out, _, metrics = internal.critic_epochs(
+    out, _, metrics = _critic_epochs(
         critic, internal.init_clipped_adam(critic), data, h, num_minibatches=1, epochs=1,
         key=jr.key(1),
     )  # fmt: skip
@@ -314,7 +315,7 @@ def test_ppo_critic_loss_by_hand():
     assert bool(eqx.tree_equal(out, critic))
     # With learning, the reported loss is the last epoch's: that of the critic two updates on.
     h = q.PPOHParams(vf_coef=0.7, critic_lr=0.05)
-    run = lambda epochs: internal.critic_epochs(
+    run = lambda epochs: _critic_epochs(
         critic, internal.init_clipped_adam(critic), data, h, num_minibatches=1, epochs=epochs,
         key=jr.key(1),
     )  # fmt: skip

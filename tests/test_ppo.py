@@ -11,6 +11,7 @@ from hypothesis import given, strategies as st
 
 import eqx_qd as q
 from eqx_qd import jobs
+from eqx_qd.jobs._ippo import summarise
 
 
 # Small sizes: every test below reuses the same few compiled programs.
@@ -21,17 +22,24 @@ FAST_HPARAMS = q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3)
 LAYOUTS = {"independent": {}, "shared": dict(shared_params=True), "joint": dict(joint_network=True)}
 
 
+LINE = q.TimeLimit(q.LineTargets(n=2, size=8), 16)
+
+
 @functools.cache
 def line_agent(layout: str = "independent") -> q.IPPO:
-    env = q.TimeLimit(q.LineTargets(n=2, size=8), 16)
-    return q.IPPO(env, **LAYOUTS[layout], **FAST)
+    return q.IPPO.for_env(LINE, **LAYOUTS[layout], **FAST)
+
+
+def start(agent, env=LINE, hparams=None, *, key):
+    init_key, run_key = jr.split(key)
+    return agent.init_run(env, agent.init(hparams, key=init_key), key=run_key)
 
 
 @functools.cache
 def trained_line_run(layout: str = "independent"):
     agent = line_agent(layout)
-    state = agent.start(FAST_HPARAMS, key=jr.key(0))
-    return jobs.train_ippo(agent, state, 40, key=jr.key(1), eval_frequency=20, n_evals=64)
+    run = start(agent, hparams=FAST_HPARAMS, key=jr.key(0))
+    return jobs.train_ippo(agent, LINE, run, 40, key=jr.key(1), eval_frequency=20, num_episodes=64)
 
 
 def _mean_return(stats: q.EpisodeStats) -> float:
@@ -47,29 +55,29 @@ def test_ippo_learns_the_discrete_task(layout):
     assert before < -4.0
     assert after > 0.3, (before, after)
     assert float(np.mean(log.evals[-1].terminated)) > 0.95
-    assert log.updates == [0, 20, 40]
+    assert log.iterations == [0, 20, 40]
     assert log.env_steps[-1] == 40 * 32 * 32
-    # The rollouts' finished episodes are reported too, per agent (the team reward is shared,
-    # so every agent's return is the same) and improving like the evaluations.
-    first, last = log.metrics[1]["episode_return"], log.metrics[2]["episode_return"]
-    assert first.shape == (20, 2) and np.isfinite(first).all()
-    np.testing.assert_allclose(last[:, 0], last[:, 1], rtol=1e-5)
-    assert np.mean(last) > np.mean(first[:5]) + 2.0, (first[:5], last[-5:])
-    assert (log.metrics[2]["episodes_done"] > 0).all()
+    # The rollouts' finished episodes are reported too, as the team's return (summed over the
+    # two agents, whose reward is shared) and improving like the evaluations.
+    first, last = log.metrics[1].episode_return, log.metrics[2].episode_return
+    assert first.shape == (20,) and np.isfinite(first).all()
+    assert np.mean(last) > np.mean(first[:5]) + 4.0, (first[:5], last[-5:])
+    assert (log.metrics[2].episodes_done > 0).all()
 
 
 def test_ippo_shapes_independent_shared_and_joint():
     state, _ = trained_line_run("independent")
     shared_state, _ = trained_line_run("shared")
     joint_state, _ = trained_line_run("joint")
-    assert state.actors.net.layers[0].weight.shape == (2, 3, 64)
-    assert shared_state.actors.net.layers[0].weight.shape == (3, 64)
+    assert state.agent_state.actor.net.layers[0].weight.shape == (2, 3, 64)
+    assert shared_state.agent_state.actor.net.layers[0].weight.shape == (3, 64)
     # jaxagents' layout: one network over both agents' observations, a head (3 logits) each.
-    assert isinstance(joint_state.actors, q.JointActor)
-    assert joint_state.actors.net.layers[0].weight.shape == (6, 64)
-    assert joint_state.actors.net.layers[-1].weight.shape == (64, 6)
-    assert joint_state.critics.net.layers[-1].weight.shape == (64, 2)
-    assert int(state.updates) == 40
+    joint = joint_state.agent_state
+    assert isinstance(joint.actor, q.JointActor)
+    assert joint.actor.net.layers[0].weight.shape == (6, 64)
+    assert joint.actor.net.layers[-1].weight.shape == (64, 6)
+    assert joint.critic.net.layers[-1].weight.shape == (64, 2)
+    assert int(state.iterations) == 40 and int(state.env_steps) == 40 * 32 * 32
 
 
 @pytest.mark.parametrize("discrete", [True, False])
@@ -100,7 +108,7 @@ def test_joint_actor_is_one_distribution_per_agent_over_the_team_observation(dis
     critic = q.JointValueCritic(n, obs_size, (16,), key=jr.key(4))
     assert critic(obs).shape == (n,) and not np.allclose(critic(obs)[0], critic(moved)[0])
     with pytest.raises(ValueError, match="joint_network"):
-        q.IPPO(q.LineTargets(n=2), joint_network=True, shared_params=True)
+        q.IPPO.for_env(q.LineTargets(n=2), joint_network=True, shared_params=True)
 
 
 def _actors():
@@ -135,12 +143,13 @@ def test_actors_pair_their_methods_on_one_pass_of_the_network(index):
     assert _dots(sampled) == _dots(lambda: actor.sample(obs, key=jr.key(7)))
 
 
-def test_ppo_learns_a_continuous_task():
+def test_ippo_learns_a_continuous_task():
     env = q.SingleAgentView(q.PointMaze(walls=False, length=50))
-    agent = q.IPPO(env, normalise_observations=True, **FAST)
-    state = agent.start(q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95), key=jr.key(0))
+    agent = q.IPPO.for_env(env, normalise_observations=True, **FAST)
+    hparams = q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95)
+    run = start(agent, env, hparams, key=jr.key(0))
     _, log = jobs.train_ippo(
-        agent, state, 40, key=jr.key(1), eval_frequency=40, n_evals=8, progress=False
+        agent, env, run, 40, key=jr.key(1), eval_frequency=40, num_episodes=8, progress=False
     )
     # Standing still scores about -90; the straight walk to the goal scores about -13.6.
     assert _mean_return(log.evals[0]) < -60
@@ -148,12 +157,33 @@ def test_ppo_learns_a_continuous_task():
     assert bool(np.all(log.evals[-1].terminated))
 
 
+def test_ppo_learns_the_same_task_as_a_team_of_one():
+    """`PPO` on the single-agent maze is the learner of `IPPO` with one agent: it learns the
+    same task, and its state holds one actor and one critic (no agent axis)."""
+    env = q.PointMaze(walls=False, length=50)
+    agent = q.PPO(observation_size=2, action_size=2, normalise_observations=True, **FAST)
+    hparams = q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95)
+    run = start(agent, env, hparams, key=jr.key(0))
+    before = agent.evaluate(env, run.agent_state, 8, key=jr.key(2))
+    run, metrics = eqx.filter_jit(lambda r: agent.train(env, r, 40, key=jr.key(1)))(run)
+    after = agent.evaluate(env, run.agent_state, 8, key=jr.key(2))
+    assert float(np.mean(before.returns)) < -60
+    assert float(np.mean(after.returns)) > -20, after.returns
+    assert metrics.reward.shape == (40,) and int(run.iterations) == 40
+    assert run.agent_state.actor.net.layers[0].weight.shape == (2, 64)
+    assert run.agent_state.normaliser.mean.shape == (2,)
+    with pytest.raises(TypeError, match="single-agent"):
+        agent.init_run(q.SingleAgentView(env), run.agent_state, key=jr.key(0))
+
+
 def test_observation_statistics_follow_the_rollouts():
-    agent = q.IPPO(q.TimeLimit(q.LineTargets(n=2, size=8), 16), normalise_observations=True, **FAST)
-    state = agent.start(key=jr.key(2))
-    assert state.normaliser.mean.shape == (2, 3)  # per agent, like the actors
-    rolled, traj = eqx.filter_jit(agent.rollout)(state)
-    new, _ = eqx.filter_jit(agent.update)(rolled, traj)
+    agent = q.IPPO.for_env(LINE, normalise_observations=True, **FAST)
+    run = start(agent, key=jr.key(2))
+    assert run.agent_state.normaliser.mean.shape == (2, 3)  # per agent, like the actors
+    rollout_key = jr.split(jr.key(3), 3)[0]  # the rollout key of `_iteration`'s split
+    _, traj = eqx.filter_jit(lambda r: agent._rollout(LINE, r, rollout_key))(run)
+    new, _ = eqx.filter_jit(lambda r: agent._iteration(LINE, r, jr.key(3)))(run)
+    new = new.agent_state
     obs = np.asarray(traj.obs).reshape(-1, 2, 3)
     np.testing.assert_allclose(new.normaliser.mean, obs.mean(axis=0), atol=1e-5)
     np.testing.assert_allclose(new.normaliser.var, obs.var(axis=0), atol=1e-5)
@@ -167,13 +197,15 @@ def test_observation_statistics_follow_the_rollouts():
 @functools.cache
 def _one_update():
     agent = line_agent()
-    return eqx.filter_jit(lambda s: agent.train_step(s)), agent.start(key=jr.key(3))
+    return eqx.filter_jit(lambda r: agent._iteration(LINE, r, jr.key(4))), start(
+        agent, key=jr.key(3)
+    )
 
 
 def test_kl_early_stop_triggers_with_a_tiny_threshold():
     step, state = _one_update()
-    tiny = eqx.tree_at(lambda s: s.hparams.kl_threshold, state, jnp.float32(1e-9))
-    huge = eqx.tree_at(lambda s: s.hparams.kl_threshold, state, jnp.float32(1e9))
+    tiny = eqx.tree_at(lambda r: r.agent_state.hparams.kl_threshold, state, jnp.float32(1e-9))
+    huge = eqx.tree_at(lambda r: r.agent_state.hparams.kl_threshold, state, jnp.float32(1e9))
     _, tiny_metrics = step(tiny)
     _, huge_metrics = step(huge)
     np.testing.assert_array_equal(tiny_metrics["actor_epochs"], [1.0, 1.0])
@@ -184,13 +216,13 @@ def test_kl_early_stop_triggers_with_a_tiny_threshold():
 
 def test_reward_scale_enters_advantages_linearly():
     # GAE is linear in (rewards, values): with the same critic, A(2r) - A(r) = A(r) - A(0).
-    _, state = _one_update()
+    _, run = _one_update()
     agent = line_agent()
-    _, traj = eqx.filter_jit(agent.rollout)(state)
+    _, traj = eqx.filter_jit(lambda r: agent._rollout(LINE, r, jr.key(5)))(run)
     samples = eqx.filter_jit(agent._samples)
 
     def advantages(scale):
-        scaled = eqx.tree_at(lambda s: s.hparams.reward_scale, state, jnp.float32(scale))
+        scaled = eqx.tree_at(lambda s: s.hparams.reward_scale, run.agent_state, jnp.float32(scale))
         return np.asarray(samples(scaled, traj).advantages)
 
     a0, a1, a2 = advantages(0.0), advantages(1.0), advantages(2.0)
@@ -199,40 +231,51 @@ def test_reward_scale_enters_advantages_linearly():
 
 
 def test_zero_learning_rates_leave_networks_unchanged():
-    step, state = _one_update()
+    step, run = _one_update()
     frozen = eqx.tree_at(
-        lambda s: (s.hparams.actor_lr, s.hparams.critic_lr), state, (jnp.float32(0), jnp.float32(0))
+        lambda r: (r.agent_state.hparams.actor_lr, r.agent_state.hparams.critic_lr),
+        run,
+        (jnp.float32(0), jnp.float32(0)),
     )
     new, _ = step(frozen)
-    assert bool(eqx.tree_equal(new.actors, state.actors))
-    assert bool(eqx.tree_equal(new.critics, state.critics))
-    assert int(new.updates) == int(state.updates) + 1
+    assert bool(eqx.tree_equal(new.agent_state.actor, run.agent_state.actor))
+    assert bool(eqx.tree_equal(new.agent_state.critic, run.agent_state.critic))
+    assert int(new.iterations) == int(run.iterations) + 1
 
 
 def test_sweep_is_one_vmap_over_hyperparameters():
     agent = line_agent()
     grid = q.PPOHParams.stack([FAST_HPARAMS, q.PPOHParams(actor_lr=0.0, critic_lr=3e-3)])
     key = jr.key(5)
-    states = eqx.filter_vmap(lambda h: agent.start(h, key=key))(grid)
-    sweep = eqx.filter_jit(eqx.filter_vmap(lambda s: q.train_updates(agent, s, 3)))
-    trained, metrics = sweep(states)
-    assert metrics["actor_loss"].shape == (2, 3, 2)
+    runs = eqx.filter_vmap(lambda h: start(agent, hparams=h, key=key))(grid)
+    train = lambda r: agent.train(LINE, r, 3, key=jr.key(6))
+    trained, metrics = eqx.filter_jit(eqx.filter_vmap(train))(runs)
+    assert metrics.losses["actor_loss"].shape == (2, 3)
     # Member 1 has a zero actor learning rate; member 0 equals its own unbatched run.
-    first = q.internal.tree_take(states, 1)
-    assert bool(eqx.tree_equal(q.internal.tree_take(trained, 1).actors, first.actors))
-    alone, _ = q.train_updates(agent, agent.start(FAST_HPARAMS, key=key), 3)
+    first = q.internal.tree_take(runs, 1).agent_state
+    member = q.internal.tree_take(trained, 1).agent_state
+    assert bool(eqx.tree_equal(member.actor, first.actor))
+    alone, _ = train(start(agent, hparams=FAST_HPARAMS, key=key))
     leaves = zip(
-        jax.tree.leaves(eqx.filter(q.internal.tree_take(trained, 0).actors, eqx.is_array)),
-        jax.tree.leaves(eqx.filter(alone.actors, eqx.is_array)),
+        jax.tree.leaves(
+            eqx.filter(q.internal.tree_take(trained, 0).agent_state.actor, eqx.is_array)
+        ),
+        jax.tree.leaves(eqx.filter(alone.agent_state.actor, eqx.is_array)),
     )
     for swept, single in leaves:
         np.testing.assert_allclose(swept, single, rtol=1e-4, atol=1e-5)
 
 
+@eqx.filter_jit
+def _episodes(agent, run, num_episodes, deterministic=True, *, key):
+    policy = lambda o, k: agent.act(run.agent_state, o, deterministic=deterministic, key=k)
+    return q.evaluate_episodes(LINE, policy, num_episodes, key=key)
+
+
 def test_evaluation_reports_full_episodes():
     state, _ = trained_line_run("independent")
     agent = line_agent()
-    stats = q.evaluate_ippo(agent, state, 32, key=jr.key(7), deterministic=False)
+    stats = _episodes(agent, state, 32, False, key=jr.key(7))
     assert stats.returns.shape == (32, 2) and stats.final_rewards.shape == (32, 2)
     ended = np.asarray(stats.terminated) | np.asarray(stats.truncated)
     assert ended.all()
@@ -242,18 +285,18 @@ def test_evaluation_reports_full_episodes():
     arrived = np.asarray(stats.final_rewards)[np.asarray(stats.terminated)]
     np.testing.assert_allclose(arrived, 1.0)
     # A random untrained agent mostly runs into the time limit.
-    fresh = agent.start(key=jr.key(8))
-    stats = q.evaluate_ippo(agent, fresh, 32, key=jr.key(7))
+    fresh = start(agent, key=jr.key(8))
+    stats = _episodes(agent, fresh, 32, key=jr.key(7))
     assert np.asarray(stats.truncated).any()
     assert np.all(np.asarray(stats.lengths)[np.asarray(stats.truncated)] == 16)
 
 
 @given(st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=12), st.booleans())
-def test_summarize_matches_numpy(values, with_nan):
+def test_summarise_matches_numpy(values, with_nan):
     x = np.asarray(values, np.float32)
     if with_nan:
         x = np.append(x, np.float32(np.nan))
-    s = q.summarize(x)
+    s = summarise(x)
     assert bool(s.has_nans) == with_nan
     if not with_nan:
         np.testing.assert_allclose(s.mean, np.mean(x), rtol=1e-5, atol=1e-3)
@@ -263,9 +306,9 @@ def test_summarize_matches_numpy(values, with_nan):
         assert float(s.min) == x.min() and float(s.max) == x.max()
 
 
-def test_summarize_per_agent_returns():
+def test_summarise_per_agent_returns():
     state, log = trained_line_run("independent")
-    s = q.summarize(log.evals[-1].returns)
+    s = summarise(log.evals[-1].returns)
     assert s.mean.shape == (2,) and s.has_nans.shape == (2,)
 
 
@@ -275,14 +318,14 @@ def test_summarize_per_agent_returns():
 @functools.cache
 def _checkpointed_runs(root: str):
     agent = line_agent()
-    fresh = agent.start(FAST_HPARAMS, key=jr.key(11))
-    kwargs = dict(key=jr.key(12), eval_frequency=2, n_evals=8, progress=False)
+    fresh = start(agent, hparams=FAST_HPARAMS, key=jr.key(11))
+    kwargs = dict(key=jr.key(12), eval_frequency=2, num_episodes=8, progress=False)
     whole_dir, split_dir = os.path.join(root, "whole"), os.path.join(root, "split")
-    whole, whole_log = jobs.train_ippo(agent, fresh, 4, checkpoint_dir=whole_dir, **kwargs)
-    half, _ = jobs.train_ippo(agent, fresh, 2, checkpoint_dir=split_dir, **kwargs)
-    restored, chosen = jobs.restore_checkpoint(split_dir, agent.start(key=jr.key(0)))
+    whole, whole_log = jobs.train_ippo(agent, LINE, fresh, 4, checkpoint_dir=whole_dir, **kwargs)
+    half, _ = jobs.train_ippo(agent, LINE, fresh, 2, checkpoint_dir=split_dir, **kwargs)
+    restored, chosen = jobs.restore_checkpoint(split_dir, start(agent, key=jr.key(0)))
     continued, continued_log = jobs.train_ippo(
-        agent, restored, 2, checkpoint_dir=split_dir, **kwargs
+        agent, LINE, restored, 2, checkpoint_dir=split_dir, **kwargs
     )
     return agent, half, restored, chosen, whole, whole_log, continued, continued_log, split_dir
 
@@ -300,9 +343,9 @@ def test_restore_gives_back_identical_state(checkpointed):
 
 def test_continuing_from_a_checkpoint_equals_an_uninterrupted_run(checkpointed):
     agent, _, _, _, whole, whole_log, continued, continued_log, _ = checkpointed
-    assert int(continued.updates) == 4
+    assert int(continued.iterations) == 4
     assert bool(eqx.tree_equal(continued, whole))
-    assert continued_log.updates == [4]  # no fresh evaluation at update 0 on a continued run
+    assert continued_log.iterations == [4]  # no fresh evaluation of a continued run
     assert bool(eqx.tree_equal(continued_log.evals[-1], whole_log.evals[-1]))
 
 
@@ -317,10 +360,10 @@ def test_checkpoint_folder_contents_and_best_restore(checkpointed):
     shortest = lambda m: -float(np.mean(m["lengths"]))  # noqa: E731
     expected = int(np.argmax([shortest(c.metrics) for c in checkpoints]))
     state, chosen = jobs.restore_checkpoint(
-        split, agent.start(key=jr.key(0)), which="best", criterion=shortest
+        split, start(agent, key=jr.key(0)), which="best", criterion=shortest
     )
     assert chosen.step == checkpoints[expected].step
-    assert int(state.updates) == chosen.step
+    assert int(state.iterations) == chosen.step
 
 
 def test_a_crash_while_saving_leaves_no_partial_file(tmp_path, monkeypatch):
@@ -332,7 +375,7 @@ def test_a_crash_while_saving_leaves_no_partial_file(tmp_path, monkeypatch):
         f.write(b"half a checkpoint")
         raise KeyboardInterrupt
 
-    later = eqx.tree_at(lambda s: s.updates, state, state.updates + 1)
+    later = eqx.tree_at(lambda s: s.iterations, state, state.iterations + 1)
     monkeypatch.setattr(jobs._folder, "serialise", crash)
     with pytest.raises(KeyboardInterrupt):
         jobs.save_checkpoint(tmp_path, 41, later, log.evals[-1].to_dict())
@@ -340,23 +383,25 @@ def test_a_crash_while_saving_leaves_no_partial_file(tmp_path, monkeypatch):
     eqx_files = [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".eqx")]
     assert eqx_files == ["0000000040.eqx"]
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.startswith(".tmp")]
-    restored, chosen = jobs.restore_checkpoint(tmp_path, agent.start(key=jr.key(0)))
+    restored, chosen = jobs.restore_checkpoint(tmp_path, start(agent, key=jr.key(0)))
     assert chosen.step == 40 and bool(eqx.tree_equal(restored, state))
 
 
 def test_bad_input_is_named(checkpointed):
     env = q.TimeLimit(q.LineTargets(), 16)
     with pytest.raises(ValueError, match="num_minibatches"):
-        q.IPPO(env, rollout_length=10, num_envs=3, num_minibatches=4)
+        q.IPPO.for_env(env, rollout_length=10, num_envs=3, num_minibatches=4)
+    with pytest.raises(ValueError, match="the agent's num_agents is 2 but the environment's is 4"):
+        line_agent().init_run(q.LineTargets(n=4), _one_update()[1].agent_state, key=jr.key(0))
     with pytest.raises(ValueError, match="gamma"):
         q.PPOHParams(gamma=1.5)
     with pytest.raises(ValueError, match="eval_frequency"):
-        jobs.train_ippo(line_agent(), _one_update()[1], 4, key=jr.key(0), eval_frequency=0)
+        jobs.train_ippo(line_agent(), LINE, _one_update()[1], 4, key=jr.key(0), eval_frequency=0)
     with pytest.raises(FileNotFoundError, match="no checkpoints"):
         jobs.restore_checkpoint("/nonexistent/run", _one_update()[1])
     with pytest.raises(ValueError, match="latest"):
         jobs.restore_checkpoint(checkpointed[-1], _one_update()[1], which="first")
     with pytest.raises(ValueError, match="does not fit the template"):
-        jobs.restore_checkpoint(checkpointed[-1], line_agent("shared").start(key=jr.key(0)))
+        jobs.restore_checkpoint(checkpointed[-1], start(line_agent("shared"), key=jr.key(0)))
     with pytest.raises(ValueError, match="stack"):
         q.PPOHParams.stack([])

@@ -13,11 +13,14 @@ import jax.random as jr
 import numpy as np
 
 from .. import _validate as check
+from .._compile import jit
 from .._custom_types import PRNGKey
 from .._validate import non_negative_int, positive_int
 from ..envs._multi_agent import AbstractMultiAgentEnv, SingleAgentView
-from ..rl._ippo import IPPO, PPOHParams, PPOState
-from ..rl._on_policy import EpisodeStats, evaluate_ippo, summarize, train_updates
+from ..envs._rollout import EpisodeStats, evaluate_episodes
+from ..rl._base import TrainMetrics
+from ..rl._ippo import IPPO
+from ..rl._ppo import PPOHParams, PPORun
 from ._checkpoints import (
     list_checkpoints,
     mean_return,
@@ -40,7 +43,7 @@ class IPPOConfig(JobConfig):
 
     ``env`` is any registered environment: a multi-agent one, or a single-agent one played by
     one agent (`SingleAgentView`). ``num_agents`` and ``size`` are options of ``line_targets``
-    (unset: its defaults, 4 and 16). ``num_updates`` is the total a run trains to: resuming an
+    (unset: its defaults, 4 and 16). ``num_iterations`` is the total a run trains to: resuming an
     interrupted run finishes the remaining updates.
     """
 
@@ -61,9 +64,11 @@ class IPPOConfig(JobConfig):
         False, "one actor and one critic reading all agents' observations, a head per agent"
     )
     normalise_observations: bool = option(False, "running observation normalisation per agent")
-    num_updates: int = option(200, "total PPO updates", check=non_negative_int)
+    num_iterations: int = option(
+        200, "total PPO iterations (a rollout and its epochs each)", check=non_negative_int
+    )
     eval_frequency: int = option(10, "updates between evaluations", check=positive_int)
-    n_evals: int = option(64, "evaluation episodes", check=positive_int)
+    num_episodes: int = option(64, "episodes per evaluation", check=positive_int)
     gamma: float = option(0.99, "discount")
     gae_lambda: float = option(0.95, "GAE lambda")
     clip_eps: float = option(0.2, "PPO clip")
@@ -97,15 +102,21 @@ class IPPOConfig(JobConfig):
         )
         return env if isinstance(env, AbstractMultiAgentEnv) else SingleAgentView(env)
 
-    def make_agent(self) -> IPPO:
-        """The `IPPO` agent this config describes."""
-        return IPPO(
-            self.make_env(), rollout_length=self.rollout_length, num_envs=self.num_envs,
-            num_minibatches=self.num_minibatches, actor_epochs=self.actor_epochs,
-            critic_epochs=self.critic_epochs, actor_hidden=self.hidden, critic_hidden=self.hidden,
-            shared_params=self.shared_params, joint_network=self.joint_network,
+    def make_agent(self, env: AbstractMultiAgentEnv | None = None) -> IPPO:
+        """The `IPPO` agent this config describes, for ``env`` (default: `make_env`)."""
+        return IPPO.for_env(
+            self.make_env() if env is None else env,
+            rollout_length=self.rollout_length,
+            num_envs=self.num_envs,
+            num_minibatches=self.num_minibatches,
+            actor_epochs=self.actor_epochs,
+            critic_epochs=self.critic_epochs,
+            actor_hidden=self.hidden,
+            critic_hidden=self.hidden,
+            shared_params=self.shared_params,
+            joint_network=self.joint_network,
             normalise_observations=self.normalise_observations,
-        )  # fmt: skip
+        )
 
     def hparams(self) -> PPOHParams:
         """The config's `PPOHParams`."""
@@ -117,119 +128,152 @@ class IPPOConfig(JobConfig):
 
 
 class TrainingLog(typing.NamedTuple):
-    """Per-evaluation records of a `train_ippo` call (updates counted since the very start)."""
+    """Per-evaluation records of a `train_ippo` call: the iterations and environment steps
+    counted since the very start, the evaluation, and the `TrainMetrics` of the iterations
+    before it (``None`` for the evaluation of a fresh run)."""
 
-    updates: list[int]
+    iterations: list[int]
     env_steps: list[int]
     evals: list[EpisodeStats]
-    metrics: list[dict[str, np.ndarray]]  # the train metrics of the updates before each eval
+    metrics: list[TrainMetrics | None]
 
 
-def agent_info(agent: IPPO) -> dict[str, Any]:
-    """The agent's structure as JSON-able values (``agent.json``)."""
-    return {
-        "env": repr(agent.env),
-        "num_agents": agent.num_agents,
-        "observation_size": agent.env.observation_size,
-        "action_size": agent.env.action_size,
-        "discrete": agent.env.discrete,
-        **{
-            name: getattr(agent, name)
-            for name in agent.__dataclass_fields__
-            if name not in ("env", "make_actor")  # described above / not data
-        },
-    }
+def agent_info(agent: IPPO, env: AbstractMultiAgentEnv) -> dict[str, Any]:
+    """The agent's structure and its environment as JSON-able values (``agent.json``)."""
+    fields = {n: getattr(agent, n) for n in agent.__dataclass_fields__ if n != "make_actor"}
+    return {"env": repr(env), **fields}
+
+
+class Summary(typing.NamedTuple):
+    """Statistics of per-episode values over the episode axis."""
+
+    mean: np.ndarray
+    var: np.ndarray
+    std: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    median: np.ndarray
+    has_nans: np.ndarray
+
+
+def summarise(values: Any, axis: int = 0) -> Summary:
+    """Mean, variance, standard deviation, min, max, median and NaN flag of ``values`` along
+    ``axis`` (the episodes axis of `EpisodeStats` fields by default)."""
+    values = np.asarray(values)
+    check.integer("summarise: axis", axis)
+    if not -values.ndim <= axis < max(values.ndim, 1):
+        raise ValueError(
+            f"summarise: axis {axis} is out of range for values of shape {values.shape}"
+        )
+    if values.dtype == bool:
+        values = values.astype(np.float32)
+    stats = (np.mean, np.var, np.std, np.min, np.max, np.median)
+    return Summary(*(f(values, axis) for f in stats), np.any(np.isnan(values), axis))
+
+
+def _evaluate(agent: IPPO, env, state, num_episodes: int, deterministic: bool, key) -> EpisodeStats:
+    """``num_episodes`` full episodes of ``env`` played by ``state``'s policies (their modes when
+    ``deterministic``): returns and final rewards per agent, how each episode ended."""
+    policy = lambda obs, k: agent.act(state, obs, deterministic=deterministic, key=k)
+    return evaluate_episodes(env, policy, num_episodes, key=key)
+
+
+_evaluate_jit = jit(_evaluate)
 
 
 def train_ippo(
     agent: IPPO,
-    state: PPOState,
-    num_updates: int,
+    env: AbstractMultiAgentEnv,
+    run: PPORun,
+    num_iterations: int,
     *,
     eval_frequency: int,
-    n_evals: int = 16,
+    num_episodes: int = 16,
     checkpoint_dir: str | os.PathLike | RunFolder | None = None,
     progress: bool | Progress = True,
     deterministic_eval: bool = True,
     keep: int | None = None,
     clock: Callable[[], float] | None = None,
     key: PRNGKey,
-) -> tuple[PPOState, TrainingLog]:
-    """Train ``num_updates`` more updates, evaluating every ``eval_frequency`` updates.
+) -> tuple[PPORun, TrainingLog]:
+    """Train ``run`` on ``env`` for ``num_iterations`` more iterations, evaluating every
+    ``eval_frequency`` iterations.
 
-    Every evaluation plays ``n_evals`` episodes (policy modes, unless
+    Every evaluation plays ``num_episodes`` episodes (policy modes, unless
     ``deterministic_eval=False``); ``progress`` shows a bar (or reports to a `Progress`). A
-    fresh state (zero updates) is evaluated first too. With ``checkpoint_dir``, every
+    fresh run (zero iterations) is evaluated first too. With ``checkpoint_dir``, every
     evaluation is checkpointed there (`save_checkpoint`; the agent's structure and the
     hyperparameters go beside, as ``agent.json`` and ``hparams.json``); with ``keep``, only the
-    newest ``keep`` states stay, and every evaluation's metrics, with ``wall_s``: ``clock()``,
-    the seconds the run has spent (default: since this call). Evaluation keys derive
-    from ``key`` and the update count, so a run continued from a checkpoint sees the same keys as
-    an uninterrupted one.
+    newest ``keep`` runs stay, and every evaluation's metrics, with ``wall_s``: ``clock()``,
+    the seconds the run has spent (default: since this call). Training and evaluation keys
+    derive from ``key`` and the iteration count, so a run continued from a checkpoint sees the
+    same keys as an uninterrupted one.
 
-    **Returns:** the trained state and the `TrainingLog` of the evaluations.
+    **Returns:** the trained run and the `TrainingLog` of the evaluations.
     """
     from ._progress import as_progress
 
-    check.non_negative_int("num_updates", num_updates)
+    check.non_negative_int("num_iterations", num_iterations)
     check.positive_int("eval_frequency", eval_frequency)
-    check.positive_int("n_evals", n_evals)
+    check.positive_int("num_episodes", num_episodes)
     folder = None
     if checkpoint_dir is not None:
         folder = (
             checkpoint_dir if isinstance(checkpoint_dir, RunFolder) else RunFolder(checkpoint_dir)
         )
-        folder.write_json("agent.json", agent_info(agent))
-        folder.write_json("hparams.json", state.hparams.to_dict())
+        folder.write_json("agent.json", agent_info(agent, env))
+        folder.write_json("hparams.json", run.agent_state.hparams.to_dict())
     log = TrainingLog([], [], [], [])
-    steps_per_update = agent.rollout_length * agent.num_envs
+    train_key, eval_key = jr.split(key)
     clock = clock or RunClock()
 
-    def record(state, metrics):
-        updates = int(state.updates)
-        result = evaluate_ippo(
-            agent, state, n_evals, key=jr.fold_in(key, updates), deterministic=deterministic_eval
-        )
-        log.updates.append(updates)
-        log.env_steps.append(updates * steps_per_update)
+    def record(run, metrics):
+        iterations = int(run.iterations)
+        result = _evaluate_jit(
+            agent, env, run.agent_state, num_episodes, deterministic_eval,
+            jr.fold_in(eval_key, iterations),
+        )  # fmt: skip
+        log.iterations.append(iterations)
+        log.env_steps.append(int(run.env_steps))
         log.evals.append(result)
         log.metrics.append(metrics)
         if folder is not None:
-            saved = {**result.to_dict(), "wall_s": clock()}
-            save_checkpoint(folder, updates, state, saved, keep=keep, records=True)
+            saved = {**result.to_dict(), "env_steps": int(run.env_steps), "wall_s": clock()}
+            save_checkpoint(folder, iterations, run, saved, keep=keep, records=True)
 
-    if int(state.updates) == 0:
-        record(state, {})
+    if int(run.iterations) == 0:
+        record(run, None)
     with as_progress(progress) as bar:
-        bar.start(num_updates, "ippo", unit="update")
+        bar.start(num_iterations, "ippo", unit="iteration")
         done = 0
-        while done < num_updates:
-            chunk = min(eval_frequency, num_updates - done)
-            state, metrics = train_updates(agent, state, chunk)
+        while done < num_iterations:
+            chunk = min(eval_frequency, num_iterations - done)
+            chunk_key = jr.fold_in(train_key, int(run.iterations))
+            run, metrics = agent.train(env, run, chunk, key=chunk_key)
             done += chunk
-            record(state, {k: np.asarray(v) for k, v in metrics.items()})
+            record(run, metrics)
             bar.advance(chunk, ret=float(np.mean(log.evals[-1].returns)))
-    return state, log
+    return run, log
 
 
 # ------------------------------------------------------------------------------- the job
 
 
 PROGRESS_COLUMNS = (
-    "updates", "env_steps", "mean_return", "std_return", "min_return", "max_return",
+    "iterations", "env_steps", "mean_return", "std_return", "min_return", "max_return",
     "median_return", "terminated", "truncated", "mean_length", "wall_s",
 )  # fmt: skip
 
 
-def progress_table(folder: RunFolder, agent: IPPO) -> dict[str, np.ndarray]:
+def progress_table(folder: RunFolder) -> dict[str, np.ndarray]:
     """Per-evaluation statistics read back from a run folder's checkpoints."""
     rows: dict[str, list[Any]] = {c: [] for c in PROGRESS_COLUMNS}
-    for step, m in records_of(folder):  # every evaluation, its state kept or not
-        s = summarize(np.asarray(m["returns"], np.float32).reshape(-1))
+    for step, m in records_of(folder):  # every evaluation, its run kept or not
+        s = summarise(np.asarray(m["returns"], np.float32).reshape(-1))
         values = (
-            step, step * agent.rollout_length * agent.num_envs, s.mean, s.std,
-            s.min, s.max, s.median, np.mean(m["terminated"]), np.mean(m["truncated"]),
-            np.mean(m["lengths"]), m.get("wall_s", np.nan),  # older runs kept no clock
+            step, m["env_steps"], s.mean, s.std, s.min, s.max, s.median,
+            np.mean(m["terminated"]), np.mean(m["truncated"]), np.mean(m["lengths"]),
+            m["wall_s"],
         )  # fmt: skip
         for column, value in zip(PROGRESS_COLUMNS, values):
             rows[column].append(float(value))
@@ -238,18 +282,18 @@ def progress_table(folder: RunFolder, agent: IPPO) -> dict[str, np.ndarray]:
 
 def _progress_rows(table: dict[str, np.ndarray]) -> list[list]:
     return [
-        [int(table[c][i]) if c in ("updates", "env_steps") else f"{table[c][i]:.6g}"
+        [int(table[c][i]) if c in ("iterations", "env_steps") else f"{table[c][i]:.6g}"
          for c in PROGRESS_COLUMNS]
-        for i in range(len(table["updates"]))
+        for i in range(len(table["iterations"]))
     ]  # fmt: skip
 
 
 class _IPPOJob(Job):
-    """Train to ``config.num_updates`` updates, evaluating and checkpointing every
-    ``eval_frequency`` updates under ``out_dir``.
+    """Train to ``config.num_iterations`` iterations, evaluating and checkpointing every
+    ``eval_frequency`` iterations under ``out_dir``.
 
     The folder holds ``config.toml``, ``agent.json``, ``hparams.json``, ``checkpoints/`` (one
-    state and its evaluation per evaluation), ``progress.csv`` (per evaluation: updates, env
+    run and its evaluation per evaluation), ``progress.csv`` (per evaluation: iterations, env
     steps, return statistics over episodes and agents, fractions terminated / truncated, mean
     length, ``wall_s``: seconds spent running, summed over resumes) and
     ``learning_curve.png``. With ``resume``, training continues from the latest checkpoint in
@@ -259,7 +303,7 @@ class _IPPOJob(Job):
 
     name = "ippo"
     config_cls = IPPOConfig
-    logs = {"progress.csv": "updates"}
+    logs = {"progress.csv": "iterations"}
     resume_may_change = None  # a resumed run takes the config's hyperparameters from there
 
     def best(self, metrics) -> float:
@@ -267,23 +311,30 @@ class _IPPOJob(Job):
 
     help = "independent PPO (default: 4 agents on the discrete LineTargets task)"
 
+    @staticmethod
+    def _fresh(config: IPPOConfig, env, agent: IPPO, key) -> PPORun:
+        init_key, run_key = jr.split(key)
+        state = agent.init(config.hparams(), key=init_key)
+        return agent.init_run(env, state, key=run_key)
+
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         if out_dir is None:
             raise ValueError("the IPPO job needs a run folder (its checkpoints live there)")
         path = os.fspath(out_dir)
-        agent = config.make_agent()
+        env = config.make_env()
+        agent = config.make_agent(env)
         init_key, train_key = jr.split(jr.key(config.seed))
-        state = agent.start(config.hparams(), key=init_key)
+        run = self._fresh(config, env, agent, init_key)
         seconds = 0.0  # spent by the run before this call
         if resume:
             if not os.path.exists(os.path.join(path, CONFIG_FILE)):
                 raise ValueError(f"nothing to resume: {path!r} holds no run ({CONFIG_FILE})")
             folder = RunFolder(path)  # removes the litter of a killed write
             if list_checkpoints(folder):  # else killed before its first: start again
-                state, last = restore_checkpoint(folder, state)
+                run, last = restore_checkpoint(folder, run)
                 seconds = float(last.metrics.get("wall_s", 0.0))
                 # The config is the truth written beside the run: its hyperparameters apply.
-                state = eqx.tree_at(lambda s: s.hparams, state, config.hparams())
+                run = eqx.tree_at(lambda r: r.agent_state.hparams, run, config.hparams())
         elif list_checkpoints(path) or os.path.exists(os.path.join(path, CONFIG_FILE)):
             raise ValueError(
                 f"{path!r} already holds checkpoints of a run; resume it or choose another folder"
@@ -293,14 +344,14 @@ class _IPPOJob(Job):
         folder.write_text(CONFIG_FILE, config.to_toml())
         if not resume:
             write_status(folder, "running", job=config.JOB)
-        remaining = max(config.num_updates - int(state.updates), 0)
-        state, _ = train_ippo(
-            agent, state, remaining, key=train_key, eval_frequency=config.eval_frequency,
-            n_evals=config.n_evals, checkpoint_dir=folder, progress=progress,
+        remaining = max(config.num_iterations - int(run.iterations), 0)
+        run, _ = train_ippo(
+            agent, env, run, remaining, key=train_key, eval_frequency=config.eval_frequency,
+            num_episodes=config.num_episodes, checkpoint_dir=folder, progress=progress,
             keep=config.keep_checkpoints or None, clock=RunClock(seconds),
         )  # fmt: skip
-        table = progress_table(folder, agent)
-        for i in range(len(table["updates"])):
+        table = progress_table(folder)
+        for i in range(len(table["iterations"])):
             progress.log({c: table[c][i] for c in PROGRESS_COLUMNS})
         folder.write_csv("progress.csv", PROGRESS_COLUMNS, _progress_rows(table))
         if plots:
@@ -310,18 +361,18 @@ class _IPPOJob(Job):
                 table["env_steps"], table["mean_return"], table["std_return"]
             )
             folder.write_figure("learning_curve.png", curve)
-        return RunResult(config, folder.path, table, state)
+        return RunResult(config, folder.path, table, run)
 
     def load(self, folder: RunFolder, config) -> RunResult:
-        agent = config.make_agent()
-        like = agent.start(config.hparams(), key=jr.key(0))  # keys need a concrete template
-        state = restore_checkpoint(folder, like)[0] if list_checkpoints(folder) else None
-        return RunResult(config, folder.path, folder.read_columns("progress.csv"), state)
+        env = config.make_env()
+        like = eqx.filter_eval_shape(self._fresh, config, env, config.make_agent(env), jr.key(0))
+        run = restore_checkpoint(folder, like)[0] if list_checkpoints(folder) else None
+        return RunResult(config, folder.path, folder.read_columns("progress.csv"), run)
 
     def summary(self, result: RunResult) -> str:
         last = result.last
         return (
-            f"done: {int(last['updates'])} updates ({int(last['env_steps'])} env steps), "
+            f"done: {int(last['iterations'])} iterations ({int(last['env_steps'])} env steps), "
             f"mean return {last['mean_return']:.4g} (std {last['std_return']:.3g}), "
             f"{100 * last['terminated']:.0f}% of evaluation episodes terminated"
         )

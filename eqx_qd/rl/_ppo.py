@@ -1,13 +1,23 @@
-"""PPO as an `AbstractAgent` for single-agent (QD) environments: PBT-PPO and ME-PBT with PPO.
+"""PPO, written once for a team of agents: `PPO` on a single-agent environment is the team of
+one, `IPPO` (``_ippo.py``) the team of several.
 
-A training iteration is one PPO update: ``rollout_length`` steps of ``num_envs`` auto-reset
-environments under the sampling policy, GAE, up to ``actor_epochs`` epochs of the clipped
-surrogate (stopping early on the KL threshold) and ``critic_epochs`` epochs of value
-regression. The maths are IPPO's (`actor_epochs`, `critic_epochs`, `gae`); only the data
-layout differs.
+One learner (`_PPOLearner`) holds the algorithm: a rollout of ``rollout_length`` steps in
+``num_envs`` auto-reset environments, GAE, up to ``actor_epochs`` epochs of the clipped
+surrogate with an entropy bonus (stopping early once the approximate KL to the rollout policy
+passes ``kl_threshold``), then ``critic_epochs`` epochs of value regression, with minibatches
+reshuffled every epoch. Arrays carry an agent axis throughout; how the agents' samples meet the
+networks is the pooling: ``"independent"`` (one network per agent, updates vmapped over agents,
+so clipping, Adam moments and the KL stop are per agent), ``"shared"`` (one network trained on
+every agent's samples) or ``"joint"`` (one network reading the whole team's observation, a head
+per agent). A single agent is the shared pooling of a team of one.
+
+Everything that learns or varies is in `PPOState`, with `PPOHParams` as float32 array leaves,
+so a hyperparameter sweep is ``eqx.filter_vmap`` over states and a new value never retraces.
 """
 
+import abc
 import typing
+from collections.abc import Sequence
 from typing import ClassVar
 
 import equinox as eqx
@@ -19,63 +29,608 @@ from jaxtyping import Array, Float, Int, PyTree
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._misc import filter_scan, is_none
+from .._misc import f32, filter_scan, filter_while_loop, i32, is_none, random_permutation, tree_take
 from ..envs._base import (
+    AbstractBaseEnv,
     AbstractEnv,
     autoreset_step,
     finished_episodes,
     training_reset,
     TrainingEnvState,
 )
-from ._actors import GaussianActor, ValueCritic
-from ._base import AbstractAgent, AbstractAgentState, AbstractTrainingRun, TrainMetrics
+from ..envs._multi_agent import AbstractMultiAgentEnv, SingleAgentView
+from ._actors import AbstractActor, GaussianActor, JointValueCritic, ValueCritic
+from ._base import (
+    AbstractAgent,
+    AbstractAgentState,
+    AbstractHParams,
+    AbstractTrainingRun,
+    TrainMetrics,
+)
 from ._gae import gae
-from ._ippo import actor_epochs, critic_epochs, PPOHParams, PPOSamples
 from ._normaliser import RunningNormaliser
-from ._optim import init_clipped_adam
+from ._optim import apply_clipped_adam, init_clipped_adam
+from ._spaces import AbstractSpace, LogUniform, Uniform
 
 
-class PPOAgentState(AbstractAgentState):
-    """Everything a PPO agent learns or varies.
+Metrics = dict[str, Float[Array, "..."]]
 
-    **Fields:** `actor` (a `GaussianActor`), `critic` (a `ValueCritic`), `actor_opt_state`,
-    `critic_opt_state` (``None`` in storage), `normaliser` (observation statistics, or
-    ``None`` unless the agent normalises observations) and `hparams` (the `PPOHParams`).
+
+PPO_SPACES: dict[str, AbstractSpace] = {
+    "actor_lr": LogUniform(3e-5, 3e-3),
+    "critic_lr": LogUniform(3e-5, 3e-3),
+    "clip_eps": Uniform(0.1, 0.3),
+    "ent_coef": Uniform(0.0, 0.02),
+    "gae_lambda": Uniform(0.9, 1.0),
+    "gamma": Uniform(0.95, 0.999),
+}
+"""PBT-PPO's default spaces: learning rates log-uniform over two decades around the defaults,
+the surrogate's clip, the entropy bonus, GAE's lambda and the discount (ranges common in PPO
+sweeps; QDax has no PBT-PPO to follow)."""
+
+
+class PPOHParams(AbstractHParams):
+    """PPO hyperparameters, float32 scalars (stacked vectors in a sweep).
+
+    **Fields:** `gamma` (discount), `gae_lambda`, `clip_eps` (the surrogate's clip), `ent_coef`
+    (entropy bonus), `vf_coef` (critic loss scale), `kl_threshold` (the approximate KL that
+    stops the actor epochs), `actor_lr`, `critic_lr`, `max_grad_norm` (clipping by global norm)
+    and `reward_scale` (rewards are multiplied by it before GAE, so the critic learns scaled
+    returns).
     """
 
-    actor: GaussianActor
-    critic: ValueCritic
+    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
+    gae_lambda: Float[Array, ""] = eqx.field(default=0.95, converter=f32)
+    clip_eps: Float[Array, ""] = eqx.field(default=0.2, converter=f32)
+    ent_coef: Float[Array, ""] = eqx.field(default=0.01, converter=f32)
+    vf_coef: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
+    kl_threshold: Float[Array, ""] = eqx.field(default=0.02, converter=f32)
+    actor_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
+    critic_lr: Float[Array, ""] = eqx.field(default=1e-3, converter=f32)
+    max_grad_norm: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
+    reward_scale: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
+
+    def __check_init__(self):
+        inf = float("inf")
+        check.ranges(
+            "PPOHParams",
+            self,
+            {
+                "gamma": (0.0, 1.0),
+                "gae_lambda": (0.0, 1.0),
+                "clip_eps": (0.0, inf),
+                "ent_coef": (0.0, inf),
+                "vf_coef": (0.0, inf),
+                "kl_threshold": (0.0, inf),
+                "actor_lr": (0.0, inf),
+                "critic_lr": (0.0, inf),
+                "max_grad_norm": (0.0, inf),
+                "reward_scale": (0.0, inf),
+            },
+        )
+
+    def default_spaces(self) -> dict[str, AbstractSpace]:
+        """`PPO_SPACES`."""
+        return dict(PPO_SPACES)
+
+    @staticmethod
+    def stack(hparams: Sequence["PPOHParams"]) -> "PPOHParams":
+        """One `PPOHParams` whose leaves are vectors: the batch a sweep vmaps over."""
+        if not hparams:
+            raise ValueError("PPOHParams.stack needs at least one PPOHParams")
+        return jax.tree.map(lambda *xs: jnp.stack(xs), *hparams)
+
+
+class PPOState(AbstractAgentState):
+    """Everything a PPO or IPPO agent learns or varies (`AbstractAgentState`).
+
+    **Fields:**
+
+    - `actor`, `critic`: the networks. With independent IPPO each has a leading ``num_agents``
+      axis (one network per agent); shared IPPO and PPO have one actor and one critic; joint
+      IPPO one `JointActor` and one `JointValueCritic`.
+    - `actor_opt_state`, `critic_opt_state`: their optimiser states (``None`` in storage).
+    - `hparams`: the `PPOHParams`.
+    - `normaliser`: observation statistics (per agent, like the networks, unless they are
+      shared), or ``None`` unless observations are normalised.
+    """
+
+    actor: AbstractActor
+    critic: ValueCritic | JointValueCritic
     actor_opt_state: PyTree
     critic_opt_state: PyTree
-    normaliser: RunningNormaliser | None
     hparams: PPOHParams
+    normaliser: RunningNormaliser | None = None
 
 
 @typing.final
-class OnPolicyRun(AbstractTrainingRun):
-    """One PPO agent's training run.
+class PPORun(AbstractTrainingRun):
+    """A PPO or IPPO training run (`AbstractTrainingRun`).
 
-    **Fields:** `agent_state`, `env_state` (the ``num_envs`` environments rollouts continue
-    from) and `env_steps` (environment steps so far).
+    **Fields:** `agent_state` (the `PPOState`), `env_state` (the ``num_envs`` environments
+    rollouts continue from, a batched `TrainingEnvState`), `env_steps` (environment steps
+    taken in training: ``rollout_length x num_envs`` per iteration) and `iterations` (PPO
+    iterations, one rollout and its epochs each, since the start).
     """
 
-    agent_state: PPOAgentState
+    agent_state: PPOState
     env_state: TrainingEnvState
     env_steps: Int[Array, ""]
+    iterations: Int[Array, ""]
+
+
+class _Trajectory(eqx.Module):
+    """A rollout, time-major, every field ``(rollout_length, num_envs, num_agents, ...)``
+    (`terminated` and `truncated` have no agent axis): `obs` (what each step started from, raw),
+    `actions`, `log_probs` (under the rollout policy), `rewards`, `next_obs` (what each step
+    reached, before any reset), `terminated`, `truncated` and `finished_returns` (each agent's
+    return of the episode that ended at the step; NaN where none did)."""
+
+    obs: Float[Array, "time batch num_agents obs_dim"]
+    actions: Array
+    log_probs: Float[Array, "time batch num_agents"]
+    rewards: Float[Array, "time batch num_agents"]
+    next_obs: Float[Array, "time batch num_agents obs_dim"]
+    terminated: Float[Array, "time batch"]
+    truncated: Float[Array, "time batch"]
+    finished_returns: Float[Array, "time batch num_agents"]
+
+
+class _Samples(eqx.Module):
+    """Samples of a rollout, flattened, ``(num_samples, ...)`` each (one agent's, or pooled):
+    `obs` (as the actor saw them), `actions`, `log_probs` (under the rollout policy),
+    `advantages` and `targets` (GAE's)."""
+
+    obs: Array
+    actions: Array
+    log_probs: Array
+    advantages: Array
+    targets: Array
+
+
+def _normalise(normaliser: RunningNormaliser | None, obs: Array) -> Array:
+    """``obs (..., [agents,] obs_dim)`` through per-agent (or shared) statistics, if any."""
+    return obs if normaliser is None else normaliser.normalise(obs)
+
+
+def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:
+    """A fresh shuffle of ``n`` samples cut into ``count`` equal minibatches."""
+    return random_permutation(n, key=key).reshape(count, n // count)
+
+
+# ----------------------------------------------------------------------------- the maths
+# Free functions of one actor or critic and its samples.
+
+
+def _actor_loss(
+    actor: AbstractActor, batch: _Samples, h: PPOHParams, *, normalise_advantages: bool
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """The clipped surrogate with an entropy bonus (to minimise) of ``actor`` on ``batch``, and
+    the mean entropy. Advantages are standardised over the batch when
+    ``normalise_advantages``."""
+    log_probs, entropies = jax.vmap(actor.log_prob_and_entropy)(batch.obs, batch.actions)
+    ratio = jnp.exp(log_probs - batch.log_probs)
+    adv = batch.advantages
+    if normalise_advantages:
+        adv = (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
+    clipped = jnp.clip(ratio, 1.0 - h.clip_eps, 1.0 + h.clip_eps)
+    surrogate = jnp.mean(jnp.minimum(ratio * adv, clipped * adv))
+    entropy = jnp.mean(entropies)
+    return -surrogate - h.ent_coef * entropy, entropy
+
+
+def _approx_kl(actor: AbstractActor, data: _Samples) -> Float[Array, ""]:
+    """KL(rollout policy || ``actor``), estimated as mean((r - 1) - log r) over ``data``
+    (non-negative, unbiased; Schulman's k3 estimator)."""
+    log_ratio = jax.vmap(actor.log_prob)(data.obs, data.actions) - data.log_probs
+    return jnp.mean(jnp.expm1(log_ratio) - log_ratio)
+
+
+def _actor_epochs(
+    actor: AbstractActor,
+    opt_state: PyTree,
+    data: _Samples,
+    h: PPOHParams,
+    *,
+    num_minibatches: int,
+    max_epochs: int,
+    normalise_advantages: bool,
+    key: PRNGKey,
+) -> tuple[AbstractActor, PyTree, Metrics]:
+    """Up to ``max_epochs`` epochs of `_actor_loss` of ``actor`` over ``data`` in
+    ``num_minibatches`` minibatches (clipped Adam from ``opt_state``), stopping once the
+    `_approx_kl` to the rollout policy passes ``h.kl_threshold``."""
+    n = data.obs.shape[0]
+    grad_fn = eqx.filter_value_and_grad(
+        lambda a, b: _actor_loss(a, b, h, normalise_advantages=normalise_advantages),
+        has_aux=True,
+    )
+
+    def minibatch(carry, idx):
+        actor, opt_state = carry
+        (loss, entropy), grads = grad_fn(actor, tree_take(data, idx))
+        actor, opt_state = apply_clipped_adam(actor, grads, opt_state, h.actor_lr, h.max_grad_norm)
+        return (actor, opt_state), (loss, entropy)
+
+    def epoch(carry):
+        actor, opt_state, key, count, _, _, _ = carry
+        key, perm_key = jr.split(key)
+        idx = _minibatches(perm_key, n, num_minibatches)
+        carry, (losses, entropies) = filter_scan(minibatch, (actor, opt_state), idx)
+        actor, opt_state = carry
+        kl = _approx_kl(actor, data)
+        return actor, opt_state, key, count + 1, kl, jnp.mean(losses), jnp.mean(entropies)
+
+    def keep_going(carry):
+        count, kl = carry[3], carry[4]
+        return (count < max_epochs) & (kl <= h.kl_threshold)
+
+    zero = jnp.zeros((), jnp.float32)
+    carry = filter_while_loop(keep_going, epoch, (actor, opt_state, key, i32(0), zero, zero, zero))
+    actor, opt_state, _, count, kl, loss, entropy = carry
+    metrics = {"actor_loss": loss, "entropy": entropy, "kl": kl, "actor_epochs": count}
+    return actor, opt_state, metrics
+
+
+def _critic_epochs(
+    critic: eqx.Module,
+    opt_state: PyTree,
+    data: _Samples,
+    h: PPOHParams,
+    *,
+    num_minibatches: int,
+    epochs: int,
+    key: PRNGKey,
+) -> tuple[eqx.Module, PyTree, Metrics]:
+    """``epochs`` epochs of value regression of ``critic`` (any module ``obs -> value``;
+    ``h.vf_coef`` x squared error to the GAE targets) over ``data`` in ``num_minibatches``
+    minibatches, with clipped Adam from ``opt_state``."""
+    n = data.obs.shape[0]
+
+    def loss_fn(critic, batch):
+        values = jax.vmap(critic)(batch.obs)
+        return h.vf_coef * jnp.mean((values - batch.targets) ** 2)
+
+    def minibatch(carry, idx):
+        critic, opt_state = carry
+        loss, grads = eqx.filter_value_and_grad(loss_fn)(critic, tree_take(data, idx))
+        critic, opt_state = apply_clipped_adam(
+            critic, grads, opt_state, h.critic_lr, h.max_grad_norm
+        )
+        return (critic, opt_state), loss
+
+    def epoch(carry, epoch_key):
+        idx = _minibatches(epoch_key, n, num_minibatches)
+        carry, losses = filter_scan(minibatch, carry, idx)
+        return carry, jnp.mean(losses)
+
+    (critic, opt_state), losses = filter_scan(epoch, (critic, opt_state), jr.split(key, epochs))
+    loss = losses[-1] if epochs else jnp.zeros((), jnp.float32)
+    return critic, opt_state, {"critic_loss": loss}
+
+
+# ----------------------------------------------------------------------------- the learner
+
+def _check_loop(agent: "_PPOLearner") -> None:
+    """Refuse non-positive loop settings and a rollout that does not split into equal
+    minibatches, naming the agent's field."""
+    name = type(agent).__name__
+    for field in ("observation_size", "action_size", "rollout_length", "num_envs",
+                  "num_minibatches"):  # fmt: skip
+        check.positive_int(f"{name}.{field}", getattr(agent, field))
+    for field in ("actor_epochs", "critic_epochs"):
+        check.non_negative_int(f"{name}.{field}", getattr(agent, field))
+    for field in ("actor_hidden", "critic_hidden"):
+        for i, width in enumerate(getattr(agent, field)):
+            check.positive_int(f"{name}.{field}[{i}]", width)
+    samples = agent.rollout_length * agent.num_envs
+    if samples % agent.num_minibatches:
+        raise ValueError(
+            f"{name}: rollout_length * num_envs = {samples} samples per agent do not split "
+            f"into num_minibatches={agent.num_minibatches} equal minibatches"
+        )
+
+
+class _PPOLearner(AbstractAgent[PPOState, PPORun]):
+    """The PPO learner over a team of ``num_agents`` agents (module docstring); `PPO` and
+    `IPPO` say how the team meets its environment and its networks."""
+
+    rollout_length: eqx.AbstractVar[int]
+    num_envs: eqx.AbstractVar[int]
+    num_minibatches: eqx.AbstractVar[int]
+    actor_epochs: eqx.AbstractVar[int]
+    critic_epochs: eqx.AbstractVar[int]
+    actor_hidden: eqx.AbstractVar[tuple[int, ...]]
+    critic_hidden: eqx.AbstractVar[tuple[int, ...]]
+    normalise_advantages: eqx.AbstractVar[bool]
+    num_agents: eqx.AbstractVar[int]  # how many agents act together
+
+    package_compiler_options: ClassVar[bool] = False  # see `AbstractAgent`
+
+    @property
+    @abc.abstractmethod
+    def pooling(self) -> str:
+        """How the agents' samples meet the networks: ``"independent"``, ``"shared"`` or
+        ``"joint"`` (module docstring)."""
+
+    @abc.abstractmethod
+    def _team(self, env: AbstractBaseEnv, where: str) -> AbstractMultiAgentEnv:
+        """``env`` as the team's environment (checked against the agent, naming ``where``)."""
+
+    @abc.abstractmethod
+    def _new_actor(self, key: PRNGKey) -> AbstractActor:
+        """One actor (one agent's, the shared one or the joint one)."""
+
+    @abc.abstractmethod
+    def _new_critic(self, key: PRNGKey) -> ValueCritic | JointValueCritic:
+        """One critic (as `_new_actor`)."""
+
+    def _env_actions(self, actions: Array) -> Array:
+        """The team's actions as the environment receives them (sampled ones are kept for the
+        log-probabilities)."""
+        return actions
+
+    # -- construction ---------------------------------------------------------------------
+
+    def _per_agent(self, make, key: PRNGKey):
+        if self.pooling != "independent":
+            return make(key)
+        return eqx.filter_vmap(make)(jr.split(key, self.num_agents))
+
+    def _optimiser_state(self, params):
+        if self.pooling != "independent":
+            return init_clipped_adam(params)
+        return eqx.filter_vmap(init_clipped_adam)(params)
+
+    def init(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> PPOState:
+        """Fresh networks and optimiser states, with ``hparams`` (``None``: the defaults)."""
+        hparams = PPOHParams() if hparams is None else hparams
+        actor_key, critic_key = jr.split(key)
+        actor = self._per_agent(self._new_actor, actor_key)
+        critic = self._per_agent(self._new_critic, critic_key)
+        normaliser = None
+        if self.normalise_observations:  # per agent, unless the networks are shared
+            normaliser = RunningNormaliser.create(self.observation_size)
+            if self.pooling != "shared":
+                normaliser = eqx.filter_vmap(
+                    lambda _: RunningNormaliser.create(self.observation_size)
+                )(jnp.arange(self.num_agents))
+        return PPOState(
+            actor, critic, self._optimiser_state(actor), self._optimiser_state(critic),
+            hparams, normaliser,
+        )  # fmt: skip
+
+    def init_run(self, env: AbstractBaseEnv, state: PPOState, *, key: PRNGKey) -> PPORun:
+        """A training run of ``state`` on ``env``: ``num_envs`` freshly reset environments,
+        zero steps and iterations."""
+        team = self._team(env, "init_run")
+        env_state = jax.vmap(lambda k: training_reset(team, key=k))(jr.split(key, self.num_envs))
+        return PPORun(state, env_state, i32(0), i32(0))
+
+    def empty_optimizer_states(self, state: PPOState) -> PPOState:
+        """Drop the optimiser states (PPO has no target networks)."""
+        return eqx.tree_at(
+            lambda s: (s.actor_opt_state, s.critic_opt_state), state, (None, None),
+            is_leaf=is_none,
+        )  # fmt: skip
+
+    def init_optimizer_states(self, state: PPOState) -> PPOState:
+        """Fresh optimiser states for the current networks."""
+        return eqx.tree_at(
+            lambda s: (s.actor_opt_state, s.critic_opt_state),
+            state,
+            (self._optimiser_state(state.actor), self._optimiser_state(state.critic)),
+            is_leaf=is_none,
+        )
+
+    def reset_targets(self, state: PPOState) -> PPOState:
+        """``state`` unchanged: PPO has no target networks."""
+        return state
+
+    def genome(self, state: PPOState) -> tuple[AbstractActor, ValueCritic | JointValueCritic]:
+        """The actor and the critic."""
+        return state.actor, state.critic
+
+    def with_genome(self, state: PPOState, genome: tuple) -> PPOState:
+        return eqx.tree_at(lambda s: (s.actor, s.critic), state, tuple(genome))
+
+    # -- acting ---------------------------------------------------------------------------
+
+    def _over_agents(self, fn, params: PyTree, *args: Array):
+        """``fn(params_i, *args_i)`` for every agent ``i``; ``args`` have the agent axis first
+        (the shared network is every agent's)."""
+        axis = None if self.pooling == "shared" else eqx.if_array(0)
+        return eqx.filter_vmap(fn, in_axes=(axis, *([0] * len(args))))(params, *args)
+
+    def _team_act(
+        self, state: PPOState, obs: Float[Array, "num_agents obs_dim"], deterministic: bool, key
+    ) -> Array:
+        """One action per agent for one environment's raw observations."""
+        obs = _normalise(state.normaliser, obs)
+        if self.pooling == "joint":
+            return state.actor.mode(obs) if deterministic else state.actor.sample(obs, key=key)
+        if deterministic:
+            return self._over_agents(lambda a, o: a.mode(o), state.actor, obs)
+        keys = jr.split(key, self.num_agents)
+        return self._over_agents(lambda a, o, k: a.sample(o, key=k), state.actor, obs, keys)
+
+    def _act_batch(self, actor, obs: Float[Array, "batch agents obs_dim"], key):
+        """Sampled actions and their log-probabilities ``(batch, agents, ...)``."""
+        if self.pooling == "joint":
+            keys = jr.split(key, obs.shape[0])
+            return jax.vmap(lambda o, k: actor.sample_and_log_prob(o, key=k))(obs, keys)
+        obs = jnp.swapaxes(obs, 0, 1)
+        keys = jr.split(key, obs.shape[:2])
+
+        def one_agent(actor, o, k):
+            return jax.vmap(lambda oi, ki: actor.sample_and_log_prob(oi, key=ki))(o, k)
+
+        actions, log_probs = self._over_agents(one_agent, actor, obs, keys)
+        return jnp.swapaxes(actions, 0, 1), jnp.swapaxes(log_probs, 0, 1)
+
+    def _values(self, critic, obs: Float[Array, "... agents obs_dim"]) -> Array:
+        lead = obs.shape[:-2]
+        if self.pooling == "joint":
+            values = jax.vmap(critic)(obs.reshape(-1, *obs.shape[-2:]))
+            return values.reshape(*lead, self.num_agents)
+        flat = jnp.swapaxes(obs.reshape(-1, *obs.shape[-2:]), 0, 1)  # (agents, samples, obs)
+        values = self._over_agents(lambda c, o: jax.vmap(c)(o), critic, flat)
+        return jnp.swapaxes(values, 0, 1).reshape(*lead, self.num_agents)
+
+    # -- one iteration --------------------------------------------------------------------
+
+    def _rollout(
+        self, team: AbstractMultiAgentEnv, run: PPORun, key: PRNGKey
+    ) -> tuple[TrainingEnvState, _Trajectory]:
+        """``rollout_length`` steps of the sampling policies in the ``num_envs`` environments."""
+        state = run.agent_state
+
+        def one_step(env_state, k):
+            act_key, step_key = jr.split(k)
+            raw_obs = env_state.env_state.obs
+            actions, log_probs = self._act_batch(
+                state.actor, _normalise(state.normaliser, raw_obs), act_key
+            )
+            step = jax.vmap(lambda s, a, sk: autoreset_step(team, s, a, key=sk))(
+                env_state, self._env_actions(actions), jr.split(step_key, self.num_envs)
+            )
+            out = (
+                raw_obs, actions, log_probs, step.reward, step.next_obs, step.terminated,
+                step.truncated, step.finished_return,
+            )  # fmt: skip
+            return step.state, out
+
+        env_state, steps = filter_scan(one_step, run.env_state, jr.split(key, self.rollout_length))
+        return env_state, _Trajectory(*steps)
+
+    def _samples(self, state: PPOState, traj: _Trajectory) -> _Samples:
+        """Per-agent samples ``(num_agents, rollout_length * num_envs, ...)`` with GAE."""
+        h = state.hparams
+        obs = _normalise(state.normaliser, traj.obs)  # as the actors saw them
+        values = self._values(state.critic, obs)
+        next_values = self._values(state.critic, _normalise(state.normaliser, traj.next_obs))
+        # The rollout's last step bootstraps from where it arrived (unless it terminated).
+        truncated = traj.truncated.at[-1].set(1.0)
+        shape = traj.rewards.shape
+        advantages, targets = gae(
+            traj.rewards * h.reward_scale, values, next_values,
+            jnp.broadcast_to(traj.terminated[..., None], shape),
+            jnp.broadcast_to(truncated[..., None], shape),
+            h.gamma, h.gae_lambda,
+        )  # fmt: skip
+
+        def per_agent(x):  # (time, batch, agents, ...) -> (agents, time * batch, ...)
+            x = jnp.moveaxis(x, 2, 0)
+            return x.reshape(x.shape[0], -1, *x.shape[3:])
+
+        return _Samples(
+            per_agent(obs), per_agent(traj.actions), per_agent(traj.log_probs),
+            per_agent(advantages), per_agent(targets),
+        )  # fmt: skip
+
+    def _epochs(self, state: PPOState, data: _Samples, actor_key: PRNGKey, critic_key: PRNGKey):
+        """The actor's and the critic's epochs on ``data``, pooled as `pooling` says."""
+        h = state.hparams
+        actor_update = lambda a, o, d, k: _actor_epochs(
+            a, o, d, h, num_minibatches=self.num_minibatches, max_epochs=self.actor_epochs,
+            normalise_advantages=self.normalise_advantages, key=k,
+        )  # fmt: skip
+        critic_update = lambda c, o, d, k: _critic_epochs(
+            c, o, d, h, num_minibatches=self.num_minibatches, epochs=self.critic_epochs, key=k
+        )
+        if self.pooling == "independent":  # vmapped over agents
+            actor_keys = jr.split(actor_key, self.num_agents)
+            critic_keys = jr.split(critic_key, self.num_agents)
+            actor = eqx.filter_vmap(actor_update)(
+                state.actor, state.actor_opt_state, data, actor_keys
+            )
+            critic = eqx.filter_vmap(critic_update)(
+                state.critic, state.critic_opt_state, data, critic_keys
+            )
+            return actor, critic
+        if self.pooling == "joint":  # one network for the team: samples keep their agent axis
+            data = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), data)
+        else:  # one network: every agent's samples pooled
+            data = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), data)
+        actor = actor_update(state.actor, state.actor_opt_state, data, actor_key)
+        critic = critic_update(state.critic, state.critic_opt_state, data, critic_key)
+        return actor, critic
+
+    def _iteration(
+        self, team: AbstractMultiAgentEnv, run: PPORun, key: PRNGKey
+    ) -> tuple[PPORun, Metrics]:
+        """One rollout and the epochs on it. **Returns:** the run and metrics per agent
+        ``(num_agents,)``."""
+        rollout_key, actor_key, critic_key = jr.split(key, 3)
+        env_state, traj = self._rollout(team, run, rollout_key)
+        state = run.agent_state
+        data = self._samples(state, traj)
+        (actor, actor_opt, actor_metrics), (critic, critic_opt, critic_metrics) = self._epochs(
+            state, data, actor_key, critic_key
+        )
+        state = eqx.tree_at(
+            lambda s: (s.actor, s.critic, s.actor_opt_state, s.critic_opt_state),
+            state, (actor, critic, actor_opt, critic_opt),
+        )  # fmt: skip
+        if state.normaliser is not None:  # the next rollout sees this one's statistics too
+            obs = jnp.moveaxis(traj.obs, 2, 0).reshape(self.num_agents, -1, traj.obs.shape[-1])
+            if self.pooling == "shared":
+                normaliser = state.normaliser.update(obs.reshape(-1, obs.shape[-1]))
+            else:
+                normaliser = eqx.filter_vmap(lambda n, o: n.update(o))(state.normaliser, obs)
+            state = eqx.tree_at(lambda s: s.normaliser, state, normaliser)
+        steps = self.rollout_length * self.num_envs
+        run = PPORun(state, env_state, run.env_steps + steps, run.iterations + 1)
+        metrics = {
+            k: jnp.broadcast_to(v, (self.num_agents,)).astype(jnp.float32)
+            for k, v in {**actor_metrics, **critic_metrics}.items()
+        }
+        metrics["mean_reward"] = jnp.mean(traj.rewards, axis=(0, 1))
+        finished = jnp.moveaxis(traj.finished_returns, -1, 0)  # (agents, time, batch)
+        metrics["episode_return"], metrics["episodes_done"] = jax.vmap(finished_episodes)(finished)
+        return run, metrics
+
+    def train(
+        self, env: AbstractBaseEnv, run: PPORun, num_iterations: int, *, key: PRNGKey
+    ) -> tuple[PPORun, TrainMetrics]:
+        """``num_iterations`` PPO iterations (a rollout of ``rollout_length`` steps in
+        ``num_envs`` environments and its epochs each) in one ``lax.scan``. The metrics are the
+        team's: the mean reward over agents, and the return of the episodes that ended summed
+        over agents (as `evaluate` reports it); losses are averaged over agents."""
+        team = self._team(env, "train")
+        check.non_negative_int(f"{type(self).__name__}.train: num_iterations", num_iterations)
+        run, metrics = _train(self, team, run, num_iterations, key=key)
+        per_agent = ("mean_reward", "episodes_done", "episode_return")
+        losses = {k: jnp.mean(v, axis=-1) for k, v in metrics.items() if k not in per_agent}
+        return run, TrainMetrics(
+            jnp.mean(metrics["mean_reward"], axis=-1),
+            jnp.sum(metrics["episode_return"], axis=-1),
+            metrics["episodes_done"][:, 0],
+            losses,
+        )
+
+
+@jit(package_options=False)  # XLA's fusion emitters: see `eqx_qd._compile`
+def _train(
+    agent: _PPOLearner, team: AbstractMultiAgentEnv, run: PPORun, num_iterations: int, *, key
+):
+    """``num_iterations`` of `_PPOLearner._iteration` in one scan; metrics per agent."""
+    body = lambda r, k: agent._iteration(team, r, k)
+    return filter_scan(body, run, jr.split(key, num_iterations))
 
 
 @typing.final
-class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
-    """Proximal Policy Optimisation (Schulman et al., 2017) on an `AbstractEnv`, with a
-    gaussian actor (actions clipped to [-1, 1] when played) and a state-value critic.
+class PPO(_PPOLearner):
+    """Proximal Policy Optimisation (Schulman et al., 2017) on a single-agent `AbstractEnv`,
+    with a gaussian actor (actions clipped to [-1, 1] when played) and a state-value critic:
+    the learner of `IPPO` with a team of one.
 
-    **Fields:** `observation_size`, `action_size`; `rollout_length`, `num_envs` (steps and
-    environments per update), `num_minibatches`, `actor_epochs`, `critic_epochs`;
-    `actor_hidden`, `critic_hidden` (layer widths, tanh); `normalise_advantages` (per
-    minibatch); `normalise_observations` (running statistics in the state).
+    **Fields:** `observation_size`, `action_size` (the environment's); `rollout_length`,
+    `num_envs` (steps and environments per iteration), `num_minibatches`, `actor_epochs`,
+    `critic_epochs`; `actor_hidden`, `critic_hidden` (layer widths, tanh);
+    `normalise_advantages` (per minibatch); `normalise_observations` (running statistics in
+    the state).
     """
-
-    package_compiler_options: ClassVar[bool] = False  # see `AbstractAgent`
 
     observation_size: int = eqx.field(static=True)
     action_size: int = eqx.field(static=True)
@@ -90,35 +645,37 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
     normalise_observations: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
-        for name in ("observation_size", "action_size", "rollout_length", "num_envs",
-                     "num_minibatches"):  # fmt: skip
-            check.positive_int(f"PPO.{name}", getattr(self, name))
-        for name in ("actor_epochs", "critic_epochs"):
-            check.non_negative_int(f"PPO.{name}", getattr(self, name))
-        samples = self.rollout_length * self.num_envs
-        if samples % self.num_minibatches:
-            raise ValueError(
-                f"PPO: rollout_length * num_envs = {samples} samples do not split into "
-                f"num_minibatches={self.num_minibatches} equal minibatches"
-            )
+        _check_loop(self)
 
-    def init(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> PPOAgentState:
-        actor_key, critic_key = jr.split(key)
-        actor = GaussianActor(
-            self.observation_size, self.action_size, self.actor_hidden, key=actor_key
-        )
-        critic = ValueCritic(self.observation_size, self.critic_hidden, key=critic_key)
-        normaliser = None
-        if self.normalise_observations:
-            normaliser = RunningNormaliser.create(self.observation_size)
-        return PPOAgentState(
-            actor, critic, init_clipped_adam(actor), init_clipped_adam(critic), normaliser,
-            PPOHParams() if hparams is None else hparams,
-        )  # fmt: skip
+    @property
+    def num_agents(self) -> int:
+        return 1
+
+    @property
+    def pooling(self) -> str:
+        return "shared"
+
+    def _team(self, env: AbstractBaseEnv, where: str) -> AbstractMultiAgentEnv:
+        if not isinstance(env, AbstractEnv):
+            raise TypeError(
+                f"PPO.{where}: PPO plays a single-agent eqx_qd.envs.AbstractEnv, got "
+                f"{type(env).__name__} (IPPO plays multi-agent environments)"
+            )
+        check.same_sizes(self, env, f"PPO.{where}")
+        return SingleAgentView(env)
+
+    def _new_actor(self, key: PRNGKey) -> GaussianActor:
+        return GaussianActor(self.observation_size, self.action_size, self.actor_hidden, key=key)
+
+    def _new_critic(self, key: PRNGKey) -> ValueCritic:
+        return ValueCritic(self.observation_size, self.critic_hidden, key=key)
+
+    def _env_actions(self, actions: Array) -> Array:
+        return jnp.clip(actions, -1.0, 1.0)
 
     def act(
         self,
-        state: PPOAgentState,
+        state: PPOState,
         obs: Float[Array, " obs_dim"],
         *,
         deterministic: bool = False,
@@ -128,109 +685,3 @@ class PPO(AbstractAgent[PPOAgentState, OnPolicyRun]):
         obs = self.normalise(state, obs)
         action = state.actor.mode(obs) if deterministic else state.actor.sample(obs, key=key)
         return jnp.clip(action, -1.0, 1.0)
-
-    def empty_optimizer_states(self, state: PPOAgentState) -> PPOAgentState:
-        """Drop the optimiser states (PPO has no target networks)."""
-        return eqx.tree_at(
-            lambda s: (s.actor_opt_state, s.critic_opt_state), state, (None, None),
-            is_leaf=is_none,
-        )  # fmt: skip
-
-    def init_optimizer_states(self, state: PPOAgentState) -> PPOAgentState:
-        """Fresh (clipped Adam) optimiser states for the current networks."""
-        return eqx.tree_at(
-            lambda s: (s.actor_opt_state, s.critic_opt_state),
-            state,
-            (init_clipped_adam(state.actor), init_clipped_adam(state.critic)),
-            is_leaf=is_none,
-        )
-
-    def genome(self, state: PPOAgentState) -> tuple[GaussianActor, ValueCritic]:
-        """The actor and the critic."""
-        return state.actor, state.critic
-
-    def with_genome(self, state: PPOAgentState, genome: tuple) -> PPOAgentState:
-        return eqx.tree_at(lambda s: (s.actor, s.critic), state, tuple(genome))
-
-    # -- training ------------------------------------------------------------------------
-
-    def init_run(self, env: AbstractEnv, state: PPOAgentState, *, key: PRNGKey) -> OnPolicyRun:
-        check.same_sizes(self, env, "PPO.init_run")
-        env_state = jax.vmap(lambda k: training_reset(env, key=k))(jr.split(key, self.num_envs))
-        return OnPolicyRun(state, env_state, jnp.zeros((), jnp.int32))
-
-    def _rollout(self, env: AbstractEnv, run: OnPolicyRun, key: PRNGKey):
-        state = run.agent_state
-
-        def one_step(env_state, k):
-            act_key, step_key = jr.split(k)
-            raw_obs = env_state.env_state.obs
-            obs = self.normalise(state, raw_obs)
-            keys = jr.split(act_key, self.num_envs)
-            actions, log_probs = jax.vmap(lambda o, ak: state.actor.sample_and_log_prob(o, key=ak))(
-                obs, keys
-            )
-            clipped = jnp.clip(actions, -1.0, 1.0)
-            out = jax.vmap(lambda s, a, sk: autoreset_step(env, s, a, key=sk))(
-                env_state, clipped, jr.split(step_key, self.num_envs)
-            )
-            step = (
-                raw_obs, actions, log_probs, out.reward, out.next_obs, out.terminated,
-                out.truncated, out.finished_return,
-            )  # fmt: skip
-            return out.state, step
-
-        env_state, steps = filter_scan(one_step, run.env_state, jr.split(key, self.rollout_length))
-        return env_state, steps
-
-    def _iteration(self, env: AbstractEnv, run: OnPolicyRun, key: PRNGKey):
-        rollout_key, actor_key, critic_key = jr.split(key, 3)
-        env_state, steps = self._rollout(env, run, rollout_key)
-        raw_obs, actions, log_probs, rewards, next_obs, terminated, truncated, finished = steps
-        state = run.agent_state
-        h = state.hparams
-        obs = self.normalise(state, raw_obs)
-        values = jax.vmap(jax.vmap(state.critic))(obs)
-        next_values = jax.vmap(jax.vmap(state.critic))(self.normalise(state, next_obs))
-        truncated_last = truncated.at[-1].set(1.0)  # the rollout's end bootstraps
-        advantages, targets = gae(
-            rewards * h.reward_scale, values, next_values, terminated, truncated_last,
-            h.gamma, h.gae_lambda,
-        )  # fmt: skip
-        flat = lambda x: x.reshape(-1, *x.shape[2:])
-        data = PPOSamples(
-            flat(obs), flat(actions), flat(log_probs), flat(advantages), flat(targets)
-        )
-        actor, actor_opt, actor_metrics = actor_epochs(
-            state.actor, state.actor_opt_state, data, h, num_minibatches=self.num_minibatches,
-            max_epochs=self.actor_epochs, normalise_advantages=self.normalise_advantages,
-            key=actor_key,
-        )  # fmt: skip
-        critic, critic_opt, critic_metrics = critic_epochs(
-            state.critic, state.critic_opt_state, data, h, num_minibatches=self.num_minibatches,
-            epochs=self.critic_epochs, key=critic_key,
-        )  # fmt: skip
-        state = eqx.tree_at(
-            lambda s: (s.actor, s.critic, s.actor_opt_state, s.critic_opt_state),
-            state, (actor, critic, actor_opt, critic_opt),
-        )  # fmt: skip
-        state = self.observe(state, flat(raw_obs))  # the next rollout sees these statistics
-        n = self.rollout_length * self.num_envs
-        run = OnPolicyRun(state, env_state, run.env_steps + n)
-        episode_return, count = finished_episodes(finished)
-        losses = {k: jnp.asarray(v, jnp.float32) for k, v in
-                  {**actor_metrics, **critic_metrics}.items()}  # fmt: skip
-        return run, TrainMetrics(jnp.mean(rewards), episode_return, count, losses)
-
-    def train(
-        self, env: AbstractEnv, run: OnPolicyRun, num_iterations: int, *, key: PRNGKey
-    ) -> tuple[OnPolicyRun, TrainMetrics]:
-        """``num_iterations`` PPO updates (a rollout of ``rollout_length`` steps in
-        ``num_envs`` environments each) in one ``lax.scan``."""
-        return _train(self, env, run, num_iterations, key=key)
-
-
-@jit(package_options=PPO.package_compiler_options)  # one choice for PPO's programs
-def _train(agent: PPO, env: AbstractEnv, run: OnPolicyRun, num_iterations: int, *, key):
-    body = lambda r, k: agent._iteration(env, r, k)
-    return filter_scan(body, run, jr.split(key, num_iterations))
