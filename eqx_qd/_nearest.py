@@ -19,7 +19,6 @@ def _flat_cell(scaled: Float[Array, "batch d"], bins: Sequence[int]) -> Int[Arra
     return jnp.sum(coords * jnp.asarray(strides)[None], axis=-1)
 
 
-
 def _exact_matmul(a: Float[Array, "n d"], b: Float[Array, "d k"]) -> Float[Array, "n k"]:
     """``a @ b`` in full float32 on every platform (GPUs default to TF32 for float32 matmuls)."""
     return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)

@@ -100,8 +100,7 @@ class IPPO(_PPOLearner):
             ours, theirs = getattr(self, name), getattr(env, name)
             if ours != theirs:
                 raise ValueError(
-                    f"IPPO.{where}: the agent's {name} is {ours} but the environment's is "
-                    f"{theirs}"
+                    f"IPPO.{where}: the agent's {name} is {ours} but the environment's is {theirs}"
                 )
         return env
 

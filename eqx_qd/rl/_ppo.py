@@ -311,6 +311,7 @@ def _critic_epochs(
 
 # ----------------------------------------------------------------------------- the learner
 
+
 def _check_loop(agent: "_PPOLearner") -> None:
     """Refuse non-positive loop settings and a rollout that does not split into equal
     minibatches, naming the agent's field."""
