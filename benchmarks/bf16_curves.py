@@ -26,20 +26,20 @@ import jax.random as jr
 import eqx_qd as q
 
 
-def make_agent(name: str, matmul_dtype: str) -> q.AbstractAgent:
+def make_agent(name: str, matmul_dtype: str) -> q.rl.AbstractAgent:
     sizes = dict(
         observation_size=2, action_size=2, policy_hidden=(256, 256), critic_hidden=(256, 256),
         minibatch_size=256, num_envs=8, buffer_size=50_000, grad_updates_per_step=0.25,
         matmul_dtype=matmul_dtype,
     )  # fmt: skip
-    return q.SAC(**sizes) if name == "sac" else q.TD3(**sizes)
+    return q.rl.SAC(**sizes) if name == "sac" else q.rl.TD3(**sizes)
 
 
-def curve(agent: q.AbstractAgent, pop_size: int, rounds: int, iters: int, seed: int) -> dict:
-    env = q.PointMaze(walls=False)
+def curve(agent: q.rl.AbstractAgent, pop_size: int, rounds: int, iters: int, seed: int) -> dict:
+    env = q.envs.PointMaze(walls=False)
     init_key, loop_key = jr.split(jr.key(seed))
     # Default hyperparameters for every agent: the seeds alone differ.
-    init = q.jit(
+    init = eqx.filter_jit(
         eqx.filter_vmap(
             lambda k: agent.init_run(env, agent.init(key=jr.split(k)[0]), key=jr.split(k)[1])
         )
@@ -49,9 +49,9 @@ def curve(agent: q.AbstractAgent, pop_size: int, rounds: int, iters: int, seed: 
     for k in jr.split(loop_key, rounds):
         train_key, eval_key = jr.split(k)
         t0 = time.perf_counter()
-        pop, _ = jax.block_until_ready(q.train_population(agent, env, pop, iters, key=train_key))
+        pop, _ = jax.block_until_ready(q.rl.train_population(agent, env, pop, iters, key=train_key))
         times.append(time.perf_counter() - t0)
-        returns = q.evaluate_population(agent, env, pop, 4, key=eval_key).returns.mean(axis=1)
+        returns = q.rl.evaluate_population(agent, env, pop, 4, key=eval_key).returns.mean(axis=1)
         means.append(float(jnp.mean(returns)))
         lows.append(float(jnp.min(returns)))
         highs.append(float(jnp.max(returns)))

@@ -15,6 +15,7 @@ import json
 import statistics
 import time
 
+import equinox as eqx
 import jax
 import jax.random as jr
 
@@ -34,8 +35,8 @@ def main():
     p.add_argument("--loops", type=int, default=3, help="ME iterations, the first one compiles")
     a = p.parse_args()
 
-    env = q.PointMaze()
-    agent = q.TD3(
+    env = q.envs.PointMaze()
+    agent = q.rl.TD3(
         observation_size=2, action_size=2, policy_hidden=tuple(a.hidden),
         critic_hidden=tuple(a.hidden), minibatch_size=a.td3_batch, num_envs=a.env_batch,
         buffer_size=a.buffer, grad_updates_per_step=1.0,
@@ -51,9 +52,9 @@ def main():
 
     t0 = time.perf_counter()
     genotypes = emitter.initial_genotypes(a.pg_pop + a.ga_pop, key=jr.key(1))
-    state, m0 = jax.block_until_ready(q.jit(algo.init)(genotypes, cells, key=jr.key(2)))
+    state, m0 = jax.block_until_ready(eqx.filter_jit(algo.init)(genotypes, cells, key=jr.key(2)))
     t_init = time.perf_counter() - t0
-    step = q.jit(lambda s, k: algo.update(s, key=k))
+    step = eqx.filter_jit(lambda s, k: algo.update(s, key=k))
     times = []
     for i, k in enumerate(jr.split(jr.key(3), a.loops)):
         t0 = time.perf_counter()
@@ -73,7 +74,7 @@ def main():
     print(f"env steps/s (train + eval): {env_steps / t:,.0f}")
     print(
         f"bytes per repertoire cell (agent state, no optimiser): "
-        f"{q.bytes_per_cell(state.repertoire):,}"
+        f"{q.internal.bytes_per_cell(state.repertoire):,}"
     )
     res = {
         "bench": "me_pbt_td3", "pg_pop": a.pg_pop, "ga_pop": a.ga_pop, "hidden": a.hidden,

@@ -34,7 +34,7 @@ def me_pbt(agent: str, seed: int, iterations: int, batch: int, train_iterations:
 
 
 def ga_only(seed: int, iterations: int, batch: int):
-    env = q.PointMaze()
+    env = q.envs.PointMaze()
     emitter = q.MixingEmitter(
         batch_size=batch, variation_percentage=1.0,
         variation=q.IsoLineVariation(iso_sigma=0.005, line_sigma=0.05),
@@ -44,10 +44,10 @@ def ga_only(seed: int, iterations: int, batch: int):
     cvt_key, pop_key, init_key, run_key = jr.split(jr.key(seed), 4)  # as the ME-PBT job draws
     low, high = env.descriptor_bounds
     cells = q.CVTTessellation.from_kmeans(128, 2, low, high, num_samples=50_000, key=cvt_key)
-    genotypes = eqx.filter_vmap(lambda k: q.DeterministicPolicy(2, 2, (64, 64), key=k))(
+    genotypes = eqx.filter_vmap(lambda k: q.rl.DeterministicPolicy(2, 2, (64, 64), key=k))(
         jr.split(pop_key, batch)
     )
-    state, _ = q.jit(algo.init)(genotypes, cells, key=init_key)
+    state, _ = eqx.filter_jit(algo.init)(genotypes, cells, key=init_key)
     state, history = q.run(algo, state, iterations, key=run_key)
     return float(history.qd_score[-1]), float(history.coverage[-1])
 

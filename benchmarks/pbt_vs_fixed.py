@@ -22,28 +22,28 @@ import jax.random as jr
 import eqx_qd as q
 
 
-def make_agent(name: str) -> q.AbstractAgent:
+def make_agent(name: str) -> q.rl.AbstractAgent:
     if name == "ppo":
-        return q.PPO(observation_size=2, action_size=2, rollout_length=32, num_envs=8,
+        return q.rl.PPO(observation_size=2, action_size=2, rollout_length=32, num_envs=8,
                      num_minibatches=2)  # fmt: skip
-    return q.SAC(observation_size=2, action_size=2, policy_hidden=(64, 64),
+    return q.rl.SAC(observation_size=2, action_size=2, policy_hidden=(64, 64),
                  critic_hidden=(64, 64), minibatch_size=128, num_envs=8, buffer_size=50_000,
                  grad_updates_per_step=0.25)  # fmt: skip
 
 
 def run(
-    agent: q.AbstractAgent, seed: int, use_pbt: bool, rounds: int, iters: int, explore: str
+    agent: q.rl.AbstractAgent, seed: int, use_pbt: bool, rounds: int, iters: int, explore: str
 ) -> list[float]:
-    env = q.PointMaze(walls=False)
+    env = q.envs.PointMaze(walls=False)
     key = jr.key(seed)
     init_key, loop_key = jr.split(key)
-    pop = q.init_population(agent, env, None, 8, key=init_key)
-    pbt = q.PBT.from_fractions(8, 0.2, 0.4, agent.hparam_spaces, explore=explore)
+    pop = q.rl.init_population(agent, env, None, 8, key=init_key)
+    pbt = q.rl.PBT.from_fractions(8, 0.2, 0.4, agent.hparam_spaces, explore=explore)
     curve = []
     for r, k in enumerate(jr.split(loop_key, rounds)):
         train_key, eval_key, pbt_key = jr.split(k, 3)
-        pop, _ = q.train_population(agent, env, pop, iters, key=train_key)
-        returns = q.evaluate_population(agent, env, pop, 4, key=eval_key).returns.mean(axis=1)
+        pop, _ = q.rl.train_population(agent, env, pop, iters, key=train_key)
+        returns = q.rl.evaluate_population(agent, env, pop, 4, key=eval_key).returns.mean(axis=1)
         curve.append(float(jnp.mean(returns)))
         if use_pbt and r < rounds - 1:
             pop, _ = pbt.update(pop, returns, key=pbt_key)

@@ -39,14 +39,14 @@ def main():
     t_start = time.perf_counter()
     env = jobs.make_env(a.env, episode_length=a.episode_length)
     scorer = q.PolicyScorer(env)
-    td3 = q.TD3(
+    td3 = q.rl.TD3(
         observation_size=env.observation_size,
         action_size=env.action_size,
         policy_hidden=(64, 64),
         critic_hidden=(256, 256),
         minibatch_size=256,
     )
-    hparams = q.TD3HParams(critic_lr=3e-4, policy_lr=3e-4, discount=0.99, tau=0.005)
+    hparams = q.rl.TD3HParams(critic_lr=3e-4, policy_lr=3e-4, discount=0.99, tau=0.005)
     emitter = q.pgame_emitter(
         batch_size=a.batch,
         proportion_evo=0.5,
@@ -70,7 +70,7 @@ def main():
     genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(key, a.batch))
     t0 = time.perf_counter()
     state, init_metrics = jax.block_until_ready(
-        q.jit(algo.init)(genotypes, cells, key=jr.fold_in(key, 1))
+        eqx.filter_jit(algo.init)(genotypes, cells, key=jr.fold_in(key, 1))
     )
     t_init = time.perf_counter() - t0
 

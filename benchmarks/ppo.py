@@ -50,7 +50,7 @@ BATCH, ROLLOUT, MINIBATCHES, EPOCHS, UPDATES = 64, 128, 16, 4, 10
 
 
 @typing.final
-class CartPoles(q.AbstractMultiAgentEnv):
+class CartPoles(q.envs.AbstractMultiAgentEnv):
     """``n`` cart-poles (gymnax CartPole-v1 constants), one per agent; each agent observes its
     own cart (x, x_dot, theta, theta_dot); reward 1 per step each; the episode terminates when
     any pole falls or cart leaves the track, and is truncated at 500 steps."""
@@ -76,7 +76,7 @@ class CartPoles(q.AbstractMultiAgentEnv):
     def reset(self, *, key):
         s = jr.uniform(key, (self.n, 4), minval=-0.05, maxval=0.05)
         zero = jnp.zeros((), jnp.float32)
-        return q.MultiAgentState(s, s, jnp.zeros(self.n), zero, zero, jnp.zeros((), jnp.int32))
+        return q.envs.MultiAgentState(s, s, jnp.zeros(self.n), zero, zero, jnp.zeros((), jnp.int32))
 
     def step(self, state, actions, *, key):
         x, x_dot, theta, theta_dot = state.physics.T
@@ -93,17 +93,17 @@ class CartPoles(q.AbstractMultiAgentEnv):
         terminated = jnp.any(fallen).astype(jnp.float32)
         t = state.t + 1
         truncated = (t >= 500).astype(jnp.float32) * (1.0 - terminated)
-        return q.MultiAgentState(s, s, jnp.ones(self.n), terminated, truncated, t)
+        return q.envs.MultiAgentState(s, s, jnp.ones(self.n), terminated, truncated, t)
 
 
-def make_env(name: str) -> q.AbstractMultiAgentEnv:
+def make_env(name: str) -> q.envs.AbstractMultiAgentEnv:
     if name == "line_targets":
-        return q.TimeLimit(q.LineTargets(n=2, size=8), 16)
+        return q.envs.TimeLimit(q.envs.LineTargets(n=2, size=8), 16)
     if name == "twin_cartpole":
         return CartPoles(2)
     if name == "cartpole":
         return CartPoles(1)
-    return q.BraxMultiAgentEnv(name)
+    return q.envs.BraxMultiAgentEnv(name)
 
 
 def timed(fn, *args):
@@ -116,10 +116,10 @@ LAYOUTS = {"independent": {}, "shared": dict(shared_params=True), "joint": dict(
 
 
 def bench_train(env, repeats, layout="independent"):
-    agent = q.IPPO.for_env(env, rollout_length=ROLLOUT, num_envs=BATCH,
+    agent = q.rl.IPPO.for_env(env, rollout_length=ROLLOUT, num_envs=BATCH,
                            num_minibatches=MINIBATCHES, actor_epochs=EPOCHS,
                            critic_epochs=EPOCHS, **LAYOUTS[layout])  # fmt: skip
-    state = agent.init(q.PPOHParams(kl_threshold=1e9), key=jr.key(0))
+    state = agent.init(q.rl.PPOHParams(kl_threshold=1e9), key=jr.key(0))
     run = agent.init_run(env, state, key=jr.key(1))
     train = lambda r: agent.train(env, r, UPDATES, key=jr.key(2))
     first, (trained, metrics) = timed(train, run)
@@ -137,10 +137,10 @@ def bench_train(env, repeats, layout="independent"):
 def bench_raw(env, repeats):
     steps = UPDATES * ROLLOUT
 
-    @q.jit
+    @eqx.filter_jit
     def run(key):
         reset_key, key = jr.split(key)
-        states = jax.vmap(lambda k: q.training_reset(env, key=k))(jr.split(reset_key, BATCH))
+        states = jax.vmap(lambda k: q.envs.training_reset(env, key=k))(jr.split(reset_key, BATCH))
 
         def body(states, key):
             act_key, step_key = jr.split(key)
@@ -154,7 +154,7 @@ def bench_raw(env, repeats):
                 if env.discrete
                 else jr.uniform(act_key, shape, minval=-1.0, maxval=1.0)
             )
-            out = jax.vmap(lambda s, a, k: q.autoreset_step(env, s, a, key=k))(
+            out = jax.vmap(lambda s, a, k: q.envs.autoreset_step(env, s, a, key=k))(
                 states, actions, jr.split(step_key, BATCH)
             )
             return out.state, jnp.sum(out.reward) + jnp.sum(out.next_obs)

@@ -43,11 +43,11 @@ def main():
     p.add_argument("--repeats", type=int, default=15)
     a = p.parse_args()
 
-    env = eqx_qd.BraxQDEnv(a.env, episode_length=a.episode_length, backend=a.backend)
+    env = eqx_qd.envs.BraxQDEnv(a.env, episode_length=a.episode_length, backend=a.backend)
     brax_env = env.brax_env
     n, T = a.pop, a.episode_length
 
-    make = lambda k: eqx_qd.DeterministicPolicy(
+    make = lambda k: eqx_qd.rl.DeterministicPolicy(
         env.observation_size, env.action_size, (64, 64), key=k
     )
     policies = eqx.filter_vmap(make)(jr.split(jr.key(0), n))

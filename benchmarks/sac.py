@@ -47,8 +47,8 @@ def main():
 
     import eqx_qd as q
 
-    env = q.BraxQDEnv(a.env, episode_length=a.episode_length, reset_noise=True)
-    agent = q.SAC(
+    env = q.envs.BraxQDEnv(a.env, episode_length=a.episode_length, reset_noise=True)
+    agent = q.rl.SAC(
         observation_size=env.observation_size,
         action_size=env.action_size,
         policy_hidden=tuple(a.hidden),
@@ -62,21 +62,23 @@ def main():
     P, B = a.pop, a.env_batch
     iters = a.steps_per_call // B
 
-    init = q.jit(
-        eqx.filter_vmap(
-            lambda k: q.init_off_policy(agent, env, num_envs=B, buffer_size=a.buffer, key=k)
-        )
-    )
+    def start(key):
+        init_key, run_key = jr.split(key)
+        return agent.init_run(env, agent.init(key=init_key), key=run_key)
+
+    init = eqx.filter_jit(eqx.filter_vmap(start))
     t0 = time.perf_counter()
     pop = jax.block_until_ready(init(jr.split(jr.key(0), P)))
     t_init = time.perf_counter() - t0
 
     if a.devices > 1:
         mesh = q.device_mesh(a.devices)
-        train = lambda s, k: q.train_population_sharded(agent, env, s, iters, key=k, mesh=mesh)
+        train = lambda s, k: q.rl.train_population_sharded(agent, env, s, iters, key=k, mesh=mesh)
     else:
-        train = lambda s, k: q.train_population(agent, env, s, iters, key=k)
-    evaluate = q.jit(eqx.filter_vmap(lambda s, k: q.evaluate(agent, env, s.agent_state, B, key=k)))
+        train = lambda s, k: q.rl.train_population(agent, env, s, iters, key=k)
+    evaluate = eqx.filter_jit(
+        eqx.filter_vmap(lambda s, k: agent.evaluate(env, s.agent_state, B, key=k))
+    )
 
     key = jr.key(1)
     train_times, eval_times, returns = [], [], []

@@ -1,16 +1,22 @@
 """eqx_qd: Quality-Diversity and population-based RL as Equinox modules.
 
-The top level holds the library: repertoires, tessellations, selectors, variation operators,
-emitters, MAP-Elites, QD metrics, tasks and environments, agents, training loops and PBT. Three
-namespaces sit beside it: `eqx_qd.internal` (helpers for extending the library),
-`eqx_qd.plotting` (matplotlib figures) and `eqx_qd.jobs` (run drivers, run folders, registries:
-what the ``eqx-qd`` command runs). ``import eqx_qd`` imports neither matplotlib nor tqdm.
+The top level is the QD core (repertoires, tessellations, selectors, variation operators,
+emitters, MAP-Elites, QD metrics, tasks, multi-device runs) and the bridges a QD user needs from
+RL: policy scoring, re-evaluation and the PGA-ME and ME-PBT emitters. Beside it:
+
+- `eqx_qd.envs`: environments (brax QD tasks, the point maze, multi-agent tasks), rollouts and
+  the auto-reset stepping training loops use;
+- `eqx_qd.rl`: the agent contract, TD3, SAC, PPO and IPPO, their networks, buffers and
+  optimiser steps, hyperparameter spaces and PBT;
+- `eqx_qd.internal`: pytree and control-flow helpers, and the input checks;
+- `eqx_qd.plotting`, `eqx_qd.testing`, `eqx_qd.jobs`: figures (matplotlib), hypothesis
+  strategies, and the run drivers behind the `eqx-qd` command. `import eqx_qd` imports none of
+  them (nor matplotlib, tqdm or brax).
 """
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError, version as _version
 
-from . import internal as internal
-from ._compile import compiler_options as compiler_options, jit as jit
+from . import envs as envs, internal as internal, rl as rl
 from ._custom_types import (
     Centroids as Centroids,
     Descriptors as Descriptors,
@@ -21,19 +27,21 @@ from ._custom_types import (
 from ._emitters.base import (
     AbstractEmitter as AbstractEmitter,
     AbstractStatelessEmitter as AbstractStatelessEmitter,
-    ActorType as ActorType,
     Lineage as Lineage,
+    Origin as Origin,
     parent_ids as parent_ids,
 )
 from ._emitters.composed import ComposedEmitter as ComposedEmitter
 from ._emitters.mixing import MixingEmitter as MixingEmitter
+from ._kmeans import cvt_centroids as cvt_centroids
 from ._map_elites import (
     MAPElites as MAPElites,
     MAPElitesState as MAPElitesState,
     run as run,
     StepInfo as StepInfo,
 )
-from ._metrics import METRIC_NAMES as METRIC_NAMES, qd_metrics as qd_metrics, QDMetrics as QDMetrics
+from ._metrics import qd_metrics as qd_metrics, QDMetrics as QDMetrics
+from ._nearest import nearest_centroid as nearest_centroid
 from ._qdrl.me_pbt import (
     PBTEmitter as PBTEmitter,
     PBTEmitterConfig as PBTEmitterConfig,
@@ -42,11 +50,12 @@ from ._qdrl.me_pbt import (
 from ._qdrl.pga_me import (
     episode_transitions as episode_transitions,
     pgame_emitter as pgame_emitter,
-    pgame_split as pgame_split,
     QualityPGEmitter as QualityPGEmitter,
     QualityPGState as QualityPGState,
 )
 from ._qdrl.scoring import (
+    ChunkedScorer as ChunkedScorer,
+    DiscardDead as DiscardDead,
     PolicyScorer as PolicyScorer,
     reevaluate as reevaluate,
     Reevaluation as Reevaluation,
@@ -55,7 +64,6 @@ from ._qdrl.scoring import (
 from ._repertoire import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,
-    bytes_per_cell as bytes_per_cell,
     Elites as Elites,
     init_repertoire as init_repertoire,
     MapElitesRepertoire as MapElitesRepertoire,
@@ -68,9 +76,7 @@ from ._selectors import (
 from ._sharded import (
     device_mesh as device_mesh,
     init_sharded as init_sharded,
-    place_sharded as place_sharded,
     run_sharded as run_sharded,
-    scan_sharded as scan_sharded,
 )
 from ._tasks import (
     AbstractTask as AbstractTask,
@@ -80,10 +86,8 @@ from ._tasks import (
 )
 from ._tessellation import (
     AbstractTessellation as AbstractTessellation,
-    cvt_centroids as cvt_centroids,
     CVTTessellation as CVTTessellation,
     GridTessellation as GridTessellation,
-    nearest_centroid as nearest_centroid,
 )
 from ._variation import (
     AbstractMutation as AbstractMutation,
@@ -99,121 +103,6 @@ from ._variation import (
     SBXCrossover as SBXCrossover,
     uniform_mutation as uniform_mutation,
     UniformMutation as UniformMutation,
-)
-from .envs._base import (
-    AbstractBaseEnv as AbstractBaseEnv,
-    AbstractEnv as AbstractEnv,
-    AbstractEnvState as AbstractEnvState,
-    AbstractQDEnv as AbstractQDEnv,
-    Arena as Arena,
-    autoreset_step as autoreset_step,
-    AutoResetStep as AutoResetStep,
-    EnvState as EnvState,
-    final_descriptor as final_descriptor,
-    mean_descriptor as mean_descriptor,
-    training_reset as training_reset,
-    TrainingEnvState as TrainingEnvState,
-)
-from .envs._brax import (
-    BraxQDEnv as BraxQDEnv,
-    DEFAULT_BACKEND as DEFAULT_BACKEND,
-    QD_BRAX_TASKS as QD_BRAX_TASKS,
-)
-from .envs._brax_multi_agent import (
-    BraxMultiAgentEnv as BraxMultiAgentEnv,
-    MA_BRAX_TASKS as MA_BRAX_TASKS,
-)
-from .envs._line_targets import LineTargets as LineTargets
-from .envs._multi_agent import (
-    AbstractMultiAgentEnv as AbstractMultiAgentEnv,
-    MultiAgentState as MultiAgentState,
-    SingleAgentView as SingleAgentView,
-    TimeLimit as TimeLimit,
-)
-from .envs._point_maze import PointMaze as PointMaze
-from .envs._rollout import (
-    Episode as Episode,
-    EpisodeStats as EpisodeStats,
-    evaluate_episodes as evaluate_episodes,
-    QDTransition as QDTransition,
-    rollout as rollout,
-    rollout_states as rollout_states,
-    Transition as Transition,
-)
-from .rl._actors import (
-    AbstractActor as AbstractActor,
-    CategoricalActor as CategoricalActor,
-    GaussianActor as GaussianActor,
-    JointActor as JointActor,
-    JointValueCritic as JointValueCritic,
-    ValueCritic as ValueCritic,
-)
-from .rl._base import (
-    AbstractAgent as AbstractAgent,
-    AbstractAgentState as AbstractAgentState,
-    AbstractHParams as AbstractHParams,
-    AbstractTrainingRun as AbstractTrainingRun,
-    EvalMetrics as EvalMetrics,
-    TrainMetrics as TrainMetrics,
-)
-from .rl._buffers import ReplayBuffer as ReplayBuffer
-from .rl._gae import gae as gae
-from .rl._ippo import IPPO as IPPO
-from .rl._layers import MLP as MLP
-from .rl._normaliser import RunningNormaliser as RunningNormaliser
-from .rl._off_policy import (
-    AbstractOffPolicyAgent as AbstractOffPolicyAgent,
-    evaluate as evaluate,
-    init_off_policy as init_off_policy,
-    OffPolicyState as OffPolicyState,
-    train as train,
-    train_iteration as train_iteration,
-    warmup as warmup,
-)
-from .rl._pbt import (
-    copy_into as copy_into,
-    evaluate_population as evaluate_population,
-    hparams_table as hparams_table,
-    init_population as init_population,
-    PBT as PBT,
-    PBTInfo as PBTInfo,
-    population_without_optimizer_states as population_without_optimizer_states,
-    train_population as train_population,
-    train_population_sharded as train_population_sharded,
-)
-from .rl._policies import (
-    AbstractPolicy as AbstractPolicy,
-    DeterministicPolicy as DeterministicPolicy,
-    QCritics as QCritics,
-    TanhGaussianPolicy as TanhGaussianPolicy,
-)
-from .rl._ppo import (
-    PPO as PPO,
-    PPO_SPACES as PPO_SPACES,
-    PPOHParams as PPOHParams,
-    PPORun as PPORun,
-    PPOState as PPOState,
-)
-from .rl._sac import (
-    SAC as SAC,
-    SAC_SPACES as SAC_SPACES,
-    SACHParams as SACHParams,
-    SACState as SACState,
-)
-from .rl._spaces import (
-    AbstractSpace as AbstractSpace,
-    Choice as Choice,
-    log_uniform_learning_rates as log_uniform_learning_rates,
-    LogUniform as LogUniform,
-    perturb_hparams as perturb_hparams,
-    sample_hparams as sample_hparams,
-    Uniform as Uniform,
-)
-from .rl._td3 import (
-    TD3 as TD3,
-    TD3_SPACES as TD3_SPACES,
-    TD3HParams as TD3HParams,
-    TD3State as TD3State,
 )
 
 

@@ -1,15 +1,21 @@
-"""How the package compiles its programs: `compiler_options` and the `jit` decorator every
-jitted entry point of the package uses.
+"""How eqx_qd compiles its programs: the one place that says which XLA options each program
+gets, and `jit`, the decorator of every jitted entry point of the package.
 
-XLA's CPU backend has two code generators for its fusions. The newer one (the default in jax
-0.10) took twice as long to compile a brax rollout here and ran it slower (walker2d, 64 policies
-x 100 steps, AMD EPYC with 2 cores: compile 11.4 s against 5.5 s, run 157 against 113 ms); on
-the MAP-Elites loop it compiled in 2.1 s against 1.4 s for the same results bit for bit
-(``benchmarks/README.md``, "XLA's CPU fusion emitters"). The package's programs are compiled
-with the older one, where the installed XLA still has it, except the PPO / IPPO training
-programs (and `train_population` of an agent whose ``package_compiler_options`` is False): on
-an AVX-512 machine the older generator ran them at half the speed (cart-pole PPO 75-84k
-against 149-173k env steps/s) and their pure-JAX tasks compile about as fast either way.
+XLA's CPU backend has two code generators for its fusions. On the package's programs the older
+one (`compiler_options`) compiles brax rollouts about twice as fast and runs them faster, and
+compiles the MAP-Elites loop faster in less memory for the same results bit for bit; the newer
+one (XLA's default) runs the PPO training programs about twice as fast on AVX-512 machines.
+Measurements: ``benchmarks/README.md``, "XLA's CPU fusion emitters". So:
+
+- every jitted entry point compiles with `compiler_options` (the older generator), except
+- `PPO.train` / `IPPO.train` (``rl/_ppo.py``) and `train_population` of a `PPO` or `IPPO`
+  population (``rl/_pbt.py``), which compile with XLA's defaults.
+
+Options only reach an outermost ``jax.jit`` (JAX refuses them on a nested one), so a program
+called inside another transformation (an argument is a tracer) runs as part of the outer
+program, with its options. Your own programs: ``eqx.filter_jit(fn,
+compiler_options=compiler_options())``, or ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=false``
+for a whole process.
 """
 
 import functools
@@ -38,58 +44,58 @@ def _accepted() -> bool:
 def compiler_options() -> dict[str, Any]:
     """The XLA options the package compiles its programs with (a fresh dict).
 
-    ``{"xla_cpu_use_fusion_emitters": False}``: the CPU backend's older fusion code generator,
-    which compiles brax programs about twice as fast and runs them no slower (other backends
-    ignore it). Empty where ``XLA_FLAGS`` sets the option (your choice stands) and where the
-    installed XLA no longer knows it (found once per process by compiling a one-line program).
-    For your own programs use `jit`, which passes them only where JAX accepts them.
+    ``{"xla_cpu_use_fusion_emitters": False}``: the CPU backend's older fusion code generator
+    (other backends ignore it). Empty where ``XLA_FLAGS`` sets the option (your choice stands)
+    and where the installed XLA no longer knows it (found once per process by compiling a
+    one-line program).
     """
     if any(name in os.environ.get("XLA_FLAGS", "") for name in _OPTIONS):
         return {}
     return dict(_OPTIONS) if _accepted() else {}
 
 
-try:  # JAX-internal: whether no transformation is tracing
-    from jax._src.core import trace_state_clean as _trace_state_clean
-except ImportError:  # pragma: no cover - a JAX without it: no options anywhere
-    _trace_state_clean = None
-
-
-def _at_top_level() -> bool:
-    """Whether no JAX transformation is tracing (XLA options may only go to an outermost
-    ``jax.jit``). False where the installed JAX no longer has the check: no options then."""
-    return _trace_state_clean is not None and bool(_trace_state_clean())
+def _traced(args: tuple, kwargs: dict) -> bool:
+    return any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
 
 
 class _Jit:
-    """``eqx.filter_jit(fn, donate=donate)``, given the package's `compiler_options` when it
-    is called (or lowered) outside any JAX transformation; inside one (an outer jit, vmap,
-    grad, ...) the outer program's options rule, as JAX only takes options at the top. Each
-    variant is built on its first call (so importing the package starts no backend, and the
-    options are read once), and is one jitted function whose compiled programs are reused
-    like ``eqx.filter_jit``'s."""
+    """``eqx.filter_jit(fn, donate=donate)``, given `compiler_options` when it is called (or
+    lowered) with no traced argument; called with one (inside ``vmap``, ``grad`` or another
+    ``jit``), it is the plain program, part of the outer one. A call inside an outer ``jit``
+    whose arguments are all closed-over constants, where JAX refuses the options, takes the
+    plain program too. Each variant is built on its first use (importing the package starts no
+    backend) and is one jitted function whose programs are reused like ``eqx.filter_jit``'s."""
 
-    def __init__(self, fn: Callable, donate: str, package_options: bool = True):
+    def __init__(self, fn: Callable, donate: str, package_options: bool):
         self._fn = fn
         self._donate = donate
         self._package_options = package_options
-        self._variants: dict[bool, Any] = {}  # at the top level or not
+        self._variants: dict[bool, Any] = {}  # with the options or not
         functools.update_wrapper(self, fn)
 
-    def _get(self) -> Any:
-        top = _at_top_level()
-        if top not in self._variants:
-            options = compiler_options() if top and self._package_options else {}
+    def _get(self, with_options: bool) -> Any:
+        if with_options not in self._variants:
+            options = compiler_options() if with_options else {}
             kwargs = {"compiler_options": options} if options else {}
-            self._variants[top] = eqx.filter_jit(self._fn, donate=self._donate, **kwargs)
-        return self._variants[top]
+            self._variants[with_options] = eqx.filter_jit(self._fn, donate=self._donate, **kwargs)
+        return self._variants[with_options]
+
+    def _call(self, method: str, args: tuple, kwargs: dict) -> Any:
+        if not self._package_options or _traced(args, kwargs):
+            return getattr(self._get(False), method)(*args, **kwargs)
+        try:
+            return getattr(self._get(True), method)(*args, **kwargs)
+        except ValueError as e:  # inside an outer jit, on closed-over constants
+            if "compiler_options" not in str(e):
+                raise
+            return getattr(self._get(False), method)(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        return self._get()(*args, **kwargs)
+        return self._call("__call__", args, kwargs)
 
     def lower(self, *args, **kwargs):
         """``eqx.filter_jit``'s ``lower`` (ahead-of-time compilation)."""
-        return self._get().lower(*args, **kwargs)
+        return self._call("lower", args, kwargs)
 
     def __get__(self, instance, owner=None):
         # As a method decorator: bound to the instance, like ``eqx.filter_jit``.
@@ -97,12 +103,10 @@ class _Jit:
 
 
 def jit(fn: Callable | None = None, *, donate: str = "none", package_options: bool = True) -> Any:
-    """`eqx.filter_jit` of ``fn`` (arrays traced, everything else static) compiled with the
-    package's `compiler_options` when called outside other JAX transformations (inside one, the
-    outer program's options rule). ``donate`` is ``eqx.filter_jit``'s; ``package_options=False``
-    compiles with XLA's own defaults (the PPO / IPPO training programs do). Use it as
-    ``jit(fn)``, ``@jit`` or ``@jit(donate="all")``: ``q.jit(algo.init)(genotypes, cells,
-    key=key)``."""
+    """`eqx.filter_jit` of ``fn`` (arrays traced, everything else static), compiled with
+    `compiler_options` when called outside other JAX transformations (``package_options=False``:
+    with XLA's defaults). ``donate`` is ``eqx.filter_jit``'s. Use it as ``@jit`` or
+    ``@jit(package_options=False)``."""
     if fn is None:
         return lambda f: _Jit(f, donate, package_options)
     return _Jit(fn, donate, package_options)

@@ -116,7 +116,7 @@ def _kmeans(
     lo: Float[Array, " dim"],
     hi: Float[Array, " dim"],
     num_cells: int,
-    num_iters: int,
+    num_iterations: int,
     num_neighbours: int,
     seed_bits: UInt32[Array, " num_cells"],
 ) -> Float[Array, "num_cells dim"]:
@@ -153,7 +153,7 @@ def _kmeans(
     chunks = rows.reshape(-1, chunk, d)
     nearest = lambda p: jnp.argmin(_scores(p, init), axis=-1)
     cells = jax.lax.map(nearest, chunks).reshape(-1)[:n].astype(jnp.int32)
-    num_rounds = -(-num_iters // _NEIGHBOUR_REFRESH)
+    num_rounds = -(-num_iterations // _NEIGHBOUR_REFRESH)
     centroids, _ = jax.lax.fori_loop(0, num_rounds, refresh, (init, cells))
     return centroids
 
@@ -164,7 +164,7 @@ def cvt_centroids(
     minval: Any = 0.0,
     maxval: Any = 1.0,
     num_samples: int = 50_000,
-    num_iters: int = 20,
+    num_iterations: int = 20,
     *,
     key: PRNGKey,
 ) -> Float[Array, "{num_cells} {num_descriptors}"]:
@@ -175,7 +175,7 @@ def cvt_centroids(
     Deterministic for a given key. Seeding is k-means++ on the first max(8192, 4 num_cells)
     samples; after one exact assignment, each Lloyd step re-assigns a sample among the 16
     centroids nearest to its current one (neighbour lists refreshed every 5 steps), which keeps
-    a step linear in ``num_samples``. ``num_iters`` is rounded up to a multiple of 5. Cluster
+    a step linear in ``num_samples``. ``num_iterations`` is rounded up to a multiple of 5. Cluster
     sums are integer sums over the samples' 23-bit codes, so the result is the same on every
     call on a GPU too (at most 2**23 samples). One compiled program draws the samples and
     runs the k-means: 1,024 cells from 50,000 samples take about 1 s on a 2-core CPU on the
@@ -184,10 +184,10 @@ def cvt_centroids(
     check.positive_int("num_cells", num_cells)
     check.positive_int("num_descriptors", num_descriptors)
     check.integer("num_samples", num_samples, minimum=num_cells, maximum=_MAX_SAMPLES)
-    check.non_negative_int("num_iters", num_iters)
+    check.non_negative_int("num_iterations", num_iterations)
     lo = _bounds(minval, num_descriptors, "minval")
     hi = _bounds(maxval, num_descriptors, "maxval")
-    return _cvt(key, lo, hi, num_cells, num_samples, num_iters, min(num_cells, 16))
+    return _cvt(key, lo, hi, num_cells, num_samples, num_iterations, min(num_cells, 16))
 
 
 @jit
@@ -197,7 +197,7 @@ def _cvt(
     hi: Float[Array, " dim"],
     num_cells: int,
     num_samples: int,
-    num_iters: int,
+    num_iterations: int,
     num_neighbours: int,
 ) -> Float[Array, "num_cells dim"]:
     """Samples and seeding draws from one call of the key's generator, then `_kmeans`."""
@@ -206,4 +206,6 @@ def _cvt(
     # The top 23 bits of each word: a sample's integer code, uniform in [0, 2**23).
     codes = (bits[: num_samples * d] >> (32 - _CODE_BITS)).astype(jnp.int32)
     codes = codes.reshape(num_samples, d)
-    return _kmeans(codes, lo, hi, num_cells, num_iters, num_neighbours, bits[num_samples * d :])
+    return _kmeans(
+        codes, lo, hi, num_cells, num_iterations, num_neighbours, bits[num_samples * d :]
+    )

@@ -181,14 +181,14 @@ class MAPElites(eqx.Module):
 
 @jit
 def run(
-    algorithm: MAPElites, state: MAPElitesState, num_iters: int, *, key: PRNGKey
+    algorithm: MAPElites, state: MAPElitesState, num_iterations: int, *, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
-    """``num_iters`` calls of ``algorithm.update`` in one ``lax.scan``.
+    """``num_iterations`` calls of ``algorithm.update`` in one ``lax.scan``.
 
-    Iteration ``i`` uses ``jax.random.split(key, num_iters)[i]``, so the result equals a Python
+    Iteration ``i`` uses ``jax.random.split(key, num_iterations)[i]``, so the result equals a Python
     loop of `MAPElites.update` with those keys. Returns the final state and the metrics history
-    (each field with a leading ``num_iters`` axis).
+    (each field with a leading ``num_iterations`` axis).
     """
-    check.positive_int("run: num_iters", num_iters)
-    keys = jr.split(key, num_iters)
+    check.positive_int("run: num_iterations", num_iterations)
+    keys = jr.split(key, num_iterations)
     return filter_scan(lambda s, k: algorithm.update(s, key=k), state, keys)

@@ -88,17 +88,17 @@ def init_sharded(
 
 
 def run_sharded(
-    algo: MAPElites, state: MAPElitesState, num_iters: int, *, mesh: Mesh, key: PRNGKey
+    algo: MAPElites, state: MAPElitesState, num_iterations: int, *, mesh: Mesh, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
-    """``num_iters`` iterations of ``algo.update`` in one ``lax.scan`` on every device of
+    """``num_iterations`` iterations of ``algo.update`` in one ``lax.scan`` on every device of
     ``mesh``, from ``state`` (as `init_sharded` returns it). Iteration ``i`` uses
-    ``jax.random.split(key, num_iters)[i]``.
+    ``jax.random.split(key, num_iterations)[i]``.
 
     Returns the state (replicated repertoire, per-device emitter states) and the metrics
     history with a leading device axis: every row is the same, since the repertoires are.
     """
-    check.positive_int("run_sharded: num_iters", num_iters)
-    return scan_sharded(algo, state, mesh=mesh, keys=jr.split(key, num_iters))
+    check.positive_int("run_sharded: num_iterations", num_iterations)
+    return scan_sharded(algo, state, mesh=mesh, keys=jr.split(key, num_iterations))
 
 
 def scan_sharded(

@@ -132,14 +132,14 @@ class CVTTessellation(AbstractTessellation):
         minval: Any = 0.0,
         maxval: Any = 1.0,
         num_samples: int = 50_000,
-        num_iters: int = 20,
+        num_iterations: int = 20,
         *,
         key: PRNGKey,
     ) -> "CVTTessellation":
         """Centroids by k-means on uniform samples in the box ``[minval, maxval]``."""
         return cls(
             cvt_centroids(
-                num_cells, num_descriptors, minval, maxval, num_samples, num_iters, key=key
+                num_cells, num_descriptors, minval, maxval, num_samples, num_iterations, key=key
             )
         )
 

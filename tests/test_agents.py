@@ -12,20 +12,18 @@ from hypothesis import given, strategies as st
 import eqx_qd as q
 
 
-ENV = q.PointMaze(walls=False)
+ENV = q.envs.PointMaze(walls=False)
 SIZES = dict(observation_size=2, action_size=2, policy_hidden=(64, 64), critic_hidden=(64, 64))
-AGENTS = {
-    "td3": q.TD3(**SIZES, minibatch_size=128),
-    "sac": q.SAC(**SIZES, minibatch_size=128),
-}
+LOOP = dict(minibatch_size=128, num_envs=8, buffer_size=20_000, grad_updates_per_step=0.25)
+AGENTS = {"td3": q.rl.TD3(**SIZES, **LOOP), "sac": q.rl.SAC(**SIZES, **LOOP)}
 
 
 def _learn(agent, key):
-    k1, k2, k3, k4 = jr.split(key, 4)
-    state = q.init_off_policy(agent, ENV, key=k1, num_envs=8, buffer_size=20_000)
-    state = q.warmup(agent, ENV, state, 50, key=k2)
-    state, metrics = q.train(agent, ENV, state, 1500, key=k3, grad_updates_per_step=0.25)
-    evaluation = q.evaluate(agent, ENV, state.agent_state, 8, key=k4)
+    k0, k1, k2, k3, k4 = jr.split(key, 5)
+    state = agent.init_run(ENV, agent.init(key=k0), key=k1)
+    state = agent.warmup(ENV, state, 50, key=k2)
+    state, metrics = agent.train(ENV, state, 1500, key=k3)
+    evaluation = agent.evaluate(ENV, state.agent_state, 8, key=k4)
     return state, metrics, evaluation
 
 
@@ -55,8 +53,8 @@ def test_agent_learns_the_point_maze_with_bfloat16_products(name):
 
 def test_bfloat16_products_round_the_hidden_inputs_and_accumulate_in_float32(getkey):
     key = getkey()
-    net32 = q.MLP(5, 3, (64, 48, 32), key=key)
-    net16 = q.MLP(5, 3, (64, 48, 32), matmul_dtype="bfloat16", key=key)
+    net32 = q.rl.MLP(5, 3, (64, 48, 32), key=key)
+    net16 = q.rl.MLP(5, 3, (64, 48, 32), matmul_dtype="bfloat16", key=key)
     kinds = [layer.matmul_dtype for layer in net16.layers]
     assert kinds == ["float32", "bfloat16", "bfloat16", "float32"]  # first and last: float32
     x = jr.normal(getkey(), (32, 5))
@@ -88,7 +86,7 @@ def test_bfloat16_products_round_the_hidden_inputs_and_accumulate_in_float32(get
 
 
 def test_bfloat16_gradients_are_bfloat16_products_of_rounded_operands(getkey):
-    layer = q.MLP(8, 4, (48, 32), matmul_dtype="bfloat16", key=getkey()).layers[1]  # 48 -> 32
+    layer = q.rl.MLP(8, 4, (48, 32), matmul_dtype="bfloat16", key=getkey()).layers[1]  # 48 -> 32
     assert layer.matmul_dtype == "bfloat16"
     x, g = jr.normal(getkey(), (16, 48)), jr.normal(getkey(), (16, 32))
     rounded = lambda a: np.asarray(jnp.asarray(a).astype(jnp.bfloat16).astype(jnp.float32))
@@ -120,10 +118,10 @@ def test_networks_called_on_a_batch_match_their_vmapped_calls(getkey):
     obs, action = jr.normal(getkey(), (2, 5, 3)), jnp.tanh(jr.normal(getkey(), (2, 5, 2)))
     eps = jr.normal(getkey(), (2, 5, 2))
     for dtype in ("float32", "bfloat16"):
-        critic = q.QCritics(3, 2, (32, 16), matmul_dtype=dtype, key=getkey())
-        sac_policy = q.TanhGaussianPolicy(3, 2, (32, 16), matmul_dtype=dtype, key=getkey())
-        td3_policy = q.DeterministicPolicy(3, 2, (32, 16), matmul_dtype=dtype, key=getkey())
-        normed = q.DeterministicPolicy(3, 2, (32,), layer_norm=True, affine=True, key=getkey())
+        critic = q.rl.QCritics(3, 2, (32, 16), matmul_dtype=dtype, key=getkey())
+        sac_policy = q.rl.TanhGaussianPolicy(3, 2, (32, 16), matmul_dtype=dtype, key=getkey())
+        td3_policy = q.rl.DeterministicPolicy(3, 2, (32, 16), matmul_dtype=dtype, key=getkey())
+        normed = q.rl.DeterministicPolicy(3, 2, (32,), layer_norm=True, affine=True, key=getkey())
         twice = lambda f: jax.vmap(jax.vmap(f))
         close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
         close(critic(obs, action), twice(critic)(obs, action))
@@ -148,11 +146,11 @@ def test_networks_called_on_a_batch_match_their_vmapped_calls(getkey):
     with pytest.raises((ValueError, TypeError), match="eps"):
         sac_policy.sample_from_noise(obs, eps[0])
     with pytest.raises(ValueError, match=r"MLP: x must have shape \(3,\) or \(..., 3\)"):
-        q.MLP(3, 1, (4,), key=getkey())(jnp.zeros((5, 4)))
+        q.rl.MLP(3, 1, (4,), key=getkey())(jnp.zeros((5, 4)))
 
 
 def test_bfloat16_networks_take_per_input_gradients_but_not_forward_mode(getkey):
-    net = q.MLP(3, 1, (16, 16), matmul_dtype="bfloat16", key=getkey())
+    net = q.rl.MLP(3, 1, (16, 16), matmul_dtype="bfloat16", key=getkey())
     x = jr.normal(getkey(), (4, 3))
     per_input = jax.vmap(eqx.filter_grad(lambda n, xi: n(xi)[0]), in_axes=(None, 0))(net, x)
     mean = eqx.filter_grad(lambda n: jnp.mean(n(x)))(net)
@@ -164,28 +162,28 @@ def test_bfloat16_networks_take_per_input_gradients_but_not_forward_mode(getkey)
 
 def test_matmul_dtype_is_validated():
     with pytest.raises(ValueError, match="SAC.matmul_dtype must be one of"):
-        q.SAC(observation_size=2, action_size=2, matmul_dtype="float16")
+        q.rl.SAC(observation_size=2, action_size=2, matmul_dtype="float16")
     with pytest.raises(ValueError, match="TD3.matmul_dtype must be one of"):
-        q.TD3(observation_size=2, action_size=2, matmul_dtype="bf16")
+        q.rl.TD3(observation_size=2, action_size=2, matmul_dtype="bf16")
     with pytest.raises(ValueError, match="MLP: matmul_dtype must be one of"):
-        q.MLP(2, 2, (4,), matmul_dtype="half", key=jr.key(0))
+        q.rl.MLP(2, 2, (4,), matmul_dtype="half", key=jr.key(0))
 
 
 def test_a_policy_that_never_moves_scores_minus_170():
-    class Still(q.AbstractPolicy):
+    class Still(q.rl.AbstractPolicy):
         def __call__(self, obs):
             return jnp.zeros(2)
 
     # 100 steps at distance 1.7 from the goal: the floor the learning test is measured against.
-    ep = q.rollout(ENV, Still(), key=jr.key(0))
+    ep = q.envs.rollout(ENV, Still(), key=jr.key(0))
     np.testing.assert_allclose(float(ep.returns), -170.0, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_update_does_not_retrace_when_hyperparameters_change(name, getkey):
     agent = AGENTS[name]
-    hp_cls = q.TD3HParams if name == "td3" else q.SACHParams
-    batch = q.Transition(
+    hp_cls = q.rl.TD3HParams if name == "td3" else q.rl.SACHParams
+    batch = q.envs.Transition(
         obs=jr.normal(getkey(), (128, 2)),
         action=jr.uniform(getkey(), (128, 2), minval=-1.0),
         reward=jr.normal(getkey(), (128,)),
@@ -211,19 +209,16 @@ def test_update_does_not_retrace_when_hyperparameters_change(name, getkey):
 
 
 def test_population_trains_with_per_member_hyperparameters(getkey):
-    agent = q.TD3(**SIZES, minibatch_size=32)
+    agent = q.rl.TD3(**SIZES, minibatch_size=32, num_envs=4, buffer_size=256)
     lrs = jnp.array([1e-4, 1e-3, 1e-2], jnp.float32)
 
     def make(lr, key):
-        return q.init_off_policy(
-            agent, ENV, key=key, num_envs=4, buffer_size=256,
-            hparams=q.TD3HParams(policy_lr=lr, critic_lr=lr),
-        )  # fmt: skip
+        init_key, run_key = jr.split(key)
+        state = agent.init(q.rl.TD3HParams(policy_lr=lr, critic_lr=lr), key=init_key)
+        return agent.init_run(ENV, state, key=run_key)
 
     pop0 = eqx.filter_vmap(make)(lrs, jr.split(getkey(), 3))
-    train = eqx.filter_jit(
-        eqx.filter_vmap(lambda s, k: q.train(agent, ENV, s, 5, key=k), in_axes=(0, 0))
-    )
+    train = eqx.filter_jit(eqx.filter_vmap(lambda s, k: agent.train(ENV, s, 5, key=k)))
     pop, metrics = train(pop0, jr.split(getkey(), 3))
     np.testing.assert_allclose(pop.agent_state.hparams.policy_lr, lrs)
     assert pop.buffer.size.tolist() == [20, 20, 20]
@@ -239,36 +234,34 @@ def test_population_trains_with_per_member_hyperparameters(getkey):
     assert moved[0] < moved[1] < moved[2]
 
 
-def test_optimizer_states_can_be_dropped_and_rebuilt(getkey):
+def test_optimiser_states_can_be_dropped_and_rebuilt(getkey):
     for agent in AGENTS.values():
         state = agent.init(key=getkey())
-        empty = agent.empty_optimizer_states(state)
+        empty = agent.empty_optimiser_states(state)
         assert empty.policy_opt_state is None and empty.critic_opt_state is None
         full_bytes = sum(x.nbytes for x in jax.tree.leaves(state) if eqx.is_array(x))
         empty_bytes = sum(x.nbytes for x in jax.tree.leaves(empty) if eqx.is_array(x))
         assert empty_bytes < full_bytes
-        rebuilt = agent.init_optimizer_states(empty)
+        rebuilt = agent.init_optimiser_states(empty)
         assert jax.tree.structure(rebuilt) == jax.tree.structure(state)
 
 
 def test_hyperparameters_are_validated():
     with pytest.raises(ValueError, match="discount"):
-        q.TD3HParams(discount=1.5)
+        q.rl.TD3HParams(discount=1.5)
     with pytest.raises(ValueError, match="tau"):
-        q.SACHParams(tau=-0.1)
+        q.rl.SACHParams(tau=-0.1)
     with pytest.raises(ValueError, match="minibatch_size"):
-        q.TD3(observation_size=2, action_size=2, minibatch_size=0)
+        q.rl.TD3(observation_size=2, action_size=2, minibatch_size=0)
     with pytest.raises(ValueError, match="observation_size is 3 but the environment's is 2"):
-        q.init_off_policy(
-            q.TD3(observation_size=3, action_size=2), ENV, key=jr.key(0), num_envs=2,
-            buffer_size=8,
-        )  # fmt: skip
+        agent = q.rl.TD3(observation_size=3, action_size=2, num_envs=2, buffer_size=8)
+        agent.init_run(ENV, agent.init(key=jr.key(0)), key=jr.key(1))
 
 
 @given(splits=st.lists(st.integers(1, 6), min_size=1, max_size=4), seed=st.integers(0, 2**31 - 1))
 def test_normaliser_matches_the_statistics_of_all_data(splits, seed):
     data = np.asarray(jr.normal(jr.key(seed), (sum(splits), 3))) * 3.0 + 1.0
-    norm = q.RunningNormaliser.create(3)
+    norm = q.rl.RunningNormaliser.create(3)
     start = 0
     for n in splits:
         norm = norm.update(jnp.asarray(data[start : start + n]))
@@ -279,7 +272,7 @@ def test_normaliser_matches_the_statistics_of_all_data(splits, seed):
 
 
 def test_tanh_gaussian_log_prob_matches_a_monte_carlo_density(getkey):
-    policy = q.TanhGaussianPolicy(3, 1, (8,), key=getkey())
+    policy = q.rl.TanhGaussianPolicy(3, 1, (8,), key=getkey())
     obs = jnp.ones(3)
     keys = jr.split(getkey(), 200_000)
     actions, logps = jax.vmap(lambda k: policy.sample(obs, key=k))(keys)
@@ -295,9 +288,11 @@ def test_tanh_gaussian_log_prob_matches_a_monte_carlo_density(getkey):
 
 
 def test_observation_normaliser_follows_the_training_observations(getkey):
-    agent = q.TD3(**SIZES, minibatch_size=16, normalise_observations=True)
-    state = q.init_off_policy(agent, ENV, key=getkey(), num_envs=4, buffer_size=64)
-    state, _ = q.train(agent, ENV, state, 3, key=getkey())
+    agent = q.rl.TD3(
+        **SIZES, minibatch_size=16, normalise_observations=True, num_envs=4, buffer_size=64
+    )
+    state = agent.init_run(ENV, agent.init(key=getkey()), key=getkey())
+    state, _ = agent.train(ENV, state, 3, key=getkey())
     norm = state.agent_state.normaliser
     assert float(norm.count) == 12.0
     # Every observation so far lies near the start (0, -0.85): the mean is there too.

@@ -21,7 +21,7 @@ def _ids(start, n):
 
 @given(sizes=st.lists(st.integers(1, 11), min_size=1, max_size=6), seed=st.integers(0, 2**31 - 1))
 def test_buffer_keeps_the_newest_items(sizes, seed):
-    buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
+    buf = q.rl.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
     total = 0
     for n in sizes:
         buf = insert(buf, _ids(total, n))
@@ -35,12 +35,12 @@ def test_buffer_keeps_the_newest_items(sizes, seed):
 
 
 def test_vmapped_buffers_are_independent(getkey):
-    make = lambda _: q.ReplayBuffer.empty(4, jnp.zeros(2))
+    make = lambda _: q.rl.ReplayBuffer.empty(4, jnp.zeros(2))
     bufs = eqx.filter_vmap(make)(jnp.arange(3))
     batches = jnp.arange(3 * 5 * 2, dtype=jnp.float32).reshape(3, 5, 2)
     bufs = eqx.filter_vmap(lambda b, x: b.insert(x))(bufs, batches)
     for i in range(3):
-        one = q.ReplayBuffer.empty(4, jnp.zeros(2)).insert(batches[i])
+        one = q.rl.ReplayBuffer.empty(4, jnp.zeros(2)).insert(batches[i])
         np.testing.assert_array_equal(bufs.data[i], one.data)
         assert int(bufs.size[i]) == 4 and int(bufs.position[i]) == int(one.position)
     samples = eqx.filter_vmap(lambda b, k: b.sample(6, key=k))(bufs, jr.split(getkey(), 3))
@@ -51,11 +51,11 @@ def test_vmapped_buffers_are_independent(getkey):
 
 
 def test_buffer_in_scan_and_transitions(getkey):
-    t = q.Transition(
+    t = q.envs.Transition(
         obs=jnp.zeros(3), action=jnp.zeros(2), reward=jnp.zeros(()), next_obs=jnp.zeros(3),
         terminated=jnp.zeros(()), truncated=jnp.zeros(()),
     )  # fmt: skip
-    buf = q.ReplayBuffer.empty(16, t)
+    buf = q.rl.ReplayBuffer.empty(16, t)
 
     def step(b, i):
         x = jax.tree.map(lambda leaf: jnp.full((2,) + leaf.shape, i, jnp.float32), t)
@@ -64,14 +64,14 @@ def test_buffer_in_scan_and_transitions(getkey):
     buf, _ = jax.lax.scan(step, buf, jnp.arange(5.0))
     assert int(buf.size) == 10 and buf.data.obs.shape == (16, 3)
     batch = buf.sample(32, key=getkey())
-    assert isinstance(batch, q.Transition) and batch.reward.shape == (32,)
+    assert isinstance(batch, q.envs.Transition) and batch.reward.shape == (32,)
     assert float(batch.reward.max()) <= 4.0
 
 
 def test_empty_buffer_errors():
     with pytest.raises(ValueError, match="capacity"):
-        q.ReplayBuffer.empty(0, jnp.zeros(1))
-    buf = q.ReplayBuffer.empty(4, jnp.zeros(1))
+        q.rl.ReplayBuffer.empty(0, jnp.zeros(1))
+    buf = q.rl.ReplayBuffer.empty(4, jnp.zeros(1))
     with pytest.raises(Exception, match="empty replay buffer"):
         jax.block_until_ready(sample(buf, jr.key(0)))
 
@@ -83,7 +83,7 @@ masked_insert = eqx.filter_jit(lambda b, x, m: b.insert(x, mask=m))
     masks=st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=1, max_size=5),
 )
 def test_masked_insert_keeps_exactly_the_newest_kept_rows(masks):
-    buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
+    buf = q.rl.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
     kept, total = [], 0
     for mask in masks:
         buf = masked_insert(buf, _ids(total, 6), jnp.asarray(mask, jnp.float32))
@@ -98,7 +98,7 @@ def test_masked_insert_keeps_exactly_the_newest_kept_rows(masks):
 
 
 def test_mask_shape_is_checked():
-    buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
+    buf = q.rl.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
     with pytest.raises(ValueError, match="mask must have shape"):
         buf.insert(_ids(0, 3), mask=jnp.ones(4))
 
@@ -106,7 +106,7 @@ def test_mask_shape_is_checked():
 def test_sampling_draws_every_stored_row_and_nothing_else():
     # (Found by mutation testing: a draw range that skipped the first row, or reached one past
     # a single stored row, passed every other test.)
-    buf = q.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
+    buf = q.rl.ReplayBuffer.empty(CAPACITY, {"id": jnp.zeros((), jnp.int32)})
     one = insert(buf, _ids(7, 1))
     assert set(np.asarray(sample(one, jr.key(0))["id"]).tolist()) == {7}
     three = insert(buf, _ids(0, 3))

@@ -21,13 +21,13 @@ import eqx_qd as q
 from eqx_qd.internal import tree_take
 
 
-ENV = q.PointMaze(walls=False, length=20)
+ENV = q.envs.PointMaze(walls=False, length=20)
 SMALL = dict(observation_size=2, action_size=2)
 OFF = dict(minibatch_size=8, num_envs=2, buffer_size=64)
 AGENTS = {
-    "td3": q.TD3(**SMALL, **OFF, policy_hidden=(8,), critic_hidden=(8,)),
-    "sac": q.SAC(**SMALL, **OFF, policy_hidden=(8,), critic_hidden=(8,)),
-    "ppo": q.PPO(
+    "td3": q.rl.TD3(**SMALL, **OFF, policy_hidden=(8,), critic_hidden=(8,)),
+    "sac": q.rl.SAC(**SMALL, **OFF, policy_hidden=(8,), critic_hidden=(8,)),
+    "ppo": q.rl.PPO(
         **SMALL,
         rollout_length=4,
         num_envs=2,
@@ -37,8 +37,10 @@ AGENTS = {
     ),  # fmt: skip
     "ddpg": DDPG(**SMALL, **OFF, hidden=8),
 }
-TEAM = q.TimeLimit(q.LineTargets(n=2, size=6), 12)  # IPPO's task: 2 agents, discrete actions
-AGENTS["ippo"] = q.IPPO.for_env(TEAM, rollout_length=4, num_envs=2, num_minibatches=2,
+TEAM = q.envs.TimeLimit(
+    q.envs.LineTargets(n=2, size=6), 12
+)  # IPPO's task: 2 agents, discrete actions
+AGENTS["ippo"] = q.rl.IPPO.for_env(TEAM, rollout_length=4, num_envs=2, num_minibatches=2,
                                 actor_hidden=(8,), critic_hidden=(8,))  # fmt: skip
 ENVS = {name: TEAM if name == "ippo" else ENV for name in AGENTS}
 SINGLE = [name for name in AGENTS if name != "ippo"]  # ME-PBT scores single-agent episodes
@@ -48,8 +50,8 @@ POP = 4
 @functools.cache
 def _population(name):
     agent, env = AGENTS[name], ENVS[name]
-    pop = q.init_population(agent, env, None, POP, key=jr.key(0))
-    return q.train_population(agent, env, pop, 2, key=jr.key(1))
+    pop = q.rl.init_population(agent, env, None, POP, key=jr.key(0))
+    return q.rl.train_population(agent, env, pop, 2, key=jr.key(1))
 
 
 def _leaves(tree):
@@ -60,9 +62,9 @@ def _leaves(tree):
 def test_every_agent_acts_trains_and_evaluates(name):
     agent = AGENTS[name]
     pop, metrics = _population(name)
-    assert isinstance(pop, q.AbstractTrainingRun)
-    assert isinstance(pop.agent_state, q.AbstractAgentState)
-    assert isinstance(pop.agent_state.hparams, q.AbstractHParams)
+    assert isinstance(pop, q.rl.AbstractTrainingRun)
+    assert isinstance(pop.agent_state, q.rl.AbstractAgentState)
+    assert isinstance(pop.agent_state.hparams, q.rl.AbstractHParams)
     assert metrics.reward.shape == (POP, 2) and metrics.losses
     assert np.all(np.asarray(pop.env_steps) > 0)
     state = tree_take(pop.agent_state, 0)
@@ -74,7 +76,7 @@ def test_every_agent_acts_trains_and_evaluates(name):
     for deterministic in (True, False):
         action = agent.act(state, obs, deterministic=deterministic, key=jr.key(2))
         assert action.shape == (2,) and bool(jnp.all(valid(action)))
-    ev = q.evaluate_population(agent, env, pop, 2, key=jr.key(3))
+    ev = q.rl.evaluate_population(agent, env, pop, 2, key=jr.key(3))
     assert ev.returns.shape == (POP, 2)
     assert (ev.descriptors is None) if name == "ippo" else ev.descriptors.shape == (POP, 2, 2)
     # The spaces name hyperparameters; every member's values lie inside them.
@@ -87,9 +89,9 @@ def test_storage_and_training_forms(name):
     agent = AGENTS[name]
     pop, _ = _population(name)
     state = tree_take(pop.agent_state, 1)
-    stored = agent.empty_optimizer_states(state)
+    stored = agent.empty_optimiser_states(state)
     assert sum(x.nbytes for x in _leaves(stored)) < sum(x.nbytes for x in _leaves(state))
-    back = agent.init_optimizer_states(stored)
+    back = agent.init_optimiser_states(stored)
     assert jax.tree.structure(back) == jax.tree.structure(state)
     # Targets (where the agent has them) equal the online networks after a reset.
     reset = agent.reset_targets(state)
@@ -111,7 +113,7 @@ def test_pbt_over_every_agent_eager_and_jitted(name):
     agent = AGENTS[name]
     pop, _ = _population(name)
     returns = jnp.asarray([3.0, jnp.nan, 1.0, 2.0], jnp.float32)
-    pbt = q.PBT(POP, 1, 2, agent.hparam_spaces)
+    pbt = q.rl.PBT(POP, 1, 2, agent.hparam_spaces)
     eager, info = pbt.update(pop, returns, key=jr.key(4))
     jitted, jinfo = eqx.filter_jit(lambda p, r, k: pbt.update(p, r, key=k))(pop, returns, jr.key(4))
     assert bool(eqx.tree_equal(eager, jitted))
@@ -154,7 +156,7 @@ def test_changing_hyperparameter_values_never_retraces():
     @eqx.filter_jit
     def chunk(p, k):
         traces.append(1)
-        return q.train_population(agent, ENV, p, 1, key=k)
+        return q.rl.train_population(agent, ENV, p, 1, key=k)
 
     chunk(pop, jr.key(0))
     lr = pop.agent_state.hparams.actor_lr
@@ -167,7 +169,7 @@ def test_changing_hyperparameter_values_never_retraces():
 
 
 def test_forgetting_part_of_the_contract_fails_at_construction():
-    class NoGenome(q.AbstractOffPolicyAgent):
+    class NoGenome(q.rl.AbstractOffPolicyAgent):
         observation_size: int = 2
         action_size: int = 2
         normalise_observations: bool = False
@@ -179,13 +181,13 @@ def test_forgetting_part_of_the_contract_fails_at_construction():
         init = DDPG.init
         act = DDPG.act
         update = DDPG.update
-        empty_optimizer_states = DDPG.empty_optimizer_states
-        init_optimizer_states = DDPG.init_optimizer_states
+        empty_optimiser_states = DDPG.empty_optimiser_states
+        init_optimiser_states = DDPG.init_optimiser_states
 
     with pytest.raises(TypeError, match="genome"):
         NoGenome()
 
-    class NoBuffer(q.AbstractOffPolicyAgent):  # forgets the buffer_size field
+    class NoBuffer(q.rl.AbstractOffPolicyAgent):  # forgets the buffer_size field
         observation_size: int = 2
         action_size: int = 2
         normalise_observations: bool = False
@@ -196,8 +198,8 @@ def test_forgetting_part_of_the_contract_fails_at_construction():
         init = DDPG.init
         act = DDPG.act
         update = DDPG.update
-        empty_optimizer_states = DDPG.empty_optimizer_states
-        init_optimizer_states = DDPG.init_optimizer_states
+        empty_optimiser_states = DDPG.empty_optimiser_states
+        init_optimiser_states = DDPG.init_optimiser_states
         genome = DDPG.genome
         with_genome = DDPG.with_genome
 
@@ -206,11 +208,11 @@ def test_forgetting_part_of_the_contract_fails_at_construction():
 
 
 def test_hyperparameters_must_be_float32_arrays():
-    class Loose(q.AbstractHParams):
+    class Loose(q.rl.AbstractHParams):
         lr: float = 1e-3  # no converter: a Python float would retrace per value
 
         def default_spaces(self):
-            return {"lr": q.Uniform(1e-4, 1e-2)}
+            return {"lr": q.rl.Uniform(1e-4, 1e-2)}
 
     with pytest.raises(TypeError, match=r"Loose.lr must be a float32 array"):
         Loose()
@@ -219,22 +221,22 @@ def test_hyperparameters_must_be_float32_arrays():
 
 def test_pbt_refuses_empty_spaces_and_foreign_names():
     with pytest.raises(ValueError, match="PBT.spaces is empty"):
-        q.PBT(4, 1, 2, {})
+        q.rl.PBT(4, 1, 2, {})
     agent = AGENTS["ddpg"]
     with pytest.raises(ValueError, match="spaces are empty"):
-        q.init_population(agent, ENV, {}, 4, key=jr.key(0))
+        q.rl.init_population(agent, ENV, {}, 4, key=jr.key(0))
     with pytest.raises(ValueError, match=r"spaces name \['alpha_lr'\], which DDPGHParams"):
-        q.init_population(agent, ENV, {"alpha_lr": q.Uniform(0.0, 1.0)}, 4, key=jr.key(0))
+        q.rl.init_population(agent, ENV, {"alpha_lr": q.rl.Uniform(0.0, 1.0)}, 4, key=jr.key(0))
     wide = dataclasses.replace(agent, observation_size=3)
     with pytest.raises(ValueError, match="observation_size is 3 but the environment's is 2"):
-        q.init_population(wide, ENV, None, 4, key=jr.key(0))
+        q.rl.init_population(wide, ENV, None, 4, key=jr.key(0))
 
 
 @typing.final
-class KeyedRun(q.AbstractTrainingRun):
+class KeyedRun(q.rl.AbstractTrainingRun):
     """A training run that carries its own typed key (as IPPO's state does)."""
 
-    agent_state: q.AbstractAgentState
+    agent_state: q.rl.AbstractAgentState
     env_steps: Int[Array, ""]
     key: jax.Array
 
@@ -242,7 +244,7 @@ class KeyedRun(q.AbstractTrainingRun):
 def test_pbt_update_works_eagerly_on_runs_holding_typed_keys():
     pop, _ = _population("ddpg")
     keyed = KeyedRun(pop.agent_state, pop.env_steps, jr.split(jr.key(9), POP))
-    pbt = q.PBT(POP, 1, 1, AGENTS["ddpg"].hparam_spaces)
+    pbt = q.rl.PBT(POP, 1, 1, AGENTS["ddpg"].hparam_spaces)
     new, info = pbt.update(keyed, jnp.arange(POP, dtype=jnp.float32), key=jr.key(10))
     (worst,) = np.asarray(info.replaced).tolist()
     assert worst == 0
@@ -251,7 +253,7 @@ def test_pbt_update_works_eagerly_on_runs_holding_typed_keys():
 
 @functools.cache
 def _jitted_pbt(name):
-    pbt = q.PBT(POP, 1, 2, AGENTS[name].hparam_spaces)
+    pbt = q.rl.PBT(POP, 1, 2, AGENTS[name].hparam_spaces)
     return pbt, eqx.filter_jit(lambda p, r, k: pbt.update(p, r, key=k))
 
 
@@ -338,14 +340,14 @@ def test_shapes_that_disagree_with_the_agent_are_named():
         ippo.act(state, jnp.zeros((3, TEAM.observation_size), jnp.float32), key=jr.key(0))
     td3 = AGENTS["td3"]
     state = tree_take(_population("td3")[0].agent_state, 0)
-    state = td3.init_optimizer_states(state)
+    state = td3.init_optimiser_states(state)
     z = lambda *shape: jnp.zeros(shape, jnp.float32)
-    wide = q.Transition(z(4, 2), z(4, 3), z(4), z(4, 2), z(4), z(4))
+    wide = q.envs.Transition(z(4, 2), z(4, 3), z(4), z(4, 2), z(4), z(4))
     with pytest.raises(ValueError, match=r"TD3.update: batch.action must have shape \(4, 2\)"):
         td3.update(state, wide, key=jr.key(0))
-    buffer = q.ReplayBuffer.empty(8, q.Transition(z(2), z(2), z(), z(2), z(), z()))
+    buffer = q.rl.ReplayBuffer.empty(8, q.envs.Transition(z(2), z(2), z(), z(2), z(), z()))
     with pytest.raises(
         ValueError, match=r"batch\.obs must have items of shape \(2,\) as stored, got \(3,\)"
     ):
-        buffer.insert(q.Transition(z(4, 3), z(4, 2), z(4), z(4, 3), z(4), z(4)))
+        buffer.insert(q.envs.Transition(z(4, 3), z(4, 2), z(4), z(4, 3), z(4), z(4)))
     assert int(buffer.size) == 0  # nothing stored changed

@@ -13,10 +13,11 @@ import pytest
 
 import eqx_qd as q
 from eqx_qd import jobs, plotting
+from eqx_qd.envs import _brax
 
 
 def _constant_policy(action):
-    class Constant(q.AbstractPolicy):
+    class Constant(q.rl.AbstractPolicy):
         value: jax.Array
 
         def __call__(self, obs):
@@ -27,13 +28,13 @@ def _constant_policy(action):
 
 @pytest.fixture(scope="module")
 def jit_rollout():
-    return eqx.filter_jit(lambda env, policy, key: q.rollout(env, policy, key=key))
+    return eqx.filter_jit(lambda env, policy, key: q.envs.rollout(env, policy, key=key))
 
 
 def test_point_maze_walls_block_the_straight_path(jit_rollout, getkey):
     up = _constant_policy([0.0, 1.0])
-    walled = jit_rollout(q.PointMaze(), up, getkey())
-    open_ = jit_rollout(q.PointMaze(walls=False), up, getkey())
+    walled = jit_rollout(q.envs.PointMaze(), up, getkey())
+    open_ = jit_rollout(q.envs.PointMaze(walls=False), up, getkey())
     # Blocked below the lower wall (y = -0.35) for the whole episode.
     assert float(jnp.max(walled.transitions.next_obs[:, 1])) < -0.35
     assert float(walled.lengths) == 100
@@ -46,34 +47,34 @@ def test_point_maze_walls_block_the_straight_path(jit_rollout, getkey):
 
 
 def test_rollout_masks_steps_after_termination(jit_rollout, getkey):
-    ep = jit_rollout(q.PointMaze(walls=False), _constant_policy([0.0, 1.0]), getkey())
+    ep = jit_rollout(q.envs.PointMaze(walls=False), _constant_policy([0.0, 1.0]), getkey())
     n = int(ep.lengths)
     valid = np.asarray(ep.valid)
     assert valid[:n].all() and not valid[n:].any()
     rewards = np.asarray(ep.transitions.reward)
     assert (rewards[n:] == 0).all()
     np.testing.assert_allclose(float(ep.returns), rewards[:n].sum(), rtol=1e-6)
-    env = q.PointMaze(walls=False)
+    env = q.envs.PointMaze(walls=False)
     desc = env.descriptor(ep.transitions.next_state_desc, ep.valid)
     np.testing.assert_allclose(desc, ep.transitions.next_obs[n - 1], rtol=1e-6)
 
 
 def test_noise_options_are_stochastic(jit_rollout):
     up = _constant_policy([0.3, 1.0])
-    noisy = q.PointMaze(reset_noise=0.05, obs_noise=0.01)
+    noisy = q.envs.PointMaze(reset_noise=0.05, obs_noise=0.01)
     a = jit_rollout(noisy, up, jr.key(0))
     b = jit_rollout(noisy, up, jr.key(1))
     assert not np.allclose(a.transitions.obs, b.transitions.obs)
     start = np.asarray(a.transitions.state_desc[0])
     assert np.all(np.abs(start - np.array([0.0, -0.85])) <= 0.05 + 1e-6)
     with pytest.raises(ValueError, match="obs_noise"):
-        q.PointMaze(obs_noise=-1.0)
+        q.envs.PointMaze(obs_noise=-1.0)
 
 
 def test_autoreset_truncates_and_restarts(getkey):
-    env = q.PointMaze(length=5)
-    step = eqx.filter_jit(lambda s, a, k: q.autoreset_step(env, s, a, key=k))
-    state = q.training_reset(env, key=getkey())
+    env = q.envs.PointMaze(length=5)
+    step = eqx.filter_jit(lambda s, a, k: q.envs.autoreset_step(env, s, a, key=k))
+    state = q.envs.training_reset(env, key=getkey())
     rewards = []
     for t in range(5):
         out = step(state, jnp.array([1.0, 0.0]), getkey())
@@ -86,22 +87,22 @@ def test_autoreset_truncates_and_restarts(getkey):
 
 
 def test_actions_of_the_wrong_shape_are_named_by_every_driver(getkey):
-    maze = q.PointMaze(length=5)
-    start = q.training_reset(maze, key=getkey())
+    maze = q.envs.PointMaze(length=5)
+    start = q.envs.training_reset(maze, key=getkey())
     message = r"autoreset_step: action must have shape \(2,\), got \(3,\)"
     with pytest.raises(ValueError, match=message):
-        q.autoreset_step(maze, start, jnp.zeros(3), key=getkey())
+        q.envs.autoreset_step(maze, start, jnp.zeros(3), key=getkey())
     with pytest.raises(ValueError, match=r"rollout: the policy's action must have shape \(2,\)"):
-        q.rollout(maze, lambda o: jnp.zeros(3), key=getkey())
+        q.envs.rollout(maze, lambda o: jnp.zeros(3), key=getkey())
     with pytest.raises(ValueError, match=r"rollout: the policy's action must have shape \(2,\)"):
-        q.rollout_states(maze, lambda o: jnp.zeros(3), key=getkey())
-    team = q.TimeLimit(q.LineTargets(n=2, size=4), 5)
-    assert team.action_shape == (2,) and q.SingleAgentView(maze).action_shape == (1, 2)
+        q.envs.rollout_states(maze, lambda o: jnp.zeros(3), key=getkey())
+    team = q.envs.TimeLimit(q.envs.LineTargets(n=2, size=4), 5)
+    assert team.action_shape == (2,) and q.envs.SingleAgentView(maze).action_shape == (1, 2)
     message = r"evaluate_episodes: the policy's action must have shape \(2,\), got \(\)"
     with pytest.raises(ValueError, match=message):
-        q.evaluate_episodes(team, lambda o, k: jnp.int32(1), 2, key=getkey())
+        q.envs.evaluate_episodes(team, lambda o, k: jnp.int32(1), 2, key=getkey())
     # A scorer's agent must fit its environment, and its environment must define descriptors.
-    agent = q.TD3(observation_size=3, action_size=2)
+    agent = q.rl.TD3(observation_size=3, action_size=2)
     message = "PolicyScorer: the agent's observation_size is 3 but the environment's is 2"
     with pytest.raises(ValueError, match=message):
         q.PolicyScorer(maze, agent=agent)
@@ -111,7 +112,7 @@ def test_actions_of_the_wrong_shape_are_named_by_every_driver(getkey):
 
 
 @typing.final
-class Drift(q.AbstractQDEnv):
+class Drift(q.envs.AbstractQDEnv):
     """A user-defined 1-D environment: the action is added to the position."""
 
     @property
@@ -143,16 +144,16 @@ class Drift(q.AbstractQDEnv):
         return 1.0
 
     def descriptor(self, state_descs, valid):
-        return q.final_descriptor(state_descs, valid)
+        return q.envs.final_descriptor(state_descs, valid)
 
     def reset(self, *, key):
         zero = jnp.zeros((), jnp.float32)
-        return q.EnvState(jnp.zeros(1), jnp.zeros(1), zero, zero, jnp.zeros(1))
+        return q.envs.EnvState(jnp.zeros(1), jnp.zeros(1), zero, zero, jnp.zeros(1))
 
     def step(self, state, action, *, key):
         pos = state.physics + action
         zero = jnp.zeros((), jnp.float32)
-        return q.EnvState(pos, pos, -jnp.abs(pos[0]), zero, pos)
+        return q.envs.EnvState(pos, pos, -jnp.abs(pos[0]), zero, pos)
 
 
 def test_user_environment_works_with_the_scorer(getkey):
@@ -168,7 +169,7 @@ def test_user_environment_works_with_the_scorer(getkey):
 
 
 def test_reevaluation_statistics(getkey):
-    env = q.PointMaze(walls=False, obs_noise=0.0, reset_noise=0.1)
+    env = q.envs.PointMaze(walls=False, obs_noise=0.0, reset_noise=0.1)
     scorer = q.PolicyScorer(env)
     policies = eqx.filter_vmap(_constant_policy)(jnp.array([[0.0, 1.0], [1.0, 0.0]]))
     re = eqx.filter_jit(lambda p, k: q.reevaluate(scorer, p, 10, key=k))(policies, getkey())
@@ -187,18 +188,18 @@ def test_reward_offsets_are_qdax_s():
             "walker2d_uni": 1.413, "humanoid_omni": 0.0, "humanoid_uni": 0.0,
             # QDax 0.4 (brax v1): the deceptive tasks of the ME-PBT paper.
             "anttrap": 3.38, "antmaze": 40.32, "humanoidtrap": 0.0}  # fmt: skip
-    ours = {name: spec.reward_offset for name, spec in q.QD_BRAX_TASKS.items()}
+    ours = {name: spec.reward_offset for name, spec in _brax.QD_BRAX_TASKS.items()}
     assert ours == qdax
     # QDax v1's descriptor boxes of the deceptive tasks.
     bounds = {"anttrap": ((0.0, -8.0), (30.0, 8.0)), "humanoidtrap": ((0.0, -8.0), (30.0, 8.0)),
               "antmaze": ((-5.0, -5.0), (40.0, 40.0))}  # fmt: skip
-    assert {n: q.QD_BRAX_TASKS[n].bounds for n in bounds} == bounds
+    assert {n: _brax.QD_BRAX_TASKS[n].bounds for n in bounds} == bounds
 
 
-@pytest.mark.parametrize("name", sorted(q.QD_BRAX_TASKS))
+@pytest.mark.parametrize("name", sorted(_brax.QD_BRAX_TASKS))
 def test_brax_task_smoke(name, getkey):
-    env = q.BraxQDEnv(name, episode_length=6)
-    make = lambda k: q.DeterministicPolicy(env.observation_size, env.action_size, (8,), key=k)
+    env = q.envs.BraxQDEnv(name, episode_length=6)
+    make = lambda k: q.rl.DeterministicPolicy(env.observation_size, env.action_size, (8,), key=k)
     policies = eqx.filter_vmap(make)(jr.split(getkey(), 3))
     scorer = q.PolicyScorer(env)
     fitnesses, descriptors, extra = eqx.filter_jit(lambda p, k: scorer(p, key=k))(
@@ -209,7 +210,7 @@ def test_brax_task_smoke(name, getkey):
     assert bool(jnp.all(jnp.isfinite(fitnesses)))
     low, high = (np.asarray(b) for b in env.descriptor_bounds)
     assert np.all(np.asarray(descriptors) >= low) and np.all(np.asarray(descriptors) <= high)
-    spec = q.QD_BRAX_TASKS[name]
+    spec = _brax.QD_BRAX_TASKS[name]
     assert env.descriptor_names == (("final x", "final y") if spec.omni else env.descriptor_names)
     assert len(env.descriptor_names) == env.descriptor_size  # the plots' axis labels
     if name.endswith("_uni"):
@@ -235,7 +236,7 @@ def test_brax_task_smoke(name, getkey):
 
 def _push_into(name, x, speed, steps):
     """The torso's largest x when the ant starts at ``x`` running at ``speed`` along +x."""
-    env = q.BraxQDEnv(name).brax_env
+    env = q.envs.BraxQDEnv(name).brax_env
     with q.envs._brax._brax_numerics():
         state = env.reset(jr.key_data(jr.key(0)))
         pipeline = env.pipeline_init(
@@ -257,7 +258,7 @@ def test_trap_walls_are_brax_geometry():
     # The humanoid's trap: three world capsules that its shins and feet collide with.
     import mujoco
 
-    model = q.BraxQDEnv("humanoidtrap").brax_env.sys.mj_model
+    model = q.envs.BraxQDEnv("humanoidtrap").brax_env.sys.mj_model
     world = [i for i in range(model.ngeom) if model.geom_bodyid[i] == 0]
     walls = [i for i in world if model.geom_type[i] == mujoco.mjtGeom.mjGEOM_CAPSULE]
     assert len(walls) == 3 and all(model.geom_conaffinity[i] == 3 for i in walls)
@@ -267,8 +268,8 @@ def test_trap_walls_are_brax_geometry():
 
 
 def test_an_elite_replays_with_its_states_and_renders_in_brax_s_viewer(getkey):
-    env = q.BraxQDEnv("anttrap", episode_length=5)
-    policy = q.DeterministicPolicy(env.observation_size, env.action_size, (8,), key=getkey())
+    env = q.envs.BraxQDEnv("anttrap", episode_length=5)
+    policy = q.rl.DeterministicPolicy(env.observation_size, env.action_size, (8,), key=getkey())
     scorer = q.PolicyScorer(env)
     episode, states = eqx.filter_jit(lambda p, k: scorer.replay(p, key=k))(policy, getkey())
     assert states.obs.shape == (6, env.observation_size)  # the reset, then every step
@@ -287,14 +288,14 @@ def test_an_elite_replays_with_its_states_and_renders_in_brax_s_viewer(getkey):
     fig = plotting.plot_trajectories(env, states.state_desc, colors=[1.0], color_label="return")
     assert len(fig.axes) == 2  # the arena, and the colour bar
     with pytest.raises(ValueError, match="no arena"):
-        plotting.plot_trajectories(q.BraxQDEnv("hopper_uni"), states.state_desc)
+        plotting.plot_trajectories(q.envs.BraxQDEnv("hopper_uni"), states.state_desc)
 
 
 def test_a_deterministic_brax_task_starts_from_one_stored_state(getkey):
     # Every episode starts where brax's reset with key 0 puts the robot. That state is computed
     # once per process (here first inside a trace) and enters programs as a constant: a program
     # that plays episodes holds no copy of brax's reset.
-    env = q.BraxQDEnv("anttrap", episode_length=5)
+    env = q.envs.BraxQDEnv("anttrap", episode_length=5)
     q.envs._brax._first_state.cache_clear()
     first = jax.jit(lambda k: env.reset(key=k))(getkey())
     again = env.reset(key=getkey())
@@ -305,24 +306,24 @@ def test_a_deterministic_brax_task_starts_from_one_stored_state(getkey):
     ):
         np.testing.assert_array_equal(ours, again_)
         np.testing.assert_allclose(ours, brax_s, rtol=1e-5, atol=1e-6)
-    noisy = q.BraxQDEnv("anttrap", episode_length=5, reset_noise=True)
+    noisy = q.envs.BraxQDEnv("anttrap", episode_length=5, reset_noise=True)
     program = lambda e: str(jax.make_jaxpr(lambda k: e.reset(key=k))(getkey()))
     assert 20 * len(program(env)) < len(program(noisy))
 
 
 def test_brax_task_errors():
     with pytest.raises(ValueError, match="unknown brax QD task"):
-        q.BraxQDEnv("walker3d_uni")
+        q.envs.BraxQDEnv("walker3d_uni")
     with pytest.raises(ValueError, match="backend"):
-        q.BraxQDEnv("hopper_uni", backend="warp")
+        q.envs.BraxQDEnv("hopper_uni", backend="warp")
     with pytest.raises(ValueError, match="unknown environment"):
         jobs.make_env("maze")
 
 
 def test_map_elites_over_policies_on_the_maze(getkey):
-    env = q.PointMaze(length=50)
+    env = q.envs.PointMaze(length=50)
     scorer = q.PolicyScorer(env)
-    make = lambda k: q.DeterministicPolicy(2, 2, (16,), key=k)
+    make = lambda k: q.rl.DeterministicPolicy(2, 2, (16,), key=k)
     policies = eqx.filter_vmap(make)(jr.split(getkey(), 32))
     emitter = q.MixingEmitter(
         batch_size=32, variation_percentage=0.5,
@@ -338,7 +339,7 @@ def test_map_elites_over_policies_on_the_maze(getkey):
     # The stored genotypes are policies: the best one replays to its stored fitness.
     best = int(jnp.argmax(state.repertoire.fitnesses))
     policy = q.internal.tree_take(state.repertoire.genotypes, best)
-    replay = q.rollout(env, policy, key=getkey())
+    replay = q.envs.rollout(env, policy, key=getkey())
     np.testing.assert_allclose(
         float(replay.returns), float(state.repertoire.fitnesses[best]), rtol=1e-5
     )

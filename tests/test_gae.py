@@ -7,7 +7,7 @@ import eqx_qd as q
 
 
 T = 12
-gae = jax.jit(q.gae)
+gae = jax.jit(q.rl.gae)
 
 
 def slow_gae(rewards, values, next_values, terminated, truncated, gamma, lam):

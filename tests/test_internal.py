@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
+from eqx_qd._compile import compiler_options
 from eqx_qd.internal import check, filter_cond, filter_while_loop
 
 
@@ -45,10 +46,10 @@ def test_checks_pass_good_values_and_skip_tracers():
     # Inside jit a value cannot be read: nothing is checked, nothing fails.
     jax.jit(lambda x: (check.fraction("f", x), x)[1])(jnp.asarray(7.0))
     # Hyperparameters built inside vmap (a population) are checked after, not inside.
-    hp = eqx.filter_vmap(lambda lr: q.TD3HParams(policy_lr=lr))(jnp.asarray([1e-3, 2e-3]))
+    hp = eqx.filter_vmap(lambda lr: q.rl.TD3HParams(policy_lr=lr))(jnp.asarray([1e-3, 2e-3]))
     assert hp.policy_lr.shape == (2,)
     with pytest.raises(ValueError, match="TD3HParams.policy_lr must be finite"):
-        q.TD3HParams(policy_lr=jnp.asarray([1e-3, jnp.inf]))
+        q.rl.TD3HParams(policy_lr=jnp.asarray([1e-3, jnp.inf]))
 
 
 class _Counter(eqx.Module):
@@ -97,24 +98,24 @@ def test_random_permutation_is_a_uniform_permutation():
 def test_the_package_compiles_with_the_older_cpu_fusion_emitters():
     # jax 0.10's XLA knows the option; a JAX whose XLA dropped it gets {} (next test), and this
     # test then says the package's compile-time lever is gone (see eqx_qd/_compile.py).
-    assert q.compiler_options() == {"xla_cpu_use_fusion_emitters": False}
+    assert compiler_options() == {"xla_cpu_use_fusion_emitters": False}
 
 
 def test_compiler_options_yield_to_xla_flags_and_to_an_xla_without_them(monkeypatch):
     from eqx_qd import _compile
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
-    assert q.compiler_options() == {}
+    assert compiler_options() == {}
     monkeypatch.setenv("XLA_FLAGS", "")
-    options = q.compiler_options()
+    options = compiler_options()
     options.clear()  # a fresh dict each call: the package's own stays
-    assert q.compiler_options() == {"xla_cpu_use_fusion_emitters": False}
+    assert compiler_options() == {"xla_cpu_use_fusion_emitters": False}
     monkeypatch.setattr(_compile, "_OPTIONS", {"xla_no_such_option_of_eqx_qd": True})
     assert _compile._accepted.__wrapped__() is False  # the probe, uncached
 
 
 def test_jit_passes_options_at_the_top_only():
-    from eqx_qd import jit
+    from eqx_qd._compile import jit
 
     calls = []
 
@@ -134,6 +135,10 @@ def test_jit_passes_options_at_the_top_only():
     np.testing.assert_array_equal(jax.vmap(double)(x), 2.0 * x)
     assert float(jax.grad(lambda y: double(y).sum())(x)[0]) == 2.0
     assert set(double._variants) == {True, False}
+    # Inside an outer jit with closed-over (concrete) arguments JAX refuses the options too.
+    np.testing.assert_array_equal(jax.jit(lambda: double(x))(), 2.0 * x)
+    with pytest.raises(ValueError, match="other"):  # any other error still surfaces
+        jit(lambda y: (_ for _ in ()).throw(ValueError("other")))(x)
     np.testing.assert_array_equal(double.lower(x).compile()(x), 2.0 * x)
     donating = jit(donate="all")(lambda y: y + 1.0)
     np.testing.assert_array_equal(donating(jnp.zeros(2)), jnp.ones(2))
@@ -186,14 +191,14 @@ def test_train_population_compiles_ppo_with_xla_defaults(monkeypatch):
 
     monkeypatch.setattr(pbt, "_train_population", picks("package"))
     monkeypatch.setattr(pbt, "_train_population_xla", picks("xla"))
-    env, key = q.PointMaze(walls=False), jax.random.key(0)
+    env, key = q.envs.PointMaze(walls=False), jax.random.key(0)
     small = dict(observation_size=2, action_size=2, num_envs=2)
     for agent, picked in (
-        (q.PPO(**small, rollout_length=4, actor_hidden=(4,), critic_hidden=(4,)), "xla"),
-        (q.SAC(**small, policy_hidden=(4,), critic_hidden=(4,), buffer_size=8), "package"),
-        (q.TD3(**small, policy_hidden=(4,), critic_hidden=(4,), buffer_size=8), "package"),
+        (q.rl.PPO(**small, rollout_length=4, actor_hidden=(4,), critic_hidden=(4,)), "xla"),
+        (q.rl.SAC(**small, policy_hidden=(4,), critic_hidden=(4,), buffer_size=8), "package"),
+        (q.rl.TD3(**small, policy_hidden=(4,), critic_hidden=(4,), buffer_size=8), "package"),
     ):
         run = agent.init_run(env, agent.init(key=key), key=key)
         with pytest.raises(Picked, match=f"^{picked}$"):
-            q.train_population(agent, env, run, 1, key=key)
-    assert q.PPO.package_compiler_options is False and q.AbstractAgent.package_compiler_options
+            q.rl.train_population(agent, env, run, 1, key=key)
+    assert not hasattr(q.rl.AbstractAgent, "package_compiler_options")  # not in the contract

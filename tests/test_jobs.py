@@ -157,7 +157,10 @@ def test_unknown_names_and_options_are_named():
     with pytest.raises(ValueError, match="takes no option num_agents; its options: episode_length"):
         jobs.make_env("walker2d_2x3", num_agents=3)
     assert set(jobs.ENVIRONMENTS.names("multi_agent")) >= {"line_targets", "ant_4x2"}
-    assert jobs.make_agent("td3", q.PointMaze(), hidden=(8,), minibatch_size=4).minibatch_size == 4
+    assert (
+        jobs.make_agent("td3", q.envs.PointMaze(), hidden=(8,), minibatch_size=4).minibatch_size
+        == 4
+    )
 
 
 def test_a_registered_task_runs_through_the_job(tmp_path):
@@ -203,7 +206,7 @@ def test_load_run_reads_an_ippo_run_back(tmp_path):
     )  # fmt: skip
     result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
     back = jobs.load_run(tmp_path / "run")
-    assert isinstance(back.state.agent_state.actor, q.JointActor)
+    assert isinstance(back.state.agent_state.actor, q.rl.JointActor)
     assert json.loads((tmp_path / "run" / "agent.json").read_text())["joint_network"] is True
     assert int(back.state.iterations) == 2 == int(result.state.iterations)
     assert back.progress["iterations"].tolist() == [0.0, 2.0]

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
-from eqx_qd import internal
 from eqx_qd.rl._ppo import _actor_loss, _approx_kl, _critic_epochs, _Samples
 
 
@@ -20,7 +19,7 @@ F = np.float32
 
 def linear_policy(w):
     """A `DeterministicPolicy` with no hidden layer: ``tanh(obs @ w)``."""
-    policy = q.DeterministicPolicy(2, 2, (), key=jr.key(0))
+    policy = q.rl.DeterministicPolicy(2, 2, (), key=jr.key(0))
     layer = lambda p: p.net.layers[0]
     return eqx.tree_at(
         lambda p: (layer(p).weight, layer(p).bias), policy, (jnp.asarray(w), jnp.zeros(2, F))
@@ -29,7 +28,7 @@ def linear_policy(w):
 
 def linear_twin(a, b):
     """`QCritics` with no hidden layer: ``[obs, action] @ a`` and ``[obs, action] @ b``."""
-    critics = q.QCritics(2, 2, (), key=jr.key(0))
+    critics = q.rl.QCritics(2, 2, (), key=jr.key(0))
     layer = lambda c, i: c.nets[i].layers[0]
     zero = jnp.zeros(1, F)
     return eqx.tree_at(
@@ -50,7 +49,7 @@ QB = np.array([-0.6, 0.9, 0.2, 1.1], F)  # Q1 < Q2 on some rows, Q1 > Q2 on othe
 
 def _batch(terminated=TERMINATED):
     zeros = np.zeros(3, F)
-    return q.Transition(*(jnp.asarray(x) for x in (OBS, ACTION, REWARD, NEXT_OBS, terminated,
+    return q.envs.Transition(*(jnp.asarray(x) for x in (OBS, ACTION, REWARD, NEXT_OBS, terminated,
                                                     zeros)))  # fmt: skip
 
 
@@ -70,8 +69,8 @@ def _td3_state(agent, hparams):
 
 @pytest.mark.parametrize("terminated", [TERMINATED, np.zeros(3, F)], ids=["terminal", "none"])
 def test_td3_critic_loss_by_hand(terminated):
-    agent = q.TD3(observation_size=2, action_size=2, minibatch_size=3)
-    hparams = q.TD3HParams(discount=0.9, reward_scaling=2.0, policy_noise=0.6, noise_clip=0.5)
+    agent = q.rl.TD3(observation_size=2, action_size=2, minibatch_size=3)
+    hparams = q.rl.TD3HParams(discount=0.9, reward_scaling=2.0, policy_noise=0.6, noise_clip=0.5)
     state = _td3_state(agent, hparams)
     key = jr.key(7)
     loss = agent.critic_loss(state.critic, state, _batch(terminated), key=key)
@@ -90,16 +89,16 @@ def test_td3_critic_loss_by_hand(terminated):
 
 
 def test_td3_policy_loss_by_hand():
-    agent = q.TD3(observation_size=2, action_size=2, minibatch_size=3)
-    state = _td3_state(agent, q.TD3HParams())
+    agent = q.rl.TD3(observation_size=2, action_size=2, minibatch_size=3)
+    state = _td3_state(agent, q.rl.TD3HParams())
     loss = agent.policy_loss(state.policy, state, _batch())
     expected = -np.mean(_q(QA, OBS, np.tanh(OBS @ W)))  # Q1 only, at the policy's actions
     assert float(loss) == pytest.approx(expected, rel=1e-5)
 
 
 def test_td3_act_explores_with_clipped_gaussian_noise_by_default():
-    agent = q.TD3(observation_size=2, action_size=2, minibatch_size=3)
-    state = _td3_state(agent, q.TD3HParams(expl_noise=0.7))
+    agent = q.rl.TD3(observation_size=2, action_size=2, minibatch_size=3)
+    state = _td3_state(agent, q.rl.TD3HParams(expl_noise=0.7))
     keys = jr.split(jr.key(5), 3)
     acts = jax.vmap(lambda o, k: agent.act(state, o, key=k))(jnp.asarray(OBS), keys)
     eps = np.stack([np.asarray(jr.normal(k, (2,))) for k in keys])
@@ -112,8 +111,8 @@ def test_td3_act_explores_with_clipped_gaussian_noise_by_default():
 
 
 def test_sac_act_samples_by_default_and_its_entropy_target():
-    agent = q.SAC(observation_size=2, action_size=2, minibatch_size=3)
-    state = _sac_state(agent, q.SACHParams(), log_alpha=0.0)
+    agent = q.rl.SAC(observation_size=2, action_size=2, minibatch_size=3)
+    state = _sac_state(agent, q.rl.SACHParams(), log_alpha=0.0)
     key = jr.key(4)
     sampled = agent.act(state, jnp.asarray(OBS[0]), key=key)
     eps = np.asarray(jr.normal(key, (2,)))
@@ -122,14 +121,16 @@ def test_sac_act_samples_by_default_and_its_entropy_target():
     )
     greedy = agent.act(state, jnp.asarray(OBS[0]), key=key, deterministic=True)
     np.testing.assert_allclose(np.asarray(greedy), np.tanh(OBS[0] @ W), rtol=1e-5)
-    assert q.SAC(observation_size=2, action_size=3).entropy_target == -3.0
-    assert q.SAC(observation_size=2, action_size=4, target_entropy_scale=0.5).entropy_target == -2.0
-    assert q.SAC(observation_size=2, action_size=4, target_entropy=-0.3).entropy_target == -0.3
+    assert q.rl.SAC(observation_size=2, action_size=3).entropy_target == -3.0
+    assert (
+        q.rl.SAC(observation_size=2, action_size=4, target_entropy_scale=0.5).entropy_target == -2.0
+    )
+    assert q.rl.SAC(observation_size=2, action_size=4, target_entropy=-0.3).entropy_target == -0.3
 
 
 def linear_gaussian(w, log_std):
     """A `TanhGaussianPolicy` with no hidden layer: mean ``obs @ w``, a fixed ``log_std``."""
-    policy = q.TanhGaussianPolicy(2, 2, (), key=jr.key(0))
+    policy = q.rl.TanhGaussianPolicy(2, 2, (), key=jr.key(0))
     weight = np.concatenate([w, np.zeros_like(w)], axis=1)
     bias = np.concatenate([np.zeros(2, F), log_std])
     layer = lambda p: p.net.layers[0]
@@ -158,8 +159,8 @@ def _sac_state(agent, hparams, log_alpha):
 
 
 def test_sac_critic_and_policy_losses_by_hand():
-    agent = q.SAC(observation_size=2, action_size=2, minibatch_size=3)
-    hparams = q.SACHParams(discount=0.8, reward_scaling=3.0)
+    agent = q.rl.SAC(observation_size=2, action_size=2, minibatch_size=3)
+    hparams = q.rl.SACHParams(discount=0.8, reward_scaling=3.0)
     state = _sac_state(agent, hparams, log_alpha=np.log(0.4))
     key = jr.key(11)
     loss = agent.critic_loss(state.critic, state, _batch(), key=key)
@@ -184,9 +185,9 @@ def test_sac_temperature_moves_towards_the_entropy_target():
     the target, alpha falls; below it, alpha rises (SAC's automatic tuning)."""
     batch = _batch()
     for target, direction in ((-20.0, -1.0), (20.0, 1.0)):
-        agent = q.SAC(observation_size=2, action_size=2, minibatch_size=3, target_entropy=target)
-        state = _sac_state(agent, q.SACHParams(alpha_lr=0.1), log_alpha=0.0)
-        state = agent.init_optimizer_states(state)  # for the linear modules
+        agent = q.rl.SAC(observation_size=2, action_size=2, minibatch_size=3, target_entropy=target)
+        state = _sac_state(agent, q.rl.SACHParams(alpha_lr=0.1), log_alpha=0.0)
+        state = agent.init_optimiser_states(state)  # for the linear modules
         new, metrics = agent.update(state, batch, key=jr.key(3))
         step = float(new.log_alpha - state.log_alpha)
         assert np.sign(step) == direction and abs(step) == pytest.approx(0.1, rel=1e-3)  # Adam
@@ -204,15 +205,15 @@ def test_sac_temperature_moves_towards_the_entropy_target():
 def test_soft_update_by_hand():
     target = {"w": jnp.asarray([1.0, -2.0], F)}
     online = {"w": jnp.asarray([3.0, 4.0], F)}
-    out = internal.soft_update(target, online, jnp.asarray(0.25, F))
+    out = q.rl.soft_update(target, online, jnp.asarray(0.25, F))
     np.testing.assert_allclose(np.asarray(out["w"]), [1.5, -0.5])
 
 
 def test_td3_delays_the_policy_and_the_targets():
     """Critic every step; policy and both targets (at rate tau) every ``policy_delay`` steps."""
-    agent = q.TD3(observation_size=2, action_size=2, minibatch_size=3, policy_delay=2)
-    state = _td3_state(agent, q.TD3HParams(tau=0.5))
-    state = agent.init_optimizer_states(eqx.tree_at(lambda s: s.steps, state, jnp.asarray(1)))
+    agent = q.rl.TD3(observation_size=2, action_size=2, minibatch_size=3, policy_delay=2)
+    state = _td3_state(agent, q.rl.TD3HParams(tau=0.5))
+    state = agent.init_optimiser_states(eqx.tree_at(lambda s: s.steps, state, jnp.asarray(1)))
     state = eqx.tree_at(  # targets apart from the online networks again
         lambda s: (s.target_policy, s.target_critic), state,
         (linear_policy(W * F(0.5)), linear_twin(QB, QA)),
@@ -233,7 +234,7 @@ def test_td3_delays_the_policy_and_the_targets():
     assert bool(eqx.tree_equal(even.target_critic, expected, rtol=1e-6, atol=1e-7))
 
 
-class FixedActor(q.AbstractActor):
+class FixedActor(q.rl.AbstractActor):
     """An actor whose log-probabilities and entropy are given per sample (through ``obs[0]``,
     an index into the tables)."""
 
@@ -271,7 +272,7 @@ def test_ppo_surrogate_by_hand():
     entropies = np.array([0.1, 0.2, 0.3, 0.4, 0.5], F)
     actor = FixedActor(jnp.asarray(new_lp), jnp.asarray(entropies))
     data = _samples(np.zeros(5, F), advantages, np.zeros(5, F))
-    h = q.PPOHParams(clip_eps=0.2, ent_coef=0.05)
+    h = q.rl.PPOHParams(clip_eps=0.2, ent_coef=0.05)
     loss, entropy = _actor_loss(actor, data, h, normalise_advantages=False)
     ratio = np.exp(new_lp)
     surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.2) * advantages)
@@ -299,24 +300,24 @@ def test_ppo_approximate_kl_by_hand():
 
 
 def test_ppo_critic_loss_by_hand():
-    critic = q.ValueCritic(2, (), key=jr.key(0))  # no hidden layer: obs @ w + b
+    critic = q.rl.ValueCritic(2, (), key=jr.key(0))  # no hidden layer: obs @ w + b
     layer = lambda c: c.net.layers[0]
     critic = eqx.tree_at(lambda c: (layer(c).weight, layer(c).bias), critic,
                          (jnp.asarray([[0.5], [-1.0]], F), jnp.asarray([0.25], F)))  # fmt: skip
     targets = np.array([1.0, -0.5, 2.0, 0.0], F)
     data = _samples(np.zeros(4, F), np.zeros(4, F), targets)
-    h = q.PPOHParams(vf_coef=0.7, critic_lr=0.0)  # a zero rate reports the loss, moves nothing
+    h = q.rl.PPOHParams(vf_coef=0.7, critic_lr=0.0)  # a zero rate reports the loss, moves nothing
     out, _, metrics = _critic_epochs(
-        critic, internal.init_clipped_adam(critic), data, h, num_minibatches=1, epochs=1,
+        critic, q.rl.init_clipped_adam(critic), data, h, num_minibatches=1, epochs=1,
         key=jr.key(1),
     )  # fmt: skip
     values = np.asarray(data.obs) @ np.array([0.5, -1.0], F) + 0.25
     assert float(metrics["critic_loss"]) == pytest.approx(0.7 * np.mean((values - targets) ** 2))
     assert bool(eqx.tree_equal(out, critic))
     # With learning, the reported loss is the last epoch's: that of the critic two updates on.
-    h = q.PPOHParams(vf_coef=0.7, critic_lr=0.05)
+    h = q.rl.PPOHParams(vf_coef=0.7, critic_lr=0.05)
     run = lambda epochs: _critic_epochs(
-        critic, internal.init_clipped_adam(critic), data, h, num_minibatches=1, epochs=epochs,
+        critic, q.rl.init_clipped_adam(critic), data, h, num_minibatches=1, epochs=epochs,
         key=jr.key(1),
     )  # fmt: skip
     two_on, _, _ = run(2)

@@ -85,7 +85,7 @@ def test_emitters_emit_batch_size(state0, getkey):
     g, extra = composed.emit(state0.repertoire, (None, None), key=getkey())
     assert g.shape == (39, 6)
     assert isinstance(extra, q.Lineage) and extra.kind.shape == (39,)
-    assert bool(jnp.all(extra.kind == q.ActorType.EVO))
+    assert bool(jnp.all(extra.kind == q.Origin.EVO))
     algo = q.MAPElites(composed, TASK, TASK.qd_offset)
     s, _ = algo.init(TASK.init_genotypes(5, key=getkey()), TESS, key=getkey())
     s, m = algo.update(s, key=getkey())
@@ -194,7 +194,7 @@ def test_mixing_emitter_splits_parents_and_lineage(getkey):
         np.testing.assert_array_equal(lineage.parent1, pid[rows])
         second = [*pid[num_var : 2 * num_var], *[-1] * num_mut]
         np.testing.assert_array_equal(lineage.parent2, second)
-        assert bool(jnp.all(lineage.kind == q.ActorType.EVO))
+        assert bool(jnp.all(lineage.kind == q.Origin.EVO))
 
 
 def test_mixing_emitter_needs_an_operator_for_a_single_slot():

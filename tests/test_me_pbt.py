@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
-from eqx_qd import jobs
+from eqx_qd import _metrics, jobs
 
 
-ENV = q.PointMaze(length=30)
-AGENT = q.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(16,),
+ENV = q.envs.PointMaze(length=30)
+AGENT = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(16,),
               minibatch_size=16, num_envs=2, buffer_size=500)  # fmt: skip
 CONFIG = q.PBTEmitterConfig(
     pg_population_size=4, ga_population_size=4, num_training_iterations=3,
@@ -46,7 +46,7 @@ def test_config_counts_and_errors():
 
 def test_the_emitter_checks_agent_environment_and_spaces_against_each_other():
     iso = q.IsoLineVariation(0.01, 0.1)
-    wide = q.TD3(observation_size=3, action_size=2, policy_hidden=(8,), critic_hidden=(8,))
+    wide = q.rl.TD3(observation_size=3, action_size=2, policy_hidden=(8,), critic_hidden=(8,))
     with pytest.raises(ValueError, match="observation_size is 3 but the environment's is 2"):
         q.PBTEmitter(wide, ENV, CONFIG, AGENT.hparam_spaces, iso)
     with pytest.raises(ValueError, match="PBTEmitter: the hyperparameter spaces are empty"):
@@ -54,8 +54,8 @@ def test_the_emitter_checks_agent_environment_and_spaces_against_each_other():
     with pytest.raises(
         ValueError, match=r"spaces name \['alpha_lr'\], which TD3HParams does not have"
     ):
-        q.PBTEmitter(AGENT, ENV, CONFIG, {"alpha_lr": q.Uniform(1e-4, 1e-3)}, iso)
-    q.PBTEmitter(AGENT, ENV, CONFIG, {"policy_lr": q.LogUniform(1e-4, 1e-3)}, iso)  # fine
+        q.PBTEmitter(AGENT, ENV, CONFIG, {"alpha_lr": q.rl.Uniform(1e-4, 1e-3)}, iso)
+    q.PBTEmitter(AGENT, ENV, CONFIG, {"policy_lr": q.rl.LogUniform(1e-4, 1e-3)}, iso)  # fine
     # A config for several devices needs the mesh axis it runs over.
     two = q.PBTEmitterConfig(num_devices=2)
     with pytest.raises(ValueError, match="config.num_devices is 2 but no axis_name"):
@@ -94,11 +94,11 @@ def test_me_pbt_keeps_its_invariants(getkey):
     for name, space in AGENT.hparam_spaces.items():
         assert bool(jnp.all(space.contains(getattr(pop.agent_state.hparams, name))))
     kinds = np.asarray(info.emit_extra.kind)
-    assert kinds[:4].tolist() == [q.ActorType.EVO] * 4
-    assert kinds[4:].tolist() == [q.ActorType.GRADIENT] * 4
+    assert kinds[:4].tolist() == [q.Origin.EVO] * 4
+    assert kinds[4:].tolist() == [q.Origin.GRADIENT] * 4
     # Every agent (copies too) stepped 2 envs x 3 training iterations in each of 3 steps.
     assert pop.env_steps.tolist() == [2 * 3 * 3] * 4
-    assert q.bytes_per_cell(state.repertoire) > 0
+    assert q.internal.bytes_per_cell(state.repertoire) > 0
     assert jax.tree.structure(state.repertoire.genotypes) == jax.tree.structure(genotypes)
 
 
@@ -160,7 +160,7 @@ def test_run_folders_plot_repertoires_of_any_dimension(tmp_path):
 
     flat = q.MapElitesRepertoire.empty(q.GridTessellation((3, 3)), jnp.zeros(2))
     cube = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2, 2)), jnp.zeros(3))
-    progress = {"evaluations": np.arange(2.0), **{k: np.zeros(2) for k in q.METRIC_NAMES}}
+    progress = {"evaluations": np.arange(2.0), **{k: np.zeros(2) for k in _metrics.METRIC_NAMES}}
     # ant_uni has 4 descriptors: one panel per pair of descriptors.
     write_qd_outputs(jobs.RunFolder(tmp_path / "cube"), cube, progress, plots=True)
     assert (tmp_path / "cube" / "repertoire.png").exists()
@@ -168,7 +168,7 @@ def test_run_folders_plot_repertoires_of_any_dimension(tmp_path):
     write_qd_outputs(jobs.RunFolder(tmp_path / "flat"), flat, progress, plots=True)
     assert (tmp_path / "flat" / "repertoire.png").exists()
     # PGA-ME's folder too, with the task's axes (ant_uni: four feet).
-    ant = q.BraxQDEnv("ant_uni")
+    ant = q.envs.BraxQDEnv("ant_uni")
     four, _ = q.init_repertoire(
         q.GridTessellation((2, 2, 2, 2), minval=0.0, maxval=1.0), jnp.zeros((3, 2)),
         jnp.asarray([[0.1] * 4, [0.9] * 4, [0.1, 0.9, 0.1, 0.9]]), jnp.asarray([1.0, 2.0, 3.0]),
@@ -182,9 +182,9 @@ def test_run_folders_plot_repertoires_of_any_dimension(tmp_path):
 # Learning rates pinned at 0 (a space of one value): training moves no network, so after
 # `state_update` each slot's genome shows where it came from.
 FROZEN = {
-    "policy_lr": q.Uniform(0.0, 0.0),
-    "critic_lr": q.Uniform(0.0, 0.0),
-    "expl_noise": q.Uniform(0.0, 0.2),
+    "policy_lr": q.rl.Uniform(0.0, 0.0),
+    "critic_lr": q.rl.Uniform(0.0, 0.0),
+    "expl_noise": q.rl.Uniform(0.0, 0.2),
 }
 
 
@@ -214,7 +214,7 @@ def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
     np.testing.assert_array_equal(np.asarray(extra.parent2)[4:], [-1] * 4)
     assert np.all(np.asarray(extra.parent1)[:4] >= 0) and np.all(np.asarray(extra.parent2)[:4] >= 0)
     np.testing.assert_array_equal(
-        np.asarray(extra.kind), [int(q.ActorType.EVO)] * 4 + [int(q.ActorType.GRADIENT)] * 4
+        np.asarray(extra.kind), [int(q.Origin.EVO)] * 4 + [int(q.Origin.GRADIENT)] * 4
     )
     update = eqx.filter_jit(
         lambda s, r, g, d, f, e, k: emitter.state_update(s, r, g, d, f, e, key=k)

@@ -25,7 +25,7 @@ def _greedy(state):
 
 
 def test_line_targets_terminates_when_every_agent_is_home(getkey):
-    env = q.LineTargets(n=3, size=6)
+    env = q.envs.LineTargets(n=3, size=6)
     assert (env.num_agents, env.observation_size, env.action_size, env.discrete) == (3, 4, 3, True)
     states = _play(env, _greedy, 6, getkey())
     assert states[0].obs.shape == (3, 4) and states[0].reward.shape == (3,)
@@ -39,7 +39,7 @@ def test_line_targets_terminates_when_every_agent_is_home(getkey):
 
 
 def test_staying_put_is_penalised_and_truncated_by_the_time_limit(getkey):
-    env = q.TimeLimit(q.LineTargets(n=2, size=8), max_steps=4)
+    env = q.envs.TimeLimit(q.envs.LineTargets(n=2, size=8), max_steps=4)
     step = eqx.filter_jit(lambda s, a, k: env.step(s, a, key=k))
     state = env.reset(key=getkey())
     far = (jnp.array([0, 0], jnp.int32), jnp.array([5, 6], jnp.int32))  # nobody is home
@@ -52,11 +52,11 @@ def test_staying_put_is_penalised_and_truncated_by_the_time_limit(getkey):
     assert [float(s.terminated) for s in states] == [0.0] * 4
     np.testing.assert_allclose([float(s.reward[0]) for s in states], [-(5 + 6) / 2 / 7] * 4)
     with pytest.raises(ValueError, match="max_steps"):
-        q.TimeLimit(q.LineTargets(), max_steps=0)
+        q.envs.TimeLimit(q.envs.LineTargets(), max_steps=0)
 
 
 def test_single_agent_view_is_the_one_agent_case(getkey):
-    env = q.SingleAgentView(q.PointMaze(walls=False, length=5))
+    env = q.envs.SingleAgentView(q.envs.PointMaze(walls=False, length=5))
     assert (env.num_agents, env.observation_size, env.action_size, env.discrete) == (1, 2, 2, False)
     up = lambda s: jnp.array([[0.0, 1.0]], jnp.float32)
     states = _play(env, up, 5, getkey())
@@ -66,7 +66,7 @@ def test_single_agent_view_is_the_one_agent_case(getkey):
 
 
 def test_multi_agent_env_vmaps(getkey):
-    env = q.LineTargets(n=2, size=5)
+    env = q.envs.LineTargets(n=2, size=5)
     states = jax.vmap(lambda k: env.reset(key=k))(jr.split(getkey(), 16))
     nxt = jax.vmap(lambda s, k: env.step(s, jnp.full(2, 2, jnp.int32), key=k))(
         states, jr.split(getkey(), 16)
@@ -76,11 +76,11 @@ def test_multi_agent_env_vmaps(getkey):
 
 def test_autoreset_keeps_the_reached_observation_and_starts_afresh():
     # The one auto-reset of single-agent loops drives a multi-agent environment too.
-    env = q.TimeLimit(q.LineTargets(n=2, size=4), 3)
-    step = eqx.filter_jit(lambda s, a, k: q.autoreset_step(env, s, a, key=k))
+    env = q.envs.TimeLimit(q.envs.LineTargets(n=2, size=4), 3)
+    step = eqx.filter_jit(lambda s, a, k: q.envs.autoreset_step(env, s, a, key=k))
     # Agents at 0 and 3 with targets 3 and 0: staying put never arrives.
     pos, targets = jnp.asarray([0, 3], jnp.int32), jnp.asarray([3, 0], jnp.int32)
-    start = q.training_reset(env, key=jr.key(0))
+    start = q.envs.training_reset(env, key=jr.key(0))
     assert start.episode_return.shape == (2,)
     state = eqx.tree_at(lambda s: s.env_state.physics, start, (pos, targets))
     stay = jnp.ones((2,), jnp.int32)
@@ -110,17 +110,19 @@ def test_autoreset_keeps_the_reached_observation_and_starts_afresh():
 def test_one_evaluator_plays_single_and_multi_agent_episodes_to_their_end():
     # A single-agent task (its time limit from episode_length) and a multi-agent one (from
     # TimeLimit) through the same evaluate_episodes; the cap counts as a truncation.
-    maze = q.PointMaze(length=7)
-    stats = q.evaluate_episodes(maze, lambda o, k: jnp.zeros(2), 3, key=jr.key(0))
+    maze = q.envs.PointMaze(length=7)
+    stats = q.envs.evaluate_episodes(maze, lambda o, k: jnp.zeros(2), 3, key=jr.key(0))
     assert stats.returns.shape == (3,) and stats.lengths.tolist() == [7, 7, 7]
     assert stats.truncated.all() and not stats.terminated.any()
-    team = q.TimeLimit(q.LineTargets(n=2, size=4), 5)
+    team = q.envs.TimeLimit(q.envs.LineTargets(n=2, size=4), 5)
     stay = lambda o, k: jnp.ones((2,), jnp.int32)
-    stats = q.evaluate_episodes(team, stay, 4, key=jr.key(1))
+    stats = q.envs.evaluate_episodes(team, stay, 4, key=jr.key(1))
     assert stats.returns.shape == (4, 2) and stats.final_rewards.shape == (4, 2)
     # An episode ends at its limit (5) or earlier when it starts on its targets.
     assert (stats.lengths <= 5).all() and (stats.terminated | stats.truncated).all()
-    capped = q.evaluate_episodes(q.LineTargets(n=2, size=4), stay, 4, max_steps=3, key=jr.key(1))
+    capped = q.envs.evaluate_episodes(
+        q.envs.LineTargets(n=2, size=4), stay, 4, max_steps=3, key=jr.key(1)
+    )
     assert (capped.lengths <= 3).all() and (capped.terminated | capped.truncated).all()
 
 
@@ -128,7 +130,7 @@ def test_one_evaluator_plays_single_and_multi_agent_episodes_to_their_end():
     "name, agents, obs, act", [("walker2d_2x3", 2, 11, 3), ("ant_4x2", 4, 15, 2)]
 )
 def test_multi_agent_brax_shapes(name, agents, obs, act):
-    env = q.BraxMultiAgentEnv(name, episode_length=10)
+    env = q.envs.BraxMultiAgentEnv(name, episode_length=10)
     assert (env.num_agents, env.observation_size, env.action_size, env.discrete) == (
         agents, obs, act, False,
     )  # fmt: skip
@@ -140,7 +142,7 @@ def test_multi_agent_brax_shapes(name, agents, obs, act):
 
 
 def test_walker2d_2x3_splits_actuators_and_shares_the_reward():
-    env = q.BraxMultiAgentEnv("walker2d_2x3", episode_length=2)
+    env = q.envs.BraxMultiAgentEnv("walker2d_2x3", episode_length=2)
     actions = jnp.asarray([[0.5, -0.3, 0.9], [-1.0, 0.2, 0.0]], jnp.float32)
 
     @jax.jit

@@ -11,25 +11,26 @@ from hypothesis import given, Phase, settings, strategies as st
 
 import eqx_qd as q
 from eqx_qd import jobs
+from eqx_qd.rl import _pbt
 
 
-ENV = q.PointMaze(walls=False, length=20)
-AGENT = q.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
+ENV = q.envs.PointMaze(walls=False, length=20)
+AGENT = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
               minibatch_size=8, num_envs=2, buffer_size=16)  # fmt: skip
 POP = 6
 
 
 @functools.cache
 def _population():
-    pop = q.init_population(AGENT, ENV, None, POP, key=jr.key(0))
+    pop = q.rl.init_population(AGENT, ENV, None, POP, key=jr.key(0))
     # Give each member a distinct buffer so that copies can be traced.
-    pop, _ = q.train_population(AGENT, ENV, pop, 2, key=jr.key(1))
+    pop, _ = q.rl.train_population(AGENT, ENV, pop, 2, key=jr.key(1))
     return pop
 
 
 @functools.cache
 def _pbt_update():
-    pbt = q.PBT(POP, 2, 3, AGENT.hparam_spaces)
+    pbt = q.rl.PBT(POP, 2, 3, AGENT.hparam_spaces)
     return pbt, eqx.filter_jit(lambda p, r, k: pbt.update(p, r, key=k))
 
 
@@ -88,39 +89,39 @@ def test_nan_returns_rank_last(population, pbt_update):
 
 def test_pbt_validation_says_what_is_wrong():
     with pytest.raises(ValueError, match="best_fraction=0.1 of 4 members rounds to 0 members"):
-        q.PBT.from_fractions(4, 0.1, 0.4, q.TD3_SPACES)
+        q.rl.PBT.from_fractions(4, 0.1, 0.4, q.rl.TD3_SPACES)
     with pytest.raises(ValueError, match="worse_fraction=0.2 of 4 members rounds to 0 members"):
-        q.PBT.from_fractions(4, 0.5, 0.2, q.TD3_SPACES)
+        q.rl.PBT.from_fractions(4, 0.5, 0.2, q.rl.TD3_SPACES)
     with pytest.raises(ValueError, match="exceeds the population size 5"):
-        q.PBT(5, 3, 3, q.TD3_SPACES)
+        q.rl.PBT(5, 3, 3, q.rl.TD3_SPACES)
     with pytest.raises(ValueError, match="explore"):
-        q.PBT(5, 1, 1, q.TD3_SPACES, explore="mutate")
-    pbt = q.PBT.from_fractions(10, 0.1, 0.4, q.TD3_SPACES)
+        q.rl.PBT(5, 1, 1, q.rl.TD3_SPACES, explore="mutate")
+    pbt = q.rl.PBT.from_fractions(10, 0.1, 0.4, q.rl.TD3_SPACES)
     assert (pbt.num_best_to_replace_from, pbt.num_worse_to_replace) == (1, 4)
-    assert q.PBT(2, 1, 1, q.TD3_SPACES).population_size == 2  # the smallest population
+    assert q.rl.PBT(2, 1, 1, q.rl.TD3_SPACES).population_size == 2  # the smallest population
     with pytest.raises(ValueError, match="at least 2, got 1"):
-        q.PBT(1, 1, 1, q.TD3_SPACES)
+        q.rl.PBT(1, 1, 1, q.rl.TD3_SPACES)
     # A zero fraction is a count of zero (not "rounds to 0"), refused by PBT for what it is.
     with pytest.raises(ValueError, match=r"num_best_to_replace_from \(0\)"):
-        q.PBT.from_fractions(10, 0.0, 0.4, q.TD3_SPACES)
+        q.rl.PBT.from_fractions(10, 0.0, 0.4, q.rl.TD3_SPACES)
     with pytest.raises(ValueError, match="no hyperparameters named"):
-        q.sample_hparams(q.TD3HParams(), {"alpha_lr": q.Uniform(0.0, 1.0)}, key=jr.key(0))
+        q.rl.sample_hparams(q.rl.TD3HParams(), {"alpha_lr": q.rl.Uniform(0.0, 1.0)}, key=jr.key(0))
 
 
 def test_spaces_sample_clip_and_perturb():
     keys = jr.split(jr.key(0), 4000)
-    logu = q.LogUniform(1e-5, 1e-1)
+    logu = q.rl.LogUniform(1e-5, 1e-1)
     draws = np.asarray(jax.vmap(lambda k: logu.sample(key=k))(keys))
     assert draws.min() >= 1e-5 and draws.max() <= 1e-1
     assert np.median(np.log10(draws)) == pytest.approx(-3.0, abs=0.15)
-    choice = q.Choice([0.9, 0.99, 0.999])
+    choice = q.rl.Choice([0.9, 0.99, 0.999])
     assert float(choice.clip(jnp.asarray(0.98, jnp.float32))) == pytest.approx(0.99)
-    spaces = q.log_uniform_learning_rates(q.SAC_SPACES)
-    assert isinstance(spaces["policy_lr"], q.LogUniform)
-    assert isinstance(spaces["discount"], q.Uniform)
-    hp = q.SACHParams(policy_lr=3e-3, discount=0.95)
+    spaces = q.rl.log_uniform_learning_rates(q.rl.SAC_SPACES)
+    assert isinstance(spaces["policy_lr"], q.rl.LogUniform)
+    assert isinstance(spaces["discount"], q.rl.Uniform)
+    hp = q.rl.SACHParams(policy_lr=3e-3, discount=0.95)
     for k in jr.split(jr.key(1), 20):
-        out = q.perturb_hparams(hp, q.SAC_SPACES, key=k)
+        out = q.rl.perturb_hparams(hp, q.rl.SAC_SPACES, key=k)
         assert float(out.policy_lr) <= 3e-3 + 1e-9  # clipped into the space
         # 0.95 x 0.8 = 0.76 and 0.95 x 1.2 = 1.14 are both clipped into [0.9, 1.0].
         assert float(out.discount) in (pytest.approx(0.9), pytest.approx(1.0))
@@ -128,12 +129,12 @@ def test_spaces_sample_clip_and_perturb():
 
 
 def test_pbt_explores_as_its_explore_field_says():
-    hp, key = q.SACHParams(policy_lr=3e-3, discount=0.95), jr.key(2)
-    spaces = {"policy_lr": q.LogUniform(1e-4, 1e-2), "discount": q.Uniform(0.9, 0.99)}
-    resampled = q.PBT(4, 1, 1, spaces).explore_hparams(hp, key=key)
-    perturbed = q.PBT(4, 1, 1, spaces, explore="perturb").explore_hparams(hp, key=key)
-    assert eqx.tree_equal(resampled, q.sample_hparams(hp, spaces, key=key))
-    assert eqx.tree_equal(perturbed, q.perturb_hparams(hp, spaces, key=key))
+    hp, key = q.rl.SACHParams(policy_lr=3e-3, discount=0.95), jr.key(2)
+    spaces = {"policy_lr": q.rl.LogUniform(1e-4, 1e-2), "discount": q.rl.Uniform(0.9, 0.99)}
+    resampled = q.rl.PBT(4, 1, 1, spaces).explore_hparams(hp, key=key)
+    perturbed = q.rl.PBT(4, 1, 1, spaces, explore="perturb").explore_hparams(hp, key=key)
+    assert eqx.tree_equal(resampled, q.rl.sample_hparams(hp, spaces, key=key))
+    assert eqx.tree_equal(perturbed, q.rl.perturb_hparams(hp, spaces, key=key))
     assert float(perturbed.policy_lr) in (pytest.approx(2.4e-3), pytest.approx(3.6e-3))
 
 
@@ -147,17 +148,17 @@ def test_init_population_draws_each_members_hyperparameters(population):
 
 def test_copy_into_may_replace_every_member(population):
     slots = jnp.arange(POP, dtype=jnp.int32)
-    out, picked = q.copy_into(population, population, slots, lambda h, k: h, key=jr.key(3))
+    out, picked = _pbt.copy_into(population, population, slots, lambda h, k: h, key=jr.key(3))
     assert picked.shape == (POP,)
     np.testing.assert_array_equal(out.env_steps, np.asarray(population.env_steps)[picked])
 
 
-def test_population_without_optimizer_states_is_smaller(population):
-    stored = q.population_without_optimizer_states(AGENT, population)
+def test_population_without_optimiser_states_is_smaller(population):
+    stored = _pbt.population_without_optimiser_states(AGENT, population)
     assert stored.agent_state.policy_opt_state is None
     size = lambda t: sum(x.nbytes for x in jax.tree.leaves(t) if eqx.is_array(x))
     assert size(stored.agent_state) < size(population.agent_state)
-    rebuilt = eqx.filter_vmap(AGENT.init_optimizer_states)(stored.agent_state)
+    rebuilt = eqx.filter_vmap(AGENT.init_optimiser_states)(stored.agent_state)
     assert jax.tree.structure(rebuilt) == jax.tree.structure(population.agent_state)
 
 
@@ -196,12 +197,12 @@ def test_pbt_command_writes_a_run_folder(tmp_path, capsys):
 @pytest.mark.parametrize(
     "make, match",
     [
-        (lambda: q.Uniform(0.0, float("inf")), "Uniform.high"),
-        (lambda: q.Uniform(1.0, 0.5), "Uniform.low"),
-        (lambda: q.LogUniform(0.0, 1.0), "LogUniform.low"),
-        (lambda: q.LogUniform(1e-3, float("nan")), "LogUniform.high"),
-        (lambda: q.Choice([]), "at least one value"),
-        (lambda: q.Choice([0.1, float("inf")]), "Choice.values"),
+        (lambda: q.rl.Uniform(0.0, float("inf")), "Uniform.high"),
+        (lambda: q.rl.Uniform(1.0, 0.5), "Uniform.low"),
+        (lambda: q.rl.LogUniform(0.0, 1.0), "LogUniform.low"),
+        (lambda: q.rl.LogUniform(1e-3, float("nan")), "LogUniform.high"),
+        (lambda: q.rl.Choice([]), "at least one value"),
+        (lambda: q.rl.Choice([0.1, float("inf")]), "Choice.values"),
         (lambda: q.MixingEmitter(batch_size=4, variation_percentage=1.0), "variation operator"),
         (lambda: q.MixingEmitter(batch_size=4, variation_percentage=0.5,
                                  variation=q.IsoLineVariation(0.0, 0.1)), "mutation operator"),

@@ -54,7 +54,7 @@ def test_run_folder_has_the_repo_outputs(run_folder):
     qd = [float(r["qd_score"]) for r in progress]
     assert all(b >= a for a, b in zip(qd, qd[1:]))
     # The paper's plain QD-score: the sum of the archive's fitnesses, without the offset.
-    offset = q.PolicyScorer(q.PointMaze(length=50)).qd_offset
+    offset = q.PolicyScorer(q.envs.PointMaze(length=50)).qd_offset
     for r in progress:
         plain = float(r["plain_qd_score"])
         expected = float(r["qd_score"]) - offset * int(r["num_filled"])
@@ -108,9 +108,9 @@ def test_final_actors_load_back_as_policies(run_folder):
     best = int(jnp.argmax(repertoire.fitnesses))
     actor_id = int(repertoire.extra[best])
     policy = jobs.policy_by_id(repertoire, actor_id)
-    assert isinstance(policy, q.DeterministicPolicy)
-    env = q.PointMaze(length=config.episode_length)
-    replay = q.rollout(env, policy, key=jr.key(0))
+    assert isinstance(policy, q.rl.DeterministicPolicy)
+    env = q.envs.PointMaze(length=config.episode_length)
+    replay = q.envs.rollout(env, policy, key=jr.key(0))
     np.testing.assert_allclose(float(replay.returns), float(repertoire.fitnesses[best]), rtol=1e-5)
     assert float(progress["max_fitness"][-1]) == pytest.approx(float(repertoire.fitnesses[best]))
     with pytest.raises(KeyError, match="no actor"):
@@ -164,7 +164,7 @@ def test_config_validation_names_the_problem(tmp_path):
         jobs.PGAMEConfig.from_toml(bad)
     with pytest.raises(ValueError, match="dim_map"):
         cfg = jobs.PGAMEConfig(**{**TINY, "dim_map": 3})
-        jobs._pgame.make_pgame(cfg, q.PointMaze())
+        jobs._pgame.make_pgame(cfg, q.envs.PointMaze())
     # Paper defaults, and the preset the command runs.
     paper = jobs.PGAMEConfig()
     assert (paper.n_niches, paper.max_evals, paper.proportion_evo, paper.nr_of_steps_crit) == (
@@ -185,11 +185,11 @@ def test_cli_rejects_bad_pgame_input(tmp_path, capsys):
 
 
 def test_policy_gradient_variation_raises_the_critic_value(getkey):
-    env = q.PointMaze(walls=False, length=20)
-    td3 = q.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(32, 32),
+    env = q.envs.PointMaze(walls=False, length=20)
+    td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(32, 32),
                 minibatch_size=32)  # fmt: skip
     emitter = q.QualityPGEmitter(
-        batch_size=5, td3=td3, hparams=q.TD3HParams(), num_critic_steps=30, num_pg_steps=20,
+        batch_size=5, td3=td3, hparams=q.rl.TD3HParams(), num_critic_steps=30, num_pg_steps=20,
         buffer_size=2000, pg_lr=1e-2,
     )  # fmt: skip
     scorer = q.PolicyScorer(env)
@@ -291,13 +291,13 @@ def test_repository_arguments_without_counterpart_are_refused_with_the_reason():
 
 def _policy_heading(direction):
     """A policy whose action is ``tanh(5 * direction)`` everywhere (zero weights)."""
-    policy = q.DeterministicPolicy(2, 2, (4,), key=jr.key(0))
+    policy = q.rl.DeterministicPolicy(2, 2, (4,), key=jr.key(0))
     policy = jax.tree.map(lambda x: jnp.zeros_like(x) if eqx.is_array(x) else x, policy)
     return eqx.tree_at(lambda p: p.net.layers[-1].bias, policy, 5.0 * jnp.asarray(direction))
 
 
 def test_discard_dead_refuses_episodes_that_ended_early(getkey):
-    scorer = q.PolicyScorer(q.PointMaze(walls=False, length=40))
+    scorer = q.PolicyScorer(q.envs.PointMaze(walls=False, length=40))
     policies = jax.tree.map(
         lambda *xs: jnp.stack(xs) if eqx.is_array(xs[0]) else xs[0],
         _policy_heading([0.0, 1.0]), _policy_heading([0.0, -1.0]),
@@ -386,7 +386,7 @@ def test_cli_reads_original_config_files(tmp_path, capsys):
 
 def test_centroids_from_a_file_or_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    env = q.PointMaze()
+    env = q.envs.PointMaze()
     text = tmp_path / "centroids_4_2.dat"
     text.write_text("0.1 0.2\n-0.5 0.5\n0.9 -0.9\n0 0\n")
     config = jobs.PGAMEConfig(**{**TINY, "n_niches": 4, "centroids_file": str(text)})

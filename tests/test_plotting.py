@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
-from eqx_qd import plotting
+from eqx_qd import _metrics, plotting
 
 
 matplotlib.use("Agg")
@@ -86,7 +86,7 @@ def test_more_than_two_descriptors_get_one_panel_per_pair():
 
 
 def test_metric_curves_read_against_a_second_axis_on_top():
-    history = {k: np.linspace(0.0, 1.0, 5) for k in q.METRIC_NAMES}
+    history = {k: np.linspace(0.0, 1.0, 5) for k in _metrics.METRIC_NAMES}
     history.update(evaluations=np.arange(1.0, 6.0) * 100, env_steps=np.arange(1.0, 6.0) * 1e4)
     fig = plotting.plot_metrics(history, "evaluations", "env_steps")
     panels = [ax for ax in fig.axes if ax.get_title()]

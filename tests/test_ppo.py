@@ -16,18 +16,18 @@ from eqx_qd.jobs._ippo import summarise
 
 # Small sizes: every test below reuses the same few compiled programs.
 FAST = dict(rollout_length=32, num_envs=32, num_minibatches=4, actor_epochs=4, critic_epochs=4)
-FAST_HPARAMS = q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3)
+FAST_HPARAMS = q.rl.PPOHParams(actor_lr=3e-3, critic_lr=3e-3)
 
 
 LAYOUTS = {"independent": {}, "shared": dict(shared_params=True), "joint": dict(joint_network=True)}
 
 
-LINE = q.TimeLimit(q.LineTargets(n=2, size=8), 16)
+LINE = q.envs.TimeLimit(q.envs.LineTargets(n=2, size=8), 16)
 
 
 @functools.cache
-def line_agent(layout: str = "independent") -> q.IPPO:
-    return q.IPPO.for_env(LINE, **LAYOUTS[layout], **FAST)
+def line_agent(layout: str = "independent") -> q.rl.IPPO:
+    return q.rl.IPPO.for_env(LINE, **LAYOUTS[layout], **FAST)
 
 
 def start(agent, env=LINE, hparams=None, *, key):
@@ -42,7 +42,7 @@ def trained_line_run(layout: str = "independent"):
     return jobs.train_ippo(agent, LINE, run, 40, key=jr.key(1), eval_frequency=20, num_episodes=64)
 
 
-def _mean_return(stats: q.EpisodeStats) -> float:
+def _mean_return(stats: q.envs.EpisodeStats) -> float:
     return float(np.mean(stats.returns))
 
 
@@ -73,7 +73,7 @@ def test_ippo_shapes_independent_shared_and_joint():
     assert shared_state.agent_state.actor.net.layers[0].weight.shape == (3, 64)
     # jaxagents' layout: one network over both agents' observations, a head (3 logits) each.
     joint = joint_state.agent_state
-    assert isinstance(joint.actor, q.JointActor)
+    assert isinstance(joint.actor, q.rl.JointActor)
     assert joint.actor.net.layers[0].weight.shape == (6, 64)
     assert joint.actor.net.layers[-1].weight.shape == (64, 6)
     assert joint.critic.net.layers[-1].weight.shape == (64, 2)
@@ -83,8 +83,8 @@ def test_ippo_shapes_independent_shared_and_joint():
 @pytest.mark.parametrize("discrete", [True, False])
 def test_joint_actor_is_one_distribution_per_agent_over_the_team_observation(discrete):
     n, obs_size, k = 3, 4, 2
-    actor = q.JointActor(n, obs_size, k, (16,), discrete=discrete, key=jr.key(0))
-    actor = eqx.tree_at(lambda a: a.net, actor, q.MLP(n * obs_size, n * k, (16,), key=jr.key(1)))
+    actor = q.rl.JointActor(n, obs_size, k, (16,), discrete=discrete, key=jr.key(0))
+    actor = eqx.tree_at(lambda a: a.net, actor, q.rl.MLP(n * obs_size, n * k, (16,), key=jr.key(1)))
     obs = jr.normal(jr.key(2), (n, obs_size))
     heads = actor.net(obs.reshape(-1)).reshape(n, k)
     action = actor.sample(obs, key=jr.key(3))
@@ -105,19 +105,19 @@ def test_joint_actor_is_one_distribution_per_agent_over_the_team_observation(dis
     # Agent 0's distribution reads agent 2's observation: the network is the team's.
     moved = obs.at[2].add(1.0)
     assert not np.isclose(actor.log_prob(moved, action)[0], log_prob[0])
-    critic = q.JointValueCritic(n, obs_size, (16,), key=jr.key(4))
+    critic = q.rl.JointValueCritic(n, obs_size, (16,), key=jr.key(4))
     assert critic(obs).shape == (n,) and not np.allclose(critic(obs)[0], critic(moved)[0])
     with pytest.raises(ValueError, match="joint_network"):
-        q.IPPO.for_env(q.LineTargets(n=2), joint_network=True, shared_params=True)
+        q.rl.IPPO.for_env(q.envs.LineTargets(n=2), joint_network=True, shared_params=True)
 
 
 def _actors():
     obs1, obs3 = jr.normal(jr.key(5), (4,)), jr.normal(jr.key(6), (3, 4))
     return [
-        (q.CategoricalActor(4, 3, (16, 16), key=jr.key(0)), obs1),
-        (q.GaussianActor(4, 2, (16, 16), key=jr.key(1)), obs1),
-        (q.JointActor(3, 4, 3, (16,), discrete=True, key=jr.key(2)), obs3),
-        (q.JointActor(3, 4, 2, (16,), discrete=False, key=jr.key(3)), obs3),
+        (q.rl.CategoricalActor(4, 3, (16, 16), key=jr.key(0)), obs1),
+        (q.rl.GaussianActor(4, 2, (16, 16), key=jr.key(1)), obs1),
+        (q.rl.JointActor(3, 4, 3, (16,), discrete=True, key=jr.key(2)), obs3),
+        (q.rl.JointActor(3, 4, 2, (16,), discrete=False, key=jr.key(3)), obs3),
     ]
 
 
@@ -144,9 +144,9 @@ def test_actors_pair_their_methods_on_one_pass_of_the_network(index):
 
 
 def test_ippo_learns_a_continuous_task():
-    env = q.SingleAgentView(q.PointMaze(walls=False, length=50))
-    agent = q.IPPO.for_env(env, normalise_observations=True, **FAST)
-    hparams = q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95)
+    env = q.envs.SingleAgentView(q.envs.PointMaze(walls=False, length=50))
+    agent = q.rl.IPPO.for_env(env, normalise_observations=True, **FAST)
+    hparams = q.rl.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95)
     run = start(agent, env, hparams, key=jr.key(0))
     _, log = jobs.train_ippo(
         agent, env, run, 40, key=jr.key(1), eval_frequency=40, num_episodes=8, progress=False
@@ -160,9 +160,9 @@ def test_ippo_learns_a_continuous_task():
 def test_ppo_learns_the_same_task_as_a_team_of_one():
     """`PPO` on the single-agent maze is the learner of `IPPO` with one agent: it learns the
     same task, and its state holds one actor and one critic (no agent axis)."""
-    env = q.PointMaze(walls=False, length=50)
-    agent = q.PPO(observation_size=2, action_size=2, normalise_observations=True, **FAST)
-    hparams = q.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95)
+    env = q.envs.PointMaze(walls=False, length=50)
+    agent = q.rl.PPO(observation_size=2, action_size=2, normalise_observations=True, **FAST)
+    hparams = q.rl.PPOHParams(actor_lr=3e-3, critic_lr=3e-3, gamma=0.95)
     run = start(agent, env, hparams, key=jr.key(0))
     before = agent.evaluate(env, run.agent_state, 8, key=jr.key(2))
     run, metrics = eqx.filter_jit(lambda r: agent.train(env, r, 40, key=jr.key(1)))(run)
@@ -173,11 +173,11 @@ def test_ppo_learns_the_same_task_as_a_team_of_one():
     assert run.agent_state.actor.net.layers[0].weight.shape == (2, 64)
     assert run.agent_state.normaliser.mean.shape == (2,)
     with pytest.raises(TypeError, match="single-agent"):
-        agent.init_run(q.SingleAgentView(env), run.agent_state, key=jr.key(0))
+        agent.init_run(q.envs.SingleAgentView(env), run.agent_state, key=jr.key(0))
 
 
 def test_observation_statistics_follow_the_rollouts():
-    agent = q.IPPO.for_env(LINE, normalise_observations=True, **FAST)
+    agent = q.rl.IPPO.for_env(LINE, normalise_observations=True, **FAST)
     run = start(agent, key=jr.key(2))
     assert run.agent_state.normaliser.mean.shape == (2, 3)  # per agent, like the actors
     rollout_key = jr.split(jr.key(3), 3)[0]  # the rollout key of `_iteration`'s split
@@ -245,7 +245,7 @@ def test_zero_learning_rates_leave_networks_unchanged():
 
 def test_sweep_is_one_vmap_over_hyperparameters():
     agent = line_agent()
-    grid = q.PPOHParams.stack([FAST_HPARAMS, q.PPOHParams(actor_lr=0.0, critic_lr=3e-3)])
+    grid = q.rl.PPOHParams.stack([FAST_HPARAMS, q.rl.PPOHParams(actor_lr=0.0, critic_lr=3e-3)])
     key = jr.key(5)
     runs = eqx.filter_vmap(lambda h: start(agent, hparams=h, key=key))(grid)
     train = lambda r: agent.train(LINE, r, 3, key=jr.key(6))
@@ -269,7 +269,7 @@ def test_sweep_is_one_vmap_over_hyperparameters():
 @eqx.filter_jit
 def _episodes(agent, run, num_episodes, deterministic=True, *, key):
     policy = lambda o, k: agent.act(run.agent_state, o, deterministic=deterministic, key=k)
-    return q.evaluate_episodes(LINE, policy, num_episodes, key=key)
+    return q.envs.evaluate_episodes(LINE, policy, num_episodes, key=key)
 
 
 def test_evaluation_reports_full_episodes():
@@ -388,13 +388,13 @@ def test_a_crash_while_saving_leaves_no_partial_file(tmp_path, monkeypatch):
 
 
 def test_bad_input_is_named(checkpointed):
-    env = q.TimeLimit(q.LineTargets(), 16)
+    env = q.envs.TimeLimit(q.envs.LineTargets(), 16)
     with pytest.raises(ValueError, match="num_minibatches"):
-        q.IPPO.for_env(env, rollout_length=10, num_envs=3, num_minibatches=4)
+        q.rl.IPPO.for_env(env, rollout_length=10, num_envs=3, num_minibatches=4)
     with pytest.raises(ValueError, match="the agent's num_agents is 2 but the environment's is 4"):
-        line_agent().init_run(q.LineTargets(n=4), _one_update()[1].agent_state, key=jr.key(0))
+        line_agent().init_run(q.envs.LineTargets(n=4), _one_update()[1].agent_state, key=jr.key(0))
     with pytest.raises(ValueError, match="gamma"):
-        q.PPOHParams(gamma=1.5)
+        q.rl.PPOHParams(gamma=1.5)
     with pytest.raises(ValueError, match="eval_frequency"):
         jobs.train_ippo(line_agent(), LINE, _one_update()[1], 4, key=jr.key(0), eval_frequency=0)
     with pytest.raises(FileNotFoundError, match="no checkpoints"):
@@ -404,4 +404,4 @@ def test_bad_input_is_named(checkpointed):
     with pytest.raises(ValueError, match="does not fit the template"):
         jobs.restore_checkpoint(checkpointed[-1], start(line_agent("shared"), key=jr.key(0)))
     with pytest.raises(ValueError, match="stack"):
-        q.PPOHParams.stack([])
+        q.rl.PPOHParams.stack([])

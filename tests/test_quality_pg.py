@@ -12,18 +12,19 @@ import pytest
 from hypothesis import given, strategies as st
 
 import eqx_qd as q
+from eqx_qd._qdrl import pga_me
 
 
-TD3 = q.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(16,),
+TD3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(16,),
             minibatch_size=16)  # fmt: skip
-ENV = q.PointMaze(walls=False, length=10)
+ENV = q.envs.PointMaze(walls=False, length=10)
 SCORER = q.PolicyScorer(ENV)
 CELLS = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
 
 
 def _emitter(**overrides):
     fields = dict(
-        batch_size=4, td3=TD3, hparams=q.TD3HParams(), num_critic_steps=3, num_pg_steps=2,
+        batch_size=4, td3=TD3, hparams=q.rl.TD3HParams(), num_critic_steps=3, num_pg_steps=2,
         buffer_size=500, pg_lr=1e-2, critic_warmup=False,
     )  # fmt: skip
     return q.QualityPGEmitter(**{**fields, **overrides})
@@ -54,20 +55,20 @@ def _init(emitter, scored, key):
 )  # fmt: skip
 def test_batch_split_of_both_conventions(batch_size, proportion_evo, original, qdax):
     # (GA, PG with the greedy actor): the original's 49 / 50 + 1 and QDax's 50 / 49 + 1.
-    assert q.pgame_split(batch_size, proportion_evo, "original") == original
-    assert q.pgame_split(batch_size, proportion_evo, "qdax") == qdax
+    assert pga_me.pgame_split(batch_size, proportion_evo, "original") == original
+    assert pga_me.pgame_split(batch_size, proportion_evo, "qdax") == qdax
 
 
 @given(st.integers(2, 300), st.floats(0.0, 1.0), st.sampled_from(["original", "qdax"]))
 def test_batch_split_keeps_the_greedy_slot(batch_size, proportion_evo, convention):
-    num_evo, num_pg = q.pgame_split(batch_size, proportion_evo, convention)
+    num_evo, num_pg = pga_me.pgame_split(batch_size, proportion_evo, convention)
     assert num_evo + num_pg == batch_size and num_pg >= 1 and num_evo >= 0
     others = batch_size - 1 if convention == "original" else batch_size
     assert num_evo == min(int(proportion_evo * others), batch_size - 1)
 
 
 def test_pgame_emitter_follows_its_convention():
-    common = dict(td3=TD3, hparams=q.TD3HParams(), num_critic_steps=1, num_pg_steps=1,
+    common = dict(td3=TD3, hparams=q.rl.TD3HParams(), num_critic_steps=1, num_pg_steps=1,
                   pg_lr=1e-3, buffer_size=100)  # fmt: skip
     ga, pg = q.pgame_emitter(batch_size=100, proportion_evo=0.5, **common).emitters
     assert (ga.batch_size, pg.batch_size) == (49, 51)
@@ -86,7 +87,7 @@ def test_pgame_emitter_follows_its_convention():
 
 
 def test_pgame_emitter_ga_operators():
-    common = dict(td3=TD3, hparams=q.TD3HParams(), num_critic_steps=1, num_pg_steps=1,
+    common = dict(td3=TD3, hparams=q.rl.TD3HParams(), num_critic_steps=1, num_pg_steps=1,
                   pg_lr=1e-3, buffer_size=100, batch_size=10, proportion_evo=0.5)  # fmt: skip
     ga = q.pgame_emitter(**common).emitters[0]
     assert isinstance(ga.variation, q.IsoLineVariation) and ga.mutation is None
@@ -159,7 +160,7 @@ def test_emit_lineage_and_greedy_last(scored, getkey):
     assert eqx.tree_equal(jax.tree.map(lambda x: x[3], offspring), state.td3.policy)
     np.testing.assert_array_equal(lineage.parent1, [*np.asarray(parents.extra), -1])
     np.testing.assert_array_equal(lineage.parent2, [-1, -1, -1, -1])
-    gradient, greedy = int(q.ActorType.GRADIENT), int(q.ActorType.GREEDY)
+    gradient, greedy = int(q.Origin.GRADIENT), int(q.Origin.GREEDY)
     np.testing.assert_array_equal(lineage.kind, [gradient, gradient, gradient, greedy])
     # A batch of one is the greedy actor alone.
     one = _emitter(batch_size=1)

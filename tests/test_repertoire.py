@@ -142,7 +142,9 @@ def test_bytes_per_cell_counts_one_genotype():
     tess = q.GridTessellation((4,))
     genotypes = {"w": jnp.zeros((2, 3), jnp.float32), "b": jnp.zeros((2,), jnp.int16)}
     rep, _ = q.init_repertoire(tess, genotypes, jnp.full((2, 1), 0.3), jnp.zeros(2))
-    assert q.bytes_per_cell(rep) == 3 * 4 + 2 and isinstance(q.bytes_per_cell(rep), int)
+    assert q.internal.bytes_per_cell(rep) == 3 * 4 + 2 and isinstance(
+        q.internal.bytes_per_cell(rep), int
+    )
 
 
 def test_add_status_codes_are_pinned():

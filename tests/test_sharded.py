@@ -20,8 +20,8 @@ import eqx_qd as q
 from eqx_qd.cli import main
 
 
-ENV = q.PointMaze(length=30)
-AGENT = q.TD3(
+ENV = q.envs.PointMaze(length=30)
+AGENT = q.rl.TD3(
     observation_size=2,
     action_size=2,
     policy_hidden=(16,),
@@ -51,7 +51,7 @@ def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     genotypes = emitter.initial_genotypes(6 * devices, key=jr.key(1))
     state, first = q.init_sharded(algo, genotypes, cells, mesh=mesh, key=jr.key(2))
     state, hist = q.run_sharded(algo, state, 3, mesh=mesh, key=jr.key(3))
-    with pytest.raises(ValueError, match="run_sharded: num_iters must be a positive integer"):
+    with pytest.raises(ValueError, match="run_sharded: num_iterations must be a positive integer"):
         q.run_sharded(algo, state, 0, mesh=mesh, key=jr.key(3))
     # Population size kept, per device.
     assert state.emitter_state.population.env_steps.shape == (devices, 4)
@@ -89,27 +89,27 @@ def test_a_state_read_back_goes_on_the_mesh_again_and_runs_on():
     host = jax.tree.map(
         lambda x: np.asarray(x) if eqx.is_array(x) and x.dtype != jax.dtypes.prng_key else x, state
     )
-    placed = q.place_sharded(host, mesh=mesh)
+    placed = q.internal.place_sharded(host, mesh=mesh)
     assert placed.emitter_state.population.env_steps.sharding.spec == P("p")
     direct, _ = q.run_sharded(algo, state, 2, mesh=mesh, key=jr.key(3))
-    again, _ = q.scan_sharded(algo, placed, mesh=mesh, keys=jr.split(jr.key(3), 2))
+    again, _ = q.internal.scan_sharded(algo, placed, mesh=mesh, keys=jr.split(jr.key(3), 2))
     assert bool(jnp.array_equal(direct.repertoire.fitnesses, again.repertoire.fitnesses))
     jaxtyping.config.update("jaxtyping_disable", True)  # the library's own check, as users meet it
     try:
         with pytest.raises(ValueError, match="scan_sharded: keys must be a 1-D array"):
-            q.scan_sharded(algo, placed, mesh=mesh, keys=jr.key(3))
+            q.internal.scan_sharded(algo, placed, mesh=mesh, keys=jr.key(3))
     finally:
         jaxtyping.config.update("jaxtyping_disable", False)
     unstacked = eqx.tree_at(
         lambda s: s.emitter_state, host, jax.tree.map(lambda x: x[0], host.emitter_state)
     )
     with pytest.raises(ValueError, match="place_sharded: state.emitter_state needs a leading"):
-        q.place_sharded(unstacked, mesh=mesh)
+        q.internal.place_sharded(unstacked, mesh=mesh)
 
 
 def test_population_training_splits_over_the_mesh():
-    pop = q.init_population(AGENT, ENV, None, 4, key=jr.key(5))
-    pop, metrics = q.train_population_sharded(
+    pop = q.rl.init_population(AGENT, ENV, None, 4, key=jr.key(5))
+    pop, metrics = q.rl.train_population_sharded(
         AGENT, ENV, pop, 3, mesh=q.device_mesh(4), key=jr.key(6)
     )
     # A population of 4 agents split over the devices: each stepped 2 envs x 3 iterations.
@@ -122,12 +122,12 @@ def test_population_training_splits_over_the_mesh():
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         mesh = q.device_mesh(4)
-        pop, _ = q.train_population_sharded(AGENT, ENV, pop, 3, mesh=mesh, key=jr.key(7))
+        pop, _ = q.rl.train_population_sharded(AGENT, ENV, pop, 3, mesh=mesh, key=jr.key(7))
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == [] and np.asarray(pop.env_steps).tolist() == [12, 12, 12, 12]
     with pytest.raises(ValueError, match="does not split"):
-        q.train_population_sharded(AGENT, ENV, pop, 1, mesh=q.device_mesh(3), key=jr.key(0))
+        q.rl.train_population_sharded(AGENT, ENV, pop, 1, mesh=q.device_mesh(3), key=jr.key(0))
 
 
 TINY = (
@@ -182,8 +182,8 @@ def test_the_exchange_ranks_agents_over_all_devices():
     the best and 0.25 from samples, both replacements fall on the device holding the two worst
     agents, and the other device keeps its agents (learning rates pinned at 0, so the genomes
     show what was copied)."""
-    frozen = {"policy_lr": q.Uniform(0.0, 0.0), "critic_lr": q.Uniform(0.0, 0.0),
-              "expl_noise": q.Uniform(0.0, 0.2)}  # fmt: skip
+    frozen = {"policy_lr": q.rl.Uniform(0.0, 0.0), "critic_lr": q.rl.Uniform(0.0, 0.0),
+              "expl_noise": q.rl.Uniform(0.0, 0.2)}  # fmt: skip
     config = dataclasses.replace(CONFIG, pg_population_size=2, ga_population_size=1, num_devices=2)
     assert config.counts() == (1, 1, 1)
     emitter = q.PBTEmitter(AGENT, ENV, config, frozen, q.IsoLineVariation(0.01, 0.1), axis_name="p")

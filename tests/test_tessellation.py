@@ -12,11 +12,11 @@ from eqx_qd._kmeans import _weighted_draw
 
 @pytest.fixture(scope="module")
 def small_cvt():
-    return q.cvt_centroids(64, 2, 0.0, 1.0, num_samples=4000, num_iters=20, key=jr.key(0))
+    return q.cvt_centroids(64, 2, 0.0, 1.0, num_samples=4000, num_iterations=20, key=jr.key(0))
 
 
 def test_cvt_is_deterministic_and_in_bounds(small_cvt):
-    again = q.cvt_centroids(64, 2, 0.0, 1.0, num_samples=4000, num_iters=20, key=jr.key(0))
+    again = q.cvt_centroids(64, 2, 0.0, 1.0, num_samples=4000, num_iterations=20, key=jr.key(0))
     np.testing.assert_array_equal(small_cvt, again)
     assert small_cvt.shape == (64, 2)
     assert bool(jnp.all((small_cvt >= 0) & (small_cvt <= 1)))
@@ -213,8 +213,8 @@ def test_no_bucket_index_inside_a_trace_for_clustered_centroids_or_many_descript
 def test_kmeans_seeds_are_distinct_samples_and_singleton_clusters_sit_on_them():
     # As many samples as cells: k-means++ must pick every sample once (a picked sample has
     # weight 0), and each cluster then holds one sample, its centroid.
-    seeds = q.cvt_centroids(40, 2, num_samples=40, num_iters=0, key=jr.key(7))
-    final = q.cvt_centroids(40, 2, num_samples=40, num_iters=20, key=jr.key(7))
+    seeds = q.cvt_centroids(40, 2, num_samples=40, num_iterations=0, key=jr.key(7))
+    final = q.cvt_centroids(40, 2, num_samples=40, num_iterations=20, key=jr.key(7))
     as_set = lambda c: sorted(map(tuple, np.asarray(c).tolist()))
     assert len(set(as_set(seeds))) == 40
     assert as_set(seeds) == as_set(final)
@@ -276,7 +276,9 @@ def test_the_blocked_draw_is_the_first_cumulative_weight_above_the_target(length
 def test_kmeans_plus_plus_seeds_spread_like_kmeans_plus_plus():
     # D^2 sampling: seeds 1.49-1.61x the hexagonal optimum on keys 0-2; 64 uniform random
     # points 2.1-2.4x. A seeding that ignores the D^2 weights lands near the latter.
-    seeds = [q.cvt_centroids(64, 2, num_samples=4000, num_iters=0, key=jr.key(s)) for s in range(3)]
+    seeds = [
+        q.cvt_centroids(64, 2, num_samples=4000, num_iterations=0, key=jr.key(s)) for s in range(3)
+    ]
     assert np.mean([_distortion(c) for c in seeds]) < 1.85 * 2 * 0.0802 / 64
 
 

@@ -11,10 +11,10 @@ import jax.random as jr
 from jaxtyping import Array, Float, PyTree
 
 import eqx_qd as q
-from eqx_qd.internal import apply_adam, f32, init_adam, soft_update
+from eqx_qd.rl import apply_adam, f32, init_adam, soft_update
 
 
-class DDPGHParams(q.AbstractHParams):
+class DDPGHParams(q.rl.AbstractHParams):
     policy_lr: Float[Array, ""] = eqx.field(default=1e-3, converter=f32)
     critic_lr: Float[Array, ""] = eqx.field(default=1e-3, converter=f32)
     discount: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
@@ -22,19 +22,19 @@ class DDPGHParams(q.AbstractHParams):
     noise: Float[Array, ""] = eqx.field(default=0.1, converter=f32)
 
     def default_spaces(self):
-        return {"policy_lr": q.LogUniform(1e-4, 1e-2), "critic_lr": q.LogUniform(1e-4, 1e-2),
-                "noise": q.Uniform(0.0, 0.3)}  # fmt: skip
+        return {"policy_lr": q.rl.LogUniform(1e-4, 1e-2), "critic_lr": q.rl.LogUniform(1e-4, 1e-2),
+                "noise": q.rl.Uniform(0.0, 0.3)}  # fmt: skip
 
 
-class DDPGState(q.AbstractAgentState):
-    policy: q.DeterministicPolicy
+class DDPGState(q.rl.AbstractAgentState):
+    policy: q.rl.DeterministicPolicy
     critic: eqx.nn.MLP  # Q(obs ++ action)
-    target_policy: q.DeterministicPolicy | None
+    target_policy: q.rl.DeterministicPolicy | None
     target_critic: eqx.nn.MLP | None
     policy_opt: PyTree
     critic_opt: PyTree
     hparams: DDPGHParams
-    normaliser: q.RunningNormaliser | None = None
+    normaliser: q.rl.RunningNormaliser | None = None
 
 
 def _q(critic, obs, action):
@@ -45,7 +45,7 @@ _none = lambda x: x is None
 
 
 @typing.final
-class DDPG(q.AbstractOffPolicyAgent[DDPGState]):
+class DDPG(q.rl.AbstractOffPolicyAgent[DDPGState]):
     observation_size: int = eqx.field(static=True)
     action_size: int = eqx.field(static=True)
     hidden: int = eqx.field(default=32, static=True)
@@ -57,13 +57,13 @@ class DDPG(q.AbstractOffPolicyAgent[DDPGState]):
 
     def init(self, hparams=None, *, key):
         policy_key, critic_key = jr.split(key)
-        policy = q.DeterministicPolicy(
+        policy = q.rl.DeterministicPolicy(
             self.observation_size, self.action_size, (self.hidden,), key=policy_key
         )
         size = self.observation_size + self.action_size
         critic = eqx.nn.MLP(size, "scalar", self.hidden, 1, key=critic_key)
         hparams = DDPGHParams() if hparams is None else hparams
-        return self.init_optimizer_states(
+        return self.init_optimiser_states(
             DDPGState(policy, critic, None, None, None, None, hparams)
         )
 
@@ -93,11 +93,11 @@ class DDPG(q.AbstractOffPolicyAgent[DDPGState]):
         )  # fmt: skip
         return state, {"critic_loss": c_loss, "policy_loss": p_loss}
 
-    def empty_optimizer_states(self, state):
+    def empty_optimiser_states(self, state):
         parts = lambda s: (s.policy_opt, s.critic_opt, s.target_policy, s.target_critic)
         return eqx.tree_at(parts, state, (None,) * 4, is_leaf=_none)
 
-    def init_optimizer_states(self, state):
+    def init_optimiser_states(self, state):
         opts = (init_adam(state.policy), init_adam(state.critic))
         state = eqx.tree_at(lambda s: (s.policy_opt, s.critic_opt), state, opts, is_leaf=_none)
         return self.reset_targets(state)

@@ -17,7 +17,7 @@ from .._repertoire import Elites, MapElitesRepertoire
 _State = TypeVar("_State")
 
 
-class ActorType(enum.IntEnum):
+class Origin(enum.IntEnum):
     """How a candidate was made (the ``type`` column of PGA-ME's actors file)."""
 
     RANDOM = 0
@@ -33,7 +33,7 @@ class Lineage(eqx.Module):
 
     - `parent1`, `parent2`: the ids the repertoire stores for the parents when `MAPElites`
       tracks lineage (``-1``: no such parent, or ids not tracked).
-    - `kind`: how the candidate was made, an `ActorType` value.
+    - `kind`: how the candidate was made, an `Origin` value.
     """
 
     parent1: Int[Array, " batch"]
@@ -41,7 +41,7 @@ class Lineage(eqx.Module):
     kind: Int[Array, " batch"]
 
     @classmethod
-    def of(cls, parent1, parent2, kind: ActorType) -> "Lineage":
+    def of(cls, parent1, parent2, kind: Origin) -> "Lineage":
         """A lineage whose candidates were all made the same way (``kind``)."""
         return cls(
             parent1.astype(jnp.int32),

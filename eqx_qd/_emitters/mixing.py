@@ -12,7 +12,7 @@ from .._misc import tree_concatenate, tree_slice
 from .._repertoire import MapElitesRepertoire
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation, MutatedVariation
-from .base import AbstractStatelessEmitter, ActorType, Lineage, parent_ids
+from .base import AbstractStatelessEmitter, Lineage, Origin, parent_ids
 
 
 def _split_counts(batch_size: int, variation_percentage: float) -> tuple[int, int]:
@@ -73,7 +73,7 @@ class MixingEmitter(AbstractStatelessEmitter):
             parts.append(self.mutation(x, key=mut_key))
             first.append(ids[2 * num_variation :])
             second.append(jnp.full((num_mutation,), -1, jnp.int32))
-        lineage = Lineage.of(jnp.concatenate(first), jnp.concatenate(second), ActorType.EVO)
+        lineage = Lineage.of(jnp.concatenate(first), jnp.concatenate(second), Origin.EVO)
         return (parts[0] if len(parts) == 1 else tree_concatenate(parts)), lineage
 
 

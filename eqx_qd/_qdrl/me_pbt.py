@@ -24,7 +24,7 @@ from jaxtyping import Array, Float, Int
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import Extra, Genotypes, PRNGKey
-from .._emitters.base import AbstractEmitter, ActorType, Lineage, parent_ids
+from .._emitters.base import AbstractEmitter, Lineage, Origin, parent_ids
 from .._misc import is_none, tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
 from .._repertoire import MapElitesRepertoire
 from .._selectors import AbstractSelector, UniformSelector
@@ -115,8 +115,8 @@ def _initial_genotypes(emitter: "PBTEmitter", num: int, *, key: PRNGKey) -> Geno
     def one(k):
         init_key, hp_key = jr.split(k)
         state = emitter.agent.init(key=init_key)
-        state = emitter.agent.resample_hyperparams(state, spaces=emitter.spaces, key=hp_key)
-        return emitter.agent.empty_optimizer_states(state)
+        state = emitter.agent.resample_hparams(state, spaces=emitter.spaces, key=hp_key)
+        return emitter.agent.empty_optimiser_states(state)
 
     return eqx.filter_vmap(one)(jr.split(key, num))
 
@@ -206,7 +206,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         pg_lineage = Lineage.of(
             jnp.full((c.pg_population_size,), -1, jnp.int32),
             jnp.full((c.pg_population_size,), -1, jnp.int32),
-            ActorType.GRADIENT,
+            Origin.GRADIENT,
         )
         if c.ga_population_size == 0:
             return pg, pg_lineage
@@ -219,7 +219,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         children = eqx.filter_vmap(self.agent.with_genome)(first, varied)
         ids = parent_ids(elites)
         ga_lineage = Lineage.of(
-            ids[: c.ga_population_size], ids[c.ga_population_size :], ActorType.EVO
+            ids[: c.ga_population_size], ids[c.ga_population_size :], Origin.EVO
         )
         return tree_concatenate([children, pg]), tree_concatenate([ga_lineage, pg_lineage])
 
@@ -289,19 +289,19 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         replaced = from_best_mask | from_samples_mask
         agents = population.agent_state
         resampled = eqx.filter_vmap(
-            lambda s, k: self.agent.resample_hyperparams(s, spaces=self.spaces, key=k)
+            lambda s, k: self.agent.resample_hparams(s, spaces=self.spaces, key=k)
         )(agents, jr.split(hp_key, pg))
         hparams = jax.tree.map(
             lambda new, old: jnp.where(replaced, new, old), resampled.hparams, agents.hparams
         )
         agents = eqx.tree_at(lambda s: s.hparams, agents, hparams)
-        agents = eqx.filter_vmap(self.agent.init_optimizer_states)(agents)
+        agents = eqx.filter_vmap(self.agent.init_optimiser_states)(agents)
         population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=is_none)
         steps_before = jnp.sum(population.env_steps)
         population, _ = train_population(
             self.agent, self.env, population, c.num_training_iterations, key=train_key
         )
         trained = jnp.sum(population.env_steps) - steps_before
-        agents = eqx.filter_vmap(self.agent.empty_optimizer_states)(population.agent_state)
+        agents = eqx.filter_vmap(self.agent.empty_optimiser_states)(population.agent_state)
         population = eqx.tree_at(lambda p: p.agent_state, population, agents, is_leaf=is_none)
         return PBTEmitterState(population, pool_returns, state.training_env_steps + trained)

@@ -24,7 +24,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
-from .._emitters.base import AbstractEmitter, ActorType, Lineage, parent_ids
+from .._emitters.base import AbstractEmitter, Lineage, Origin, parent_ids
 from .._emitters.composed import ComposedEmitter
 from .._emitters.mixing import ga_emitter
 from .._misc import f32, filter_scan, tree_concatenate, tree_take
@@ -162,14 +162,14 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         num_pg = self.batch_size - 1
         greedy = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, state.td3.policy)
         greedy_lineage = Lineage.of(
-            jnp.full((1,), -1, jnp.int32), jnp.full((1,), -1, jnp.int32), ActorType.GREEDY
+            jnp.full((1,), -1, jnp.int32), jnp.full((1,), -1, jnp.int32), Origin.GREEDY
         )
         if num_pg == 0:
             return greedy, greedy_lineage
         elites = repertoire.select(num_pg, key=select_key, selector=self.selector)
         offspring = self.pg_variation(elites.genotypes, state, key=pg_key)
         ids = parent_ids(elites)
-        lineage = Lineage.of(ids, jnp.full_like(ids, -1), ActorType.GRADIENT)
+        lineage = Lineage.of(ids, jnp.full_like(ids, -1), Origin.GRADIENT)
         return tree_concatenate([offspring, greedy]), tree_concatenate([lineage, greedy_lineage])
 
     def pg_variation(

@@ -140,8 +140,9 @@ def reevaluate(scoring_fn: Callable, genotypes, num_evals: int, *, key: PRNGKey)
 @typing.final
 class DiscardDead(eqx.Module):
     """A policy scorer whose candidates that terminated before the episode's end get fitness
-    ``-inf``, so the repertoire refuses them (the repo without ``--not_discard_dead``). Their
-    transitions still reach the replay buffer, as in the repo."""
+    ``-inf``, so the repertoire refuses them (the PGA-ME repository without
+    ``--not_discard_dead``). Their transitions still reach the replay buffer, as in that
+    repository. **Fields:** `scorer`, the `PolicyScorer` it wraps."""
 
     scorer: PolicyScorer
 
@@ -158,7 +159,13 @@ class DiscardDead(eqx.Module):
 
 @typing.final
 class ChunkedScorer(eqx.Module):
-    """Scores a large population in sequential chunks (the repo's ``init_batch_size``)."""
+    """Scores a large population in sequential chunks (the PGA-ME repository's
+    ``init_batch_size``): `scorer` on ``chunk`` genotypes at a time, the chunks one after
+    another, so memory is that of one chunk.
+
+    **Fields:** `scorer` (a scoring function) and `chunk` (genotypes per call; the population
+    must split into whole chunks).
+    """
 
     scorer: PolicyScorer | DiscardDead
     chunk: int = eqx.field(static=True)

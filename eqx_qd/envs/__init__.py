@@ -1,2 +1,37 @@
-"""Environments: the single- and multi-agent protocols, rollouts, the point maze, brax QD tasks,
-multi-agent brax and LineTargets. Everything public is re-exported by `eqx_qd`."""
+"""Environments: the single- and multi-agent protocols, the brax QD tasks and multi-agent
+robots, the point maze, `LineTargets`, fixed-length rollouts with masking, full-episode
+evaluation, and the auto-reset stepping that training loops (yours too) are written with."""
+
+from ._base import (
+    AbstractBaseEnv as AbstractBaseEnv,
+    AbstractEnv as AbstractEnv,
+    AbstractEnvState as AbstractEnvState,
+    AbstractQDEnv as AbstractQDEnv,
+    Arena as Arena,
+    autoreset_step as autoreset_step,
+    AutoResetStep as AutoResetStep,
+    EnvState as EnvState,
+    final_descriptor as final_descriptor,
+    mean_descriptor as mean_descriptor,
+    training_reset as training_reset,
+    TrainingEnvState as TrainingEnvState,
+)
+from ._brax import BraxQDEnv as BraxQDEnv
+from ._brax_multi_agent import BraxMultiAgentEnv as BraxMultiAgentEnv
+from ._line_targets import LineTargets as LineTargets
+from ._multi_agent import (
+    AbstractMultiAgentEnv as AbstractMultiAgentEnv,
+    MultiAgentState as MultiAgentState,
+    SingleAgentView as SingleAgentView,
+    TimeLimit as TimeLimit,
+)
+from ._point_maze import PointMaze as PointMaze
+from ._rollout import (
+    Episode as Episode,
+    EpisodeStats as EpisodeStats,
+    evaluate_episodes as evaluate_episodes,
+    QDTransition as QDTransition,
+    rollout as rollout,
+    rollout_states as rollout_states,
+    Transition as Transition,
+)

@@ -251,7 +251,7 @@ def training_reset(env: AbstractBaseEnv, *, key: PRNGKey) -> TrainingEnvState:
     """``env.reset`` with the step count and return at zero."""
     if not isinstance(env, AbstractBaseEnv):
         raise TypeError(
-            f"training_reset: env must be an eqx_qd.AbstractBaseEnv, got {type(env).__name__}"
+            f"training_reset: env must be an eqx_qd.envs.AbstractBaseEnv, got {type(env).__name__}"
         )
     first = env.reset(key=key)
     return TrainingEnvState(first, jnp.zeros((), jnp.int32), jnp.zeros_like(first.reward))

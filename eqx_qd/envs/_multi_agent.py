@@ -87,7 +87,7 @@ class TimeLimit(AbstractMultiAgentEnv):
     def __check_init__(self):
         if not isinstance(self.env, AbstractMultiAgentEnv):
             raise TypeError(
-                f"TimeLimit.env must be an eqx_qd.AbstractMultiAgentEnv, got "
+                f"TimeLimit.env must be an eqx_qd.envs.AbstractMultiAgentEnv, got "
                 f"{type(self.env).__name__}"
             )
         check.positive_int("TimeLimit.max_steps", self.max_steps)
@@ -129,7 +129,7 @@ class SingleAgentView(AbstractMultiAgentEnv):
     def __check_init__(self):
         if not isinstance(self.env, AbstractEnv):
             raise TypeError(
-                f"SingleAgentView.env must be a single-agent eqx_qd.AbstractEnv, got "
+                f"SingleAgentView.env must be a single-agent eqx_qd.envs.AbstractEnv, got "
                 f"{type(self.env).__name__}"
             )
 

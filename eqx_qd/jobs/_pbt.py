@@ -15,7 +15,7 @@ from ..rl._pbt import (
     hparams_table,
     init_population,
     PBT,
-    population_without_optimizer_states,
+    population_without_optimiser_states,
     train_population,
 )
 from ..rl._spaces import log_uniform_learning_rates, Uniform
@@ -214,7 +214,7 @@ class _PBTJob(Job):
         if folder is not None:
             folder.write_columns("progress.csv", progress_columns)
             folder.write_columns("hparams.csv", table)
-            stored = population_without_optimizer_states(agent, pop).agent_state
+            stored = population_without_optimiser_states(agent, pop).agent_state
             folder.write_eqx("population.eqx", stored)
             if plots:
                 from ..plotting import plot_hparams, plot_population_returns
@@ -229,7 +229,7 @@ class _PBTJob(Job):
     def load(self, folder: RunFolder, config) -> RunResult:
         _, agent, _, _ = make_pbt_run(config)
         like = eqx.filter_eval_shape(
-            lambda: eqx.filter_vmap(lambda k: agent.empty_optimizer_states(agent.init(key=k)))(
+            lambda: eqx.filter_vmap(lambda k: agent.empty_optimiser_states(agent.init(key=k)))(
                 jr.split(jr.key(0), config.population_size)
             )
         )

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._emitters.base import ActorType
+from .._emitters.base import Origin
 from .._emitters.mixing import ga_emitter
 from .._map_elites import MAPElites, MAPElitesState, StepInfo
 from .._metrics import QDMetrics
@@ -412,7 +412,7 @@ def _init(algo, init_algo, genotypes, tessellation, key, num_reevals):
     return state, metrics, fit, desc, _plain_qd_score(state.repertoire)
 
 
-_TYPE_NAMES = {int(t): t.name.lower() for t in ActorType}
+_TYPE_NAMES = {int(t): t.name.lower() for t in Origin}
 
 
 def _last_metrics(header: list[str], history: list[list]) -> dict[str, Any]:

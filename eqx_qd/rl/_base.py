@@ -18,7 +18,7 @@ subclass (TD3, SAC, PPO or a user's agent) goes everywhere an agent can go.
 import abc
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import equinox as eqx
 import jax
@@ -82,7 +82,7 @@ class AbstractAgentState(eqx.Module):
     **Fields** others read: `hparams` (its `AbstractHParams`) and `normaliser` (running
     observation statistics, or ``None`` when the agent does not normalise observations).
     Networks and optimiser states are the subclass's own; callers reach them through the
-    agent's methods (`AbstractAgent.genome`, `AbstractAgent.init_optimizer_states`, ...).
+    agent's methods (`AbstractAgent.genome`, `AbstractAgent.init_optimiser_states`, ...).
     """
 
     hparams: eqx.AbstractVar[AbstractHParams]
@@ -143,19 +143,14 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
     `normalise_observations` (whether the state's ``normaliser`` is used).
 
     **Storage and training forms.** A state in a repertoire or a saved population holds no
-    optimiser states and no target networks (`empty_optimizer_states`);
-    `init_optimizer_states` brings it back to its training form (fresh optimiser states,
+    optimiser states and no target networks (`empty_optimiser_states`);
+    `init_optimiser_states` brings it back to its training form (fresh optimiser states,
     targets reset to the online networks), as QDax's ``init_optimizers_states`` does.
     """
 
     observation_size: eqx.AbstractVar[int]
     action_size: eqx.AbstractVar[int]
     normalise_observations: eqx.AbstractVar[bool]
-
-    package_compiler_options: ClassVar[bool] = True
-    """Whether `train_population` compiles this agent's training with the package's
-    `compiler_options` (True) or with XLA's defaults (`PPO`: 1.3x faster there on an AVX-512
-    machine, ``benchmarks/README.md``). A class attribute: set it in a subclass."""
 
     # -- what every agent implements ------------------------------------------------------
 
@@ -185,11 +180,11 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
         with a leading iterations axis."""
 
     @abc.abstractmethod
-    def empty_optimizer_states(self, state: _S) -> _S:
+    def empty_optimiser_states(self, state: _S) -> _S:
         """``state`` in storage form: no optimiser states and no target networks (``None``)."""
 
     @abc.abstractmethod
-    def init_optimizer_states(self, state: _S) -> _S:
+    def init_optimiser_states(self, state: _S) -> _S:
         """``state`` in training form: fresh optimiser states for its current parameters and
         target networks reset to the online ones (`reset_targets`)."""
 
@@ -215,7 +210,7 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
         hparams = eqx.filter_eval_shape(lambda: self.init(key=jr.key(0))).hparams
         return dict(hparams.default_spaces())
 
-    def resample_hyperparams(
+    def resample_hparams(
         self, state: _S, *, spaces: Mapping[str, AbstractSpace] | None = None, key: PRNGKey
     ) -> _S:
         """``state`` with its hyperparameters drawn again from ``spaces`` (default:
@@ -278,7 +273,7 @@ def check_agent(
     contract (checked by shape only: nothing is computed), or whose sizes disagree with
     ``env``'s. **Returns:** that state, shapes only (for `check_spaces`)."""
     if not isinstance(agent, AbstractAgent):
-        raise TypeError(f"{where}: the agent must subclass eqx_qd.AbstractAgent, got {agent!r}")
+        raise TypeError(f"{where}: the agent must subclass eqx_qd.rl.AbstractAgent, got {agent!r}")
     if env is not None:
         check.same_sizes(agent, env, where)
     state = eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0)))
@@ -286,12 +281,12 @@ def check_agent(
     if not isinstance(state, AbstractAgentState):
         raise TypeError(
             f"{where}: {name}.init returned a {type(state).__name__}, which does not subclass "
-            "eqx_qd.AbstractAgentState (declare hparams and normaliser on it)"
+            "eqx_qd.rl.AbstractAgentState (declare hparams and normaliser on it)"
         )
     if not isinstance(state.hparams, AbstractHParams):
         raise TypeError(
             f"{where}: {name}'s state holds hparams of type {type(state.hparams).__name__}, "
-            "which does not subclass eqx_qd.AbstractHParams"
+            "which does not subclass eqx_qd.rl.AbstractHParams"
         )
     return state
 

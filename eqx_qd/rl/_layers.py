@@ -100,6 +100,9 @@ class Dense(eqx.Module):
     the batch; called on single inputs under ``vmap``, it is a sum of per-input outer products,
     no faster than float32. Reverse mode only (a custom VJP: no ``jax.jvp`` / ``jax.jacfwd``
     through such a layer).
+
+    **Arguments:** `in_size`, `out_size` (the widths), `use_bias`, `matmul_dtype` (as above) and
+    the initialisation `key`.
     """
 
     weight: Float[Array, "in_size out_size"]

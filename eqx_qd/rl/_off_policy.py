@@ -45,7 +45,7 @@ _S = TypeVar("_S", bound=AbstractAgentState)
 
 
 @typing.final
-class OffPolicyState(AbstractTrainingRun):
+class OffPolicyRun(AbstractTrainingRun):
     """One off-policy agent's training run.
 
     **Fields:** `agent_state` (the agent's state), `buffer` (its replay buffer), `env_state`
@@ -59,7 +59,7 @@ class OffPolicyState(AbstractTrainingRun):
     env_steps: Int[Array, ""]
 
 
-class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyState]):
+class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyRun]):
     """An agent that learns from a replay buffer: implement `update` (one gradient step on a
     batch of transitions) and the `AbstractAgent` methods other than `init_run` and `train`,
     which this class provides (`init_off_policy`, `train`).
@@ -79,15 +79,23 @@ class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyState]):
         """One gradient step of ``state`` on ``batch`` (a `Transition` with a leading
         ``minibatch_size`` axis). **Returns:** the new state and scalar metrics by name."""
 
-    def init_run(self, env: AbstractEnv, state: _S, *, key: PRNGKey) -> OffPolicyState:
+    def init_run(self, env: AbstractEnv, state: _S, *, key: PRNGKey) -> OffPolicyRun:
+        check.same_sizes(self, env, f"{type(self).__name__}.init_run")
         return init_off_policy(
-            self, env, num_envs=self.num_envs, buffer_size=self.buffer_size, state=state,
-            key=key,
-        )  # fmt: skip
+            self, env, num_envs=self.num_envs, buffer_size=self.buffer_size, state=state, key=key
+        )
+
+    def warmup(
+        self, env: AbstractEnv, run: OffPolicyRun, num_iterations: int, *, key: PRNGKey
+    ) -> OffPolicyRun:
+        """``run`` after ``num_iterations`` steps of every environment of ``env`` under
+        uniformly random actions, their transitions in the buffer (no learning; only the
+        observation statistics follow): the usual start of an off-policy run."""
+        return warmup(self, env, run, num_iterations, key=key)
 
     def train(
-        self, env: AbstractEnv, run: OffPolicyState, num_iterations: int, *, key: PRNGKey
-    ) -> tuple[OffPolicyState, TrainMetrics]:
+        self, env: AbstractEnv, run: OffPolicyRun, num_iterations: int, *, key: PRNGKey
+    ) -> tuple[OffPolicyRun, TrainMetrics]:
         return train(
             self, env, run, num_iterations, grad_updates_per_step=self.grad_updates_per_step,
             key=key,
@@ -122,7 +130,7 @@ def init_off_policy(
     hparams=None,
     state=None,
     key: PRNGKey,
-) -> OffPolicyState:
+) -> OffPolicyRun:
     """A fresh training run on ``env`` of ``state`` (``None``: ``agent.init(hparams)``): an
     empty replay buffer of ``buffer_size`` transitions and ``num_envs`` freshly reset
     environments."""
@@ -141,7 +149,7 @@ def init_off_policy(
         truncated=jnp.zeros((), jnp.float32),
     )
     env_state = jax.vmap(lambda k: training_reset(env, key=k))(jr.split(env_key, num_envs))
-    return OffPolicyState(
+    return OffPolicyRun(
         agent.init(hparams, key=agent_key) if state is None else state,
         ReplayBuffer.empty(buffer_size, example),
         env_state,
@@ -149,7 +157,7 @@ def init_off_policy(
     )
 
 
-def _play(agent, env, state: OffPolicyState, key: PRNGKey, random_actions: bool):
+def _play(agent, env, state: OffPolicyRun, key: PRNGKey, random_actions: bool):
     n = state.env_state.t.shape[0]
     act_key, step_key = jr.split(key)
     obs = state.env_state.env_state.obs
@@ -162,7 +170,7 @@ def _play(agent, env, state: OffPolicyState, key: PRNGKey, random_actions: bool)
     out = jax.vmap(step)(state.env_state, actions, jr.split(step_key, n))
     transitions = Transition(obs, actions, out.reward, out.next_obs, out.terminated, out.truncated)
     agent_state = agent.observe(state.agent_state, obs)
-    new = OffPolicyState(
+    new = OffPolicyRun(
         agent_state, state.buffer.insert(transitions), out.state, state.env_steps + n
     )
     mean_return, count = finished_episodes(out.finished_return)
@@ -178,11 +186,11 @@ def grad_steps_for(num_envs: int, grad_updates_per_step: float) -> int:
 def train_iteration(
     agent: AbstractOffPolicyAgent,
     env: AbstractEnv,
-    state: OffPolicyState,
+    state: OffPolicyRun,
     *,
     grad_updates_per_step: float = 1.0,
     key: PRNGKey,
-) -> tuple[OffPolicyState, TrainMetrics]:
+) -> tuple[OffPolicyRun, TrainMetrics]:
     """One iteration of ``agent`` on ``env`` from the training run ``state``: one step of every
     environment (exploration actions), the transitions into the buffer, then
     ``floor(grad_updates_per_step * num_envs)`` gradient steps (at least one).
@@ -210,12 +218,12 @@ def train_iteration(
 def train(
     agent: AbstractOffPolicyAgent,
     env: AbstractEnv,
-    state: OffPolicyState,
+    state: OffPolicyRun,
     num_iterations: int,
     *,
     grad_updates_per_step: float = 1.0,
     key: PRNGKey,
-) -> tuple[OffPolicyState, TrainMetrics]:
+) -> tuple[OffPolicyRun, TrainMetrics]:
     """``num_iterations`` calls of `train_iteration` (``agent`` on ``env`` from ``state``, with
     ``grad_updates_per_step``) in one ``lax.scan``; the metrics have a leading iterations
     axis."""
@@ -230,11 +238,11 @@ def train(
 def warmup(
     agent: AbstractOffPolicyAgent,
     env: AbstractEnv,
-    state: OffPolicyState,
+    state: OffPolicyRun,
     num_iterations: int,
     *,
     key,
-) -> OffPolicyState:
+) -> OffPolicyRun:
     """Fill the buffer of ``state`` with ``num_iterations`` steps of ``env`` under uniformly
     random actions (no learning; ``agent`` only updates its observation statistics)."""
     check.same_sizes(agent, env, "warmup")

@@ -31,13 +31,14 @@ from ._base import (
     EvalMetrics,
     TrainMetrics,
 )
+from ._ppo import _PPOLearner
 from ._spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
 
 
 def _check_population(where: str, population) -> None:
     if not isinstance(population, AbstractTrainingRun):
         raise TypeError(
-            f"{where}: population must be a stacked eqx_qd.AbstractTrainingRun (from "
+            f"{where}: population must be a stacked eqx_qd.rl.AbstractTrainingRun (from "
             f"init_population), got {type(population).__name__}"
         )
 
@@ -258,10 +259,9 @@ def train_population(
     key: PRNGKey,
 ) -> tuple[AbstractTrainingRun, TrainMetrics]:
     """``agent.train`` (on ``env``, ``num_iterations`` iterations) of every member of
-    ``population``, vmapped; the metrics get a leading population axis. One compiled program,
-    with the package's `compiler_options` or XLA's defaults as the agent's
-    ``package_compiler_options`` says."""
-    train = _train_population if agent.package_compiler_options else _train_population_xla
+    ``population``, vmapped; the metrics get a leading population axis. One compiled program
+    (with XLA's default options for a `PPO` or `IPPO` population: `eqx_qd._compile`)."""
+    train = _train_population_xla if isinstance(agent, _PPOLearner) else _train_population
     return train(agent, env, population, num_iterations, key=key)
 
 
@@ -294,13 +294,13 @@ def evaluate_population(
     return eqx.filter_vmap(run)(population, jr.split(key, _population_size(population)))
 
 
-def population_without_optimizer_states(
+def population_without_optimiser_states(
     agent: AbstractAgent, population: AbstractTrainingRun
 ) -> AbstractTrainingRun:
-    """``population`` with ``agent.empty_optimizer_states`` applied to every member (what a
+    """``population`` with ``agent.empty_optimiser_states`` applied to every member (what a
     repertoire stores: no optimiser states, no target networks)."""
-    _check_population("population_without_optimizer_states", population)
-    states = eqx.filter_vmap(agent.empty_optimizer_states)(population.agent_state)
+    _check_population("population_without_optimiser_states", population)
+    states = eqx.filter_vmap(agent.empty_optimiser_states)(population.agent_state)
     return eqx.tree_at(lambda p: p.agent_state, population, states, is_leaf=is_none)
 
 

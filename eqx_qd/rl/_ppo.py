@@ -18,7 +18,6 @@ so a hyperparameter sweep is ``eqx.filter_vmap`` over states and a new value nev
 import abc
 import typing
 from collections.abc import Sequence
-from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -346,8 +345,6 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
     normalise_advantages: eqx.AbstractVar[bool]
     num_agents: eqx.AbstractVar[int]  # how many agents act together
 
-    package_compiler_options: ClassVar[bool] = False  # see `AbstractAgent`
-
     @property
     @abc.abstractmethod
     def pooling(self) -> str:
@@ -408,14 +405,14 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         env_state = jax.vmap(lambda k: training_reset(team, key=k))(jr.split(key, self.num_envs))
         return PPORun(state, env_state, i32(0), i32(0))
 
-    def empty_optimizer_states(self, state: PPOState) -> PPOState:
+    def empty_optimiser_states(self, state: PPOState) -> PPOState:
         """Drop the optimiser states (PPO has no target networks)."""
         return eqx.tree_at(
             lambda s: (s.actor_opt_state, s.critic_opt_state), state, (None, None),
             is_leaf=is_none,
         )  # fmt: skip
 
-    def init_optimizer_states(self, state: PPOState) -> PPOState:
+    def init_optimiser_states(self, state: PPOState) -> PPOState:
         """Fresh optimiser states for the current networks."""
         return eqx.tree_at(
             lambda s: (s.actor_opt_state, s.critic_opt_state),

@@ -157,14 +157,14 @@ class SAC(AbstractOffPolicyAgent[SACState]):
             0,
         )
 
-    def empty_optimizer_states(self, state: SACState) -> SACState:
+    def empty_optimiser_states(self, state: SACState) -> SACState:
         """Drop the optimiser states and the target critics (what a repertoire stores)."""
         return eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state, s.target_critic),
             state, (None, None, None, None), is_leaf=is_none,
         )  # fmt: skip
 
-    def init_optimizer_states(self, state: SACState) -> SACState:
+    def init_optimiser_states(self, state: SACState) -> SACState:
         """Fresh optimiser states (zero moments) for the current parameters, and the target
         critics reset to the online ones (QDax's ``init_optimizers_states``)."""
         state = eqx.tree_at(

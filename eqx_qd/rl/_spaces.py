@@ -112,7 +112,7 @@ def _check_spaces_mapping(where: str, spaces: Spaces) -> None:
     for name, space in spaces.items():
         if not isinstance(space, AbstractSpace):
             raise TypeError(
-                f"{where}: spaces[{name!r}] must be an eqx_qd.AbstractSpace, got {space!r}"
+                f"{where}: spaces[{name!r}] must be an eqx_qd.rl.AbstractSpace, got {space!r}"
             )
 
 

@@ -83,7 +83,7 @@ class TD3State(AbstractAgentState):
 
     **Fields:** `policy`, `critic`, `target_policy`, `target_critic` (the networks; the
     targets are ``None`` in storage), `policy_opt_state`, `critic_opt_state` (``None`` in
-    storage: see `TD3.empty_optimizer_states`), `normaliser` (observation statistics),
+    storage: see `TD3.empty_optimiser_states`), `normaliser` (observation statistics),
     `hparams` (the `TD3HParams`) and `steps` (gradient steps taken).
     """
 
@@ -171,14 +171,14 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
             0,
         )
 
-    def empty_optimizer_states(self, state: TD3State) -> TD3State:
+    def empty_optimiser_states(self, state: TD3State) -> TD3State:
         """Drop the optimiser states and the target networks (what a repertoire stores)."""
         return eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.target_policy, s.target_critic),
             state, (None, None, None, None), is_leaf=is_none,
         )  # fmt: skip
 
-    def init_optimizer_states(self, state: TD3State) -> TD3State:
+    def init_optimiser_states(self, state: TD3State) -> TD3State:
         """Fresh optimiser states (zero moments) for the current networks, and targets reset
         to them (QDax's ``init_optimizers_states``)."""
         state = eqx.tree_at(
