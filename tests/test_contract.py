@@ -14,7 +14,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from jaxtyping import Array, Int
+from jaxtyping import Array, Float, Int
 from user_agent import DDPG, DDPGHParams
 
 import eqx_qd as q
@@ -200,11 +200,32 @@ def test_forgetting_part_of_the_contract_fails_at_construction():
         update = DDPG.update
         empty_optimiser_states = DDPG.empty_optimiser_states
         init_optimiser_states = DDPG.init_optimiser_states
+        reset_targets = DDPG.reset_targets
         genome = DDPG.genome
         with_genome = DDPG.with_genome
 
     with pytest.raises(TypeError, match="buffer_size"):
         NoBuffer()
+
+    class NoTargetReset(q.rl.AbstractOffPolicyAgent):  # forgets reset_targets: no silent default
+        observation_size: int = 2
+        action_size: int = 2
+        normalise_observations: bool = False
+        minibatch_size: int = 4
+        num_envs: int = 2
+        buffer_size: int = 8
+        grad_updates_per_step: float = 1.0
+
+        init = DDPG.init
+        act = DDPG.act
+        update = DDPG.update
+        empty_optimiser_states = DDPG.empty_optimiser_states
+        init_optimiser_states = DDPG.init_optimiser_states
+        genome = DDPG.genome
+        with_genome = DDPG.with_genome
+
+    with pytest.raises(TypeError, match="reset_targets"):
+        NoTargetReset()
 
 
 def test_hyperparameters_must_be_float32_arrays():
@@ -216,6 +237,35 @@ def test_hyperparameters_must_be_float32_arrays():
 
     with pytest.raises(TypeError, match=r"Loose.lr must be a float32 array"):
         Loose()
+
+    # A user's class is checked like the library's: finite, in the range its hparam declares,
+    # a number (the error names the field), and with converter=f32 (no range) at least finite.
+    class Declared(q.rl.AbstractHParams):
+        lr: Float[Array, ""] = q.rl.hparam(1e-3, low=0.0)
+        discount: Float[Array, ""] = q.rl.hparam(0.99, low=0.0, high=1.0)
+
+        def default_spaces(self):
+            return {}
+
+    with pytest.raises(ValueError, match=r"Declared.discount must lie in \[0.0, 1.0\], got -0.5"):
+        Declared(discount=-0.5)
+    with pytest.raises(ValueError, match=r"Declared.lr must be finite"):
+        Declared(lr=float("nan"))
+    with pytest.raises(TypeError, match=r"Declared.lr must be a float32 array \(a number\)"):
+        Declared(lr="fast")
+    with pytest.raises(ValueError, match=r"DDPGHParams.tau must lie in \[0.0, 1.0\]"):
+        DDPGHParams(tau=2.0)
+
+    class Converted(q.rl.AbstractHParams):  # declared with a plain converter: no range
+        lr: Float[Array, ""] = eqx.field(default=1e-3, converter=q.rl.f32)
+
+        def default_spaces(self):
+            return {}
+
+    with pytest.raises(ValueError, match=r"Converted.lr must be finite"):
+        Converted(lr=float("inf"))
+    stacked = eqx.filter_vmap(lambda d: Declared(discount=d))(jnp.asarray([0.9, 0.99]))
+    assert stacked.discount.shape == (2,) and stacked.lr.dtype == jnp.float32
     assert DDPGHParams().names() == ("policy_lr", "critic_lr", "discount", "tau", "noise")
 
 

@@ -11,15 +11,15 @@ import jax.random as jr
 from jaxtyping import Array, Float, PyTree
 
 import eqx_qd as q
-from eqx_qd.rl import apply_adam, f32, init_adam, soft_update
+from eqx_qd.rl import apply_adam, hparam, init_adam, soft_update
 
 
-class DDPGHParams(q.rl.AbstractHParams):
-    policy_lr: Float[Array, ""] = eqx.field(default=1e-3, converter=f32)
-    critic_lr: Float[Array, ""] = eqx.field(default=1e-3, converter=f32)
-    discount: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
-    tau: Float[Array, ""] = eqx.field(default=0.005, converter=f32)
-    noise: Float[Array, ""] = eqx.field(default=0.1, converter=f32)
+class DDPGHParams(q.rl.AbstractHParams):  # each field checked finite and in its range
+    policy_lr: Float[Array, ""] = hparam(1e-3, low=0.0)
+    critic_lr: Float[Array, ""] = hparam(1e-3, low=0.0)
+    discount: Float[Array, ""] = hparam(0.99, low=0.0, high=1.0)
+    tau: Float[Array, ""] = hparam(0.005, low=0.0, high=1.0)
+    noise: Float[Array, ""] = hparam(0.1, low=0.0)
 
     def default_spaces(self):
         return {"policy_lr": q.rl.LogUniform(1e-4, 1e-2), "critic_lr": q.rl.LogUniform(1e-4, 1e-2),

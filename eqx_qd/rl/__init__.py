@@ -20,6 +20,7 @@ from ._base import (
     check_agent as check_agent,
     check_spaces as check_spaces,
     EvalMetrics as EvalMetrics,
+    hparam as hparam,
     TrainMetrics as TrainMetrics,
 )
 from ._buffers import ReplayBuffer as ReplayBuffer

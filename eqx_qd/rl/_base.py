@@ -17,6 +17,7 @@ subclass (TD3, SAC, PPO or a user's agent) goes everywhere an agent can go.
 
 import abc
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
@@ -39,23 +40,52 @@ from ._spaces import AbstractSpace, sample_hparams
 Metrics = dict[str, Float[Array, ""]]
 
 
+_RANGE = "eqx_qd.hparam_range"  # the field metadata `hparam` writes
+
+
+def _to_float32(value: Any) -> Any:
+    """``value`` as a float32 array, or unchanged when it is not a number (a string, None), so
+    that `AbstractHParams` names the field that holds it."""
+    try:
+        return jnp.asarray(value, jnp.float32)
+    except (TypeError, ValueError):
+        return value
+
+
+def hparam(default: float, *, low: float = -math.inf, high: float = math.inf) -> Any:
+    """A hyperparameter field of an `AbstractHParams`: a float32 array (a scalar, or a vector in
+    a stacked population) with ``default``, which `AbstractHParams` checks finite and in the
+    closed interval ``[low, high]``, naming the field. Declare ``discount: Float[Array, ""] =
+    hparam(0.99, low=0.0, high=1.0)``."""
+    check.ordered("hparam: low", low, "high", high, strict=False)
+    return eqx.field(default=default, converter=_to_float32, metadata={_RANGE: (low, high)})
+
+
 class AbstractHParams(eqx.Module):
     """Hyperparameters: every field a float32 array (a scalar for one agent, a vector in a
     stacked population), so changing a value never retraces and a population varies them with
     ``filter_vmap``.
 
-    Subclasses declare their fields with ``converter=f32`` and implement `default_spaces`.
+    Subclasses declare their fields with `hparam` (a default and the range it must lie in) and
+    implement `default_spaces`. Every field, of the library's classes and of yours, is checked
+    at construction: a float32 array, finite, and in the range its `hparam` declares (a field
+    declared otherwise, say with ``converter=f32``, is checked finite); the error names the
+    class and the field.
     """
 
     def __check_init__(self):
+        owner = type(self).__name__
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if not (eqx.is_array(value) and value.dtype == jnp.float32):
-                raise TypeError(
-                    f"{type(self).__name__}.{f.name} must be a float32 array (declare it with "
-                    f"converter=eqx_qd.internal.f32), got {type(value).__name__}"
-                    + (f" of {value.dtype}" if hasattr(value, "dtype") else "")
-                )
+                if isinstance(value, (int, float)) or hasattr(value, "dtype"):
+                    why = "declare the field with eqx_qd.rl.hparam, which converts it"
+                else:
+                    why = "a number"
+                got = f"{value.dtype} array" if hasattr(value, "dtype") else repr(value)
+                raise TypeError(f"{owner}.{f.name} must be a float32 array ({why}), got {got}")
+            low, high = f.metadata.get(_RANGE, (-math.inf, math.inf))
+            check.in_range(f"{owner}.{f.name}", value, low, high)
 
     @abc.abstractmethod
     def default_spaces(self) -> dict[str, AbstractSpace]:
@@ -142,6 +172,12 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
     **Fields** every agent declares: `observation_size`, `action_size` (the environment's) and
     `normalise_observations` (whether the state's ``normaliser`` is used).
 
+    **Methods** every agent implements (a class that leaves one out fails at construction,
+    naming it): `init`, `act`, `init_run`, `train`, `empty_optimiser_states`,
+    `init_optimiser_states`, `reset_targets` (an agent without target networks returns the
+    state unchanged), `genome` and `with_genome`. **Provided**, to override only if the agent
+    needs to: `evaluate`, `hparam_spaces`, `resample_hparams`, `normalise` and `observe`.
+
     **Storage and training forms.** A state in a repertoire or a saved population holds no
     optimiser states and no target networks (`empty_optimiser_states`);
     `init_optimiser_states` brings it back to its training form (fresh optimiser states,
@@ -189,6 +225,11 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
         target networks reset to the online ones (`reset_targets`)."""
 
     @abc.abstractmethod
+    def reset_targets(self, state: _S) -> _S:
+        """``state`` with its target networks set to copies of the online networks (an agent
+        without target networks returns ``state`` unchanged)."""
+
+    @abc.abstractmethod
     def genome(self, state: _S) -> PyTree:
         """The part of ``state`` a GA varies (QDax's ME-PBT varies the policy and the critic
         jointly, and SAC's temperature)."""
@@ -198,11 +239,6 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
         """``state`` with its `genome` replaced by ``genome``."""
 
     # -- provided ------------------------------------------------------------------------
-
-    def reset_targets(self, state: _S) -> _S:
-        """``state`` with its target networks set to copies of the online networks (agents
-        without target networks: unchanged)."""
-        return state
 
     @property
     def hparam_spaces(self) -> dict[str, AbstractSpace]:

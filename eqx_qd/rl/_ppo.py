@@ -28,7 +28,7 @@ from jaxtyping import Array, Float, Int, PyTree
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._misc import f32, filter_scan, filter_while_loop, i32, is_none, random_permutation, tree_take
+from .._misc import filter_scan, filter_while_loop, i32, is_none, random_permutation, tree_take
 from ..envs._base import (
     AbstractBaseEnv,
     AbstractEnv,
@@ -44,6 +44,7 @@ from ._base import (
     AbstractAgentState,
     AbstractHParams,
     AbstractTrainingRun,
+    hparam,
     TrainMetrics,
 )
 from ._gae import gae
@@ -78,35 +79,16 @@ class PPOHParams(AbstractHParams):
     returns).
     """
 
-    gamma: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
-    gae_lambda: Float[Array, ""] = eqx.field(default=0.95, converter=f32)
-    clip_eps: Float[Array, ""] = eqx.field(default=0.2, converter=f32)
-    ent_coef: Float[Array, ""] = eqx.field(default=0.01, converter=f32)
-    vf_coef: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
-    kl_threshold: Float[Array, ""] = eqx.field(default=0.02, converter=f32)
-    actor_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
-    critic_lr: Float[Array, ""] = eqx.field(default=1e-3, converter=f32)
-    max_grad_norm: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
-    reward_scale: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
-
-    def __check_init__(self):
-        inf = float("inf")
-        check.ranges(
-            "PPOHParams",
-            self,
-            {
-                "gamma": (0.0, 1.0),
-                "gae_lambda": (0.0, 1.0),
-                "clip_eps": (0.0, inf),
-                "ent_coef": (0.0, inf),
-                "vf_coef": (0.0, inf),
-                "kl_threshold": (0.0, inf),
-                "actor_lr": (0.0, inf),
-                "critic_lr": (0.0, inf),
-                "max_grad_norm": (0.0, inf),
-                "reward_scale": (0.0, inf),
-            },
-        )
+    gamma: Float[Array, ""] = hparam(0.99, low=0.0, high=1.0)
+    gae_lambda: Float[Array, ""] = hparam(0.95, low=0.0, high=1.0)
+    clip_eps: Float[Array, ""] = hparam(0.2, low=0.0)
+    ent_coef: Float[Array, ""] = hparam(0.01, low=0.0)
+    vf_coef: Float[Array, ""] = hparam(0.5, low=0.0)
+    kl_threshold: Float[Array, ""] = hparam(0.02, low=0.0)
+    actor_lr: Float[Array, ""] = hparam(3e-4, low=0.0)
+    critic_lr: Float[Array, ""] = hparam(1e-3, low=0.0)
+    max_grad_norm: Float[Array, ""] = hparam(0.5, low=0.0)
+    reward_scale: Float[Array, ""] = hparam(1.0, low=0.0)
 
     def default_spaces(self) -> dict[str, AbstractSpace]:
         """`PPO_SPACES`."""

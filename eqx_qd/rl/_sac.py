@@ -11,9 +11,9 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._misc import f32, i32, is_none
+from .._misc import i32, is_none
 from ..envs._rollout import Transition
-from ._base import AbstractAgentState, AbstractHParams, Metrics
+from ._base import AbstractAgentState, AbstractHParams, hparam, Metrics
 from ._layers import MATMUL_DTYPES
 from ._normaliser import RunningNormaliser
 from ._off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
@@ -39,27 +39,12 @@ class SACHParams(AbstractHParams):
     (rewards are multiplied by it in the critic's target) and `tau` (target update rate).
     """
 
-    policy_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
-    critic_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
-    alpha_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
-    discount: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
-    reward_scaling: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
-    tau: Float[Array, ""] = eqx.field(default=0.005, converter=f32)
-
-    def __check_init__(self):
-        inf = float("inf")
-        check.ranges(
-            "SACHParams",
-            self,
-            {
-                "policy_lr": (0.0, inf),
-                "critic_lr": (0.0, inf),
-                "alpha_lr": (0.0, inf),
-                "discount": (0.0, 1.0),
-                "reward_scaling": (0.0, inf),
-                "tau": (0.0, 1.0),
-            },
-        )
+    policy_lr: Float[Array, ""] = hparam(3e-4, low=0.0)
+    critic_lr: Float[Array, ""] = hparam(3e-4, low=0.0)
+    alpha_lr: Float[Array, ""] = hparam(3e-4, low=0.0)
+    discount: Float[Array, ""] = hparam(0.99, low=0.0, high=1.0)
+    reward_scaling: Float[Array, ""] = hparam(1.0, low=0.0)
+    tau: Float[Array, ""] = hparam(0.005, low=0.0, high=1.0)
 
     def default_spaces(self) -> dict[str, AbstractSpace]:
         """`SAC_SPACES` (QDax's PBT-SAC ranges)."""

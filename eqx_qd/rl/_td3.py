@@ -17,9 +17,9 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._misc import f32, filter_cond, i32, is_none
+from .._misc import filter_cond, i32, is_none
 from ..envs._rollout import Transition
-from ._base import AbstractAgentState, AbstractHParams, Metrics
+from ._base import AbstractAgentState, AbstractHParams, hparam, Metrics
 from ._layers import MATMUL_DTYPES
 from ._normaliser import RunningNormaliser
 from ._off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
@@ -47,31 +47,14 @@ class TD3HParams(AbstractHParams):
     `noise_clip` (target policy smoothing), `expl_noise` (std of the exploration noise).
     """
 
-    policy_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
-    critic_lr: Float[Array, ""] = eqx.field(default=3e-4, converter=f32)
-    discount: Float[Array, ""] = eqx.field(default=0.99, converter=f32)
-    reward_scaling: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
-    tau: Float[Array, ""] = eqx.field(default=0.005, converter=f32)
-    policy_noise: Float[Array, ""] = eqx.field(default=0.2, converter=f32)
-    noise_clip: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
-    expl_noise: Float[Array, ""] = eqx.field(default=0.1, converter=f32)
-
-    def __check_init__(self):
-        inf = float("inf")
-        check.ranges(
-            "TD3HParams",
-            self,
-            {
-                "policy_lr": (0.0, inf),
-                "critic_lr": (0.0, inf),
-                "discount": (0.0, 1.0),
-                "reward_scaling": (0.0, inf),
-                "tau": (0.0, 1.0),
-                "policy_noise": (0.0, inf),
-                "noise_clip": (0.0, inf),
-                "expl_noise": (0.0, inf),
-            },
-        )
+    policy_lr: Float[Array, ""] = hparam(3e-4, low=0.0)
+    critic_lr: Float[Array, ""] = hparam(3e-4, low=0.0)
+    discount: Float[Array, ""] = hparam(0.99, low=0.0, high=1.0)
+    reward_scaling: Float[Array, ""] = hparam(1.0, low=0.0)
+    tau: Float[Array, ""] = hparam(0.005, low=0.0, high=1.0)
+    policy_noise: Float[Array, ""] = hparam(0.2, low=0.0)
+    noise_clip: Float[Array, ""] = hparam(0.5, low=0.0)
+    expl_noise: Float[Array, ""] = hparam(0.1, low=0.0)
 
     def default_spaces(self) -> dict[str, AbstractSpace]:
         """`TD3_SPACES` (QDax's PBT-TD3 ranges)."""
