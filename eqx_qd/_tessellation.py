@@ -19,7 +19,7 @@ from jaxtyping import Array, Float, Int
 
 from . import _validate as check
 from ._custom_types import Centroids, Descriptors, PRNGKey
-from ._cvt_index import _bucket_index, _BucketIndex, _INDEX_MIN_CELLS
+from ._cvt_index import _bucket_index, _INDEX_MIN_CELLS, CVTIndex
 from ._kmeans import _bounds, cvt_centroids
 from ._misc import f32
 from ._nearest import _check_points, _flat_cell, nearest_centroid
@@ -86,17 +86,18 @@ class CVTTessellation(AbstractTessellation):
     """A centroidal Voronoi tessellation: a descriptor belongs to its nearest centroid.
 
     With 256 cells or more and at most 3 descriptors, construction builds an index of which
-    centroids can be nearest in each box of a grid laid over them (`_BucketIndex`), and
-    `index` compares a descriptor with its box's candidates only; descriptors outside the
-    centroids' box, and every case without an index, use the full search. Both are exact.
-    Build a new tessellation to change the centroids (`eqx.tree_at` would keep the old index).
+    centroids can be nearest in each box of a grid laid over them (`bucket_index`, a module of
+    arrays), and `index` compares a descriptor with its box's candidates only; descriptors
+    outside the centroids' box, and every case without an index, use the full search. Both are
+    exact. The index is used only for the centroids it was built from: centroids changed by
+    `eqx.tree_at` take the full search (build a new tessellation to index them).
 
     **Arguments:** `centroids` ``(num_cells, num_descriptors)``; `index_min_cells`, the fewest
     cells that get an index (pass a huge number for the full search always).
     """
 
     centroids: Centroids = eqx.field(converter=f32)
-    bucket_index: _BucketIndex | None = eqx.field(static=True)
+    bucket_index: CVTIndex | None
 
     def __init__(self, centroids: Any, *, index_min_cells: int = _INDEX_MIN_CELLS):
         check.positive_int("index_min_cells", index_min_cells)
@@ -117,9 +118,10 @@ class CVTTessellation(AbstractTessellation):
             return nearest_centroid(descriptors, self.centroids)
         _check_points(descriptors, self.num_descriptors)
         points = descriptors.astype(jnp.float32)
+        index = self.bucket_index
         return jax.lax.cond(
-            self.bucket_index.inside(points),
-            self.bucket_index.lookup,
+            index.inside(points) & index.matches(self.centroids),
+            lambda p: index.lookup(p),
             lambda p: nearest_centroid(p, self.centroids),
             points,
         )
@@ -157,27 +159,3 @@ class CVTTessellation(AbstractTessellation):
         except (OSError, ValueError) as e:
             raise ValueError(f"cannot read centroids from {path!r}: {e}") from e
         return cls(centroids)
-
-
-def reindexed(tree: Any) -> Any:
-    """``tree`` with every `CVTTessellation` whose bucket index was built from other centroids
-    rebuilt from its own.
-
-    The index is a static field: centroids read from a file into a template keep the
-    template's index, and the template's centroids need not be the saved ones (centroids
-    computed again by another version of `cvt_centroids`, say), which would send descriptors
-    to wrong cells without a word. `jobs.deserialise` calls this on everything it reads.
-    """
-
-    def fix(x: Any) -> Any:
-        if not isinstance(x, CVTTessellation) or x.bucket_index is None:
-            return x
-        c = x.centroids
-        if isinstance(c, jax.core.Tracer) or not getattr(c, "is_fully_addressable", True):
-            return x
-        c = np.asarray(c, np.float32)
-        if np.array_equal(x.bucket_index.padded[:-1], c):
-            return x
-        return CVTTessellation(c)
-
-    return jax.tree.map(fix, tree, is_leaf=lambda x: isinstance(x, CVTTessellation))

@@ -190,11 +190,30 @@ def test_the_bucket_index_breaks_ties_towards_the_lowest_index_and_matches_the_f
     got = np.asarray(jax.jit(lambda t, p: t.index(p))(indexed, points))
     np.testing.assert_array_equal(got, np.asarray(full.index(points)))
     assert 400 not in got and np.sum(got == 37) >= 2
-    # Built by content: an equal tessellation is equal (one compiled program serves both).
+    # Built by content: an equal tessellation is equal, and the index is array leaves (a
+    # tessellation of other centroids of the same shapes reuses the compiled program).
     again = q.CVTTessellation(centroids.copy())
-    assert again.bucket_index == indexed.bucket_index and eqx.tree_equal(again, indexed)
-    assert hash(again.bucket_index) == hash(indexed.bucket_index)
-    assert repr(indexed.bucket_index).startswith("_BucketIndex(boxes=28x28, candidates=")
+    assert bool(eqx.tree_equal(again, indexed))
+    assert indexed.bucket_index.boxes == 28 and indexed.bucket_index.table.ndim == 2
+    assert all(eqx.is_array(x) for x in jax.tree.leaves(indexed.bucket_index))
+
+
+def test_tree_at_cannot_desynchronise_the_index():
+    """The index is used only for the centroids it was built from: centroids replaced by
+    ``eqx.tree_at`` (or an index from other centroids put in) take the exact full search."""
+    rng = np.random.default_rng(1)
+    centroids = rng.uniform(size=(600, 2)).astype(np.float32)
+    tess = q.CVTTessellation(centroids)
+    points = jnp.asarray(rng.uniform(size=(300, 2)), jnp.float32)
+    index = eqx.filter_jit(lambda t, p: t.index(p))
+    moved = jnp.asarray(np.roll(centroids, 1, axis=0))
+    swapped = eqx.tree_at(lambda t: t.centroids, tess, moved)
+    assert bool(swapped.bucket_index.matches(swapped.centroids)) is False
+    np.testing.assert_array_equal(index(swapped, points), q.nearest_centroid(points, moved))
+    other = q.CVTTessellation(moved).bucket_index  # a consistent pair again: the index is used
+    relinked = eqx.tree_at(lambda t: t.bucket_index, swapped, other)
+    assert bool(relinked.bucket_index.matches(relinked.centroids))
+    np.testing.assert_array_equal(index(relinked, points), q.nearest_centroid(points, moved))
 
 
 def test_no_bucket_index_inside_a_trace_for_clustered_centroids_or_many_descriptors():

@@ -23,7 +23,6 @@ import jax.random as jr
 import numpy as np
 
 from .._repertoire import MapElitesRepertoire
-from .._tessellation import reindexed
 
 
 _TMP_PREFIX = ".tmp-"
@@ -98,9 +97,7 @@ def deserialise(f: typing.BinaryIO, like: Any) -> Any:
     # Keys in a shape template become concrete (zero) keys: Equinox keeps each leaf's type.
     concrete = lambda x: jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x
     like = jax.tree.map(lambda x: concrete(x) if _is_key(x) else x, like)
-    # A CVT tessellation's index comes from the template's centroids: rebuilt where the
-    # centroids read differ from them.
-    return reindexed(eqx.tree_deserialise_leaves(f, like, _load_leaf))
+    return eqx.tree_deserialise_leaves(f, like, _load_leaf)
 
 
 def save_repertoire(path: str | os.PathLike, repertoire: MapElitesRepertoire) -> None:
