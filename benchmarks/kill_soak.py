@@ -59,8 +59,8 @@ SMALL = {
     ],
     "ippo": [
         "--num-agents", "2", "--size", "6", "--episode-length", "8", "--rollout-length", "8",
-        "--num-envs", "4", "--num-minibatches", "2", "--num-iterations", "60",
-        "--eval-frequency", "2", "--num-episodes", "4",
+        "--num-envs", "4", "--num-minibatches", "2", "--iterations", "60",
+        "--eval-frequency", "2", "--eval-episodes", "4",
     ],
 }  # fmt: skip
 

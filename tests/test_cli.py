@@ -119,9 +119,9 @@ episode_length = 12
 rollout_length = 16
 num_envs = 8
 num_minibatches = 2
-num_iterations = 4
+iterations = 4
 eval_frequency = 2
-num_episodes = 4
+eval_episodes = 4
 """
 
 
@@ -134,7 +134,7 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
     for name in ("config.toml", "agent.json", "hparams.json", "progress.csv", "learning_curve.png"):
         assert (out / name).is_file(), name
     # Resuming reads the run's own config and trains on to the new total.
-    assert main(["run", "ippo", "--resume", str(out), "--num-iterations", "6", "--no-plots",
+    assert main(["run", "ippo", "--resume", str(out), "--iterations", "6", "--no-plots",
                  "--no-progress"]) == 0  # fmt: skip
     assert "done: 6 iterations" in capsys.readouterr().out
     rows = (out / "progress.csv").read_text().strip().splitlines()
@@ -150,7 +150,7 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
     # Resuming with another config: its hyperparameters apply from the checkpoint on.
     changed = tmp_path / "changed.toml"
     changed.write_text(IPPO_TOML + "actor_lr = 0.0125\n")
-    assert main(["run", "ippo", "--resume", str(out), "--config", str(changed), "--num-iterations",
+    assert main(["run", "ippo", "--resume", str(out), "--config", str(changed), "--iterations",
                  "8", "--no-plots", "--no-progress"]) == 0  # fmt: skip
     assert json.loads((out / "hparams.json").read_text())["actor_lr"] == pytest.approx(0.0125)
     assert "actor_lr = 0.0125" in (out / "config.toml").read_text()
@@ -160,7 +160,7 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
     "args, message",
     [
         (["--env", "pong"], "unknown environment 'pong'"),
-        (["--num-iterations", "-1"], "num_iterations must be >= 0"),
+        (["--iterations", "-1"], "iterations must be >= 0"),
         (["--resume", "/nonexistent"], "cannot resume"),
         (["--num-envs", "3", "--rollout-length", "5"], "num_minibatches"),
         (["--env", "walker2d_2x3", "--num-agents", "3"], "takes no option num_agents"),

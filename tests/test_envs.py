@@ -176,7 +176,7 @@ def test_reevaluation_statistics(getkey):
     assert re.fitnesses.shape == (10, 2) and re.descriptors.shape == (10, 2, 2)
     assert bool(jnp.all(re.fitness_std > 0))  # the start position is random
     np.testing.assert_allclose(re.fitness_mean, jnp.mean(re.fitnesses, axis=0))
-    with pytest.raises(ValueError, match="num_evals"):
+    with pytest.raises(ValueError, match="num_evaluations"):
         q.reevaluate(scorer, policies, 0, key=getkey())
 
 

@@ -202,7 +202,7 @@ def test_load_run_reads_an_ippo_run_back(tmp_path):
     # With jaxagents' network layout (the CLI's --joint-network), recorded in agent.json.
     config = jobs.IPPOConfig(
         num_agents=2, size=6, episode_length=8, rollout_length=8, num_envs=4, num_minibatches=2,
-        num_iterations=2, eval_frequency=2, num_episodes=4, joint_network=True,
+        iterations=2, eval_frequency=2, eval_episodes=4, joint_network=True,
     )  # fmt: skip
     result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
     back = jobs.load_run(tmp_path / "run")

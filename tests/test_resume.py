@@ -45,7 +45,7 @@ PBT = dict(
 )  # fmt: skip
 IPPO = dict(
     num_agents=2, size=6, episode_length=8, rollout_length=8, num_envs=4, num_minibatches=2,
-    num_iterations=4, eval_frequency=2, num_episodes=4,
+    iterations=4, eval_frequency=2, eval_episodes=4,
 )  # fmt: skip
 
 # (config, the logged row's step column, the step after which the run is interrupted)
@@ -185,9 +185,9 @@ def test_a_lengthened_run_equals_the_longer_run(tmp_path):
 
 def test_ippo_resumed_to_more_iterations_equals_the_longer_run(tmp_path):
     whole = jobs.run(jobs.IPPOConfig(**IPPO), tmp_path / "whole", progress=False, plots=False)
-    half = jobs.IPPOConfig(**{**IPPO, "num_iterations": 2})
+    half = jobs.IPPOConfig(**{**IPPO, "iterations": 2})
     jobs.run(half, tmp_path / "half", progress=False, plots=False)
-    again = jobs.resume(tmp_path / "half", num_iterations=4, progress=False, plots=False)
+    again = jobs.resume(tmp_path / "half", iterations=4, progress=False, plots=False)
     assert _same_arrays(_key_data(whole.state), _key_data(again.state))
     assert _same_files(tmp_path / "whole", tmp_path / "half", ["progress.csv"])["progress.csv"]
     wall = again.progress["wall_s"]  # seconds spent, going on over the resume
@@ -203,7 +203,7 @@ def test_ippo_keeps_its_newest_states_and_every_evaluation(tmp_path):
     assert jobs.load_run(tmp_path / "run").progress["iterations"].tolist() == [0.0, 2.0, 4.0]
     # A fork carries the record along; the run goes on from the kept state.
     jobs.fork_run(tmp_path / "run", tmp_path / "fork")
-    longer = jobs.resume(tmp_path / "fork", num_iterations=6, progress=False, plots=False)
+    longer = jobs.resume(tmp_path / "fork", iterations=6, progress=False, plots=False)
     assert longer.progress["iterations"].tolist() == [0.0, 2.0, 4.0, 6.0]
     assert [c.step for c in jobs.list_checkpoints(tmp_path / "fork")] == [6]
 

@@ -96,15 +96,15 @@ def _population_size(policies) -> int:
 
 
 class Reevaluation(eqx.Module):
-    """Scores of the same genotypes over ``num_evals`` keys.
+    """Scores of the same genotypes over ``num_evaluations`` keys.
 
-    **Fields:** `fitnesses` ``(num_evals, batch)`` and `descriptors` ``(num_evals, batch,
-    num_descriptors)``; the properties give their means and standard deviations over the
-    evaluations.
+    **Fields:** `fitnesses` ``(num_evaluations, batch)`` and `descriptors`
+    ``(num_evaluations, batch, num_descriptors)``; the properties give their means and standard
+    deviations over the evaluations.
     """
 
-    fitnesses: Float[Array, "num_evals batch"]
-    descriptors: Float[Array, "num_evals batch num_descriptors"]
+    fitnesses: Float[Array, "num_evaluations batch"]
+    descriptors: Float[Array, "num_evaluations batch num_descriptors"]
 
     @property
     def fitness_mean(self) -> Float[Array, " batch"]:
@@ -123,17 +123,19 @@ class Reevaluation(eqx.Module):
         return jnp.std(self.descriptors, axis=0)
 
 
-def reevaluate(scoring_fn: Callable, genotypes, num_evals: int, *, key: PRNGKey) -> Reevaluation:
-    """Score ``genotypes`` with ``scoring_fn`` ``num_evals`` times, with independent keys
+def reevaluate(
+    scoring_fn: Callable, genotypes, num_evaluations: int, *, key: PRNGKey
+) -> Reevaluation:
+    """Score ``genotypes`` with ``scoring_fn`` ``num_evaluations`` times, with independent keys
     (robustness statistics, e.g. the PGA-ME repo's average of the best elite's fitness over 10
     evaluations)."""
-    check.positive_int("num_evals", num_evals)
+    check.positive_int("reevaluate: num_evaluations", num_evaluations)
 
     def one(k):
         fitnesses, descriptors, _ = scoring_fn(genotypes, key=k)
         return fitnesses, descriptors
 
-    fitnesses, descriptors = jax.lax.map(one, jr.split(key, num_evals))
+    fitnesses, descriptors = jax.lax.map(one, jr.split(key, num_evaluations))
     return Reevaluation(fitnesses, descriptors)
 
 

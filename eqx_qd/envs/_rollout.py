@@ -155,16 +155,16 @@ def _play(env, policy, key, keep_states: bool):
 class EpisodeStats(eqx.Module):
     """Full episodes played to their end (`evaluate_episodes`).
 
-    **Fields:** `returns` and `final_rewards` (the last step's reward) ``(n_evals, *agents)``
+    **Fields:** `returns` and `final_rewards` (the last step's reward) ``(num_episodes, *agents)``
     (no agent axis for a single-agent environment); `terminated` and `truncated`
-    ``(n_evals,)`` (how each episode ended); `lengths` ``(n_evals,)``.
+    ``(num_episodes,)`` (how each episode ended); `lengths` ``(num_episodes,)``.
     """
 
-    returns: Float[Array, " n_evals *agents"]
-    final_rewards: Float[Array, " n_evals *agents"]
-    terminated: Bool[Array, " n_evals"]
-    truncated: Bool[Array, " n_evals"]
-    lengths: Int[Array, " n_evals"]
+    returns: Float[Array, " num_episodes *agents"]
+    final_rewards: Float[Array, " num_episodes *agents"]
+    terminated: Bool[Array, " num_episodes"]
+    truncated: Bool[Array, " num_episodes"]
+    lengths: Int[Array, " num_episodes"]
 
     def to_dict(self) -> dict[str, list]:
         """Plain Python lists by field name (checkpoint metrics JSON)."""

@@ -43,7 +43,7 @@ class IPPOConfig(JobConfig):
 
     ``env`` is any registered environment: a multi-agent one, or a single-agent one played by
     one agent (`SingleAgentView`). ``num_agents`` and ``size`` are options of ``line_targets``
-    (unset: its defaults, 4 and 16). ``num_iterations`` is the total a run trains to: resuming an
+    (unset: its defaults, 4 and 16). ``iterations`` is the total a run trains to: resuming an
     interrupted run finishes the remaining updates.
     """
 
@@ -64,11 +64,11 @@ class IPPOConfig(JobConfig):
         False, "one actor and one critic reading all agents' observations, a head per agent"
     )
     normalise_observations: bool = option(False, "running observation normalisation per agent")
-    num_iterations: int = option(
+    iterations: int = option(
         200, "total PPO iterations (a rollout and its epochs each)", check=non_negative_int
     )
     eval_frequency: int = option(10, "updates between evaluations", check=positive_int)
-    num_episodes: int = option(64, "episodes per evaluation", check=positive_int)
+    eval_episodes: int = option(64, "episodes per evaluation", check=positive_int)
     gamma: float = option(0.99, "discount")
     gae_lambda: float = option(0.95, "GAE lambda")
     clip_eps: float = option(0.2, "PPO clip")
@@ -81,9 +81,10 @@ class IPPOConfig(JobConfig):
     reward_scale: float = option(1.0, "rewards are multiplied by it before GAE")
     seed: int = option(0, "random seed")
     keep_checkpoints: int = option(
-        0, "newest checkpoint states kept (0: all); every evaluation's record stays",
+        0,
+        "newest checkpoint states kept (0: all); every evaluation's record stays",
         check=non_negative_int,
-    )  # fmt: skip
+    )
 
     def check(self) -> None:
         if not self.hidden or min(self.hidden) < 1:
@@ -230,9 +231,13 @@ def train_ippo(
     def record(run, metrics):
         iterations = int(run.iterations)
         result = _evaluate_jit(
-            agent, env, run.agent_state, num_episodes, deterministic_eval,
+            agent,
+            env,
+            run.agent_state,
+            num_episodes,
+            deterministic_eval,
             jr.fold_in(eval_key, iterations),
-        )  # fmt: skip
+        )
         log.iterations.append(iterations)
         log.env_steps.append(int(run.env_steps))
         log.evals.append(result)
@@ -260,9 +265,18 @@ def train_ippo(
 
 
 PROGRESS_COLUMNS = (
-    "iterations", "env_steps", "mean_return", "std_return", "min_return", "max_return",
-    "median_return", "terminated", "truncated", "mean_length", "wall_s",
-)  # fmt: skip
+    "iterations",
+    "env_steps",
+    "mean_return",
+    "std_return",
+    "min_return",
+    "max_return",
+    "median_return",
+    "terminated",
+    "truncated",
+    "mean_length",
+    "wall_s",
+)
 
 
 def progress_table(folder: RunFolder) -> dict[str, np.ndarray]:
@@ -271,10 +285,18 @@ def progress_table(folder: RunFolder) -> dict[str, np.ndarray]:
     for step, m in records_of(folder):  # every evaluation, its run kept or not
         s = summarise(np.asarray(m["returns"], np.float32).reshape(-1))
         values = (
-            step, m["env_steps"], s.mean, s.std, s.min, s.max, s.median,
-            np.mean(m["terminated"]), np.mean(m["truncated"]), np.mean(m["lengths"]),
+            step,
+            m["env_steps"],
+            s.mean,
+            s.std,
+            s.min,
+            s.max,
+            s.median,
+            np.mean(m["terminated"]),
+            np.mean(m["truncated"]),
+            np.mean(m["lengths"]),
             m["wall_s"],
-        )  # fmt: skip
+        )
         for column, value in zip(PROGRESS_COLUMNS, values):
             rows[column].append(float(value))
     return {c: np.asarray(v) for c, v in rows.items()}
@@ -282,14 +304,16 @@ def progress_table(folder: RunFolder) -> dict[str, np.ndarray]:
 
 def _progress_rows(table: dict[str, np.ndarray]) -> list[list]:
     return [
-        [int(table[c][i]) if c in ("iterations", "env_steps") else f"{table[c][i]:.6g}"
-         for c in PROGRESS_COLUMNS]
+        [
+            int(table[c][i]) if c in ("iterations", "env_steps") else f"{table[c][i]:.6g}"
+            for c in PROGRESS_COLUMNS
+        ]
         for i in range(len(table["iterations"]))
-    ]  # fmt: skip
+    ]
 
 
 class _IPPOJob(Job):
-    """Train to ``config.num_iterations`` iterations, evaluating and checkpointing every
+    """Train to ``config.iterations`` iterations, evaluating and checkpointing every
     ``eval_frequency`` iterations under ``out_dir``.
 
     The folder holds ``config.toml``, ``agent.json``, ``hparams.json``, ``checkpoints/`` (one
@@ -344,12 +368,20 @@ class _IPPOJob(Job):
         folder.write_text(CONFIG_FILE, config.to_toml())
         if not resume:
             write_status(folder, "running", job=config.JOB)
-        remaining = max(config.num_iterations - int(run.iterations), 0)
+        remaining = max(config.iterations - int(run.iterations), 0)
         run, _ = train_ippo(
-            agent, env, run, remaining, key=train_key, eval_frequency=config.eval_frequency,
-            num_episodes=config.num_episodes, checkpoint_dir=folder, progress=progress,
-            keep=config.keep_checkpoints or None, clock=RunClock(seconds),
-        )  # fmt: skip
+            agent,
+            env,
+            run,
+            remaining,
+            key=train_key,
+            eval_frequency=config.eval_frequency,
+            num_episodes=config.eval_episodes,
+            checkpoint_dir=folder,
+            progress=progress,
+            keep=config.keep_checkpoints or None,
+            clock=RunClock(seconds),
+        )
         table = progress_table(folder)
         for i in range(len(table["iterations"])):
             progress.log({c: table[c][i] for c in PROGRESS_COLUMNS})
