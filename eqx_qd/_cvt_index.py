@@ -71,8 +71,9 @@ def _build(centroids: np.ndarray, boxes_per_axis: int) -> "CVTIndex":
     everywhere = np.arange(len(grid))
     near = around(1, everywhere)
     centre = box_lo + width / 2
-    d_centre = np.where(near >= 0, ((c[np.maximum(near, 0)] - centre[:, None]) ** 2).sum(-1),
-                        np.inf)  # fmt: skip
+    d_centre = np.where(
+        near >= 0, ((c[np.maximum(near, 0)] - centre[:, None]) ** 2).sum(-1), np.inf
+    )
     best = near[everywhere, np.argmin(d_centre, axis=1)]
     empty = best < 0
     if np.any(empty):  # no centroid in the 3^d boxes around: search them all
@@ -108,9 +109,12 @@ def _build(centroids: np.ndarray, boxes_per_axis: int) -> "CVTIndex":
         table[block, : ids.shape[1]] = ids
     padded = np.concatenate([c, np.full((1, d), 1e30)], 0)  # the padding never wins
     return CVTIndex(
-        jnp.asarray(lo32), jnp.asarray(width32), jnp.asarray(table),
-        jnp.asarray(padded.astype(np.float32)), g,
-    )  # fmt: skip
+        jnp.asarray(lo32),
+        jnp.asarray(width32),
+        jnp.asarray(table),
+        jnp.asarray(padded.astype(np.float32)),
+        g,
+    )
 
 
 @typing.final

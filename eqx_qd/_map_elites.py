@@ -164,9 +164,14 @@ class MAPElites(eqx.Module):
             all_g, all_d, all_f, all_ids if self.lineage else None
         )
         emitter_state = self.emitter.state_update(
-            state.emitter_state, repertoire, genotypes, descriptors, fitnesses, extra,
+            state.emitter_state,
+            repertoire,
+            genotypes,
+            descriptors,
+            fitnesses,
+            extra,
             key=update_key,
-        )  # fmt: skip
+        )
         new_state = MAPElitesState(
             repertoire, emitter_state, state.iteration + 1, state.evaluations + all_f.shape[0]
         )

@@ -109,10 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh")
     parser.add_argument(
-        "--coordinator", metavar="HOST:PORT",
+        "--coordinator",
+        metavar="HOST:PORT",
         help="join a multi-process run (jax.distributed) whose process 0 listens at HOST:PORT "
         "(default: $JAX_COORDINATOR_ADDRESS, or what a SLURM / Open MPI job says)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--num-processes", metavar="N", type=_int, help="processes in the run (with --coordinator)"
     )
@@ -120,9 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--process-id", metavar="I", type=_int, help="this process's index, 0 .. N-1; 0 writes"
     )
     parser.add_argument(
-        "--distributed", action="store_true",
+        "--distributed",
+        action="store_true",
         help="join a multi-process run, every setting from the environment (SLURM, Open MPI)",
-    )  # fmt: skip
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser(
         "list",
@@ -137,18 +139,26 @@ def build_parser() -> argparse.ArgumentParser:
         "a table of final medians and two-sided Mann-Whitney U p-values between groups.",
     )
     report.add_argument("folders", nargs="+", metavar="RUN_FOLDER", help="finished QD runs")
-    report.add_argument("--out", metavar="FOLDER", default="report",
-                        help="where to write the report (default: report)")  # fmt: skip
     report.add_argument(
-        "--p-method", choices=("auto", "exact", "asymptotic"), default="auto",
+        "--out",
+        metavar="FOLDER",
+        default="report",
+        help="where to write the report (default: report)",
+    )
+    report.add_argument(
+        "--p-method",
+        choices=("auto", "exact", "asymptotic"),
+        default="auto",
         help="Mann-Whitney U: exact for small samples without ties (auto), exact, or "
         "asymptotic without continuity correction (the paper's tables)",
-    )  # fmt: skip
+    )
     report.add_argument(
-        "--x", choices=("evaluations", "env_steps"), default="evaluations",
+        "--x",
+        choices=("evaluations", "env_steps"),
+        default="evaluations",
         help="the curves' axis: evaluations, or environment steps (PGA-ME and ME-PBT runs, "
         "as QDax plots them) (default: evaluations)",
-    )  # fmt: skip
+    )
     report.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     replay = commands.add_parser(
         "replay",
@@ -161,12 +171,15 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("folder", metavar="RUN_FOLDER", help="a PGA-ME or ME-PBT run folder")
     which = replay.add_mutually_exclusive_group()
     which.add_argument(
-        "--id", type=_int, default=None,
+        "--id",
+        type=_int,
+        default=None,
         help="the elite's id (the id column of actors.csv and archive_*.csv)",
-    )  # fmt: skip
+    )
     which.add_argument("--cell", type=_int, default=None, help="the elite's cell")
-    replay.add_argument("--seed", type=_int, default=0,
-                        help="the episode's key, on stochastic tasks (default: 0)")  # fmt: skip
+    replay.add_argument(
+        "--seed", type=_int, default=0, help="the episode's key, on stochastic tasks (default: 0)"
+    )
     run = commands.add_parser("run", help="run a job")
     jobs = run.add_subparsers(dest="job", required=True, parser_class=_Parser)
     for job in JOBS.values():
@@ -182,9 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
         if job.presets:
             shown = "; ".join(f"{name}: {_preset_text(v)}" for name, v in job.presets.items())
             sub.add_argument(
-                "--preset", choices=sorted(job.presets),
+                "--preset",
+                choices=sorted(job.presets),
                 help=f"start from these values instead of the defaults shown below: {shown}",
-            )  # fmt: skip
+            )
         defaults = job.default_values()
         hints = typing.get_type_hints(job.config_cls)
         for f in dataclasses.fields(job.config_cls):  # type: ignore[arg-type]
@@ -193,22 +207,26 @@ def build_parser() -> argparse.ArgumentParser:
             "--out", metavar="FOLDER", help=f"run folder (default: runs/{job.name}-seed<S>-<time>)"
         )
         sub.add_argument(
-            "--seeds", metavar="S,S,...", type=_int_list,
+            "--seeds",
+            metavar="S,S,...",
+            type=_int_list,
             help="run these seeds one after another, each in OUT/seed-S (instead of --seed); "
             "then `eqx-qd report OUT/seed-*` compares them with other runs",
-        )  # fmt: skip
+        )
         sub.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         sub.add_argument(
-            "--resume", metavar="FOLDER",
+            "--resume",
+            metavar="FOLDER",
             help="continue the run in FOLDER from its newest checkpoint, with its config.toml "
             "(options may lengthen it); with --out, fork it into a new folder instead",
-        )  # fmt: skip
+        )
         sub.add_argument(
-            "--from", dest="from_checkpoint", metavar="STEP|best|latest",
-            help="with --resume and --out: the checkpoint of FOLDER to fork from "
-            "(default: latest)",
-        )  # fmt: skip
+            "--from",
+            dest="from_checkpoint",
+            metavar="STEP|best|latest",
+            help="with --resume and --out: the checkpoint of FOLDER to fork from (default: latest)",
+        )
     return parser
 
 
@@ -361,10 +379,12 @@ def _listing() -> str:
     for job in JOBS.values():
         presets = f" (presets: {', '.join(sorted(job.presets))})" if job.presets else ""
         lines.append(f"  {job.name:18s} {job.help}{presets}")
-    for title, registry in (("tasks (map-elites --task)", TASKS),
-                            ("environments (--env)", ENVIRONMENTS),
-                            ("agents (pbt / me-pbt --agent)", AGENTS),
-                            ("emitters (map-elites --emitter)", EMITTERS)):  # fmt: skip
+    for title, registry in (
+        ("tasks (map-elites --task)", TASKS),
+        ("environments (--env)", ENVIRONMENTS),
+        ("agents (pbt / me-pbt --agent)", AGENTS),
+        ("emitters (map-elites --emitter)", EMITTERS),
+    ):
         lines.append(f"{title}:")
         for entry in registry:
             tags = f" [{', '.join(sorted(entry.tags))}]" if entry.tags else ""
@@ -446,9 +466,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for config, out in runs:
         try:
             result = run(
-                config, out, progress=not args.no_progress, plots=not args.no_plots,
+                config,
+                out,
+                progress=not args.no_progress,
+                plots=not args.no_plots,
                 resume=resume is not None,
-            )  # fmt: skip
+            )
         except ValueError as e:
             parser.error(str(e))
         print(job.summary(result))

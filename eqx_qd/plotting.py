@@ -153,8 +153,9 @@ def _plot_pairs(repertoire, shown, lo, hi, names, cmap, vmin, vmax, label, title
             if i >= j:
                 panel.axis("off")
                 continue
-            scatter = panel.scatter(points[:, i], points[:, j], c=colours, s=4, cmap=cmap,
-                                    vmin=vmin, vmax=vmax)  # fmt: skip
+            scatter = panel.scatter(
+                points[:, i], points[:, j], c=colours, s=4, cmap=cmap, vmin=vmin, vmax=vmax
+            )
             panel.set_xlim(lo[i], hi[i])
             panel.set_ylim(lo[j], hi[j])
             if row == d - 2:
@@ -312,10 +313,15 @@ def plot_repertoire_hparams(
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), squeeze=False)
     for ax, name in zip(axes.ravel(), names):
         plot_repertoire(
-            repertoire, ax=ax, resolution=resolution, values=np.asarray(hparams[name]),
-            label=name, log_scale=name.endswith("_lr"), bounds=bounds,
+            repertoire,
+            ax=ax,
+            resolution=resolution,
+            values=np.asarray(hparams[name]),
+            label=name,
+            log_scale=name.endswith("_lr"),
+            bounds=bounds,
             descriptor_names=descriptor_names,
-        )  # fmt: skip
+        )
         ax.set_title(name)
     for ax in axes.ravel()[len(names) :]:
         ax.axis("off")

@@ -78,9 +78,12 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
         key: PRNGKey,
     ) -> tuple[Any, ...]:
         repertoire.check_candidates(
-            genotypes, descriptors, fitnesses, where="ComposedEmitter.state_update",
+            genotypes,
+            descriptors,
+            fitnesses,
+            where="ComposedEmitter.state_update",
             batch_size=self.batch_size,
-        )  # fmt: skip
+        )
         keys = jr.split(key, len(self.emitters))
         return tuple(
             e.state_update(

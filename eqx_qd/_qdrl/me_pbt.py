@@ -85,9 +85,12 @@ class PBTEmitterConfig(eqx.Module):
         n = self.total_agents
         out = [
             count_from_fraction(name, getattr(self, name), n, "agents")
-            for name in ("fraction_best_to_replace_from", "fraction_to_replace_from_best",
-                         "fraction_to_replace_from_samples")
-        ]  # fmt: skip
+            for name in (
+                "fraction_best_to_replace_from",
+                "fraction_to_replace_from_best",
+                "fraction_to_replace_from_samples",
+            )
+        ]
         if out[1] > 0 and out[0] == 0:
             raise ValueError("fraction_best_to_replace_from must be positive to replace from best")
         return out[0], out[1], out[2]
@@ -246,9 +249,12 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         key: PRNGKey,
     ) -> PBTEmitterState:
         repertoire.check_candidates(
-            genotypes, descriptors, fitnesses, where="PBTEmitter.state_update",
+            genotypes,
+            descriptors,
+            fitnesses,
+            where="PBTEmitter.state_update",
             batch_size=self.batch_size,
-        )  # fmt: skip
+        )
         c = self.config
         pg = c.pg_population_size
         num_best, from_best, from_samples = c.counts()

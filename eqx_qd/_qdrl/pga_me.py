@@ -221,9 +221,12 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     ) -> QualityPGState:
         """Store the batch's valid transitions, then train the critic and greedy actor."""
         repertoire.check_candidates(
-            genotypes, descriptors, fitnesses, where="QualityPGEmitter.state_update",
+            genotypes,
+            descriptors,
+            fitnesses,
+            where="QualityPGEmitter.state_update",
             batch_size=self.batch_size,
-        )  # fmt: skip
+        )
         rows, valid = episode_transitions(extra)
         state = eqx.tree_at(lambda s: s.buffer, state, state.buffer.insert(rows, mask=valid))
         return self._train_critic(state, key=key)

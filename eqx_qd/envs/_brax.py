@@ -81,10 +81,14 @@ def _trap(x: float) -> tuple[Segment, ...]:
 # QDax v1's maze: a 45 m square, a wall at x = 20 that blocks the straight way to the target at
 # (35, 0), a dead end under y = 7.5, and a wall down from the top at x = 10.
 _MAZE: tuple[Segment, ...] = (
-    (-5.0, -5.0, 40.0, -5.0), (-5.0, 40.0, 40.0, 40.0), (-5.0, -4.0, -5.0, 39.0),
-    (40.0, -4.0, 40.0, 39.0), (20.0, -4.0, 20.0, 19.0), (11.0, 7.5, 19.0, 7.5),
+    (-5.0, -5.0, 40.0, -5.0),
+    (-5.0, 40.0, 40.0, 40.0),
+    (-5.0, -4.0, -5.0, 39.0),
+    (40.0, -4.0, 40.0, 39.0),
+    (20.0, -4.0, 20.0, 19.0),
+    (11.0, 7.5, 19.0, 7.5),
     (10.0, 20.75, 10.0, 39.25),
-)  # fmt: skip
+)
 
 _ANT_FEET = ("left_foot_geom", "right_foot_geom", "third_foot_geom", "fourth_foot_geom")
 
@@ -103,23 +107,38 @@ QD_BRAX_TASKS: dict[str, _TaskSpec] = {
     "humanoid_uni": _TaskSpec("humanoid", ("left_foot", "right_foot"), 0.0),
     "humanoid_omni": _TaskSpec("humanoid", (), 0.0, reward="no_forward"),
     "anttrap": _TaskSpec(
-        "ant", (), 3.38, bounds=((0.0, -8.0), (30.0, 8.0)), walls=_trap(12.0),
-        wall_colliders=("torso_geom",), xy_obs=((15.0, 0.0), (15.0, 8.0)),
+        "ant",
+        (),
+        3.38,
+        bounds=((0.0, -8.0), (30.0, 8.0)),
+        walls=_trap(12.0),
+        wall_colliders=("torso_geom",),
+        xy_obs=((15.0, 0.0), (15.0, 8.0)),
     ),
     "antmaze": _TaskSpec(
-        "ant", (), 40.32, reward="to_target", bounds=((-5.0, -5.0), (40.0, 40.0)), walls=_MAZE,
-        wall_colliders=("torso_geom",), xy_obs=((17.5, 17.5), (22.5, 22.5)),
+        "ant",
+        (),
+        40.32,
+        reward="to_target",
+        bounds=((-5.0, -5.0), (40.0, 40.0)),
+        walls=_MAZE,
+        wall_colliders=("torso_geom",),
+        xy_obs=((17.5, 17.5), (22.5, 22.5)),
         target=(35.0, 0.0),
         # QDax's maze ends an episode only when the torso is under 0.2 m or over 5 m (the ant
         # would otherwise end a costly episode by jumping).
         brax_options=(("healthy_z_range", (0.2, 5.0)),),
     ),
     "humanoidtrap": _TaskSpec(
-        "humanoid", (), 0.0, bounds=((0.0, -8.0), (30.0, 8.0)), walls=_trap(9.0),
+        "humanoid",
+        (),
+        0.0,
+        bounds=((0.0, -8.0), (30.0, 8.0)),
+        walls=_trap(9.0),
         wall_colliders=("left_shin1", "right_shin1"),
         brax_options=(("healthy_z_range", (0.8, 2.1)),),  # QDax v1's humanoid trap
     ),
-}  # fmt: skip
+}
 """QD brax tasks: name -> how the task is made (`_TaskSpec`)."""
 
 _FORWARD_METRIC = {"ant": "reward_forward", "humanoid": "forward_reward"}
@@ -167,12 +186,28 @@ def _with_walls(env: Any, spec: _TaskSpec) -> Any:
     # Contact bits: the floor has conaffinity 1 and the feet contype 1; walls take conaffinity
     # 1 | 2, and the other robot geoms that must hit them contype 2, which the floor ignores.
     for x0, y0, x1, y1 in spec.walls:
-        ET.SubElement(world, "geom", type="capsule", size="0.5", contype="0", conaffinity="3",
-                      fromto=f"{x0} {y0} 0.5 {x1} {y1} 0.5", rgba="0.55 0.25 0.2 1")  # fmt: skip
+        ET.SubElement(
+            world,
+            "geom",
+            type="capsule",
+            size="0.5",
+            contype="0",
+            conaffinity="3",
+            fromto=f"{x0} {y0} 0.5 {x1} {y1} 0.5",
+            rgba="0.55 0.25 0.2 1",
+        )
     if spec.target is not None:
         x, y = spec.target
-        ET.SubElement(world, "geom", type="sphere", size="0.5", contype="0", conaffinity="0",
-                      pos=f"{x} {y} 0.5", rgba="0.2 0.7 0.2 1")  # fmt: skip
+        ET.SubElement(
+            world,
+            "geom",
+            type="sphere",
+            size="0.5",
+            contype="0",
+            conaffinity="0",
+            pos=f"{x} {y} 0.5",
+            rgba="0.2 0.7 0.2 1",
+        )
     named = {g.get("name"): g for g in root.iter("geom")}
     missing = [n for n in spec.wall_colliders if n not in named]
     if missing:

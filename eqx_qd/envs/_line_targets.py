@@ -60,9 +60,13 @@ class LineTargets(AbstractMultiAgentEnv):
         targets = jr.randint(target_key, (self.n,), 0, self.size)
         zero = jnp.zeros((), jnp.float32)
         return MultiAgentState(
-            (pos, targets), self._observe(pos, targets), jnp.zeros(self.n, jnp.float32),
-            zero, zero, jnp.zeros((), jnp.int32),
-        )  # fmt: skip
+            (pos, targets),
+            self._observe(pos, targets),
+            jnp.zeros(self.n, jnp.float32),
+            zero,
+            zero,
+            jnp.zeros((), jnp.int32),
+        )
 
     def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
         pos, targets = state.physics
@@ -71,6 +75,10 @@ class LineTargets(AbstractMultiAgentEnv):
         done = jnp.all(pos == targets).astype(jnp.float32)
         reward = jnp.full((self.n,), -distance + done, jnp.float32)
         return MultiAgentState(
-            (pos, targets), self._observe(pos, targets), reward, done,
-            jnp.zeros((), jnp.float32), state.t + 1,
-        )  # fmt: skip
+            (pos, targets),
+            self._observe(pos, targets),
+            reward,
+            done,
+            jnp.zeros((), jnp.float32),
+            state.t + 1,
+        )

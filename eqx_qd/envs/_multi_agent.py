@@ -151,9 +151,13 @@ class SingleAgentView(AbstractMultiAgentEnv):
 
     def _wrap(self, inner, t) -> MultiAgentState:
         return MultiAgentState(
-            inner, inner.obs[None], inner.reward[None], inner.terminated,
-            self.env.truncated(inner, t), t,
-        )  # fmt: skip
+            inner,
+            inner.obs[None],
+            inner.reward[None],
+            inner.terminated,
+            self.env.truncated(inner, t),
+            t,
+        )
 
     def reset(self, *, key: PRNGKey) -> MultiAgentState:
         return self._wrap(self.env.reset(key=key), jnp.zeros((), jnp.int32))

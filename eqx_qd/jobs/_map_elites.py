@@ -62,9 +62,10 @@ class MapElitesConfig(JobConfig):
     sigma: float = option(0.05, "gaussian mutation std (gaussian)", check=non_negative)
     seed: int = option(0, "random seed")
     devices: int = option(
-        1, "devices to shard over, batch_size candidates each (on a CPU, host devices are made)",
+        1,
+        "devices to shard over, batch_size candidates each (on a CPU, host devices are made)",
         check=positive_int,
-    )  # fmt: skip
+    )
     checkpoint_every: int = option(
         100, "iterations between checkpoints (and one at the end)", check=positive_int
     )

@@ -97,9 +97,10 @@ class MEPBTConfig(JobConfig):
     )
     seed: int = option(0, "random seed")
     checkpoint_every: int = option(
-        10, "iterations between checkpoints (and one at the end); the logs are written then",
+        10,
+        "iterations between checkpoints (and one at the end); the logs are written then",
         check=positive_int,
-    )  # fmt: skip
+    )
     keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
 
     def check(self) -> None:
@@ -124,10 +125,19 @@ class MEPBTConfig(JobConfig):
 
 
 PAPER_PRESET: dict[str, object] = dict(
-    env="anttrap", episode_length=1000, cells=1024, hidden=(256, 256), num_envs=250,
-    num_training_iterations=20, grad_updates_per_step=1.0, buffer_size=100_000,
-    minibatch_size=256, pg_population_size=10, ga_population_size=10, iterations=450,
-)  # fmt: skip
+    env="anttrap",
+    episode_length=1000,
+    cells=1024,
+    hidden=(256, 256),
+    num_envs=250,
+    num_training_iterations=20,
+    grad_updates_per_step=1.0,
+    buffer_size=100_000,
+    minibatch_size=256,
+    pg_population_size=10,
+    ga_population_size=10,
+    iterations=450,
+)
 """The ME-PBT paper's setting as QDax's ``me_td3_pbt`` example runs it: the ant trap,
 1000-step episodes, 1024 CVT cells, (256, 256) networks, per device 10 PBT-TD3 agents
 (each training 20 x 250 environment steps per generation, one gradient step per environment
@@ -141,9 +151,13 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
     env = make_env(config.env, episode_length=config.episode_length)
     agent = build_agent(config, env)
     emitter = PBTEmitter(
-        agent, env, config.emitter_config(), agent.hparam_spaces,
-        IsoLineVariation(config.iso_sigma, config.line_sigma), axis_name=axis,
-    )  # fmt: skip
+        agent,
+        env,
+        config.emitter_config(),
+        agent.hparam_spaces,
+        IsoLineVariation(config.iso_sigma, config.line_sigma),
+        axis_name=axis,
+    )
     scorer = PolicyScorer(env, agent=agent)
     return MAPElites(emitter, scorer, scorer.qd_offset, lineage=True, axis_name=axis), emitter
 
@@ -205,9 +219,13 @@ class _MEPBTJob(Job):
         cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
         low, high = env.descriptor_bounds
         cells = CVTTessellation.from_kmeans(
-            config.cells, env.descriptor_size, low, high, num_samples=config.cvt_samples,
+            config.cells,
+            env.descriptor_size,
+            low,
+            high,
+            num_samples=config.cvt_samples,
             key=cvt_key,
-        )  # fmt: skip
+        )
         if mesh is not None:
             genotypes = emitter.initial_genotypes(config.devices * emitter.batch_size, key=pop_key)
             init = lambda: init_sharded(algo, genotypes, cells, key=init_key, mesh=mesh)
@@ -227,18 +245,24 @@ class _MEPBTJob(Job):
 
         def log(iteration, metrics, state):
             # What the row needs, gathered from every process's devices in a multi-process run.
-            evaluations, trained, table, metrics = to_host((
-                state.evaluations, state.emitter_state.training_env_steps,
-                hparams_table(state.emitter_state.population),  # (devices, pg) if sharded
-                metrics,
-            ))  # fmt: skip
+            evaluations, trained, table, metrics = to_host(
+                (
+                    state.evaluations,
+                    state.emitter_state.training_env_steps,
+                    hparams_table(state.emitter_state.population),  # (devices, pg) if sharded
+                    metrics,
+                )
+            )
             evaluations, trained = int(evaluations), int(np.sum(np.asarray(trained)))
             played = evaluations * config.episode_length  # QDax's accounting: full episodes
             row = {
-                "iteration": iteration, "evaluations": evaluations,
-                "env_steps": played + trained, "eval_env_steps": played,
-                "train_env_steps": trained, "wall_s": clock(),
-            }  # fmt: skip
+                "iteration": iteration,
+                "evaluations": evaluations,
+                "env_steps": played + trained,
+                "eval_env_steps": played,
+                "train_env_steps": trained,
+                "wall_s": clock(),
+            }
             row.update({k: float(v) for k, v in metrics.as_dict().items()})
             rows.append(row)
             hp_rows.append({n: np.asarray(v).reshape(-1) for n, v in table.items()})
@@ -276,9 +300,14 @@ class _MEPBTJob(Job):
         if folder is not None:
             # Against environment steps (training and evaluation), as QDax's ME-PBT notebook.
             write_qd_outputs(
-                folder, repertoire, columns, plots=plots, x_key="env_steps", top_key="evaluations",
+                folder,
+                repertoire,
+                columns,
+                plots=plots,
+                x_key="env_steps",
+                top_key="evaluations",
                 env=env,
-            )  # fmt: skip
+            )
             folder.write_columns("hparams.csv", table)
             if plots:
                 from ..plotting import plot_hparams_distribution, plot_repertoire_hparams
@@ -291,9 +320,13 @@ class _MEPBTJob(Job):
                     figure = plot_repertoire_hparams(repertoire, explored, **repertoire_axes(env))
                     folder.write_figure("repertoire_hparams.png", figure)
         return RunResult(
-            config, None if folder is None else folder.path, columns, state, repertoire,
+            config,
+            None if folder is None else folder.path,
+            columns,
+            state,
+            repertoire,
             {"hparams": table},
-        )  # fmt: skip
+        )
 
     def scorer(self, config) -> PolicyScorer:
         _, emitter = make_me_pbt(config)

@@ -77,9 +77,10 @@ class PBTConfig(JobConfig):
     eval_episodes: int = option(4, "evaluation episodes per member and round", check=positive_int)
     seed: int = option(0, "random seed")
     checkpoint_every: int = option(
-        1, "rounds between checkpoints (and one at the end); the logs are written then",
+        1,
+        "rounds between checkpoints (and one at the end); the logs are written then",
         check=positive_int,
-    )  # fmt: skip
+    )
     keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
 
     def check(self) -> None:
@@ -93,9 +94,12 @@ class PBTConfig(JobConfig):
         checked, over a stand-in space)."""
         stand_in = {"_": Uniform(0.0, 1.0)}
         return PBT.from_fractions(
-            self.population_size, self.best_fraction, self.worse_fraction,
-            stand_in if spaces is None else spaces, self.explore,
-        )  # fmt: skip
+            self.population_size,
+            self.best_fraction,
+            self.worse_fraction,
+            stand_in if spaces is None else spaces,
+            self.explore,
+        )
 
 
 def make_pbt_run(config: PBTConfig):
@@ -198,9 +202,12 @@ class _PBTJob(Job):
             pop, source = exploit(pop, r, returns)
             source_log.append(source)
             row = {
-                "round": r, "env_steps": steps_log[-1], "mean_return": returns.mean(),
-                "max_return": returns.max(), "min_return": returns.min(),
-            }  # fmt: skip
+                "round": r,
+                "env_steps": steps_log[-1],
+                "mean_return": returns.mean(),
+                "max_return": returns.max(),
+                "min_return": returns.min(),
+            }
             progress.log(row)
             progress.advance(1, mean=row["mean_return"], max=row["max_return"])
             last = r == config.rounds - 1
@@ -222,9 +229,12 @@ class _PBTJob(Job):
                 folder.write_figure("returns.png", plot_population_returns(returns_arr))
                 folder.write_figure("hparams.png", plot_hparams(hparams))
         return RunResult(
-            config, None if folder is None else folder.path, progress_columns, pop,
+            config,
+            None if folder is None else folder.path,
+            progress_columns,
+            pop,
             tables={"hparams": table},
-        )  # fmt: skip
+        )
 
     def load(self, folder: RunFolder, config) -> RunResult:
         _, agent, _, _ = make_pbt_run(config)
@@ -235,9 +245,12 @@ class _PBTJob(Job):
         )
         states = folder.read_eqx("population.eqx", like)
         return RunResult(
-            config, folder.path, folder.read_columns("progress.csv"), states,
+            config,
+            folder.path,
+            folder.read_columns("progress.csv"),
+            states,
             tables={"hparams": folder.read_columns("hparams.csv")},
-        )  # fmt: skip
+        )
 
     def summary(self, result: RunResult) -> str:
         last = result.last

@@ -118,32 +118,38 @@ class PGAMEConfig(JobConfig):
     eta_c: float = option(10.0, "sbx's distribution index", check=non_negative)
     sigma: float = option(0.2, "gaussian mutation's standard deviation", check=non_negative)
     max_uniform: float = option(0.1, "uniform mutation's half-width", check=non_negative)
-    min_genotype: float | None = option(None, "lower bound of every gene (none: no bound)",
-                                        check=finite)  # fmt: skip
-    max_genotype: float | None = option(None, "upper bound of every gene (none: no bound)",
-                                        check=finite)  # fmt: skip
+    min_genotype: float | None = option(
+        None, "lower bound of every gene (none: no bound)", check=finite
+    )
+    max_genotype: float | None = option(
+        None, "upper bound of every gene (none: no bound)", check=finite
+    )
     neurons_list: tuple[int, ...] = option((128, 128), "policy hidden layer widths")
     normalise: bool = option(False, "layer normalisation in the policy")
     affine: bool = option(False, "with normalise: learned scale and shift, layers without bias")
     cvt_samples: int = option(100_000, "uniform samples for CVT k-means", check=positive_int)
     use_cached_cvt: bool = option(
-        False, "reuse cached centroids (computed once per n_niches, dim and cvt_samples with "
+        False,
+        "reuse cached centroids (computed once per n_niches, dim and cvt_samples with "
         "seed 0, so every seed shares them, as the repo's CVT folder)",
-    )  # fmt: skip
+    )
     centroids_file: str | None = option(
         None, "read the centroids from a .npy or text file (the repo's CVT/centroids_K_D.dat)"
     )
-    n_species: int = option(1, "species-archive cells (1 only: the paper's setting)",
-                            check=positive_int)  # fmt: skip
+    n_species: int = option(
+        1, "species-archive cells (1 only: the paper's setting)", check=positive_int
+    )
     not_discard_dead: bool = option(
-        True, "insert solutions whose episode ended early (the paper's setting; off: they are "
+        True,
+        "insert solutions whose episode ended early (the paper's setting; off: they are "
         "evaluated, stored in the replay buffer, but not inserted)",
-    )  # fmt: skip
+    )
     save_period: int = option(10_000, "evaluations between archive snapshots", check=positive_int)
     checkpoint_every: int = option(
-        10_000, "evaluations between checkpoints of the whole state (and one at the end)",
+        10_000,
+        "evaluations between checkpoints of the whole state (and one at the end)",
         check=positive_int,
-    )  # fmt: skip
+    )
     keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
     gradient_op: bool = option(
         True, "policy-gradient variation (off: GA only)", aliases=("--no-gradient",)
@@ -157,9 +163,10 @@ class PGAMEConfig(JobConfig):
     obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
     deterministic: bool = option(False, "no reset or observation noise (QDax's tasks)")
     convention: str = option(
-        "original", "batch split, greedy start and critic warm-up",
+        "original",
+        "batch split, greedy start and critic warm-up",
         check=_choice(CONVENTIONS),
-    )  # fmt: skip
+    )
     num_reevals: int = option(
         10, "re-evaluations of the best for its averaged fitness", check=positive_int
     )
@@ -233,11 +240,19 @@ class PGAMEConfig(JobConfig):
 
 
 LOCAL_PRESET: dict[str, Any] = dict(
-    env="walker2d_uni", n_niches=256, max_evals=10_000, eval_batch_size=64, random_init=256,
-    init_batch_size=128, neurons_list=(64, 64), cvt_samples=20_000, save_period=2_000,
+    env="walker2d_uni",
+    n_niches=256,
+    max_evals=10_000,
+    eval_batch_size=64,
+    random_init=256,
+    init_batch_size=128,
+    neurons_list=(64, 64),
+    cvt_samples=20_000,
+    save_period=2_000,
     checkpoint_every=2_000,
-    episode_length=100, buffer_size=200_000,
-)  # fmt: skip
+    episode_length=100,
+    buffer_size=200_000,
+)
 """`PGAMEConfig.local`: the keys that differ from the paper's defaults."""
 
 
@@ -341,7 +356,7 @@ def pgame_tessellation(config: PGAMEConfig, env: AbstractQDEnv, *, key: PRNGKey)
         return tess
     compute = lambda k: CVTTessellation.from_kmeans(
         config.n_niches, d, low, high, num_samples=config.cvt_samples, key=k
-    )  # fmt: skip
+    )
     if not config.use_cached_cvt:
         return compute(key)
     bounds = np.concatenate([np.broadcast_to(low, (d,)), np.broadcast_to(high, (d,))])
@@ -422,38 +437,76 @@ def _last_metrics(header: list[str], history: list[list]) -> dict[str, Any]:
 
 def _progress_header(d: int) -> list[str]:
     return [
-        "evaluations", "env_steps", "wall_s", "num_filled", "coverage", "qd_score",
-        "plain_qd_score", "max_fitness", "mean_fitness", "median_fitness", "p5_fitness",
-        "p95_fitness", "averaged_max_fitness", *[f"averaged_max_descriptor_{i}" for i in range(d)],
-    ]  # fmt: skip
+        "evaluations",
+        "env_steps",
+        "wall_s",
+        "num_filled",
+        "coverage",
+        "qd_score",
+        "plain_qd_score",
+        "max_fitness",
+        "mean_fitness",
+        "median_fitness",
+        "p5_fitness",
+        "p95_fitness",
+        "averaged_max_fitness",
+        *[f"averaged_max_descriptor_{i}" for i in range(d)],
+    ]
 
 
 def _progress_row(
     evals: int, steps: int, wall: float, m: dict[str, float], plain: float, fit: float, desc
 ) -> list:
     return [
-        evals, steps, wall, int(m["num_filled"]), m["coverage"], m["qd_score"], plain,
-        m["max_fitness"], m["mean_fitness"], m["median_fitness"], m["p5_fitness"],
-        m["p95_fitness"], fit, *np.asarray(desc).tolist(),
-    ]  # fmt: skip
+        evals,
+        steps,
+        wall,
+        int(m["num_filled"]),
+        m["coverage"],
+        m["qd_score"],
+        plain,
+        m["max_fitness"],
+        m["mean_fitness"],
+        m["median_fitness"],
+        m["p5_fitness"],
+        m["p95_fitness"],
+        fit,
+        *np.asarray(desc).tolist(),
+    ]
 
 
 def _actors_header(d: int) -> list[str]:
     return [
-        "evaluations", "id", "fitness", *[f"descriptor_{i}" for i in range(d)], "centroid",
-        "parent_1", "parent_2", "type", "novel", "delta_fitness",
-    ]  # fmt: skip
+        "evaluations",
+        "id",
+        "fitness",
+        *[f"descriptor_{i}" for i in range(d)],
+        "centroid",
+        "parent_1",
+        "parent_2",
+        "type",
+        "novel",
+        "delta_fitness",
+    ]
 
 
 def _actor_rows(evals: int, info: dict[str, np.ndarray]) -> list[list]:
     rows = []
     for j in np.flatnonzero(info["status"] != int(AddStatus.NOT_ADDED)):
-        rows.append([
-            evals, int(info["ids"][j]), float(info["fitnesses"][j]),
-            *info["descriptors"][j].tolist(), int(info["cell"][j]), int(info["parent1"][j]),
-            int(info["parent2"][j]), _TYPE_NAMES[int(info["kind"][j])],
-            bool(info["status"][j] == int(AddStatus.NEW)), float(info["delta"][j]),
-        ])  # fmt: skip
+        rows.append(
+            [
+                evals,
+                int(info["ids"][j]),
+                float(info["fitnesses"][j]),
+                *info["descriptors"][j].tolist(),
+                int(info["cell"][j]),
+                int(info["parent1"][j]),
+                int(info["parent2"][j]),
+                _TYPE_NAMES[int(info["kind"][j])],
+                bool(info["status"][j] == int(AddStatus.NEW)),
+                float(info["delta"][j]),
+            ]
+        )
     return rows
 
 
@@ -509,9 +562,11 @@ class _PGAMEJob(Job):
         env = make_pgame_env(config)
         algo, td3 = make_pgame(config, env)
         init_algo = MAPElites(
-            algo.emitter, ChunkedScorer(algo.scoring_fn, config.init_batch_size),
-            algo.qd_offset, lineage=True,
-        )  # fmt: skip
+            algo.emitter,
+            ChunkedScorer(algo.scoring_fn, config.init_batch_size),
+            algo.qd_offset,
+            lineage=True,
+        )
         cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
         tessellation = pgame_tessellation(config, env, key=cvt_key)  # (a bad file: no folder)
         genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(
@@ -543,10 +598,20 @@ class _PGAMEJob(Job):
             filled = np.flatnonzero(np.isfinite(np.asarray(rep.fitnesses)))
             ids, fits, descs = (np.asarray(x) for x in (rep.extra, rep.fitnesses, rep.descriptors))
             actors.extend(
-                [evals, int(ids[c]), float(fits[c]), *descs[c].tolist(), int(c), -1, -1,
-                 "random", True, float("inf")]
+                [
+                    evals,
+                    int(ids[c]),
+                    float(fits[c]),
+                    *descs[c].tolist(),
+                    int(c),
+                    -1,
+                    -1,
+                    "random",
+                    True,
+                    float("inf"),
+                ]
                 for c in filled
-            )  # fmt: skip
+            )
             steps = evals * config.episode_length  # QDax's accounting: full episodes
             history.append(_progress_row(evals, steps, clock(), m, float(plain), float(fit), desc))
             progress.log(dict(zip(progress_header, history[-1])))
@@ -569,11 +634,16 @@ class _PGAMEJob(Job):
             metrics_np = {k: np.asarray(v) for k, v in logs.metrics.as_dict().items()}
             lineage = logs.info.emit_extra
             columns = {
-                "ids": logs.info.ids, "fitnesses": logs.info.fitnesses,
-                "descriptors": logs.info.descriptors, "cell": logs.info.add_info.cell,
-                "status": logs.info.add_info.status, "delta": logs.info.add_info.delta,
-                "parent1": lineage.parent1, "parent2": lineage.parent2, "kind": lineage.kind,
-            }  # fmt: skip
+                "ids": logs.info.ids,
+                "fitnesses": logs.info.fitnesses,
+                "descriptors": logs.info.descriptors,
+                "cell": logs.info.add_info.cell,
+                "status": logs.info.add_info.status,
+                "delta": logs.info.add_info.delta,
+                "parent1": lineage.parent1,
+                "parent2": lineage.parent2,
+                "kind": lineage.kind,
+            }
             columns = {k: np.asarray(v) for k, v in columns.items()}
             reeval_fit = np.asarray(logs.reeval_fitness)
             reeval_desc = np.asarray(logs.reeval_descriptor)
@@ -584,10 +654,15 @@ class _PGAMEJob(Job):
                 steps, wall = evals * config.episode_length, clock()
                 history.append(
                     _progress_row(
-                        evals, steps, wall, m, float(plain_qd[i]), float(reeval_fit[i]),
+                        evals,
+                        steps,
+                        wall,
+                        m,
+                        float(plain_qd[i]),
+                        float(reeval_fit[i]),
                         reeval_desc[i],
                     )
-                )  # fmt: skip
+                )
                 actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
                 progress.log(dict(zip(progress_header, history[-1])))
             flush()
@@ -669,19 +744,49 @@ def policy_by_id(repertoire: MapElitesRepertoire, actor_id: int) -> Deterministi
 
 # ------------------------------------------------ the repository's own config files, as written
 ORIGINAL_DEFAULTS: dict[str, str | bool] = {
-    "env": "QDAntBulletEnv-v0", "seed": "0", "save_path": ".", "dim_map": "4",
-    "n_niches": "1296", "n_species": "1", "max_evals": "1e6", "mutation_op": "None",
-    "crossover_op": "iso_dd", "min_genotype": "False", "max_genotype": "False",
-    "mutation_rate": "0.05", "crossover_rate": "0.75", "eta_m": "5.0", "eta_c": "10.0",
-    "sigma": "0.2", "iso_sigma": "0.01", "line_sigma": "0.2", "max_uniform": "0.1",
-    "cvt_samples": "100000", "eval_batch_size": "100", "random_init": "500",
-    "init_batch_size": "100", "save_period": "10000", "num_cpu": "32", "num_cpu_var": "32",
-    "use_cached_cvt": False, "not_discard_dead": False, "neurons_list": "128 128",
-    "train_batch_size": "256", "discount": "0.99", "tau": "0.005", "policy_noise": "0.2",
-    "noise_clip": "0.5", "policy_freq": "2", "nr_of_steps_crit": "300", "nr_of_steps_act": "10",
-    "proportion_evo": "0.5", "normalise": False, "affine": False, "gradient_op": False,
+    "env": "QDAntBulletEnv-v0",
+    "seed": "0",
+    "save_path": ".",
+    "dim_map": "4",
+    "n_niches": "1296",
+    "n_species": "1",
+    "max_evals": "1e6",
+    "mutation_op": "None",
+    "crossover_op": "iso_dd",
+    "min_genotype": "False",
+    "max_genotype": "False",
+    "mutation_rate": "0.05",
+    "crossover_rate": "0.75",
+    "eta_m": "5.0",
+    "eta_c": "10.0",
+    "sigma": "0.2",
+    "iso_sigma": "0.01",
+    "line_sigma": "0.2",
+    "max_uniform": "0.1",
+    "cvt_samples": "100000",
+    "eval_batch_size": "100",
+    "random_init": "500",
+    "init_batch_size": "100",
+    "save_period": "10000",
+    "num_cpu": "32",
+    "num_cpu_var": "32",
+    "use_cached_cvt": False,
+    "not_discard_dead": False,
+    "neurons_list": "128 128",
+    "train_batch_size": "256",
+    "discount": "0.99",
+    "tau": "0.005",
+    "policy_noise": "0.2",
+    "noise_clip": "0.5",
+    "policy_freq": "2",
+    "nr_of_steps_crit": "300",
+    "nr_of_steps_act": "10",
+    "proportion_evo": "0.5",
+    "normalise": False,
+    "affine": False,
+    "gradient_op": False,
     "lr": "0.001",
-}  # fmt: skip
+}
 """The repository's ``main.py`` argument defaults (as its parser reads them: text, or ``False``
 for a flag left out), which apply to every argument a config file does not set."""
 

@@ -210,9 +210,11 @@ for _name, _spec in QD_BRAX_TASKS.items():
     _what = "final (x, y)" if _spec.omni else "feet contacts"
     _walls = " (deceptive: walls)" if _spec.walls else ""
     ENVIRONMENTS.register(
-        _name, _brax_qd(_name), help=f"brax {_spec.robot}, {_what} descriptor{_walls}",
+        _name,
+        _brax_qd(_name),
+        help=f"brax {_spec.robot}, {_what} descriptor{_walls}",
         tags=("qd",),
-    )  # fmt: skip
+    )
 
 
 def _line_targets(
@@ -290,9 +292,13 @@ def _sac(
 ) -> AbstractAgent:
     make = _off_policy(SAC, target_entropy_scale=target_entropy_scale)
     return make(
-        env, hidden=hidden, minibatch_size=minibatch_size, num_envs=num_envs,
-        buffer_size=buffer_size, grad_updates_per_step=grad_updates_per_step,
-    )  # fmt: skip
+        env,
+        hidden=hidden,
+        minibatch_size=minibatch_size,
+        num_envs=num_envs,
+        buffer_size=buffer_size,
+        grad_updates_per_step=grad_updates_per_step,
+    )
 
 
 def _ppo(

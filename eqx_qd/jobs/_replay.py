@@ -154,7 +154,14 @@ def replay(
             files["png"] = run_folder.file(f"replay_{elite_id}.png")
             run_folder.write_figure(f"replay_{elite_id}.png", fig)
     return Replay(
-        elite_id, c, float(np.asarray(repertoire.fitnesses)[c]),
-        np.asarray(repertoire.descriptors)[c], float(episode.returns), descriptor, steps,
-        episode, states, files,
-    )  # fmt: skip
+        elite_id,
+        c,
+        float(np.asarray(repertoire.fitnesses)[c]),
+        np.asarray(repertoire.descriptors)[c],
+        float(episode.returns),
+        descriptor,
+        steps,
+        episode,
+        states,
+        files,
+    )

@@ -252,8 +252,9 @@ def report(
         for a in groups:
             for b in groups:
                 if a is not b and metric in a.finals and metric in b.finals:
-                    pairs[(a.name, b.name)] = mann_whitney(a.finals[metric], b.finals[metric],
-                                                           p_method)  # fmt: skip
+                    pairs[(a.name, b.name)] = mann_whitney(
+                        a.finals[metric], b.finals[metric], p_method
+                    )
         p_values[metric] = pairs
     result = Report(groups, p_values)
     if out_dir is not None:
@@ -266,9 +267,13 @@ def _write(folder: RunFolder, result: Report, p_method: str, plots: bool) -> Non
     rows = []
     for g in result.groups:
         for i, r in enumerate(g.runs):
-            rows.append([g.name, r.folder, *(
-                float(g.finals[m][i]) if m in g.finals else "" for m in header[2:]
-            )])  # fmt: skip
+            rows.append(
+                [
+                    g.name,
+                    r.folder,
+                    *(float(g.finals[m][i]) if m in g.finals else "" for m in header[2:]),
+                ]
+            )
     folder.write_csv("finals.csv", header, rows)
     folder.write_csv(
         "p_values.csv",
@@ -309,8 +314,9 @@ def plot_report_curves(result: Report):
             if metric not in g.median:
                 continue
             (line,) = ax.plot(g.x, g.median[metric], label=g.name)
-            ax.fill_between(g.x, g.q1[metric], g.q3[metric], alpha=0.25,
-                            color=line.get_color(), linewidth=0)  # fmt: skip
+            ax.fill_between(
+                g.x, g.q1[metric], g.q3[metric], alpha=0.25, color=line.get_color(), linewidth=0
+            )
         ax.set_title(metric)
         ax.set_xlabel(X_AXES[result.groups[0].x_name])
         ax.grid(alpha=0.3)

@@ -327,9 +327,11 @@ def fork_run(
                     ckpts.write_bytes(name, f.read())
     out.write_text(CONFIG_FILE, src.read_text(CONFIG_FILE))
     write_status(
-        out, "forked", job=config.JOB,
+        out,
+        "forked",
+        job=config.JOB,
         forked_from={"folder": os.path.abspath(src.path), "step": chosen.step},
-    )  # fmt: skip
+    )
     return chosen
 
 

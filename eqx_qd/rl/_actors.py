@@ -238,8 +238,9 @@ class JointActor(AbstractActor):
             "JointActor", hidden, num_agents=num_agents, obs_size=obs_size, action_size=action_size
         )
         check.finite("JointActor: init_log_std", init_log_std)
-        net = MLP(num_agents * obs_size, num_agents * action_size, hidden, key=key,
-                  activation=jnp.tanh)  # fmt: skip
+        net = MLP(
+            num_agents * obs_size, num_agents * action_size, hidden, key=key, activation=jnp.tanh
+        )
         self.net = _scale_last_layer(net, 0.01)
         self.log_std = (
             None if discrete else jnp.full((num_agents, action_size), init_log_std, jnp.float32)

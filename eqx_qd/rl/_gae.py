@@ -33,8 +33,12 @@ def gae(
     the last step of a rollout cut by its length should be marked ``truncated`` so that the
     recursion bootstraps there and stops.
     """
-    for name, x in (("values", values), ("next_values", next_values),
-                    ("terminated", terminated), ("truncated", truncated)):  # fmt: skip
+    for name, x in (
+        ("values", values),
+        ("next_values", next_values),
+        ("terminated", terminated),
+        ("truncated", truncated),
+    ):
         check.shape(f"gae: {name}", x, rewards.shape)
     if rewards.ndim == 0:
         raise ValueError("gae: rewards must have a leading time axis, got shape ()")

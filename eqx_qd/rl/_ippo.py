@@ -80,9 +80,12 @@ class IPPO(_PPOLearner):
                 f"environment: PPO, or SingleAgentView), got {type(env).__name__}"
             )
         return cls(
-            num_agents=env.num_agents, observation_size=env.observation_size,
-            action_size=env.action_size, discrete=env.discrete, **options,
-        )  # fmt: skip
+            num_agents=env.num_agents,
+            observation_size=env.observation_size,
+            action_size=env.action_size,
+            discrete=env.discrete,
+            **options,
+        )
 
     @property
     def pooling(self) -> str:
@@ -107,9 +110,13 @@ class IPPO(_PPOLearner):
     def _new_actor(self, key: PRNGKey) -> AbstractActor:
         if self.joint_network:
             return JointActor(
-                self.num_agents, self.observation_size, self.action_size, self.actor_hidden,
-                discrete=self.discrete, key=key,
-            )  # fmt: skip
+                self.num_agents,
+                self.observation_size,
+                self.action_size,
+                self.actor_hidden,
+                discrete=self.discrete,
+                key=key,
+            )
         make = self.make_actor
         if make is None:
             make = CategoricalActor if self.discrete else GaussianActor

@@ -187,7 +187,7 @@ class MLP(eqx.Module):
                 use_bias=not affine,
                 key=k,
                 matmul_dtype=matmul_dtype if 0 < i < last else "float32",
-            )  # fmt: skip
+            )
             for i, (a, b, k) in enumerate(zip(sizes[:-1], sizes[1:], keys))
         )
         self.norms = (

@@ -97,9 +97,13 @@ class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyRun]):
         self, env: AbstractEnv, run: OffPolicyRun, num_iterations: int, *, key: PRNGKey
     ) -> tuple[OffPolicyRun, TrainMetrics]:
         return train(
-            self, env, run, num_iterations, grad_updates_per_step=self.grad_updates_per_step,
+            self,
+            env,
+            run,
+            num_iterations,
+            grad_updates_per_step=self.grad_updates_per_step,
             key=key,
-        )  # fmt: skip
+        )
 
 
 def check_batch(agent: AbstractOffPolicyAgent, batch: Transition, where: str) -> None:

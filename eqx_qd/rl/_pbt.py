@@ -351,8 +351,11 @@ def _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh):
         return eqx.filter(pop, eqx.is_array), metrics
 
     mapped = jax.shard_map(
-        body, mesh=mesh, in_specs=(P(axis), P(axis)), out_specs=(P(axis), P(axis)),
+        body,
+        mesh=mesh,
+        in_specs=(P(axis), P(axis)),
+        out_specs=(P(axis), P(axis)),
         check_vma=False,
-    )  # fmt: skip
+    )
     new_dyn, metrics = mapped(dyn, keys)
     return eqx.combine(new_dyn, static), metrics

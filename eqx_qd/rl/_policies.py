@@ -56,9 +56,15 @@ class DeterministicPolicy(AbstractPolicy):
     ):
         _check_sizes("DeterministicPolicy", hidden, obs_size=obs_size, action_size=action_size)
         self.net = MLP(
-            obs_size, action_size, hidden, final_activation=jnp.tanh, layer_norm=layer_norm,
-            affine=affine, matmul_dtype=matmul_dtype, key=key,
-        )  # fmt: skip
+            obs_size,
+            action_size,
+            hidden,
+            final_activation=jnp.tanh,
+            layer_norm=layer_norm,
+            affine=affine,
+            matmul_dtype=matmul_dtype,
+            key=key,
+        )
 
     def __call__(self, obs: Float[Array, "*batch obs_dim"]) -> Float[Array, "*batch action_dim"]:
         """The action for one observation, or for each row of a batch (leading axes)."""

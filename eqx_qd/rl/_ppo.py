@@ -297,8 +297,13 @@ def _check_loop(agent: "_PPOLearner") -> None:
     """Refuse non-positive loop settings and a rollout that does not split into equal
     minibatches, naming the agent's field."""
     name = type(agent).__name__
-    for field in ("observation_size", "action_size", "rollout_length", "num_envs",
-                  "num_minibatches"):  # fmt: skip
+    for field in (
+        "observation_size",
+        "action_size",
+        "rollout_length",
+        "num_envs",
+        "num_minibatches",
+    ):
         check.positive_int(f"{name}.{field}", getattr(agent, field))
     for field in ("actor_epochs", "critic_epochs"):
         check.non_negative_int(f"{name}.{field}", getattr(agent, field))
@@ -376,9 +381,13 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
                     lambda _: RunningNormaliser.create(self.observation_size)
                 )(jnp.arange(self.num_agents))
         return PPOState(
-            actor, critic, self._optimiser_state(actor), self._optimiser_state(critic),
-            hparams, normaliser,
-        )  # fmt: skip
+            actor,
+            critic,
+            self._optimiser_state(actor),
+            self._optimiser_state(critic),
+            hparams,
+            normaliser,
+        )
 
     def init_run(self, env: AbstractBaseEnv, state: PPOState, *, key: PRNGKey) -> PPORun:
         """A training run of ``state`` on ``env``: ``num_envs`` freshly reset environments,
@@ -390,9 +399,11 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
     def empty_optimiser_states(self, state: PPOState) -> PPOState:
         """Drop the optimiser states (PPO has no target networks)."""
         return eqx.tree_at(
-            lambda s: (s.actor_opt_state, s.critic_opt_state), state, (None, None),
+            lambda s: (s.actor_opt_state, s.critic_opt_state),
+            state,
+            (None, None),
             is_leaf=is_none,
-        )  # fmt: skip
+        )
 
     def init_optimiser_states(self, state: PPOState) -> PPOState:
         """Fresh optimiser states for the current networks."""
@@ -475,9 +486,15 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
                 env_state, self._env_actions(actions), jr.split(step_key, self.num_envs)
             )
             out = (
-                raw_obs, actions, log_probs, step.reward, step.next_obs, step.terminated,
-                step.truncated, step.finished_return,
-            )  # fmt: skip
+                raw_obs,
+                actions,
+                log_probs,
+                step.reward,
+                step.next_obs,
+                step.terminated,
+                step.truncated,
+                step.finished_return,
+            )
             return step.state, out
 
         env_state, steps = filter_scan(one_step, run.env_state, jr.split(key, self.rollout_length))
@@ -493,28 +510,40 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         truncated = traj.truncated.at[-1].set(1.0)
         shape = traj.rewards.shape
         advantages, targets = gae(
-            traj.rewards * h.reward_scale, values, next_values,
+            traj.rewards * h.reward_scale,
+            values,
+            next_values,
             jnp.broadcast_to(traj.terminated[..., None], shape),
             jnp.broadcast_to(truncated[..., None], shape),
-            h.gamma, h.gae_lambda,
-        )  # fmt: skip
+            h.gamma,
+            h.gae_lambda,
+        )
 
         def per_agent(x):  # (time, batch, agents, ...) -> (agents, time * batch, ...)
             x = jnp.moveaxis(x, 2, 0)
             return x.reshape(x.shape[0], -1, *x.shape[3:])
 
         return _Samples(
-            per_agent(obs), per_agent(traj.actions), per_agent(traj.log_probs),
-            per_agent(advantages), per_agent(targets),
-        )  # fmt: skip
+            per_agent(obs),
+            per_agent(traj.actions),
+            per_agent(traj.log_probs),
+            per_agent(advantages),
+            per_agent(targets),
+        )
 
     def _epochs(self, state: PPOState, data: _Samples, actor_key: PRNGKey, critic_key: PRNGKey):
         """The actor's and the critic's epochs on ``data``, pooled as `pooling` says."""
         h = state.hparams
         actor_update = lambda a, o, d, k: _actor_epochs(
-            a, o, d, h, num_minibatches=self.num_minibatches, max_epochs=self.actor_epochs,
-            normalise_advantages=self.normalise_advantages, key=k,
-        )  # fmt: skip
+            a,
+            o,
+            d,
+            h,
+            num_minibatches=self.num_minibatches,
+            max_epochs=self.actor_epochs,
+            normalise_advantages=self.normalise_advantages,
+            key=k,
+        )
         critic_update = lambda c, o, d, k: _critic_epochs(
             c, o, d, h, num_minibatches=self.num_minibatches, epochs=self.critic_epochs, key=k
         )
@@ -550,8 +579,9 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         )
         state = eqx.tree_at(
             lambda s: (s.actor, s.critic, s.actor_opt_state, s.critic_opt_state),
-            state, (actor, critic, actor_opt, critic_opt),
-        )  # fmt: skip
+            state,
+            (actor, critic, actor_opt, critic_opt),
+        )
         if state.normaliser is not None:  # the next rollout sees this one's statistics too
             obs = jnp.moveaxis(traj.obs, 2, 0).reshape(self.num_agents, -1, traj.obs.shape[-1])
             if self.pooling == "shared":

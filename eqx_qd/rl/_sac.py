@@ -121,13 +121,19 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     def init(self, hparams: SACHParams | None = None, *, key: PRNGKey) -> SACState:
         policy_key, critic_key = jr.split(key)
         policy = TanhGaussianPolicy(
-            self.observation_size, self.action_size, self.policy_hidden,
-            matmul_dtype=self.matmul_dtype, key=policy_key,
-        )  # fmt: skip
+            self.observation_size,
+            self.action_size,
+            self.policy_hidden,
+            matmul_dtype=self.matmul_dtype,
+            key=policy_key,
+        )
         critic = QCritics(
-            self.observation_size, self.action_size, self.critic_hidden,
-            matmul_dtype=self.matmul_dtype, key=critic_key,
-        )  # fmt: skip
+            self.observation_size,
+            self.action_size,
+            self.critic_hidden,
+            matmul_dtype=self.matmul_dtype,
+            key=critic_key,
+        )
         log_alpha = jnp.log(jnp.asarray(self.init_alpha, jnp.float32))
         return SACState(
             policy,
@@ -146,8 +152,10 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         """Drop the optimiser states and the target critics (what a repertoire stores)."""
         return eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state, s.target_critic),
-            state, (None, None, None, None), is_leaf=is_none,
-        )  # fmt: skip
+            state,
+            (None, None, None, None),
+            is_leaf=is_none,
+        )
 
     def init_optimiser_states(self, state: SACState) -> SACState:
         """Fresh optimiser states (zero moments) for the current parameters, and the target
@@ -234,15 +242,27 @@ class SAC(AbstractOffPolicyAgent[SACState]):
         target_critic = soft_update(state.target_critic, critic, h.tau)
         state = eqx.tree_at(
             lambda s: (
-                s.policy, s.critic, s.target_critic, s.log_alpha,
-                s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state, s.steps,
+                s.policy,
+                s.critic,
+                s.target_critic,
+                s.log_alpha,
+                s.policy_opt_state,
+                s.critic_opt_state,
+                s.alpha_opt_state,
+                s.steps,
             ),
             state,
             (
-                policy, critic, target_critic, log_alpha,
-                policy_opt, critic_opt, alpha_opt, state.steps + 1,
+                policy,
+                critic,
+                target_critic,
+                log_alpha,
+                policy_opt,
+                critic_opt,
+                alpha_opt,
+                state.steps + 1,
             ),
-        )  # fmt: skip
+        )
         metrics = {
             "critic_loss": critic_loss,
             "policy_loss": policy_loss,

@@ -120,17 +120,24 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     def init_policy(self, *, key: PRNGKey) -> DeterministicPolicy:
         """A freshly initialised policy (the genotype of PGA-ME)."""
         return DeterministicPolicy(
-            self.observation_size, self.action_size, self.policy_hidden,
-            layer_norm=self.policy_layer_norm, affine=self.policy_affine,
-            matmul_dtype=self.matmul_dtype, key=key,
-        )  # fmt: skip
+            self.observation_size,
+            self.action_size,
+            self.policy_hidden,
+            layer_norm=self.policy_layer_norm,
+            affine=self.policy_affine,
+            matmul_dtype=self.matmul_dtype,
+            key=key,
+        )
 
     def init_critic(self, *, key: PRNGKey) -> QCritics:
         """Freshly initialised twin critics."""
         return QCritics(
-            self.observation_size, self.action_size, self.critic_hidden,
-            matmul_dtype=self.matmul_dtype, key=key,
-        )  # fmt: skip
+            self.observation_size,
+            self.action_size,
+            self.critic_hidden,
+            matmul_dtype=self.matmul_dtype,
+            key=key,
+        )
 
     def init(self, hparams: TD3HParams | None = None, *, key: PRNGKey) -> TD3State:
         policy_key, critic_key = jr.split(key)
@@ -158,8 +165,10 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         """Drop the optimiser states and the target networks (what a repertoire stores)."""
         return eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.target_policy, s.target_critic),
-            state, (None, None, None, None), is_leaf=is_none,
-        )  # fmt: skip
+            state,
+            (None, None, None, None),
+            is_leaf=is_none,
+        )
 
     def init_optimiser_states(self, state: TD3State) -> TD3State:
         """Fresh optimiser states (zero moments) for the current networks, and targets reset
@@ -175,9 +184,11 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     def reset_targets(self, state: TD3State) -> TD3State:
         """Target policy and critics set to the online ones."""
         return eqx.tree_at(
-            lambda s: (s.target_policy, s.target_critic), state, (state.policy, state.critic),
+            lambda s: (s.target_policy, s.target_critic),
+            state,
+            (state.policy, state.critic),
             is_leaf=is_none,
-        )  # fmt: skip
+        )
 
     def genome(self, state: TD3State) -> tuple[DeterministicPolicy, QCritics]:
         """The policy and the critics (varied jointly, as QDax's ``td3_pbt_variation_fn``)."""
