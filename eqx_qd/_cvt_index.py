@@ -3,7 +3,6 @@ laid over the centroids, so the exact nearest-centroid search compares a point w
 candidates instead of thousands of centroids."""
 
 import typing
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -11,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from ._custom_types import CentroidsLike
 from ._nearest import _argmin_few, _flat_cell
 
 
@@ -173,7 +173,7 @@ _CENTROIDS_PER_BOX = 1
 _MARGIN_BOXES = 2
 
 
-def _bucket_index(centroids: Any, min_cells: int = _INDEX_MIN_CELLS) -> CVTIndex | None:
+def _bucket_index(centroids: CentroidsLike, min_cells: int = _INDEX_MIN_CELLS) -> CVTIndex | None:
     if isinstance(centroids, jax.core.Tracer):
         return None  # built inside a trace: no host values, use the full search
     c = np.asarray(centroids, np.float32)

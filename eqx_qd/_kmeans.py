@@ -2,7 +2,6 @@
 sample among the centroids nearest to its current one, all in one compiled program."""
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -12,11 +11,11 @@ from jaxtyping import Array, Float, Int, UInt32
 
 from . import _validate as check
 from ._compile import jit
-from ._custom_types import PRNGKey
+from ._custom_types import BoundsLike, PRNGKey
 from ._nearest import _argmin_few, _scores
 
 
-def _bounds(value: Any, num_descriptors: int, name: str) -> Float[Array, " num_descriptors"]:
+def _bounds(value: BoundsLike, num_descriptors: int, name: str) -> Float[Array, " num_descriptors"]:
     if isinstance(value, jax.core.Tracer):
         arr = jnp.broadcast_to(jnp.asarray(value, jnp.float32), (num_descriptors,))
     else:  # on the host: eager jnp operations would each compile a small program
@@ -161,8 +160,8 @@ def _kmeans(
 def cvt_centroids(
     num_cells: int,
     num_descriptors: int,
-    minval: Any = 0.0,
-    maxval: Any = 1.0,
+    minval: BoundsLike = 0.0,
+    maxval: BoundsLike = 1.0,
     num_samples: int = 50_000,
     num_iterations: int = 20,
     *,

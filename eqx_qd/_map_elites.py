@@ -2,13 +2,12 @@
 
 import typing
 from collections.abc import Callable
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float, Int, PyTree, ScalarLike
 
 from . import _validate as check
 from ._compile import jit
@@ -37,7 +36,7 @@ class MAPElitesState(eqx.Module):
     """
 
     repertoire: MapElitesRepertoire
-    emitter_state: Any
+    emitter_state: PyTree
     iteration: Int[Array, ""] = eqx.field(converter=i32)
     evaluations: Int[Array, ""] = eqx.field(default=0, converter=i32)
 
@@ -92,7 +91,7 @@ class MAPElites(eqx.Module):
         self,
         emitter: AbstractEmitter,
         scoring_fn: ScoringFn,
-        qd_offset: Any = None,
+        qd_offset: ScalarLike | None = None,
         lineage: bool = False,
         axis_name: str | None = None,
     ):

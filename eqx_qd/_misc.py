@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Int, PyTree
+from jaxtyping import Array, ArrayLike, Int, PyTree
 
 from ._custom_types import PRNGKey
 
@@ -17,17 +17,17 @@ _T = TypeVar("_T")
 _Y = TypeVar("_Y")
 
 
-def f32(x: Any) -> Array:
+def f32(x: ArrayLike) -> Array:
     """Converter pinning a float32 array (avoids weak types and Python-float retraces)."""
     return jnp.asarray(x, jnp.float32)
 
 
-def i32(x: Any) -> Array:
+def i32(x: ArrayLike) -> Array:
     """Converter pinning an int32 array."""
     return jnp.asarray(x, jnp.int32)
 
 
-def is_none(x: Any) -> bool:
+def is_none(x: object) -> bool:
     """``x is None``: the ``is_leaf`` that lets ``eqx.tree_at`` replace (or put back) fields
     that hold ``None``, such as a stored state's optimiser states."""
     return x is None
@@ -120,7 +120,7 @@ def tree_zeros_batch(example: _T, n: int) -> _T:
 
 
 def filter_scan(
-    f: Callable[[_T, Any], tuple[_T, _Y]], init: _T, xs: Any, length: int | None = None
+    f: Callable[[_T, Any], tuple[_T, _Y]], init: _T, xs: PyTree, length: int | None = None
 ) -> tuple[_T, _Y]:
     """`jax.lax.scan` of ``f(carry, x) -> (carry, y)`` from ``init`` over ``xs`` (or
     ``length`` steps), whose carry may hold non-array leaves (functions, Python scalars).
@@ -145,7 +145,7 @@ def _check_static(new_static: Any, static: Any, where: str) -> None:
 
 
 def filter_cond(
-    pred: Any, true_fun: Callable[..., _T], false_fun: Callable[..., _T], *operands: Any
+    pred: ArrayLike, true_fun: Callable[..., _T], false_fun: Callable[..., _T], *operands: Any
 ) -> _T:
     """`jax.lax.cond`: ``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``, where
     operands and results may hold non-array leaves.

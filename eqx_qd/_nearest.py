@@ -2,12 +2,11 @@
 set of centroids (one matmul, then a fast row-wise argmin)."""
 
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 
 def _flat_cell(scaled: Float[Array, "batch d"], bins: Sequence[int]) -> Int[Array, " batch"]:
@@ -58,7 +57,7 @@ def _argmin_few(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
     return jnp.argmin(scores, axis=-1).astype(jnp.int32)
 
 
-def _check_points(points: Any, dim: int) -> None:
+def _check_points(points: ArrayLike, dim: int) -> None:
     if jnp.ndim(points) != 2 or jnp.shape(points)[1] != dim:
         raise ValueError(
             f"nearest_centroid: points must have shape (batch, {dim}), got {jnp.shape(points)}"

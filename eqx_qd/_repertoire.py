@@ -2,12 +2,11 @@
 
 import enum
 import typing
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, Bool, Float, Int, PyTree
 
 from . import _validate as check
 from ._custom_types import Descriptors, Extra, Fitnesses, Genotypes, PRNGKey
@@ -291,7 +290,7 @@ def init_repertoire(
     """An empty repertoire over ``tessellation``, shaped after the batch (``genotypes``,
     ``descriptors``, ``fitnesses`` and optional per-candidate ``extra``, as for
     `MapElitesRepertoire.add`), with the batch inserted."""
-    first: Any = tree_take(genotypes, 0)
+    first: PyTree = tree_take(genotypes, 0)
     empty = MapElitesRepertoire.empty(
         tessellation, first, None if extra is None else tree_take(extra, 0)
     )

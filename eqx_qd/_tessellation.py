@@ -9,7 +9,6 @@ import abc
 import os
 import typing
 from collections.abc import Sequence
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -18,7 +17,7 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from . import _validate as check
-from ._custom_types import Centroids, Descriptors, PRNGKey
+from ._custom_types import BoundsLike, Centroids, CentroidsLike, Descriptors, PRNGKey
 from ._cvt_index import _bucket_index, _INDEX_MIN_CELLS, CVTIndex
 from ._kmeans import _bounds, cvt_centroids
 from ._misc import f32
@@ -56,7 +55,7 @@ class GridTessellation(AbstractTessellation):
     maxval: Float[Array, " num_descriptors"]
     centroids: Centroids
 
-    def __init__(self, bins: Sequence[int], minval: Any = 0.0, maxval: Any = 1.0):
+    def __init__(self, bins: Sequence[int], minval: BoundsLike = 0.0, maxval: BoundsLike = 1.0):
         bins = tuple(int(b) for b in bins)
         if not bins or any(b < 1 for b in bins):
             raise ValueError(f"bins must be a non-empty sequence of positive ints, got {bins}")
@@ -99,7 +98,7 @@ class CVTTessellation(AbstractTessellation):
     centroids: Centroids = eqx.field(converter=f32)
     bucket_index: CVTIndex | None
 
-    def __init__(self, centroids: Any, *, index_min_cells: int = _INDEX_MIN_CELLS):
+    def __init__(self, centroids: CentroidsLike, *, index_min_cells: int = _INDEX_MIN_CELLS):
         check.positive_int("index_min_cells", index_min_cells)
         self.centroids = centroids
         self.bucket_index = _bucket_index(centroids, index_min_cells)
@@ -131,8 +130,8 @@ class CVTTessellation(AbstractTessellation):
         cls,
         num_cells: int,
         num_descriptors: int,
-        minval: Any = 0.0,
-        maxval: Any = 1.0,
+        minval: BoundsLike = 0.0,
+        maxval: BoundsLike = 1.0,
         num_samples: int = 50_000,
         num_iterations: int = 20,
         *,

@@ -10,24 +10,23 @@ configuration (``iso_sigma``, ``line_sigma``, ``eta_m``, ``eta_c``, ``sigma``, `
 import abc
 import typing
 from collections.abc import Callable
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from . import _validate as check
-from ._custom_types import Genotypes, PRNGKey
+from ._custom_types import BoundsLike, Genotypes, PRNGKey
 from ._misc import batch_size_of, f32
 
 
 Bound = Float[Array, ""] | None
 
 
-def _bound(x: Any) -> Bound:
+def _bound(x: BoundsLike | None) -> Bound:
     return None if x is None else f32(x)
 
 
@@ -49,7 +48,7 @@ def _leafwise(fn: Callable[..., Array], key: PRNGKey, *trees: Genotypes) -> Geno
     return jax.tree.unflatten(treedef, out)
 
 
-def _check_bounds(prefix: str, lo: Any, hi: Any) -> None:
+def _check_bounds(prefix: str, lo: BoundsLike | None, hi: BoundsLike | None) -> None:
     """Finite, ordered bounds where given; errors name ``prefix + field``."""
     for name, value in (("min_genotype", lo), ("max_genotype", hi)):
         if value is not None:
@@ -76,9 +75,9 @@ def _check_parents(where: str, x1: Genotypes, x2: Genotypes) -> None:
 def _add_noise(
     x: Genotypes,
     noise: Callable[[PRNGKey, Array], Array],
-    mutation_rate: Any,
-    min_genotype: Any,
-    max_genotype: Any,
+    mutation_rate: ArrayLike,
+    min_genotype: BoundsLike | None,
+    max_genotype: BoundsLike | None,
     key: PRNGKey,
 ) -> Genotypes:
     """Add ``noise(key, gene_array)`` to each gene of ``x`` with probability ``mutation_rate``,
@@ -101,10 +100,10 @@ def isoline_variation(
     x1: Genotypes,
     x2: Genotypes,
     *,
-    iso_sigma: Any,
-    line_sigma: Any,
-    min_genotype: Any = None,
-    max_genotype: Any = None,
+    iso_sigma: ArrayLike,
+    line_sigma: ArrayLike,
+    min_genotype: BoundsLike | None = None,
+    max_genotype: BoundsLike | None = None,
     key: PRNGKey,
 ) -> Genotypes:
     """Iso+line-DD (Vassiliades & Mouret 2018).
@@ -132,10 +131,10 @@ def isoline_variation(
 def gaussian_mutation(
     x: Genotypes,
     *,
-    sigma: Any,
-    mutation_rate: Any = 1.0,
-    min_genotype: Any = None,
-    max_genotype: Any = None,
+    sigma: ArrayLike,
+    mutation_rate: ArrayLike = 1.0,
+    min_genotype: BoundsLike | None = None,
+    max_genotype: BoundsLike | None = None,
     key: PRNGKey,
 ) -> Genotypes:
     """Add ``sigma * N(0, 1)`` to each gene of ``x`` with probability ``mutation_rate``, then
@@ -150,10 +149,10 @@ def gaussian_mutation(
 def uniform_mutation(
     x: Genotypes,
     *,
-    max_uniform: Any,
-    mutation_rate: Any = 1.0,
-    min_genotype: Any = None,
-    max_genotype: Any = None,
+    max_uniform: ArrayLike,
+    mutation_rate: ArrayLike = 1.0,
+    min_genotype: BoundsLike | None = None,
+    max_genotype: BoundsLike | None = None,
     key: PRNGKey,
 ) -> Genotypes:
     """Add ``U(-max_uniform, max_uniform)`` to each gene of ``x`` with probability
@@ -169,10 +168,10 @@ def uniform_mutation(
 def polynomial_mutation(
     x: Genotypes,
     *,
-    eta_m: Any,
-    mutation_rate: Any,
-    min_genotype: Any,
-    max_genotype: Any,
+    eta_m: ArrayLike,
+    mutation_rate: ArrayLike,
+    min_genotype: BoundsLike | None,
+    max_genotype: BoundsLike | None,
     key: PRNGKey,
 ) -> Genotypes:
     """Deb's bounded polynomial mutation with distribution index ``eta_m``.
@@ -209,10 +208,10 @@ def sbx_crossover(
     x1: Genotypes,
     x2: Genotypes,
     *,
-    eta_c: Any,
-    crossover_rate: Any = 1.0,
-    min_genotype: Any = None,
-    max_genotype: Any = None,
+    eta_c: ArrayLike,
+    crossover_rate: ArrayLike = 1.0,
+    min_genotype: BoundsLike | None = None,
+    max_genotype: BoundsLike | None = None,
     key: PRNGKey,
 ) -> Genotypes:
     """Simulated binary crossover (Deb & Agrawal 1995) with distribution index ``eta_c``.

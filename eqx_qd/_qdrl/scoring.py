@@ -3,7 +3,6 @@ re-evaluation: the bridge from environments and agents to MAP-Elites."""
 
 import typing
 from collections.abc import Callable
-from typing import Any
 
 import equinox as eqx
 import jax
@@ -15,6 +14,7 @@ from .. import _validate as check
 from .._custom_types import PRNGKey
 from ..envs._base import AbstractQDEnv, EnvState
 from ..envs._rollout import Episode, rollout, rollout_states
+from ..rl._base import AbstractAgent
 
 
 class ScoringExtra(eqx.Module):
@@ -38,7 +38,7 @@ class PolicyScorer(eqx.Module):
     """
 
     env: AbstractQDEnv
-    agent: Any = None
+    agent: AbstractAgent | None = None
 
     def __check_init__(self):
         if not isinstance(self.env, AbstractQDEnv):

@@ -191,7 +191,7 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
     # -- what every agent implements ------------------------------------------------------
 
     @abc.abstractmethod
-    def init(self, hparams: Any = None, *, key: PRNGKey) -> _S:
+    def init(self, hparams: AbstractHParams | None = None, *, key: PRNGKey) -> _S:
         """A fresh state in its training form, with ``hparams`` (``None``: the defaults)."""
 
     @abc.abstractmethod
