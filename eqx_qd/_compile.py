@@ -5,16 +5,16 @@ XLA's CPU backend has two code generators for its fusions. On the package's prog
 one (`compiler_options`) compiles brax rollouts about twice as fast and runs them faster, and
 compiles the MAP-Elites loop faster in less memory for the same results bit for bit; the newer
 one (XLA's default) runs the PPO training programs about twice as fast on AVX-512 machines.
-Measurements: ``benchmarks/README.md``, "XLA's CPU fusion emitters". So:
+Measurements: `benchmarks/README.md`, "XLA's CPU fusion emitters". So:
 
 - every jitted entry point compiles with `compiler_options` (the older generator), except
-- `PPO.train` / `IPPO.train` (``rl/_ppo.py``) and `train_population` of a `PPO` or `IPPO`
-  population (``rl/_pbt.py``), which compile with XLA's defaults.
+- `PPO.train` / `IPPO.train` (`rl/_ppo.py`) and `train_population` of a `PPO` or `IPPO`
+  population (`rl/_pbt.py`), which compile with XLA's defaults.
 
-Options only reach an outermost ``jax.jit`` (JAX refuses them on a nested one), so a program
+Options only reach an outermost `jax.jit` (JAX refuses them on a nested one), so a program
 called inside another transformation (an argument is a tracer) runs as part of the outer
-program, with its options. Your own programs: ``eqx.filter_jit(fn,
-compiler_options=compiler_options())``, or ``XLA_FLAGS=--xla_cpu_use_fusion_emitters=false``
+program, with its options. Your own programs: `eqx.filter_jit(fn,
+compiler_options=compiler_options())`, or `XLA_FLAGS=--xla_cpu_use_fusion_emitters=false`
 for a whole process.
 """
 
@@ -44,8 +44,8 @@ def _accepted() -> bool:
 def compiler_options() -> dict[str, Any]:
     """The XLA options the package compiles its programs with (a fresh dict).
 
-    ``{"xla_cpu_use_fusion_emitters": False}``: the CPU backend's older fusion code generator
-    (other backends ignore it). Empty where ``XLA_FLAGS`` sets the option (your choice stands)
+    `{"xla_cpu_use_fusion_emitters": False}`: the CPU backend's older fusion code generator
+    (other backends ignore it). Empty where `XLA_FLAGS` sets the option (your choice stands)
     and where the installed XLA no longer knows it (found once per process by compiling a
     one-line program).
     """
@@ -59,12 +59,12 @@ def _traced(args: tuple, kwargs: dict) -> bool:
 
 
 class _Jit:
-    """``eqx.filter_jit(fn, donate=donate)``, given `compiler_options` when it is called (or
-    lowered) with no traced argument; called with one (inside ``vmap``, ``grad`` or another
-    ``jit``), it is the plain program, part of the outer one. A call inside an outer ``jit``
+    """`eqx.filter_jit(fn, donate=donate)`, given `compiler_options` when it is called (or
+    lowered) with no traced argument; called with one (inside `vmap`, `grad` or another
+    `jit`), it is the plain program, part of the outer one. A call inside an outer `jit`
     whose arguments are all closed-over constants, where JAX refuses the options, takes the
     plain program too. Each variant is built on its first use (importing the package starts no
-    backend) and is one jitted function whose programs are reused like ``eqx.filter_jit``'s."""
+    backend) and is one jitted function whose programs are reused like `eqx.filter_jit`'s."""
 
     def __init__(self, fn: Callable, donate: str, package_options: bool):
         self._fn = fn
@@ -94,19 +94,19 @@ class _Jit:
         return self._call("__call__", args, kwargs)
 
     def lower(self, *args, **kwargs):
-        """``eqx.filter_jit``'s ``lower`` (ahead-of-time compilation)."""
+        """`eqx.filter_jit`'s `lower` (ahead-of-time compilation)."""
         return self._call("lower", args, kwargs)
 
     def __get__(self, instance, owner=None):
-        # As a method decorator: bound to the instance, like ``eqx.filter_jit``.
+        # As a method decorator: bound to the instance, like `eqx.filter_jit`.
         return self if instance is None else functools.partial(self, instance)
 
 
 def jit(fn: Callable | None = None, *, donate: str = "none", package_options: bool = True) -> Any:
-    """`eqx.filter_jit` of ``fn`` (arrays traced, everything else static), compiled with
-    `compiler_options` when called outside other JAX transformations (``package_options=False``:
-    with XLA's defaults). ``donate`` is ``eqx.filter_jit``'s. Use it as ``@jit`` or
-    ``@jit(package_options=False)``."""
+    """`eqx.filter_jit` of `fn` (arrays traced, everything else static), compiled with
+    `compiler_options` when called outside other JAX transformations (`package_options=False`:
+    with XLA's defaults). `donate` is `eqx.filter_jit`'s. Use it as `@jit` or
+    `@jit(package_options=False)`."""
     if fn is None:
         return lambda f: _Jit(f, donate, package_options)
     return _Jit(fn, donate, package_options)

@@ -1,6 +1,6 @@
 """Named jaxtyping aliases shared across the package.
 
-A leading space in a one-axis shape string (``" batch"``) keeps linters from reading it as a name.
+A leading space in a one-axis shape string (`" batch"`) keeps linters from reading it as a name.
 """
 
 from collections.abc import Sequence

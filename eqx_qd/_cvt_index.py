@@ -19,12 +19,12 @@ class _NoIndex(Exception):
 
 
 def _build(centroids: np.ndarray, boxes_per_axis: int) -> "CVTIndex":
-    """The index of concrete ``centroids`` with ``boxes_per_axis`` boxes per axis (before the
-    margins), built on the host. A box's candidates are the centroids within ``R`` of the box,
-    ``R`` being the largest distance from the box's corners to the centroid nearest its centre:
-    for any point ``p`` of the box, ``|p - nn(p)| <= |p - c*| <= R``, so ``nn(p)`` lies within
-    ``R`` of the box. Lists are sorted by index (ties go to the lowest index, as in
-    `nearest_centroid`) and padded with ``num_cells``. Raises `_NoIndex` when the centroids are
+    """The index of concrete `centroids` with `boxes_per_axis` boxes per axis (before the
+    margins), built on the host. A box's candidates are the centroids within `R` of the box,
+    `R` being the largest distance from the box's corners to the centroid nearest its centre:
+    for any point `p` of the box, `|p - nn(p)| <= |p - c*| <= R`, so `nn(p)` lies within
+    `R` of the box. Lists are sorted by index (ties go to the lowest index, as in
+    `nearest_centroid`) and padded with `num_cells`. Raises `_NoIndex` when the centroids are
     too uneven for an index to pay."""
     c = np.asarray(centroids, np.float64)
     n, d = c.shape
@@ -50,7 +50,7 @@ def _build(centroids: np.ndarray, boxes_per_axis: int) -> "CVTIndex":
     members[home[order], rank] = order
 
     def around(r: int, boxes: np.ndarray) -> np.ndarray:
-        """Centroid ids of the boxes within ``r`` boxes of each of ``boxes``, padded with
+        """Centroid ids of the boxes within `r` boxes of each of `boxes`, padded with
         -1 (each centroid is in one box, so no id repeats)."""
         offsets = np.stack(np.meshgrid(*[np.arange(-r, r + 1)] * d, indexing="ij"), -1)
         other = grid[boxes][:, None] + offsets.reshape(1, -1, d)  # (boxes, offsets, d)
@@ -60,7 +60,7 @@ def _build(centroids: np.ndarray, boxes_per_axis: int) -> "CVTIndex":
         return ids.reshape(len(boxes), -1)
 
     def within(ids: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-        """``ids`` within each box's reach, sorted, padded with ``n``."""
+        """`ids` within each box's reach, sorted, padded with `n`."""
         pts = c[np.maximum(ids, 0)]  # (boxes, m, d): float64, so the reach test is exact
         lows = box_lo[boxes][:, None]
         gap = np.maximum(np.maximum(lows - pts, pts - (lows + width)), 0)
@@ -125,7 +125,7 @@ class CVTIndex(eqx.Module):
     (thousands). Built on the host by `CVTTessellation` from concrete centroids.
 
     **Fields:** `lo` and `width` (the grid's corner and box width per axis), `table` (each
-    box's candidates, sorted, padded with ``num_cells``), `padded` (the centroids it was built
+    box's candidates, sorted, padded with `num_cells`), `padded` (the centroids it was built
     from, and one far point the padding refers to) and the static `boxes` (boxes per axis). All
     arrays: the index is saved with its tessellation, and a tessellation uses it only for the
     centroids it was built from (`matches`).
@@ -138,7 +138,7 @@ class CVTIndex(eqx.Module):
     boxes: int = eqx.field(static=True)
 
     def matches(self, centroids: Float[Array, "num_cells dim"]) -> Bool[Array, ""]:
-        """Whether the index was built from ``centroids``."""
+        """Whether the index was built from `centroids`."""
         if centroids.shape != self.padded[:-1].shape:
             return jnp.asarray(False)
         return jnp.all(self.padded[:-1] == centroids)

@@ -25,13 +25,13 @@ def _bounds(value: BoundsLike, num_descriptors: int, name: str) -> Float[Array, 
 
 
 def _weighted_draw(weights: Float[Array, " m"], u: Float[Array, ""]) -> Int[Array, ""]:
-    """The index of the first cumulative weight above ``u`` (in [0, 1)) times the total: a draw
-    with probability proportional to ``weights`` (non-negative).
+    """The index of the first cumulative weight above `u` (in [0, 1)) times the total: a draw
+    with probability proportional to `weights` (non-negative).
 
     Through blocks of about sqrt(m) weights (at least 128): the block from the blocks'
     cumulative sums, then the index within it. One cumulative sum of all the weights took 60
     us for 8,192 on a 2-core CPU (XLA's CPU cumsum is slow), two short ones take 4; k-means++
-    draws once per centroid. A count compiles faster than ``searchsorted`` and costs the same
+    draws once per centroid. A count compiles faster than `searchsorted` and costs the same
     here.
     """
     m = weights.shape[0]
@@ -50,7 +50,7 @@ def _kmeans_plus_plus(
     samples: Float[Array, "num_samples dim"], bits: UInt32[Array, " num_cells"], num_cells: int
 ) -> Float[Array, "num_cells dim"]:
     """k-means++ seeding: each next centroid is drawn with probability proportional to D^2.
-    ``bits`` are the random words: the first picks the first centroid, each next one a draw."""
+    `bits` are the random words: the first picks the first centroid, each next one a draw."""
     m = samples.shape[0]
     uniforms = (bits >> 8).astype(jnp.float32) * 2.0**-24  # in [0, 1)
     first = samples[jnp.minimum(jnp.floor(uniforms[0] * m).astype(jnp.int32), m - 1)]
@@ -167,14 +167,14 @@ def cvt_centroids(
     *,
     key: PRNGKey,
 ) -> Float[Array, "{num_cells} {num_descriptors}"]:
-    """``num_cells`` CVT centroids in ``num_descriptors`` dimensions: Lloyd's k-means on
-    ``num_samples`` points drawn uniformly in the box ``[minval, maxval]`` (scalars or one
-    bound per dimension), seeded by ``key``.
+    """`num_cells` CVT centroids in `num_descriptors` dimensions: Lloyd's k-means on
+    `num_samples` points drawn uniformly in the box `[minval, maxval]` (scalars or one
+    bound per dimension), seeded by `key`.
 
     Deterministic for a given key. Seeding is k-means++ on the first max(8192, 4 num_cells)
     samples; after one exact assignment, each Lloyd step re-assigns a sample among the 16
     centroids nearest to its current one (neighbour lists refreshed every 5 steps), which keeps
-    a step linear in ``num_samples``. ``num_iterations`` is rounded up to a multiple of 5. Cluster
+    a step linear in `num_samples`. `num_iterations` is rounded up to a multiple of 5. Cluster
     sums are integer sums over the samples' 23-bit codes, so the result is the same on every
     call on a GPU too (at most 2**23 samples). One compiled program draws the samples and
     runs the k-means: 1,024 cells from 50,000 samples take about 1 s on a 2-core CPU on the

@@ -20,7 +20,7 @@ from ._tessellation import AbstractTessellation
 
 
 ScoringFn = Callable[..., tuple[Float[Array, " batch"], Float[Array, "batch d"], Extra]]
-"""``scoring_fn(genotypes, *, key) -> (fitnesses, descriptors, extra)``."""
+"""`scoring_fn(genotypes, *, key) -> (fitnesses, descriptors, extra)`."""
 
 
 class MAPElitesState(eqx.Module):
@@ -29,10 +29,10 @@ class MAPElitesState(eqx.Module):
     **Fields:**
 
     - `repertoire`: the archive.
-    - `emitter_state`: what the emitter learns (its ``init`` / ``state_update`` output).
+    - `emitter_state`: what the emitter learns (its `init` / `state_update` output).
     - `iteration`: iterations done since `MAPElites.init`.
     - `evaluations`: candidates scored so far; candidate ids are given in that order (the
-      initial population gets ``0 .. n-1``).
+      initial population gets `0 .. n-1`).
     """
 
     repertoire: MapElitesRepertoire
@@ -44,8 +44,8 @@ class MAPElitesState(eqx.Module):
 class StepInfo(eqx.Module):
     """What one iteration emitted and how it went (for logs and lineage).
 
-    **Fields:** the batch's `fitnesses` ``(batch,)`` and `descriptors` ``(batch,
-    num_descriptors)``; `add_info`, the `AddInfo` of its insertion; `emit_extra`, what the
+    **Fields:** the batch's `fitnesses` `(batch,)` and `descriptors` `(batch,
+    num_descriptors)`; `add_info`, the `AddInfo` of its insertion; `emit_extra`, what the
     emitter returned beside the genotypes (a `Lineage`); `ids`, the candidates' ids.
     """
 
@@ -61,24 +61,24 @@ class MAPElites(eqx.Module):
     """MAP-Elites: emit a batch, score it, insert it, update the emitter, report metrics.
 
     Stateless: the run lives in `MAPElitesState`. `init` and `update` are pure; wrap them in
-    `eqx.filter_jit`, or use `run` (all iterations in one jitted ``lax.scan``).
+    `eqx.filter_jit`, or use `run` (all iterations in one jitted `lax.scan`).
 
-    With ``lineage=True`` the repertoire stores each elite's id as its ``extra``, so emitters
+    With `lineage=True` the repertoire stores each elite's id as its `extra`, so emitters
     can report the ids of the parents they used (`Lineage`) and `StepInfo.ids` ties every
     candidate to its parents: the actors file of PGA-ME.
 
-    With ``axis_name`` (inside `run_sharded`'s ``shard_map``), each device emits and scores its
+    With `axis_name` (inside `run_sharded`'s `shard_map`), each device emits and scores its
     own batch, and every device inserts the gathered batches of all devices. The repertoire is
     therefore the same on every device, while emitter states stay per device.
 
     **Fields:**
 
     - `emitter`: where candidates come from.
-    - `scoring_fn`: ``scoring_fn(genotypes, *, key) -> (fitnesses, descriptors, extra)``.
+    - `scoring_fn`: `scoring_fn(genotypes, *, key) -> (fitnesses, descriptors, extra)`.
     - `qd_offset`: added to every elite's fitness in the QD-score; by default the scoring
-      function's own ``qd_offset`` (every task and `PolicyScorer` has one), else 0.
+      function's own `qd_offset` (every task and `PolicyScorer` has one), else 0.
     - `lineage`: store each elite's id in the repertoire (see above).
-    - `axis_name`: the mesh axis under ``shard_map``, or ``None``.
+    - `axis_name`: the mesh axis under `shard_map`, or `None`.
     """
 
     emitter: AbstractEmitter
@@ -125,8 +125,8 @@ class MAPElites(eqx.Module):
     def init(
         self, genotypes: Genotypes, tessellation: AbstractTessellation, *, key: PRNGKey
     ) -> tuple[MAPElitesState, QDMetrics]:
-        """Score the initial population ``genotypes`` (any pytree with a leading batch axis)
-        and build, over ``tessellation``, the repertoire and the emitter state from it.
+        """Score the initial population `genotypes` (any pytree with a leading batch axis)
+        and build, over `tessellation`, the repertoire and the emitter state from it.
 
         **Returns:** the state and the metrics of the first repertoire.
         """
@@ -187,11 +187,11 @@ class MAPElites(eqx.Module):
 def run(
     algorithm: MAPElites, state: MAPElitesState, num_iterations: int, *, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
-    """``num_iterations`` calls of ``algorithm.update`` in one ``lax.scan``.
+    """`num_iterations` calls of `algorithm.update` in one `lax.scan`.
 
-    Iteration ``i`` uses ``jax.random.split(key, num_iterations)[i]``, so the result equals a Python
+    Iteration `i` uses `jax.random.split(key, num_iterations)[i]`, so the result equals a Python
     loop of `MAPElites.update` with those keys. Returns the final state and the metrics history
-    (each field with a leading ``num_iterations`` axis).
+    (each field with a leading `num_iterations` axis).
     """
     check.positive_int("run: num_iterations", num_iterations)
     keys = jr.split(key, num_iterations)

@@ -1,5 +1,5 @@
 """Pytree helpers used across the package: array-only indexing and scattering (non-array leaves
-such as an MLP's activation pass through), and ``scan`` / ``cond`` / ``while_loop`` over carries
+such as an MLP's activation pass through), and `scan` / `cond` / `while_loop` over carries
 that hold non-array leaves. Public through `eqx_qd.internal`."""
 
 from collections.abc import Callable, Sequence
@@ -28,13 +28,13 @@ def i32(x: ArrayLike) -> Array:
 
 
 def is_none(x: object) -> bool:
-    """``x is None``: the ``is_leaf`` that lets ``eqx.tree_at`` replace (or put back) fields
-    that hold ``None``, such as a stored state's optimiser states."""
+    """`x is None`: the `is_leaf` that lets `eqx.tree_at` replace (or put back) fields
+    that hold `None`, such as a stored state's optimiser states."""
     return x is None
 
 
 def batch_size_of(tree: PyTree) -> int:
-    """Leading-axis size shared by the array leaves of ``tree``."""
+    """Leading-axis size shared by the array leaves of `tree`."""
     leaves = [x for x in jax.tree.leaves(tree) if eqx.is_array(x)]
     if not leaves:
         raise ValueError("the pytree has no array leaves, so it has no batch axis")
@@ -45,14 +45,14 @@ def batch_size_of(tree: PyTree) -> int:
 
 
 def random_permutation(n: int, *, key: PRNGKey) -> Int[Array, " {n}"]:
-    """A uniformly random permutation of ``range(n)`` (int32), for reshuffling minibatches.
+    """A uniformly random permutation of `range(n)` (int32), for reshuffling minibatches.
 
     Each round sorts one uint32 array: the round's random bits above, each position's index in
     the low bits. XLA's CPU sorts one integer operand several times faster than the key-value
-    sort behind ``jax.random.permutation`` (8,192 items: 0.6 against 5.5 ms). Items whose random
+    sort behind `jax.random.permutation` (8,192 items: 0.6 against 5.5 ms). Items whose random
     bits tie keep the previous round's order, so rounds are added until a pair tied in every
     round is unlikely (probability at most 2**-9 over all pairs); with fewer than 8 random bits
-    left (over 2**24 items) it falls back to ``jax.random.permutation``.
+    left (over 2**24 items) it falls back to `jax.random.permutation`.
     """
     if n <= 1:
         return jnp.arange(n, dtype=jnp.int32)
@@ -73,13 +73,13 @@ def random_permutation(n: int, *, key: PRNGKey) -> Int[Array, " {n}"]:
 
 
 def tree_take(tree: _T, idx: Int[Array, "..."] | int) -> _T:
-    """Index the leading axis of every array leaf of ``tree`` with ``idx`` (an int or an int
-    array); non-array leaves pass through (P8: ``x[idx]`` fails on an MLP's activation)."""
+    """Index the leading axis of every array leaf of `tree` with `idx` (an int or an int
+    array); non-array leaves pass through (P8: `x[idx]` fails on an MLP's activation)."""
     return jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, tree)
 
 
 def tree_scatter(tree: _T, idx: Int[Array, " batch"], values: _T) -> _T:
-    """Write the rows of ``values`` into ``tree`` at ``idx`` along the leading axis;
+    """Write the rows of `values` into `tree` at `idx` along the leading axis;
     out-of-range indices are dropped (a cheap way to skip rows)."""
 
     def put(x, v):
@@ -98,13 +98,13 @@ def tree_concatenate(trees: Sequence[_T]) -> _T:
 
 
 def tree_slice(tree: _T, start: int, stop: int) -> _T:
-    """Rows ``start:stop`` of every array leaf of ``tree`` (static bounds)."""
+    """Rows `start:stop` of every array leaf of `tree` (static bounds)."""
     return jax.tree.map(lambda x: x[start:stop] if eqx.is_array(x) else x, tree)
 
 
 def tree_all_gather(tree: _T, axis_name: str | None) -> _T:
-    """Concatenate every device's rows of the array leaves of ``tree`` over the mapped axis
-    ``axis_name`` (inside ``shard_map``); the identity when ``axis_name`` is ``None``."""
+    """Concatenate every device's rows of the array leaves of `tree` over the mapped axis
+    `axis_name` (inside `shard_map`); the identity when `axis_name` is `None`."""
     if axis_name is None:
         return tree
     gather = lambda x: jax.lax.all_gather(x, axis_name, tiled=True)
@@ -112,7 +112,7 @@ def tree_all_gather(tree: _T, axis_name: str | None) -> _T:
 
 
 def tree_zeros_batch(example: _T, n: int) -> _T:
-    """A batch of ``n`` zero rows shaped like one unbatched ``example``."""
+    """A batch of `n` zero rows shaped like one unbatched `example`."""
     return jax.tree.map(
         lambda x: jnp.zeros((n,) + jnp.shape(x), jnp.result_type(x)) if eqx.is_array(x) else x,
         example,
@@ -122,10 +122,10 @@ def tree_zeros_batch(example: _T, n: int) -> _T:
 def filter_scan(
     f: Callable[[_T, Any], tuple[_T, _Y]], init: _T, xs: PyTree, length: int | None = None
 ) -> tuple[_T, _Y]:
-    """`jax.lax.scan` of ``f(carry, x) -> (carry, y)`` from ``init`` over ``xs`` (or
-    ``length`` steps), whose carry may hold non-array leaves (functions, Python scalars).
+    """`jax.lax.scan` of `f(carry, x) -> (carry, y)` from `init` over `xs` (or
+    `length` steps), whose carry may hold non-array leaves (functions, Python scalars).
 
-    The static part of the carry is split off once and must come back unchanged from ``f``.
+    The static part of the carry is split off once and must come back unchanged from `f`.
     """
     dynamic, static = eqx.partition(init, eqx.is_array)
 
@@ -147,7 +147,7 @@ def _check_static(new_static: Any, static: Any, where: str) -> None:
 def filter_cond(
     pred: ArrayLike, true_fun: Callable[..., _T], false_fun: Callable[..., _T], *operands: Any
 ) -> _T:
-    """`jax.lax.cond`: ``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)``, where
+    """`jax.lax.cond`: `true_fun(*operands)` if `pred` else `false_fun(*operands)`, where
     operands and results may hold non-array leaves.
 
     Both branches must return the same non-array part (checked at trace time).
@@ -169,8 +169,8 @@ def filter_cond(
 
 
 def filter_while_loop(cond_fun: Callable[[_T], Any], body_fun: Callable[[_T], _T], init: _T) -> _T:
-    """`jax.lax.while_loop`: ``body_fun`` from ``init`` while ``cond_fun`` holds, where the
-    carry may hold non-array leaves; ``body_fun`` must return the same non-array part it was
+    """`jax.lax.while_loop`: `body_fun` from `init` while `cond_fun` holds, where the
+    carry may hold non-array leaves; `body_fun` must return the same non-array part it was
     given (checked at trace time)."""
     dynamic, static = eqx.partition(init, eqx.is_array)
 

@@ -10,8 +10,8 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 
 def _flat_cell(scaled: Float[Array, "batch d"], bins: Sequence[int]) -> Int[Array, " batch"]:
-    """Row-major index of the grid cell of each point, given in bin units (``scaled[:, i]`` in
-    ``[0, bins[i])`` inside the grid; points outside go to the nearest border cell)."""
+    """Row-major index of the grid cell of each point, given in bin units (`scaled[:, i]` in
+    `[0, bins[i])` inside the grid; points outside go to the nearest border cell)."""
     top = jnp.asarray(bins, jnp.float32)[None] - 1.0
     coords = jnp.clip(jnp.floor(scaled), 0.0, top).astype(jnp.int32)
     strides = np.cumprod((1, *bins[::-1]))[:-1][::-1].astype(np.int32)
@@ -19,13 +19,13 @@ def _flat_cell(scaled: Float[Array, "batch d"], bins: Sequence[int]) -> Int[Arra
 
 
 def _exact_matmul(a: Float[Array, "n d"], b: Float[Array, "d k"]) -> Float[Array, "n k"]:
-    """``a @ b`` in full float32 on every platform (GPUs default to TF32 for float32 matmuls)."""
+    """`a @ b` in full float32 on every platform (GPUs default to TF32 for float32 matmuls)."""
     return jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST)
 
 
 def _scores(points: Float[Array, "n d"], centroids: Float[Array, "k d"]) -> Float[Array, "n k"]:
     """Squared distances from each point to each centroid up to a per-point constant,
-    ``|c|^2 - 2 p.c``: one matmul, at full float32 precision (`_exact_matmul`)."""
+    `|c|^2 - 2 p.c`: one matmul, at full float32 precision (`_exact_matmul`)."""
     return jnp.sum(centroids**2, axis=-1)[None] - 2.0 * _exact_matmul(points, centroids.T)
 
 
@@ -33,7 +33,7 @@ def _argmin_rows(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
     """Row-wise argmin of wide rows, lowest index among ties, via min + where: XLA's CPU
     argmin is 3x slower over 1,024 columns (2.5 against 0.8 ms for 1,024 rows).
 
-    XLA may compute ``scores`` twice, once for the minimum and once for the comparison, and
+    XLA may compute `scores` twice, once for the minimum and once for the comparison, and
     contract a multiply-add into one rounding in one copy only: a row can then hold no element
     equal to its minimum (seen with one descriptor, where the matmul becomes a multiply). Such
     rows would get no index; when any does, every row takes the argmin.
@@ -67,11 +67,11 @@ def _check_points(points: ArrayLike, dim: int) -> None:
 def nearest_centroid(
     points: Float[Array, "batch dim"], centroids: Float[Array, "num_cells dim"]
 ) -> Int[Array, " batch"]:
-    """Index of the nearest of ``centroids`` (``(num_cells, dim)``) for each of ``points``
-    (``(batch, dim)``); ties go to the lowest index.
+    """Index of the nearest of `centroids` (`(num_cells, dim)`) for each of `points`
+    (`(batch, dim)`); ties go to the lowest index.
 
-    Squared distances up to a per-point constant are ``|c|^2 - 2 p.c`` (one matmul); the minimum
-    is found with ``min`` + ``where`` because XLA's CPU ``argmin`` is several times slower
+    Squared distances up to a per-point constant are `|c|^2 - 2 p.c` (one matmul); the minimum
+    is found with `min` + `where` because XLA's CPU `argmin` is several times slower
     (with an exact fallback, `_argmin_rows`). The matmul runs at full float32 precision: at
     the default precision a GPU multiplies in TF32 (10-bit mantissa), which on an H100 sent
     descriptors to the wrong cell (71.7% coverage with 4,096 cells where exact search reached

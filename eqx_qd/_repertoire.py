@@ -29,15 +29,15 @@ class AddStatus(enum.IntEnum):
 
 
 class AddInfo(eqx.Module):
-    """Per-candidate outcome of an insertion (all arrays of shape ``(batch,)``).
+    """Per-candidate outcome of an insertion (all arrays of shape `(batch,)`).
 
     **Fields:**
 
-    - `cell`: the candidate's cell; ``-1`` for a rejected candidate (a non-finite fitness or
+    - `cell`: the candidate's cell; `-1` for a rejected candidate (a non-finite fitness or
       descriptor has no cell).
     - `status`: an `AddStatus` value (not added, improved, new).
     - `delta`: the candidate's fitness minus the cell's elite fitness before the batch
-      (``+inf`` when the cell was empty; NaN for a rejected candidate).
+      (`+inf` when the cell was empty; NaN for a rejected candidate).
     """
 
     cell: Int[Array, " batch"]
@@ -58,9 +58,9 @@ class AddInfo(eqx.Module):
 class Elites(eqx.Module):
     """A batch of elites drawn from a repertoire (`MapElitesRepertoire.select`).
 
-    **Fields:** `genotypes` (leading axis ``batch``), `fitnesses` ``(batch,)``, `descriptors`
-    ``(batch, num_descriptors)``, `cells` (their cell indices) and `extra` (what the repertoire
-    stores beside each elite, e.g. its id; ``None`` if nothing).
+    **Fields:** `genotypes` (leading axis `batch`), `fitnesses` `(batch,)`, `descriptors`
+    `(batch, num_descriptors)`, `cells` (their cell indices) and `extra` (what the repertoire
+    stores beside each elite, e.g. its id; `None` if nothing).
     """
 
     genotypes: Genotypes
@@ -80,12 +80,12 @@ class MapElitesRepertoire(eqx.Module):
 
     **Fields:**
 
-    - `genotypes`: any pytree whose array leaves have a leading ``num_cells`` axis. Non-array
+    - `genotypes`: any pytree whose array leaves have a leading `num_cells` axis. Non-array
       leaves (an MLP's activation, say) are shared by all cells.
-    - `fitnesses`: ``(num_cells,)`` float32; ``-inf`` marks an empty cell.
-    - `descriptors`: ``(num_cells, num_descriptors)``; the elite's own descriptor.
+    - `fitnesses`: `(num_cells,)` float32; `-inf` marks an empty cell.
+    - `descriptors`: `(num_cells, num_descriptors)`; the elite's own descriptor.
     - `tessellation`: maps descriptors to cells and holds the centroids.
-    - `extra`: optional per-cell data stored with each elite (ids, say), or ``None``.
+    - `extra`: optional per-cell data stored with each elite (ids, say), or `None`.
 
     Immutable: `add` returns a new repertoire. Build one with `MapElitesRepertoire.empty`.
     """
@@ -113,8 +113,8 @@ class MapElitesRepertoire(eqx.Module):
     def empty(
         cls, tessellation: AbstractTessellation, genotype: Genotypes, extra: Extra = None
     ) -> "MapElitesRepertoire":
-        """An empty repertoire whose cells hold zeros shaped like one (unbatched) ``genotype``
-        (and one unbatched ``extra``, if given)."""
+        """An empty repertoire whose cells hold zeros shaped like one (unbatched) `genotype`
+        (and one unbatched `extra`, if given)."""
         n = tessellation.num_cells
         return cls(
             genotypes=tree_zeros_batch(genotype, n),
@@ -159,9 +159,9 @@ class MapElitesRepertoire(eqx.Module):
 
         **Arguments:**
 
-        - `genotypes`: a pytree shaped like the stored genotypes, with a leading ``batch`` axis.
-        - `descriptors`: ``(batch, num_descriptors)``.
-        - `fitnesses`: ``(batch,)``.
+        - `genotypes`: a pytree shaped like the stored genotypes, with a leading `batch` axis.
+        - `descriptors`: `(batch, num_descriptors)`.
+        - `fitnesses`: `(batch,)`.
         - `extra`: per-candidate data to store beside each elite (ids), exactly when the
           repertoire stores extra.
         """
@@ -214,10 +214,10 @@ class MapElitesRepertoire(eqx.Module):
         where: str = "",
         batch_size: int | None = None,
     ) -> None:
-        """Refuse a scored batch that does not fit this repertoire: ``fitnesses`` not
-        ``(batch,)`` (``(batch_size,)`` when given), ``descriptors`` not ``(batch,
-        num_descriptors)``, genotypes of another batch size or another structure or row shape
-        than the stored ones. Each error starts with ``where`` and names the argument, the
+        """Refuse a scored batch that does not fit this repertoire: `fitnesses` not
+        `(batch,)` (`(batch_size,)` when given), `descriptors` not `(batch,
+        num_descriptors)`, genotypes of another batch size or another structure or row shape
+        than the stored ones. Each error starts with `where` and names the argument, the
         expected and the received shapes. Static facts: free under jit. `add` and the emitters'
         `init` / `state_update` call it."""
         prefix = f"{where}: " if where else ""
@@ -259,7 +259,7 @@ class MapElitesRepertoire(eqx.Module):
     def select(
         self, num: int, *, selector: AbstractSelector = UniformSelector(), key: PRNGKey
     ) -> Elites:
-        """Draw ``num`` elites (with replacement) with ``selector`` (uniform by default)."""
+        """Draw `num` elites (with replacement) with `selector` (uniform by default)."""
         idx = selector.indices(self.fitnesses, num, key=key)
         return Elites(
             genotypes=tree_take(self.genotypes, idx),
@@ -287,8 +287,8 @@ def init_repertoire(
     fitnesses: Float[Array, " batch"],
     extra: Extra = None,
 ) -> tuple[MapElitesRepertoire, AddInfo]:
-    """An empty repertoire over ``tessellation``, shaped after the batch (``genotypes``,
-    ``descriptors``, ``fitnesses`` and optional per-candidate ``extra``, as for
+    """An empty repertoire over `tessellation`, shaped after the batch (`genotypes`,
+    `descriptors`, `fitnesses` and optional per-candidate `extra`, as for
     `MapElitesRepertoire.add`), with the batch inserted."""
     first: PyTree = tree_take(genotypes, 0)
     empty = MapElitesRepertoire.empty(

@@ -14,7 +14,7 @@ from ._custom_types import PRNGKey
 
 
 class AbstractSelector(eqx.Module):
-    """Chooses ``num`` cell indices among the filled cells (those with finite fitness).
+    """Chooses `num` cell indices among the filled cells (those with finite fitness).
 
     Subclass and implement `indices` to make a new selection rule. Sampling is with
     replacement. Selecting from an empty repertoire raises a runtime error.
@@ -24,8 +24,8 @@ class AbstractSelector(eqx.Module):
     def indices(
         self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
     ) -> Int[Array, " {num}"]:
-        """``num`` indices of cells, drawn among the filled cells of ``fitnesses``
-        (``(num_cells,)``, ``-inf`` for empty cells)."""
+        """`num` indices of cells, drawn among the filled cells of `fitnesses`
+        (`(num_cells,)`, `-inf` for empty cells)."""
 
 
 def _check_args(owner: str, fitnesses: Array, num: int) -> None:
@@ -59,9 +59,9 @@ class UniformSelector(AbstractSelector):
 
 @typing.final
 class FitnessProportionalSelector(AbstractSelector):
-    """A filled cell is drawn with probability proportional to ``fitness - min_fitness + eps``.
+    """A filled cell is drawn with probability proportional to `fitness - min_fitness + eps`.
 
-    Shifting by the lowest filled fitness makes the rule work for negative fitnesses; ``eps``
+    Shifting by the lowest filled fitness makes the rule work for negative fitnesses; `eps`
     keeps the worst elite selectable.
     """
 

@@ -1,4 +1,4 @@
-"""MAP-Elites (and ME-PBT) over a mesh of devices with ``jax.shard_map``.
+"""MAP-Elites (and ME-PBT) over a mesh of devices with `jax.shard_map`.
 
 The repertoire is replicated: each device emits and scores its own batch, then inserts the
 gathered batches of all devices, so every copy stays equal. Emitter states are per device
@@ -23,8 +23,8 @@ from ._tessellation import AbstractTessellation
 
 
 def device_mesh(num_devices: int | None = None, axis_name: str = "p") -> Mesh:
-    """A 1-D mesh over the first ``num_devices`` devices (all by default), its axis named
-    ``axis_name`` (the emitter's and `MAPElites`' ``axis_name``)."""
+    """A 1-D mesh over the first `num_devices` devices (all by default), its axis named
+    `axis_name` (the emitter's and `MAPElites`' `axis_name`)."""
     devices = jax.devices()
     n = len(devices) if num_devices is None else num_devices
     if not 1 <= n <= len(devices):
@@ -59,10 +59,10 @@ _drop_axis = lambda tree: jax.tree.map(lambda x: x[0], tree)
 def init_sharded(
     algo: MAPElites, genotypes, tessellation: AbstractTessellation, *, mesh: Mesh, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
-    """``algo.init`` over ``mesh``: ``genotypes`` (leading axis divisible by the number of
-    devices) are split among the devices, and the repertoire over ``tessellation`` holds every
+    """`algo.init` over `mesh`: `genotypes` (leading axis divisible by the number of
+    devices) are split among the devices, and the repertoire over `tessellation` holds every
     device's initial population. The returned state's emitter state has a leading device
-    axis. ``algo`` (and its emitter) must use the mesh's axis name."""
+    axis. `algo` (and its emitter) must use the mesh's axis name."""
     axis = _check(algo, mesh)
     n, devices = batch_size_of(genotypes), mesh.devices.size
     if n % devices:
@@ -90,9 +90,9 @@ def init_sharded(
 def run_sharded(
     algo: MAPElites, state: MAPElitesState, num_iterations: int, *, mesh: Mesh, key: PRNGKey
 ) -> tuple[MAPElitesState, QDMetrics]:
-    """``num_iterations`` iterations of ``algo.update`` in one ``lax.scan`` on every device of
-    ``mesh``, from ``state`` (as `init_sharded` returns it). Iteration ``i`` uses
-    ``jax.random.split(key, num_iterations)[i]``.
+    """`num_iterations` iterations of `algo.update` in one `lax.scan` on every device of
+    `mesh`, from `state` (as `init_sharded` returns it). Iteration `i` uses
+    `jax.random.split(key, num_iterations)[i]`.
 
     Returns the state (replicated repertoire, per-device emitter states) and the metrics
     history with a leading device axis: every row is the same, since the repertoires are.
@@ -104,8 +104,8 @@ def run_sharded(
 def scan_sharded(
     algo: MAPElites, state: MAPElitesState, *, mesh: Mesh, keys: Key[Array, " n"]
 ) -> tuple[MAPElitesState, QDMetrics]:
-    """`run_sharded` of ``algo`` from ``state`` on ``mesh``, with the iterations' keys given:
-    ``keys`` ``(n,)``, one per iteration (a job that resumes mid-way derives each iteration's
+    """`run_sharded` of `algo` from `state` on `mesh`, with the iterations' keys given:
+    `keys` `(n,)`, one per iteration (a job that resumes mid-way derives each iteration's
     key from its index)."""
     _check(algo, mesh)
     if not eqx.is_array(keys) or keys.ndim != 1 or keys.shape[0] < 1:
@@ -141,7 +141,7 @@ def _run_mapped(algo, rest_dyn, es_dyn, keys, mesh, rest_static, es_static):
 
 
 def place_sharded(state: MAPElitesState, *, mesh: Mesh) -> MAPElitesState:
-    """Lay ``state`` out on ``mesh`` as `init_sharded` returns it (repertoire replicated,
+    """Lay `state` out on `mesh` as `init_sharded` returns it (repertoire replicated,
     emitter state split along its leading device axis), from host arrays holding the whole
     state: a checkpoint read back. Across processes, each process gives the whole state and
     keeps its own devices' parts."""

@@ -1,6 +1,6 @@
 """Fast pure-JAX QD tasks: rastrigin, sphere and a planar arm.
 
-A task is a module called as ``task(genotypes, key=key) -> (fitnesses, descriptors, extra)`` (the
+A task is a module called as `task(genotypes, key=key) -> (fitnesses, descriptors, extra)` (the
 scoring-function contract) that also knows its descriptor bounds, its QD-score offset and how to
 draw an initial population.
 """
@@ -43,7 +43,7 @@ class AbstractTask(eqx.Module):
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch num_descriptors"], Extra]: ...
 
     def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
-        """``num`` genotypes drawn uniformly in ``[0, 1]^genotype_dim``."""
+        """`num` genotypes drawn uniformly in `[0, 1]^genotype_dim`."""
         return jr.uniform(key, (num, self.genotype_dim))
 
 
@@ -57,10 +57,10 @@ def _check_genotypes(task: AbstractTask, genotypes: Array) -> None:
 
 @typing.final
 class Rastrigin(AbstractTask):
-    """Rastrigin on ``y = 10x - 5`` (maximised, optimum 0 at ``x = 0.5``).
+    """Rastrigin on `y = 10x - 5` (maximised, optimum 0 at `x = 0.5`).
 
-    Descriptor: the first two genes clipped to ``[0, 1]``. QD offset ``50 * genotype_dim``.
-    Same definition as QDax's ``rastrigin`` with clipped descriptors.
+    Descriptor: the first two genes clipped to `[0, 1]`. QD offset `50 * genotype_dim`.
+    Same definition as QDax's `rastrigin` with clipped descriptors.
     """
 
     genotype_dim: int = eqx.field(default=100, static=True)
@@ -92,9 +92,9 @@ class Rastrigin(AbstractTask):
 
 @typing.final
 class Sphere(AbstractTask):
-    """Sphere ``-sum(y^2)`` on ``y = 10x - 5`` (optimum 0 at ``x = 0.5``).
+    """Sphere `-sum(y^2)` on `y = 10x - 5` (optimum 0 at `x = 0.5`).
 
-    Descriptor: the first two genes clipped to ``[0, 1]``. QD offset ``25 * genotype_dim``.
+    Descriptor: the first two genes clipped to `[0, 1]`. QD offset `25 * genotype_dim`.
     """
 
     genotype_dim: int = eqx.field(default=100, static=True)
@@ -124,11 +124,11 @@ class Sphere(AbstractTask):
 
 @typing.final
 class Arm(AbstractTask):
-    """A planar arm of ``genotype_dim`` equal links of total length 1.
+    """A planar arm of `genotype_dim` equal links of total length 1.
 
-    Genes in ``[0, 1]`` map to joint angles in ``[-pi, pi]``; fitness is minus the standard
+    Genes in `[0, 1]` map to joint angles in `[-pi, pi]`; fitness is minus the standard
     deviation of the genes (smooth postures win, at most 0.5 in magnitude); the descriptor is
-    the end-effector position rescaled to ``[0, 1]^2``. QD offset 1 (as in QDax's arm).
+    the end-effector position rescaled to `[0, 1]^2`. QD offset 1 (as in QDax's arm).
     """
 
     genotype_dim: int = eqx.field(default=8, static=True)

@@ -25,7 +25,7 @@ from ._nearest import _check_points, _flat_cell, nearest_centroid
 
 
 class AbstractTessellation(eqx.Module):
-    """Maps descriptors to cell indices in ``[0, num_cells)``."""
+    """Maps descriptors to cell indices in `[0, num_cells)`."""
 
     centroids: eqx.AbstractVar[Centroids]
 
@@ -39,12 +39,12 @@ class AbstractTessellation(eqx.Module):
 
     @abc.abstractmethod
     def index(self, descriptors: Descriptors) -> Int[Array, " batch"]:
-        """Cell index of each descriptor (shape ``(batch,)``, int32)."""
+        """Cell index of each descriptor (shape `(batch,)`, int32)."""
 
 
 @typing.final
 class GridTessellation(AbstractTessellation):
-    """A regular grid: ``bins[i]`` equal bins between ``minval[i]`` and ``maxval[i]``.
+    """A regular grid: `bins[i]` equal bins between `minval[i]` and `maxval[i]`.
 
     Descriptors outside the bounds fall in the nearest border cell (the same cell a
     nearest-centroid search would give on a grid).
@@ -91,7 +91,7 @@ class CVTTessellation(AbstractTessellation):
     exact. The index is used only for the centroids it was built from: centroids changed by
     `eqx.tree_at` take the full search (build a new tessellation to index them).
 
-    **Arguments:** `centroids` ``(num_cells, num_descriptors)``; `index_min_cells`, the fewest
+    **Arguments:** `centroids` `(num_cells, num_descriptors)`; `index_min_cells`, the fewest
     cells that get an index (pass a huge number for the full search always).
     """
 
@@ -137,7 +137,7 @@ class CVTTessellation(AbstractTessellation):
         *,
         key: PRNGKey,
     ) -> "CVTTessellation":
-        """Centroids by k-means on uniform samples in the box ``[minval, maxval]``."""
+        """Centroids by k-means on uniform samples in the box `[minval, maxval]`."""
         return cls(
             cvt_centroids(
                 num_cells, num_descriptors, minval, maxval, num_samples, num_iterations, key=key
@@ -146,9 +146,9 @@ class CVTTessellation(AbstractTessellation):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "CVTTessellation":
-        """Centroids from a ``.npy`` file of shape ``(num_cells, num_descriptors)``, or from a
+        """Centroids from a `.npy` file of shape `(num_cells, num_descriptors)`, or from a
         text file with one centroid per line (the PGA-MAP-Elites repository's
-        ``CVT/centroids_K_D.dat``; any name not ending in ``.npy``)."""
+        `CVT/centroids_K_D.dat`; any name not ending in `.npy`)."""
         path = os.fspath(path)
         try:
             if path.endswith(".npy"):

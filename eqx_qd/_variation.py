@@ -2,9 +2,9 @@
 
 A *mutation* maps one batch of parents to children; a *variation* (crossover) maps two batches.
 Every operator works leaf-wise on any pytree whose array leaves share a leading batch axis, and
-clips to ``[min_genotype, max_genotype]`` when bounds are given. Names follow the PGA-MAP-Elites
-configuration (``iso_sigma``, ``line_sigma``, ``eta_m``, ``eta_c``, ``sigma``, ``mutation_rate``,
-``crossover_rate``, ``min_genotype``, ``max_genotype``).
+clips to `[min_genotype, max_genotype]` when bounds are given. Names follow the PGA-MAP-Elites
+configuration (`iso_sigma`, `line_sigma`, `eta_m`, `eta_c`, `sigma`, `mutation_rate`,
+`crossover_rate`, `min_genotype`, `max_genotype`).
 """
 
 import abc
@@ -37,7 +37,7 @@ def _clip(x: Array, lo: Bound, hi: Bound) -> Array:
 
 
 def _leafwise(fn: Callable[..., Array], key: PRNGKey, *trees: Genotypes) -> Genotypes:
-    """Apply ``fn(key, *leaves)`` to the array leaves of ``trees`` with one key per leaf."""
+    """Apply `fn(key, *leaves)` to the array leaves of `trees` with one key per leaf."""
     leaves, treedef = jax.tree.flatten(trees[0])
     others = [treedef.flatten_up_to(t) for t in trees[1:]]
     keys = jr.split(key, max(len(leaves), 1))
@@ -49,7 +49,7 @@ def _leafwise(fn: Callable[..., Array], key: PRNGKey, *trees: Genotypes) -> Geno
 
 
 def _check_bounds(prefix: str, lo: BoundsLike | None, hi: BoundsLike | None) -> None:
-    """Finite, ordered bounds where given; errors name ``prefix + field``."""
+    """Finite, ordered bounds where given; errors name `prefix + field`."""
     for name, value in (("min_genotype", lo), ("max_genotype", hi)):
         if value is not None:
             check.finite(f"{prefix}{name}", value)
@@ -59,7 +59,7 @@ def _check_bounds(prefix: str, lo: BoundsLike | None, hi: BoundsLike | None) -> 
 
 def _check_parents(where: str, x1: Genotypes, x2: Genotypes) -> None:
     """Refuse a second parent batch whose structure or leaf shapes differ from the first's
-    (static facts: free under ``jit``), naming the leaf and both shapes."""
+    (static facts: free under `jit`), naming the leaf and both shapes."""
     leaves1, def1 = jax.tree_util.tree_flatten_with_path(x1)
     leaves2, def2 = jax.tree_util.tree_flatten_with_path(x2)
     if def1 != def2:
@@ -80,7 +80,7 @@ def _add_noise(
     max_genotype: BoundsLike | None,
     key: PRNGKey,
 ) -> Genotypes:
-    """Add ``noise(key, gene_array)`` to each gene of ``x`` with probability ``mutation_rate``,
+    """Add `noise(key, gene_array)` to each gene of `x` with probability `mutation_rate`,
     then clip to the bounds given (the additive mutations: gaussian and uniform)."""
 
     def mutate(k, a):
@@ -108,10 +108,10 @@ def isoline_variation(
 ) -> Genotypes:
     """Iso+line-DD (Vassiliades & Mouret 2018).
 
-    Child ``= x1 + iso_sigma * N(0, I) + line_sigma * N(0, 1) * (x2 - x1)``.
+    Child `= x1 + iso_sigma * N(0, I) + line_sigma * N(0, 1) * (x2 - x1)`.
 
     The line coefficient is one draw per child, shared by all leaves of its genotype. Children
-    are clipped to ``[min_genotype, max_genotype]`` when bounds are given.
+    are clipped to `[min_genotype, max_genotype]` when bounds are given.
     """
     _check_parents("isoline_variation", x1, x2)
     check.non_negative("isoline_variation: iso_sigma", iso_sigma)
@@ -137,8 +137,8 @@ def gaussian_mutation(
     max_genotype: BoundsLike | None = None,
     key: PRNGKey,
 ) -> Genotypes:
-    """Add ``sigma * N(0, 1)`` to each gene of ``x`` with probability ``mutation_rate``, then
-    clip to ``[min_genotype, max_genotype]`` when bounds are given."""
+    """Add `sigma * N(0, 1)` to each gene of `x` with probability `mutation_rate`, then
+    clip to `[min_genotype, max_genotype]` when bounds are given."""
     check.non_negative("gaussian_mutation: sigma", sigma)
     check.fraction("gaussian_mutation: mutation_rate", mutation_rate)
     _check_bounds("gaussian_mutation: ", min_genotype, max_genotype)
@@ -155,9 +155,9 @@ def uniform_mutation(
     max_genotype: BoundsLike | None = None,
     key: PRNGKey,
 ) -> Genotypes:
-    """Add ``U(-max_uniform, max_uniform)`` to each gene of ``x`` with probability
-    ``mutation_rate``, then clip to ``[min_genotype, max_genotype]`` when bounds are given (the
-    PGA-MAP-Elites repository's ``uniform_mutation``)."""
+    """Add `U(-max_uniform, max_uniform)` to each gene of `x` with probability
+    `mutation_rate`, then clip to `[min_genotype, max_genotype]` when bounds are given (the
+    PGA-MAP-Elites repository's `uniform_mutation`)."""
     check.non_negative("uniform_mutation: max_uniform", max_uniform)
     check.fraction("uniform_mutation: mutation_rate", mutation_rate)
     _check_bounds("uniform_mutation: ", min_genotype, max_genotype)
@@ -174,10 +174,10 @@ def polynomial_mutation(
     max_genotype: BoundsLike | None,
     key: PRNGKey,
 ) -> Genotypes:
-    """Deb's bounded polynomial mutation with distribution index ``eta_m``.
+    """Deb's bounded polynomial mutation with distribution index `eta_m`.
 
-    Each gene of ``x`` is mutated with probability ``mutation_rate``; the bounds
-    ``min_genotype`` / ``max_genotype`` are required because the perturbation is scaled by the
+    Each gene of `x` is mutated with probability `mutation_rate`; the bounds
+    `min_genotype` / `max_genotype` are required because the perturbation is scaled by the
     distance to them.
     """
     if min_genotype is None or max_genotype is None:
@@ -214,11 +214,11 @@ def sbx_crossover(
     max_genotype: BoundsLike | None = None,
     key: PRNGKey,
 ) -> Genotypes:
-    """Simulated binary crossover (Deb & Agrawal 1995) with distribution index ``eta_c``.
+    """Simulated binary crossover (Deb & Agrawal 1995) with distribution index `eta_c`.
 
-    Returns the first child of each pair of ``x1`` and ``x2``; a gene is crossed with
-    probability ``crossover_rate`` and copied from ``x1`` otherwise. A large ``eta_c`` keeps
-    children near their parents. Children are clipped to ``[min_genotype, max_genotype]`` when
+    Returns the first child of each pair of `x1` and `x2`; a gene is crossed with
+    probability `crossover_rate` and copied from `x1` otherwise. A large `eta_c` keeps
+    children near their parents. Children are clipped to `[min_genotype, max_genotype]` when
     bounds are given.
     """
     _check_parents("sbx_crossover", x1, x2)
@@ -240,21 +240,21 @@ def sbx_crossover(
 
 
 class AbstractMutation(eqx.Module):
-    """One parent per child. Subclass and implement ``__call__`` to add an operator."""
+    """One parent per child. Subclass and implement `__call__` to add an operator."""
 
     @abc.abstractmethod
     def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
-        """Children of the parent batch ``x`` (a pytree with a leading batch axis), shaped like
-        ``x``."""
+        """Children of the parent batch `x` (a pytree with a leading batch axis), shaped like
+        `x`."""
 
 
 class AbstractVariation(eqx.Module):
-    """Two parents per child. Subclass and implement ``__call__`` to add an operator."""
+    """Two parents per child. Subclass and implement `__call__` to add an operator."""
 
     @abc.abstractmethod
     def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
-        """Children of the parent batches ``x1`` and ``x2`` (pytrees of one structure with a
-        shared leading batch axis): one child per pair, shaped like ``x1``."""
+        """Children of the parent batches `x1` and `x2` (pytrees of one structure with a
+        shared leading batch axis): one child per pair, shaped like `x1`."""
 
 
 @typing.final
@@ -405,7 +405,7 @@ class UniformMutation(AbstractMutation):
 @typing.final
 class MutatedVariation(AbstractVariation):
     """A two-parent variation whose children are then mutated: the PGA-MAP-Elites
-    repository's GA when both a ``crossover_op`` and a ``mutation_op`` are set.
+    repository's GA when both a `crossover_op` and a `mutation_op` are set.
 
     **Fields:** `variation`, `mutation`.
     """

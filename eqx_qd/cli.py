@@ -1,10 +1,10 @@
-"""The ``eqx-qd`` command: ``eqx-qd run JOB [options]``, one subcommand per job of
+"""The `eqx-qd` command: `eqx-qd run JOB [options]`, one subcommand per job of
 `eqx_qd.jobs`, with one option per field of the job's config (generated, so a new config field
-is a new option without a second edit). ``--config FILE`` reads a TOML file; options override it.
+is a new option without a second edit). `--config FILE` reads a TOML file; options override it.
 
 Plugins register your own agents, environments, tasks and emitters before the options are read:
-``eqx-qd --plugin mypkg.agents run pbt --agent ddpg`` imports ``mypkg.agents`` first, and every
-entry point of the group ``eqx_qd.plugins`` of the installed packages is loaded too.
+`eqx-qd --plugin mypkg.agents run pbt --agent ddpg` imports `mypkg.agents` first, and every
+entry point of the group `eqx_qd.plugins` of the installed packages is loaded too.
 
 The command never chooses the platform: JAX picks its default backend (a GPU when there is
 one), and the devices used are printed at start. Bad input exits with one line and code 2.
@@ -49,7 +49,7 @@ def _int_list(text: str) -> tuple[int, ...]:
 
 
 def _parser_for(tp: Any) -> tuple[Callable[[str], Any] | None, str]:
-    """(argparse ``type``, metavar) of a config field type; ``None`` for bools (flags)."""
+    """(argparse `type`, metavar) of a config field type; `None` for bools (flags)."""
     from .jobs._config import _is_optional
 
     _, tp = _is_optional(tp)
@@ -88,7 +88,7 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, tp: An
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``eqx-qd`` parser, generated from the jobs' config dataclasses."""
+    """The `eqx-qd` parser, generated from the jobs' config dataclasses."""
     from .jobs import JOBS
 
     parser = _Parser(prog="eqx-qd", description="Quality-Diversity and population-based RL runs.")
@@ -238,7 +238,7 @@ def _preset_text(values: dict[str, Any]) -> str:
 
 
 def _config(parser: _Parser, args: argparse.Namespace, job: Any) -> Any:
-    """The config from ``--config`` (or the job's default without it), options winning."""
+    """The config from `--config` (or the job's default without it), options winning."""
     keys = job.config_cls.keys()
     overrides = {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
     try:
@@ -263,7 +263,7 @@ def _config(parser: _Parser, args: argparse.Namespace, job: Any) -> Any:
 
 
 def _requested_devices(args: argparse.Namespace, job: Any) -> int | None:
-    """``devices`` from the options or the ``--config`` file, read before anything is built
+    """`devices` from the options or the `--config` file, read before anything is built
     (building a config may start JAX, after which the device count is fixed)."""
     if "devices" not in job.config_cls.keys():
         return None
@@ -281,8 +281,8 @@ def _requested_devices(args: argparse.Namespace, job: Any) -> int | None:
 
 
 def _use_devices(count: int | None, processes: int = 1) -> None:
-    """Make ``count`` host devices available when the CPU is the platform (before JAX starts
-    its backends), ``count / processes`` on each process of a multi-process run; on a GPU
+    """Make `count` host devices available when the CPU is the platform (before JAX starts
+    its backends), `count / processes` on each process of a multi-process run; on a GPU
     machine this changes nothing."""
     if count is None or count <= processes:
         return
@@ -310,7 +310,7 @@ def _join_processes(parser: _Parser, args: argparse.Namespace) -> None:
 
 
 def _load_plugins(parser: _Parser, modules: Sequence[str]) -> None:
-    """Load the installed ``eqx_qd.plugins`` entry points, then import ``modules``; a plugin
+    """Load the installed `eqx_qd.plugins` entry points, then import `modules`; a plugin
     that fails to import is an error naming it."""
     import importlib
     from importlib import metadata
@@ -337,8 +337,8 @@ def _default_cache() -> str:
 
 
 def _compile_cache(args: argparse.Namespace) -> str | None:
-    """The cache folder to use, or None: ``--no-compile-cache`` and ``$EQX_QD_COMPILE_CACHE``
-    set to ``off`` (or empty) turn it off; ``--compile-cache`` beats the variable."""
+    """The cache folder to use, or None: `--no-compile-cache` and `$EQX_QD_COMPILE_CACHE`
+    set to `off` (or empty) turn it off; `--compile-cache` beats the variable."""
     if args.no_compile_cache:
         return None
     if args.compile_cache is not None:
@@ -350,8 +350,8 @@ def _compile_cache(args: argparse.Namespace) -> str | None:
 
 
 def _use_compile_cache(folder: str | None) -> None:
-    """Point JAX's persistent compilation cache at ``folder`` (before anything compiles).
-    JAX keeps programs that took at least ``jax_persistent_cache_min_compile_time_secs``
+    """Point JAX's persistent compilation cache at `folder` (before anything compiles).
+    JAX keeps programs that took at least `jax_persistent_cache_min_compile_time_secs`
     (1 s by default) to compile: the brax rollouts, the training steps."""
     if folder is None:
         return
@@ -372,7 +372,7 @@ def _describe_devices() -> str:
 
 
 def _listing() -> str:
-    """What ``eqx-qd list`` prints: every job and every registered name, with help and options."""
+    """What `eqx-qd list` prints: every job and every registered name, with help and options."""
     from .jobs import AGENTS, EMITTERS, ENVIRONMENTS, JOBS, TASKS
 
     lines = ["jobs (eqx-qd run JOB --help for their options):"]
@@ -389,7 +389,7 @@ def _listing() -> str:
         for entry in registry:
             tags = f" [{', '.join(sorted(entry.tags))}]" if entry.tags else ""
             options = ", ".join(o for o in entry.options() if not o.startswith("_")) or "none"
-            about = entry.help.replace("``", "").rstrip(".")
+            about = entry.help.replace("`", "").rstrip(".")
             lines.append(f"  {entry.name:18s} {about}{tags}; options: {options}")
     return "\n".join(lines)
 
@@ -495,7 +495,7 @@ def _fork(parser: _Parser, source: str, dest: str, which: str) -> str:
 def _seeded_runs(
     parser: _Parser, args: argparse.Namespace, job: Any, config: Any, resume: str | None
 ) -> list[tuple[Any, str]]:
-    """The (config, folder) pairs to run: one, or one per ``--seeds`` entry in OUT/seed-S, all
+    """The (config, folder) pairs to run: one, or one per `--seeds` entry in OUT/seed-S, all
     checked before the first starts (so a bad seed or a taken folder stops nothing halfway)."""
     from .jobs._common import default_run_folder, holds_run
 

@@ -2,7 +2,7 @@
 metric curves, cumulative fitness density, PBT hyperparameters and returns, learning curves,
 trajectories in a task's arena.
 
-A public namespace of its own (``from eqx_qd import plotting``) so that ``import eqx_qd`` does not
+A public namespace of its own (`from eqx_qd import plotting`) so that `import eqx_qd` does not
 import matplotlib. Nothing here writes files: the jobs save figures through their run folder.
 """
 
@@ -55,7 +55,7 @@ def plot_repertoire(
     vmax: float | None = None,
     descriptor_names: Sequence[str] | None = None,
 ) -> Figure:
-    """Heatmap of the elites' fitness (or of ``values``, one per cell) over the descriptor space.
+    """Heatmap of the elites' fitness (or of `values`, one per cell) over the descriptor space.
 
     With 1 or 2 descriptors the image is rasterised: each pixel (sampled at its centre) takes
     the value of its cell, so CVT cells appear as their Voronoi regions and grid cells as
@@ -66,10 +66,10 @@ def plot_repertoire(
 
     - `repertoire`: any repertoire.
     - `ax`: the axes to draw on (a new figure by default; 1 or 2 descriptors only).
-    - `bounds`: ``(low, high)`` of the drawn box, each a scalar or one value per descriptor
+    - `bounds`: `(low, high)` of the drawn box, each a scalar or one value per descriptor
       (default: the grid's bounds, or the CVT centroids' range padded by half a cell).
     - `resolution`: pixels per side; `cmap`: the colour map.
-    - `values`: what colours each filled cell (``(num_cells,)``; default: its fitness), named
+    - `values`: what colours each filled cell (`(num_cells,)`; default: its fitness), named
       `label`; `log_scale` colours by its logarithm (learning rates).
     - `vmin`, `vmax`: the colour scale's limits (default: the shown values' range): give two
       plots the same limits to compare them.
@@ -181,8 +181,8 @@ def plot_metrics(
     x_key: str = "evaluations",
     top_key: str | None = None,
 ) -> Figure:
-    """QD-score, coverage, max and mean fitness against ``history[x_key]``; with ``top_key``
-    (e.g. ``"env_steps"``, increasing with ``x_key``) a second scale on top of each panel, so
+    """QD-score, coverage, max and mean fitness against `history[x_key]`; with `top_key`
+    (e.g. `"env_steps"`, increasing with `x_key`) a second scale on top of each panel, so
     the curves read against both (evaluations and environment steps, as QDax plots them)."""
     fig, axes = plt.subplots(2, 2, figsize=(9, 6.4 if top_key else 6))
     x = np.asarray(history[x_key], np.float64)
@@ -214,10 +214,10 @@ def plot_fitness_density(
     ax: Axes | None = None,
     bins: int = 100,
 ) -> Figure:
-    """Cumulative fitness density: for each fitness ``f``, the number of archive solutions with
-    fitness at least ``f``, averaged over runs (one array of per-cell fitnesses per run; empty
-    cells are ``-inf``). To compare algorithms, call it once per algorithm on the same ``ax``,
-    each with its own ``label``; ``bins`` fitness values are drawn between the lowest and the
+    """Cumulative fitness density: for each fitness `f`, the number of archive solutions with
+    fitness at least `f`, averaged over runs (one array of per-cell fitnesses per run; empty
+    cells are `-inf`). To compare algorithms, call it once per algorithm on the same `ax`,
+    each with its own `label`; `bins` fitness values are drawn between the lowest and the
     highest.
     """
     fig = ax.figure if ax is not None else plt.figure(figsize=(5.5, 3.8))
@@ -239,9 +239,9 @@ def plot_fitness_density(
 
 def plot_hparams(hparams: Mapping[str, np.ndarray], x_label: str = "round") -> Figure:
     """One panel per explored hyperparameter: each member's value per round (what PBT chose),
-    against ``x_label``.
+    against `x_label`.
 
-    ``hparams`` maps names to ``(rounds, population)`` arrays; hyperparameters that never
+    `hparams` maps names to `(rounds, population)` arrays; hyperparameters that never
     changed are left out (all are drawn when none changed). Learning rates use a log scale.
     """
     varying = [n for n in sorted(hparams) if np.ptp(np.asarray(hparams[n])) > 0]
@@ -264,7 +264,7 @@ def plot_hparams(hparams: Mapping[str, np.ndarray], x_label: str = "round") -> F
 
 def plot_population_returns(returns: np.ndarray) -> Figure:
     """Each member's evaluation return per round (grey) and the population mean (blue);
-    ``returns`` is ``(rounds, population)``."""
+    `returns` is `(rounds, population)`."""
     returns = np.asarray(returns)
     rounds = np.arange(returns.shape[0])
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -281,7 +281,7 @@ def plot_population_returns(returns: np.ndarray) -> Figure:
 def plot_learning_curve(
     env_steps: np.ndarray, mean_return: np.ndarray, std_return: np.ndarray
 ) -> Figure:
-    """``mean_return`` (with a +-``std_return`` band) against ``env_steps``, one point per
+    """`mean_return` (with a +-`std_return` band) against `env_steps`, one point per
     evaluation."""
     x, mean, std = (np.asarray(a) for a in (env_steps, mean_return, std_return))
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -302,9 +302,9 @@ def plot_repertoire_hparams(
     descriptor_names: Sequence[str] | None = None,
 ) -> Figure:
     """One heatmap per hyperparameter: the repertoire coloured by each elite's value (as
-    QDax's ME-PBT notebook draws it). ``hparams`` maps names to ``(num_cells,)`` arrays;
-    learning rates (``*_lr``) are coloured by their logarithm; ``resolution`` pixels per
-    side; ``bounds`` and ``descriptor_names`` as `plot_repertoire`'s."""
+    QDax's ME-PBT notebook draws it). `hparams` maps names to `(num_cells,)` arrays;
+    learning rates (`*_lr`) are coloured by their logarithm; `resolution` pixels per
+    side; `bounds` and `descriptor_names` as `plot_repertoire`'s."""
     names = list(hparams)
     if not names:
         raise ValueError("plot_repertoire_hparams needs at least one hyperparameter")
@@ -335,8 +335,8 @@ def plot_hparams_distribution(
     """The population's hyperparameters over time: per hyperparameter, the median (line), the
     interquartile range (dark band) and the range (light band) over the members.
 
-    ``hparams`` maps names to ``(steps, members)`` arrays; ``x`` (``(steps,)``, default the
-    step index) is drawn against ``x_label``. Hyperparameters that never changed are left out
+    `hparams` maps names to `(steps, members)` arrays; `x` (`(steps,)`, default the
+    step index) is drawn against `x_label`. Hyperparameters that never changed are left out
     (all are drawn when none changed). Learning rates use a log scale.
     """
     varying = [n for n in sorted(hparams) if np.ptp(np.asarray(hparams[n])) > 0]
@@ -375,11 +375,11 @@ def plot_trajectories(
     """Paths in the plane of a task whose state descriptor is an (x, y) position (`env.arena`:
     mazes, traps, omni tasks), over its walls, goal and descriptor box.
 
-    ``positions``: ``(time, 2)`` or ``(paths, time, 2)``, e.g. an episode's
-    ``transitions.next_state_desc``; ``valid`` (same leading axes) cuts each path where its
+    `positions`: `(time, 2)` or `(paths, time, 2)`, e.g. an episode's
+    `transitions.next_state_desc`; `valid` (same leading axes) cuts each path where its
     episode ended. Each path starts with a circle and ends with a cross (its descriptor).
-    ``labels`` name the paths in a legend; ``colors`` (one value per path, e.g. the fitness)
-    colour them through a colour bar labelled ``color_label``. Drawn on ``ax`` when given.
+    `labels` name the paths in a legend; `colors` (one value per path, e.g. the fitness)
+    colour them through a colour bar labelled `color_label`. Drawn on `ax` when given.
     """
     arena = env.arena
     if arena is None:
@@ -447,12 +447,12 @@ def plot_trajectories(
 
 
 def _capsule(a, b, radius: float):
-    """A wall of half-thickness ``radius`` around the segment ``a`` - ``b`` (a stadium)."""
+    """A wall of half-thickness `radius` around the segment `a` - `b` (a stadium)."""
     from matplotlib.patches import Polygon
 
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     angle = np.arctan2(*(b - a)[::-1])
-    turn = angle + np.linspace(-np.pi / 2, np.pi / 2, 16)  # the half circle around ``b``
+    turn = angle + np.linspace(-np.pi / 2, np.pi / 2, 16)  # the half circle around `b`
     arc = lambda t: radius * np.stack([np.cos(t), np.sin(t)], -1)
     return Polygon(
         np.concatenate([b + arc(turn), a + arc(turn + np.pi)]), closed=True, color="0.25"

@@ -1,7 +1,7 @@
 """Hypothesis strategies for eqx_qd's own types, for property-based tests.
 
 Shapes are fixed per strategy call (so a jitted function compiles once); values are drawn.
-Requires ``hypothesis`` (installed with the ``test`` extra).
+Requires `hypothesis` (installed with the `test` extra).
 
 ```python
 from hypothesis import given, settings
@@ -75,9 +75,9 @@ def candidate_batches(
     genotype_dim: int = 3,
     allow_nonfinite: bool = True,
 ) -> CandidateBatch:
-    """A `CandidateBatch` of ``batch_size`` random genotypes (``genotype_dim`` genes),
-    descriptors (``num_descriptors``) and fitnesses; shapes are fixed, values drawn (with NaN
-    and infinities unless ``allow_nonfinite=False``)."""
+    """A `CandidateBatch` of `batch_size` random genotypes (`genotype_dim` genes),
+    descriptors (`num_descriptors`) and fitnesses; shapes are fixed, values drawn (with NaN
+    and infinities unless `allow_nonfinite=False`)."""
     fit = draw(hnp.arrays(np.float32, (batch_size,), elements=fitness_values(allow_nonfinite)))
     desc = draw(
         hnp.arrays(
@@ -106,8 +106,8 @@ def repertoires(
     """A grid repertoire over the unit box with a random subset of cells filled.
 
     Built directly from NumPy arrays (no JAX computation inside the strategy); each filled
-    cell's descriptor is its centroid, so the repertoire is consistent. ``bins`` sets the grid,
-    ``genotype_dim`` the genes per genotype.
+    cell's descriptor is its centroid, so the repertoire is consistent. `bins` sets the grid,
+    `genotype_dim` the genes per genotype.
     """
     with _keep_python_random():
         tessellation = GridTessellation(bins, 0.0, 1.0)
@@ -131,7 +131,7 @@ def repertoires(
 
 
 def register_strategies() -> None:
-    """Let ``st.from_type(MapElitesRepertoire)`` and ``st.from_type(CandidateBatch)`` work."""
+    """Let `st.from_type(MapElitesRepertoire)` and `st.from_type(CandidateBatch)` work."""
     st.register_type_strategy(MapElitesRepertoire, lambda _: repertoires())
     st.register_type_strategy(CandidateBatch, lambda _: candidate_batches())
 

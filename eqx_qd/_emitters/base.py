@@ -18,7 +18,7 @@ _State = TypeVar("_State")
 
 
 class Origin(enum.IntEnum):
-    """How a candidate was made (the ``type`` column of PGA-ME's actors file)."""
+    """How a candidate was made (the `type` column of PGA-ME's actors file)."""
 
     RANDOM = 0
     EVO = 1
@@ -27,12 +27,12 @@ class Origin(enum.IntEnum):
 
 
 class Lineage(eqx.Module):
-    """Per-candidate parents and origin, returned by emitters as their ``emit`` extra.
+    """Per-candidate parents and origin, returned by emitters as their `emit` extra.
 
-    **Fields** (each ``(batch,)`` int32):
+    **Fields** (each `(batch,)` int32):
 
     - `parent1`, `parent2`: the ids the repertoire stores for the parents when `MAPElites`
-      tracks lineage (``-1``: no such parent, or ids not tracked).
+      tracks lineage (`-1`: no such parent, or ids not tracked).
     - `kind`: how the candidate was made, an `Origin` value.
     """
 
@@ -42,7 +42,7 @@ class Lineage(eqx.Module):
 
     @classmethod
     def of(cls, parent1, parent2, kind: Origin) -> "Lineage":
-        """A lineage whose candidates were all made the same way (``kind``)."""
+        """A lineage whose candidates were all made the same way (`kind`)."""
         return cls(
             parent1.astype(jnp.int32),
             parent2.astype(jnp.int32),
@@ -51,7 +51,7 @@ class Lineage(eqx.Module):
 
 
 def parent_ids(elites: Elites) -> Int[Array, " batch"]:
-    """The selected elites' ids when the repertoire stores them (int ``extra``), else ``-1``."""
+    """The selected elites' ids when the repertoire stores them (int `extra`), else `-1`."""
     if not isinstance(elites, Elites):
         raise TypeError(f"parent_ids: elites must be an eqx_qd.Elites, got {type(elites).__name__}")
     extra = elites.extra
@@ -65,14 +65,14 @@ def parent_ids(elites: Elites) -> Int[Array, " batch"]:
 
 
 class AbstractEmitter(eqx.Module, Generic[_State]):
-    """Proposes ``batch_size`` candidates per iteration and learns from their evaluations.
+    """Proposes `batch_size` candidates per iteration and learns from their evaluations.
 
     Stateless: whatever an emitter learns lives in the state that `init` returns and
     `state_update` advances. Subclass it, implement the three methods and mark the subclass
     `typing.final`; an emitter that learns nothing subclasses `AbstractStatelessEmitter` and
     writes `emit` only.
 
-    Candidate batches always come as ``(genotypes, descriptors, fitnesses)``, the order of
+    Candidate batches always come as `(genotypes, descriptors, fitnesses)`, the order of
     `MapElitesRepertoire.add`; keys are keyword-only and last.
     """
 
@@ -95,7 +95,7 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
 
         - `repertoire`: the repertoire after the initial population was inserted.
         - `genotypes`, `descriptors`, `fitnesses`: the initial population and its scores
-          (leading axis ``batch``).
+          (leading axis `batch`).
         - `extra`: what the scoring function returned beside them (e.g. `ScoringExtra`).
         - `key`: a PRNG key.
         """
@@ -104,11 +104,11 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
     def emit(
         self, repertoire: MapElitesRepertoire, state: _State, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
-        """A batch of candidates, made from ``repertoire`` with the emitter's ``state``.
+        """A batch of candidates, made from `repertoire` with the emitter's `state`.
 
-        **Returns:** ``batch_size`` genotypes (a pytree with that leading axis) and
+        **Returns:** `batch_size` genotypes (a pytree with that leading axis) and
         per-candidate extra data: a `Lineage` to take part in lineage tracking and in
-        `ComposedEmitter`'s concatenated lineage, or ``None``.
+        `ComposedEmitter`'s concatenated lineage, or `None`.
         """
 
     @abc.abstractmethod
@@ -123,7 +123,7 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
         *,
         key: PRNGKey,
     ) -> _State:
-        """The state after the emitted batch was scored and offered to ``repertoire``.
+        """The state after the emitted batch was scored and offered to `repertoire`.
 
         **Arguments:**
 
@@ -136,8 +136,8 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
 
 
 class AbstractStatelessEmitter(AbstractEmitter[None]):
-    """An emitter that learns nothing: its state is ``None``. Subclass it and implement `emit`
-    (plus the ``batch_size`` field) only."""
+    """An emitter that learns nothing: its state is `None`. Subclass it and implement `emit`
+    (plus the `batch_size` field) only."""
 
     def init(
         self,
@@ -149,7 +149,7 @@ class AbstractStatelessEmitter(AbstractEmitter[None]):
         *,
         key: PRNGKey,
     ) -> None:
-        """``None``: there is nothing to learn."""
+        """`None`: there is nothing to learn."""
         return None
 
     def state_update(
@@ -163,5 +163,5 @@ class AbstractStatelessEmitter(AbstractEmitter[None]):
         *,
         key: PRNGKey,
     ) -> None:
-        """``None``, unchanged."""
+        """`None`, unchanged."""
         return None

@@ -22,13 +22,13 @@ def _split_counts(batch_size: int, variation_percentage: float) -> tuple[int, in
 
 @typing.final
 class MixingEmitter(AbstractStatelessEmitter):
-    """The GA emitter: ``variation_percentage`` of the batch from a two-parent variation,
-    the rest from a one-parent mutation, parents drawn from the repertoire by ``selector``.
+    """The GA emitter: `variation_percentage` of the batch from a two-parent variation,
+    the rest from a one-parent mutation, parents drawn from the repertoire by `selector`.
 
     **Fields:**
 
     - `batch_size`: candidates per iteration.
-    - `variation_percentage`: the fraction made by ``variation`` (rounded to a count; static,
+    - `variation_percentage`: the fraction made by `variation` (rounded to a count; static,
       as it sets the split).
     - `mutation`, `variation`: the operators (each required when its share is positive).
     - `selector`: how parents are drawn (uniformly by default).
@@ -84,9 +84,9 @@ def ga_emitter(
     mutation: AbstractMutation | None = None,
     selector: AbstractSelector = UniformSelector(),
 ) -> MixingEmitter:
-    """A `MixingEmitter` whose children all come the same way: from ``variation``, from
-    ``mutation``, or, with both, from ``variation`` and then ``mutation`` (`MutatedVariation`:
-    the PGA-MAP-Elites repository's GA with a ``crossover_op`` and a ``mutation_op``)."""
+    """A `MixingEmitter` whose children all come the same way: from `variation`, from
+    `mutation`, or, with both, from `variation` and then `mutation` (`MutatedVariation`:
+    the PGA-MAP-Elites repository's GA with a `crossover_op` and a `mutation_op`)."""
     if variation is not None and mutation is not None:
         variation, mutation = MutatedVariation(variation, mutation), None
     return MixingEmitter(

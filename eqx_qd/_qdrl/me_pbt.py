@@ -1,16 +1,16 @@
 """ME-PBT: a PBT population of RL agents that also feeds a MAP-Elites repertoire.
 
 Genotypes are agent states in storage form (no optimiser states, no target networks). Each
-iteration the emitter offers ``ga_population_size`` GA children (its variation applied to the
+iteration the emitter offers `ga_population_size` GA children (its variation applied to the
 `AbstractAgent.genome` of two elites: policy and critic jointly for TD3, and the temperature
 for SAC, as QDax; every other field comes from the first parent) and its
-``pg_population_size`` PBT agents. Once the batch is scored, the PBT agents are ranked by their
-fitness over all devices. The worst ``num_to_replace_from_best`` are replaced by copies of
-agents drawn from the ``num_best_to_replace_from`` best, replay buffers included; the next
-``num_to_replace_from_samples`` worst by elites sampled from the repertoire. Every copy gets
+`pg_population_size` PBT agents. Once the batch is scored, the PBT agents are ranked by their
+fitness over all devices. The worst `num_to_replace_from_best` are replaced by copies of
+agents drawn from the `num_best_to_replace_from` best, replay buffers included; the next
+`num_to_replace_from_samples` worst by elites sampled from the repertoire. Every copy gets
 new hyperparameters drawn from its space. Then every agent is brought to its training form
 (fresh optimiser states, targets reset to the online networks), trains for
-``num_training_iterations`` iterations, and goes back to storage form.
+`num_training_iterations` iterations, and goes back to storage form.
 """
 
 import typing
@@ -37,10 +37,10 @@ from ..rl._spaces import AbstractSpace
 
 @typing.final
 class PBTEmitterConfig(eqx.Module):
-    """The sizes and fractions of QDax's ``PBTEmitterConfig``.
+    """The sizes and fractions of QDax's `PBTEmitterConfig`.
 
-    Counts are global, as QDax computes them: ``int(fraction * pg_population_size *
-    num_devices)`` (`count_from_fraction`); a positive fraction that rounds to zero agents is an
+    Counts are global, as QDax computes them: `int(fraction * pg_population_size *
+    num_devices)` (`count_from_fraction`); a positive fraction that rounds to zero agents is an
     error naming it. The agent's own fields say how it trains (environments, buffer, gradient
     steps). All fields are static (they set shapes and loop lengths).
 
@@ -48,7 +48,7 @@ class PBTEmitterConfig(eqx.Module):
 
     - `pg_population_size`: PBT agents per device; `ga_population_size`: GA children per
       iteration and device.
-    - `num_training_iterations`: ``agent.train`` iterations of every agent per generation.
+    - `num_training_iterations`: `agent.train` iterations of every agent per generation.
     - `fraction_best_to_replace_from`: the best set copies are drawn from;
       `fraction_to_replace_from_best`: the worst agents replaced by copies of the best;
       `fraction_to_replace_from_samples`: the next worst, replaced by repertoire elites.
@@ -102,7 +102,7 @@ class PBTEmitterState(eqx.Module):
     **Fields:**
 
     - `population`: the PBT agents' training runs (agent states in storage form, replay
-      buffers, environments), stacked on a leading ``pg_population_size`` axis.
+      buffers, environments), stacked on a leading `pg_population_size` axis.
     - `best_returns`: the returns of the best set the last replacement copied from (the same
       on every device when the emitter runs over a mesh axis).
     - `training_env_steps`: environment steps this device's agents took in training so far.
@@ -127,7 +127,7 @@ def _initial_genotypes(emitter: "PBTEmitter", num: int, *, key: PRNGKey) -> Geno
 @typing.final
 class PBTEmitter(AbstractEmitter[PBTEmitterState]):
     """The ME-PBT emitter (see the module docstring). Score its genotypes with
-    ``PolicyScorer(env, agent=agent)``.
+    `PolicyScorer(env, agent=agent)`.
 
     **Fields:**
 
@@ -138,8 +138,8 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
       fields of the agent's hyperparameters).
     - `variation`: the GA operator applied to two elites' genomes (`AbstractAgent.genome`).
     - `selector`: how elites are drawn from the repertoire.
-    - `axis_name`: the mesh axis under ``shard_map`` (``None`` on one device; its size must be
-      ``config.num_devices``).
+    - `axis_name`: the mesh axis under `shard_map` (`None` on one device; its size must be
+      `config.num_devices`).
 
     **Ranking.** NaN fitness ranks last; ties rank the earlier agent (device-major order)
     first. Replacement bands are disjoint ranks (QDax's threshold rule lets the two bands
@@ -168,7 +168,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         return self.config.ga_population_size + self.config.pg_population_size
 
     def initial_genotypes(self, num: int, *, key: PRNGKey) -> Genotypes:
-        """``num`` fresh agent states in storage form with hyperparameters drawn from the
+        """`num` fresh agent states in storage form with hyperparameters drawn from the
         spaces: the initial population of `MAPElites.init`. One compiled program (op by op,
         it was some 100 small ones: seconds on a CPU)."""
         return _initial_genotypes(self, num, key=key)

@@ -2,11 +2,11 @@
 emitter that mixes it with GA variation.
 
 Each iteration, the policy-gradient emitter (1) selects parents from the repertoire and takes
-``num_pg_steps`` Adam steps on each, maximising the critic's Q1(s, pi(s)) over batches from the
+`num_pg_steps` Adam steps on each, maximising the critic's Q1(s, pi(s)) over batches from the
 replay buffer (one batch per step, shared by all parents); (2) offers the greedy actor trained
 with the critic; then, once the batch is scored, (3) stores the new transitions and (4) runs
-``num_critic_steps`` TD3 steps (critic every step; greedy actor and targets every
-``policy_delay`` steps).
+`num_critic_steps` TD3 steps (critic every step; greedy actor and targets every
+`policy_delay` steps).
 
 Two conventions differ at the start, and both are available: the original code (Nilsson &
 Cully's repository) trains the critic on the initial population's transitions before the first
@@ -76,9 +76,9 @@ def episode_transitions(extra: ScoringExtra) -> tuple[Transition, Float[Array, "
 class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     """Policy-gradient variation against a TD3 critic, plus the greedy actor.
 
-    Emits ``batch_size`` genotypes: ``batch_size - 1`` parents improved by ``num_pg_steps``
-    gradient steps at learning rate ``pg_lr``, then the greedy actor. Genotypes must be
-    `DeterministicPolicy` populations shaped like ``td3.init_policy``. The scoring function's
+    Emits `batch_size` genotypes: `batch_size - 1` parents improved by `num_pg_steps`
+    gradient steps at learning rate `pg_lr`, then the greedy actor. Genotypes must be
+    `DeterministicPolicy` populations shaped like `td3.init_policy`. The scoring function's
     extra must be a `ScoringExtra` (as `PolicyScorer` returns): its valid steps feed the buffer.
 
     **Fields:**
@@ -90,10 +90,10 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     - `buffer_size`: the replay buffer's capacity.
     - `pg_lr`: the learning rate of the policy-gradient variation.
     - `selector`: how parents are drawn.
-    - `greedy_init`: where the greedy actor starts: ``"best"``, a copy of the repertoire's best
+    - `greedy_init`: where the greedy actor starts: `"best"`, a copy of the repertoire's best
       elite after the initial population (the original code; the first initial genotype if
-      the repertoire is empty); ``"first"``, the first initial genotype (QDax).
-    - `critic_warmup`: if true (the original code), `init` also runs ``num_critic_steps`` TD3
+      the repertoire is empty); `"first"`, the first initial genotype (QDax).
+    - `critic_warmup`: if true (the original code), `init` also runs `num_critic_steps` TD3
       steps on the initial transitions, so the first policy-gradient batch follows a trained
       critic; QDax's emitter trains nothing before its first batch.
     """
@@ -175,8 +175,8 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     def pg_variation(
         self, parents: DeterministicPolicy, state: QualityPGState, *, key: PRNGKey
     ) -> DeterministicPolicy:
-        """``num_pg_steps`` Adam steps on every policy of ``parents`` (a stacked population;
-        vmapped), maximising Q1(s, pi(s)) under the critic of ``state``, one replay batch per
+        """`num_pg_steps` Adam steps on every policy of `parents` (a stacked population;
+        vmapped), maximising Q1(s, pi(s)) under the critic of `state`, one replay batch per
         step shared by all parents."""
         critic = state.td3.critic
         opt_states = eqx.filter_vmap(init_adam)(parents)
@@ -238,11 +238,11 @@ CONVENTIONS = ("original", "qdax")
 
 def pgame_split(batch_size: int, proportion_evo: float, convention: str) -> tuple[int, int]:
     """The GA count and the policy-gradient count (the greedy actor included) of a PGA-ME batch
-    of ``batch_size`` with GA fraction ``proportion_evo``, under ``convention``.
+    of `batch_size` with GA fraction `proportion_evo`, under `convention`.
 
-    ``"original"`` (Nilsson & Cully's code) keeps the greedy actor's slot apart and gives the GA
-    ``floor(proportion_evo * (batch_size - 1))`` of the rest: 49 GA, 50 PG and the greedy actor
-    in a batch of 100. ``"qdax"`` gives the GA ``floor(proportion_evo * batch_size)``: 50 GA,
+    `"original"` (Nilsson & Cully's code) keeps the greedy actor's slot apart and gives the GA
+    `floor(proportion_evo * (batch_size - 1))` of the rest: 49 GA, 50 PG and the greedy actor
+    in a batch of 100. `"qdax"` gives the GA `floor(proportion_evo * batch_size)`: 50 GA,
     49 PG and the greedy actor. Either way the greedy actor keeps its slot.
     """
     return _split(batch_size, proportion_evo, convention, "pgame_split")
@@ -275,22 +275,22 @@ def pgame_emitter(
     convention: str = "original",
 ) -> ComposedEmitter:
     """The PGA-ME emitter: GA offspring, then `QualityPGEmitter`'s (its last slot is the
-    greedy actor), in the proportions of ``convention`` (`pgame_split`).
+    greedy actor), in the proportions of `convention` (`pgame_split`).
 
-    The GA is iso+line-DD (``iso_sigma``, ``line_sigma``) unless ``variation`` or ``mutation``
+    The GA is iso+line-DD (`iso_sigma`, `line_sigma`) unless `variation` or `mutation`
     is given: a variation alone, a mutation alone, or a variation whose children are then
-    mutated (the original code's ``crossover_op`` and ``mutation_op``).
+    mutated (the original code's `crossover_op` and `mutation_op`).
 
-    With ``proportion_evo = 1`` the greedy actor still takes one slot, so the emitter always
-    keeps training the critic on the evaluated transitions. ``convention`` also sets how the
+    With `proportion_evo = 1` the greedy actor still takes one slot, so the emitter always
+    keeps training the critic on the evaluated transitions. `convention` also sets how the
     greedy actor starts and whether the critic trains before the first batch (see
-    `QualityPGEmitter`: ``"original"`` copies the best elite and warms the critic up; ``"qdax"``
+    `QualityPGEmitter`: `"original"` copies the best elite and warms the critic up; `"qdax"`
     starts from the first initial genotype, cold).
 
-    **Arguments:** ``batch_size``, ``proportion_evo``; ``iso_sigma``, ``line_sigma``,
-    ``variation``, ``mutation`` (the GA); ``td3``, ``hparams``, ``num_critic_steps``,
-    ``num_pg_steps``, ``pg_lr``, ``buffer_size`` (the `QualityPGEmitter` fields); ``selector``
-    (shared by both halves); ``convention``.
+    **Arguments:** `batch_size`, `proportion_evo`; `iso_sigma`, `line_sigma`,
+    `variation`, `mutation` (the GA); `td3`, `hparams`, `num_critic_steps`,
+    `num_pg_steps`, `pg_lr`, `buffer_size` (the `QualityPGEmitter` fields); `selector`
+    (shared by both halves); `convention`.
     """
     num_evo, num_pg = _split(batch_size, proportion_evo, convention, "pgame_emitter")
     if variation is None and mutation is None:

@@ -19,7 +19,7 @@ from ..rl._base import AbstractAgent
 
 class ScoringExtra(eqx.Module):
     """What a policy scoring function returns besides fitness and descriptor (one row per
-    genotype): the episodes, for replay buffers (use ``valid`` as the insertion mask)."""
+    genotype): the episodes, for replay buffers (use `valid` as the insertion mask)."""
 
     episodes: Episode
 
@@ -28,13 +28,13 @@ class ScoringExtra(eqx.Module):
 class PolicyScorer(eqx.Module):
     """A MAP-Elites scoring function for policy genotypes.
 
-    ``scorer(policies, key=) -> (fitnesses, descriptors, ScoringExtra)``, where ``policies`` is a
-    stacked population (``eqx.filter_vmap`` of a policy constructor) of callables
-    ``obs -> action``. Fitness: the episode return; descriptor: ``env.descriptor`` of the valid
+    `scorer(policies, key=) -> (fitnesses, descriptors, ScoringExtra)`, where `policies` is a
+    stacked population (`eqx.filter_vmap` of a policy constructor) of callables
+    `obs -> action`. Fitness: the episode return; descriptor: `env.descriptor` of the valid
     steps. Each genotype gets its own key.
 
-    With ``agent``, genotypes are that agent's training states instead (ME-PBT), played with
-    ``agent.act(state, obs, deterministic=True)``.
+    With `agent`, genotypes are that agent's training states instead (ME-PBT), played with
+    `agent.act(state, obs, deterministic=True)`.
     """
 
     env: AbstractQDEnv
@@ -54,7 +54,7 @@ class PolicyScorer(eqx.Module):
         return self.env.qd_offset
 
     def episodes(self, policies, *, key: PRNGKey) -> Episode:
-        """One episode per genotype of ``policies`` (a stacked population), each with its own
+        """One episode per genotype of `policies` (a stacked population), each with its own
         key; the `Episode` fields get a leading population axis."""
         n = _population_size(policies)
         agent = self.agent
@@ -96,10 +96,10 @@ def _population_size(policies) -> int:
 
 
 class Reevaluation(eqx.Module):
-    """Scores of the same genotypes over ``num_evaluations`` keys.
+    """Scores of the same genotypes over `num_evaluations` keys.
 
-    **Fields:** `fitnesses` ``(num_evaluations, batch)`` and `descriptors`
-    ``(num_evaluations, batch, num_descriptors)``; the properties give their means and standard
+    **Fields:** `fitnesses` `(num_evaluations, batch)` and `descriptors`
+    `(num_evaluations, batch, num_descriptors)`; the properties give their means and standard
     deviations over the evaluations.
     """
 
@@ -126,7 +126,7 @@ class Reevaluation(eqx.Module):
 def reevaluate(
     scoring_fn: Callable, genotypes, num_evaluations: int, *, key: PRNGKey
 ) -> Reevaluation:
-    """Score ``genotypes`` with ``scoring_fn`` ``num_evaluations`` times, with independent keys
+    """Score `genotypes` with `scoring_fn` `num_evaluations` times, with independent keys
     (robustness statistics, e.g. the PGA-ME repo's average of the best elite's fitness over 10
     evaluations)."""
     check.positive_int("reevaluate: num_evaluations", num_evaluations)
@@ -142,8 +142,8 @@ def reevaluate(
 @typing.final
 class DiscardDead(eqx.Module):
     """A policy scorer whose candidates that terminated before the episode's end get fitness
-    ``-inf``, so the repertoire refuses them (the PGA-ME repository without
-    ``--not_discard_dead``). Their transitions still reach the replay buffer, as in that
+    `-inf`, so the repertoire refuses them (the PGA-ME repository without
+    `--not_discard_dead`). Their transitions still reach the replay buffer, as in that
     repository. **Fields:** `scorer`, the `PolicyScorer` it wraps."""
 
     scorer: PolicyScorer
@@ -162,7 +162,7 @@ class DiscardDead(eqx.Module):
 @typing.final
 class ChunkedScorer(eqx.Module):
     """Scores a large population in sequential chunks (the PGA-ME repository's
-    ``init_batch_size``): `scorer` on ``chunk`` genotypes at a time, the chunks one after
+    `init_batch_size`): `scorer` on `chunk` genotypes at a time, the chunks one after
     another, so memory is that of one chunk.
 
     **Fields:** `scorer` (a scoring function) and `chunk` (genotypes per call; the population

@@ -1,10 +1,10 @@
 """The environment protocol, single- and multi-agent, and the one auto-reset of training loops.
 
-An environment is a stateless module: ``reset(key=) -> state`` and ``step(state, action, key=)
--> state`` on one (unbatched) environment; batch them with ``jax.vmap``. `AbstractBaseEnv` is
+An environment is a stateless module: `reset(key=) -> state` and `step(state, action, key=)
+-> state` on one (unbatched) environment; batch them with `jax.vmap`. `AbstractBaseEnv` is
 what every environment shares (sizes, reset, step, and where a time limit cuts an episode);
 `AbstractEnv` is the single-agent protocol (brax and pure-JAX tasks) and
-`AbstractMultiAgentEnv` the multi-agent one (a leading ``num_agents`` axis on observations,
+`AbstractMultiAgentEnv` the multi-agent one (a leading `num_agents` axis on observations,
 actions and rewards). `autoreset_step` drives both in training loops.
 
 A QD environment also says how a trajectory of per-step *state descriptors* (feet contacts,
@@ -29,8 +29,8 @@ from .._custom_types import PRNGKey
 class AbstractEnvState(eqx.Module):
     """What every environment state shows, single- or multi-agent.
 
-    **Fields** others read: `obs` (``(obs_dim,)``, or ``(num_agents, obs_dim)``), `reward`
-    (the step's reward: a scalar, or ``(num_agents,)``) and `terminated` (1.0 when the episode
+    **Fields** others read: `obs` (`(obs_dim,)`, or `(num_agents, obs_dim)`), `reward`
+    (the step's reward: a scalar, or `(num_agents,)`) and `terminated` (1.0 when the episode
     truly ended here: no bootstrap; one flag for all agents).
     """
 
@@ -44,7 +44,7 @@ _ES = TypeVar("_ES", bound=AbstractEnvState)
 
 class AbstractBaseEnv(eqx.Module, Generic[_ES]):
     """What single- and multi-agent environments share: unbatched and pure, batched with
-    ``jax.vmap``. Agents, `autoreset_step` and `evaluate_episodes` are written against it.
+    `jax.vmap`. Agents, `autoreset_step` and `evaluate_episodes` are written against it.
 
     Subclass `AbstractEnv` or `AbstractMultiAgentEnv`, not this.
     """
@@ -71,11 +71,11 @@ class AbstractBaseEnv(eqx.Module, Generic[_ES]):
 
     @abc.abstractmethod
     def step(self, state: _ES, action: Array, *, key: PRNGKey) -> _ES:
-        """The state after playing ``action`` in ``state``."""
+        """The state after playing `action` in `state`."""
 
     @abc.abstractmethod
     def truncated(self, state: _ES, t: Int[Array, ""]) -> Float[Array, ""]:
-        """1.0 when a time limit cuts the episode at ``state``, reached ``t`` steps after its
+        """1.0 when a time limit cuts the episode at `state`, reached `t` steps after its
         reset (0.0 when the episode terminated there: termination wins)."""
 
 
@@ -85,10 +85,10 @@ class EnvState(AbstractEnvState):
     **Fields:**
 
     - `physics`: the environment's own state (a brax state, a position...).
-    - `obs`: the observation, ``(obs_dim,)``.
+    - `obs`: the observation, `(obs_dim,)`.
     - `reward`: the reward of the step that led here (0 after a reset), a scalar.
     - `terminated`: 1.0 when the episode truly ended here (no bootstrap), else 0.0.
-    - `state_desc`: ``(state_desc_dim,)``, what the episode descriptor is computed from
+    - `state_desc`: `(state_desc_dim,)`, what the episode descriptor is computed from
       (feet contacts, position...).
     """
 
@@ -100,10 +100,10 @@ class EnvState(AbstractEnvState):
 
 
 class AbstractEnv(AbstractBaseEnv[EnvState]):
-    """A single-agent environment: unbatched, pure, actions in ``[-1, 1]^action_size``.
+    """A single-agent environment: unbatched, pure, actions in `[-1, 1]^action_size`.
 
     Subclass it and implement the sizes, `reset` and `step`; batch environments with
-    ``jax.vmap``. Episodes are cut after `episode_length` steps (`truncated`). The sizes
+    `jax.vmap`. Episodes are cut after `episode_length` steps (`truncated`). The sizes
     `observation_size` and `action_size` are `AbstractBaseEnv`'s.
     """
 
@@ -119,29 +119,29 @@ class AbstractEnv(AbstractBaseEnv[EnvState]):
 
     @abc.abstractmethod
     def reset(self, *, key: PRNGKey) -> EnvState:
-        """The first state of an episode (``key`` drives the initial-state and observation
+        """The first state of an episode (`key` drives the initial-state and observation
         noise, if any)."""
 
     @abc.abstractmethod
     def step(
         self, state: EnvState, action: Float[Array, " action_size"], *, key: PRNGKey
     ) -> EnvState:
-        """The state after playing ``action`` (``(action_size,)``) in ``state``; ``key``
+        """The state after playing `action` (`(action_size,)`) in `state`; `key`
         drives observation noise, if any."""
 
     @property
     def action_shape(self) -> tuple[int, ...]:
-        """``(action_size,)``."""
+        """`(action_size,)`."""
         return (self.action_size,)
 
     def truncated(self, state: EnvState, t: Int[Array, ""]) -> Float[Array, ""]:
-        """1.0 when ``t`` reached `episode_length` and ``state`` did not terminate."""
+        """1.0 when `t` reached `episode_length` and `state` did not terminate."""
         return (t >= self.episode_length).astype(jnp.float32) * (1.0 - state.terminated)
 
 
 class Arena(typing.NamedTuple):
     """A task whose state descriptor is a position in the plane, seen from above (trajectory
-    plots draw it): `walls` as segments ``(x0, y0, x1, y1)`` of half-thickness `wall_radius`
+    plots draw it): `walls` as segments `(x0, y0, x1, y1)` of half-thickness `wall_radius`
     (0: thin walls), and the `goal`, if the task has one."""
 
     walls: tuple[tuple[float, float, float, float], ...] = ()
@@ -154,8 +154,8 @@ class AbstractQDEnv(AbstractEnv):
 
     @property
     def descriptor_names(self) -> tuple[str, ...]:
-        """What each descriptor dimension measures, for plots' axes (default: ``descriptor
-        1``, ``descriptor 2``...)."""
+        """What each descriptor dimension measures, for plots' axes (default: `descriptor
+        1`, `descriptor 2`...)."""
         return tuple(f"descriptor {i + 1}" for i in range(self.descriptor_size))
 
     @property
@@ -167,7 +167,7 @@ class AbstractQDEnv(AbstractEnv):
     @property
     @abc.abstractmethod
     def descriptor_size(self) -> int:
-        """Length of the episode descriptor (the repertoire's ``num_descriptors``)."""
+        """Length of the episode descriptor (the repertoire's `num_descriptors`)."""
 
     @property
     @abc.abstractmethod
@@ -177,7 +177,7 @@ class AbstractQDEnv(AbstractEnv):
     @property
     @abc.abstractmethod
     def reward_offset(self) -> float:
-        """A bound on minus the per-step reward; ``reward_offset * episode_length`` keeps every
+        """A bound on minus the per-step reward; `reward_offset * episode_length` keeps every
         episode return positive in the QD-score."""
 
     @abc.abstractmethod
@@ -186,11 +186,11 @@ class AbstractQDEnv(AbstractEnv):
         state_descs: Float[Array, "time state_desc_dim"],
         valid: Float[Array, " time"],
     ) -> Float[Array, " descriptor_size"]:
-        """The episode descriptor, ``(descriptor_size,)``.
+        """The episode descriptor, `(descriptor_size,)`.
 
         **Arguments:**
 
-        - `state_descs`: the state descriptor after every step, ``(time, state_desc_dim)``.
+        - `state_descs`: the state descriptor after every step, `(time, state_desc_dim)`.
         - `valid`: 1.0 for the steps of the episode, 0.0 for steps after it terminated.
         """
 
@@ -211,8 +211,8 @@ def _check_descriptor_args(where: str, state_descs: Array, valid: Array) -> None
 def mean_descriptor(
     state_descs: Float[Array, "time d"], valid: Float[Array, " time"]
 ) -> Float[Array, " d"]:
-    """Average of ``state_descs`` (``(time, d)``) over the steps where ``valid`` is 1 (the
-    feet-contact rates of the brax ``*_uni`` tasks)."""
+    """Average of `state_descs` (`(time, d)`) over the steps where `valid` is 1 (the
+    feet-contact rates of the brax `*_uni` tasks)."""
     _check_descriptor_args("mean_descriptor", state_descs, valid)
     total = jnp.sum(state_descs * valid[:, None], axis=0)
     return total / jnp.maximum(jnp.sum(valid), 1.0)
@@ -221,8 +221,8 @@ def mean_descriptor(
 def final_descriptor(
     state_descs: Float[Array, "time d"], valid: Float[Array, " time"]
 ) -> Float[Array, " d"]:
-    """The row of ``state_descs`` (``(time, d)``) at the last step where ``valid`` is 1 (the
-    final position of the maze and ``ant_omni``)."""
+    """The row of `state_descs` (`(time, d)`) at the last step where `valid` is 1 (the
+    final position of the maze and `ant_omni`)."""
     _check_descriptor_args("final_descriptor", state_descs, valid)
     last = jnp.maximum(jnp.sum(valid).astype(jnp.int32) - 1, 0)
     return state_descs[last]
@@ -248,7 +248,7 @@ class TrainingEnvState(eqx.Module):
 
 
 def training_reset(env: AbstractBaseEnv, *, key: PRNGKey) -> TrainingEnvState:
-    """``env.reset`` with the step count and return at zero."""
+    """`env.reset` with the step count and return at zero."""
     if not isinstance(env, AbstractBaseEnv):
         raise TypeError(
             f"training_reset: env must be an eqx_qd.envs.AbstractBaseEnv, got {type(env).__name__}"
@@ -264,7 +264,7 @@ class AutoResetStep(eqx.Module):
 
     - `state`: where the next step starts (a fresh episode when this one ended).
     - `reached`: the environment state the step reached, before any reset (a truncated step
-      bootstraps from its observation; an off-policy buffer stores it as ``next_obs``).
+      bootstraps from its observation; an off-policy buffer stores it as `next_obs`).
     - `truncated`: 1.0 when the time limit cut the episode at this step.
     - `finished_return`: the finished episode's return, shaped like the reward (NaN when no
       episode finished).
@@ -294,7 +294,7 @@ class AutoResetStep(eqx.Module):
 def autoreset_step(
     env: AbstractBaseEnv, state: TrainingEnvState, action: Array, *, key: PRNGKey
 ) -> AutoResetStep:
-    """Step ``env`` (single- or multi-agent) with ``action``, and start a fresh episode (fresh
+    """Step `env` (single- or multi-agent) with `action`, and start a fresh episode (fresh
     key) when the reached state terminated or the time limit cut it (`AbstractBaseEnv.truncated`).
 
     **Returns:** an `AutoResetStep`: the state the next step starts from, the state reached

@@ -44,14 +44,14 @@ class _TaskSpec(typing.NamedTuple):
     - `robot`: brax's environment name.
     - `feet`: foot geoms for feet-contact descriptors; empty: the final (x, y) of the torso.
     - `reward_offset`: QDax's offset (minimum reward per step), for the QD-score.
-    - `reward`: ``"brax"`` (the robot's reward), ``"no_forward"`` (without its forward term, for
-      omni tasks) or ``"to_target"`` (minus the torso's distance to `target`).
+    - `reward`: `"brax"` (the robot's reward), `"no_forward"` (without its forward term, for
+      omni tasks) or `"to_target"` (minus the torso's distance to `target`).
     - `bounds`: the descriptor box ((x low, y low), (x high, y high)); None: [0, 1] per foot, or
-      +-``omni_bound``.
+      +-`omni_bound`.
     - `walls`: capsules added to the world (real geometry: the robot collides with them).
     - `wall_colliders`: the robot's geoms made to collide with walls (the feet always do).
     - `xy_obs`: (subtract, divide): the torso's normalised (x, y) put in front of the observation.
-    - `target`: the goal of a ``"to_target"`` reward, drawn as a sphere.
+    - `target`: the goal of a `"to_target"` reward, drawn as a sphere.
     - `brax_options`: keyword arguments of the brax environment.
     """
 
@@ -142,7 +142,7 @@ QD_BRAX_TASKS: dict[str, _TaskSpec] = {
 """QD brax tasks: name -> how the task is made (`_TaskSpec`)."""
 
 _FORWARD_METRIC = {"ant": "reward_forward", "humanoid": "forward_reward"}
-"""The metric holding each robot's forward reward (removed by ``"no_forward"``)."""
+"""The metric holding each robot's forward reward (removed by `"no_forward"`)."""
 
 DEFAULT_BACKEND = "spring"
 """brax's fastest physics backend on CPU for every robot here (figures in the README)."""
@@ -172,7 +172,7 @@ def _brax_env(robot: str, backend: str, debug: bool) -> Any:
 
 
 def _with_walls(env: Any, spec: _TaskSpec) -> Any:
-    """``env`` with ``spec``'s walls (and target) added to its robot's MJCF world."""
+    """`env` with `spec`'s walls (and target) added to its robot's MJCF world."""
     import xml.etree.ElementTree as ET
 
     from brax.io import mjcf
@@ -222,7 +222,7 @@ def _with_walls(env: Any, spec: _TaskSpec) -> Any:
 
 @functools.lru_cache(maxsize=32)
 def _task_env(name: str, backend: str) -> Any:
-    """The brax environment of QD task ``name``: its robot with the task's options and walls
+    """The brax environment of QD task `name`: its robot with the task's options and walls
     (a fresh object: `_with_walls` replaces its system, which a shared one must not see)."""
     spec = QD_BRAX_TASKS[name]
     # Contacts are only recorded by the non-mjx backends when brax runs in debug mode.
@@ -282,36 +282,36 @@ class _Frame(typing.NamedTuple):
 class BraxQDEnv(AbstractQDEnv):
     """A brax robot as a QD task.
 
-    ``*_uni`` tasks: the brax reward (forward velocity + healthy bonus - control cost), and the
+    `*_uni` tasks: the brax reward (forward velocity + healthy bonus - control cost), and the
     fraction of valid steps in which each foot touches the ground as descriptor (one dimension
-    per foot, in [0, 1]). ``*_omni``: the reward without its forward term (survival minus
+    per foot, in [0, 1]). `*_omni`: the reward without its forward term (survival minus
     control and contact costs) and the final (x, y) of the torso as descriptor, within
-    ``omni_bound``.
+    `omni_bound`.
 
     The deceptive tasks of the ME-PBT paper, as QDax's brax-v1 versions defined them, with
     their walls as brax geometry that the robot collides with, and the final (x, y) of the
-    torso as descriptor: ``anttrap`` (the ant's reward, which pays running along +x straight
-    into a U-shaped trap at x = 12; descriptor box [0, 30] x [-8, 8]), ``humanoidtrap`` (the
-    same for the humanoid, the trap at x = 9) and ``antmaze`` (reward: minus the distance to a
+    torso as descriptor: `anttrap` (the ant's reward, which pays running along +x straight
+    into a U-shaped trap at x = 12; descriptor box [0, 30] x [-8, 8]), `humanoidtrap` (the
+    same for the humanoid, the trap at x = 9) and `antmaze` (reward: minus the distance to a
     target at (35, 0) behind a wall; box [-5, 40]^2). The ant tasks put the torso's normalised
     (x, y) in front of the observation, as QDax's did.
 
     By default every episode starts from the same state (a deterministic task, as in QDax):
     brax's reset with key 0, computed once per process and held by programs as a constant (a
-    program that plays episodes compiles no reset). ``reset_noise=True`` keeps brax's random
-    initial perturbation, and ``obs_noise`` adds gaussian noise to observations (the
+    program that plays episodes compiles no reset). `reset_noise=True` keeps brax's random
+    initial perturbation, and `obs_noise` adds gaussian noise to observations (the
     stochastic variants of the PGA-ME paper).
 
     **Arguments:**
 
-    - `name`: one of `QD_BRAX_TASKS` (``walker2d_uni``, ``halfcheetah_uni``, ``hopper_uni``,
-      ``ant_uni``, ``ant_omni``, ``humanoid_uni``, ``humanoid_omni``, ``anttrap``, ``antmaze``,
-      ``humanoidtrap``).
+    - `name`: one of `QD_BRAX_TASKS` (`walker2d_uni`, `halfcheetah_uni`, `hopper_uni`,
+      `ant_uni`, `ant_omni`, `humanoid_uni`, `humanoid_omni`, `anttrap`, `antmaze`,
+      `humanoidtrap`).
     - `episode_length`: steps per episode.
-    - `backend`: brax's physics (``spring``, fastest on CPU; ``positional``,
-      ``generalized``, ``mjx``).
+    - `backend`: brax's physics (`spring`, fastest on CPU; `positional`,
+      `generalized`, `mjx`).
     - `reset_noise`, `obs_noise`: as above.
-    - `omni_bound`: half-width of the ``*_omni`` descriptor box.
+    - `omni_bound`: half-width of the `*_omni` descriptor box.
     """
 
     name: str = eqx.field(static=True)
@@ -405,10 +405,10 @@ class BraxQDEnv(AbstractQDEnv):
         return Arena(spec.walls, 0.5, spec.target) if spec.omni else None
 
     def render_html(self, states: EnvState, *, height: int = 480) -> str:
-        """brax's own HTML viewer (three.js, loaded from brax's CDN) of an episode: ``states``
+        """brax's own HTML viewer (three.js, loaded from brax's CDN) of an episode: `states`
         stacked on a leading time axis, as `rollout_states` returns them (cut to the steps
         wanted: those after termination may hold broken physics). Walls and targets show;
-        ``height`` is the viewer's height in pixels."""
+        `height` is the viewer's height in pixels."""
         from brax.base import Transform
         from brax.io import html
 

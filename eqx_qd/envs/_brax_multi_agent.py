@@ -3,7 +3,7 @@
 Each agent drives a group of actuators (a leg, for instance) and observes the robot's root
 (height, orientation and velocities: everything but the horizontal position) plus the positions
 and velocities of its own joints. All agents share the robot's reward (a team reward) and its
-termination; episodes are truncated after ``episode_length`` steps.
+termination; episodes are truncated after `episode_length` steps.
 """
 
 import functools
@@ -55,7 +55,7 @@ def _indices(name: str, backend: str) -> tuple[np.ndarray, np.ndarray, np.ndarra
 class BraxMultiAgentEnv(AbstractMultiAgentEnv):
     """A multi-agent view of a brax robot (`MA_BRAX_TASKS`), continuous actions in [-1, 1].
 
-    ``walker2d_2x3``: 2 agents, 3 actuators and 11 observations each; ``ant_4x2``: 4 agents,
+    `walker2d_2x3`: 2 agents, 3 actuators and 11 observations each; `ant_4x2`: 4 agents,
     2 actuators and 15 observations each. Resets draw brax's own small reset noise from the
     key, so episodes start apart (unlike `BraxQDEnv`, whose default start is fixed).
 
@@ -117,7 +117,7 @@ class BraxMultiAgentEnv(AbstractMultiAgentEnv):
         return self._wrap(brax_state, jnp.zeros((), jnp.int32))
 
     def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
-        """``actions``: ``(num_agents, action_size)``, clipped to [-1, 1]."""
+        """`actions`: `(num_agents, action_size)`, clipped to [-1, 1]."""
         groups = np.asarray(MA_BRAX_TASKS[self.name].groups).reshape(-1)
         full = jnp.zeros(groups.size, jnp.float32).at[groups].set(actions.reshape(-1))
         with _brax_numerics():

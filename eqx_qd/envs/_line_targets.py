@@ -14,12 +14,12 @@ from ._multi_agent import AbstractMultiAgentEnv, MultiAgentState
 
 @typing.final
 class LineTargets(AbstractMultiAgentEnv):
-    """A fast discrete cooperative task: ``num_agents`` agents on a line of ``size`` cells,
+    """A fast discrete cooperative task: `num_agents` agents on a line of `size` cells,
     each with its own target cell drawn at reset. Actions: 0 left, 1 stay, 2 right.
 
     Each agent observes its position and target and the others' positions, scaled to [0, 1].
     The team reward, the same for every agent, is minus the mean distance to the targets
-    (scaled by ``size``), plus 1 on the step on which every agent stands on its target. That
+    (scaled by `size`), plus 1 on the step on which every agent stands on its target. That
     step terminates the episode.
 
     **Fields:** `n` (the number of agents), `size` (cells on the line).

@@ -1,8 +1,8 @@
 """Multi-agent environments: the protocol, a time limit and a single-agent view.
 
 A multi-agent environment is unbatched and pure like `AbstractEnv` (both subclass
-`AbstractBaseEnv`, and `autoreset_step` drives both), with a leading ``num_agents`` axis on
-observations, actions and rewards. ``terminated`` and ``truncated`` are kept apart: the episode
+`AbstractBaseEnv`, and `autoreset_step` drives both), with a leading `num_agents` axis on
+observations, actions and rewards. `terminated` and `truncated` are kept apart: the episode
 ends for all agents together.
 """
 
@@ -24,8 +24,8 @@ class MultiAgentState(AbstractEnvState):
     **Fields:**
 
     - `physics`: the environment's own state.
-    - `obs`: every agent's observation, ``(num_agents, obs_dim)``.
-    - `reward`: every agent's reward for the step that led here, ``(num_agents,)``.
+    - `obs`: every agent's observation, `(num_agents, obs_dim)`.
+    - `reward`: every agent's reward for the step that led here, `(num_agents,)`.
     - `terminated`, `truncated`: 1.0 when the episode ended here for all agents, by a true end
       or by a time limit (kept apart so that truncated steps can bootstrap).
     - `t`: steps since the reset (int32).
@@ -40,9 +40,9 @@ class MultiAgentState(AbstractEnvState):
 
 
 class AbstractMultiAgentEnv(AbstractBaseEnv[MultiAgentState]):
-    """``num_agents`` agents acting together, unbatched and pure like `AbstractEnv`. With
-    ``discrete``, an action is an int in ``[0, action_size)``; otherwise a vector in
-    ``[-1, 1]^action_size``. `observation_size` and `action_size` (`AbstractBaseEnv`'s) are
+    """`num_agents` agents acting together, unbatched and pure like `AbstractEnv`. With
+    `discrete`, an action is an int in `[0, action_size)`; otherwise a vector in
+    `[-1, 1]^action_size`. `observation_size` and `action_size` (`AbstractBaseEnv`'s) are
     one agent's; `action_size` is the number of discrete actions when `discrete`."""
 
     @property
@@ -61,12 +61,12 @@ class AbstractMultiAgentEnv(AbstractBaseEnv[MultiAgentState]):
 
     @abc.abstractmethod
     def step(self, state: MultiAgentState, actions: Array, *, key: PRNGKey) -> MultiAgentState:
-        """The state after every agent played its action in ``state``: ``actions`` is
-        ``(num_agents,)`` ints when discrete, else ``(num_agents, action_size)``."""
+        """The state after every agent played its action in `state`: `actions` is
+        `(num_agents,)` ints when discrete, else `(num_agents, action_size)`."""
 
     @property
     def action_shape(self) -> tuple[int, ...]:
-        """``(num_agents,)`` when discrete, else ``(num_agents, action_size)``."""
+        """`(num_agents,)` when discrete, else `(num_agents, action_size)`."""
         if self.discrete:
             return (self.num_agents,)
         return (self.num_agents, self.action_size)
@@ -78,7 +78,7 @@ class AbstractMultiAgentEnv(AbstractBaseEnv[MultiAgentState]):
 
 @typing.final
 class TimeLimit(AbstractMultiAgentEnv):
-    """Truncates the episodes of ``env`` after ``max_steps`` steps (unless they terminated on
+    """Truncates the episodes of `env` after `max_steps` steps (unless they terminated on
     that step)."""
 
     env: AbstractMultiAgentEnv
@@ -120,9 +120,9 @@ class TimeLimit(AbstractMultiAgentEnv):
 
 @typing.final
 class SingleAgentView(AbstractMultiAgentEnv):
-    """A single-agent `AbstractEnv` ``env`` seen as a one-agent environment (PPO = IPPO with
+    """A single-agent `AbstractEnv` `env` seen as a one-agent environment (PPO = IPPO with
     n = 1).
-    Truncation comes from the wrapped environment's ``episode_length``."""
+    Truncation comes from the wrapped environment's `episode_length`."""
 
     env: AbstractEnv
 

@@ -24,9 +24,9 @@ _DEFAULT_WALLS = _Walls(y=(-0.35, 0.35), x_min=(-1.0, -0.5), x_max=(0.5, 1.0))
 
 @typing.final
 class PointMaze(AbstractQDEnv):
-    """A point mass in ``[-1, 1]^2`` that must reach a goal past two walls (pure JAX, fast).
+    """A point mass in `[-1, 1]^2` that must reach a goal past two walls (pure JAX, fast).
 
-    The action moves the point by ``0.1 * clip(action, -1, 1)``; a move that would cross a
+    The action moves the point by `0.1 * clip(action, -1, 1)`; a move that would cross a
     wall keeps its horizontal part only. The default walls leave a gap on the right of the
     lower wall and on the left of the upper one, so heading straight to the goal gets stuck
     (a deceptive task). Reward: minus the distance to the goal; the episode terminates within
@@ -35,9 +35,9 @@ class PointMaze(AbstractQDEnv):
 
     **Fields:**
 
-    - `walls`: ``False`` removes the walls (an easy task for learning tests).
+    - `walls`: `False` removes the walls (an easy task for learning tests).
     - `length`: steps per episode (`episode_length`).
-    - `reset_noise`: the start is drawn uniformly within this distance of ``(0, -0.85)``.
+    - `reset_noise`: the start is drawn uniformly within this distance of `(0, -0.85)`.
     - `obs_noise`: std of the gaussian noise added to observations (stochastic variants).
     """
 

@@ -1,7 +1,7 @@
 """Transitions, and the two ways of playing episodes: `rollout` (with `rollout_states` keeping
 the environment's states) and `evaluate_episodes`.
 
-`rollout` plays one episode of ``env.episode_length`` steps in one single-agent environment,
+`rollout` plays one episode of `env.episode_length` steps in one single-agent environment,
 recording every transition and state descriptor (what QD scoring and replay buffers need). Steps
 after the episode terminated still run (shapes are fixed) but are marked invalid: they add
 nothing to the return or the descriptor and are dropped when transitions go into a replay
@@ -28,9 +28,9 @@ class Transition(eqx.Module):
 
     **Fields:**
 
-    - `obs`, `next_obs`: the observations before and after the step, ``(*batch, obs_dim)``.
-    - `action`: ``(*batch, action_dim)``.
-    - `reward`: ``(*batch,)``.
+    - `obs`, `next_obs`: the observations before and after the step, `(*batch, obs_dim)`.
+    - `action`: `(*batch, action_dim)`.
+    - `reward`: `(*batch,)`.
     - `terminated`: 1.0 at a true end of episode (no bootstrap).
     - `truncated`: 1.0 at a cut-off (time limit or rollout end), after which the value should
       still be bootstrapped.
@@ -47,7 +47,7 @@ class Transition(eqx.Module):
 class QDTransition(eqx.Module):
     """A `Transition` (`obs`, `action`, `reward`, `next_obs`, `terminated`, `truncated`) plus
     the state descriptors QD algorithms read (e.g. feet contacts): `state_desc` and
-    `next_state_desc`, ``(*batch, desc_dim)``, before and after the step."""
+    `next_state_desc`, `(*batch, desc_dim)`, before and after the step."""
 
     obs: Float[Array, "*batch obs_dim"]
     action: Float[Array, "*batch action_dim"]
@@ -64,7 +64,7 @@ class Episode(eqx.Module):
 
     **Fields:**
 
-    - `transitions`: a `QDTransition` per step (axes ``(*batch, time)``).
+    - `transitions`: a `QDTransition` per step (axes `(*batch, time)`).
     - `valid`: 1.0 for the steps of the episode, 0.0 for those after it terminated.
     """
 
@@ -88,10 +88,10 @@ def rollout(
     *,
     key: PRNGKey,
 ) -> Episode:
-    """Play ``policy`` (observation -> action) for ``env.episode_length`` steps from a reset.
+    """Play `policy` (observation -> action) for `env.episode_length` steps from a reset.
 
-    Step ``t`` is valid while the episode had not terminated before it. The last valid step is
-    marked ``truncated`` when the time limit, not termination, ended the episode.
+    Step `t` is valid while the episode had not terminated before it. The last valid step is
+    marked `truncated` when the time limit, not termination, ended the episode.
     """
     return _play(env, policy, key, keep_states=False)[0]
 
@@ -102,8 +102,8 @@ def rollout_states(
     *,
     key: PRNGKey,
 ) -> tuple[Episode, EnvState]:
-    """`rollout` of ``policy`` in ``env``, and the environment's states with it:
-    ``episode_length + 1`` of them stacked on a leading time axis, the reset's first (to
+    """`rollout` of `policy` in `env`, and the environment's states with it:
+    `episode_length + 1` of them stacked on a leading time axis, the reset's first (to
     replay, render or plot an episode; the states after the episode ended are those of
     `Episode.valid` 0). Same key, same episode as `rollout`."""
     return _play(env, policy, key, keep_states=True)
@@ -155,9 +155,9 @@ def _play(env, policy, key, keep_states: bool):
 class EpisodeStats(eqx.Module):
     """Full episodes played to their end (`evaluate_episodes`).
 
-    **Fields:** `returns` and `final_rewards` (the last step's reward) ``(num_episodes, *agents)``
+    **Fields:** `returns` and `final_rewards` (the last step's reward) `(num_episodes, *agents)`
     (no agent axis for a single-agent environment); `terminated` and `truncated`
-    ``(num_episodes,)`` (how each episode ended); `lengths` ``(num_episodes,)``.
+    `(num_episodes,)` (how each episode ended); `lengths` `(num_episodes,)`.
     """
 
     returns: Float[Array, " num_episodes *agents"]
@@ -182,12 +182,12 @@ def evaluate_episodes(
     max_steps: int = 100_000,
     key: PRNGKey,
 ) -> EpisodeStats:
-    """``num_episodes`` episodes of ``env`` (single- or multi-agent), each played by
-    ``policy(obs, key) -> action`` until it terminates or its time limit cuts it
-    (`AbstractBaseEnv.truncated`). ``max_steps`` is a safety cap for environments without a
+    """`num_episodes` episodes of `env` (single- or multi-agent), each played by
+    `policy(obs, key) -> action` until it terminates or its time limit cuts it
+    (`AbstractBaseEnv.truncated`). `max_steps` is a safety cap for environments without a
     time limit: an episode reaching it counts as truncated.
 
-    Unlike `rollout`, episodes stop at their end (a ``while_loop``), so no step is wasted and
+    Unlike `rollout`, episodes stop at their end (a `while_loop`), so no step is wasted and
     no length is fixed in advance. **Returns:** the `EpisodeStats`.
     """
 

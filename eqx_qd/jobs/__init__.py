@@ -1,6 +1,6 @@
 """Run drivers around the library: job configs, run folders, checkpoints, registries by name and
 progress reporting. This is the only part of eqx_qd that writes files or shows progress bars;
-the ``eqx-qd`` command is generated from it.
+the `eqx-qd` command is generated from it.
 
 ```python
 from eqx_qd import jobs

@@ -1,5 +1,5 @@
-"""Checkpoints of training states in a run folder: ``checkpoints/<step>.eqx`` (the whole state,
-typed keys included) beside ``<step>.json`` (its evaluation metrics), written atomically, listed,
+"""Checkpoints of training states in a run folder: `checkpoints/<step>.eqx` (the whole state,
+typed keys included) beside `<step>.json` (its evaluation metrics), written atomically, listed,
 and restored by "latest" or "best"."""
 
 import os
@@ -41,13 +41,13 @@ def save_checkpoint(
     keep: int | None = None,
     records: bool = False,
 ) -> str:
-    """Write ``state`` and ``metrics`` (JSON-able values) as checkpoint ``step`` of the run
-    folder ``directory``; with ``keep``, then remove all but the newest ``keep`` checkpoints
-    (with ``records``, only their states: their metrics stay, the run's record, `records_of`).
+    """Write `state` and `metrics` (JSON-able values) as checkpoint `step` of the run
+    folder `directory`; with `keep`, then remove all but the newest `keep` checkpoints
+    (with `records`, only their states: their metrics stay, the run's record, `records_of`).
 
-    The metrics land first and the state second, each atomically, so every ``.eqx`` present is
-    complete and has its metrics beside it; an old checkpoint loses its ``.eqx`` before its
-    metrics. **Returns:** the path of the ``.eqx`` file.
+    The metrics land first and the state second, each atomically, so every `.eqx` present is
+    complete and has its metrics beside it; an old checkpoint loses its `.eqx` before its
+    metrics. **Returns:** the path of the `.eqx` file.
     """
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
         raise ValueError(f"keep must be a positive int, got {keep!r}")
@@ -93,7 +93,7 @@ def records_of(directory: str | os.PathLike | RunFolder) -> list[tuple[int, dict
 
 
 def mean_return(metrics: Mapping[str, np.ndarray]) -> float:
-    """The default "best" criterion: the mean of the ``returns`` metric."""
+    """The default "best" criterion: the mean of the `returns` metric."""
     return float(np.mean(metrics["returns"]))
 
 
@@ -104,10 +104,10 @@ def restore_checkpoint(
     which: str = "latest",
     criterion: Callable[[Mapping[str, np.ndarray]], float] = mean_return,
 ) -> tuple[Any, Checkpoint]:
-    """Load from the run folder ``directory`` the ``"latest"`` checkpoint, or (``which="best"``)
-    the one with the highest ``criterion`` of its metrics.
+    """Load from the run folder `directory` the `"latest"` checkpoint, or (`which="best"`)
+    the one with the highest `criterion` of its metrics.
 
-    ``like`` gives the structure: a state of the same agent (``agent.init(key=...)``).
+    `like` gives the structure: a state of the same agent (`agent.init(key=...)`).
     **Returns:** the state and its `Checkpoint`.
     """
     checkpoints = list_checkpoints(directory)

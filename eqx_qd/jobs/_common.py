@@ -35,13 +35,13 @@ class RunResult:
     **Fields:**
 
     - `config`: the job's config.
-    - `folder`: the run folder (``None`` for a run kept in memory).
-    - `progress`: the columns of ``progress.csv`` (one row per logged step).
+    - `folder`: the run folder (`None` for a run kept in memory).
+    - `progress`: the columns of `progress.csv` (one row per logged step).
     - `state`: the run's final state: a `MAPElitesState` (QD jobs), the PBT population, or the
       IPPO `PPOState`. From `load_run`: the population (PBT) or the latest checkpoint (IPPO);
-      ``None`` for the QD jobs, whose folder keeps the repertoire only.
+      `None` for the QD jobs, whose folder keeps the repertoire only.
     - `repertoire`: the final repertoire of the QD jobs.
-    - `tables`: the job's other CSV files by name (``hparams``, ``actors``), as columns.
+    - `tables`: the job's other CSV files by name (`hparams`, `actors`), as columns.
     """
 
     config: JobConfig
@@ -64,7 +64,7 @@ def _field_defaults(config_cls: type[JobConfig]) -> dict[str, Any]:
 
 
 class Job(abc.ABC):
-    """One ``eqx-qd run NAME`` job: its config class, how to run it, read its folder back, and
+    """One `eqx-qd run NAME` job: its config class, how to run it, read its folder back, and
     summarise a result in one line. Subclasses are registered in `JOBS`."""
 
     name: ClassVar[str]
@@ -77,36 +77,36 @@ class Job(abc.ABC):
     step_files: ClassVar[tuple[str, ...]] = ()
     """Patterns of files named after a step (one group), removed past a resumed checkpoint."""
     multi_process: ClassVar[bool] = False
-    """Whether the job runs over the devices of several processes (``jax.distributed``)."""
+    """Whether the job runs over the devices of several processes (`jax.distributed`)."""
     resume_may_change: ClassVar[tuple[str, ...] | None] = ()
-    """Config keys a resumed run may change beside the checkpoint settings (``None``: any)."""
+    """Config keys a resumed run may change beside the checkpoint settings (`None`: any)."""
 
     def best(self, metrics: Mapping[str, Any]) -> float:
-        """How good a checkpoint is, from its metrics (``fork_run(..., "best")``)."""
+        """How good a checkpoint is, from its metrics (`fork_run(..., "best")`)."""
         return float(np.mean(metrics["qd_score"]))
 
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
-    """Named starting values (``--preset NAME``): the keys each preset sets over the config's
+    """Named starting values (`--preset NAME`): the keys each preset sets over the config's
     defaults."""
     original_config_help: ClassVar[str] = ""
     """Non-empty when the job reads the seed repository's own config files (`read_original_config`):
-    the ``--config-file`` help."""
+    the `--config-file` help."""
 
     def read_original_config(self, path: str) -> tuple[dict[str, Any], list[str]]:
         """The config keys a seed repository's config file sets, and notes for the user."""
         raise NotImplementedError(f"job {self.name!r} reads no original config files")
 
     def default_values(self) -> dict[str, Any]:
-        """The values of the config the command runs without ``--config`` (not validated, so
-        nothing is built: the command's ``--help`` shows them)."""
+        """The values of the config the command runs without `--config` (not validated, so
+        nothing is built: the command's `--help` shows them)."""
         return _field_defaults(self.config_cls)
 
     def preset_values(self, name: str) -> dict[str, Any]:
-        """The config's defaults with preset ``name`` (one of `presets`) over them."""
+        """The config's defaults with preset `name` (one of `presets`) over them."""
         return {**_field_defaults(self.config_cls), **self.presets[name]}
 
     def default_config(self, **values: Any) -> JobConfig:
-        """The config the command runs without ``--config`` (options applied)."""
+        """The config the command runs without `--config` (options applied)."""
         return self.config_cls.from_mapping({**self.default_values(), **values})
 
     @abc.abstractmethod
@@ -119,9 +119,9 @@ class Job(abc.ABC):
         plots: bool,
         resume: bool,
     ) -> RunResult:
-        """Run ``config``; write the run folder ``out_dir`` unless it is ``None``, report to
-        ``progress``, draw the figures when ``plots``, continue the run in ``out_dir`` when
-        ``resume``."""
+        """Run `config`; write the run folder `out_dir` unless it is `None`, report to
+        `progress`, draw the figures when `plots`, continue the run in `out_dir` when
+        `resume`."""
 
     def scorer(self, config: Any) -> PolicyScorer | None:
         """How the job's elites play their environment (`replay`); None (the default): its
@@ -130,7 +130,7 @@ class Job(abc.ABC):
 
     @abc.abstractmethod
     def load(self, folder: RunFolder, config: Any) -> RunResult:
-        """Read back a run folder this job wrote, given its ``config``."""
+        """Read back a run folder this job wrote, given its `config`."""
 
     @abc.abstractmethod
     def summary(self, result: RunResult) -> str:
@@ -147,20 +147,20 @@ def register_job(job: Job) -> Job:
 
 
 def default_run_folder(job: str, seed: int | None = None) -> str:
-    """``runs/<job>-seed<S>-<date>-<time>`` (without ``seed``: ``runs/<job>-<date>-<time>``):
-    where the command writes when ``--out`` is not given."""
+    """`runs/<job>-seed<S>-<date>-<time>` (without `seed`: `runs/<job>-<date>-<time>`):
+    where the command writes when `--out` is not given."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     name = job if seed is None else f"{job}-seed{seed}"
     return os.path.join("runs", f"{name}-{stamp}")
 
 
 def holds_run(folder: str | os.PathLike) -> bool:
-    """Whether ``folder`` already holds a run (its ``config.toml``)."""
+    """Whether `folder` already holds a run (its `config.toml`)."""
     return os.path.exists(os.path.join(folder, CONFIG_FILE))
 
 
 def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunFolder | None:
-    """Create the run folder and write ``config.toml``; ``None`` when ``out_dir`` is ``None``.
+    """Create the run folder and write `config.toml`; `None` when `out_dir` is `None`.
 
     A folder that already holds a run is refused, so runs never mix (resume it instead, or
     choose another folder).
@@ -183,9 +183,9 @@ def _now() -> str:
 
 
 def write_status(folder: RunFolder, status: str, **details: Any) -> None:
-    """Record in ``status.json`` where the run stands: ``running`` (written with the folder and
-    on resume, so a killed run never looks finished), ``finished``, ``failed`` or
-    ``interrupted`` (with the error). Earlier details are kept."""
+    """Record in `status.json` where the run stands: `running` (written with the folder and
+    on resume, so a killed run never looks finished), `finished`, `failed` or
+    `interrupted` (with the error). Earlier details are kept."""
     previous = run_status(folder.path) if folder.exists(STATUS_FILE) else {}
     record = {**previous, **details, "status": status, "updated": _now()}
     record.setdefault("started", record["updated"])
@@ -193,9 +193,9 @@ def write_status(folder: RunFolder, status: str, **details: Any) -> None:
 
 
 def run_status(folder: str | os.PathLike) -> dict[str, Any]:
-    """The ``status.json`` of a run folder: ``status`` (``running``, ``finished``, ``failed``
-    or ``interrupted``), ``job``, ``started``, ``updated`` and, after a failure, ``error``.
-    A folder written before status files existed reads as ``{"status": "unknown"}``."""
+    """The `status.json` of a run folder: `status` (`running`, `finished`, `failed`
+    or `interrupted`), `job`, `started`, `updated` and, after a failure, `error`.
+    A folder written before status files existed reads as `{"status": "unknown"}`."""
     run_folder = RunFolder(folder, create=False)
     if not run_folder.exists(STATUS_FILE):
         return {"status": "unknown"}
@@ -230,22 +230,22 @@ def run(
     on_log: Callable[[dict[str, float]], None] | None = None,
     resume: bool = False,
 ) -> RunResult:
-    """Run the job ``config`` belongs to (a `MapElitesConfig` runs MAP-Elites, ...).
+    """Run the job `config` belongs to (a `MapElitesConfig` runs MAP-Elites, ...).
 
     **Arguments:**
 
     - `config`: the job's config.
-    - `out_dir`: the run folder to write (``None``: keep everything in memory; the IPPO job
+    - `out_dir`: the run folder to write (`None`: keep everything in memory; the IPPO job
       needs a folder for its checkpoints). A folder that already holds a run is refused.
     - `progress`: show a progress bar (or a `Progress` to report to).
     - `plots`: write the PNG figures.
     - `on_log`: called with every row the job logs (a dict of floats), e.g. to plot live.
-    - `resume`: continue the run in ``out_dir`` from its newest checkpoint (`resume` does it
+    - `resume`: continue the run in `out_dir` from its newest checkpoint (`resume` does it
       with the folder's own config; `fork_run` branches from an earlier one).
 
     **Returns:** the `RunResult`; each job's class docstring says what its folder holds.
-    Every folder also holds ``status.json`` (`run_status`): ``running`` from its creation,
-    ``finished`` once the job returned, ``failed`` or ``interrupted`` (with the error) when it
+    Every folder also holds `status.json` (`run_status`): `running` from its creation,
+    `finished` once the job returned, `failed` or `interrupted` (with the error) when it
     raised, so a folder never looks finished when it is not.
     """
     job = JOBS[config.JOB]
@@ -287,9 +287,9 @@ def write_qd_outputs(
     top_key: str | None = None,
     env: AbstractQDEnv | None = None,
 ) -> None:
-    """``progress.csv``, ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``,
-    ``repertoire.png`` (over ``env``'s descriptor box, its axes named by ``env``) and
-    ``progress.png`` (against ``x_key``, with ``top_key`` on top)."""
+    """`progress.csv`, `repertoire.eqx`, `centroids.npy` and, with `plots`,
+    `repertoire.png` (over `env`'s descriptor box, its axes named by `env`) and
+    `progress.png` (against `x_key`, with `top_key` on top)."""
     folder.write_columns(PROGRESS_FILE, progress)
     folder.write_eqx("repertoire.eqx", repertoire)
     folder.write_npy("centroids.npy", repertoire.centroids)
@@ -301,7 +301,7 @@ def write_qd_outputs(
 
 
 def repertoire_axes(env: AbstractQDEnv | None) -> dict[str, Any]:
-    """`plot_repertoire`'s ``bounds`` and ``descriptor_names`` from a task (none without)."""
+    """`plot_repertoire`'s `bounds` and `descriptor_names` from a task (none without)."""
     if env is None:
         return {}
     return {"bounds": env.descriptor_bounds, "descriptor_names": env.descriptor_names}
@@ -314,9 +314,9 @@ def read_repertoire(
     tessellation: AbstractTessellation | None = None,
     with_ids: bool = False,
 ) -> MapElitesRepertoire:
-    """``repertoire.eqx`` of a QD run. ``make_genotype()`` builds one genotype (only its
-    shapes are used: it runs under ``eqx.filter_eval_shape``); the tessellation defaults to the
-    folder's ``centroids.npy``; ``with_ids`` when the run tracked lineage."""
+    """`repertoire.eqx` of a QD run. `make_genotype()` builds one genotype (only its
+    shapes are used: it runs under `eqx.filter_eval_shape`); the tessellation defaults to the
+    folder's `centroids.npy`; `with_ids` when the run tracked lineage."""
     tess = tessellation or CVTTessellation(folder.read_npy("centroids.npy"))
 
     def template():
@@ -353,9 +353,9 @@ def qd_summary(result: RunResult) -> str:
 
 
 def hparams_columns(step: str, hparams: Mapping[str, np.ndarray], **extra: np.ndarray):
-    """Long-format columns of per-member hyperparameters: ``step`` and ``member``, then one
-    column per hyperparameter (``hparams`` maps names to ``(steps, members)`` arrays), then
-    the ``extra`` columns (same shape)."""
+    """Long-format columns of per-member hyperparameters: `step` and `member`, then one
+    column per hyperparameter (`hparams` maps names to `(steps, members)` arrays), then
+    the `extra` columns (same shape)."""
     names = sorted(hparams)
     steps, members = np.shape(hparams[names[0]])
     columns = {
@@ -382,7 +382,7 @@ AGENT_OPTIONS = (
 
 
 def agent_options(config: JobConfig) -> dict[str, Any]:
-    """The options of ``config`` that its agent's factory takes. An option set away from its
+    """The options of `config` that its agent's factory takes. An option set away from its
     default that the chosen agent does not take is an error naming it (never ignored)."""
     entry = AGENTS.get(config.agent)  # type: ignore[attr-defined]
     fields = {f.name: f for f in dataclasses.fields(config)}
@@ -402,5 +402,5 @@ def agent_options(config: JobConfig) -> dict[str, Any]:
 
 
 def build_agent(config: JobConfig, env: Any) -> Any:
-    """The agent ``config.agent`` names, sized for ``env``, built with `agent_options`."""
+    """The agent `config.agent` names, sized for `env`, built with `agent_options`."""
     return make_agent(config.agent, env, **agent_options(config))  # type: ignore[attr-defined]

@@ -1,8 +1,8 @@
 """Job configs: frozen dataclasses whose fields are typed, documented and checked, read from TOML
 or built from options, and written back as TOML.
 
-A field is declared with `option`: its default, a help line (the command line's ``--help``) and
-an optional check from `eqx_qd.internal` (``check.positive_int``...). Values are checked against
+A field is declared with `option`: its default, a help line (the command line's `--help`) and
+an optional check from `eqx_qd.internal` (`check.positive_int`...). Values are checked against
 the field's type before the checks run (a string where a bool is expected is an error naming the
 key, not a truthy value), so every error names the key it is about.
 """
@@ -27,9 +27,9 @@ def option(
     check: Callable[[str, Any], None] | None = None,
     aliases: tuple[str, ...] = (),
 ) -> Any:
-    """A config field: ``default``, a one-line ``help`` and an optional ``check(name, value)``.
+    """A config field: `default`, a one-line `help` and an optional `check(name, value)`.
 
-    ``aliases`` are extra command-line spellings (``--iters`` for ``--iterations``).
+    `aliases` are extra command-line spellings (`--iters` for `--iterations`).
     """
     return dataclasses.field(
         default=default, metadata={"help": help, "check": check, "aliases": aliases}
@@ -45,7 +45,7 @@ def _is_optional(tp: Any) -> tuple[bool, Any]:
 
 
 def describe_type(tp: Any) -> str:
-    """``int``, ``float``, ``bool``, ``str``, ``list of int`` (optionally ``or none``)."""
+    """`int`, `float`, `bool`, `str`, `list of int` (optionally `or none`)."""
     optional, tp = _is_optional(tp)
     if typing.get_origin(tp) is tuple:
         (item, _) = typing.get_args(tp)
@@ -56,7 +56,7 @@ def describe_type(tp: Any) -> str:
 
 
 def coerce(name: str, tp: Any, value: Any) -> Any:
-    """``value`` as the type ``tp`` of config key ``name`` (ints widen to floats, lists become
+    """`value` as the type `tp` of config key `name` (ints widen to floats, lists become
     tuples), or a `TypeError` naming the key, the type expected and the value received."""
     optional, inner = _is_optional(tp)
     if value is None:
@@ -96,7 +96,7 @@ def coerce(name: str, tp: Any, value: Any) -> Any:
 class JobConfig:
     """Base of the jobs' configs (frozen dataclasses).
 
-    ``JOB`` names the job: the ``eqx-qd run`` command and the TOML table (``[map-elites]``) that
+    `JOB` names the job: the `eqx-qd run` command and the TOML table (`[map-elites]`) that
     may hold the keys. `check` holds the checks that involve several keys.
     """
 
@@ -131,8 +131,8 @@ class JobConfig:
 
     @classmethod
     def from_toml(cls: type[_C], path: str | os.PathLike, **overrides: Any) -> _C:
-        """Read a TOML file: top-level keys, or keys under the job's table (``[pgame]``), not
-        both. ``overrides`` win over the file."""
+        """Read a TOML file: top-level keys, or keys under the job's table (`[pgame]`), not
+        both. `overrides` win over the file."""
         path = os.fspath(path)
         try:
             with open(path, "rb") as f:
@@ -151,7 +151,7 @@ class JobConfig:
         return cls.from_mapping({**data, **overrides})
 
     def to_toml(self) -> str:
-        """The config as a TOML ``[JOB]`` table (keys set to ``None`` are left out)."""
+        """The config as a TOML `[JOB]` table (keys set to `None` are left out)."""
         lines = [f"[{self.JOB}]"]
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
@@ -162,7 +162,7 @@ class JobConfig:
 
 
 def job_of_toml(path: str | os.PathLike) -> str | None:
-    """The job whose table a TOML file holds (``[pgame]`` -> ``"pgame"``), if exactly one."""
+    """The job whose table a TOML file holds (`[pgame]` -> `"pgame"`), if exactly one."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
     tables = [k for k, v in data.items() if isinstance(v, dict)]

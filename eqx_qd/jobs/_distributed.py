@@ -1,4 +1,4 @@
-"""Runs over several processes (``jax.distributed``): joining them, which process writes, and
+"""Runs over several processes (`jax.distributed`): joining them, which process writes, and
 host copies of arrays that span processes.
 
 Every process runs the same job loop on its own devices; the mesh holds every process's
@@ -22,9 +22,9 @@ def initialize(
     num_processes: int | None = None,
     process_id: int | None = None,
 ) -> None:
-    """Join a multi-process run before JAX starts its backends: ``coordinator`` (``host:port``
-    of process 0), ``num_processes`` and this ``process_id``; those left ``None`` come from the
-    environment as JAX reads it (``JAX_COORDINATOR_ADDRESS``, or a SLURM / Open MPI / Kubernetes
+    """Join a multi-process run before JAX starts its backends: `coordinator` (`host:port`
+    of process 0), `num_processes` and this `process_id`; those left `None` come from the
+    environment as JAX reads it (`JAX_COORDINATOR_ADDRESS`, or a SLURM / Open MPI / Kubernetes
     job). On CPUs the processes talk through gloo."""
     for name, value in (("num_processes", num_processes), ("process_id", process_id)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -69,7 +69,7 @@ def _host(x: Any) -> Any:
 
 
 def to_host(tree: Any) -> Any:
-    """``tree`` with every array that spans processes gathered whole onto this process
+    """`tree` with every array that spans processes gathered whole onto this process
     (replicated arrays give their value, split ones their concatenation along the split
     axis); other leaves as they are. A collective when more than one process runs: every
     process calls it at the same point, with the same structure."""
@@ -79,8 +79,8 @@ def to_host(tree: Any) -> Any:
 
 
 def job_mesh(devices: int) -> Any:
-    """The mesh of a job's ``devices`` option: ``None`` for one device; across processes it
-    must hold every process's devices (``jax.device_count()``)."""
+    """The mesh of a job's `devices` option: `None` for one device; across processes it
+    must hold every process's devices (`jax.device_count()`)."""
     from .._sharded import device_mesh
 
     if jax.process_count() > 1 and devices != jax.device_count():

@@ -1,8 +1,8 @@
 """Run folders: the one place the jobs write files, every write atomic.
 
 Every file is written to a temporary name in the same folder, flushed to disk and renamed over
-its final name, so a crash (or ``kill -9``) leaves either the old file or the new one, never a
-partial one. Files get the permissions the user's umask gives (``tempfile`` alone would make
+its final name, so a crash (or `kill -9`) leaves either the old file or the new one, never a
+partial one. Files get the permissions the user's umask gives (`tempfile` alone would make
 them private). Temporary files that a killed write left behind are removed when the folder is
 opened again, and never count as results.
 """
@@ -29,7 +29,7 @@ _TMP_PREFIX = ".tmp-"
 
 
 def user_cache_dir(name: str) -> str:
-    """``$XDG_CACHE_HOME/eqx_qd/<name>`` (default ``~/.cache/eqx_qd/<name>``): where the jobs
+    """`$XDG_CACHE_HOME/eqx_qd/<name>` (default `~/.cache/eqx_qd/<name>`): where the jobs
     keep what outlives a run (compiled programs, cached centroids)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "eqx_qd", name)
@@ -44,9 +44,9 @@ def _umask() -> int:
 def atomic_write(
     path: str | os.PathLike, write: Callable[[IO[Any]], object], *, text: bool = False
 ) -> None:
-    """Call ``write(f)`` on a temporary file beside ``path``, flush it to disk and rename it to
-    ``path``. On any error the temporary file is removed and ``path`` is left as it was. With
-    ``text``, ``f`` is a text file (no newline translation) rather than a binary one."""
+    """Call `write(f)` on a temporary file beside `path`, flush it to disk and rename it to
+    `path`. On any error the temporary file is removed and `path` is left as it was. With
+    `text`, `f` is a text file (no newline translation) rather than a binary one."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TMP_PREFIX)
@@ -85,14 +85,14 @@ def _load_leaf(f: typing.BinaryIO, like: Any) -> Any:
 
 
 def serialise(f: typing.BinaryIO, tree: Any) -> None:
-    """Write the array leaves of ``tree`` (typed keys included) to the binary file ``f`` in
+    """Write the array leaves of `tree` (typed keys included) to the binary file `f` in
     Equinox's format."""
     eqx.tree_serialise_leaves(f, tree, _save_leaf)
 
 
 def deserialise(f: typing.BinaryIO, like: Any) -> Any:
-    """Read from the binary file ``f`` what `serialise` wrote; ``like`` gives the structure,
-    shapes and dtypes (arrays, or ``jax.ShapeDtypeStruct``s from ``eqx.filter_eval_shape``,
+    """Read from the binary file `f` what `serialise` wrote; `like` gives the structure,
+    shapes and dtypes (arrays, or `jax.ShapeDtypeStruct`s from `eqx.filter_eval_shape`,
     typed keys included)."""
     # Keys in a shape template become concrete (zero) keys: Equinox keeps each leaf's type.
     concrete = lambda x: jnp.zeros(x.shape, x.dtype) if isinstance(x, jax.ShapeDtypeStruct) else x
@@ -101,12 +101,12 @@ def deserialise(f: typing.BinaryIO, like: Any) -> Any:
 
 
 def save_repertoire(path: str | os.PathLike, repertoire: MapElitesRepertoire) -> None:
-    """Write the repertoire's arrays to ``path`` (Equinox serialisation), atomically."""
+    """Write the repertoire's arrays to `path` (Equinox serialisation), atomically."""
     atomic_write(path, lambda f: serialise(f, repertoire))
 
 
 def load_repertoire(path: str | os.PathLike, like: MapElitesRepertoire) -> MapElitesRepertoire:
-    """Read from ``path`` a repertoire written by `save_repertoire`; ``like`` gives its
+    """Read from `path` a repertoire written by `save_repertoire`; `like` gives its
     structure and shapes
     (an empty repertoire with the same tessellation and genotype shape will do)."""
     with open(path, "rb") as f:
@@ -124,9 +124,9 @@ def _parse(text: str) -> Any:
 
 
 class RunFolder:
-    """A run's folder. Every ``write_*`` is atomic; ``read_*`` reads back what they wrote.
+    """A run's folder. Every `write_*` is atomic; `read_*` reads back what they wrote.
 
-    Opening a folder to write (``create=True``) creates it if needed and removes the temporary
+    Opening a folder to write (`create=True`) creates it if needed and removes the temporary
     files of writes that were interrupted; opening one to read touches nothing.
 
     **Arguments:** `path` (the folder), `create`.
@@ -144,33 +144,33 @@ class RunFolder:
         return f"RunFolder({self.path!r})"
 
     def file(self, name: str) -> str:
-        """The path of file ``name`` (which may name a subfolder: ``checkpoints/0001.eqx``)."""
+        """The path of file `name` (which may name a subfolder: `checkpoints/0001.eqx`)."""
         return os.path.join(self.path, name)
 
     def exists(self, name: str) -> bool:
-        """Whether file (or subfolder) ``name`` exists."""
+        """Whether file (or subfolder) `name` exists."""
         return os.path.exists(self.file(name))
 
     def subfolder(self, name: str, *, create: bool = True) -> "RunFolder":
-        """The subfolder ``name`` as a `RunFolder` (created unless ``create=False``)."""
+        """The subfolder `name` as a `RunFolder` (created unless `create=False`)."""
         return RunFolder(self.file(name), create=create)
 
     # -- writing ------------------------------------------------------------------------------
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        """File ``name`` holding ``data``."""
+        """File `name` holding `data`."""
         atomic_write(self.file(name), lambda f: f.write(data))
 
     def write_text(self, name: str, text: str) -> None:
-        """File ``name`` holding ``text`` (UTF-8)."""
+        """File `name` holding `text` (UTF-8)."""
         self.write_bytes(name, text.encode())
 
     def write_json(self, name: str, data: Any) -> None:
-        """File ``name`` holding ``data`` as indented JSON."""
+        """File `name` holding `data` as indented JSON."""
         self.write_text(name, json.dumps(data, indent=1) + "\n")
 
     def write_csv(self, name: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-        """CSV file ``name``: the ``header`` row, then ``rows`` (the whole file is rewritten: a
+        """CSV file `name`: the `header` row, then `rows` (the whole file is rewritten: a
         log grows by writing it again)."""
 
         def write(f):
@@ -181,24 +181,24 @@ class RunFolder:
         atomic_write(self.file(name), write, text=True)
 
     def write_columns(self, name: str, columns: Mapping[str, np.ndarray | Sequence[Any]]) -> None:
-        """CSV file ``name`` with one column per entry of ``columns`` (equal lengths)."""
+        """CSV file `name` with one column per entry of `columns` (equal lengths)."""
         arrays = [np.asarray(v) for v in columns.values()]
         rows = zip(*[a.tolist() for a in arrays]) if arrays else iter(())
         self.write_csv(name, list(columns), rows)
 
     def write_npy(self, name: str, array: Any) -> None:
-        """``array`` as NumPy's ``.npy`` file ``name``."""
+        """`array` as NumPy's `.npy` file `name`."""
         buffer = io.BytesIO()
         np.save(buffer, np.asarray(array))
         self.write_bytes(name, buffer.getvalue())
 
     def write_eqx(self, name: str, tree: Any) -> None:
-        """File ``name`` holding the array leaves of ``tree`` (typed keys included), Equinox's
+        """File `name` holding the array leaves of `tree` (typed keys included), Equinox's
         format."""
         atomic_write(self.file(name), lambda f: serialise(f, tree))
 
     def write_figure(self, name: str, fig: Any) -> None:
-        """The matplotlib figure ``fig`` as the PNG file ``name``; the figure is closed
+        """The matplotlib figure `fig` as the PNG file `name`; the figure is closed
         afterwards."""
         import matplotlib.pyplot as plt
 
@@ -210,12 +210,12 @@ class RunFolder:
     # -- reading ------------------------------------------------------------------------------
 
     def read_text(self, name: str) -> str:
-        """The text of file ``name``."""
+        """The text of file `name`."""
         with open(self.file(name)) as f:
             return f.read()
 
     def read_json(self, name: str) -> Any:
-        """The JSON value in file ``name``."""
+        """The JSON value in file `name`."""
         return json.loads(self.read_text(name))
 
     def read_columns(self, name: str) -> dict[str, np.ndarray]:
@@ -232,11 +232,11 @@ class RunFolder:
         return out
 
     def read_npy(self, name: str) -> np.ndarray:
-        """The array in ``.npy`` file ``name``."""
+        """The array in `.npy` file `name`."""
         return np.load(self.file(name))
 
     def read_eqx(self, name: str, like: Any) -> Any:
-        """What `write_eqx` wrote to file ``name``; ``like`` gives the structure (arrays, or
-        shape structs from ``eqx.filter_eval_shape``)."""
+        """What `write_eqx` wrote to file `name`; `like` gives the structure (arrays, or
+        shape structs from `eqx.filter_eval_shape`)."""
         with open(self.file(name), "rb") as f:
             return deserialise(f, like)

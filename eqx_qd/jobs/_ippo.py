@@ -1,4 +1,4 @@
-"""The IPPO job (``eqx-qd run ippo``): independent PPO with evaluation every few updates,
+"""The IPPO job (`eqx-qd run ippo`): independent PPO with evaluation every few updates,
 checkpoints, a progress table and a learning curve in a run folder, resumable from its latest
 checkpoint; and `train_ippo`, the evaluate-and-checkpoint driver it runs on."""
 
@@ -38,12 +38,12 @@ from ._resume import RunClock
 
 @dataclasses.dataclass(frozen=True)
 class IPPOConfig(JobConfig):
-    """Settings of the IPPO job (`jobs.run`, ``eqx-qd run ippo``). The defaults train 4 agents
+    """Settings of the IPPO job (`jobs.run`, `eqx-qd run ippo`). The defaults train 4 agents
     on `LineTargets` (a line of 16 cells, 40 steps per episode) to walk to their targets.
 
-    ``env`` is any registered environment: a multi-agent one, or a single-agent one played by
-    one agent (`SingleAgentView`). ``num_agents`` and ``size`` are options of ``line_targets``
-    (unset: its defaults, 4 and 16). ``iterations`` is the total a run trains to: resuming an
+    `env` is any registered environment: a multi-agent one, or a single-agent one played by
+    one agent (`SingleAgentView`). `num_agents` and `size` are options of `line_targets`
+    (unset: its defaults, 4 and 16). `iterations` is the total a run trains to: resuming an
     interrupted run finishes the remaining updates.
     """
 
@@ -104,7 +104,7 @@ class IPPOConfig(JobConfig):
         return env if isinstance(env, AbstractMultiAgentEnv) else SingleAgentView(env)
 
     def make_agent(self, env: AbstractMultiAgentEnv | None = None) -> IPPO:
-        """The `IPPO` agent this config describes, for ``env`` (default: `make_env`)."""
+        """The `IPPO` agent this config describes, for `env` (default: `make_env`)."""
         return IPPO.for_env(
             self.make_env() if env is None else env,
             rollout_length=self.rollout_length,
@@ -131,7 +131,7 @@ class IPPOConfig(JobConfig):
 class TrainingLog(typing.NamedTuple):
     """Per-evaluation records of a `train_ippo` call: the iterations and environment steps
     counted since the very start, the evaluation, and the `TrainMetrics` of the iterations
-    before it (``None`` for the evaluation of a fresh run)."""
+    before it (`None` for the evaluation of a fresh run)."""
 
     iterations: list[int]
     env_steps: list[int]
@@ -140,7 +140,7 @@ class TrainingLog(typing.NamedTuple):
 
 
 def agent_info(agent: IPPO, env: AbstractMultiAgentEnv) -> dict[str, Any]:
-    """The agent's structure and its environment as JSON-able values (``agent.json``)."""
+    """The agent's structure and its environment as JSON-able values (`agent.json`)."""
     fields = {n: getattr(agent, n) for n in agent.__dataclass_fields__ if n != "make_actor"}
     return {"env": repr(env), **fields}
 
@@ -158,8 +158,8 @@ class Summary(typing.NamedTuple):
 
 
 def summarise(values: Any, axis: int = 0) -> Summary:
-    """Mean, variance, standard deviation, min, max, median and NaN flag of ``values`` along
-    ``axis`` (the episodes axis of `EpisodeStats` fields by default)."""
+    """Mean, variance, standard deviation, min, max, median and NaN flag of `values` along
+    `axis` (the episodes axis of `EpisodeStats` fields by default)."""
     values = np.asarray(values)
     check.integer("summarise: axis", axis)
     if not -values.ndim <= axis < max(values.ndim, 1):
@@ -173,8 +173,8 @@ def summarise(values: Any, axis: int = 0) -> Summary:
 
 
 def _evaluate(agent: IPPO, env, state, num_episodes: int, deterministic: bool, key) -> EpisodeStats:
-    """``num_episodes`` full episodes of ``env`` played by ``state``'s policies (their modes when
-    ``deterministic``): returns and final rewards per agent, how each episode ended."""
+    """`num_episodes` full episodes of `env` played by `state`'s policies (their modes when
+    `deterministic`): returns and final rewards per agent, how each episode ended."""
     policy = lambda obs, k: agent.act(state, obs, deterministic=deterministic, key=k)
     return evaluate_episodes(env, policy, num_episodes, key=key)
 
@@ -197,17 +197,17 @@ def train_ippo(
     clock: Callable[[], float] | None = None,
     key: PRNGKey,
 ) -> tuple[PPORun, TrainingLog]:
-    """Train ``run`` on ``env`` for ``num_iterations`` more iterations, evaluating every
-    ``eval_frequency`` iterations.
+    """Train `run` on `env` for `num_iterations` more iterations, evaluating every
+    `eval_frequency` iterations.
 
-    Every evaluation plays ``num_episodes`` episodes (policy modes, unless
-    ``deterministic_eval=False``); ``progress`` shows a bar (or reports to a `Progress`). A
-    fresh run (zero iterations) is evaluated first too. With ``checkpoint_dir``, every
+    Every evaluation plays `num_episodes` episodes (policy modes, unless
+    `deterministic_eval=False`); `progress` shows a bar (or reports to a `Progress`). A
+    fresh run (zero iterations) is evaluated first too. With `checkpoint_dir`, every
     evaluation is checkpointed there (`save_checkpoint`; the agent's structure and the
-    hyperparameters go beside, as ``agent.json`` and ``hparams.json``); with ``keep``, only the
-    newest ``keep`` runs stay, and every evaluation's metrics, with ``wall_s``: ``clock()``,
+    hyperparameters go beside, as `agent.json` and `hparams.json`); with `keep`, only the
+    newest `keep` runs stay, and every evaluation's metrics, with `wall_s`: `clock()`,
     the seconds the run has spent (default: since this call). Training and evaluation keys
-    derive from ``key`` and the iteration count, so a run continued from a checkpoint sees the
+    derive from `key` and the iteration count, so a run continued from a checkpoint sees the
     same keys as an uninterrupted one.
 
     **Returns:** the trained run and the `TrainingLog` of the evaluations.
@@ -313,15 +313,15 @@ def _progress_rows(table: dict[str, np.ndarray]) -> list[list]:
 
 
 class _IPPOJob(Job):
-    """Train to ``config.iterations`` iterations, evaluating and checkpointing every
-    ``eval_frequency`` iterations under ``out_dir``.
+    """Train to `config.iterations` iterations, evaluating and checkpointing every
+    `eval_frequency` iterations under `out_dir`.
 
-    The folder holds ``config.toml``, ``agent.json``, ``hparams.json``, ``checkpoints/`` (one
-    run and its evaluation per evaluation), ``progress.csv`` (per evaluation: iterations, env
+    The folder holds `config.toml`, `agent.json`, `hparams.json`, `checkpoints/` (one
+    run and its evaluation per evaluation), `progress.csv` (per evaluation: iterations, env
     steps, return statistics over episodes and agents, fractions terminated / truncated, mean
-    length, ``wall_s``: seconds spent running, summed over resumes) and
-    ``learning_curve.png``. With ``resume``, training continues from the latest checkpoint in
-    ``out_dir`` (the config must describe the same agent; its hyperparameters apply from there
+    length, `wall_s`: seconds spent running, summed over resumes) and
+    `learning_curve.png`. With `resume`, training continues from the latest checkpoint in
+    `out_dir` (the config must describe the same agent; its hyperparameters apply from there
     on). Without it, a folder that already holds a run is refused.
     """
 

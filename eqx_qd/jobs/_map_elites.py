@@ -1,5 +1,5 @@
-"""The MAP-Elites job (``eqx-qd run map-elites``): a registered pure-JAX task, a grid or CVT
-repertoire, a registered emitter, logged every ``log_period`` iterations."""
+"""The MAP-Elites job (`eqx-qd run map-elites`): a registered pure-JAX task, a grid or CVT
+repertoire, a registered emitter, logged every `log_period` iterations."""
 
 import dataclasses
 import os
@@ -41,7 +41,7 @@ from ._resume import Checkpointer, RunClock, start_run
 
 @dataclasses.dataclass(frozen=True)
 class MapElitesConfig(JobConfig):
-    """Settings of the MAP-Elites job (`jobs.run`, ``eqx-qd run map-elites``)."""
+    """Settings of the MAP-Elites job (`jobs.run`, `eqx-qd run map-elites`)."""
 
     JOB: ClassVar[str] = "map-elites"
 
@@ -114,7 +114,7 @@ def make_map_elites(config: MapElitesConfig) -> tuple[MAPElites, AbstractTask]:
 def _row(
     iteration: int, config: MapElitesConfig, wall: float, metrics: QDMetrics
 ) -> dict[str, float | int]:
-    """A progress row: ``metrics`` holds scalars, or a history whose last entry is logged."""
+    """A progress row: `metrics` holds scalars, or a history whose last entry is logged."""
     evaluations = config.batch_size * config.devices * (iteration + 1)
     row = {"iteration": iteration, "evaluations": evaluations, "wall_s": wall}
     for k, v in metrics.as_dict().items():
@@ -123,8 +123,8 @@ def _row(
 
 
 def iteration_keys(config: MapElitesConfig, *, key: PRNGKey) -> Key[Array, " iterations"]:
-    """The key of every iteration, ``(iterations,)``: chunk ``c`` of ``log_period`` iterations
-    splits ``split(key, chunks)[c]``, as `run` splits its key. Splits keep their prefix as the
+    """The key of every iteration, `(iterations,)`: chunk `c` of `log_period` iterations
+    splits `split(key, chunks)[c]`, as `run` splits its key. Splits keep their prefix as the
     count grows, so a longer run's first iterations get the same keys (a run extended on
     resume equals the uninterrupted longer run)."""
     period = config.log_period
@@ -139,15 +139,15 @@ def _run_keys(algo: MAPElites, state: MAPElitesState, keys: Key[Array, " n"]):
 
 
 class _MapElitesJob(Job):
-    """Run MAP-Elites as ``config`` says; with ``out_dir``, write the run folder.
+    """Run MAP-Elites as `config` says; with `out_dir`, write the run folder.
 
-    The loop runs ``log_period`` iterations per jitted call (one compile), logging the metrics
-    after each and rewriting ``progress.csv``; the whole state is checkpointed every
-    ``checkpoint_every`` iterations and at the end (``checkpoints/``; `resume` continues from
-    the newest). The folder holds ``config.toml``, ``progress.csv`` (iteration, evaluations,
-    ``wall_s``: seconds spent running, over resumes, and the `QDMetrics` columns),
-    ``repertoire.eqx``, ``centroids.npy`` and, with ``plots``, ``repertoire.png`` and
-    ``progress.png``.
+    The loop runs `log_period` iterations per jitted call (one compile), logging the metrics
+    after each and rewriting `progress.csv`; the whole state is checkpointed every
+    `checkpoint_every` iterations and at the end (`checkpoints/`; `resume` continues from
+    the newest). The folder holds `config.toml`, `progress.csv` (iteration, evaluations,
+    `wall_s`: seconds spent running, over resumes, and the `QDMetrics` columns),
+    `repertoire.eqx`, `centroids.npy` and, with `plots`, `repertoire.png` and
+    `progress.png`.
     """
 
     name = "map-elites"

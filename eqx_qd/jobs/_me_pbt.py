@@ -1,4 +1,4 @@
-"""The ME-PBT job (``eqx-qd run me-pbt``): MAP-Elites with the PBT emitter, on one device or
+"""The ME-PBT job (`eqx-qd run me-pbt`): MAP-Elites with the PBT emitter, on one device or
 sharded over several, with the PBT agents' hyperparameter trajectories."""
 
 import dataclasses
@@ -44,10 +44,10 @@ from ._resume import Checkpointer, RunClock, start_run
 
 @dataclasses.dataclass(frozen=True)
 class MEPBTConfig(JobConfig):
-    """Settings of the ME-PBT job (`jobs.run`, ``eqx-qd run me-pbt``). The defaults (10
+    """Settings of the ME-PBT job (`jobs.run`, `eqx-qd run me-pbt`). The defaults (10
     PBT-TD3 agents + 10 GA children on the walled point maze, 128 cells) run in about a minute
-    on a laptop CPU; ``agent`` takes any registered agent (``td3``, ``sac``, ``ppo`` or yours).
-    Fractions as in QDax's ``PBTEmitterConfig``: with ``devices > 1`` the population sizes are
+    on a laptop CPU; `agent` takes any registered agent (`td3`, `sac`, `ppo` or yours).
+    Fractions as in QDax's `PBTEmitterConfig`: with `devices > 1` the population sizes are
     per device and the counts from fractions are over all devices."""
 
     JOB: ClassVar[str] = "me-pbt"
@@ -138,7 +138,7 @@ PAPER_PRESET: dict[str, object] = dict(
     ga_population_size=10,
     iterations=450,
 )
-"""The ME-PBT paper's setting as QDax's ``me_td3_pbt`` example runs it: the ant trap,
+"""The ME-PBT paper's setting as QDax's `me_td3_pbt` example runs it: the ant trap,
 1000-step episodes, 1024 CVT cells, (256, 256) networks, per device 10 PBT-TD3 agents
 (each training 20 x 250 environment steps per generation, one gradient step per environment
 step, a 100k buffer) and 10 GA children, for 450 iterations: about 19 minutes on one H100
@@ -146,7 +146,7 @@ step, a 100k buffer) and 10 GA children, for 450 iterations: about 19 minutes on
 
 
 def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
-    """The algorithm and its emitter; with ``devices > 1`` both use the mesh axis ``"p"``."""
+    """The algorithm and its emitter; with `devices > 1` both use the mesh axis `"p"`."""
     axis = "p" if config.devices > 1 else None
     env = make_env(config.env, episode_length=config.episode_length)
     agent = build_agent(config, env)
@@ -176,13 +176,13 @@ def _step(algo: MAPElites, state: Any, *, key: PRNGKey) -> Any:
 
 
 def _hparams_long(hp_rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """``hparams.csv``'s columns: every agent's hyperparameters after each iteration."""
+    """`hparams.csv`'s columns: every agent's hyperparameters after each iteration."""
     hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
     return hparams_columns("iteration", hparams)  # all devices' agents, device-major
 
 
 def _hparams_by_iteration(rows: list[dict], iterations: int) -> list[dict[str, np.ndarray]]:
-    """The per-iteration hyperparameter tables back from ``hparams.csv``'s rows."""
+    """The per-iteration hyperparameter tables back from `hparams.csv`'s rows."""
     names = [k for k in rows[0] if k not in ("iteration", "member")]
     return [
         {n: np.asarray([r[n] for r in rows if r["iteration"] == i]) for n in names}
@@ -191,16 +191,16 @@ def _hparams_by_iteration(rows: list[dict], iterations: int) -> list[dict[str, n
 
 
 class _MEPBTJob(Job):
-    """ME-PBT for ``config.iterations`` iterations.
+    """ME-PBT for `config.iterations` iterations.
 
-    The folder holds ``config.toml``, ``progress.csv`` (per iteration: evaluations, environment
-    steps as QDax's notebooks count them (``eval_env_steps``: evaluations x episode length;
-    ``train_env_steps``; ``env_steps``: both), ``wall_s`` (seconds spent running, over resumes)
-    and the QD metrics), ``hparams.csv`` (the PBT
-    agents' hyperparameters after each iteration), ``repertoire.eqx`` (agent states in storage
-    form), ``centroids.npy`` and the plots ``repertoire.png``, ``progress.png``,
-    ``hparams.png`` (the population's explored hyperparameters over environment steps: median,
-    quartiles, range) and ``repertoire_hparams.png`` (the repertoire coloured by each explored
+    The folder holds `config.toml`, `progress.csv` (per iteration: evaluations, environment
+    steps as QDax's notebooks count them (`eval_env_steps`: evaluations x episode length;
+    `train_env_steps`; `env_steps`: both), `wall_s` (seconds spent running, over resumes)
+    and the QD metrics), `hparams.csv` (the PBT
+    agents' hyperparameters after each iteration), `repertoire.eqx` (agent states in storage
+    form), `centroids.npy` and the plots `repertoire.png`, `progress.png`,
+    `hparams.png` (the population's explored hyperparameters over environment steps: median,
+    quartiles, range) and `repertoire_hparams.png` (the repertoire coloured by each explored
     hyperparameter of its elites).
     """
 

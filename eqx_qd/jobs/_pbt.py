@@ -1,4 +1,4 @@
-"""The PBT job (``eqx-qd run pbt``): a population of a registered agent on a registered
+"""The PBT job (`eqx-qd run pbt`): a population of a registered agent on a registered
 environment, with a run folder and plots of what PBT chose for every member."""
 
 import dataclasses
@@ -36,10 +36,10 @@ from ._resume import Checkpointer, RunClock, start_run
 
 @dataclasses.dataclass(frozen=True)
 class PBTConfig(JobConfig):
-    """Settings of the PBT job (`jobs.run`, ``eqx-qd run pbt``). The defaults train 8 SAC agents
-    on the open point maze; ``agent`` takes any registered agent (``td3``, ``sac``, ``ppo`` or
-    yours). ``best_fraction`` / ``worse_fraction`` follow QDax (counts are
-    ``int(fraction * population_size)`` and must not round to zero). The agent options are
+    """Settings of the PBT job (`jobs.run`, `eqx-qd run pbt`). The defaults train 8 SAC agents
+    on the open point maze; `agent` takes any registered agent (`td3`, `sac`, `ppo` or
+    yours). `best_fraction` / `worse_fraction` follow QDax (counts are
+    `int(fraction * population_size)` and must not round to zero). The agent options are
     passed to the agent's factory; setting one it does not take is an error."""
 
     JOB: ClassVar[str] = "pbt"
@@ -90,7 +90,7 @@ class PBTConfig(JobConfig):
         agent_options(self)  # options the chosen agent does not take
 
     def make_pbt(self, spaces) -> PBT:
-        """The `PBT` of this config's counts over ``spaces`` (``None``: only the counts are
+        """The `PBT` of this config's counts over `spaces` (`None`: only the counts are
         checked, over a stand-in space)."""
         stand_in = {"_": Uniform(0.0, 1.0)}
         return PBT.from_fractions(
@@ -113,8 +113,8 @@ def make_pbt_run(config: PBTConfig):
 
 
 def _rounds_back(rows: list[dict], rounds: int) -> tuple[list, list, list]:
-    """The returns, hyperparameters and sources of rounds ``0 .. rounds - 1`` back from
-    ``hparams.csv``'s rows (returns as the float32 they were computed in)."""
+    """The returns, hyperparameters and sources of rounds `0 .. rounds - 1` back from
+    `hparams.csv`'s rows (returns as the float32 they were computed in)."""
     names = [k for k in rows[0] if k not in ("round", "member", "return", "next_copied_from")]
     by_round = [[r for r in rows if r["round"] == i] for i in range(rounds)]
     returns = [np.asarray([r["return"] for r in rs], np.float32) for rs in by_round]
@@ -124,14 +124,14 @@ def _rounds_back(rows: list[dict], rounds: int) -> tuple[list, list, list]:
 
 
 class _PBTJob(Job):
-    """Train the population for ``rounds`` rounds; after each, evaluate every member and apply
+    """Train the population for `rounds` rounds; after each, evaluate every member and apply
     PBT (not after the last).
 
-    The folder holds ``config.toml``, ``progress.csv`` (per round: env steps, ``wall_s``
-    (seconds spent running, over resumes), mean / max / min return), ``hparams.csv`` (per
+    The folder holds `config.toml`, `progress.csv` (per round: env steps, `wall_s`
+    (seconds spent running, over resumes), mean / max / min return), `hparams.csv` (per
     round and member: its hyperparameters, return, and the member it was copied from next),
-    ``population.eqx`` (the final agent states without optimiser states), ``returns.png`` and
-    ``hparams.png``. `RunResult.state` is the final population.
+    `population.eqx` (the final agent states without optimiser states), `returns.png` and
+    `hparams.png`. `RunResult.state` is the final population.
     """
 
     name = "pbt"

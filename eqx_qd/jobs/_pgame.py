@@ -1,9 +1,9 @@
 """The PGA-MAP-Elites job: the original repo's config arguments, its loop and its output files.
 
-The job writes one run folder: ``config.toml``, ``progress.csv`` (one row per batch),
-``actors.csv`` (one row per actor added to the archive, with its parents), an
-``archive_<evals>.csv`` snapshot every ``save_period`` evaluations, the final actors'
-parameters (``repertoire.eqx``, read back by `load_run`), ``centroids.npy`` and plots.
+The job writes one run folder: `config.toml`, `progress.csv` (one row per batch),
+`actors.csv` (one row per actor added to the archive, with its parents), an
+`archive_<evals>.csv` snapshot every `save_period` evaluations, the final actors'
+parameters (`repertoire.eqx`, read back by `load_run`), `centroids.npy` and plots.
 """
 
 import dataclasses
@@ -68,18 +68,18 @@ class PGAMEConfig(JobConfig):
     """PGA-MAP-Elites settings. Field names follow the original repo's arguments; the defaults
     are the GECCO 2021 paper's (1e6 evaluations of 1000-step episodes: an HPC budget).
     `PGAMEConfig.local` is a small preset that runs on a laptop CPU in minutes (what
-    ``eqx-qd run pgame`` runs without ``--config``).
+    `eqx-qd run pgame` runs without `--config`).
 
     Tasks are stochastic by default, as the paper's were (random initial states:
-    ``reset_noise``; ``obs_noise`` adds observation noise), so the averaged max fitness and the
-    fitness loss of the re-evaluated best mean something; ``deterministic`` turns both off.
+    `reset_noise`; `obs_noise` adds observation noise), so the averaged max fitness and the
+    fitness loss of the re-evaluated best mean something; `deterministic` turns both off.
 
-    Ours, beyond the repo's arguments: ``episode_length``, ``critic_hidden``, ``critic_lr``,
-    ``greedy_lr``, ``buffer_size``, ``reset_noise`` / ``obs_noise`` / ``deterministic``,
-    ``num_reevals`` (the "10" of the averaged max fitness), ``centroids_file`` and
-    ``convention`` (``"original"``: the repo's batch split, greedy-actor start and critic
-    warm-up; ``"qdax"``: QDax's). ``gradient_op`` is the repo's switch: ``False`` gives plain
-    MAP-Elites with the same GA, budget and outputs. The repo's ``num_cpu`` / ``num_cpu_var``
+    Ours, beyond the repo's arguments: `episode_length`, `critic_hidden`, `critic_lr`,
+    `greedy_lr`, `buffer_size`, `reset_noise` / `obs_noise` / `deterministic`,
+    `num_reevals` (the "10" of the averaged max fitness), `centroids_file` and
+    `convention` (`"original"`: the repo's batch split, greedy-actor start and critic
+    warm-up; `"qdax"`: QDax's). `gradient_op` is the repo's switch: `False` gives plain
+    MAP-Elites with the same GA, budget and outputs. The repo's `num_cpu` / `num_cpu_var`
     have no counterpart (evaluation is vectorised) and are accepted only in its own config
     files (`read_original_config`).
     """
@@ -222,7 +222,7 @@ class PGAMEConfig(JobConfig):
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "PGAMEConfig":
         """As `JobConfig.from_mapping`; the repository's arguments that have no counterpart
-        here (``num_cpu``, ``num_cpu_var``, ``save_path``) are refused with the reason."""
+        here (`num_cpu`, `num_cpu_var`, `save_path`) are refused with the reason."""
         for name, why in _UNUSED.items():
             if name in values:
                 raise ValueError(f"config key {name!r} is not used by this job: {why}")
@@ -231,7 +231,7 @@ class PGAMEConfig(JobConfig):
     @classmethod
     def local(cls, **overrides: Any) -> "PGAMEConfig":
         """A preset that runs here in about two minutes (walker2d_uni, 100-step episodes, 10k
-        evaluations, 256 cells), like the repo's ``local_config.txt``."""
+        evaluations, 256 cells), like the repo's `local_config.txt`."""
         return cls.from_mapping({**LOCAL_PRESET, **overrides})
 
     @property
@@ -267,8 +267,8 @@ def make_pgame_env(config: PGAMEConfig) -> AbstractQDEnv:
 
 
 def ga_operators(config: PGAMEConfig) -> tuple[AbstractVariation | None, AbstractMutation | None]:
-    """The GA's two-parent operator and mutation from ``crossover_op`` / ``mutation_op`` and
-    their parameters (either may be ``None``), bounded by ``min_genotype`` / ``max_genotype``."""
+    """The GA's two-parent operator and mutation from `crossover_op` / `mutation_op` and
+    their parameters (either may be `None`), bounded by `min_genotype` / `max_genotype`."""
     bounds = dict(min_genotype=config.min_genotype, max_genotype=config.max_genotype)
     variation: AbstractVariation | None = {
         "iso_dd": lambda: IsoLineVariation(config.iso_sigma, config.line_sigma, **bounds),
@@ -335,9 +335,9 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
 
 
 def pgame_tessellation(config: PGAMEConfig, env: AbstractQDEnv, *, key: PRNGKey) -> CVTTessellation:
-    """The run's CVT: read from ``centroids_file``; with ``use_cached_cvt``, the cached
-    centroids for these ``n_niches``, descriptor bounds and ``cvt_samples`` (computed with a
-    fixed key on first use and stored, so every seed shares them); else k-means with ``key``."""
+    """The run's CVT: read from `centroids_file`; with `use_cached_cvt`, the cached
+    centroids for these `n_niches`, descriptor bounds and `cvt_samples` (computed with a
+    fixed key on first use and stored, so every seed shares them); else k-means with `key`."""
     d, (low, high) = env.descriptor_size, env.descriptor_bounds
     if config.centroids_file is not None:
         path = config.centroids_file
@@ -379,7 +379,7 @@ def _plain_scorer(algo: MAPElites):
 
 
 def _chunk_length(config: PGAMEConfig) -> int:
-    """Iterations per jitted call: about ``save_period`` evaluations, preferring a divisor of
+    """Iterations per jitted call: about `save_period` evaluations, preferring a divisor of
     the number of iterations so that a single program is compiled."""
     chunk = min(max(1, config.save_period // config.eval_batch_size), config.num_iterations)
     divisors = [d for d in range(1, chunk + 1) if config.num_iterations % d == 0]
@@ -523,14 +523,14 @@ def _archive_rows(repertoire: MapElitesRepertoire) -> tuple[list[str], list[list
 
 
 class _PGAMEJob(Job):
-    """Run PGA-MAP-Elites (or plain MAP-Elites with ``gradient_op=False``) for ``max_evals``
-    evaluations: ``random_init`` random policies, then batches of ``eval_batch_size``.
+    """Run PGA-MAP-Elites (or plain MAP-Elites with `gradient_op=False`) for `max_evals`
+    evaluations: `random_init` random policies, then batches of `eval_batch_size`.
 
-    Iterations run in jitted chunks of about ``save_period`` evaluations (one compile); the
+    Iterations run in jitted chunks of about `save_period` evaluations (one compile); the
     logs are rewritten after every chunk, so a long run can be watched while it goes. The
-    folder holds ``config.toml``, ``progress.csv``, ``actors.csv``, ``archive_<evals>.csv``,
-    ``repertoire.eqx`` (the final actors; `load_run` reads it back), ``centroids.npy`` and the
-    plots ``repertoire.png``, ``progress.png`` and ``fitness_density.png``.
+    folder holds `config.toml`, `progress.csv`, `actors.csv`, `archive_<evals>.csv`,
+    `repertoire.eqx` (the final actors; `load_run` reads it back), `centroids.npy` and the
+    plots `repertoire.png`, `progress.png` and `fitness_density.png`.
     """
 
     name = "pgame"
@@ -732,8 +732,8 @@ register_job(_PGAMEJob())
 
 
 def policy_by_id(repertoire: MapElitesRepertoire, actor_id: int) -> DeterministicPolicy:
-    """The actor of ``repertoire`` whose id (stored as its ``extra``) is ``actor_id`` (from
-    ``actors.csv`` or an archive snapshot)."""
+    """The actor of `repertoire` whose id (stored as its `extra`) is `actor_id` (from
+    `actors.csv` or an archive snapshot)."""
     ids = np.asarray(repertoire.extra)
     filled = np.isfinite(np.asarray(repertoire.fitnesses))
     where = np.flatnonzero((ids == actor_id) & filled)
@@ -787,7 +787,7 @@ ORIGINAL_DEFAULTS: dict[str, str | bool] = {
     "gradient_op": False,
     "lr": "0.001",
 }
-"""The repository's ``main.py`` argument defaults (as its parser reads them: text, or ``False``
+"""The repository's `main.py` argument defaults (as its parser reads them: text, or `False`
 for a flag left out), which apply to every argument a config file does not set."""
 
 ORIGINAL_ENVS = {
@@ -807,8 +807,8 @@ _UNUSED = {
 
 def read_original_config(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
     """Read one of the PGA-MAP-Elites repository's config files (one command-line token per
-    line: ``--key=value``, a bare ``--flag``, or ``--key`` then its value on the next line) as
-    its ``main.py`` would, defaults included (`ORIGINAL_DEFAULTS`).
+    line: `--key=value`, a bare `--flag`, or `--key` then its value on the next line) as
+    its `main.py` would, defaults included (`ORIGINAL_DEFAULTS`).
 
     **Returns:** the `PGAMEConfig` keys and values, and notes for the user: how each QDgym task
     is stood in for, and the arguments that have no counterpart here. An unknown argument, a

@@ -9,8 +9,8 @@ LogCallback = Callable[[dict[str, float]], None]
 
 
 class Progress:
-    """What a running job reports to: ``start`` once, ``advance`` as work is done, ``log`` for
-    each row the job records, ``close`` at the end (also on errors: use it as a context).
+    """What a running job reports to: `start` once, `advance` as work is done, `log` for
+    each row the job records, `close` at the end (also on errors: use it as a context).
 
     **Arguments:**
 
@@ -24,21 +24,21 @@ class Progress:
         self._bar: Any = None
 
     def start(self, total: int, desc: str, unit: str = "it", initial: int = 0) -> None:
-        """Open the bar: ``total`` units of ``unit``, labelled ``desc``, ``initial`` done."""
+        """Open the bar: `total` units of `unit`, labelled `desc`, `initial` done."""
         if self.show:
             from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total, desc=desc, unit=unit, initial=initial)
 
     def advance(self, n: int, **postfix: Any) -> None:
-        """``n`` more units done; ``postfix`` values are shown beside the bar."""
+        """`n` more units done; `postfix` values are shown beside the bar."""
         if self._bar is not None:
             if postfix:
                 self._bar.set_postfix({k: f"{v:.4g}" for k, v in postfix.items()}, refresh=False)
             self._bar.update(n)
 
     def log(self, row: Mapping[str, Any]) -> None:
-        """Pass one logged row to ``on_log`` (as floats)."""
+        """Pass one logged row to `on_log` (as floats)."""
         if self.on_log is not None:
             self.on_log({k: float(v) for k, v in row.items()})
 
@@ -56,7 +56,7 @@ class Progress:
 
 
 def as_progress(progress: "bool | Progress", on_log: LogCallback | None = None) -> Progress:
-    """A `Progress` from a job's ``progress`` argument (a bool, or a `Progress` to reuse)."""
+    """A `Progress` from a job's `progress` argument (a bool, or a `Progress` to reuse)."""
     if isinstance(progress, Progress):
         if on_log is not None:
             progress.on_log = on_log

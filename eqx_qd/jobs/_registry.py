@@ -1,6 +1,6 @@
 """Registries by name: environments, pure-JAX tasks, agents and emitters, for the jobs.
 
-A job config names what it runs (``env = "walker2d_uni"``, ``agent = "td3"``); the registry
+A job config names what it runs (`env = "walker2d_uni"`, `agent = "td3"`); the registry
 turns the name into a module. Register your own factory and every job that takes that kind of
 thing accepts its name:
 
@@ -43,8 +43,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One registered factory: its name, the factory, a help line and tags (``"qd"``,
-    ``"multi_agent"``) that jobs use to say which entries they accept."""
+    """One registered factory: its name, the factory, a help line and tags (`"qd"`,
+    `"multi_agent"`) that jobs use to say which entries they accept."""
 
     name: str
     factory: Callable[..., Any]
@@ -56,13 +56,13 @@ class Entry:
         return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
     def takes_any_option(self) -> bool:
-        """Whether the factory takes ``**options`` (every option is passed to it)."""
+        """Whether the factory takes `**options` (every option is passed to it)."""
         params = inspect.signature(self.factory).parameters.values()
         return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 class Registry(Generic[_F]):
-    """Factories by name, for one kind of thing (``what``: "environment", "agent", ...)."""
+    """Factories by name, for one kind of thing (`what`: "environment", "agent", ...)."""
 
     def __init__(self, what: str):
         self.what = what
@@ -71,8 +71,8 @@ class Registry(Generic[_F]):
     def register(
         self, name: str, factory: _F | None = None, *, help: str = "", tags: tuple[str, ...] = ()
     ) -> Any:
-        """Register ``factory`` under ``name`` (or use as a decorator), with a ``help`` line
-        and ``tags`` (which jobs accept it). Re-registering a name replaces the previous
+        """Register `factory` under `name` (or use as a decorator), with a `help` line
+        and `tags` (which jobs accept it). Re-registering a name replaces the previous
         factory."""
 
         def add(f: _F) -> _F:
@@ -82,7 +82,7 @@ class Registry(Generic[_F]):
         return add if factory is None else add(factory)
 
     def names(self, tag: str | None = None) -> list[str]:
-        """Registered names, in registration order (only those tagged ``tag``, if given)."""
+        """Registered names, in registration order (only those tagged `tag`, if given)."""
         return [n for n, e in self._entries.items() if tag is None or tag in e.tags]
 
     def __contains__(self, name: object) -> bool:
@@ -92,7 +92,7 @@ class Registry(Generic[_F]):
         return iter(self._entries.values())
 
     def get(self, name: str, tag: str | None = None) -> Entry:
-        """The entry named ``name`` (among those tagged ``tag``, if given); an unknown name is
+        """The entry named `name` (among those tagged `tag`, if given); an unknown name is
         an error listing the known ones."""
         known = self.names(tag)
         if name not in known:
@@ -101,7 +101,7 @@ class Registry(Generic[_F]):
         return self._entries[name]
 
     def check(self, tag: str | None = None) -> Callable[[str, Any], None]:
-        """A config-field check: the value must be a registered name (tagged ``tag``)."""
+        """A config-field check: the value must be a registered name (tagged `tag`)."""
 
         def check(key: str, value: Any) -> None:
             try:
@@ -113,8 +113,8 @@ class Registry(Generic[_F]):
         return check
 
     def make(self, name: str, *args: Any, tag: str | None = None, **options: Any) -> Any:
-        """Build the thing named ``name`` (among those tagged ``tag``) with ``args`` and
-        ``options`` (keyword options of its factory)."""
+        """Build the thing named `name` (among those tagged `tag`) with `args` and
+        `options` (keyword options of its factory)."""
         entry = self.get(name, tag)
         extra = sorted(set(options) - set(entry.options()))
         if extra and not entry.takes_any_option():
@@ -126,40 +126,40 @@ class Registry(Generic[_F]):
 
 
 ENVIRONMENTS: Registry[Callable[..., AbstractEnv | AbstractMultiAgentEnv]] = Registry("environment")
-"""Environments. Tags: ``qd`` (an `AbstractQDEnv`: PGA-ME, PBT, ME-PBT, and IPPO as one agent)
-and ``multi_agent`` (an `AbstractMultiAgentEnv`: IPPO)."""
+"""Environments. Tags: `qd` (an `AbstractQDEnv`: PGA-ME, PBT, ME-PBT, and IPPO as one agent)
+and `multi_agent` (an `AbstractMultiAgentEnv`: IPPO)."""
 
 TASKS: Registry[Callable[..., AbstractTask]] = Registry("task")
 """Pure-JAX QD tasks (scoring functions with bounds and offsets): the MAP-Elites job."""
 
 AGENTS: Registry[Callable[..., AbstractAgent]] = Registry("agent")
-"""Agents for PBT and ME-PBT: ``factory(env, *, options...) -> AbstractAgent``. A job passes
-the options of its config the factory takes (from ``hidden``, ``minibatch_size``,
-``num_envs``, ``buffer_size``, ``grad_updates_per_step``, ``rollout_length``,
-``target_entropy_scale``; ``**options`` takes them all); setting one the chosen agent does not
+"""Agents for PBT and ME-PBT: `factory(env, *, options...) -> AbstractAgent`. A job passes
+the options of its config the factory takes (from `hidden`, `minibatch_size`,
+`num_envs`, `buffer_size`, `grad_updates_per_step`, `rollout_length`,
+`target_entropy_scale`; `**options` takes them all); setting one the chosen agent does not
 take is an error naming it."""
 
 EMITTERS: Registry[Callable[..., AbstractEmitter]] = Registry("emitter")
-"""Emitters for the MAP-Elites job: ``factory(*, batch_size, ...)``."""
+"""Emitters for the MAP-Elites job: `factory(*, batch_size, ...)`."""
 
 
 def make_env(name: str, **options: Any) -> AbstractEnv | AbstractMultiAgentEnv:
-    """The environment registered as ``name``, built with ``options``."""
+    """The environment registered as `name`, built with `options`."""
     return ENVIRONMENTS.make(name, **options)
 
 
 def make_task(name: str, **options: Any) -> AbstractTask:
-    """The pure-JAX task registered as ``name``, built with ``options``."""
+    """The pure-JAX task registered as `name`, built with `options`."""
     return TASKS.make(name, **options)
 
 
 def make_agent(name: str, env: Any, **options: Any) -> AbstractAgent:
-    """The agent registered as ``name``, sized for ``env``, built with ``options``."""
+    """The agent registered as `name`, sized for `env`, built with `options`."""
     return AGENTS.make(name, env, **options)
 
 
 def make_emitter(name: str, **options: Any) -> AbstractEmitter:
-    """The emitter registered as ``name``, built with ``options``."""
+    """The emitter registered as `name`, built with `options`."""
     return EMITTERS.make(name, **options)
 
 

@@ -1,4 +1,4 @@
-"""``eqx-qd replay RUN``: play one elite of a QD run folder again, and write what it does there
+"""`eqx-qd replay RUN`: play one elite of a QD run folder again, and write what it does there
 (brax's HTML viewer of the episode, a trajectory plot for tasks played in a plane)."""
 
 import dataclasses
@@ -23,16 +23,16 @@ class Replay:
 
     **Fields:**
 
-    - `id`: the elite's id (the ``id`` column of the run's actors and archive files; its cell
+    - `id`: the elite's id (the `id` column of the run's actors and archive files; its cell
       index where the run kept no ids).
     - `cell`: its cell in the repertoire.
     - `stored_fitness`, `stored_descriptor`: what the repertoire holds for it.
     - `episode_return`, `descriptor`, `steps`: what the replayed episode gave (on a
       deterministic task, the stored values up to float32 rounding, which brax's contacts can
       amplify: `PolicyScorer.replay`).
-    - `episode`: the `Episode`; `states`: the environment's states, ``steps + 1`` of them
+    - `episode`: the `Episode`; `states`: the environment's states, `steps + 1` of them
       (`rollout_states`, cut to the episode).
-    - `files`: what was written into the run folder, by kind (``html``, ``png``).
+    - `files`: what was written into the run folder, by kind (`html`, `png`).
     """
 
     id: int
@@ -110,11 +110,11 @@ def replay(
     **Arguments:**
 
     - `folder`: the run folder.
-    - `id`: the elite's id (the ``id`` column of ``actors.csv`` and ``archive_*.csv``), or
+    - `id`: the elite's id (the `id` column of `actors.csv` and `archive_*.csv`), or
       `cell` its cell; neither: the best elite.
     - `seed`: the episode's key (it matters on stochastic tasks only).
-    - `write`: write ``replay_<id>.html`` (brax's viewer of the episode, for brax tasks) and
-      ``replay_<id>.png`` (the path in the plane, for tasks whose state descriptor is a
+    - `write`: write `replay_<id>.html` (brax's viewer of the episode, for brax tasks) and
+      `replay_<id>.png` (the path in the plane, for tasks whose state descriptor is a
       position: mazes, traps, omni tasks) into the folder.
 
     **Returns:** the `Replay`.

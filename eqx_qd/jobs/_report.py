@@ -18,15 +18,15 @@ from ._folder import RunFolder
 
 
 REPORT_METRICS = ("qd_score", "plain_qd_score", "coverage", "max_fitness", "averaged_max_fitness")
-"""The curves and final values a report compares, where the runs log them (``coverage`` as a
-fraction of the cells; ``plain_qd_score`` and ``averaged_max_fitness`` are PGA-ME's)."""
+"""The curves and final values a report compares, where the runs log them (`coverage` as a
+fraction of the cells; `plain_qd_score` and `averaged_max_fitness` are PGA-ME's)."""
 
 P_METHODS = ("auto", "exact", "asymptotic")
 
 
 def group_of(result: RunResult) -> str:
-    """A run's group: its algorithm and task (``PGA-ME on walker2d_uni``). The PGA-ME job
-    without its policy gradients (``gradient_op = false``) is ``MAP-Elites``."""
+    """A run's group: its algorithm and task (`PGA-ME on walker2d_uni`). The PGA-ME job
+    without its policy gradients (`gradient_op = false`) is `MAP-Elites`."""
     config = result.config
     job = config.JOB
     if job == "pgame":
@@ -51,7 +51,7 @@ X_AXES = {"evaluations": "evaluations", "env_steps": "environment steps"}
 class RunCurves:
     """One run as a report reads it: its group, folder, the metric curves against evaluations
     (and environment steps, for runs that log them), and its final archive's fitnesses
-    (``-inf`` for empty cells)."""
+    (`-inf` for empty cells)."""
 
     group: str
     folder: str
@@ -61,7 +61,7 @@ class RunCurves:
     env_steps: np.ndarray | None = None
 
     def axis(self, x: str) -> np.ndarray:
-        """The run's ``"evaluations"`` or ``"env_steps"`` column."""
+        """The run's `"evaluations"` or `"env_steps"` column."""
         values = {"evaluations": self.evaluations, "env_steps": self.env_steps}.get(x)
         if x not in X_AXES:
             raise ValueError(f"x must be one of {list(X_AXES)}, got {x!r}")
@@ -75,7 +75,7 @@ class RunCurves:
     @property
     def fitness_loss(self) -> float:
         """The paper's fitness loss, in percent: how much the best elite's fitness drops when
-        it is re-evaluated, ``100 * (max - averaged max) / |max|`` at the end (``nan`` for
+        it is re-evaluated, `100 * (max - averaged max) / |max|` at the end (`nan` for
         runs without re-evaluations)."""
         if "averaged_max_fitness" not in self.curves:
             return float("nan")
@@ -114,8 +114,8 @@ def read_run(folder: str | os.PathLike) -> RunCurves:
 
 @dataclasses.dataclass
 class GroupStats:
-    """A group's curves over seeds on a common grid of `x_name` (``"evaluations"`` or
-    ``"env_steps"``) values `x`: the median and quartiles per metric (``(len(x),)`` each), and
+    """A group's curves over seeds on a common grid of `x_name` (`"evaluations"` or
+    `"env_steps"`) values `x`: the median and quartiles per metric (`(len(x),)` each), and
     each run's final value."""
 
     name: str
@@ -129,8 +129,8 @@ class GroupStats:
 
 
 def group_stats(name: str, runs: Sequence[RunCurves], x: str = "evaluations") -> GroupStats:
-    """Median and quartiles over ``runs`` of every metric they all log, against ``x``
-    (``"evaluations"`` or ``"env_steps"``), on the values of the shortest run (the others
+    """Median and quartiles over `runs` of every metric they all log, against `x`
+    (`"evaluations"` or `"env_steps"`), on the values of the shortest run (the others
     interpolated there, linearly)."""
     shortest = min(runs, key=lambda r: r.axis(x)[-1])
     grid = shortest.axis(x)
@@ -154,9 +154,9 @@ def group_stats(name: str, runs: Sequence[RunCurves], x: str = "evaluations") ->
 
 
 def mann_whitney(a: np.ndarray, b: np.ndarray, method: str = "auto") -> float:
-    """Two-sided Mann-Whitney U p-value of samples ``a`` and ``b`` (scipy; non-finite values
-    are dropped, ``nan`` if a sample is then empty). ``method`` ``"asymptotic"``
-    (without continuity correction) is what the paper's tables used; ``"auto"`` is exact for
+    """Two-sided Mann-Whitney U p-value of samples `a` and `b` (scipy; non-finite values
+    are dropped, `nan` if a sample is then empty). `method` `"asymptotic"`
+    (without continuity correction) is what the paper's tables used; `"auto"` is exact for
     small samples without ties."""
     from scipy.stats import mannwhitneyu
 
@@ -173,7 +173,7 @@ def mann_whitney(a: np.ndarray, b: np.ndarray, method: str = "auto") -> float:
 @dataclasses.dataclass
 class Report:
     """What `report` computed: the groups (in the order first met) and, per final metric, the
-    p-value of every pair of groups (``p_values[metric][(a, b)]``)."""
+    p-value of every pair of groups (`p_values[metric][(a, b)]`)."""
 
     groups: list[GroupStats]
     p_values: dict[str, dict[tuple[str, str], float]]
@@ -225,15 +225,15 @@ def report(
     p_method: str = "auto",
     plots: bool = True,
 ) -> Report:
-    """Compare QD runs: read every run folder of ``folders``, group them (`group_of`), and
+    """Compare QD runs: read every run folder of `folders`, group them (`group_of`), and
     compute the median and interquartile range over seeds, the final medians and the p-values
-    between groups (`mann_whitney` with ``p_method``: ``"auto"``, ``"exact"`` or
-    ``"asymptotic"``). Curves run against ``x``: ``"evaluations"`` (every QD run) or
-    ``"env_steps"`` (PGA-ME and ME-PBT runs, as QDax plots them).
+    between groups (`mann_whitney` with `p_method`: `"auto"`, `"exact"` or
+    `"asymptotic"`). Curves run against `x`: `"evaluations"` (every QD run) or
+    `"env_steps"` (PGA-ME and ME-PBT runs, as QDax plots them).
 
-    With ``out_dir``, write there ``report.md`` (the tables), ``finals.csv`` (each run's final
-    values), ``p_values.csv`` and, with ``plots``, ``curves.png`` (median and IQR per group)
-    and ``fitness_density.png`` (the cumulative fitness density averaged over seeds).
+    With `out_dir`, write there `report.md` (the tables), `finals.csv` (each run's final
+    values), `p_values.csv` and, with `plots`, `curves.png` (median and IQR per group)
+    and `fitness_density.png` (the cumulative fitness density averaged over seeds).
     """
     if not folders:
         raise ValueError("report needs at least one run folder")

@@ -3,7 +3,7 @@ PGA-ME, PBT, ME-PBT), and forks of any run folder.
 
 A run checkpoints its whole state (algorithm and emitter state, replay buffers, keys, counters,
 lineage ids) with `Checkpointer` after its logs are written, so the logs always reach at least
-as far as the newest checkpoint. Resuming (`start_run` with ``resume=True``) loads the newest
+as far as the newest checkpoint. Resuming (`start_run` with `resume=True`) loads the newest
 checkpoint, cuts every log back to the checkpoint's step (rows written after it would otherwise
 appear twice) and hands the job its rows, so a resumed run writes what the uninterrupted run
 writes. A folder killed before its first checkpoint resumes from the start.
@@ -63,8 +63,8 @@ def _typed(text: str) -> int | float | str:
 def read_log(
     folder: RunFolder, name: str, column: str, upto: int | None = None
 ) -> tuple[list[str], list[list[Any]]]:
-    """The header and rows of the CSV log ``name`` of the run folder ``folder`` (cells as int,
-    float or str), keeping the rows whose ``column`` is at most ``upto`` (all rows without
+    """The header and rows of the CSV log `name` of the run folder `folder` (cells as int,
+    float or str), keeping the rows whose `column` is at most `upto` (all rows without
     it; none when the file is missing). Rewriting the rows with `RunFolder.write_csv` gives
     the same text back."""
     if not folder.exists(name):
@@ -94,8 +94,8 @@ def _step_files(folder: RunFolder, patterns: Sequence[str]) -> list[tuple[str, i
 def _cut_back(
     folder: RunFolder, job: Job, step: int | None, *, write: bool = True
 ) -> dict[str, tuple[list[str], list[list[Any]]]]:
-    """The folder's logs cut back to ``step`` (``None``: no rows), header and rows by name;
-    with ``write``, the files too, and the step files past ``step`` removed."""
+    """The folder's logs cut back to `step` (`None`: no rows), header and rows by name;
+    with `write`, the files too, and the step files past `step` removed."""
     logs = {}
     for name, column in job.logs.items():
         header, rows = read_log(folder, name, column, -1 if step is None else step)
@@ -121,18 +121,18 @@ class Resumed:
     headers: dict[str, list[str]]
 
     def rows(self, name: str) -> list[dict[str, Any]]:
-        """The rows of log ``name`` as dicts keyed by its header."""
+        """The rows of log `name` as dicts keyed by its header."""
         header = self.headers[name]
         return [dict(zip(header, r)) for r in self.logs[name]]
 
     @property
     def seconds(self) -> float:
-        """The ``wall_s`` of the last progress row: the time the run had spent."""
+        """The `wall_s` of the last progress row: the time the run had spent."""
         rows = self.rows(PROGRESS_FILE)
         return float(rows[-1]["wall_s"]) if rows and "wall_s" in rows[-1] else 0.0
 
     def state_on(self, mesh: Any) -> Any:
-        """The checkpoint's state, laid out on ``mesh`` again (as it is without one)."""
+        """The checkpoint's state, laid out on `mesh` again (as it is without one)."""
         return self.state if mesh is None else place_sharded(self.state, mesh=mesh)
 
 
@@ -165,10 +165,10 @@ def start_run(
 ) -> tuple[RunFolder | None, Resumed | None]:
     """Open the run folder of a fresh run (as `new_run_folder`) or of a resumed one.
 
-    Resuming checks that ``config`` is the folder's run (`check_resumable`), writes it as the
-    folder's ``config.toml``, loads the newest checkpoint into the structure ``like()`` gives
-    (shapes are enough: ``eqx.filter_eval_shape`` of the job's init), and cuts the logs back to
-    it. **Returns:** the folder and the `Resumed` start (``None``: start from the beginning,
+    Resuming checks that `config` is the folder's run (`check_resumable`), writes it as the
+    folder's `config.toml`, loads the newest checkpoint into the structure `like()` gives
+    (shapes are enough: `eqx.filter_eval_shape` of the job's init), and cuts the logs back to
+    it. **Returns:** the folder and the `Resumed` start (`None`: start from the beginning,
     which a folder killed before its first checkpoint does too).
     """
     if not resume:
@@ -203,8 +203,8 @@ def start_run(
 
 class Checkpointer:
     """Checkpoints a run: `save` writes the state after the first step at or past each multiple
-    of ``every`` counted from ``origin`` (and when forced: at the end), keeping the newest
-    ``keep``. A run resumed at step ``resumed_at`` counts from there and does not write that
+    of `every` counted from `origin` (and when forced: at the end), keeping the newest
+    `keep`. A run resumed at step `resumed_at` counts from there and does not write that
     checkpoint again."""
 
     def __init__(
@@ -228,20 +228,20 @@ class Checkpointer:
     def of(
         cls, config: Any, folder: RunFolder | None, resumed: "Resumed | None", **kwargs: Any
     ) -> "Checkpointer":
-        """The checkpointer of a job's config (``checkpoint_every``, ``keep_checkpoints``),
-        counting from where ``resumed`` left off."""
+        """The checkpointer of a job's config (`checkpoint_every`, `keep_checkpoints`),
+        counting from where `resumed` left off."""
         at = None if resumed is None else resumed.step
         return cls(folder, config.checkpoint_every, config.keep_checkpoints, at, **kwargs)
 
     def due(self, step: int, *, force: bool = False) -> bool:
-        """Whether `save` at ``step`` writes a checkpoint (a job writes its logs first)."""
+        """Whether `save` at `step` writes a checkpoint (a job writes its logs first)."""
         if not self.enabled or step == self._saved:
             return False
         return force or step // self.every > self._last // self.every
 
     def save(self, step: int, state: Any, metrics: Mapping[str, Any], *, force: bool) -> bool:
-        """Checkpoint ``state`` at ``step`` with ``metrics`` (JSON-able) if one is due, or with
-        ``force`` (a run's end). **Returns:** whether it saved."""
+        """Checkpoint `state` at `step` with `metrics` (JSON-able) if one is due, or with
+        `force` (a run's end). **Returns:** whether it saved."""
         if not self.due(step, force=force):
             return False
         state = to_host(state)  # every process, in step
@@ -253,7 +253,7 @@ class Checkpointer:
 
 class RunClock:
     """Seconds a run has spent running: from its start, plus what the rows it resumed from
-    had (``start``), so a resumed run's ``wall_s`` column goes on from there."""
+    had (`start`), so a resumed run's `wall_s` column goes on from there."""
 
     def __init__(self, start: float = 0.0):
         self._origin = time.perf_counter() - float(start)
@@ -282,12 +282,12 @@ _NOT_COPIED = re.compile(r".*\.(png|eqx)$")  # final outputs: the fork writes it
 def fork_run(
     source: str | os.PathLike, dest: str | os.PathLike, which: int | str = "latest"
 ) -> Checkpoint:
-    """Copy the run in ``source`` up to one of its checkpoints into the new folder ``dest``,
-    to continue it there with `resume` (``eqx-qd run JOB --resume SOURCE --from WHICH --out
-    DEST``): the config, the checkpoints up to the chosen one, the logs cut back to its step,
-    and ``status.json`` recording ``forked_from`` (folder and step). ``source`` is not touched.
+    """Copy the run in `source` up to one of its checkpoints into the new folder `dest`,
+    to continue it there with `resume` (`eqx-qd run JOB --resume SOURCE --from WHICH --out
+    DEST`): the config, the checkpoints up to the chosen one, the logs cut back to its step,
+    and `status.json` recording `forked_from` (folder and step). `source` is not touched.
 
-    ``which``: ``"latest"``, ``"best"`` (the job's `Job.best` of the checkpoint's metrics) or a
+    `which`: `"latest"`, `"best"` (the job's `Job.best` of the checkpoint's metrics) or a
     checkpoint's step. **Returns:** the chosen `Checkpoint`.
     """
     src = RunFolder(source, create=False)
@@ -343,10 +343,10 @@ def resume(
     on_log: Callable[[dict[str, float]], None] | None = None,
     **changes: Any,
 ) -> RunResult:
-    """Continue the run in ``folder`` from its newest checkpoint, with its own config and
-    ``changes`` (its length, say ``iterations=2000``, or `ALWAYS_CHANGEABLE` keys). A notebook
+    """Continue the run in `folder` from its newest checkpoint, with its own config and
+    `changes` (its length, say `iterations=2000`, or `ALWAYS_CHANGEABLE` keys). A notebook
     stops a run by interrupting it, and continues it with this; a run extended this way equals
-    the uninterrupted longer run. ``progress``, ``plots`` and ``on_log`` are `run`'s.
+    the uninterrupted longer run. `progress`, `plots` and `on_log` are `run`'s.
     """
     config = read_config(RunFolder(folder, create=False))
     if changes:

@@ -32,28 +32,28 @@ class AbstractActor(eqx.Module):
 
     @abc.abstractmethod
     def log_prob(self, obs: Float[Array, " obs_dim"], action: Array) -> Float[Array, ""]:
-        """Log-probability of ``action`` in the distribution for observation ``obs``."""
+        """Log-probability of `action` in the distribution for observation `obs`."""
 
     @abc.abstractmethod
     def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
-        """Entropy of the distribution for ``obs``."""
+        """Entropy of the distribution for `obs`."""
 
     @abc.abstractmethod
     def sample(self, obs: Float[Array, " obs_dim"], *, key: PRNGKey) -> Array:
-        """An action drawn from the distribution for ``obs``."""
+        """An action drawn from the distribution for `obs`."""
 
     @abc.abstractmethod
     def mode(self, obs: Float[Array, " obs_dim"]) -> Array:
-        """The most likely action for ``obs`` (deterministic evaluation)."""
+        """The most likely action for `obs` (deterministic evaluation)."""
 
     def log_prob_and_entropy(self, obs: Array, action: Array) -> tuple[Array, Array]:
-        """``(log_prob(obs, action), entropy(obs))`` (PPO's loss needs both). Override to share
+        """`(log_prob(obs, action), entropy(obs))` (PPO's loss needs both). Override to share
         one pass of the network between them: computed apart, the network runs, and is
         differentiated, twice."""
         return self.log_prob(obs, action), self.entropy(obs)
 
     def sample_and_log_prob(self, obs: Array, *, key: PRNGKey) -> tuple[Array, Array]:
-        """An action for ``obs`` drawn with ``key`` as `sample` draws it, and its `log_prob` (a
+        """An action for `obs` drawn with `key` as `sample` draws it, and its `log_prob` (a
         rollout needs both). Override to share one pass of the network between them."""
         action = self.sample(obs, key=key)
         return action, self.log_prob(obs, action)
@@ -67,7 +67,7 @@ def _entropy_of_log_probs(log_p: Float[Array, "*batch k"]) -> Float[Array, "*bat
 def _gaussian_log_prob(
     mean: Float[Array, "*batch d"], log_std: Float[Array, "*batch d"], x: Float[Array, "*batch d"]
 ) -> Float[Array, "*batch"]:
-    """The log-density of ``x`` under diagonal gaussians (dimensions on the last axis)."""
+    """The log-density of `x` under diagonal gaussians (dimensions on the last axis)."""
     z = (x - mean) * jnp.exp(-log_std)
     return jnp.sum(-0.5 * z**2 - log_std - 0.5 * jnp.log(2.0 * jnp.pi), axis=-1)
 
@@ -184,7 +184,7 @@ class GaussianActor(AbstractActor):
 
 @typing.final
 class ValueCritic(eqx.Module):
-    """A state-value network ``V(obs)`` for one agent.
+    """A state-value network `V(obs)` for one agent.
 
     **Arguments:** `obs_size`, `hidden` (layer widths, tanh), `key`.
     """
@@ -209,8 +209,8 @@ class JointActor(AbstractActor):
     head per agent gives that agent's distribution (categorical logits, or a gaussian mean with
     a learned log standard deviation per agent). jaxagents' IPPO layout.
 
-    Unlike the other actors it acts for all agents at once: ``obs`` is ``(num_agents,
-    obs_dim)``; `log_prob` and `entropy` are ``(num_agents,)``, one per agent, so PPO's clip
+    Unlike the other actors it acts for all agents at once: `obs` is `(num_agents,
+    obs_dim)`; `log_prob` and `entropy` are `(num_agents,)`, one per agent, so PPO's clip
     and advantages stay per agent.
 
     **Arguments:** `num_agents`, `obs_size` and `action_size` (one agent's; the number of
@@ -302,7 +302,7 @@ class JointActor(AbstractActor):
 @typing.final
 class JointValueCritic(eqx.Module):
     """One critic for a whole team: an MLP reads every agent's observation (concatenated) and
-    gives every agent's value, ``(num_agents,)`` (jaxagents' IPPO layout).
+    gives every agent's value, `(num_agents,)` (jaxagents' IPPO layout).
 
     **Arguments:** `num_agents`, `obs_size` (one agent's), `hidden` (layer widths, tanh), `key`.
     """

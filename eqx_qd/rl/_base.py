@@ -1,6 +1,6 @@
 """The agent contract: what PBT, the ME-PBT emitter, the scorers and the jobs rely on.
 
-Four abstract modules, each with the fields others read declared as ``eqx.AbstractVar``:
+Four abstract modules, each with the fields others read declared as `eqx.AbstractVar`:
 
 - `AbstractHParams`: hyperparameters as float32 array leaves, with their default search spaces.
 - `AbstractAgentState`: what an agent learns or varies (networks, optimiser states, observation
@@ -44,7 +44,7 @@ _RANGE = "eqx_qd.hparam_range"  # the field metadata `hparam` writes
 
 
 def _to_float32(value: Any) -> Any:
-    """``value`` as a float32 array, or unchanged when it is not a number (a string, None), so
+    """`value` as a float32 array, or unchanged when it is not a number (a string, None), so
     that `AbstractHParams` names the field that holds it."""
     try:
         return jnp.asarray(value, jnp.float32)
@@ -54,9 +54,9 @@ def _to_float32(value: Any) -> Any:
 
 def hparam(default: float, *, low: float = -math.inf, high: float = math.inf) -> Any:
     """A hyperparameter field of an `AbstractHParams`: a float32 array (a scalar, or a vector in
-    a stacked population) with ``default``, which `AbstractHParams` checks finite and in the
-    closed interval ``[low, high]``, naming the field. Declare ``discount: Float[Array, ""] =
-    hparam(0.99, low=0.0, high=1.0)``."""
+    a stacked population) with `default`, which `AbstractHParams` checks finite and in the
+    closed interval `[low, high]`, naming the field. Declare `discount: Float[Array, ""] =
+    hparam(0.99, low=0.0, high=1.0)`."""
     check.ordered("hparam: low", low, "high", high, strict=False)
     return eqx.field(default=default, converter=_to_float32, metadata={_RANGE: (low, high)})
 
@@ -64,12 +64,12 @@ def hparam(default: float, *, low: float = -math.inf, high: float = math.inf) ->
 class AbstractHParams(eqx.Module):
     """Hyperparameters: every field a float32 array (a scalar for one agent, a vector in a
     stacked population), so changing a value never retraces and a population varies them with
-    ``filter_vmap``.
+    `filter_vmap`.
 
     Subclasses declare their fields with `hparam` (a default and the range it must lie in) and
     implement `default_spaces`. Every field, of the library's classes and of yours, is checked
     at construction: a float32 array, finite, and in the range its `hparam` declares (a field
-    declared otherwise, say with ``converter=f32``, is checked finite); the error names the
+    declared otherwise, say with `converter=f32`, is checked finite); the error names the
     class and the field.
     """
 
@@ -110,7 +110,7 @@ class AbstractAgentState(eqx.Module):
     """What one agent learns or varies.
 
     **Fields** others read: `hparams` (its `AbstractHParams`) and `normaliser` (running
-    observation statistics, or ``None`` when the agent does not normalise observations).
+    observation statistics, or `None` when the agent does not normalise observations).
     Networks and optimiser states are the subclass's own; callers reach them through the
     agent's methods (`AbstractAgent.genome`, `AbstractAgent.init_optimiser_states`, ...).
     """
@@ -153,8 +153,8 @@ class EvalMetrics(eqx.Module):
     """Deterministic-policy evaluation over full episodes.
 
     **Fields:** `returns` (the team's, summed over agents, in a multi-agent environment) and
-    `lengths` ``(num_episodes,)``, and with a QD environment the episodes' `descriptors`
-    ``(num_episodes, num_descriptors)`` (else ``None``).
+    `lengths` `(num_episodes,)`, and with a QD environment the episodes' `descriptors`
+    `(num_episodes, num_descriptors)` (else `None`).
     """
 
     returns: Float[Array, " num_episodes"]
@@ -170,7 +170,7 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
     module to bring a new agent to PBT, ME-PBT, the scorers and the jobs.
 
     **Fields** every agent declares: `observation_size`, `action_size` (the environment's) and
-    `normalise_observations` (whether the state's ``normaliser`` is used).
+    `normalise_observations` (whether the state's `normaliser` is used).
 
     **Methods** every agent implements (a class that leaves one out fails at construction,
     naming it): `init`, `act`, `init_run`, `train`, `empty_optimiser_states`,
@@ -181,7 +181,7 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
     **Storage and training forms.** A state in a repertoire or a saved population holds no
     optimiser states and no target networks (`empty_optimiser_states`);
     `init_optimiser_states` brings it back to its training form (fresh optimiser states,
-    targets reset to the online networks), as QDax's ``init_optimizers_states`` does.
+    targets reset to the online networks), as QDax's `init_optimizers_states` does.
     """
 
     observation_size: eqx.AbstractVar[int]
@@ -192,51 +192,51 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
 
     @abc.abstractmethod
     def init(self, hparams: AbstractHParams | None = None, *, key: PRNGKey) -> _S:
-        """A fresh state in its training form, with ``hparams`` (``None``: the defaults)."""
+        """A fresh state in its training form, with `hparams` (`None`: the defaults)."""
 
     @abc.abstractmethod
     def act(
         self, state: _S, obs: Float[Array, " obs_dim"], *, deterministic: bool = False, key: PRNGKey
     ) -> Float[Array, " action_dim"]:
-        """The action of ``state`` for one raw observation ``obs`` (``(obs_dim,)``): with
-        exploration, unless ``deterministic`` (the policy that plays a stored genotype)."""
+        """The action of `state` for one raw observation `obs` (`(obs_dim,)`): with
+        exploration, unless `deterministic` (the policy that plays a stored genotype)."""
 
     @abc.abstractmethod
     def init_run(self, env: AbstractBaseEnv, state: _S, *, key: PRNGKey) -> _R:
-        """A training run of ``state`` on ``env``: what it learns from, freshly built
+        """A training run of `state` on `env`: what it learns from, freshly built
         (environments reset, an empty buffer), and zero environment steps."""
 
     @abc.abstractmethod
     def train(
         self, env: AbstractBaseEnv, run: _R, num_iterations: int, *, key: PRNGKey
     ) -> tuple[_R, TrainMetrics]:
-        """``num_iterations`` training iterations of ``run`` on ``env`` (what an iteration is
+        """`num_iterations` training iterations of `run` on `env` (what an iteration is
         is the agent's: a step of every environment and some gradient steps for off-policy
         agents, a rollout and its epochs for PPO). **Returns:** the run and `TrainMetrics`
         with a leading iterations axis."""
 
     @abc.abstractmethod
     def empty_optimiser_states(self, state: _S) -> _S:
-        """``state`` in storage form: no optimiser states and no target networks (``None``)."""
+        """`state` in storage form: no optimiser states and no target networks (`None`)."""
 
     @abc.abstractmethod
     def init_optimiser_states(self, state: _S) -> _S:
-        """``state`` in training form: fresh optimiser states for its current parameters and
+        """`state` in training form: fresh optimiser states for its current parameters and
         target networks reset to the online ones (`reset_targets`)."""
 
     @abc.abstractmethod
     def reset_targets(self, state: _S) -> _S:
-        """``state`` with its target networks set to copies of the online networks (an agent
-        without target networks returns ``state`` unchanged)."""
+        """`state` with its target networks set to copies of the online networks (an agent
+        without target networks returns `state` unchanged)."""
 
     @abc.abstractmethod
     def genome(self, state: _S) -> PyTree:
-        """The part of ``state`` a GA varies (QDax's ME-PBT varies the policy and the critic
+        """The part of `state` a GA varies (QDax's ME-PBT varies the policy and the critic
         jointly, and SAC's temperature)."""
 
     @abc.abstractmethod
     def with_genome(self, state: _S, genome: PyTree) -> _S:
-        """``state`` with its `genome` replaced by ``genome``."""
+        """`state` with its `genome` replaced by `genome`."""
 
     # -- provided ------------------------------------------------------------------------
 
@@ -249,22 +249,22 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
     def resample_hparams(
         self, state: _S, *, spaces: Mapping[str, AbstractSpace] | None = None, key: PRNGKey
     ) -> _S:
-        """``state`` with its hyperparameters drawn again from ``spaces`` (default:
+        """`state` with its hyperparameters drawn again from `spaces` (default:
         `hparam_spaces`)."""
         spaces = self.hparam_spaces if spaces is None else spaces
         hparams = sample_hparams(state.hparams, spaces, key=key)
         return eqx.tree_at(lambda s: s.hparams, state, hparams)
 
     def normalise(self, state: _S, obs: Float[Array, "*batch obs_dim"]) -> Array:
-        """``obs`` through the state's observation statistics when the agent normalises
+        """`obs` through the state's observation statistics when the agent normalises
         observations; otherwise unchanged."""
         if not self.normalise_observations:
             return obs
         return state.normaliser.normalise(obs)
 
     def observe(self, state: _S, obs: Float[Array, "batch obs_dim"]) -> _S:
-        """Fold ``obs`` (``(batch, obs_dim)``) into the state's observation statistics (when
-        observations are normalised; otherwise ``state`` unchanged)."""
+        """Fold `obs` (`(batch, obs_dim)`) into the state's observation statistics (when
+        observations are normalised; otherwise `state` unchanged)."""
         if not self.normalise_observations:
             return state
         return eqx.tree_at(lambda s: s.normaliser, state, state.normaliser.update(obs))
@@ -272,8 +272,8 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
     def evaluate(
         self, env: AbstractBaseEnv, state: _S, num_episodes: int, *, key: PRNGKey
     ) -> EvalMetrics:
-        """``num_episodes`` full episodes of ``env`` played by the deterministic policy of
-        ``state`` (with a QD environment, each episode's descriptor too): `evaluate`."""
+        """`num_episodes` full episodes of `env` played by the deterministic policy of
+        `state` (with a QD environment, each episode's descriptor too): `evaluate`."""
         return evaluate(self, env, state, num_episodes, key=key)
 
 
@@ -281,10 +281,10 @@ class AbstractAgent(eqx.Module, Generic[_S, _R]):
 def evaluate(
     agent: AbstractAgent, env: AbstractBaseEnv, agent_state, num_episodes: int, *, key: PRNGKey
 ) -> EvalMetrics:
-    """Play ``num_episodes`` full episodes of ``env`` with the deterministic policy of
-    ``agent`` in training state ``agent_state``.
+    """Play `num_episodes` full episodes of `env` with the deterministic policy of
+    `agent` in training state `agent_state`.
 
-    A QD environment is played by `rollout` (``env.episode_length`` steps, so that every
+    A QD environment is played by `rollout` (`env.episode_length` steps, so that every
     episode's descriptor is computed); any other, single- or multi-agent, by
     `evaluate_episodes` (each episode to its end).
     """
@@ -305,9 +305,9 @@ def evaluate(
 def check_agent(
     agent: AbstractAgent, env: AbstractBaseEnv | None = None, *, where: str
 ) -> AbstractAgentState:
-    """Refuse, naming ``where`` and what to add, an ``agent`` whose state does not follow the
+    """Refuse, naming `where` and what to add, an `agent` whose state does not follow the
     contract (checked by shape only: nothing is computed), or whose sizes disagree with
-    ``env``'s. **Returns:** that state, shapes only (for `check_spaces`)."""
+    `env`'s. **Returns:** that state, shapes only (for `check_spaces`)."""
     if not isinstance(agent, AbstractAgent):
         raise TypeError(f"{where}: the agent must subclass eqx_qd.rl.AbstractAgent, got {agent!r}")
     if env is not None:
@@ -334,9 +334,9 @@ def check_spaces(
     where: str,
     state: AbstractAgentState | None = None,
 ) -> None:
-    """Refuse empty ``spaces`` (PBT would only copy) and names that are not fields of the
-    agent's hyperparameters, naming ``where``. ``state``: the agent's state as `check_agent`
-    returns it (``None``: traced again, shapes only)."""
+    """Refuse empty `spaces` (PBT would only copy) and names that are not fields of the
+    agent's hyperparameters, naming `where`. `state`: the agent's state as `check_agent`
+    returns it (`None`: traced again, shapes only)."""
     if not spaces:
         raise ValueError(
             f"{where}: the hyperparameter spaces are empty, so PBT would only copy agents; give "

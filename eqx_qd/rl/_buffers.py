@@ -14,14 +14,14 @@ from .._misc import batch_size_of, i32, tree_scatter, tree_take, tree_zeros_batc
 
 @typing.final
 class ReplayBuffer(eqx.Module):
-    """A circular buffer of ``capacity`` items (any pytree with array leaves).
+    """A circular buffer of `capacity` items (any pytree with array leaves).
 
     `insert` writes a batch after the newest item, overwriting the oldest once full; `sample`
     draws uniformly (with replacement) among the items inserted so far. Works under `jit`,
     inside `lax.scan`, and stacked by `eqx.filter_vmap` (one buffer per agent).
 
-    **Fields:** `data` (the items, leading axis ``capacity``), `position` (where the next item
-    goes), `size` (items inserted so far, at most ``capacity``) and `capacity` (static). Build
+    **Fields:** `data` (the items, leading axis `capacity`), `position` (where the next item
+    goes), `size` (items inserted so far, at most `capacity`) and `capacity` (static). Build
     one with `ReplayBuffer.empty`.
     """
 
@@ -32,13 +32,13 @@ class ReplayBuffer(eqx.Module):
 
     @classmethod
     def empty(cls, capacity: int, example: PyTree) -> "ReplayBuffer":
-        """An empty buffer for items shaped like one unbatched ``example``."""
+        """An empty buffer for items shaped like one unbatched `example`."""
         check.positive_int("ReplayBuffer capacity", capacity)
         return cls(tree_zeros_batch(example, capacity), 0, 0, capacity)
 
     def insert(self, batch: PyTree, mask: Float[Array, " batch"] | None = None) -> "ReplayBuffer":
-        """Append a batch (leading axis = items); with more items than ``capacity``, only the
-        last ``capacity`` are kept. With ``mask``, only the rows where it is nonzero go in (in
+        """Append a batch (leading axis = items); with more items than `capacity`, only the
+        last `capacity` are kept. With `mask`, only the rows where it is nonzero go in (in
         order), e.g. the valid steps of fixed-length rollouts."""
         n = batch_size_of(batch)
         check.same_rows(
@@ -67,7 +67,7 @@ class ReplayBuffer(eqx.Module):
         )
 
     def sample(self, num: int, *, key: PRNGKey) -> PyTree:
-        """``num`` items drawn uniformly among those inserted (error if the buffer is empty)."""
+        """`num` items drawn uniformly among those inserted (error if the buffer is empty)."""
         idx = jr.randint(key, (num,), 0, jnp.maximum(self.size, 1))
         idx = eqx.error_if(idx, self.size == 0, "cannot sample from an empty replay buffer")
         return tree_take(self.data, idx)

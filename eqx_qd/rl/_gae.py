@@ -20,7 +20,7 @@ def gae(
 ) -> tuple[Float[Array, " time *batch"], Float[Array, " time *batch"]]:
     """Advantages and value targets (advantages + values) of a rollout, time on axis 0.
 
-    **Arguments** (all ``(time, *batch)``, but the two scalars):
+    **Arguments** (all `(time, *batch)`, but the two scalars):
 
     - `rewards`: the reward of each step.
     - `values`: the value of the observation each step started from.
@@ -29,8 +29,8 @@ def gae(
     - `truncated`: 1.0 where it was cut (bootstrap, but no advantage flows across).
     - `gamma`, `gae_lambda`: the discount and GAE's lambda.
 
-    ``next_values[t]`` is the value of the observation reached by step ``t`` (before any reset);
-    the last step of a rollout cut by its length should be marked ``truncated`` so that the
+    `next_values[t]` is the value of the observation reached by step `t` (before any reset);
+    the last step of a rollout cut by its length should be marked `truncated` so that the
     recursion bootstraps there and stops.
     """
     for name, x in (

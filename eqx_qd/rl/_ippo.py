@@ -1,5 +1,5 @@
 """Independent PPO (IPPO) for `AbstractMultiAgentEnv` environments: the PPO learner of
-``_ppo.py`` over a team of agents, each trained on its own experience (or one network shared by
+`_ppo.py` over a team of agents, each trained on its own experience (or one network shared by
 all, or one joint network with a head per agent)."""
 
 import typing
@@ -25,11 +25,11 @@ from ._ppo import _check_loop, _PPOLearner, PPOState
 
 @typing.final
 class IPPO(_PPOLearner):
-    """Independent PPO: a team of ``num_agents`` actors and critics, each trained on its own
+    """Independent PPO: a team of `num_agents` actors and critics, each trained on its own
     agent's samples (the PPO learner, `PPO`, over a team).
 
     Discrete environments get `CategoricalActor`, continuous ones `GaussianActor`, unless
-    ``make_actor`` says otherwise. Build one for an environment with `IPPO.for_env`; `init_run`,
+    `make_actor` says otherwise. Build one for an environment with `IPPO.for_env`; `init_run`,
     `train` and `evaluate` take that environment (or any with the same sizes) per call.
 
     **Fields:** `num_agents`, `observation_size` (one agent's), `action_size` (one agent's, or
@@ -40,7 +40,7 @@ class IPPO(_PPOLearner):
     `joint_network` (one `JointActor` and one `JointValueCritic` reading all agents'
     observations, a head per agent: jaxagents' layout); `normalise_advantages` (per
     minibatch); `normalise_observations` (running statistics per agent in the state);
-    `make_actor` (``make_actor(obs_size, action_size, hidden, key=)`` -> an `AbstractActor`;
+    `make_actor` (`make_actor(obs_size, action_size, hidden, key=)` -> an `AbstractActor`;
     not with `joint_network`).
     """
 
@@ -72,8 +72,8 @@ class IPPO(_PPOLearner):
 
     @classmethod
     def for_env(cls, env: AbstractMultiAgentEnv, **options) -> "IPPO":
-        """An `IPPO` with the sizes of ``env`` (`num_agents`, `observation_size`,
-        `action_size`, `discrete`) and the other fields from ``options``."""
+        """An `IPPO` with the sizes of `env` (`num_agents`, `observation_size`,
+        `action_size`, `discrete`) and the other fields from `options`."""
         if not isinstance(env, AbstractMultiAgentEnv):
             raise TypeError(
                 "IPPO.for_env: env must be an eqx_qd.envs.AbstractMultiAgentEnv (a single-agent "
@@ -137,8 +137,8 @@ class IPPO(_PPOLearner):
         deterministic: bool = False,
         key: PRNGKey,
     ) -> Array:
-        """One action per agent for one environment's raw observations ``obs`` (``(num_agents,
-        obs_dim)``) under the policies of ``state``: each policy's mode when ``deterministic``,
+        """One action per agent for one environment's raw observations `obs` (`(num_agents,
+        obs_dim)`) under the policies of `state`: each policy's mode when `deterministic`,
         else a sample."""
         check.shape("IPPO.act: obs", obs, (self.num_agents, self.observation_size))
         return self._team_act(state, obs, deterministic, key)

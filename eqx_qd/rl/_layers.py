@@ -22,7 +22,7 @@ def _identity(x):
 
 
 def _check_sizes(owner: str, hidden: Sequence[int] | None = None, **sizes: int) -> None:
-    """Refuse non-positive sizes, naming ``owner`` and the argument."""
+    """Refuse non-positive sizes, naming `owner` and the argument."""
     for name, value in sizes.items():
         check.positive_int(f"{owner}: {name}", value)
     for i, width in enumerate(hidden or ()):
@@ -34,14 +34,14 @@ def _check_obs(owner: str, obs: Array, expected: tuple[int, ...], name: str = "o
 
 
 def _check_last_axis(name: str, x: Array, size: int) -> None:
-    """Refuse ``x`` unless it is one input of ``size`` entries or a batch of them (leading
+    """Refuse `x` unless it is one input of `size` entries or a batch of them (leading
     axes)."""
     if np.ndim(x) == 0 or np.shape(x)[-1] != size:
         raise ValueError(f"{name} must have shape ({size},) or (..., {size}), got {np.shape(x)}")
 
 
 MATMUL_DTYPES = ("float32", "bfloat16")
-"""The ``matmul_dtype`` values networks accept: the inputs' type of their hidden products."""
+"""The `matmul_dtype` values networks accept: the inputs' type of their hidden products."""
 
 
 def _check_matmul_dtype(owner: str, matmul_dtype: str) -> None:
@@ -49,7 +49,7 @@ def _check_matmul_dtype(owner: str, matmul_dtype: str) -> None:
 
 
 def _transposed_copy(w: Array) -> Array:
-    """``w.T`` as a gather, which XLA moves in memory: a plain transpose it folds into the
+    """`w.T` as a gather, which XLA moves in memory: a plain transpose it folds into the
     product that reads it, and its CPU backend runs a bfloat16 product with a transposed operand
     in float32."""
     rows, cols = w.shape
@@ -59,7 +59,7 @@ def _transposed_copy(w: Array) -> Array:
 
 @jax.custom_vjp
 def _bf16_matmul(x: Float[Array, "n in_size"], w: Float[Array, "in_size out_size"]) -> Array:
-    """``x @ w`` with bfloat16 inputs and float32 accumulation, for rows of inputs."""
+    """`x @ w` with bfloat16 inputs and float32 accumulation, for rows of inputs."""
     return _bf16_matmul_fwd(x, w)[0]
 
 
@@ -85,20 +85,20 @@ _bf16_matmul.defvjp(_bf16_matmul_fwd, _bf16_matmul_bwd)
 
 @typing.final
 class Dense(eqx.Module):
-    """``x @ weight + bias`` with ``weight`` stored (in, out), on one input or on rows of them.
+    """`x @ weight + bias` with `weight` stored (in, out), on one input or on rows of them.
 
     Stored input-major so that a vmapped call is one plain (batch, in) x (in, out) matmul (no
-    transpose), measurably faster on CPU than ``eqx.nn.Linear``'s ``weight @ x``. Initialised
-    like ``eqx.nn.Linear``: uniform in +-1/sqrt(in). ``use_bias=False`` leaves the bias out
-    (``bias`` is ``None``).
+    transpose), measurably faster on CPU than `eqx.nn.Linear`'s `weight @ x`. Initialised
+    like `eqx.nn.Linear`: uniform in +-1/sqrt(in). `use_bias=False` leaves the bias out
+    (`bias` is `None`).
 
-    ``matmul_dtype="bfloat16"`` rounds ``x`` and ``weight`` to bfloat16 for the product and
+    `matmul_dtype="bfloat16"` rounds `x` and `weight` to bfloat16 for the product and
     accumulates it in float32 (the output, the stored weights and the optimiser stay float32);
     both gradients are such products too (of the rounded cotangent with the rounded weight, and
     with the rounded input). On CPUs with AVX-512 BF16 these products run about 1.35x faster.
-    Called on a batch (``x`` of shape ``(..., in)``), the weight's gradient is one product over
-    the batch; called on single inputs under ``vmap``, it is a sum of per-input outer products,
-    no faster than float32. Reverse mode only (a custom VJP: no ``jax.jvp`` / ``jax.jacfwd``
+    Called on a batch (`x` of shape `(..., in)`), the weight's gradient is one product over
+    the batch; called on single inputs under `vmap`, it is a sum of per-input outer products,
+    no faster than float32. Reverse mode only (a custom VJP: no `jax.jvp` / `jax.jacfwd`
     through such a layer).
 
     **Arguments:** `in_size`, `out_size` (the widths), `use_bias`, `matmul_dtype` (as above) and
@@ -140,7 +140,7 @@ class Dense(eqx.Module):
 
 @typing.final
 class MLP(eqx.Module):
-    """A multi-layer perceptron with per-layer widths (``eqx.nn.MLP`` has one width only).
+    """A multi-layer perceptron with per-layer widths (`eqx.nn.MLP` has one width only).
 
     Activations are static (module-level functions), so populations of MLPs vmap, scan and
     index as pure arrays.
@@ -148,9 +148,9 @@ class MLP(eqx.Module):
     **Arguments:** `in_size`, `out_size`, `hidden` (the widths of the hidden layers),
     `activation` (between layers; relu), `final_activation` (after the last; identity),
     `layer_norm` (a layer normalisation after every layer, before its activation), `affine`
-    (with ``layer_norm``: learned scale and shift in the normalisations, and no biases in the
-    layers, as the PGA-MAP-Elites repository's ``--normalise --affine``), `matmul_dtype`
-    (``"bfloat16"``: the products between hidden layers take bfloat16 inputs, as `Dense`'s; the
+    (with `layer_norm`: learned scale and shift in the normalisations, and no biases in the
+    layers, as the PGA-MAP-Elites repository's `--normalise --affine`), `matmul_dtype`
+    (`"bfloat16"`: the products between hidden layers take bfloat16 inputs, as `Dense`'s; the
     first layer, which reads raw inputs, and the last, which gives the outputs, stay float32),
     `key`.
     """

@@ -16,10 +16,10 @@ class RunningNormaliser(eqx.Module):
     """Running mean and variance of vectors, merged batch by batch (Chan et al.'s parallel
     update, exact for any batch split).
 
-    `normalise` centres and scales by ``sqrt(var + eps)``, clipped to ``[-clip, clip]``. Before
+    `normalise` centres and scales by `sqrt(var + eps)`, clipped to `[-clip, clip]`. Before
     any update it is the identity up to the clip (mean 0, variance 1).
 
-    **Fields:** `mean` and `var` ``(dim,)`` (or with leading axes, one set per agent), `count`
+    **Fields:** `mean` and `var` `(dim,)` (or with leading axes, one set per agent), `count`
     (vectors folded in so far), and the static `eps` and `clip`. Build one with `create`.
     """
 
@@ -40,7 +40,7 @@ class RunningNormaliser(eqx.Module):
         return cls(jnp.zeros(dim, jnp.float32), jnp.ones(dim, jnp.float32), 0.0, eps, clip)
 
     def update(self, batch: Float[Array, "batch dim"]) -> "RunningNormaliser":
-        """Fold a batch of vectors (``(batch, *mean.shape)``) into the statistics."""
+        """Fold a batch of vectors (`(batch, *mean.shape)`) into the statistics."""
         check.rows("RunningNormaliser.update: batch", batch, self.mean.shape)
         n = jnp.asarray(batch.shape[0], jnp.float32)
         batch_mean = jnp.mean(batch, axis=0)
@@ -53,8 +53,8 @@ class RunningNormaliser(eqx.Module):
         return eqx.tree_at(lambda s: (s.mean, s.var, s.count), self, (mean, m2 / total, total))
 
     def normalise(self, x: Float[Array, "*batch dim"]) -> Float[Array, "*batch dim"]:
-        """Also for stacked statistics (e.g. one per agent, ``mean (agents, dim)``): they apply
-        to the trailing axes of ``x``."""
+        """Also for stacked statistics (e.g. one per agent, `mean (agents, dim)`): they apply
+        to the trailing axes of `x`."""
         k = self.mean.ndim
         if np.shape(x)[np.ndim(x) - k :] != self.mean.shape:
             raise ValueError(

@@ -1,10 +1,10 @@
 """The off-policy training loop (TD3, SAC, or any `AbstractOffPolicyAgent`) and deterministic
 evaluation (any `AbstractAgent`).
 
-A training iteration steps ``num_envs`` environments once with the exploration policy,
-inserts the transitions into the replay buffer, then takes ``grad_steps`` gradient steps on
-batches sampled from it. `train` runs ``num_iterations`` of them in one ``lax.scan``. Everything
-is a pure function of modules, so a population trains with one ``eqx.filter_vmap``.
+A training iteration steps `num_envs` environments once with the exploration policy,
+inserts the transitions into the replay buffer, then takes `grad_steps` gradient steps on
+batches sampled from it. `train` runs `num_iterations` of them in one `lax.scan`. Everything
+is a pure function of modules, so a population trains with one `eqx.filter_vmap`.
 """
 
 import abc
@@ -49,7 +49,7 @@ class OffPolicyRun(AbstractTrainingRun):
     """One off-policy agent's training run.
 
     **Fields:** `agent_state` (the agent's state), `buffer` (its replay buffer), `env_state`
-    (its environments mid-episode, leading axis ``num_envs``) and `env_steps` (environment
+    (its environments mid-episode, leading axis `num_envs`) and `env_steps` (environment
     steps so far).
     """
 
@@ -76,8 +76,8 @@ class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyRun]):
 
     @abc.abstractmethod
     def update(self, state: _S, batch: Transition, *, key: PRNGKey) -> tuple[_S, Metrics]:
-        """One gradient step of ``state`` on ``batch`` (a `Transition` with a leading
-        ``minibatch_size`` axis). **Returns:** the new state and scalar metrics by name."""
+        """One gradient step of `state` on `batch` (a `Transition` with a leading
+        `minibatch_size` axis). **Returns:** the new state and scalar metrics by name."""
 
     def init_run(self, env: AbstractEnv, state: _S, *, key: PRNGKey) -> OffPolicyRun:
         check.same_sizes(self, env, f"{type(self).__name__}.init_run")
@@ -88,7 +88,7 @@ class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyRun]):
     def warmup(
         self, env: AbstractEnv, run: OffPolicyRun, num_iterations: int, *, key: PRNGKey
     ) -> OffPolicyRun:
-        """``run`` after ``num_iterations`` steps of every environment of ``env`` under
+        """`run` after `num_iterations` steps of every environment of `env` under
         uniformly random actions, their transitions in the buffer (no learning; only the
         observation statistics follow): the usual start of an off-policy run."""
         return warmup(self, env, run, num_iterations, key=key)
@@ -108,7 +108,7 @@ class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyRun]):
 
 def check_batch(agent: AbstractOffPolicyAgent, batch: Transition, where: str) -> None:
     """Refuse a batch whose observations or actions do not have the agent's widths, naming
-    ``where`` and the field (static shapes: free under ``jit``)."""
+    `where` and the field (static shapes: free under `jit`)."""
     n = batch.obs.shape[0]
     check.shape(f"{where}: batch.obs", batch.obs, (n, agent.observation_size))
     check.shape(f"{where}: batch.next_obs", batch.next_obs, (n, agent.observation_size))
@@ -135,8 +135,8 @@ def init_off_policy(
     state=None,
     key: PRNGKey,
 ) -> OffPolicyRun:
-    """A fresh training run on ``env`` of ``state`` (``None``: ``agent.init(hparams)``): an
-    empty replay buffer of ``buffer_size`` transitions and ``num_envs`` freshly reset
+    """A fresh training run on `env` of `state` (`None`: `agent.init(hparams)`): an
+    empty replay buffer of `buffer_size` transitions and `num_envs` freshly reset
     environments."""
     check.positive_int("num_envs", num_envs)
     check.positive_int("buffer_size", buffer_size)
@@ -182,7 +182,7 @@ def _play(agent, env, state: OffPolicyRun, key: PRNGKey, random_actions: bool):
 
 
 def grad_steps_for(num_envs: int, grad_updates_per_step: float) -> int:
-    """Gradient steps per iteration: ``grad_updates_per_step`` per environment step (at least 1)."""
+    """Gradient steps per iteration: `grad_updates_per_step` per environment step (at least 1)."""
     check.positive("grad_updates_per_step", grad_updates_per_step)
     return max(1, math.floor(grad_updates_per_step * num_envs))
 
@@ -195,9 +195,9 @@ def train_iteration(
     grad_updates_per_step: float = 1.0,
     key: PRNGKey,
 ) -> tuple[OffPolicyRun, TrainMetrics]:
-    """One iteration of ``agent`` on ``env`` from the training run ``state``: one step of every
+    """One iteration of `agent` on `env` from the training run `state`: one step of every
     environment (exploration actions), the transitions into the buffer, then
-    ``floor(grad_updates_per_step * num_envs)`` gradient steps (at least one).
+    `floor(grad_updates_per_step * num_envs)` gradient steps (at least one).
 
     **Returns:** the new state and the iteration's `TrainMetrics`.
     """
@@ -228,8 +228,8 @@ def train(
     grad_updates_per_step: float = 1.0,
     key: PRNGKey,
 ) -> tuple[OffPolicyRun, TrainMetrics]:
-    """``num_iterations`` calls of `train_iteration` (``agent`` on ``env`` from ``state``, with
-    ``grad_updates_per_step``) in one ``lax.scan``; the metrics have a leading iterations
+    """`num_iterations` calls of `train_iteration` (`agent` on `env` from `state`, with
+    `grad_updates_per_step`) in one `lax.scan`; the metrics have a leading iterations
     axis."""
     check.positive_int("train: num_iterations", num_iterations)
     body = lambda s, k: train_iteration(
@@ -247,8 +247,8 @@ def warmup(
     *,
     key,
 ) -> OffPolicyRun:
-    """Fill the buffer of ``state`` with ``num_iterations`` steps of ``env`` under uniformly
-    random actions (no learning; ``agent`` only updates its observation statistics)."""
+    """Fill the buffer of `state` with `num_iterations` steps of `env` under uniformly
+    random actions (no learning; `agent` only updates its observation statistics)."""
     check.same_sizes(agent, env, "warmup")
     check.positive_int("warmup: num_iterations", num_iterations)
 

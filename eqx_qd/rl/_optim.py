@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, PyTree
 
 
 def params_of(module: PyTree) -> PyTree:
-    """The inexact array leaves of ``module`` (what an optimiser updates); the rest is ``None``."""
+    """The inexact array leaves of `module` (what an optimiser updates); the rest is `None`."""
     return eqx.filter(module, eqx.is_inexact_array)
 
 
@@ -23,7 +23,7 @@ def _adam(learning_rate: Float[Array, ""]) -> optax.GradientTransformation:
 
 
 def init_adam(module: PyTree) -> PyTree:
-    """A fresh Adam state (zero moments) for the parameters of ``module``. Adam's state does not
+    """A fresh Adam state (zero moments) for the parameters of `module`. Adam's state does not
     depend on the learning rate, so one state serves any rate `apply_adam` is later given."""
     return _adam(jnp.zeros((), jnp.float32)).init(params_of(module))
 
@@ -31,8 +31,8 @@ def init_adam(module: PyTree) -> PyTree:
 def apply_adam(
     module: PyTree, grads: PyTree, opt_state: PyTree, learning_rate: Float[Array, ""]
 ) -> tuple[PyTree, PyTree]:
-    """One Adam step on ``module`` with gradients ``grads`` (shaped like `params_of(module)`),
-    from optimiser state ``opt_state``, at ``learning_rate``.
+    """One Adam step on `module` with gradients `grads` (shaped like `params_of(module)`),
+    from optimiser state `opt_state`, at `learning_rate`.
 
     **Returns:** the updated module and optimiser state.
     """
@@ -59,8 +59,8 @@ def apply_clipped_adam(
     learning_rate: Float[Array, ""],
     max_grad_norm: Float[Array, ""],
 ) -> tuple[PyTree, PyTree]:
-    """Clip ``grads`` to global norm ``max_grad_norm``, then one Adam step on ``module`` from
-    ``opt_state`` at ``learning_rate``.
+    """Clip `grads` to global norm `max_grad_norm`, then one Adam step on `module` from
+    `opt_state` at `learning_rate`.
 
     **Returns:** the updated module and optimiser state.
     """
@@ -72,8 +72,8 @@ def apply_clipped_adam(
 
 
 def soft_update(target: PyTree, online: PyTree, tau: Float[Array, ""]) -> PyTree:
-    """``target <- (1 - tau) * target + tau * online`` on the inexact array leaves (Polyak
-    averaging of target networks); other leaves are kept from ``target``."""
+    """`target <- (1 - tau) * target + tau * online` on the inexact array leaves (Polyak
+    averaging of target networks); other leaves are kept from `target`."""
     return jax.tree.map(
         lambda t, o: (1.0 - tau) * t + tau * o if eqx.is_inexact_array(t) else t, target, online
     )

@@ -52,8 +52,8 @@ def _population_size(population: AbstractTrainingRun) -> int:
 
 
 def count_from_fraction(name: str, fraction: float, total: int, what: str = "members") -> int:
-    """``int(fraction * total)`` (QDax's rounding). A positive fraction that rounds to zero is an
-    error naming it (QDax fails later, inside ``jax.random.choice``)."""
+    """`int(fraction * total)` (QDax's rounding). A positive fraction that rounds to zero is an
+    error naming it (QDax fails later, inside `jax.random.choice`)."""
     check.fraction(name, fraction)
     count = int(fraction * total)
     if fraction > 0 and count == 0:
@@ -65,7 +65,7 @@ def count_from_fraction(name: str, fraction: float, total: int, what: str = "mem
 
 
 class PBTInfo(eqx.Module):
-    """Which members were replaced (``replaced``) by copies of which (``sources``)."""
+    """Which members were replaced (`replaced`) by copies of which (`sources`)."""
 
     replaced: Int[Array, " num_worse"]
     sources: Int[Array, " num_worse"]
@@ -74,13 +74,13 @@ class PBTInfo(eqx.Module):
 @typing.final
 class PBT(eqx.Module):
     """Exploit and explore over a population of training runs (any `AbstractTrainingRun`,
-    stacked by ``filter_vmap``).
+    stacked by `filter_vmap`).
 
-    `update` ranks members by ``returns`` (NaN ranks last), replaces the
-    ``num_worse_to_replace`` worst by copies (the whole run: agent state, optimiser states,
-    replay buffer) of members drawn uniformly from the ``num_best_to_replace_from`` best, then
-    explores the copies' hyperparameters: ``explore="resample"`` draws them again from
-    ``spaces``; ``"perturb"`` multiplies them by 0.8 or 1.2 (clipped into the spaces).
+    `update` ranks members by `returns` (NaN ranks last), replaces the
+    `num_worse_to_replace` worst by copies (the whole run: agent state, optimiser states,
+    replay buffer) of members drawn uniformly from the `num_best_to_replace_from` best, then
+    explores the copies' hyperparameters: `explore="resample"` draws them again from
+    `spaces`; `"perturb"` multiplies them by 0.8 or 1.2 (clipped into the spaces).
 
     **Fields:** `population_size`, `num_best_to_replace_from`, `num_worse_to_replace` (counts;
     `from_fractions` computes them from fractions), `spaces` (hyperparameter name -> space;
@@ -122,13 +122,13 @@ class PBT(eqx.Module):
         spaces: Spaces,
         explore: str = "resample",
     ) -> "PBT":
-        """Counts as ``int(fraction * population_size)`` (`count_from_fraction`)."""
+        """Counts as `int(fraction * population_size)` (`count_from_fraction`)."""
         best = count_from_fraction("best_fraction", best_fraction, population_size)
         worse = count_from_fraction("worse_fraction", worse_fraction, population_size)
         return cls(population_size, best, worse, dict(spaces), explore)
 
     def explore_hparams(self, hparams: eqx.Module, *, key: PRNGKey) -> eqx.Module:
-        """``hparams`` resampled or perturbed within `spaces`, as `explore` says."""
+        """`hparams` resampled or perturbed within `spaces`, as `explore` says."""
         if self.explore == "resample":
             return sample_hparams(hparams, self.spaces, key=key)
         return perturb_hparams(hparams, self.spaces, key=key)
@@ -140,8 +140,8 @@ class PBT(eqx.Module):
         *,
         key: PRNGKey,
     ) -> tuple[AbstractTrainingRun, PBTInfo]:
-        """One exploit / explore step on ``population`` (stacked training runs), ranked by
-        ``returns`` (``(population_size,)``). Works eagerly and under ``jit``.
+        """One exploit / explore step on `population` (stacked training runs), ranked by
+        `returns` (`(population_size,)`). Works eagerly and under `jit`.
         **Returns:** the new population and a `PBTInfo`.
         """
         if not isinstance(population, AbstractTrainingRun):
@@ -178,9 +178,9 @@ def copy_into(
     *,
     key: PRNGKey,
 ) -> tuple[AbstractTrainingRun, Int[Array, " num"]]:
-    """Overwrite the members at ``slots`` with copies of members drawn uniformly (with
-    replacement) from ``pool`` (whole training runs, buffers included), whose hyperparameters
-    then go through ``explore(hparams, key)``. Returns the population and the pool indices."""
+    """Overwrite the members at `slots` with copies of members drawn uniformly (with
+    replacement) from `pool` (whole training runs, buffers included), whose hyperparameters
+    then go through `explore(hparams, key)`. Returns the population and the pool indices."""
     size = _population_size(population)
     if np.ndim(slots) != 1 or not jnp.issubdtype(jnp.result_type(slots), jnp.integer):
         raise ValueError(
@@ -214,11 +214,11 @@ def init_population(
     template=None,
     key: PRNGKey,
 ) -> AbstractTrainingRun:
-    """``population_size`` training runs of ``agent`` on ``env`` (``agent.init_run`` of fresh
+    """`population_size` training runs of `agent` on `env` (`agent.init_run` of fresh
     states), stacked on a leading axis.
 
-    Hyperparameters are drawn from ``spaces`` (``None``: the agent's ``hparam_spaces``); the
-    other fields come from ``template`` (a hyperparameters module) or the agent's defaults.
+    Hyperparameters are drawn from `spaces` (`None`: the agent's `hparam_spaces`); the
+    other fields come from `template` (a hyperparameters module) or the agent's defaults.
     """
     check.positive_int("population_size", population_size)
     shapes = check_agent(agent, env, where="init_population")
@@ -258,8 +258,8 @@ def train_population(
     *,
     key: PRNGKey,
 ) -> tuple[AbstractTrainingRun, TrainMetrics]:
-    """``agent.train`` (on ``env``, ``num_iterations`` iterations) of every member of
-    ``population``, vmapped; the metrics get a leading population axis. One compiled program
+    """`agent.train` (on `env`, `num_iterations` iterations) of every member of
+    `population`, vmapped; the metrics get a leading population axis. One compiled program
     (with XLA's default options for a `PPO` or `IPPO` population: `eqx_qd._compile`)."""
     train = _train_population_xla if isinstance(agent, _PPOLearner) else _train_population
     return train(agent, env, population, num_iterations, key=key)
@@ -285,9 +285,9 @@ def evaluate_population(
     *,
     key: PRNGKey,
 ) -> EvalMetrics:
-    """``agent.evaluate`` (``num_episodes`` episodes of ``env`` with the deterministic policy)
-    of every member of ``population``; with a QD environment the metrics also hold each
-    episode's descriptor (QDax's ``eval_qd``)."""
+    """`agent.evaluate` (`num_episodes` episodes of `env` with the deterministic policy)
+    of every member of `population`; with a QD environment the metrics also hold each
+    episode's descriptor (QDax's `eval_qd`)."""
     check.same_sizes(agent, env, "evaluate_population")
     check.positive_int("evaluate_population: num_episodes", num_episodes)
     run = lambda s, k: agent.evaluate(env, s.agent_state, num_episodes, key=k)
@@ -297,7 +297,7 @@ def evaluate_population(
 def population_without_optimiser_states(
     agent: AbstractAgent, population: AbstractTrainingRun
 ) -> AbstractTrainingRun:
-    """``population`` with ``agent.empty_optimiser_states`` applied to every member (what a
+    """`population` with `agent.empty_optimiser_states` applied to every member (what a
     repertoire stores: no optimiser states, no target networks)."""
     _check_population("population_without_optimiser_states", population)
     states = eqx.filter_vmap(agent.empty_optimiser_states)(population.agent_state)
@@ -320,12 +320,12 @@ def train_population_sharded(
     mesh: Mesh,
     key: PRNGKey,
 ) -> tuple[AbstractTrainingRun, TrainMetrics]:
-    """`train_population` (``agent``, ``env``, ``num_iterations``) with the members of
-    ``population`` split over the devices of ``mesh`` (the population size must be a multiple
-    of the device count). On a CPU, ``n`` host devices (``jax_num_cpu_devices``) and
-    ``--xla_cpu_multi_thread_eigen=false`` in ``XLA_FLAGS`` run one shard per core, each
+    """`train_population` (`agent`, `env`, `num_iterations`) with the members of
+    `population` split over the devices of `mesh` (the population size must be a multiple
+    of the device count). On a CPU, `n` host devices (`jax_num_cpu_devices`) and
+    `--xla_cpu_multi_thread_eigen=false` in `XLA_FLAGS` run one shard per core, each
     product on one thread: 8 SAC agents on a 2-core CPU did 10% more gradient steps a second
-    than on one device (``benchmarks/README.md``)."""
+    than on one device (`benchmarks/README.md`)."""
     n = _population_size(population)
     devices = mesh.devices.size
     if n % devices:

@@ -18,10 +18,10 @@ from ._layers import _check_last_axis, _check_sizes, MLP
 
 
 class AbstractPolicy(eqx.Module):
-    """A policy whose call gives the deterministic action in ``[-1, 1]^action_size``.
+    """A policy whose call gives the deterministic action in `[-1, 1]^action_size`.
 
     Policies are the genotypes of policy-search QD: a stacked population of them (built with
-    ``eqx.filter_vmap``) is what scoring functions and variation operators receive.
+    `eqx.filter_vmap`) is what scoring functions and variation operators receive.
     """
 
     @property
@@ -34,10 +34,10 @@ class AbstractPolicy(eqx.Module):
 
 @typing.final
 class DeterministicPolicy(AbstractPolicy):
-    """``tanh(MLP(obs))`` (TD3, PGA-ME).
+    """`tanh(MLP(obs))` (TD3, PGA-ME).
 
     **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths), `layer_norm` and
-    `affine` (as `MLP`'s: the PGA-MAP-Elites repository's ``--normalise`` / ``--affine``),
+    `affine` (as `MLP`'s: the PGA-MAP-Elites repository's `--normalise` / `--affine`),
     `matmul_dtype` (as `MLP`'s), `key`.
     """
 
@@ -77,7 +77,7 @@ _LOG_STD_MIN, _LOG_STD_MAX = -5.0, 2.0
 
 @typing.final
 class TanhGaussianPolicy(AbstractPolicy):
-    """A gaussian on pre-tanh actions, squashed by tanh (SAC). Calling it gives ``tanh(mean)``.
+    """A gaussian on pre-tanh actions, squashed by tanh (SAC). Calling it gives `tanh(mean)`.
 
     **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths), `matmul_dtype` (as
     `MLP`'s), `key`.
@@ -107,7 +107,7 @@ class TanhGaussianPolicy(AbstractPolicy):
         return mean, jnp.clip(log_std, _LOG_STD_MIN, _LOG_STD_MAX)
 
     def __call__(self, obs: Float[Array, "*batch obs_dim"]) -> Float[Array, "*batch action_dim"]:
-        """``tanh`` of the mean, for one observation or each row of a batch (leading axes)."""
+        """`tanh` of the mean, for one observation or each row of a batch (leading axes)."""
         return jnp.tanh(self._dist(obs)[0])
 
     def sample(
@@ -122,8 +122,8 @@ class TanhGaussianPolicy(AbstractPolicy):
     def sample_from_noise(
         self, obs: Float[Array, "*batch obs_dim"], eps: Float[Array, "*batch action_dim"]
     ) -> tuple[Float[Array, "*batch action_dim"], Float[Array, "*batch"]]:
-        """`sample` with the standard-normal draw ``eps`` (``(action_dim,)``) given for the
-        observation ``obs`` (batched draws are cheaper in one call), or for each row of a batch
+        """`sample` with the standard-normal draw `eps` (`(action_dim,)`) given for the
+        observation `obs` (batched draws are cheaper in one call), or for each row of a batch
         of both (leading axes: the networks then run on the batch, see `Dense`)."""
         if np.shape(eps) != (*np.shape(obs)[:-1], self._action_size):
             raise ValueError(
@@ -140,14 +140,14 @@ class TanhGaussianPolicy(AbstractPolicy):
 
 @typing.final
 class QCritics(eqx.Module):
-    """``num_critics`` independent Q-networks of ``(obs, action)`` (twin Q by default).
+    """`num_critics` independent Q-networks of `(obs, action)` (twin Q by default).
 
     Kept as separate networks: on CPU, two plain matmuls ran as fast as one stacked, batched
     matmul, and a fused first layer with batched deeper layers was 1.6x slower.
 
     **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths), `key`, `num_critics`
-    and `matmul_dtype` (as `MLP`'s). Called on ``(obs, action)`` it gives every critic's Q
-    value, ``(num_critics,)``.
+    and `matmul_dtype` (as `MLP`'s). Called on `(obs, action)` it gives every critic's Q
+    value, `(num_critics,)`.
     """
 
     nets: tuple[MLP, ...]
@@ -185,7 +185,7 @@ class QCritics(eqx.Module):
     def __call__(
         self, obs: Float[Array, "*batch obs_dim"], action: Float[Array, "*batch action_dim"]
     ) -> Float[Array, "*batch num_critics"]:
-        """Every critic's Q value of ``(obs, action)``, or of each row of a batch of both
+        """Every critic's Q value of `(obs, action)`, or of each row of a batch of both
         (leading axes: the networks then run on the batch, see `Dense`)."""
         self._check(obs, action)
         x = jnp.concatenate([obs, action], axis=-1)
@@ -194,7 +194,7 @@ class QCritics(eqx.Module):
     def q1(
         self, obs: Float[Array, "*batch obs_dim"], action: Float[Array, "*batch action_dim"]
     ) -> Float[Array, "*batch"]:
-        """Q value of ``(obs, action)`` under the first critic only (TD3's and PGA-ME's
+        """Q value of `(obs, action)` under the first critic only (TD3's and PGA-ME's
         policy objective), or of each row of a batch of both."""
         self._check(obs, action)
         return self.nets[0](jnp.concatenate([obs, action], axis=-1))[..., 0]

@@ -1,18 +1,18 @@
 """PPO, written once for a team of agents: `PPO` on a single-agent environment is the team of
-one, `IPPO` (``_ippo.py``) the team of several.
+one, `IPPO` (`_ippo.py`) the team of several.
 
-One learner (`_PPOLearner`) holds the algorithm: a rollout of ``rollout_length`` steps in
-``num_envs`` auto-reset environments, GAE, up to ``actor_epochs`` epochs of the clipped
+One learner (`_PPOLearner`) holds the algorithm: a rollout of `rollout_length` steps in
+`num_envs` auto-reset environments, GAE, up to `actor_epochs` epochs of the clipped
 surrogate with an entropy bonus (stopping early once the approximate KL to the rollout policy
-passes ``kl_threshold``), then ``critic_epochs`` epochs of value regression, with minibatches
+passes `kl_threshold`), then `critic_epochs` epochs of value regression, with minibatches
 reshuffled every epoch. Arrays carry an agent axis throughout; how the agents' samples meet the
-networks is the pooling: ``"independent"`` (one network per agent, updates vmapped over agents,
-so clipping, Adam moments and the KL stop are per agent), ``"shared"`` (one network trained on
-every agent's samples) or ``"joint"`` (one network reading the whole team's observation, a head
+networks is the pooling: `"independent"` (one network per agent, updates vmapped over agents,
+so clipping, Adam moments and the KL stop are per agent), `"shared"` (one network trained on
+every agent's samples) or `"joint"` (one network reading the whole team's observation, a head
 per agent). A single agent is the shared pooling of a team of one.
 
 Everything that learns or varies is in `PPOState`, with `PPOHParams` as float32 array leaves,
-so a hyperparameter sweep is ``eqx.filter_vmap`` over states and a new value never retraces.
+so a hyperparameter sweep is `eqx.filter_vmap` over states and a new value never retraces.
 """
 
 import abc
@@ -107,13 +107,13 @@ class PPOState(AbstractAgentState):
 
     **Fields:**
 
-    - `actor`, `critic`: the networks. With independent IPPO each has a leading ``num_agents``
+    - `actor`, `critic`: the networks. With independent IPPO each has a leading `num_agents`
       axis (one network per agent); shared IPPO and PPO have one actor and one critic; joint
       IPPO one `JointActor` and one `JointValueCritic`.
-    - `actor_opt_state`, `critic_opt_state`: their optimiser states (``None`` in storage).
+    - `actor_opt_state`, `critic_opt_state`: their optimiser states (`None` in storage).
     - `hparams`: the `PPOHParams`.
     - `normaliser`: observation statistics (per agent, like the networks, unless they are
-      shared), or ``None`` unless observations are normalised.
+      shared), or `None` unless observations are normalised.
     """
 
     actor: AbstractActor
@@ -128,9 +128,9 @@ class PPOState(AbstractAgentState):
 class PPORun(AbstractTrainingRun):
     """A PPO or IPPO training run (`AbstractTrainingRun`).
 
-    **Fields:** `agent_state` (the `PPOState`), `env_state` (the ``num_envs`` environments
+    **Fields:** `agent_state` (the `PPOState`), `env_state` (the `num_envs` environments
     rollouts continue from, a batched `TrainingEnvState`), `env_steps` (environment steps
-    taken in training: ``rollout_length x num_envs`` per iteration) and `iterations` (PPO
+    taken in training: `rollout_length x num_envs` per iteration) and `iterations` (PPO
     iterations, one rollout and its epochs each, since the start).
     """
 
@@ -141,7 +141,7 @@ class PPORun(AbstractTrainingRun):
 
 
 class _Trajectory(eqx.Module):
-    """A rollout, time-major, every field ``(rollout_length, num_envs, num_agents, ...)``
+    """A rollout, time-major, every field `(rollout_length, num_envs, num_agents, ...)`
     (`terminated` and `truncated` have no agent axis): `obs` (what each step started from, raw),
     `actions`, `log_probs` (under the rollout policy), `rewards`, `next_obs` (what each step
     reached, before any reset), `terminated`, `truncated` and `finished_returns` (each agent's
@@ -158,7 +158,7 @@ class _Trajectory(eqx.Module):
 
 
 class _Samples(eqx.Module):
-    """Samples of a rollout, flattened, ``(num_samples, ...)`` each (one agent's, or pooled):
+    """Samples of a rollout, flattened, `(num_samples, ...)` each (one agent's, or pooled):
     `obs` (as the actor saw them), `actions`, `log_probs` (under the rollout policy),
     `advantages` and `targets` (GAE's)."""
 
@@ -170,12 +170,12 @@ class _Samples(eqx.Module):
 
 
 def _normalise(normaliser: RunningNormaliser | None, obs: Array) -> Array:
-    """``obs (..., [agents,] obs_dim)`` through per-agent (or shared) statistics, if any."""
+    """`obs (..., [agents,] obs_dim)` through per-agent (or shared) statistics, if any."""
     return obs if normaliser is None else normaliser.normalise(obs)
 
 
 def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:
-    """A fresh shuffle of ``n`` samples cut into ``count`` equal minibatches."""
+    """A fresh shuffle of `n` samples cut into `count` equal minibatches."""
     return random_permutation(n, key=key).reshape(count, n // count)
 
 
@@ -186,9 +186,9 @@ def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:
 def _actor_loss(
     actor: AbstractActor, batch: _Samples, h: PPOHParams, *, normalise_advantages: bool
 ) -> tuple[Float[Array, ""], Float[Array, ""]]:
-    """The clipped surrogate with an entropy bonus (to minimise) of ``actor`` on ``batch``, and
+    """The clipped surrogate with an entropy bonus (to minimise) of `actor` on `batch`, and
     the mean entropy. Advantages are standardised over the batch when
-    ``normalise_advantages``."""
+    `normalise_advantages`."""
     log_probs, entropies = jax.vmap(actor.log_prob_and_entropy)(batch.obs, batch.actions)
     ratio = jnp.exp(log_probs - batch.log_probs)
     adv = batch.advantages
@@ -201,7 +201,7 @@ def _actor_loss(
 
 
 def _approx_kl(actor: AbstractActor, data: _Samples) -> Float[Array, ""]:
-    """KL(rollout policy || ``actor``), estimated as mean((r - 1) - log r) over ``data``
+    """KL(rollout policy || `actor`), estimated as mean((r - 1) - log r) over `data`
     (non-negative, unbiased; Schulman's k3 estimator)."""
     log_ratio = jax.vmap(actor.log_prob)(data.obs, data.actions) - data.log_probs
     return jnp.mean(jnp.expm1(log_ratio) - log_ratio)
@@ -218,9 +218,9 @@ def _actor_epochs(
     normalise_advantages: bool,
     key: PRNGKey,
 ) -> tuple[AbstractActor, PyTree, Metrics]:
-    """Up to ``max_epochs`` epochs of `_actor_loss` of ``actor`` over ``data`` in
-    ``num_minibatches`` minibatches (clipped Adam from ``opt_state``), stopping once the
-    `_approx_kl` to the rollout policy passes ``h.kl_threshold``."""
+    """Up to `max_epochs` epochs of `_actor_loss` of `actor` over `data` in
+    `num_minibatches` minibatches (clipped Adam from `opt_state`), stopping once the
+    `_approx_kl` to the rollout policy passes `h.kl_threshold`."""
     n = data.obs.shape[0]
     grad_fn = eqx.filter_value_and_grad(
         lambda a, b: _actor_loss(a, b, h, normalise_advantages=normalise_advantages),
@@ -263,9 +263,9 @@ def _critic_epochs(
     epochs: int,
     key: PRNGKey,
 ) -> tuple[eqx.Module, PyTree, Metrics]:
-    """``epochs`` epochs of value regression of ``critic`` (any module ``obs -> value``;
-    ``h.vf_coef`` x squared error to the GAE targets) over ``data`` in ``num_minibatches``
-    minibatches, with clipped Adam from ``opt_state``."""
+    """`epochs` epochs of value regression of `critic` (any module `obs -> value`;
+    `h.vf_coef` x squared error to the GAE targets) over `data` in `num_minibatches`
+    minibatches, with clipped Adam from `opt_state`."""
     n = data.obs.shape[0]
 
     def loss_fn(critic, batch):
@@ -319,7 +319,7 @@ def _check_loop(agent: "_PPOLearner") -> None:
 
 
 class _PPOLearner(AbstractAgent[PPOState, PPORun]):
-    """The PPO learner over a team of ``num_agents`` agents (module docstring); `PPO` and
+    """The PPO learner over a team of `num_agents` agents (module docstring); `PPO` and
     `IPPO` say how the team meets its environment and its networks."""
 
     rollout_length: eqx.AbstractVar[int]
@@ -335,12 +335,12 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
     @property
     @abc.abstractmethod
     def pooling(self) -> str:
-        """How the agents' samples meet the networks: ``"independent"``, ``"shared"`` or
-        ``"joint"`` (module docstring)."""
+        """How the agents' samples meet the networks: `"independent"`, `"shared"` or
+        `"joint"` (module docstring)."""
 
     @abc.abstractmethod
     def _team(self, env: AbstractBaseEnv, where: str) -> AbstractMultiAgentEnv:
-        """``env`` as the team's environment (checked against the agent, naming ``where``)."""
+        """`env` as the team's environment (checked against the agent, naming `where`)."""
 
     @abc.abstractmethod
     def _new_actor(self, key: PRNGKey) -> AbstractActor:
@@ -368,7 +368,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         return eqx.filter_vmap(init_clipped_adam)(params)
 
     def init(self, hparams: PPOHParams | None = None, *, key: PRNGKey) -> PPOState:
-        """Fresh networks and optimiser states, with ``hparams`` (``None``: the defaults)."""
+        """Fresh networks and optimiser states, with `hparams` (`None`: the defaults)."""
         hparams = PPOHParams() if hparams is None else hparams
         actor_key, critic_key = jr.split(key)
         actor = self._per_agent(self._new_actor, actor_key)
@@ -390,7 +390,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         )
 
     def init_run(self, env: AbstractBaseEnv, state: PPOState, *, key: PRNGKey) -> PPORun:
-        """A training run of ``state`` on ``env``: ``num_envs`` freshly reset environments,
+        """A training run of `state` on `env`: `num_envs` freshly reset environments,
         zero steps and iterations."""
         team = self._team(env, "init_run")
         env_state = jax.vmap(lambda k: training_reset(team, key=k))(jr.split(key, self.num_envs))
@@ -415,7 +415,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         )
 
     def reset_targets(self, state: PPOState) -> PPOState:
-        """``state`` unchanged: PPO has no target networks."""
+        """`state` unchanged: PPO has no target networks."""
         return state
 
     def genome(self, state: PPOState) -> tuple[AbstractActor, ValueCritic | JointValueCritic]:
@@ -428,7 +428,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
     # -- acting ---------------------------------------------------------------------------
 
     def _over_agents(self, fn, params: PyTree, *args: Array):
-        """``fn(params_i, *args_i)`` for every agent ``i``; ``args`` have the agent axis first
+        """`fn(params_i, *args_i)` for every agent `i`; `args` have the agent axis first
         (the shared network is every agent's)."""
         axis = None if self.pooling == "shared" else eqx.if_array(0)
         return eqx.filter_vmap(fn, in_axes=(axis, *([0] * len(args))))(params, *args)
@@ -446,7 +446,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         return self._over_agents(lambda a, o, k: a.sample(o, key=k), state.actor, obs, keys)
 
     def _act_batch(self, actor, obs: Float[Array, "batch agents obs_dim"], key):
-        """Sampled actions and their log-probabilities ``(batch, agents, ...)``."""
+        """Sampled actions and their log-probabilities `(batch, agents, ...)`."""
         if self.pooling == "joint":
             keys = jr.split(key, obs.shape[0])
             return jax.vmap(lambda o, k: actor.sample_and_log_prob(o, key=k))(obs, keys)
@@ -473,7 +473,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
     def _rollout(
         self, team: AbstractMultiAgentEnv, run: PPORun, key: PRNGKey
     ) -> tuple[TrainingEnvState, _Trajectory]:
-        """``rollout_length`` steps of the sampling policies in the ``num_envs`` environments."""
+        """`rollout_length` steps of the sampling policies in the `num_envs` environments."""
         state = run.agent_state
 
         def one_step(env_state, k):
@@ -501,7 +501,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         return env_state, _Trajectory(*steps)
 
     def _samples(self, state: PPOState, traj: _Trajectory) -> _Samples:
-        """Per-agent samples ``(num_agents, rollout_length * num_envs, ...)`` with GAE."""
+        """Per-agent samples `(num_agents, rollout_length * num_envs, ...)` with GAE."""
         h = state.hparams
         obs = _normalise(state.normaliser, traj.obs)  # as the actors saw them
         values = self._values(state.critic, obs)
@@ -532,7 +532,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         )
 
     def _epochs(self, state: PPOState, data: _Samples, actor_key: PRNGKey, critic_key: PRNGKey):
-        """The actor's and the critic's epochs on ``data``, pooled as `pooling` says."""
+        """The actor's and the critic's epochs on `data`, pooled as `pooling` says."""
         h = state.hparams
         actor_update = lambda a, o, d, k: _actor_epochs(
             a,
@@ -569,7 +569,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         self, team: AbstractMultiAgentEnv, run: PPORun, key: PRNGKey
     ) -> tuple[PPORun, Metrics]:
         """One rollout and the epochs on it. **Returns:** the run and metrics per agent
-        ``(num_agents,)``."""
+        `(num_agents,)`."""
         rollout_key, actor_key, critic_key = jr.split(key, 3)
         env_state, traj = self._rollout(team, run, rollout_key)
         state = run.agent_state
@@ -603,8 +603,8 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
     def train(
         self, env: AbstractBaseEnv, run: PPORun, num_iterations: int, *, key: PRNGKey
     ) -> tuple[PPORun, TrainMetrics]:
-        """``num_iterations`` PPO iterations (a rollout of ``rollout_length`` steps in
-        ``num_envs`` environments and its epochs each) in one ``lax.scan``. The metrics are the
+        """`num_iterations` PPO iterations (a rollout of `rollout_length` steps in
+        `num_envs` environments and its epochs each) in one `lax.scan`. The metrics are the
         team's: the mean reward over agents, and the return of the episodes that ended summed
         over agents (as `evaluate` reports it); losses are averaged over agents."""
         team = self._team(env, "train")
@@ -624,7 +624,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
 def _train(
     agent: _PPOLearner, team: AbstractMultiAgentEnv, run: PPORun, num_iterations: int, *, key
 ):
-    """``num_iterations`` of `_PPOLearner._iteration` in one scan; metrics per agent."""
+    """`num_iterations` of `_PPOLearner._iteration` in one scan; metrics per agent."""
     body = lambda r, k: agent._iteration(team, r, k)
     return filter_scan(body, run, jr.split(key, num_iterations))
 

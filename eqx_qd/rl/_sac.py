@@ -54,8 +54,8 @@ class SACHParams(AbstractHParams):
 class SACState(AbstractAgentState):
     """Everything a SAC agent learns or varies.
 
-    **Fields:** `policy`, `critic`, `target_critic` (``None`` in storage), `log_alpha` (the log
-    temperature), `policy_opt_state`, `critic_opt_state`, `alpha_opt_state` (``None`` in
+    **Fields:** `policy`, `critic`, `target_critic` (`None` in storage), `log_alpha` (the log
+    temperature), `policy_opt_state`, `critic_opt_state`, `alpha_opt_state` (`None` in
     storage), `normaliser`, `hparams` (the `SACHParams`) and `steps` (gradient steps taken).
     """
 
@@ -74,15 +74,15 @@ class SACState(AbstractAgentState):
 @typing.final
 class SAC(AbstractOffPolicyAgent[SACState]):
     """Soft Actor-Critic (Haarnoja et al., 2018) with twin critics and automatic entropy
-    tuning towards ``target_entropy`` (default ``-target_entropy_scale * action_size``, with
-    the scale 1 as in the SAC paper; QDax's PBT-SAC uses 0.5); ``fix_alpha`` keeps the
-    temperature at ``init_alpha``.
+    tuning towards `target_entropy` (default `-target_entropy_scale * action_size`, with
+    the scale 1 as in the SAC paper; QDax's PBT-SAC uses 0.5); `fix_alpha` keeps the
+    temperature at `init_alpha`.
 
     **Fields:** `observation_size`, `action_size`, `policy_hidden`, `critic_hidden` (layer
     widths), `minibatch_size` (transitions per gradient step), `normalise_observations`, the
-    temperature settings above, `matmul_dtype` (``"bfloat16"``: the networks' products between
+    temperature settings above, `matmul_dtype` (`"bfloat16"`: the networks' products between
     hidden layers take bfloat16 inputs with float32 accumulation, as `MLP`'s; faster on CPUs
-    with AVX-512 BF16, see ``benchmarks/README.md`` for speed and learning curves), and the
+    with AVX-512 BF16, see `benchmarks/README.md` for speed and learning curves), and the
     training loop's `num_envs`, `buffer_size` and `grad_updates_per_step`
     (`AbstractOffPolicyAgent`).
     """
@@ -113,7 +113,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
 
     @property
     def entropy_target(self) -> float:
-        """``target_entropy``, or ``-target_entropy_scale * action_size`` when it is None."""
+        """`target_entropy`, or `-target_entropy_scale * action_size` when it is None."""
         if self.target_entropy is not None:
             return self.target_entropy
         return -self.target_entropy_scale * float(self.action_size)
@@ -159,7 +159,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
 
     def init_optimiser_states(self, state: SACState) -> SACState:
         """Fresh optimiser states (zero moments) for the current parameters, and the target
-        critics reset to the online ones (QDax's ``init_optimizers_states``)."""
+        critics reset to the online ones (QDax's `init_optimizers_states`)."""
         state = eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state, s.alpha_opt_state),
             state,
@@ -174,7 +174,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
 
     def genome(self, state: SACState) -> tuple[TanhGaussianPolicy, QCritics, Array]:
         """The policy, the critics and the log temperature (varied jointly, as QDax's
-        ``sac_pbt_variation_fn``)."""
+        `sac_pbt_variation_fn`)."""
         return state.policy, state.critic, state.log_alpha
 
     def with_genome(self, state: SACState, genome: tuple) -> SACState:
@@ -197,8 +197,8 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     def critic_loss(
         self, critic: QCritics, state: SACState, batch: Transition, *, key: PRNGKey
     ) -> Float[Array, ""]:
-        """The soft double-Q regression loss of ``critic`` on ``batch``, with the target critic,
-        policy and temperature of ``state``."""
+        """The soft double-Q regression loss of `critic` on `batch`, with the target critic,
+        policy and temperature of `state`."""
         h = state.hparams
         obs, next_obs = self.normalise(state, batch.obs), self.normalise(state, batch.next_obs)
         eps = jr.normal(key, batch.action.shape)
@@ -212,8 +212,8 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     def policy_loss(
         self, policy: TanhGaussianPolicy, state: SACState, batch: Transition, *, key: PRNGKey
     ) -> tuple[Float[Array, ""], Float[Array, " batch"]]:
-        """The entropy-regularised policy loss of ``policy`` on ``batch`` under the critic and
-        temperature of ``state``, and the sampled actions' log-densities."""
+        """The entropy-regularised policy loss of `policy` on `batch` under the critic and
+        temperature of `state`, and the sampled actions' log-densities."""
         obs = self.normalise(state, batch.obs)
         eps = jr.normal(key, batch.action.shape)
         action, logp = policy.sample_from_noise(obs, eps)

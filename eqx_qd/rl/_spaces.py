@@ -25,16 +25,16 @@ class AbstractSpace(eqx.Module):
 
     @abc.abstractmethod
     def clip(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
-        """``x`` moved to the nearest value of the space, element-wise."""
+        """`x` moved to the nearest value of the space, element-wise."""
 
     def contains(self, x: Float[Array, "*shape"]) -> jax.Array:
-        """Whether each element of ``x`` lies in the space (up to float32 rounding)."""
+        """Whether each element of `x` lies in the space (up to float32 rounding)."""
         return jnp.isclose(self.clip(x), x, rtol=1e-6, atol=0.0)
 
 
 @typing.final
 class Uniform(AbstractSpace):
-    """Uniform on ``[low, high]``."""
+    """Uniform on `[low, high]`."""
 
     low: float = eqx.field(static=True)
     high: float = eqx.field(static=True)
@@ -53,7 +53,7 @@ class Uniform(AbstractSpace):
 
 @typing.final
 class LogUniform(AbstractSpace):
-    """Log-uniform on ``[low, high]`` (both positive): each decade equally likely."""
+    """Log-uniform on `[low, high]` (both positive): each decade equally likely."""
 
     low: float = eqx.field(static=True)
     high: float = eqx.field(static=True)
@@ -97,7 +97,7 @@ Spaces = Mapping[str, AbstractSpace]
 
 
 def log_uniform_learning_rates(spaces: Spaces) -> dict[str, AbstractSpace]:
-    """The same spaces with every ``*_lr`` drawn log-uniformly over its range."""
+    """The same spaces with every `*_lr` drawn log-uniformly over its range."""
     _check_spaces_mapping("log_uniform_learning_rates", spaces)
     out = dict(spaces)
     for name, space in spaces.items():
@@ -126,7 +126,7 @@ def _check_fields(where: str, hparams: eqx.Module, spaces: Spaces) -> None:
 
 
 def sample_hparams(template: eqx.Module, spaces: Spaces, *, key: PRNGKey) -> eqx.Module:
-    """``template`` with every field named in ``spaces`` drawn from its space (pure)."""
+    """`template` with every field named in `spaces` drawn from its space (pure)."""
     _check_fields("sample_hparams", template, spaces)
     names = sorted(spaces)
     keys = jr.split(key, len(names))
@@ -137,8 +137,8 @@ def sample_hparams(template: eqx.Module, spaces: Spaces, *, key: PRNGKey) -> eqx
 def perturb_hparams(
     hparams: eqx.Module, spaces: Spaces, *, factors: tuple[float, float] = (0.8, 1.2), key: PRNGKey
 ) -> eqx.Module:
-    """``hparams`` with each hyperparameter named in ``spaces`` multiplied by one of
-    ``factors`` (equally likely) and clipped into its space: PBT's "perturb" explore step."""
+    """`hparams` with each hyperparameter named in `spaces` multiplied by one of
+    `factors` (equally likely) and clipped into its space: PBT's "perturb" explore step."""
     _check_fields("perturb_hparams", hparams, spaces)
     if len(factors) == 0:
         raise ValueError("perturb_hparams: factors must not be empty")

@@ -2,7 +2,7 @@
 
 The agent module holds only structure (sizes, batch size, delays); everything that changes or
 that a population varies lives in its training state, including the hyperparameters as float32
-array leaves, so ``eqx.filter_vmap`` over states trains agents with different learning rates in
+array leaves, so `eqx.filter_vmap` over states trains agents with different learning rates in
 one program, and changing a value never retraces. Optimisers are built inside `update` from
 those arrays: no optax object is ever a field.
 """
@@ -65,7 +65,7 @@ class TD3State(AbstractAgentState):
     """Everything a TD3 agent learns or varies.
 
     **Fields:** `policy`, `critic`, `target_policy`, `target_critic` (the networks; the
-    targets are ``None`` in storage), `policy_opt_state`, `critic_opt_state` (``None`` in
+    targets are `None` in storage), `policy_opt_state`, `critic_opt_state` (`None` in
     storage: see `TD3.empty_optimiser_states`), `normaliser` (observation statistics),
     `hparams` (the `TD3HParams`) and `steps` (gradient steps taken).
     """
@@ -84,14 +84,14 @@ class TD3State(AbstractAgentState):
 @typing.final
 class TD3(AbstractOffPolicyAgent[TD3State]):
     """Twin Delayed DDPG (Fujimoto et al., 2018): twin critics with clipped double-Q targets,
-    target-policy smoothing (``policy_noise`` clipped at ``noise_clip``), and policy plus
-    target updates every ``policy_delay`` critic steps.
+    target-policy smoothing (`policy_noise` clipped at `noise_clip`), and policy plus
+    target updates every `policy_delay` critic steps.
 
     **Fields:** `observation_size`, `action_size`, `policy_hidden`, `critic_hidden` (layer
     widths), `minibatch_size` (transitions per gradient step), `policy_delay`,
     `normalise_observations` (use the state's running observation statistics),
     `policy_layer_norm` and `policy_affine` (layer normalisation in the policy, as
-    `DeterministicPolicy`'s ``layer_norm`` / ``affine``), `matmul_dtype` (as `SAC`'s), and the
+    `DeterministicPolicy`'s `layer_norm` / `affine`), `matmul_dtype` (as `SAC`'s), and the
     training loop's `num_envs`, `buffer_size` and `grad_updates_per_step`
     (`AbstractOffPolicyAgent`).
     """
@@ -147,8 +147,8 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     def state_from(
         self, policy: DeterministicPolicy, critic: QCritics, hparams: TD3HParams | None = None
     ) -> TD3State:
-        """A fresh training state around ``policy`` and ``critic`` (targets are copies, new
-        optimiser states) with ``hparams`` (``None``: the defaults)."""
+        """A fresh training state around `policy` and `critic` (targets are copies, new
+        optimiser states) with `hparams` (`None`: the defaults)."""
         return TD3State(
             policy,
             critic,
@@ -172,7 +172,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
 
     def init_optimiser_states(self, state: TD3State) -> TD3State:
         """Fresh optimiser states (zero moments) for the current networks, and targets reset
-        to them (QDax's ``init_optimizers_states``)."""
+        to them (QDax's `init_optimizers_states`)."""
         state = eqx.tree_at(
             lambda s: (s.policy_opt_state, s.critic_opt_state),
             state,
@@ -191,7 +191,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         )
 
     def genome(self, state: TD3State) -> tuple[DeterministicPolicy, QCritics]:
-        """The policy and the critics (varied jointly, as QDax's ``td3_pbt_variation_fn``)."""
+        """The policy and the critics (varied jointly, as QDax's `td3_pbt_variation_fn`)."""
         return state.policy, state.critic
 
     def with_genome(self, state: TD3State, genome: tuple) -> TD3State:
@@ -215,8 +215,8 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     def critic_loss(
         self, critic: QCritics, state: TD3State, batch: Transition, *, key: PRNGKey
     ) -> Float[Array, ""]:
-        """The clipped double-Q regression loss of ``critic`` on ``batch``, with the targets
-        and hyperparameters of ``state``."""
+        """The clipped double-Q regression loss of `critic` on `batch`, with the targets
+        and hyperparameters of `state`."""
         h = state.hparams
         obs, next_obs = self.normalise(state, batch.obs), self.normalise(state, batch.next_obs)
         noise = jnp.clip(
@@ -231,8 +231,8 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     def policy_loss(
         self, policy: DeterministicPolicy, state: TD3State, batch: Transition
     ) -> Float[Array, ""]:
-        """Minus the mean Q1 of ``policy``'s actions on ``batch`` under the critic of
-        ``state``."""
+        """Minus the mean Q1 of `policy`'s actions on `batch` under the critic of
+        `state`."""
         obs = self.normalise(state, batch.obs)
         return -jnp.mean(state.critic.q1(obs, policy(obs)))
 
