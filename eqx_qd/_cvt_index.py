@@ -166,9 +166,8 @@ _INDEX_MIN_CELLS = 256
 _INDEX_MAX_DIM = 3
 _INDEX_MAX_CANDIDATES = 256
 # Boxes about as many as the centroids: a lookup then compares 10-20 candidates in 2-D (at 4
-# centroids a box, 35-48), which took a 1,024-point lookup from 0.31 to 0.17-0.25 ms at 10,000
-# cells and from 0.30 to 0.18 ms at 65,536 on a 2-core CPU; building costs more (0.4 s at
-# 10,000 cells, 1.9 s at 65,536, once per tessellation).
+# centroids a box, 35-48), the fastest lookups for a build once per tessellation
+# (benchmarks/README.md, "Measurements behind the code").
 _CENTROIDS_PER_BOX = 1
 _MARGIN_BOXES = 2
 

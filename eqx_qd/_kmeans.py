@@ -29,10 +29,9 @@ def _weighted_draw(weights: Float[Array, " m"], u: Float[Array, ""]) -> Int[Arra
     with probability proportional to `weights` (non-negative).
 
     Through blocks of about sqrt(m) weights (at least 128): the block from the blocks'
-    cumulative sums, then the index within it. One cumulative sum of all the weights took 60
-    us for 8,192 on a 2-core CPU (XLA's CPU cumsum is slow), two short ones take 4; k-means++
-    draws once per centroid. A count compiles faster than `searchsorted` and costs the same
-    here.
+    cumulative sums, then the index within it: XLA's CPU cumulative sum is slow over long
+    arrays, and k-means++ draws once per centroid. A count compiles faster than `searchsorted`
+    and costs the same here.
     """
     m = weights.shape[0]
     width = max(128, 1 << math.ceil(math.log2(math.sqrt(m))))
@@ -56,7 +55,7 @@ def _kmeans_plus_plus(
     first = samples[jnp.minimum(jnp.floor(uniforms[0] * m).astype(jnp.int32), m - 1)]
     centroids = jnp.zeros((num_cells, samples.shape[1]), samples.dtype).at[0].set(first)
     # Distances from the (dim, m) layout, summed over its leading axis: summing the short rows
-    # of the (m, dim) layout took 85 us per centroid for 8,192 samples on a 2-core CPU, this 4.
+    # of the (m, dim) layout is many times slower on CPU.
     columns = samples.T
     sq_dist = lambda c: jnp.sum((columns - c[:, None]) ** 2, axis=0)
     dist = sq_dist(first)
@@ -177,8 +176,7 @@ def cvt_centroids(
     a step linear in `num_samples`. `num_iterations` is rounded up to a multiple of 5. Cluster
     sums are integer sums over the samples' 23-bit codes, so the result is the same on every
     call on a GPU too (at most 2**23 samples). One compiled program draws the samples and
-    runs the k-means: 1,024 cells from 50,000 samples take about 1 s on a 2-core CPU on the
-    first call, compile included.
+    runs the k-means, so a first call is quick, compile included.
     """
     check.positive_int("num_cells", num_cells)
     check.positive_int("num_descriptors", num_descriptors)

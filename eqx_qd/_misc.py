@@ -49,7 +49,7 @@ def random_permutation(n: int, *, key: PRNGKey) -> Int[Array, " {n}"]:
 
     Each round sorts one uint32 array: the round's random bits above, each position's index in
     the low bits. XLA's CPU sorts one integer operand several times faster than the key-value
-    sort behind `jax.random.permutation` (8,192 items: 0.6 against 5.5 ms). Items whose random
+    sort behind `jax.random.permutation` (`benchmarks/README.md`). Items whose random
     bits tie keep the previous round's order, so rounds are added until a pair tied in every
     round is unlikely (probability at most 2**-9 over all pairs); with fewer than 8 random bits
     left (over 2**24 items) it falls back to `jax.random.permutation`.

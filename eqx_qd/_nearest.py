@@ -31,7 +31,7 @@ def _scores(points: Float[Array, "n d"], centroids: Float[Array, "k d"]) -> Floa
 
 def _argmin_rows(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
     """Row-wise argmin of wide rows, lowest index among ties, via min + where: XLA's CPU
-    argmin is 3x slower over 1,024 columns (2.5 against 0.8 ms for 1,024 rows).
+    argmin is several times slower over wide rows (`benchmarks/README.md`).
 
     XLA may compute `scores` twice, once for the minimum and once for the comparison, and
     contract a multiply-add into one rounding in one copy only: a row can then hold no element
@@ -52,8 +52,7 @@ def _argmin_rows(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
 
 def _argmin_few(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
     """Row-wise argmin of narrow rows (tens of columns), lowest index among ties: one
-    reduction, which over so few columns is faster than `_argmin_rows` (0.14-0.17 against
-    0.19-0.25 ms for 1,024 rows of 15-20)."""
+    reduction, which over so few columns is faster than `_argmin_rows`."""
     return jnp.argmin(scores, axis=-1).astype(jnp.int32)
 
 
@@ -73,9 +72,8 @@ def nearest_centroid(
     Squared distances up to a per-point constant are `|c|^2 - 2 p.c` (one matmul); the minimum
     is found with `min` + `where` because XLA's CPU `argmin` is several times slower
     (with an exact fallback, `_argmin_rows`). The matmul runs at full float32 precision: at
-    the default precision a GPU multiplies in TF32 (10-bit mantissa), which on an H100 sent
-    descriptors to the wrong cell (71.7% coverage with 4,096 cells where exact search reached
-    100%).
+    the default precision a GPU multiplies in TF32 (10-bit mantissa), which sends descriptors
+    to the wrong cell (seen on an H100: `benchmarks/README.md`).
     """
     if jnp.ndim(centroids) != 2:
         raise ValueError(

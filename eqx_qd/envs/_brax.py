@@ -237,8 +237,8 @@ def _task_env(name: str, backend: str) -> Any:
 @functools.lru_cache(maxsize=32)
 def _sizes(name: str, backend: str) -> tuple[int, int]:
     env = _task_env(name, backend)
-    # brax's own `observation_size` runs a reset eagerly: some 200 small XLA programs, about
-    # 8 s on a 2-core CPU. Its shapes alone are what is needed: an abstract evaluation.
+    # brax's own `observation_size` runs a reset eagerly, some 200 small XLA programs; its
+    # shapes alone are what is needed: an abstract evaluation.
     with _brax_numerics():
         obs_size = int(jax.eval_shape(env.reset, jax.random.PRNGKey(0)).obs.shape[-1])
     return obs_size + (2 if QD_BRAX_TASKS[name].xy_obs else 0), int(env.action_size)
@@ -248,9 +248,9 @@ def _sizes(name: str, backend: str) -> tuple[int, int]:
 def _first_state(name: str, backend: str) -> Any:
     """The brax state every episode of a deterministic task starts from (brax's reset with key
     0), as NumPy arrays: a constant of the task, computed once per process. A program that
-    plays episodes then holds no reset (about a third of a brax rollout's compile time: 5 s of
-    16 for 64 walker2d policies on a 2-core CPU); this one program runs once, so it is compiled
-    at XLA's lowest optimisation level (3.0 s against 4.5 s)."""
+    plays episodes then holds no reset (about a third of a brax rollout's compile time); this
+    one program runs once, so it is compiled at XLA's lowest optimisation level, which compiles
+    it faster (`benchmarks/README.md`, "Measurements behind the code")."""
     env = _task_env(name, backend)
     with jax.ensure_compile_time_eval():  # concrete even when first called inside a trace
         key_data = jax.device_get(jax.random.key_data(jax.random.key(0)))

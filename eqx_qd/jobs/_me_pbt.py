@@ -141,8 +141,8 @@ PAPER_PRESET: dict[str, object] = dict(
 """The ME-PBT paper's setting as QDax's `me_td3_pbt` example runs it: the ant trap,
 1000-step episodes, 1024 CVT cells, (256, 256) networks, per device 10 PBT-TD3 agents
 (each training 20 x 250 environment steps per generation, one gradient step per environment
-step, a 100k buffer) and 10 GA children, for 450 iterations: about 19 minutes on one H100
-(2.35 s an iteration, measured); not for a laptop CPU."""
+step, a 100k buffer) and 10 GA children, for 450 iterations: a GPU's run, not a laptop CPU's
+(its time on an H100: `benchmarks/README.md`, "Measurements behind the code")."""
 
 
 def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:

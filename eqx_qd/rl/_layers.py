@@ -95,7 +95,8 @@ class Dense(eqx.Module):
     `matmul_dtype="bfloat16"` rounds `x` and `weight` to bfloat16 for the product and
     accumulates it in float32 (the output, the stored weights and the optimiser stay float32);
     both gradients are such products too (of the rounded cotangent with the rounded weight, and
-    with the rounded input). On CPUs with AVX-512 BF16 these products run about 1.35x faster.
+    with the rounded input). These products are faster on CPUs with AVX-512 BF16, slower on
+    others (`benchmarks/README.md`).
     Called on a batch (`x` of shape `(..., in)`), the weight's gradient is one product over
     the batch; called on single inputs under `vmap`, it is a sum of per-input outer products,
     no faster than float32. Reverse mode only (a custom VJP: no `jax.jvp` / `jax.jacfwd`

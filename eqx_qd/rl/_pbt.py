@@ -227,8 +227,7 @@ def init_population(
     return _init_runs(agent, env, spaces, population_size, template, key=key)
 
 
-# One compiled program: op by op, a population's init compiled some 100 small ones (8 s on a
-# 2-core CPU for TD3).
+# One compiled program: op by op, a population's init compiled some 100 small ones.
 @jit
 def _init_runs(
     agent: AbstractAgent,
@@ -324,8 +323,8 @@ def train_population_sharded(
     `population` split over the devices of `mesh` (the population size must be a multiple
     of the device count). On a CPU, `n` host devices (`jax_num_cpu_devices`) and
     `--xla_cpu_multi_thread_eigen=false` in `XLA_FLAGS` run one shard per core, each
-    product on one thread: 8 SAC agents on a 2-core CPU did 10% more gradient steps a second
-    than on one device (`benchmarks/README.md`)."""
+    product on one thread, which can beat one device's multi-threaded products
+    (`benchmarks/README.md`)."""
     n = _population_size(population)
     devices = mesh.devices.size
     if n % devices:

@@ -143,7 +143,7 @@ class QCritics(eqx.Module):
     """`num_critics` independent Q-networks of `(obs, action)` (twin Q by default).
 
     Kept as separate networks: on CPU, two plain matmuls ran as fast as one stacked, batched
-    matmul, and a fused first layer with batched deeper layers was 1.6x slower.
+    matmul, and a fused first layer with batched deeper layers was slower.
 
     **Arguments:** `obs_size`, `action_size`, `hidden` (layer widths), `key`, `num_critics`
     and `matmul_dtype` (as `MLP`'s). Called on `(obs, action)` it gives every critic's Q
