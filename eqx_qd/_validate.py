@@ -8,7 +8,7 @@ element-wise, so a stacked population of hyperparameters is checked whole.
 """
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from typing import Any
 
 import equinox as eqx
@@ -131,13 +131,6 @@ def ordered(low_name: str, low: Any, high_name: str, high: Any, *, strict: bool 
         raise ValueError(
             f"{low_name} must be {sign} {high_name}, got {_show(low)} and {_show(high)}"
         )
-
-
-def ranges(owner: str, module: Any, table: Mapping[str, tuple[float, float]]) -> None:
-    """Check `module.<name>` in `[low, high]` (finite) for every row of `table`; errors
-    name `owner.name`."""
-    for name, (low, high) in table.items():
-        in_range(f"{owner}.{name}", getattr(module, name), low, high)
 
 
 def same_sizes(agent: Any, env: Any, where: str) -> None:

@@ -18,7 +18,10 @@ _State = TypeVar("_State")
 
 
 class Origin(enum.IntEnum):
-    """How a candidate was made (the `type` column of PGA-ME's actors file)."""
+    """How a candidate was made, per candidate in its `Lineage`: `RANDOM` (an initial
+    genotype), `EVO` (GA variation of elites), `GRADIENT` (a policy-gradient step, PGA-ME's
+    and ME-PBT's trained agents) or `GREEDY` (PGA-ME's greedy actor itself). The jobs write it
+    as the `type` column of their lineage files."""
 
     RANDOM = 0
     EVO = 1
