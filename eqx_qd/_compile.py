@@ -13,9 +13,9 @@ one (XLA's default) runs the PPO training programs faster. Measurements:
 
 Options only reach an outermost `jax.jit` (JAX refuses them on a nested one), so a program
 called inside another transformation (an argument is a tracer) runs as part of the outer
-program, with its options. Your own programs: `eqx.filter_jit(fn,
-compiler_options=compiler_options())`, or `XLA_FLAGS=--xla_cpu_use_fusion_emitters=false`
-for a whole process.
+program, with its options; so does a call inside an outer `jit` on closed-over constants,
+where JAX refuses them. Your own programs compile as you jit them (`eqx.filter_jit`);
+`XLA_FLAGS=--xla_cpu_use_fusion_emitters=false` gives a whole process the older generator.
 """
 
 import functools

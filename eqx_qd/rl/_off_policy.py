@@ -62,7 +62,7 @@ class OffPolicyRun(AbstractTrainingRun):
 class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyRun]):
     """An agent that learns from a replay buffer: implement `update` (one gradient step on a
     batch of transitions) and the `AbstractAgent` methods other than `init_run` and `train`,
-    which this class provides (`init_off_policy`, `train`).
+    which this class provides, with `warmup`.
 
     **Fields** it adds to `AbstractAgent`'s: `minibatch_size` (transitions per gradient
     step), `num_envs` (environments stepped together), `buffer_size` (replay capacity) and
