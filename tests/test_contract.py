@@ -264,6 +264,8 @@ def test_hyperparameters_must_be_float32_arrays():
 
     with pytest.raises(ValueError, match=r"Converted.lr must be finite"):
         Converted(lr=float("inf"))
+    with pytest.raises(TypeError, match=r"Converted.lr must be a float32 array \(a number\)"):
+        Converted(lr="fast")  # NumPy's own error named no field
     stacked = eqx.filter_vmap(lambda d: Declared(discount=d))(jnp.asarray([0.9, 0.99]))
     assert stacked.discount.shape == (2,) and stacked.lr.dtype == jnp.float32
     assert DDPGHParams().names() == ("policy_lr", "critic_lr", "discount", "tau", "noise")

@@ -17,8 +17,9 @@ subclass (TD3, SAC, PPO or a user's agent) goes everywhere an agent can go.
 
 import abc
 import dataclasses
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import equinox as eqx
@@ -31,6 +32,7 @@ from jaxtyping import Array, Float, Int, PyTree
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
+from .._misc import f32
 from ..envs._base import AbstractBaseEnv, AbstractQDEnv
 from ..envs._rollout import Episode, evaluate_episodes, rollout
 from ._normaliser import RunningNormaliser
@@ -43,13 +45,19 @@ Metrics = dict[str, Float[Array, ""]]
 _RANGE = "eqx_qd.hparam_range"  # the field metadata `hparam` writes
 
 
-def _to_float32(value: Any) -> Any:
-    """`value` as a float32 array, or unchanged when it is not a number (a string, None), so
-    that `AbstractHParams` names the field that holds it."""
-    try:
-        return jnp.asarray(value, jnp.float32)
-    except (TypeError, ValueError):
-        return value
+def _naming(converter: Callable, owner: str, name: str) -> Callable:
+    """``converter``, whose failure on a value that is not a number names ``owner.name``."""
+
+    @functools.wraps(converter)
+    def convert(value: Any) -> Any:
+        try:
+            return converter(value)
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"{owner}.{name} must be a float32 array (a number), got {value!r}"
+            ) from e
+
+    return convert
 
 
 def hparam(default: float, *, low: float = -math.inf, high: float = math.inf) -> Any:
@@ -58,7 +66,7 @@ def hparam(default: float, *, low: float = -math.inf, high: float = math.inf) ->
     closed interval `[low, high]`, naming the field. Declare `discount: Float[Array, ""] =
     hparam(0.99, low=0.0, high=1.0)`."""
     check.ordered("hparam: low", low, "high", high, strict=False)
-    return eqx.field(default=default, converter=_to_float32, metadata={_RANGE: (low, high)})
+    return eqx.field(default=default, converter=f32, metadata={_RANGE: (low, high)})
 
 
 class AbstractHParams(eqx.Module):
@@ -72,6 +80,23 @@ class AbstractHParams(eqx.Module):
     declared otherwise, say with `converter=f32`, is checked finite); the error names the
     class and the field.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        # Every field's converter names the field when the value is not a number (NumPy's own
+        # "could not convert string to float" names nothing), for `hparam` fields and a
+        # user's `converter=f32` alike.
+        super().__init_subclass__(**kwargs)
+        for name, field in list(vars(cls).items()):
+            if not (isinstance(field, dataclasses.Field) and "converter" in field.metadata):
+                continue
+            metadata = dict(field.metadata)
+            converter = _naming(metadata.pop("converter"), cls.__name__, name)
+            defaults = {
+                k: getattr(field, k)
+                for k in ("default", "default_factory")
+                if getattr(field, k) is not dataclasses.MISSING
+            }
+            setattr(cls, name, eqx.field(converter=converter, metadata=metadata, **defaults))
 
     def __check_init__(self):
         owner = type(self).__name__
