@@ -177,7 +177,7 @@ _PANELS = (
 
 
 def plot_metrics(
-    history: Mapping[str, Sequence[float] | np.ndarray],
+    history: Mapping[str, Sequence[float] | ArrayLike],
     x_key: str = "evaluations",
     top_key: str | None = None,
 ) -> Figure:

@@ -122,7 +122,7 @@ def test_the_api_reference_has_a_page_entry_for_every_public_name():
 
     entries = []
     for page in sorted((pathlib.Path(__file__).parents[1] / "docs" / "api").glob("*.md")):
-        entries += re.findall(r"^::: (eqx_qd[\w.]*)$", page.read_text(), flags=re.M)
+        entries += re.findall(r"^\s*::: (eqx_qd[\w.]*)$", page.read_text(), flags=re.M)
     assert len(entries) == len(set(entries)), "an entry is listed twice"
     expected = set()
     for module_name in ("eqx_qd", "eqx_qd.envs", "eqx_qd.rl", "eqx_qd.jobs", "eqx_qd.plotting"):
@@ -138,3 +138,21 @@ def test_the_api_reference_has_a_page_entry_for_every_public_name():
                 continue  # the module's own imports
             expected.add(f"{module_name}.{name}")
     assert set(entries) == expected, set(entries) ^ expected
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/migrating-from-qdax.md"])
+def test_every_python_block_of_the_readme_and_the_migration_guide_runs(page, tmp_path, monkeypatch):
+    """The page's ```python blocks, run in order in one namespace as a reader would paste them
+    (in a scratch folder: the README saves a figure)."""
+    import pathlib
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    text = (pathlib.Path(__file__).parents[1] / page).read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks, f"{page} has no python block"
+    monkeypatch.chdir(tmp_path)
+    namespace = {"__name__": "__main__"}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"{page}, python block {i}", "exec"), namespace)

@@ -143,7 +143,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
 
     **Ranking.** NaN fitness ranks last; ties rank the earlier agent (device-major order)
     first. Replacement bands are disjoint ranks (QDax's threshold rule lets the two bands
-    overlap by one agent; see docs/design.md).
+    overlap by one agent; see docs/algorithms.md, "Remaining differences").
     """
 
     agent: AbstractAgent
