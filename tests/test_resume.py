@@ -183,6 +183,20 @@ def test_a_lengthened_run_equals_the_longer_run(tmp_path):
             assert q == rows[int(i)]
 
 
+def test_a_lengthened_pbt_run_takes_the_pbt_step_its_last_round_skipped(tmp_path):
+    # A run's last round has no PBT step; lengthened, the resumed run takes it first and
+    # records where each member came from in that round's rows.
+    whole = jobs.run(jobs.PBTConfig(**PBT), tmp_path / "whole", progress=False, plots=False)
+    jobs.run(jobs.PBTConfig(**{**PBT, "rounds": 2}), tmp_path / "half", progress=False, plots=False)
+    with open(tmp_path / "half" / "hparams.csv") as f:
+        before = list(csv.DictReader(f))
+    assert [r["next_copied_from"] for r in before if r["round"] == "1"] == ["0", "1", "2", "3"]
+    again = jobs.resume(tmp_path / "half", rounds=4, progress=False, plots=False)
+    assert _same_arrays(_key_data(whole.state), _key_data(again.state))
+    names = ["progress.csv", "hparams.csv", "population.eqx"]
+    assert all(_same_files(tmp_path / "whole", tmp_path / "half", names).values())
+
+
 def test_ippo_resumed_to_more_iterations_equals_the_longer_run(tmp_path):
     whole = jobs.run(jobs.IPPOConfig(**IPPO), tmp_path / "whole", progress=False, plots=False)
     half = jobs.IPPOConfig(**{**IPPO, "iterations": 2})

@@ -352,14 +352,16 @@ def qd_summary(result: RunResult) -> str:
     )
 
 
-def hparams_columns(step: str, hparams: Mapping[str, np.ndarray], **extra: np.ndarray):
-    """Long-format columns of per-member hyperparameters: `step` and `member`, then one
-    column per hyperparameter (`hparams` maps names to `(steps, members)` arrays), then
-    the `extra` columns (same shape)."""
+def hparams_columns(
+    step: str, hparams: Mapping[str, np.ndarray], *, first: int = 0, **extra: np.ndarray
+):
+    """Long-format columns of per-member hyperparameters: `step` (counted from `first`) and
+    `member`, then one column per hyperparameter (`hparams` maps names to `(steps, members)`
+    arrays), then the `extra` columns (same shape)."""
     names = sorted(hparams)
     steps, members = np.shape(hparams[names[0]])
     columns = {
-        step: np.repeat(np.arange(steps), members),
+        step: np.repeat(np.arange(first, first + steps), members),
         "member": np.tile(np.arange(members), steps),
     }
     for name in names:

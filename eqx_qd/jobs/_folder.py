@@ -170,8 +170,8 @@ class RunFolder:
         self.write_text(name, json.dumps(data, indent=1) + "\n")
 
     def write_csv(self, name: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-        """CSV file `name`: the `header` row, then `rows` (the whole file is rewritten: a
-        log grows by writing it again)."""
+        """CSV file `name`: the `header` row, then `rows` (the whole file, atomically; a log
+        grows with `append_csv`)."""
 
         def write(f):
             w = csv.writer(f)
@@ -179,6 +179,18 @@ class RunFolder:
             w.writerows(rows)
 
         atomic_write(self.file(name), write, text=True)
+
+    def append_csv(self, name: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """Add `rows` to the end of CSV file `name`, created with `header` when missing (then
+        atomically). The rows are flushed to disk before this returns; a write killed midway
+        can leave a partial last row, which `jobs.read_log` drops."""
+        if not self.exists(name):
+            self.write_csv(name, header, rows)
+            return
+        with open(self.file(name), "a", newline="") as f:
+            csv.writer(f).writerows(rows)
+            f.flush()
+            os.fsync(f.fileno())
 
     def write_columns(self, name: str, columns: Mapping[str, np.ndarray | Sequence[Any]]) -> None:
         """CSV file `name` with one column per entry of `columns` (equal lengths)."""

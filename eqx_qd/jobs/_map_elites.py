@@ -3,7 +3,9 @@ repertoire, a registered emitter, logged every `log_period` iterations."""
 
 import dataclasses
 import os
-from typing import ClassVar
+import typing
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -15,14 +17,13 @@ from jaxtyping import Array, Key
 from .._compile import jit
 from .._custom_types import PRNGKey
 from .._map_elites import MAPElites, MAPElitesState
-from .._metrics import QDMetrics
+from .._metrics import METRIC_NAMES, QDMetrics
 from .._misc import filter_scan
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
 from .._validate import non_negative, positive_int
 from ._common import (
-    Job,
     PROGRESS_FILE,
     qd_summary,
     read_qd_run,
@@ -34,9 +35,9 @@ from ._common import (
 from ._config import JobConfig, option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
-from ._progress import Progress
+from ._loop import Chunk, LoopJob
 from ._registry import EMITTERS, make_emitter, make_task, TASKS
-from ._resume import Checkpointer, RunClock, start_run
+from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,11 +139,22 @@ def _run_keys(algo: MAPElites, state: MAPElitesState, keys: Key[Array, " n"]):
     return filter_scan(lambda s, k: algo.update(s, key=k), state, keys)
 
 
-class _MapElitesJob(Job):
+class _MapElitesPlan(typing.NamedTuple):
+    config: MapElitesConfig
+    init: Callable[[], tuple[MAPElitesState, QDMetrics]]
+    chunk: Callable[[MAPElitesState, Key[Array, " n"]], tuple[MAPElitesState, QDMetrics]]
+    keys: Key[Array, " iterations"]
+    mesh: Any
+
+
+_HEADER = ["iteration", "evaluations", "wall_s", *METRIC_NAMES]
+
+
+class _MapElitesJob(LoopJob):
     """Run MAP-Elites as `config` says; with `out_dir`, write the run folder.
 
-    The loop runs `log_period` iterations per jitted call (one compile), logging the metrics
-    after each and rewriting `progress.csv`; the whole state is checkpointed every
+    The loop runs `log_period` iterations per jitted call (one compile), appending a row of
+    metrics to `progress.csv` after each; the whole state is checkpointed every
     `checkpoint_every` iterations and at the end (`checkpoints/`; `resume` continues from
     the newest). The folder holds `config.toml`, `progress.csv` (iteration, evaluations,
     `wall_s`: seconds spent running, over resumes, and the `QDMetrics` columns),
@@ -156,7 +168,7 @@ class _MapElitesJob(Job):
     resume_may_change = ("iterations",)
     multi_process = True
 
-    def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
+    def plan(self, config: MapElitesConfig) -> _MapElitesPlan:
         tess_key, init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
         algo, task = make_map_elites(config)
         tessellation = make_tessellation(config, task, key=tess_key)
@@ -164,45 +176,49 @@ class _MapElitesJob(Job):
         genotypes = task.init_genotypes(config.batch_size * config.devices, key=pop_key)
         if mesh is None:
             init = lambda: jit(algo.init)(genotypes, tessellation, key=init_key)
-            chunk_of = lambda state, keys: _run_keys(algo, state, keys)
+            chunk = lambda state, keys: _run_keys(algo, state, keys)
         else:
             init = lambda: init_sharded(algo, genotypes, tessellation, key=init_key, mesh=mesh)
 
-            def chunk_of(state, keys):
+            def chunk(state, keys):
                 state, history = scan_sharded(algo, state, mesh=mesh, keys=keys)
                 return state, jax.tree.map(lambda x: x[0], to_host(history))  # equal everywhere
 
-        like = lambda: eqx.filter_eval_shape(init)[0]
-        folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
-        clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
-        if resumed is None:
-            state, metrics = init()
-            rows, done = [_row(0, config, clock(), to_host(metrics))], 0
-        else:
-            state, done = resumed.state_on(mesh), resumed.step
-            rows = resumed.rows(PROGRESS_FILE)
-        checkpoints = Checkpointer.of(config, folder, resumed, enabled=out_dir is not None)
-        if resumed is None:
-            progress.log(rows[-1])
-        progress.start(config.iterations, "map-elites", initial=min(done, config.iterations))
-        keys = iteration_keys(config, key=run_key)
-        while done < config.iterations:
-            # Chunks end on multiples of log_period, wherever the run (re)started.
-            n = min(config.log_period - done % config.log_period, config.iterations - done)
-            state, chunk = chunk_of(state, keys[done : done + n])
-            done += n
-            rows.append(_row(done, config, clock(), chunk))
-            progress.log(rows[-1])
-            progress.advance(n, qd=rows[-1]["qd_score"], max=rows[-1]["max_fitness"])
-            if folder is not None:
-                folder.write_csv(PROGRESS_FILE, list(rows[0]), [list(r.values()) for r in rows])
-            checkpoints.save(done, state, rows[-1], force=done >= config.iterations)
-        columns = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+        return _MapElitesPlan(config, init, chunk, iteration_keys(config, key=run_key), mesh)
+
+    def headers(self, plan: _MapElitesPlan) -> dict[str, list[str]]:
+        return {PROGRESS_FILE: _HEADER}
+
+    def like(self, plan: _MapElitesPlan) -> MAPElitesState:
+        return eqx.filter_eval_shape(plan.init)[0]
+
+    def total(self, config: MapElitesConfig) -> int:
+        return config.iterations
+
+    def start(self, plan: _MapElitesPlan, clock: RunClock) -> Chunk:
+        state, metrics = plan.init()
+        row = _row(0, plan.config, clock(), to_host(metrics))
+        return Chunk(state, 0, {PROGRESS_FILE: [list(row.values())]})
+
+    def resumed_state(self, plan: _MapElitesPlan, resumed) -> MAPElitesState:
+        return resumed.state_on(plan.mesh)
+
+    def advance(self, plan: _MapElitesPlan, state, step: int, clock: RunClock) -> Chunk:
+        config = plan.config
+        # Chunks end on multiples of log_period, wherever the run (re)started.
+        n = min(config.log_period - step % config.log_period, config.iterations - step)
+        state, history = plan.chunk(state, plan.keys[step : step + n])
+        row = _row(step + n, config, clock(), history)
+        return Chunk(state, step + n, {PROGRESS_FILE: [list(row.values())]})
+
+    def finish(self, plan: _MapElitesPlan, folder, state, logs, plots: bool) -> RunResult:
+        rows = logs[PROGRESS_FILE]
+        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_HEADER)}
         repertoire = to_host(state.repertoire)  # every process, in step
         if folder is not None:
             write_qd_outputs(folder, repertoire, columns, plots=plots)
         return RunResult(
-            config, None if folder is None else folder.path, columns, state, repertoire
+            plan.config, None if folder is None else folder.path, columns, state, repertoire
         )
 
     def load(self, folder: RunFolder, config) -> RunResult:

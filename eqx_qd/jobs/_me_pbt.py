@@ -2,6 +2,8 @@
 sharded over several, with the PBT agents' hyperparameter trajectories."""
 
 import dataclasses
+import typing
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -12,6 +14,7 @@ import numpy as np
 from .._compile import jit
 from .._custom_types import PRNGKey
 from .._map_elites import MAPElites
+from .._metrics import METRIC_NAMES
 from .._misc import tree_take
 from .._qdrl.me_pbt import PBTEmitter, PBTEmitterConfig
 from .._qdrl.scoring import PolicyScorer
@@ -24,7 +27,6 @@ from ._common import (
     agent_options,
     build_agent,
     hparams_columns,
-    Job,
     PROGRESS_FILE,
     qd_summary,
     read_qd_run,
@@ -37,9 +39,9 @@ from ._common import (
 from ._config import JobConfig, option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
-from ._progress import Progress
+from ._loop import Chunk, LoopJob
 from ._registry import AGENTS, ENVIRONMENTS, make_env
-from ._resume import Checkpointer, RunClock, start_run
+from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,22 +177,51 @@ def _step(algo: MAPElites, state: Any, *, key: PRNGKey) -> Any:
     return algo.update(state, key=key)
 
 
-def _hparams_long(hp_rows: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """`hparams.csv`'s columns: every agent's hyperparameters after each iteration."""
-    hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
-    return hparams_columns("iteration", hparams)  # all devices' agents, device-major
+def _hparams_rows(iteration: int, table: dict[str, Any]) -> list[list[Any]]:
+    """`hparams.csv`'s rows of one iteration: every agent's hyperparameters (all devices'
+    agents, device-major)."""
+    hparams = {n: np.asarray(v).reshape(1, -1) for n, v in table.items()}
+    columns = hparams_columns("iteration", hparams, first=iteration)
+    return [list(r) for r in zip(*[np.asarray(v).tolist() for v in columns.values()])]
 
 
-def _hparams_by_iteration(rows: list[dict], iterations: int) -> list[dict[str, np.ndarray]]:
-    """The per-iteration hyperparameter tables back from `hparams.csv`'s rows."""
-    names = [k for k in rows[0] if k not in ("iteration", "member")]
-    return [
-        {n: np.asarray([r[n] for r in rows if r["iteration"] == i]) for n in names}
-        for i in range(iterations + 1)
-    ]
+def _hparams_header(names: Iterable[str]) -> list[str]:
+    """`hparams.csv`'s header: the step, the agent, each hyperparameter by name."""
+    return ["iteration", "member", *sorted(names)]
 
 
-class _MEPBTJob(Job):
+def _hparams_by_iteration(header: list[str], rows: list[list]) -> dict[str, np.ndarray]:
+    """The hyperparameters back from `hparams.csv`'s rows, `(iterations, agents)` each."""
+    names = header[2:]
+    iterations = sorted({r[0] for r in rows})
+    return {
+        n: np.stack([np.asarray([r[j] for r in rows if r[0] == i]) for i in iterations])
+        for j, n in enumerate(names, start=2)
+    }
+
+
+_PROGRESS_HEADER = [
+    "iteration",
+    "evaluations",
+    "env_steps",
+    "eval_env_steps",
+    "train_env_steps",
+    "wall_s",
+    *METRIC_NAMES,
+]
+
+
+class _MEPBTPlan(typing.NamedTuple):
+    config: "MEPBTConfig"
+    emitter: PBTEmitter
+    init: Callable[[], Any]
+    step: Callable[[Any, Any], Any]
+    keys: Any
+    mesh: Any
+    hparams_header: list[str]
+
+
+class _MEPBTJob(LoopJob):
     """ME-PBT for `config.iterations` iterations.
 
     The folder holds `config.toml`, `progress.csv` (per iteration: evaluations, environment
@@ -212,7 +243,7 @@ class _MEPBTJob(Job):
     help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
     presets = {"local": {}, "paper": PAPER_PRESET}
 
-    def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
+    def plan(self, config: "MEPBTConfig") -> _MEPBTPlan:
         algo, emitter = make_me_pbt(config)
         mesh = job_mesh(config.devices)  # before the folder
         env = emitter.env
@@ -238,64 +269,52 @@ class _MEPBTJob(Job):
             genotypes = emitter.initial_genotypes(emitter.batch_size, key=pop_key)
             init = lambda: _init(algo, genotypes, cells, key=init_key)
             step = lambda s, k: _step(algo, s, key=k)
-        like = lambda: eqx.filter_eval_shape(init)[0]
-        folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
-        rows: list[dict[str, float]] = []
-        hp_rows: list[dict[str, np.ndarray]] = []
-
-        def log(iteration, metrics, state):
-            # What the row needs, gathered from every process's devices in a multi-process run.
-            evaluations, trained, table, metrics = to_host(
-                (
-                    state.evaluations,
-                    state.emitter_state.training_env_steps,
-                    hparams_table(state.emitter_state.population),  # (devices, pg) if sharded
-                    metrics,
-                )
-            )
-            evaluations, trained = int(evaluations), int(np.sum(np.asarray(trained)))
-            played = evaluations * config.episode_length  # QDax's accounting: full episodes
-            row = {
-                "iteration": iteration,
-                "evaluations": evaluations,
-                "env_steps": played + trained,
-                "eval_env_steps": played,
-                "train_env_steps": trained,
-                "wall_s": clock(),
-            }
-            row.update({k: float(v) for k, v in metrics.as_dict().items()})
-            rows.append(row)
-            hp_rows.append({n: np.asarray(v).reshape(-1) for n, v in table.items()})
-            progress.log(row)
-
-        def flush():  # the logs so far, before each checkpoint
-            if folder is not None:
-                columns = {k: [r[k] for r in rows] for k in rows[0]}
-                folder.write_columns(PROGRESS_FILE, columns)
-                folder.write_columns("hparams.csv", _hparams_long(hp_rows))
-
-        clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
-        if resumed is None:
-            state, metrics = init()
-            log(0, metrics, state)
-            done = 0
-        else:
-            state, done = resumed.state_on(mesh), resumed.step
-            rows = resumed.rows(PROGRESS_FILE)
-            hp_rows = _hparams_by_iteration(resumed.rows("hparams.csv"), done)
-        checkpoints = Checkpointer.of(config, folder, resumed, enabled=out_dir is not None)
-        progress.start(config.iterations, "me-pbt", initial=min(done, config.iterations))
         keys = jr.split(run_key, config.iterations)  # a longer run's first keys are the same
-        for i in range(done, config.iterations):
-            state, metrics = step(state, keys[i])
-            log(i + 1, metrics, state)
-            progress.advance(1, qd=rows[-1]["qd_score"], max=rows[-1]["max_fitness"])
-            if checkpoints.due(i + 1, force=i + 1 == config.iterations):
-                flush()
-                checkpoints.save(i + 1, state, rows[-1], force=i + 1 == config.iterations)
-        columns = {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
-        hparams = {n: np.stack([h[n] for h in hp_rows]) for n in hp_rows[0]}
-        table = _hparams_long(hp_rows)
+        names = eqx.filter_eval_shape(lambda: emitter.agent.init(key=jr.key(0))).hparams.names()
+        return _MEPBTPlan(config, emitter, init, step, keys, mesh, _hparams_header(names))
+
+    def headers(self, plan: _MEPBTPlan) -> dict[str, list[str]]:
+        return {PROGRESS_FILE: _PROGRESS_HEADER, "hparams.csv": plan.hparams_header}
+
+    def like(self, plan: _MEPBTPlan) -> Any:
+        return eqx.filter_eval_shape(plan.init)[0]
+
+    def total(self, config: "MEPBTConfig") -> int:
+        return config.iterations
+
+    def _rows(self, plan: _MEPBTPlan, iteration: int, metrics, state, clock: RunClock):
+        # What the rows need, gathered from every process's devices in a multi-process run.
+        evaluations, trained, table, metrics = to_host(
+            (
+                state.evaluations,
+                state.emitter_state.training_env_steps,
+                hparams_table(state.emitter_state.population),  # (devices, pg) if sharded
+                metrics,
+            )
+        )
+        evaluations, trained = int(evaluations), int(np.sum(np.asarray(trained)))
+        played = evaluations * plan.config.episode_length  # QDax's accounting: full episodes
+        row = [iteration, evaluations, played + trained, played, trained, clock()]
+        row += [float(v) for v in metrics.as_dict().values()]
+        return {PROGRESS_FILE: [row], "hparams.csv": _hparams_rows(iteration, table)}
+
+    def start(self, plan: _MEPBTPlan, clock: RunClock) -> Chunk:
+        state, metrics = plan.init()
+        return Chunk(state, 0, self._rows(plan, 0, metrics, state, clock))
+
+    def resumed_state(self, plan: _MEPBTPlan, resumed) -> Any:
+        return resumed.state_on(plan.mesh)
+
+    def advance(self, plan: _MEPBTPlan, state, step: int, clock: RunClock) -> Chunk:
+        state, metrics = plan.step(state, plan.keys[step])
+        return Chunk(state, step + 1, self._rows(plan, step + 1, metrics, state, clock))
+
+    def finish(self, plan: _MEPBTPlan, folder, state, logs, plots: bool) -> RunResult:
+        env = plan.emitter.env
+        rows = logs[PROGRESS_FILE]
+        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_PROGRESS_HEADER)}
+        header = plan.hparams_header
+        table = {k: np.asarray([r[j] for r in logs["hparams.csv"]]) for j, k in enumerate(header)}
         repertoire = to_host(state.repertoire)  # every process, in step
         if folder is not None:
             # Against environment steps (training and evaluation), as QDax's ME-PBT notebook.
@@ -308,19 +327,19 @@ class _MEPBTJob(Job):
                 top_key="evaluations",
                 env=env,
             )
-            folder.write_columns("hparams.csv", table)
             if plots:
                 from ..plotting import plot_hparams_distribution, plot_repertoire_hparams
 
+                hparams = _hparams_by_iteration(header, logs["hparams.csv"])
                 figure = plot_hparams_distribution(hparams, x=columns["env_steps"])
                 folder.write_figure("hparams.png", figure)
                 if repertoire.tessellation.num_descriptors <= 2:
                     elites = repertoire.genotypes.hparams.as_dict()
-                    explored = {n: elites[n] for n in sorted(emitter.spaces)}
+                    explored = {n: elites[n] for n in sorted(plan.emitter.spaces)}
                     figure = plot_repertoire_hparams(repertoire, explored, **repertoire_axes(env))
                     folder.write_figure("repertoire_hparams.png", figure)
         return RunResult(
-            config,
+            plan.config,
             None if folder is None else folder.path,
             columns,
             state,

@@ -2,7 +2,9 @@
 environment, with a run folder and plots of what PBT chose for every member."""
 
 import dataclasses
-from typing import ClassVar
+import typing
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -22,16 +24,14 @@ from ..rl._spaces import log_uniform_learning_rates, Uniform
 from ._common import (
     agent_options,
     build_agent,
-    hparams_columns,
-    Job,
     register_job,
     RunResult,
 )
 from ._config import JobConfig, option
 from ._folder import RunFolder
-from ._progress import Progress
+from ._loop import Chunk, LoopJob
 from ._registry import AGENTS, ENVIRONMENTS, make_env
-from ._resume import Checkpointer, RunClock, start_run
+from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,18 +112,20 @@ def make_pbt_run(config: PBTConfig):
     return env, agent, spaces, config.make_pbt(spaces)
 
 
-def _rounds_back(rows: list[dict], rounds: int) -> tuple[list, list, list]:
-    """The returns, hyperparameters and sources of rounds `0 .. rounds - 1` back from
-    `hparams.csv`'s rows (returns as the float32 they were computed in)."""
-    names = [k for k in rows[0] if k not in ("round", "member", "return", "next_copied_from")]
-    by_round = [[r for r in rows if r["round"] == i] for i in range(rounds)]
-    returns = [np.asarray([r["return"] for r in rs], np.float32) for rs in by_round]
-    hparams = [{n: np.asarray([r[n] for r in rs]) for n in names} for rs in by_round]
-    sources = [np.asarray([r["next_copied_from"] for r in rs]) for rs in by_round]
-    return returns, hparams, sources
+_PROGRESS_HEADER = ["round", "env_steps", "wall_s", "mean_return", "max_return", "min_return"]
 
 
-class _PBTJob(Job):
+class _PBTPlan(typing.NamedTuple):
+    config: PBTConfig
+    env: Any
+    agent: Any
+    pbt: PBT
+    init: Callable[[], Any]
+    round_keys: list[Any]
+    names: list[str]
+
+
+class _PBTJob(LoopJob):
     """Train the population for `rounds` rounds; after each, evaluate every member and apply
     PBT (not after the last).
 
@@ -138,98 +140,105 @@ class _PBTJob(Job):
     config_cls = PBTConfig
     logs = {"progress.csv": "round", "hparams.csv": "round"}
     resume_may_change = ("rounds",)
+    unit = "round"
+    step_offset = -1  # round r's rows and checkpoint say r
+    help = "PBT over any registered agent (default: 8 SAC agents on the open point maze)"
 
     def best(self, metrics) -> float:
         return float(np.mean(metrics["mean_return"]))
 
-    help = "PBT over any registered agent (default: 8 SAC agents on the open point maze)"
-
-    def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
+    def plan(self, config: PBTConfig) -> _PBTPlan:
         env, agent, spaces, pbt = make_pbt_run(config)
         init_key, loop_key = jr.split(jr.key(config.seed))
         init = lambda: init_population(agent, env, spaces, config.population_size, key=init_key)
-        folder, resumed = start_run(
-            self, config, out_dir, resume=resume, like=lambda: eqx.filter_eval_shape(init)
-        )
         # A longer run's first round keys are the same (splits keep their prefix).
         round_keys = [jr.split(k, 3) for k in jr.split(loop_key, config.rounds)]
-        returns_log, hp_log, source_log, steps_log, wall_log = [], [], [], [], []
+        names = sorted(eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0))).hparams.names())
+        return _PBTPlan(config, env, agent, pbt, init, round_keys, names)
 
-        def exploit(pop, r, returns):  # PBT after round r; every round but the last
-            source = np.arange(config.population_size)
-            if r < config.rounds - 1:
-                pop, info = pbt.update(pop, jnp.asarray(returns), key=round_keys[r][2])
-                source[np.asarray(info.replaced)] = np.asarray(info.sources)
-            return pop, source
+    def headers(self, plan: _PBTPlan) -> dict[str, list[str]]:
+        hparams = ["round", "member", *plan.names, "return", "next_copied_from"]
+        return {"progress.csv": _PROGRESS_HEADER, "hparams.csv": hparams}
 
-        def tables():
-            returns_arr = np.stack(returns_log)
-            hparams = {n: np.stack([h[n] for h in hp_log]) for n in hp_log[0]}
-            progress_columns = {
-                "round": np.arange(len(returns_log)),
-                "env_steps": np.asarray(steps_log),
-                "wall_s": np.asarray(wall_log),
-                "mean_return": returns_arr.mean(axis=1),
-                "max_return": returns_arr.max(axis=1),
-                "min_return": returns_arr.min(axis=1),
-            }
-            extra = {"return": returns_arr, "next_copied_from": np.stack(source_log)}
-            table = hparams_columns("round", hparams, **extra)
-            return returns_arr, hparams, progress_columns, table
+    def like(self, plan: _PBTPlan) -> Any:
+        return eqx.filter_eval_shape(plan.init)
 
-        clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
-        if resumed is None:
-            pop, start = init(), 0
-        else:
-            pop, start = resumed.state, resumed.step + 1
-            steps_log = [r["env_steps"] for r in resumed.rows("progress.csv")]
-            wall_log = [r["wall_s"] for r in resumed.rows("progress.csv")]
-            returns_log, hp_log, source_log = _rounds_back(resumed.rows("hparams.csv"), start)
-            if not resumed.metrics["exploited"] and start < config.rounds:
-                # The run was lengthened after its last round, which had no PBT step: take it.
-                pop, source_log[-1] = exploit(pop, start - 1, returns_log[-1])
-        checkpoints = Checkpointer.of(config, folder, resumed, origin=-1)
-        progress.start(config.rounds, "pbt", unit="round", initial=min(start, config.rounds))
-        for r in range(start, config.rounds):
-            train_key, eval_key, _ = round_keys[r]
-            hp_log.append({n: np.asarray(v) for n, v in hparams_table(pop).items()})
-            pop, _ = train_population(agent, env, pop, config.iterations_per_round, key=train_key)
-            ev = evaluate_population(agent, env, pop, config.eval_episodes, key=eval_key)
-            returns = np.asarray(jnp.mean(ev.returns, axis=1))
-            returns_log.append(returns)
-            steps_log.append(int(np.sum(np.asarray(pop.env_steps))))
-            wall_log.append(clock())
-            pop, source = exploit(pop, r, returns)
-            source_log.append(source)
-            row = {
-                "round": r,
-                "env_steps": steps_log[-1],
-                "mean_return": returns.mean(),
-                "max_return": returns.max(),
-                "min_return": returns.min(),
-            }
-            progress.log(row)
-            progress.advance(1, mean=row["mean_return"], max=row["max_return"])
-            last = r == config.rounds - 1
-            if checkpoints.due(r, force=last):
-                _, _, progress_columns, table = tables()
-                folder.write_columns("progress.csv", progress_columns)  # type: ignore[union-attr]
-                folder.write_columns("hparams.csv", table)  # type: ignore[union-attr]
-                metrics = {k: float(v) for k, v in row.items()} | {"exploited": not last}
-                checkpoints.save(r, pop, metrics, force=last)
-        returns_arr, hparams, progress_columns, table = tables()
+    def total(self, config: PBTConfig) -> int:
+        return config.rounds
+
+    def bar(self, row) -> dict[str, float]:
+        return {"mean": row["mean_return"], "max": row["max_return"]}
+
+    def metrics(self, plan: _PBTPlan, state, logs, headers) -> dict:
+        # Whether the last round's PBT step was taken (not after the run's last round).
+        done = logs["progress.csv"][-1][0] + 1
+        return super().metrics(plan, state, logs, headers) | {
+            "exploited": done < plan.config.rounds
+        }
+
+    def _exploit(self, plan: _PBTPlan, pop, r: int, returns: np.ndarray):
+        """PBT after round `r` (every round but the last): the population and where each
+        member comes from."""
+        source = np.arange(plan.config.population_size)
+        if r < plan.config.rounds - 1:
+            pop, info = plan.pbt.update(pop, jnp.asarray(returns), key=plan.round_keys[r][2])
+            source[np.asarray(info.replaced)] = np.asarray(info.sources)
+        return pop, source
+
+    def start(self, plan: _PBTPlan, clock: RunClock) -> Chunk:
+        return Chunk(plan.init(), 0, {})
+
+    def resumed_state(self, plan: _PBTPlan, resumed) -> Any:
+        pop, r = resumed.state, resumed.step
+        if not resumed.metrics["exploited"] and r + 1 < plan.config.rounds:
+            # The run was lengthened after its last round, which had no PBT step: take it.
+            rows = [row for row in resumed.logs["hparams.csv"] if row[0] == r]
+            returns = np.asarray([row[-2] for row in rows], np.float32)
+            pop, source = self._exploit(plan, pop, r, returns)
+            for row, s in zip(rows, source.tolist()):
+                row[-1] = s
+        return pop
+
+    def advance(self, plan: _PBTPlan, pop, step: int, clock: RunClock) -> Chunk:
+        config, r = plan.config, step
+        train_key, eval_key, _ = plan.round_keys[r]
+        table = hparams_table(pop)  # what this round trains with
+        pop, _ = train_population(
+            plan.agent, plan.env, pop, config.iterations_per_round, key=train_key
+        )
+        ev = evaluate_population(plan.agent, plan.env, pop, config.eval_episodes, key=eval_key)
+        returns = np.asarray(jnp.mean(ev.returns, axis=1))
+        env_steps = int(np.sum(np.asarray(pop.env_steps)))
+        wall = clock()
+        pop, source = self._exploit(plan, pop, r, returns)
+        stats = [returns.mean(), returns.max(), returns.min()]
+        progress = [r, env_steps, wall, *[float(v) for v in stats]]
+        values = [np.asarray(table[n]).tolist() for n in plan.names]
+        members = zip(range(config.population_size), *values, returns.tolist(), source.tolist())
+        hparams = [[r, *member] for member in members]
+        return Chunk(pop, r + 1, {"progress.csv": [progress], "hparams.csv": hparams})
+
+    def finish(self, plan: _PBTPlan, folder, pop, logs, plots: bool) -> RunResult:
+        header = self.headers(plan)
+        progress_columns = {
+            k: np.asarray([r[j] for r in logs["progress.csv"]])
+            for j, k in enumerate(_PROGRESS_HEADER)
+        }
+        rows = logs["hparams.csv"]
+        table = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(header["hparams.csv"])}
+        shape = (len(logs["progress.csv"]), plan.config.population_size)
+        returns = table["return"].astype(np.float32).reshape(shape)
+        hparams = {n: table[n].reshape(shape) for n in plan.names}
         if folder is not None:
-            folder.write_columns("progress.csv", progress_columns)
-            folder.write_columns("hparams.csv", table)
-            stored = population_without_optimiser_states(agent, pop).agent_state
+            stored = population_without_optimiser_states(plan.agent, pop).agent_state
             folder.write_eqx("population.eqx", stored)
             if plots:
                 from ..plotting import plot_hparams, plot_population_returns
 
-                folder.write_figure("returns.png", plot_population_returns(returns_arr))
+                folder.write_figure("returns.png", plot_population_returns(returns))
                 folder.write_figure("hparams.png", plot_hparams(hparams))
         return RunResult(
-            config,
+            plan.config,
             None if folder is None else folder.path,
             progress_columns,
             pop,

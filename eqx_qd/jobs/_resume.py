@@ -72,7 +72,8 @@ def read_log(
     with open(folder.file(name), newline="") as f:
         reader = csv.reader(f)
         header = next(reader, [])
-        rows = [[_typed(c) for c in r] for r in reader if r]
+        # A row of another length is a write killed midway (`RunFolder.append_csv`): dropped.
+        rows = [[_typed(c) for c in r] for r in reader if len(r) == len(header)]
     if upto is not None and rows:
         if column not in header:
             raise ValueError(f"{folder.file(name)!r} has no column {column!r}")

@@ -1,0 +1,169 @@
+"""The one driver every job runs on: start or resume, a clock, chunks of work, rows appended to
+the logs, checkpoints, the final outputs.
+
+A job subclasses `LoopJob` and writes what is its own: how to build the run (`plan`), its
+fresh start (`start`), one chunk of work (`advance`), and its final outputs (`finish`). The
+driver does the rest the same way for every job, a user's included:
+
+- **Start or resume.** A fresh run creates its folder (`config.toml`, `status.json`); a
+  resumed one loads the newest checkpoint and cuts every log back to its step.
+- **One flush policy.** After each chunk the chunk's rows are appended to the logs (each a CSV
+  file with a step column); nothing is rewritten, so a log costs what it adds. The logs reach
+  at least the newest checkpoint, which is written after them.
+- **Checkpoints** every `checkpoint_every` steps and at the end (`Checkpointer`), keys derived
+  from the seed and the step (the job's), so a resumed run equals an uninterrupted one.
+"""
+
+import abc
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from ._common import Job, RunResult
+from ._config import JobConfig
+from ._folder import RunFolder
+from ._progress import Progress
+from ._resume import Checkpointer, Resumed, RunClock, start_run
+
+
+Rows = dict[str, list[list[Any]]]
+"""New rows of a job's logs, by file name: each row a list of values in the header's order."""
+
+
+class Chunk(typing.NamedTuple):
+    """What one chunk of work gives the driver: the `state` after it, the `step` it reached
+    (in the unit of the logs' step columns) and the new `rows` of each log."""
+
+    state: Any
+    step: int
+    rows: Rows
+
+
+class LoopJob(Job):
+    """A job run by the one driver (module docstring): implement `plan`, `headers`, `like`,
+    `total`, `start`, `advance` and `finish` (and `load`, `summary` of `Job`); override the
+    others where the job differs. Register an instance with `jobs.register_job`.
+
+    `logs` (a `Job` attribute) names each log and its step column; the first is the progress
+    log, whose rows go to `progress.log` (the bar, `on_log`) and whose last row is a
+    checkpoint's metrics.
+    """
+
+    unit: ClassVar[str] = "it"
+    """The progress bar's unit."""
+    checkpoint_at_start: ClassVar[bool] = False
+    """Whether the fresh start is checkpointed (PGA-ME's costly random initialisation is)."""
+    step_offset: ClassVar[int] = 0
+    """How the logs' step column and the checkpoints number a step, less the steps done: PBT
+    numbers its rounds from 0, so the rows and checkpoint after `n` rounds say `n - 1`."""
+
+    # -- what every loop job writes ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def plan(self, config: JobConfig) -> Any:
+        """Build what the run needs (algorithm, environment, keys, mesh): any object the other
+        methods receive as `plan`. Nothing is written yet: a config that fails here leaves no
+        folder."""
+
+    @abc.abstractmethod
+    def headers(self, plan: Any) -> dict[str, list[str]]:
+        """The header of each log, by file name (the names of `logs`)."""
+
+    @abc.abstractmethod
+    def like(self, plan: Any) -> Any:
+        """The state's structure and shapes, to read a checkpoint into
+        (`eqx.filter_eval_shape` of the job's start is enough)."""
+
+    @abc.abstractmethod
+    def total(self, config: JobConfig) -> int:
+        """The run's length, in steps of the logs' step column."""
+
+    @abc.abstractmethod
+    def start(self, plan: Any, clock: RunClock) -> Chunk:
+        """The fresh run: its state, its step and its first rows."""
+
+    @abc.abstractmethod
+    def advance(self, plan: Any, state: Any, step: int, clock: RunClock) -> Chunk:
+        """One chunk of work from `step` (at most to `total`)."""
+
+    @abc.abstractmethod
+    def finish(
+        self, plan: Any, folder: RunFolder | None, state: Any, logs: Rows, plots: bool
+    ) -> RunResult:
+        """The run's outputs (repertoire, figures, ...) and its `RunResult`, from the final
+        `state` and every row of the logs (the resumed run's earlier rows included)."""
+
+    # -- what a job may override ------------------------------------------------------------
+
+    def resumed_state(self, plan: Any, resumed: Resumed) -> Any:
+        """The state a checkpoint resumes (default: as read). It may amend the rows of
+        `resumed.logs` (PBT completes a last round lengthened past); the driver writes the
+        logs it changed."""
+        return resumed.state
+
+    def checkpointer(
+        self, config: JobConfig, folder: RunFolder | None, resumed: Resumed | None, enabled: bool
+    ) -> Checkpointer:
+        """When the run checkpoints (default: every `config.checkpoint_every` steps and at
+        the end, keeping `config.keep_checkpoints`)."""
+        return Checkpointer.of(config, folder, resumed, origin=self.step_offset, enabled=enabled)
+
+    def metrics(self, plan: Any, state: Any, logs: Rows, headers: dict[str, list[str]]) -> dict:
+        """A checkpoint's metrics (default: the last progress row)."""
+        name = next(iter(self.logs))
+        return dict(zip(headers[name], logs[name][-1]))
+
+    def after_chunk(self, plan: Any, folder: RunFolder | None, state: Any, step: int) -> None:
+        """Called after each chunk's rows are written (PGA-ME writes its archive snapshots)."""
+
+    def bar(self, row: Mapping[str, Any]) -> dict[str, float]:
+        """What the progress bar shows of the last progress row."""
+        shown = {"qd": "qd_score", "max": "max_fitness"}
+        return {k: row[c] for k, c in shown.items() if c in row}
+
+    # -- the driver -------------------------------------------------------------------------
+
+    def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
+        plan = self.plan(config)
+        folder, resumed = start_run(
+            self, config, out_dir, resume=resume, like=lambda: self.like(plan)
+        )
+        headers = self.headers(plan)
+        progress_log = next(iter(self.logs))
+        clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
+        logs: Rows = {name: [] for name in self.logs}
+
+        def record(rows: Rows) -> None:
+            for name, new in rows.items():
+                logs[name].extend(new)
+                if folder is not None and (new or not folder.exists(name)):
+                    folder.append_csv(name, headers[name], new)
+            for row in rows.get(progress_log, []):
+                progress.log(dict(zip(headers[progress_log], row)))
+
+        total = self.total(config)
+        if resumed is None:
+            state, step, rows = self.start(plan, clock)
+            record(rows)
+        else:
+            read = {name: [list(r) for r in resumed.logs[name]] for name in self.logs}
+            state, step = self.resumed_state(plan, resumed), resumed.step - self.step_offset
+            for name in self.logs:
+                logs[name] = list(resumed.logs[name])
+                if folder is not None and logs[name] != read[name]:
+                    folder.write_csv(name, headers[name], logs[name])
+        checkpoints = self.checkpointer(config, folder, resumed, out_dir is not None)
+        progress.start(total, self.name, unit=self.unit, initial=min(step, total))
+        if self.checkpoint_at_start:  # (a resumed start is its checkpoint: nothing is saved)
+            metrics = self.metrics(plan, state, logs, headers)
+            checkpoints.save(step + self.step_offset, state, metrics, force=True)
+        while step < total:
+            before = step
+            state, step, rows = self.advance(plan, state, step, clock)
+            record(rows)
+            self.after_chunk(plan, folder, state, step)
+            last = dict(zip(headers[progress_log], logs[progress_log][-1]))
+            progress.advance(step - before, **self.bar(last))
+            metrics = self.metrics(plan, state, logs, headers)
+            checkpoints.save(step + self.step_offset, state, metrics, force=step >= total)
+        return self.finish(plan, folder, state, logs, plots)
