@@ -2,9 +2,10 @@
 `eqx_qd.jobs`, with one option per field of the job's config (generated, so a new config field
 is a new option without a second edit). `--config FILE` reads a TOML file; options override it.
 
-Plugins register your own agents, environments, tasks and emitters before the options are read:
-`eqx-qd --plugin mypkg.agents run pbt --agent ddpg` imports `mypkg.agents` first, and every
-entry point of the group `eqx_qd.plugins` of the installed packages is loaded too.
+Plugins register your own jobs, agents, environments, tasks and emitters before the command
+line is parsed: `eqx-qd --plugin mypkg.agents run pbt --agent ddpg` imports `mypkg.agents`
+first, and every entry point of the group `eqx_qd.plugins` of the installed packages is loaded
+too. A plugin registers things and computes nothing at import (the devices are set up after).
 
 The command never chooses the platform: JAX picks its default backend (a GPU when there is
 one), and the devices used are printed at start. Bad input exits with one line and code 2.
@@ -97,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="MODULE",
-        help="import MODULE first (it registers agents, environments... in eqx_qd.jobs); "
+        help="import MODULE first (it registers jobs, agents, environments... in eqx_qd.jobs); "
         "repeatable. Entry points of the group eqx_qd.plugins are loaded too",
     )
     parser.add_argument(
@@ -174,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--id",
         type=_int,
         default=None,
-        help="the elite's id (the id column of actors.csv and archive_*.csv)",
+        help="the elite's id (PGA-ME: the id column of actors.csv and archive_*.csv; a wrong "
+        "id lists the best elites' ids)",
     )
     which.add_argument("--cell", type=_int, default=None, help="the elite's cell")
     replay.add_argument(
@@ -215,6 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        sub.add_argument(
+            "--log",
+            action="append",
+            default=[],
+            choices=("tensorboard", "wandb"),
+            help="log every row there too (repeatable): TensorBoard event files in "
+            "FOLDER/tensorboard, or a Weights & Biases run ($WANDB_PROJECT, $WANDB_MODE); "
+            "extras eqx_qd[tensorboard] / eqx_qd[wandb]",
+        )
         sub.add_argument(
             "--resume",
             metavar="FOLDER",
@@ -395,7 +406,6 @@ def _listing() -> str:
 
 
 def _report(parser: _Parser, args: argparse.Namespace) -> int:
-    _load_plugins(parser, args.plugin)
     from .jobs import report
 
     for folder in args.folders:
@@ -413,7 +423,6 @@ def _report(parser: _Parser, args: argparse.Namespace) -> int:
 
 
 def _replay(parser: _Parser, args: argparse.Namespace) -> int:
-    _load_plugins(parser, args.plugin)
     from .jobs import replay
 
     if not os.path.isfile(os.path.join(args.folder, "config.toml")):
@@ -426,11 +435,22 @@ def _replay(parser: _Parser, args: argparse.Namespace) -> int:
     return 0
 
 
+def _plugin_modules(argv: Sequence[str]) -> list[str]:
+    """The `--plugin` modules of `argv`, read before the parser is built: a plugin may
+    register a job, whose command the parser then has."""
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--plugin", action="append", default=[])
+    return early.parse_known_args(argv)[0].plugin
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # Plugins first: they register jobs, agents, environments... (and compute nothing at
+    # import, so the device and process setup below still comes before JAX starts).
+    _load_plugins(_Parser(prog="eqx-qd"), _plugin_modules(argv))
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "list":
-        _load_plugins(parser, args.plugin)
         print(_listing())
         return 0
     if args.command == "report":
@@ -456,10 +476,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _join_processes(parser, args)
     cache = _compile_cache(args)
     _use_compile_cache(cache)
-    _load_plugins(parser, args.plugin)
     config = _config(parser, args, job)
     if resume is not None and args.out is not None:  # a fork: it continues in --out
         resume = _fork(parser, resume, args.out, args.from_checkpoint or "latest")
+    elif resume is not None:
+        print(f"eqx-qd: {_resume_point(job, resume)}", flush=True)
     runs = _seeded_runs(parser, args, job, config, resume)
     where = f"compile cache {cache}" if cache else "no compile cache"
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
@@ -471,6 +492,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 progress=not args.no_progress,
                 plots=not args.no_plots,
                 resume=resume is not None,
+                log=args.log,
             )
         except ValueError as e:
             parser.error(str(e))
@@ -479,6 +501,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(runs) > 1:
         print(f"compare the seeds: eqx-qd report {os.path.dirname(runs[0][1])}/seed-*")
     return 0
+
+
+def _resume_point(job: Any, folder: str) -> str:
+    """Where a resumed run continues: its newest checkpoint's step, in the unit of the
+    job's logs."""
+    from .jobs import list_checkpoints, run_status
+
+    status = run_status(folder).get("status", "unknown")
+    checkpoints = list_checkpoints(folder)
+    if not checkpoints:
+        return f"resuming {folder} ({status}): it has no checkpoint yet, so it starts again"
+    column = next(iter(job.logs.values()))
+    return (
+        f"resuming {folder} ({status}) from its newest checkpoint, {column} {checkpoints[-1].step}"
+    )
 
 
 def _fork(parser: _Parser, source: str, dest: str, which: str) -> str:

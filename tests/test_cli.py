@@ -136,7 +136,8 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
     # Resuming reads the run's own config and trains on to the new total.
     assert main(["run", "ippo", "--resume", str(out), "--iterations", "6", "--no-plots",
                  "--no-progress"]) == 0  # fmt: skip
-    assert "done: 6 iterations" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "from its newest checkpoint, iterations 4" in said and "done: 6 iterations" in said
     rows = (out / "progress.csv").read_text().strip().splitlines()
     assert rows[0].startswith("iterations,env_steps,mean_return")
     assert [int(r.split(",")[0]) for r in rows[1:]] == [0, 2, 4, 6]
@@ -145,7 +146,7 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
     # A fresh run never writes over another run's checkpoints.
     with pytest.raises(SystemExit) as e:
         main(["run", "ippo", "--config", str(cfg), "--out", str(out), "--no-progress"])
-    assert e.value.code == 2 and "already holds checkpoints" in capsys.readouterr().err
+    assert e.value.code == 2 and "already holds a run" in capsys.readouterr().err
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == saved
     # Resuming with another config: its hyperparameters apply from the checkpoint on.
     changed = tmp_path / "changed.toml"

@@ -139,6 +139,9 @@ def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
     np.testing.assert_allclose(replayed.episode_return, replayed.stored_fitness, rtol=1e-5)
     assert replayed.files == {} and replayed.stored_fitness == float(np.nanmax(
         np.where(np.isfinite(repertoire.fitnesses), repertoire.fitnesses, -np.inf)))  # fmt: skip
+    # A wrong id's hint says where ME-PBT keeps its ids (it writes no actors.csv).
+    with pytest.raises(ValueError, match=r"no elite with id 999999 .*repertoire\.extra"):
+        jobs.replay(out, id=999999, write=False)
     with open(out / "hparams.csv") as f:
         assert len(f.read().strip().splitlines()) == 1 + 3 * 4  # header + (init + 2 iters) x 4
     # The multi-seed report reads ME-PBT folders too.

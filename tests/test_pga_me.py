@@ -139,7 +139,7 @@ def test_replay_plays_an_elite_again_and_draws_its_path(run_folder, tmp_path, ca
     assert os.path.isfile(run_folder / f"replay_{other_id}.png")
     # Bad choices end in one line naming what is wrong.
     for args, message in (
-        (["--id", "999999"], "no elite with id 999999"),
+        (["--id", "999999"], "actors.csv lists every id ever added"),
         (["--cell", str(fitnesses.size)], f"cell {fitnesses.size} of"),
         (["--id", "1", "--cell", "1"], "not allowed with argument"),
     ):

@@ -69,8 +69,12 @@ def test_runs_of_different_lengths_meet_on_the_shortest(folders, tmp_path):
     longer = tmp_path / "long"
     jobs.run(jobs.MapElitesConfig(task="sphere", seed=5, **{**TINY, "iterations": 10}), longer,
              progress=False, plots=False)  # fmt: skip
-    result = jobs.report([folders["sphere"][0], str(longer)])
+    result = jobs.report([folders["sphere"][0], str(longer)], tmp_path / "one")
     (group,) = result.groups
+    # One group: no p-value tables (they compare groups) and no p_values.csv.
+    text = (tmp_path / "one" / "report.md").read_text()
+    assert "2 runs in 1 group." in text and "One group: no p-values" in text
+    assert "####" not in text and not (tmp_path / "one" / "p_values.csv").exists()
     short = jobs.load_run(folders["sphere"][0]).progress["evaluations"]
     np.testing.assert_array_equal(group.x, short)
     long_run = jobs.load_run(longer)

@@ -25,6 +25,7 @@ from ._common import (
     JOBS as JOBS,
     load_run as load_run,
     read_config as read_config,
+    register_job as register_job,
     run as run,
     run_status as run_status,
     RunResult as RunResult,
@@ -43,6 +44,7 @@ from ._ippo import (
     train_ippo as train_ippo,
     TrainingLog as TrainingLog,
 )
+from ._loop import Chunk as Chunk, LoopJob as LoopJob, Rows as Rows
 from ._map_elites import MapElitesConfig as MapElitesConfig
 from ._me_pbt import MEPBTConfig as MEPBTConfig
 from ._pbt import PBTConfig as PBTConfig
@@ -74,4 +76,10 @@ from ._resume import (
     fork_run as fork_run,
     read_log as read_log,
     resume as resume,
+    RunClock as RunClock,
+)
+from ._sinks import (
+    LogSink as LogSink,
+    TensorBoardSink as TensorBoardSink,
+    WandbSink as WandbSink,
 )

@@ -5,7 +5,8 @@ import abc
 import dataclasses
 import datetime
 import os
-from collections.abc import Callable, Mapping
+import socket
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -16,11 +17,13 @@ from .._qdrl.scoring import PolicyScorer
 from .._repertoire import MapElitesRepertoire
 from .._tessellation import AbstractTessellation, CVTTessellation
 from ..envs._base import AbstractQDEnv
+from ._checkpoints import list_checkpoints
 from ._config import job_of_toml, JobConfig
 from ._distributed import is_writer
 from ._folder import RunFolder
 from ._progress import as_progress, Progress
 from ._registry import AGENTS, make_agent
+from ._sinks import check_sinks, OpenedSinks
 
 
 CONFIG_FILE = "config.toml"
@@ -88,6 +91,8 @@ class Job(abc.ABC):
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
     """Named starting values (`--preset NAME`): the keys each preset sets over the config's
     defaults."""
+    elite_ids: ClassVar[str] = ""
+    """Where the folder lists its elites' ids, for `replay --id`'s hints."""
     original_config_help: ClassVar[str] = ""
     """Non-empty when the job reads the seed repository's own config files (`read_original_config`):
     the `--config-file` help."""
@@ -142,7 +147,25 @@ JOBS: dict[str, Job] = {}
 
 
 def register_job(job: Job) -> Job:
-    JOBS[job.name] = job
+    """Add `job` (an instance of a `Job` subclass, usually a `LoopJob`) to `JOBS`: `jobs.run`
+    runs its config class, `eqx-qd run NAME` gets a command generated from the config's
+    fields, and `load_run`, `resume`, `report` and `replay` read its folders. A plugin module
+    registers its jobs when imported (`eqx-qd --plugin MODULE run NAME`). Registering a name
+    again replaces the job (a notebook's re-run cell). **Returns:** `job`."""
+    if not isinstance(job, Job):
+        raise TypeError(f"register_job takes a Job instance, got {type(job).__name__}")
+    name = getattr(job, "name", None)
+    if not isinstance(name, str) or not name or name.startswith("-") or " " in name:
+        raise ValueError(f"a job's name is a command word (like 'my-job'), got {name!r}")
+    config_cls = getattr(job, "config_cls", None)
+    if not (isinstance(config_cls, type) and issubclass(config_cls, JobConfig)):
+        raise TypeError(f"job {name!r}: config_cls must be a JobConfig dataclass")
+    if config_cls.JOB != name:
+        raise ValueError(
+            f"job {name!r}: its config class {config_cls.__name__} says JOB = {config_cls.JOB!r}"
+            " (the table its config.toml is written under); they must be equal"
+        )
+    JOBS[name] = job
     return job
 
 
@@ -184,22 +207,65 @@ def _now() -> str:
 
 def write_status(folder: RunFolder, status: str, **details: Any) -> None:
     """Record in `status.json` where the run stands: `running` (written with the folder and
-    on resume, so a killed run never looks finished), `finished`, `failed` or
-    `interrupted` (with the error). Earlier details are kept."""
-    previous = run_status(folder.path) if folder.exists(STATUS_FILE) else {}
+    on resume, so a killed run never looks finished; with the process that runs it, so
+    `run_status` tells a killed one), `finished`, `failed` or `interrupted` (with the
+    error). Earlier details are kept."""
+    previous = _read_status(folder) or {}
     record = {**previous, **details, "status": status, "updated": _now()}
     record.setdefault("started", record["updated"])
+    if status == "running":
+        record.pop("error", None)
+        record.update(host=socket.gethostname(), pid=os.getpid(), pid_started=_started(os.getpid()))
     folder.write_json(STATUS_FILE, record)
+
+
+def _read_status(folder: RunFolder) -> dict[str, Any] | None:
+    return dict(folder.read_json(STATUS_FILE)) if folder.exists(STATUS_FILE) else None
+
+
+def _started(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot; Linux), to tell a reused pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process: it exists
+        pass
+    return started is None or _started(pid) in (None, started)
 
 
 def run_status(folder: str | os.PathLike) -> dict[str, Any]:
     """The `status.json` of a run folder: `status` (`running`, `finished`, `failed`
     or `interrupted`), `job`, `started`, `updated` and, after a failure, `error`.
-    A folder written before status files existed reads as `{"status": "unknown"}`."""
-    run_folder = RunFolder(folder, create=False)
-    if not run_folder.exists(STATUS_FILE):
+
+    A folder still `running` whose process is gone (killed, or its machine went down, as
+    seen from the machine that ran it) reads as `interrupted`, its `error` saying so; on
+    another machine a running folder cannot be told from a killed one. A folder written
+    before status files existed reads as `{"status": "unknown"}`."""
+    record = _read_status(RunFolder(folder, create=False))
+    if record is None:
         return {"status": "unknown"}
-    return dict(run_folder.read_json(STATUS_FILE))
+    pid = record.get("pid")
+    if (
+        record.get("status") == "running"
+        and isinstance(pid, int)
+        and record.get("host") == socket.gethostname()
+        and not _alive(pid, record.get("pid_started"))
+    ):
+        record["status"] = "interrupted"
+        record["error"] = (
+            f"its process (pid {pid}) ended without saying so: killed? Resume it from its "
+            "newest checkpoint"
+        )
+    return record
 
 
 def read_config(folder: RunFolder) -> JobConfig:
@@ -209,7 +275,10 @@ def read_config(folder: RunFolder) -> JobConfig:
         raise FileNotFoundError(f"{folder.path!r} is not a run folder: it has no {CONFIG_FILE}")
     job = job_of_toml(path)
     if job not in JOBS:
-        raise ValueError(f"{path!r} names no known job (tables: one of {sorted(JOBS)})")
+        raise ValueError(
+            f"{path!r} names no known job (tables: one of {sorted(JOBS)}); a plugin's job? "
+            "import the module that registers it (eqx-qd --plugin MODULE ...)"
+        )
     return JOBS[job].config_cls.from_toml(path)
 
 
@@ -229,19 +298,23 @@ def run(
     plots: bool = True,
     on_log: Callable[[dict[str, float]], None] | None = None,
     resume: bool = False,
+    log: Sequence[str] = (),
 ) -> RunResult:
     """Run the job `config` belongs to (a `MapElitesConfig` runs MAP-Elites, ...).
 
     **Arguments:**
 
     - `config`: the job's config.
-    - `out_dir`: the run folder to write (`None`: keep everything in memory; the IPPO job
-      needs a folder for its checkpoints). A folder that already holds a run is refused.
+    - `out_dir`: the run folder to write (`None`: keep everything in memory, without
+      checkpoints). A folder that already holds a run is refused.
     - `progress`: show a progress bar (or a `Progress` to report to).
     - `plots`: write the PNG figures.
     - `on_log`: called with every row the job logs (a dict of floats), e.g. to plot live.
     - `resume`: continue the run in `out_dir` from its newest checkpoint (`resume` does it
       with the folder's own config; `fork_run` branches from an earlier one).
+    - `log`: where else the rows go: `"tensorboard"` (event files in the folder's
+      `tensorboard/`) and `"wandb"` (a Weights & Biases run), optional extras
+      (`jobs.TensorBoardSink`, `jobs.WandbSink`).
 
     **Returns:** the `RunResult`; each job's class docstring says what its folder holds.
     Every folder also holds `status.json` (`run_status`): `running` from its creation,
@@ -259,16 +332,32 @@ def run(
         and is_writer()
         and (resume or not os.path.exists(os.path.join(out_dir, CONFIG_FILE)))
     )
+    check_sinks(log, out_dir)
+    sinks = None
+    if log and is_writer():  # (process 0 logs for a multi-process run)
+        checkpoints = list_checkpoints(out_dir) if resume and out_dir is not None else []
+        sinks = OpenedSinks(
+            log,
+            step=next(iter(job.logs.values())),
+            job=job.name,
+            folder=out_dir,
+            config=dataclasses.asdict(config),
+            purge_step=checkpoints[-1].step + 1 if checkpoints else None,
+            on_log=on_log,
+        )
     if ours and resume and os.path.exists(os.path.join(out_dir, CONFIG_FILE)):  # type: ignore[arg-type]
         write_status(RunFolder(out_dir), "running", job=config.JOB, resumed=_now())
     try:
-        with as_progress(progress, on_log) as reporter:
+        with as_progress(progress, on_log if sinks is None else sinks) as reporter:
             result = job.run(config, out_dir, progress=reporter, plots=plots, resume=resume)
     except BaseException as e:
         if ours and os.path.exists(os.path.join(out_dir, CONFIG_FILE)):  # type: ignore[arg-type]
             status = "failed" if isinstance(e, Exception) else "interrupted"
             write_status(RunFolder(out_dir), status, error=f"{type(e).__name__}: {e}")
         raise
+    finally:
+        if sinks is not None:
+            sinks.close()
     if result.folder is not None and is_writer():
         write_status(RunFolder(result.folder), "finished")
     return result

@@ -134,6 +134,8 @@ class RunFolder:
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True):
         self.path = os.fspath(path)
+        self.caption: str | None = None
+        """The title of the figures written here (`write_figure`)."""
         if create:
             os.makedirs(self.path, exist_ok=True)
             for name in os.listdir(self.path):
@@ -210,10 +212,18 @@ class RunFolder:
         atomic_write(self.file(name), lambda f: serialise(f, tree))
 
     def write_figure(self, name: str, fig: Any) -> None:
-        """The matplotlib figure `fig` as the PNG file `name`; the figure is closed
-        afterwards."""
+        """The matplotlib figure `fig` as the PNG file `name`, titled with the folder's
+        `caption` when it has one (the job's runs: job, task and run, so a figure read alone
+        says what it shows); the figure is closed afterwards."""
         import matplotlib.pyplot as plt
 
+        if self.caption:
+            own = getattr(fig, "_suptitle", None)
+            if own is not None and own.get_text():  # a title of its own: the caption above
+                fig.suptitle(f"{self.caption}\n{own.get_text()}")
+            else:
+                fig.suptitle(self.caption, fontsize="medium")
+                fig.tight_layout()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=110)
         plt.close(fig)

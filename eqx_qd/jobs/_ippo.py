@@ -1,6 +1,7 @@
 """The IPPO job (`eqx-qd run ippo`): independent PPO with evaluation every few updates,
 checkpoints, a progress table and a learning curve in a run folder, resumable from its latest
-checkpoint; and `train_ippo`, the evaluate-and-checkpoint driver it runs on."""
+checkpoint; and `train_ippo`, the same chunks (train, evaluate, checkpoint) as a function for
+a notebook's own loop."""
 
 import dataclasses
 import os
@@ -21,19 +22,14 @@ from ..envs._rollout import EpisodeStats, evaluate_episodes
 from ..rl._base import TrainMetrics
 from ..rl._ippo import IPPO
 from ..rl._ppo import PPOHParams, PPORun
-from ._checkpoints import (
-    list_checkpoints,
-    mean_return,
-    records_of,
-    restore_checkpoint,
-    save_checkpoint,
-)
-from ._common import CONFIG_FILE, Job, register_job, RunResult, write_status
+from ._checkpoints import list_checkpoints, mean_return, restore_checkpoint, save_checkpoint
+from ._common import register_job, RunResult
 from ._config import JobConfig, option
 from ._folder import RunFolder
+from ._loop import Chunk, LoopJob
 from ._progress import Progress
 from ._registry import ENVIRONMENTS, make_env
-from ._resume import RunClock
+from ._resume import Checkpointer, RunClock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +178,24 @@ def _evaluate(agent: IPPO, env, state, num_episodes: int, deterministic: bool, k
 _evaluate_jit = jit(_evaluate)
 
 
+def _evaluation(agent: IPPO, env, run: PPORun, num_episodes: int, deterministic: bool, key):
+    """The evaluation of `run` at its iteration count: its key is `key` folded with the
+    count, so a resumed run evaluates as an uninterrupted one."""
+    key = jr.fold_in(key, int(run.iterations))
+    return _evaluate_jit(agent, env, run.agent_state, num_episodes, deterministic, key)
+
+
+def _train_chunk(agent: IPPO, env, run: PPORun, n: int, key) -> tuple[PPORun, TrainMetrics]:
+    """`n` iterations from `run` (one `agent.train` call), keyed by `key` folded with the
+    iteration count it starts from."""
+    return agent.train(env, run, n, key=jr.fold_in(key, int(run.iterations)))
+
+
+def _record(result: EpisodeStats, run: PPORun, wall: float) -> dict[str, Any]:
+    """What a checkpoint records of an evaluation (`records_of` reads it back)."""
+    return {**result.to_dict(), "env_steps": int(run.env_steps), "wall_s": wall}
+
+
 def train_ippo(
     agent: IPPO,
     env: AbstractMultiAgentEnv,
@@ -198,7 +212,7 @@ def train_ippo(
     key: PRNGKey,
 ) -> tuple[PPORun, TrainingLog]:
     """Train `run` on `env` for `num_iterations` more iterations, evaluating every
-    `eval_frequency` iterations.
+    `eval_frequency` iterations: the IPPO job's chunks, for a notebook's own loop.
 
     Every evaluation plays `num_episodes` episodes (policy modes, unless
     `deterministic_eval=False`); `progress` shows a bar (or reports to a `Progress`). A
@@ -208,7 +222,7 @@ def train_ippo(
     newest `keep` runs stay, and every evaluation's metrics, with `wall_s`: `clock()`,
     the seconds the run has spent (default: since this call). Training and evaluation keys
     derive from `key` and the iteration count, so a run continued from a checkpoint sees the
-    same keys as an uninterrupted one.
+    same keys as an uninterrupted one, and as the IPPO job's run of the same seed.
 
     **Returns:** the trained run and the `TrainingLog` of the evaluations.
     """
@@ -222,29 +236,20 @@ def train_ippo(
         folder = (
             checkpoint_dir if isinstance(checkpoint_dir, RunFolder) else RunFolder(checkpoint_dir)
         )
-        folder.write_json("agent.json", agent_info(agent, env))
-        folder.write_json("hparams.json", run.agent_state.hparams.to_dict())
+        _write_agent(folder, agent, env, run.agent_state.hparams)
     log = TrainingLog([], [], [], [])
     train_key, eval_key = jr.split(key)
     clock = clock or RunClock()
 
     def record(run, metrics):
-        iterations = int(run.iterations)
-        result = _evaluate_jit(
-            agent,
-            env,
-            run.agent_state,
-            num_episodes,
-            deterministic_eval,
-            jr.fold_in(eval_key, iterations),
-        )
-        log.iterations.append(iterations)
+        result = _evaluation(agent, env, run, num_episodes, deterministic_eval, eval_key)
+        log.iterations.append(int(run.iterations))
         log.env_steps.append(int(run.env_steps))
         log.evals.append(result)
         log.metrics.append(metrics)
         if folder is not None:
-            saved = {**result.to_dict(), "env_steps": int(run.env_steps), "wall_s": clock()}
-            save_checkpoint(folder, iterations, run, saved, keep=keep, records=True)
+            record = _record(result, run, clock())
+            save_checkpoint(folder, int(run.iterations), run, record, keep=keep, records=True)
 
     if int(run.iterations) == 0:
         record(run, None)
@@ -253,12 +258,16 @@ def train_ippo(
         done = 0
         while done < num_iterations:
             chunk = min(eval_frequency, num_iterations - done)
-            chunk_key = jr.fold_in(train_key, int(run.iterations))
-            run, metrics = agent.train(env, run, chunk, key=chunk_key)
+            run, metrics = _train_chunk(agent, env, run, chunk, train_key)
             done += chunk
             record(run, metrics)
             bar.advance(chunk, ret=float(np.mean(log.evals[-1].returns)))
     return run, log
+
+
+def _write_agent(folder: RunFolder, agent: IPPO, env, hparams: PPOHParams) -> None:
+    folder.write_json("agent.json", agent_info(agent, env))
+    folder.write_json("hparams.json", hparams.to_dict())
 
 
 # ------------------------------------------------------------------------------- the job
@@ -279,42 +288,32 @@ PROGRESS_COLUMNS = (
 )
 
 
-def progress_table(folder: RunFolder) -> dict[str, np.ndarray]:
-    """Per-evaluation statistics read back from a run folder's checkpoints."""
-    rows: dict[str, list[Any]] = {c: [] for c in PROGRESS_COLUMNS}
-    for step, m in records_of(folder):  # every evaluation, its run kept or not
-        s = summarise(np.asarray(m["returns"], np.float32).reshape(-1))
-        values = (
-            step,
-            m["env_steps"],
-            s.mean,
-            s.std,
-            s.min,
-            s.max,
-            s.median,
-            np.mean(m["terminated"]),
-            np.mean(m["truncated"]),
-            np.mean(m["lengths"]),
-            m["wall_s"],
-        )
-        for column, value in zip(PROGRESS_COLUMNS, values):
-            rows[column].append(float(value))
-    return {c: np.asarray(v) for c, v in rows.items()}
-
-
-def _progress_rows(table: dict[str, np.ndarray]) -> list[list]:
+def _progress_row(run: PPORun, result: EpisodeStats, wall: float) -> list[Any]:
+    """`progress.csv`'s row of one evaluation: statistics over episodes and agents."""
+    s = summarise(np.asarray(result.returns, np.float32).reshape(-1))
+    stats = (s.mean, s.std, s.min, s.max, s.median)
+    ends = (result.terminated, result.truncated, result.lengths)
     return [
-        [
-            int(table[c][i]) if c in ("iterations", "env_steps") else f"{table[c][i]:.6g}"
-            for c in PROGRESS_COLUMNS
-        ]
-        for i in range(len(table["iterations"]))
+        int(run.iterations),
+        int(run.env_steps),
+        *[float(v) for v in stats],
+        *[float(np.mean(np.asarray(v, np.float64))) for v in ends],
+        wall,
     ]
 
 
-class _IPPOJob(Job):
+class _IPPOPlan(typing.NamedTuple):
+    config: IPPOConfig
+    env: AbstractMultiAgentEnv
+    agent: IPPO
+    init_key: PRNGKey
+    train_key: PRNGKey
+    eval_key: PRNGKey
+
+
+class _IPPOJob(LoopJob):
     """Train to `config.iterations` iterations, evaluating and checkpointing every
-    `eval_frequency` iterations under `out_dir`.
+    `eval_frequency` iterations.
 
     The folder holds `config.toml`, `agent.json`, `hparams.json`, `checkpoints/` (one
     run and its evaluation per evaluation), `progress.csv` (per evaluation: iterations, env
@@ -329,11 +328,12 @@ class _IPPOJob(Job):
     config_cls = IPPOConfig
     logs = {"progress.csv": "iterations"}
     resume_may_change = None  # a resumed run takes the config's hyperparameters from there
+    unit = "iteration"
+    checkpoint_at_start = True  # the fresh run's evaluation is a checkpoint, as every other
+    help = "independent PPO (default: 4 agents on the discrete LineTargets task)"
 
     def best(self, metrics) -> float:
         return mean_return(metrics)
-
-    help = "independent PPO (default: 4 agents on the discrete LineTargets task)"
 
     @staticmethod
     def _fresh(config: IPPOConfig, env, agent: IPPO, key) -> PPORun:
@@ -341,59 +341,67 @@ class _IPPOJob(Job):
         state = agent.init(config.hparams(), key=init_key)
         return agent.init_run(env, state, key=run_key)
 
-    def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
-        if out_dir is None:
-            raise ValueError("the IPPO job needs a run folder (its checkpoints live there)")
-        path = os.fspath(out_dir)
+    def plan(self, config: IPPOConfig) -> _IPPOPlan:
         env = config.make_env()
         agent = config.make_agent(env)
-        init_key, train_key = jr.split(jr.key(config.seed))
-        run = self._fresh(config, env, agent, init_key)
-        seconds = 0.0  # spent by the run before this call
-        if resume:
-            if not os.path.exists(os.path.join(path, CONFIG_FILE)):
-                raise ValueError(f"nothing to resume: {path!r} holds no run ({CONFIG_FILE})")
-            folder = RunFolder(path)  # removes the litter of a killed write
-            if list_checkpoints(folder):  # else killed before its first: start again
-                run, last = restore_checkpoint(folder, run)
-                seconds = float(last.metrics.get("wall_s", 0.0))
-                # The config is the truth written beside the run: its hyperparameters apply.
-                run = eqx.tree_at(lambda r: r.agent_state.hparams, run, config.hparams())
-        elif list_checkpoints(path) or os.path.exists(os.path.join(path, CONFIG_FILE)):
-            raise ValueError(
-                f"{path!r} already holds checkpoints of a run; resume it or choose another folder"
-            )
-        else:
-            folder = RunFolder(path)
-        folder.write_text(CONFIG_FILE, config.to_toml())
-        if not resume:
-            write_status(folder, "running", job=config.JOB)
-        remaining = max(config.iterations - int(run.iterations), 0)
-        run, _ = train_ippo(
-            agent,
-            env,
-            run,
-            remaining,
-            key=train_key,
-            eval_frequency=config.eval_frequency,
-            num_episodes=config.eval_episodes,
-            checkpoint_dir=folder,
-            progress=progress,
-            keep=config.keep_checkpoints or None,
-            clock=RunClock(seconds),
-        )
-        table = progress_table(folder)
-        for i in range(len(table["iterations"])):
-            progress.log({c: table[c][i] for c in PROGRESS_COLUMNS})
-        folder.write_csv("progress.csv", PROGRESS_COLUMNS, _progress_rows(table))
-        if plots:
+        init_key, key = jr.split(jr.key(config.seed))
+        train_key, eval_key = jr.split(key)  # as `train_ippo` splits its key
+        return _IPPOPlan(config, env, agent, init_key, train_key, eval_key)
+
+    def headers(self, plan: _IPPOPlan) -> dict[str, list[str]]:
+        return {"progress.csv": list(PROGRESS_COLUMNS)}
+
+    def like(self, plan: _IPPOPlan) -> PPORun:
+        return eqx.filter_eval_shape(self._fresh, plan.config, plan.env, plan.agent, jr.key(0))
+
+    def total(self, config: IPPOConfig) -> int:
+        return config.iterations
+
+    def checkpointer(self, config, folder, resumed, enabled: bool) -> Checkpointer:
+        # Every evaluation, keeping every evaluation's record (the states: the newest
+        # `keep_checkpoints`, or all).
+        at = None if resumed is None else resumed.step
+        keep = config.keep_checkpoints or None
+        return Checkpointer(folder, 1, keep, at, enabled=enabled, records=True)
+
+    def opened(self, plan: _IPPOPlan, folder: RunFolder) -> None:
+        _write_agent(folder, plan.agent, plan.env, plan.config.hparams())
+
+    def bar(self, row) -> dict[str, float]:
+        return {"ret": row["mean_return"]}
+
+    def _evaluated(self, plan: _IPPOPlan, run: PPORun, clock: RunClock) -> Chunk:
+        config = plan.config
+        result = _evaluation(plan.agent, plan.env, run, config.eval_episodes, True, plan.eval_key)
+        wall = clock()
+        row = _progress_row(run, result, wall)
+        return Chunk(run, int(run.iterations), {"progress.csv": [row]}, _record(result, run, wall))
+
+    def start(self, plan: _IPPOPlan, clock: RunClock) -> Chunk:
+        run = self._fresh(plan.config, plan.env, plan.agent, plan.init_key)
+        return self._evaluated(plan, run, clock)
+
+    def resumed_state(self, plan: _IPPOPlan, resumed) -> PPORun:
+        # The config is the truth written beside the run: its hyperparameters apply.
+        hparams = plan.config.hparams()
+        return eqx.tree_at(lambda r: r.agent_state.hparams, resumed.state, hparams)
+
+    def advance(self, plan: _IPPOPlan, run: PPORun, step: int, clock: RunClock) -> Chunk:
+        n = min(plan.config.eval_frequency, plan.config.iterations - step)
+        run, _ = _train_chunk(plan.agent, plan.env, run, n, plan.train_key)
+        return self._evaluated(plan, run, clock)
+
+    def finish(self, plan: _IPPOPlan, folder, run: PPORun, logs, plots: bool) -> RunResult:
+        rows = np.asarray(logs["progress.csv"], np.float64).reshape(-1, len(PROGRESS_COLUMNS))
+        table = {c: rows[:, j] for j, c in enumerate(PROGRESS_COLUMNS)}
+        if folder is not None and plots:
             from ..plotting import plot_learning_curve
 
             curve = plot_learning_curve(
                 table["env_steps"], table["mean_return"], table["std_return"]
             )
             folder.write_figure("learning_curve.png", curve)
-        return RunResult(config, folder.path, table, run)
+        return RunResult(plan.config, None if folder is None else folder.path, table, run)
 
     def load(self, folder: RunFolder, config) -> RunResult:
         env = config.make_env()

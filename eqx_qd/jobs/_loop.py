@@ -15,6 +15,7 @@ driver does the rest the same way for every job, a user's included:
 """
 
 import abc
+import os
 import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -32,11 +33,14 @@ Rows = dict[str, list[list[Any]]]
 
 class Chunk(typing.NamedTuple):
     """What one chunk of work gives the driver: the `state` after it, the `step` it reached
-    (in the unit of the logs' step columns) and the new `rows` of each log."""
+    (in the unit of the logs' step columns), the new `rows` of each log, and what a
+    checkpoint at this step records as its `metrics` (JSON-able; `None`: the last progress
+    row)."""
 
     state: Any
     step: int
     rows: Rows
+    metrics: dict[str, Any] | None = None
 
 
 class LoopJob(Job):
@@ -80,41 +84,54 @@ class LoopJob(Job):
 
     @abc.abstractmethod
     def start(self, plan: Any, clock: RunClock) -> Chunk:
-        """The fresh run: its state, its step and its first rows."""
+        """The fresh run built from `plan` (what `plan()` returned): its state, its step
+        and its first rows; `clock()` gives the seconds spent, for a `wall_s` column."""
 
     @abc.abstractmethod
     def advance(self, plan: Any, state: Any, step: int, clock: RunClock) -> Chunk:
-        """One chunk of work from `step` (at most to `total`)."""
+        """One chunk of work on `state` from `step` (at most to `total`), with the `plan`
+        and the run's `clock`: the state, step and rows after it."""
 
     @abc.abstractmethod
     def finish(
         self, plan: Any, folder: RunFolder | None, state: Any, logs: Rows, plots: bool
     ) -> RunResult:
-        """The run's outputs (repertoire, figures, ...) and its `RunResult`, from the final
-        `state` and every row of the logs (the resumed run's earlier rows included)."""
+        """The run's outputs (repertoire, figures when `plots`, ...) written to `folder`
+        (`None` for a run kept in memory) and its `RunResult`, from the `plan`, the final
+        `state` and every row of the `logs` (the resumed run's earlier rows included)."""
 
     # -- what a job may override ------------------------------------------------------------
 
     def resumed_state(self, plan: Any, resumed: Resumed) -> Any:
-        """The state a checkpoint resumes (default: as read). It may amend the rows of
-        `resumed.logs` (PBT completes a last round lengthened past); the driver writes the
-        logs it changed."""
+        """The state the checkpoint `resumed` resumes, for the `plan` (default: as read). It
+        may amend the rows of `resumed.logs` (PBT completes a last round lengthened past); the
+        driver writes the logs it changed."""
         return resumed.state
 
     def checkpointer(
         self, config: JobConfig, folder: RunFolder | None, resumed: Resumed | None, enabled: bool
     ) -> Checkpointer:
-        """When the run checkpoints (default: every `config.checkpoint_every` steps and at
-        the end, keeping `config.keep_checkpoints`)."""
+        """When the run checkpoints into `folder` (default: every `config.checkpoint_every`
+        steps and at the end, keeping `config.keep_checkpoints`), counting from `resumed`
+        (`None`: a fresh run); `enabled` is false for a run kept in memory."""
         return Checkpointer.of(config, folder, resumed, origin=self.step_offset, enabled=enabled)
 
-    def metrics(self, plan: Any, state: Any, logs: Rows, headers: dict[str, list[str]]) -> dict:
-        """A checkpoint's metrics (default: the last progress row)."""
-        name = next(iter(self.logs))
-        return dict(zip(headers[name], logs[name][-1]))
+    def opened(self, plan: Any, folder: RunFolder) -> None:
+        """Called once the run `folder` is open, fresh or resumed, before any work, with the
+        `plan`: files written once (PGA-ME's `centroids.npy`)."""
 
-    def after_chunk(self, plan: Any, folder: RunFolder | None, state: Any, step: int) -> None:
-        """Called after each chunk's rows are written (PGA-ME writes its archive snapshots)."""
+    def after_chunk(
+        self, plan: Any, folder: RunFolder | None, state: Any, before: int, step: int
+    ) -> None:
+        """Called after each chunk's rows are written to `folder` (`None` in memory), with
+        the `plan` and the `state` after the chunk, which went from step `before` to `step`
+        (PGA-ME writes its archive snapshots)."""
+
+    def caption(self, config: JobConfig, folder: RunFolder) -> str:
+        """The figures' title: the job, what `config` ran on, the run `folder`'s name."""
+        on = getattr(config, "task", None) or getattr(config, "env", None)
+        run = os.path.basename(os.path.abspath(folder.path))
+        return " · ".join(str(p) for p in (self.name, on, run) if p)
 
     def bar(self, row: Mapping[str, Any]) -> dict[str, float]:
         """What the progress bar shows of the last progress row."""
@@ -129,6 +146,9 @@ class LoopJob(Job):
             self, config, out_dir, resume=resume, like=lambda: self.like(plan)
         )
         headers = self.headers(plan)
+        if folder is not None:
+            folder.caption = self.caption(config, folder)
+            self.opened(plan, folder)
         progress_log = next(iter(self.logs))
         clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
         logs: Rows = {name: [] for name in self.logs}
@@ -141,29 +161,34 @@ class LoopJob(Job):
             for row in rows.get(progress_log, []):
                 progress.log(dict(zip(headers[progress_log], row)))
 
+        def checkpoint(chunk: Chunk, force: bool) -> None:
+            metrics = chunk.metrics
+            if metrics is None:
+                metrics = dict(zip(headers[progress_log], logs[progress_log][-1]))
+            checkpoints.save(chunk.step + self.step_offset, chunk.state, metrics, force=force)
+
         total = self.total(config)
+        checkpoints = self.checkpointer(config, folder, resumed, out_dir is not None)
         if resumed is None:
-            state, step, rows = self.start(plan, clock)
-            record(rows)
-        else:
+            chunk = self.start(plan, clock)
+            record(chunk.rows)
+            if self.checkpoint_at_start:
+                checkpoint(chunk, force=True)
+        else:  # (a resumed start is its checkpoint: nothing is saved)
             read = {name: [list(r) for r in resumed.logs[name]] for name in self.logs}
-            state, step = self.resumed_state(plan, resumed), resumed.step - self.step_offset
+            state = self.resumed_state(plan, resumed)
+            chunk = Chunk(state, resumed.step - self.step_offset, {})
             for name in self.logs:
                 logs[name] = list(resumed.logs[name])
                 if folder is not None and logs[name] != read[name]:
                     folder.write_csv(name, headers[name], logs[name])
-        checkpoints = self.checkpointer(config, folder, resumed, out_dir is not None)
-        progress.start(total, self.name, unit=self.unit, initial=min(step, total))
-        if self.checkpoint_at_start:  # (a resumed start is its checkpoint: nothing is saved)
-            metrics = self.metrics(plan, state, logs, headers)
-            checkpoints.save(step + self.step_offset, state, metrics, force=True)
-        while step < total:
-            before = step
-            state, step, rows = self.advance(plan, state, step, clock)
-            record(rows)
-            self.after_chunk(plan, folder, state, step)
+        progress.start(total, self.name, unit=self.unit, initial=min(chunk.step, total))
+        while chunk.step < total:
+            before = chunk.step
+            chunk = self.advance(plan, chunk.state, before, clock)
+            record(chunk.rows)
+            self.after_chunk(plan, folder, chunk.state, before, chunk.step)
             last = dict(zip(headers[progress_log], logs[progress_log][-1]))
-            progress.advance(step - before, **self.bar(last))
-            metrics = self.metrics(plan, state, logs, headers)
-            checkpoints.save(step + self.step_offset, state, metrics, force=step >= total)
-        return self.finish(plan, folder, state, logs, plots)
+            progress.advance(chunk.step - before, **self.bar(last))
+            checkpoint(chunk, force=chunk.step >= total)
+        return self.finish(plan, folder, chunk.state, logs, plots)

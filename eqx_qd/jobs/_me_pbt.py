@@ -240,6 +240,7 @@ class _MEPBTJob(LoopJob):
     logs = {PROGRESS_FILE: "iteration", "hparams.csv": "iteration"}
     multi_process = True
     resume_may_change = ("iterations",)
+    elite_ids = "every elite's id is in jobs.load_run(FOLDER).repertoire.extra, by cell"
     help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
     presets = {"local": {}, "paper": PAPER_PRESET}
 

@@ -169,13 +169,6 @@ class _PBTJob(LoopJob):
     def bar(self, row) -> dict[str, float]:
         return {"mean": row["mean_return"], "max": row["max_return"]}
 
-    def metrics(self, plan: _PBTPlan, state, logs, headers) -> dict:
-        # Whether the last round's PBT step was taken (not after the run's last round).
-        done = logs["progress.csv"][-1][0] + 1
-        return super().metrics(plan, state, logs, headers) | {
-            "exploited": done < plan.config.rounds
-        }
-
     def _exploit(self, plan: _PBTPlan, pop, r: int, returns: np.ndarray):
         """PBT after round `r` (every round but the last): the population and where each
         member comes from."""
@@ -216,7 +209,10 @@ class _PBTJob(LoopJob):
         values = [np.asarray(table[n]).tolist() for n in plan.names]
         members = zip(range(config.population_size), *values, returns.tolist(), source.tolist())
         hparams = [[r, *member] for member in members]
-        return Chunk(pop, r + 1, {"progress.csv": [progress], "hparams.csv": hparams})
+        # The checkpoint records whether this round's PBT step was taken (not after the last).
+        metrics = dict(zip(_PROGRESS_HEADER, progress)) | {"exploited": r + 1 < config.rounds}
+        rows = {"progress.csv": [progress], "hparams.csv": hparams}
+        return Chunk(pop, r + 1, rows, metrics)
 
     def finish(self, plan: _PBTPlan, folder, pop, logs, plots: bool) -> RunResult:
         header = self.headers(plan)

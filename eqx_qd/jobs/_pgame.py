@@ -43,12 +43,12 @@ from .._variation import (
 from ..envs._base import AbstractQDEnv
 from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3, TD3HParams
-from ._common import Job, read_qd_run, read_repertoire, register_job, repertoire_axes, RunResult
+from ._common import read_qd_run, read_repertoire, register_job, repertoire_axes, RunResult
 from ._config import JobConfig, option
 from ._folder import RunFolder, user_cache_dir
-from ._progress import Progress
+from ._loop import Chunk, LoopJob
 from ._registry import ENVIRONMENTS, make_env
-from ._resume import Checkpointer, RunClock, start_run
+from ._resume import RunClock
 
 
 CROSSOVER_OPS = ("iso_dd", "sbx", "none")
@@ -430,11 +430,6 @@ def _init(algo, init_algo, genotypes, tessellation, key, num_reevals):
 _TYPE_NAMES = {int(t): t.name.lower() for t in Origin}
 
 
-def _last_metrics(header: list[str], history: list[list]) -> dict[str, Any]:
-    """A checkpoint's metrics: the last progress row."""
-    return dict(zip(header, history[-1]))
-
-
 def _progress_header(d: int) -> list[str]:
     return [
         "evaluations",
@@ -522,12 +517,21 @@ def _archive_rows(repertoire: MapElitesRepertoire) -> tuple[list[str], list[list
     return header, rows
 
 
-class _PGAMEJob(Job):
+class _PGAMEPlan(typing.NamedTuple):
+    config: PGAMEConfig
+    env: AbstractQDEnv
+    algo: MAPElites
+    tessellation: CVTTessellation
+    init_args: tuple
+    run_keys: jax.Array
+
+
+class _PGAMEJob(LoopJob):
     """Run PGA-MAP-Elites (or plain MAP-Elites with `gradient_op=False`) for `max_evals`
     evaluations: `random_init` random policies, then batches of `eval_batch_size`.
 
-    Iterations run in jitted chunks of about `save_period` evaluations (one compile); the
-    logs are rewritten after every chunk, so a long run can be watched while it goes. The
+    Iterations run in jitted chunks of about `save_period` evaluations (one compile); each
+    chunk's rows are appended to the logs, so a long run can be watched while it goes. The
     folder holds `config.toml`, `progress.csv`, `actors.csv`, `archive_<evals>.csv`,
     `repertoire.eqx` (the final actors; `load_run` reads it back), `centroids.npy` and the
     plots `repertoire.png`, `progress.png` and `fitness_density.png`.
@@ -538,6 +542,9 @@ class _PGAMEJob(Job):
     logs = {"progress.csv": "evaluations", "actors.csv": "evaluations"}
     step_files = (r"archive_(\d+)\.csv",)
     resume_may_change = ("max_evals",)
+    unit = "evals"
+    elite_ids = "actors.csv lists every id ever added, archive_<evals>.csv each snapshot's"
+    checkpoint_at_start = True  # the random initialisation is costly: keep it
     help = "PGA-MAP-Elites (default: the local preset, walker2d_uni, 10k evaluations)"
     description = (
         "Without --config the local preset runs (minutes on a laptop CPU); --preset paper, or a "
@@ -558,7 +565,7 @@ class _PGAMEJob(Job):
     def read_original_config(self, path: str) -> tuple[dict[str, Any], list[str]]:
         return read_original_config(path)
 
-    def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
+    def plan(self, config: PGAMEConfig) -> _PGAMEPlan:
         env = make_pgame_env(config)
         algo, td3 = make_pgame(config, env)
         init_algo = MAPElites(
@@ -572,119 +579,96 @@ class _PGAMEJob(Job):
         genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(
             jr.split(pop_key, config.random_init)
         )
-        args = (algo, init_algo, genotypes, tessellation, init_key, config.num_reevals)
-        like = lambda: eqx.filter_eval_shape(_init, *args)[0]
-        folder, resumed = start_run(self, config, out_dir, resume=resume, like=like)
-        d = env.descriptor_size
-        progress_header, actors_header = _progress_header(d), _actors_header(d)
-        history: list[list] = []
-        actors: list[list] = []
+        init_args = (algo, init_algo, genotypes, tessellation, init_key, config.num_reevals)
+        run_keys = jr.split(run_key, config.num_iterations)
+        return _PGAMEPlan(config, env, algo, tessellation, init_args, run_keys)
 
-        def flush():  # the logs so far, each file rewritten atomically
-            if folder is not None:
-                folder.write_csv("progress.csv", progress_header, history)
-                folder.write_csv("actors.csv", actors_header, actors)
+    def headers(self, plan: _PGAMEPlan) -> dict[str, list[str]]:
+        d = plan.env.descriptor_size
+        return {"progress.csv": _progress_header(d), "actors.csv": _actors_header(d)}
 
-        if folder is not None:
-            folder.write_npy("centroids.npy", tessellation.centroids)
-        progress.start(config.max_evals, "pga-me", unit="evals")
-        clock = RunClock(0.0 if resumed is None else resumed.seconds)  # over resumes
-        if resumed is None:
-            state, metrics, fit, desc, plain = _init(*args)
-            evals = config.random_init
-            m = {k: float(v) for k, v in metrics.as_dict().items()}
-            # The random actors that entered the archive: every filled cell holds one.
-            rep = state.repertoire
-            filled = np.flatnonzero(np.isfinite(np.asarray(rep.fitnesses)))
-            ids, fits, descs = (np.asarray(x) for x in (rep.extra, rep.fitnesses, rep.descriptors))
-            actors.extend(
-                [
-                    evals,
-                    int(ids[c]),
-                    float(fits[c]),
-                    *descs[c].tolist(),
-                    int(c),
-                    -1,
-                    -1,
-                    "random",
-                    True,
-                    float("inf"),
-                ]
-                for c in filled
-            )
-            steps = evals * config.episode_length  # QDax's accounting: full episodes
-            history.append(_progress_row(evals, steps, clock(), m, float(plain), float(fit), desc))
-            progress.log(dict(zip(progress_header, history[-1])))
-            flush()
-        else:
-            state, evals = resumed.state, resumed.step
-            history, actors = resumed.logs["progress.csv"], resumed.logs["actors.csv"]
-        progress.advance(evals)
-        checkpoints = Checkpointer.of(config, folder, resumed)
-        # The random initialisation is costly: keep it (a resumed start saves nothing again).
-        checkpoints.save(evals, state, _last_metrics(progress_header, history), force=True)
+    def like(self, plan: _PGAMEPlan) -> MAPElitesState:
+        return eqx.filter_eval_shape(_init, *plan.init_args)[0]
+
+    def total(self, config: PGAMEConfig) -> int:
+        # The last batch's evaluations: the budget, less what does not fill a batch.
+        return config.random_init + config.num_iterations * config.eval_batch_size
+
+    def opened(self, plan: _PGAMEPlan, folder: RunFolder) -> None:
+        folder.write_npy("centroids.npy", plan.tessellation.centroids)
+
+    def start(self, plan: _PGAMEPlan, clock: RunClock) -> Chunk:
+        config = plan.config
+        state, metrics, fit, desc, plain = _init(*plan.init_args)
+        evals = config.random_init
+        m = {k: float(v) for k, v in metrics.as_dict().items()}
+        # The random actors that entered the archive: every filled cell holds one.
+        rep = state.repertoire
+        ids, fits, descs = (np.asarray(x) for x in (rep.extra, rep.fitnesses, rep.descriptors))
+        actors = [
+            [evals, int(ids[c]), float(fits[c]), *descs[c].tolist(), int(c)]
+            + [-1, -1, "random", True, float("inf")]
+            for c in np.flatnonzero(np.isfinite(fits))
+        ]
+        steps = evals * config.episode_length  # QDax's accounting: full episodes
+        row = _progress_row(evals, steps, clock(), m, float(plain), float(fit), desc)
+        return Chunk(state, evals, {"progress.csv": [row], "actors.csv": actors})
+
+    def advance(self, plan: _PGAMEPlan, state, step: int, clock: RunClock) -> Chunk:
+        config, evals = plan.config, step
         chunk = _chunk_length(config)
         done = (evals - config.random_init) // config.eval_batch_size
-        next_save = (evals // config.save_period + 1) * config.save_period
-        run_keys = jr.split(run_key, config.num_iterations)
-        while done < config.num_iterations:
-            # Chunks end on multiples of `chunk`, wherever the run (re)started.
-            n = min(chunk - done % chunk, config.num_iterations - done)
-            state, logs = _run_chunk(algo, state, run_keys[done : done + n], config.num_reevals)
-            metrics_np = {k: np.asarray(v) for k, v in logs.metrics.as_dict().items()}
-            lineage = logs.info.emit_extra
-            columns = {
-                "ids": logs.info.ids,
-                "fitnesses": logs.info.fitnesses,
-                "descriptors": logs.info.descriptors,
-                "cell": logs.info.add_info.cell,
-                "status": logs.info.add_info.status,
-                "delta": logs.info.add_info.delta,
-                "parent1": lineage.parent1,
-                "parent2": lineage.parent2,
-                "kind": lineage.kind,
-            }
-            columns = {k: np.asarray(v) for k, v in columns.items()}
-            reeval_fit = np.asarray(logs.reeval_fitness)
-            reeval_desc = np.asarray(logs.reeval_descriptor)
-            plain_qd = np.asarray(logs.plain_qd_score)
-            for i in range(n):
-                evals += config.eval_batch_size
-                m = {k: float(v[i]) for k, v in metrics_np.items()}
-                steps, wall = evals * config.episode_length, clock()
-                history.append(
-                    _progress_row(
-                        evals,
-                        steps,
-                        wall,
-                        m,
-                        float(plain_qd[i]),
-                        float(reeval_fit[i]),
-                        reeval_desc[i],
-                    )
-                )
-                actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
-                progress.log(dict(zip(progress_header, history[-1])))
-            flush()
-            done += n
-            last = dict(zip(progress_header, history[-1]))
-            progress.advance(
-                n * config.eval_batch_size, qd=last["qd_score"], max=last["max_fitness"]
-            )
-            if folder is not None and (evals >= next_save or done == config.num_iterations):
-                folder.write_csv(f"archive_{evals}.csv", *_archive_rows(state.repertoire))
-                while next_save <= evals:
-                    next_save += config.save_period
-            final = done == config.num_iterations  # always checkpoint the end
-            checkpoints.save(evals, state, _last_metrics(progress_header, history), force=final)
-        table = np.asarray(history, dtype=np.float64)
-        prog = {h: table[:, j] for j, h in enumerate(progress_header)}
+        # Chunks end on multiples of `chunk`, wherever the run (re)started.
+        n = min(chunk - done % chunk, config.num_iterations - done)
+        state, logs = _run_chunk(
+            plan.algo, state, plan.run_keys[done : done + n], config.num_reevals
+        )
+        metrics = {k: np.asarray(v) for k, v in logs.metrics.as_dict().items()}
+        lineage = logs.info.emit_extra
+        columns = {
+            "ids": logs.info.ids,
+            "fitnesses": logs.info.fitnesses,
+            "descriptors": logs.info.descriptors,
+            "cell": logs.info.add_info.cell,
+            "status": logs.info.add_info.status,
+            "delta": logs.info.add_info.delta,
+            "parent1": lineage.parent1,
+            "parent2": lineage.parent2,
+            "kind": lineage.kind,
+        }
+        columns = {k: np.asarray(v) for k, v in columns.items()}
+        reeval_fit, reeval_desc, plain_qd = (
+            np.asarray(x)
+            for x in (logs.reeval_fitness, logs.reeval_descriptor, logs.plain_qd_score)
+        )
+        progress, actors = [], []
+        for i in range(n):
+            evals += config.eval_batch_size
+            m = {k: float(v[i]) for k, v in metrics.items()}
+            steps, wall = evals * config.episode_length, clock()
+            fit, desc = float(reeval_fit[i]), reeval_desc[i]
+            progress.append(_progress_row(evals, steps, wall, m, float(plain_qd[i]), fit, desc))
+            actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
+        return Chunk(state, evals, {"progress.csv": progress, "actors.csv": actors})
+
+    def after_chunk(self, plan: _PGAMEPlan, folder, state, before: int, step: int) -> None:
+        # A snapshot at the first chunk's end past each multiple of save_period, and the end.
+        period = plan.config.save_period
+        if folder is not None and (
+            step // period > before // period or step >= self.total(plan.config)
+        ):
+            folder.write_csv(f"archive_{step}.csv", *_archive_rows(state.repertoire))
+
+    def finish(self, plan: _PGAMEPlan, folder, state, logs, plots: bool) -> RunResult:
+        header = _progress_header(plan.env.descriptor_size)
+        table = np.asarray(logs["progress.csv"], dtype=np.float64)
+        prog = {h: table[:, j] for j, h in enumerate(header)}
         if folder is not None:
             folder.write_eqx("repertoire.eqx", state.repertoire)
             if plots:
-                _write_plots(folder, state.repertoire, prog, env)
+                _write_plots(folder, state.repertoire, prog, plan.env)
         return RunResult(
-            config, None if folder is None else folder.path, prog, state, state.repertoire
+            plan.config, None if folder is None else folder.path, prog, state, state.repertoire
         )
 
     def scorer(self, config) -> PolicyScorer:

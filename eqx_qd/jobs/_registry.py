@@ -97,7 +97,13 @@ class Registry(Generic[_F]):
         known = self.names(tag)
         if name not in known:
             kind = f"{tag.replace('_', '-')} {self.what}" if tag else self.what
-            raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(known)}")
+            hint = ""
+            if name not in self._entries:  # not a tag mismatch: maybe a plugin's name
+                hint = (
+                    f"; a plugin's {self.what}? import the module that registers it "
+                    "(eqx-qd --plugin MODULE ...)"
+                )
+            raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(known)}{hint}")
         return self._entries[name]
 
     def check(self, tag: str | None = None) -> Callable[[str, Any], None]:

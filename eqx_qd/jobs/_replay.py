@@ -57,8 +57,11 @@ class Replay:
         return text + "".join(f"\nwrote {path}" for path in self.files.values())
 
 
-def _choose(repertoire: Any, folder: str, id: int | None, cell: int | None) -> int:
-    """The cell of the elite asked for: by id, by cell, or the best."""
+def _choose(
+    repertoire: Any, folder: str, id: int | None, cell: int | None, ids_where: str = ""
+) -> int:
+    """The cell of the elite asked for: by id, by cell, or the best (`ids_where`: where the
+    job lists the ids, for the hint)."""
     fitnesses = np.asarray(repertoire.fitnesses)
     filled = np.isfinite(fitnesses)
     if not filled.any():
@@ -82,7 +85,7 @@ def _choose(repertoire: Any, folder: str, id: int | None, cell: int | None) -> i
     if hits.size == 0:
         raise ValueError(
             f"no elite with id {id} in {folder!r}'s final repertoire (ids of the best: "
-            f"{ids[best].tolist()}; the actors file lists every id ever added)"
+            f"{ids[best].tolist()}{'; ' + ids_where if ids_where else ''})"
         )
     return int(hits[0])
 
@@ -110,8 +113,9 @@ def replay(
     **Arguments:**
 
     - `folder`: the run folder.
-    - `id`: the elite's id (the `id` column of `actors.csv` and `archive_*.csv`), or
-      `cell` its cell; neither: the best elite.
+    - `id`: the elite's id (PGA-ME: the `id` column of `actors.csv` and `archive_*.csv`;
+      ME-PBT: `load_run(folder).repertoire.extra`), or `cell` its cell; neither: the best
+      elite.
     - `seed`: the episode's key (it matters on stochastic tasks only).
     - `write`: write `replay_<id>.html` (brax's viewer of the episode, for brax tasks) and
       `replay_<id>.png` (the path in the plane, for tasks whose state descriptor is a
@@ -129,7 +133,7 @@ def replay(
             f"(replay reads the runs of {', '.join(_replayable())})"
         )
     repertoire = job.load(run_folder, config).repertoire
-    c = _choose(repertoire, os.fspath(folder), id, cell)
+    c = _choose(repertoire, os.fspath(folder), id, cell, job.elite_ids)
     elite_id = c if repertoire.extra is None else int(np.asarray(repertoire.extra)[c])
     episode, states = _play(scorer, tree_take(repertoire.genotypes, c), jr.key(seed))
     env = scorer.env

@@ -232,8 +232,9 @@ def report(
     `"env_steps"` (PGA-ME and ME-PBT runs, as QDax plots them).
 
     With `out_dir`, write there `report.md` (the tables), `finals.csv` (each run's final
-    values), `p_values.csv` and, with `plots`, `curves.png` (median and IQR per group)
-    and `fitness_density.png` (the cumulative fitness density averaged over seeds).
+    values), `p_values.csv` (with two groups or more) and, with `plots`, `curves.png`
+    (median and IQR per group) and `fitness_density.png` (the cumulative fitness density
+    averaged over seeds).
     """
     if not folders:
         raise ValueError("report needs at least one run folder")
@@ -275,24 +276,29 @@ def _write(folder: RunFolder, result: Report, p_method: str, plots: bool) -> Non
                 ]
             )
     folder.write_csv("finals.csv", header, rows)
-    folder.write_csv(
-        "p_values.csv",
-        ["metric", "group_a", "group_b", "p_value"],
-        [[m, a, b, p] for m, pairs in result.p_values.items() for (a, b), p in pairs.items()],
-    )
+    several = len(result.groups) > 1
+    if several:
+        folder.write_csv(
+            "p_values.csv",
+            ["metric", "group_a", "group_b", "p_value"],
+            [[m, a, b, p] for m, pairs in result.p_values.items() for (a, b), p in pairs.items()],
+        )
     method = {
         "auto": "exact for small samples without ties, else asymptotic",
         "exact": "exact",
         "asymptotic": "asymptotic, no continuity correction",
     }[p_method]
+    n = len(result.groups)
     text = (
         "# Report\n\n"
-        f"{sum(len(g.runs) for g in result.groups)} runs in {len(result.groups)} groups. Final "
-        "values: median [first quartile, third quartile] over the runs of each group.\n\n"
+        f"{sum(len(g.runs) for g in result.groups)} runs in {n} group{'s' if several else ''}. "
+        "Final values: median [first quartile, third quartile] over the runs of each group.\n\n"
         f"{result.table()}\n\n"
-        f"## Two-sided Mann-Whitney U p-values ({method})\n\n"
-        f"{result.p_value_tables()}"
     )
+    if several:
+        text += f"## Two-sided Mann-Whitney U p-values ({method})\n\n{result.p_value_tables()}"
+    else:  # p-values compare groups: one group has none
+        text += "One group: no p-values (they compare groups; give the runs of another).\n"
     folder.write_text("report.md", text)
     if plots:
         folder.write_figure("curves.png", plot_report_curves(result))

@@ -205,20 +205,22 @@ def start_run(
 class Checkpointer:
     """Checkpoints a run: `save` writes the state after the first step at or past each multiple
     of `every` counted from `origin` (and when forced: at the end), keeping the newest
-    `keep`. A run resumed at step `resumed_at` counts from there and does not write that
-    checkpoint again."""
+    `keep` (`None`: all; with `records`, the pruned ones keep their metrics, as
+    `save_checkpoint`). A run resumed at step `resumed_at` counts from there and does not
+    write that checkpoint again."""
 
     def __init__(
         self,
         folder: RunFolder | None,
         every: int,
-        keep: int,
+        keep: int | None,
         resumed_at: int | None = None,
         *,
         origin: int = 0,
         enabled: bool | None = None,
+        records: bool = False,
     ):
-        self.folder, self.every, self.keep = folder, every, keep
+        self.folder, self.every, self.keep, self.records = folder, every, keep, records
         self._last = origin if resumed_at is None else resumed_at
         self._saved = resumed_at
         # Off for a run kept in memory. On in every process of a multi-process run, where
@@ -247,7 +249,7 @@ class Checkpointer:
             return False
         state = to_host(state)  # every process, in step
         if self.folder is not None:
-            save_checkpoint(self.folder, step, state, metrics, keep=self.keep)
+            save_checkpoint(self.folder, step, state, metrics, keep=self.keep, records=self.records)
         self._last = self._saved = step
         return True
 
@@ -342,14 +344,15 @@ def resume(
     progress: Any = True,
     plots: bool = True,
     on_log: Callable[[dict[str, float]], None] | None = None,
+    log: Sequence[str] = (),
     **changes: Any,
 ) -> RunResult:
     """Continue the run in `folder` from its newest checkpoint, with its own config and
     `changes` (its length, say `iterations=2000`, or `ALWAYS_CHANGEABLE` keys). A notebook
     stops a run by interrupting it, and continues it with this; a run extended this way equals
-    the uninterrupted longer run. `progress`, `plots` and `on_log` are `run`'s.
+    the uninterrupted longer run. `progress`, `plots`, `on_log` and `log` are `run`'s.
     """
     config = read_config(RunFolder(folder, create=False))
     if changes:
         config = dataclasses.replace(config, **changes)
-    return run(config, folder, progress=progress, plots=plots, on_log=on_log, resume=True)
+    return run(config, folder, progress=progress, plots=plots, on_log=on_log, resume=True, log=log)

@@ -1,0 +1,110 @@
+"""A user's job (`user_job.py`, a plugin module) on the jobs' driver: registered with
+`jobs.register_job`, run through `eqx-qd`, killed with SIGKILL, reported as interrupted, and
+resumed to what an uninterrupted run writes."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from eqx_qd import jobs
+from eqx_qd.cli import main
+
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+OPTIONS = ["--iterations", "4000", "--log-period", "2", "--checkpoint-every", "40"]
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "eqx_qd.cli", "--plugin", "user_job", *args]
+
+
+def _rows(path) -> list[list[str]]:
+    """A CSV's rows without its wall-clock column."""
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    drop = rows[0].index("wall_s")
+    return [[v for j, v in enumerate(r) if j != drop] for r in rows]
+
+
+@pytest.mark.slow
+def test_a_plugin_job_runs_is_killed_and_resumes_through_the_command(tmp_path):
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]),
+    }
+    out = tmp_path / "run"
+    args = ["run", "hill-climb", *OPTIONS, "--no-progress", "--no-plots"]
+    with open(tmp_path / "stderr", "wb") as err:
+        proc = subprocess.Popen(
+            _command(*args, "--out", str(out)), env=env, stdout=subprocess.DEVNULL, stderr=err
+        )
+        deadline = time.monotonic() + 180
+        while not jobs.list_checkpoints(out):  # killed once it has checkpointed
+            assert proc.poll() is None, (tmp_path / "stderr").read_text()[-2000:]
+            assert time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    killed_at = jobs.list_checkpoints(out)[-1].step
+    assert killed_at < 4000, "the run ended before it was killed: lengthen it"
+    # The folder says what happened, and the command says where it goes on from.
+    status = jobs.run_status(out)
+    assert status["status"] == "interrupted" and "killed" in status["error"]
+    done = subprocess.run(
+        _command("run", "hill-climb", "--resume", str(out), "--no-progress", "--no-plots"),
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    said = done.stdout.decode()
+    assert f"resuming {out} (interrupted) from its newest checkpoint, iteration" in said
+    assert jobs.run_status(out)["status"] == "finished"
+    # What the uninterrupted run writes, in this process (the plugin imported here too).
+    import user_job
+
+    config = user_job.HillClimbConfig(iterations=4000, log_period=2, checkpoint_every=40)
+    whole = jobs.run(config, tmp_path / "whole", progress=False, plots=False)
+    assert _rows(out / "progress.csv") == _rows(tmp_path / "whole" / "progress.csv")
+    assert np.array_equal(np.load(out / "best.npy"), np.asarray(whole.state.best))
+    again = jobs.load_run(out)  # read back through the registered job
+    assert again.last["fitness"] == whole.last["fitness"] > whole.progress["fitness"][0]
+
+
+def test_a_plugin_job_is_listed_and_its_folder_needs_the_plugin(tmp_path, capsys):
+    assert main(["--plugin", "user_job", "list"]) == 0
+    assert "hill-climb" in capsys.readouterr().out
+    out = tmp_path / "run"
+    small = ["--iterations", "6", "--log-period", "2", "--checkpoint-every", "2"]
+    assert main(["--plugin", "user_job", "run", "hill-climb", *small, "--out", str(out)]) == 0
+    assert jobs.run_status(out)["status"] == "finished"
+    assert [c.step for c in jobs.list_checkpoints(out)] == [4, 6]
+    # Read without the plugin (a fresh process, whose registry lacks it): the hint says so.
+    done = subprocess.run(
+        [sys.executable, "-c", f"from eqx_qd import jobs; jobs.load_run({str(out)!r})"],
+        capture_output=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert done.returncode != 0 and b"--plugin MODULE" in done.stderr
+
+
+def test_register_job_refuses_what_is_not_a_job():
+    import user_job
+
+    with pytest.raises(TypeError, match="Job"):
+        jobs.register_job(user_job.HillClimbJob)  # the class, not an instance
+
+    class Renamed(user_job.HillClimbJob):
+        name = "climb"  # its config says hill-climb
+
+    with pytest.raises(ValueError, match="JOB = 'hill-climb'"):
+        jobs.register_job(Renamed())
+    assert "climb" not in jobs.JOBS
