@@ -36,11 +36,11 @@ SMALL = {
         "--checkpoint-every", "500",
     ],
     "pgame": [
-        "--env", "point_maze", "--max-evals", "1984", "--random-init", "64",
-        "--init-batch-size", "32", "--eval-batch-size", "32", "--n-niches", "64",
-        "--cvt-samples", "5000", "--save-period", "160", "--checkpoint-every", "160",
-        "--nr-of-steps-crit", "20", "--nr-of-steps-act", "5", "--neurons-list", "16",
-        "--critic-hidden", "32,32", "--train-batch-size", "32", "--buffer-size", "10000",
+        "--env", "point_maze", "--evaluations", "1984", "--random-init", "64",
+        "--init-batch-size", "32", "--batch-size", "32", "--cells", "64",
+        "--cvt-samples", "5000", "--snapshot-every", "160", "--checkpoint-every", "160",
+        "--critic-steps", "20", "--pg-steps", "5", "--hidden", "16",
+        "--critic-hidden", "32,32", "--minibatch-size", "32", "--buffer-size", "10000",
         "--episode-length", "50", "--deterministic",
     ],
     "me-pbt": [

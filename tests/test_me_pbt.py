@@ -306,6 +306,7 @@ def test_the_paper_preset_runs_the_ant_trap_at_qdax_s_sizes(capsys):
     parser = build_parser()
     args = parser.parse_args(["run", "me-pbt", "--preset", "paper", "--seed", "3"])
     config = _config(parser, args, jobs.JOBS["me-pbt"])
+    assert config == jobs.MEPBTConfig.preset("paper", seed=3)  # the same from Python
     assert (config.env, config.episode_length, config.cells) == ("anttrap", 1000, 1024)
     assert (config.hidden, config.iterations, config.seed) == ((256, 256), 450, 3)
     # QDax's example: num_training_steps = 5000 environment steps per agent and generation.
@@ -315,4 +316,4 @@ def test_the_paper_preset_runs_the_ant_trap_at_qdax_s_sizes(capsys):
     assert emitter.agent.observation_size == emitter.env.observation_size == 29
     main(["list"])
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("me-pbt")]
-    assert line.endswith("(presets: local, paper)")
+    assert line.endswith("(presets: paper)")

@@ -14,9 +14,9 @@ from eqx_qd.cli import main
 
 
 TINY = dict(
-    env="point_maze", max_evals=544, random_init=64, init_batch_size=32, eval_batch_size=32,
-    n_niches=64, cvt_samples=5000, save_period=160, nr_of_steps_crit=20, nr_of_steps_act=5,
-    neurons_list=(16,), critic_hidden=(32, 32), train_batch_size=32, buffer_size=10_000,
+    env="point_maze", evaluations=544, random_init=64, init_batch_size=32, batch_size=32,
+    cells=64, cvt_samples=5000, snapshot_every=160, critic_steps=20, pg_steps=5,
+    hidden=(16,), critic_hidden=(32, 32), minibatch_size=32, buffer_size=10_000,
     episode_length=50, deterministic=True,
 )  # fmt: skip
 
@@ -47,7 +47,7 @@ def test_run_folder_has_the_repo_outputs(run_folder):
     progress = _rows(run_folder / "progress.csv")
     assert len(progress) == 1 + config.num_iterations
     evals = [int(r["evaluations"]) for r in progress]
-    assert evals[0] == 64 and evals[-1] == 64 + 32 * config.num_iterations <= config.max_evals
+    assert evals[0] == 64 and evals[-1] == 64 + 32 * config.num_iterations <= config.evaluations
     for column in ("coverage", "max_fitness", "p5_fitness", "p95_fitness",
                    "averaged_max_fitness", "averaged_max_descriptor_1"):  # fmt: skip
         assert column in progress[0]
@@ -154,33 +154,42 @@ def test_replay_plays_an_elite_again_and_draws_its_path(run_folder, tmp_path, ca
 def test_config_validation_names_the_problem(tmp_path):
     with pytest.raises(ValueError, match="multiple of init_batch_size"):
         jobs.PGAMEConfig(random_init=50, init_batch_size=100)
-    with pytest.raises(ValueError, match="proportion_evo"):
-        jobs.PGAMEConfig(proportion_evo=1.5)
-    with pytest.raises(ValueError, match="max_evals"):
-        jobs.PGAMEConfig(max_evals=100)
+    with pytest.raises(ValueError, match="ga_fraction"):
+        jobs.PGAMEConfig(ga_fraction=1.5)
+    with pytest.raises(ValueError, match="evaluations"):
+        jobs.PGAMEConfig(evaluations=100)
     bad = tmp_path / "bad.toml"
     bad.write_text("n_niche = 10\n")
     with pytest.raises(ValueError, match="unknown config keys: n_niche"):
         jobs.PGAMEConfig.from_toml(bad)
-    with pytest.raises(ValueError, match="dim_map"):
-        cfg = jobs.PGAMEConfig(**{**TINY, "dim_map": 3})
+    with pytest.raises(ValueError, match="num_descriptors"):
+        cfg = jobs.PGAMEConfig(**{**TINY, "num_descriptors": 3})
         jobs._pgame.make_pgame(cfg, q.envs.PointMaze())
-    # Paper defaults, and the preset the command runs.
-    paper = jobs.PGAMEConfig()
-    assert (paper.n_niches, paper.max_evals, paper.proportion_evo, paper.nr_of_steps_crit) == (
+    # The paper's setting is a preset; the defaults are a local run.
+    paper = jobs.PGAMEConfig.preset("paper")
+    assert (paper.cells, paper.evaluations, paper.ga_fraction, paper.critic_steps) == (
         1024,
         1_000_000,
         0.5,
         300,
     )
-    assert jobs.PGAMEConfig.local().max_evals == 10_000
+    assert jobs.PGAMEConfig().evaluations == 10_000 and paper.episode_length == 1000
+    # The repository's names are refused here, naming ours (its files are read: below).
+    with pytest.raises(ValueError, match="n_niches is cells; nr_of_steps_crit is critic_steps"):
+        jobs.PGAMEConfig.from_mapping({"n_niches": 64, "nr_of_steps_crit": 3})
+    # ... but a run folder written with them (an earlier version's) is read, renamed.
+    older = tmp_path / "older.toml"
+    older.write_text("[pgame]\nn_niches = 64\nmax_evals = 4096\nneurons_list = [16]\n")
+    assert jobs.PGAMEConfig.from_toml(older) == jobs.PGAMEConfig(
+        cells=64, evaluations=4096, hidden=(16,)
+    )
 
 
 def test_cli_rejects_bad_pgame_input(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["run", "pgame", "--max-evals", "100", "--out", str(tmp_path / "x")])
+        main(["run", "pgame", "--evaluations", "100", "--out", str(tmp_path / "x")])
     assert e.value.code == 2
-    assert "max_evals" in capsys.readouterr().err
+    assert "evaluations" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 
@@ -234,12 +243,12 @@ def _made(**overrides):
 
 
 def test_repository_arguments_build_the_emitter():
-    _, algo, _ = _made(eval_batch_size=100, random_init=100, init_batch_size=100, max_evals=1000)
+    _, algo, _ = _made(batch_size=100, random_init=100, init_batch_size=100, evaluations=1000)
     ga, pg = algo.emitter.emitters
     assert (ga.batch_size, pg.batch_size) == (49, 51)  # the original: 49 GA, 50 PG, 1 greedy
     assert pg.greedy_init == "best" and pg.critic_warmup
-    _, algo, _ = _made(eval_batch_size=100, random_init=100, init_batch_size=100,
-                       max_evals=1000, convention="qdax")  # fmt: skip
+    _, algo, _ = _made(batch_size=100, random_init=100, init_batch_size=100,
+                       evaluations=1000, convention="qdax")  # fmt: skip
     ga, pg = algo.emitter.emitters
     assert (ga.batch_size, pg.batch_size) == (50, 50) and pg.greedy_init == "first"
     _, algo, _ = _made(crossover_op="sbx", mutation_op="gaussian_mutation", eta_c=3.0,
@@ -274,7 +283,7 @@ def test_repository_arguments_build_the_emitter():
         (dict(crossover_op="blx"), "crossover_op"),
         (dict(mutation_op="cauchy"), "mutation_op"),
         (dict(convention="pytorch"), "convention"),
-        (dict(use_cached_cvt=True, centroids_file="c.npy"), "give one"),
+        (dict(use_cached_cvt=True, centroids="c.npy"), "give one"),
     ],
 )
 def test_repository_arguments_are_checked(values, match):
@@ -310,7 +319,7 @@ def test_discard_dead_refuses_episodes_that_ended_early(getkey):
     assert float(fitnesses[0]) == -np.inf and float(fitnesses[1]) == float(plain[1])
     assert eqx.tree_equal(d2, descriptors) and eqx.tree_equal(extra2, extra)
     assert q._qdrl.scoring.DiscardDead(scorer).qd_offset == scorer.qd_offset
-    _, algo, _ = _made(not_discard_dead=False)
+    _, algo, _ = _made(insert_dead=False)
     assert isinstance(algo.scoring_fn, q._qdrl.scoring.DiscardDead)
 
 
@@ -336,14 +345,16 @@ def test_original_config_files_read_as_the_repository_reads_them(tmp_path):
     path.write_text(ORIGINAL_FILE)
     values, notes = jobs._pgame.read_original_config(path)
     config = jobs.PGAMEConfig.from_mapping(values)
-    assert (config.env, config.seed, config.n_niches, config.max_evals) == (
+    assert (config.env, config.seed, config.cells, config.evaluations) == (
         "walker2d_uni", 3, 64, 10_000
     )  # fmt: skip
-    assert config.neurons_list == (16, 16) and config.lr == 0.002
-    assert config.use_cached_cvt and config.not_discard_dead and config.gradient_op
+    assert config.hidden == (16, 16) and config.pg_lr == 0.002
+    assert config.use_cached_cvt and config.insert_dead and config.gradient_op
     assert config.mutation_op == "none" and config.min_genotype is None
     # Arguments the file leaves out take the repository's defaults, flags are off.
-    assert (config.iso_sigma, config.line_sigma, config.dim_map) == (0.01, 0.2, 4)
+    assert (config.iso_sigma, config.line_sigma, config.num_descriptors) == (0.01, 0.2, 4)
+    # Ours that the repository has no argument for: the paper's setting.
+    assert (config.episode_length, config.buffer_size) == (1000, 1_000_000)
     assert not config.normalise and not config.affine
     assert any(n.startswith("num_cpu: not used") for n in notes)
     assert any("QDWalker2DBulletEnv-v0 runs as walker2d_uni" in n for n in notes)
@@ -389,22 +400,20 @@ def test_centroids_from_a_file_or_the_cache(tmp_path, monkeypatch):
     env = q.envs.PointMaze()
     text = tmp_path / "centroids_4_2.dat"
     text.write_text("0.1 0.2\n-0.5 0.5\n0.9 -0.9\n0 0\n")
-    config = jobs.PGAMEConfig(**{**TINY, "n_niches": 4, "centroids_file": str(text)})
+    config = jobs.PGAMEConfig(**{**TINY, "cells": 4, "centroids": str(text)})
     tess = jobs._pgame.pgame_tessellation(config, env, key=jr.key(0))
     np.testing.assert_allclose(tess.centroids[1], [-0.5, 0.5])
-    with pytest.raises(ValueError, match=r"shape \(4, 2\); n_niches 8"):
-        config = jobs.PGAMEConfig(**{**TINY, "n_niches": 8, "centroids_file": str(text)})
+    with pytest.raises(ValueError, match=r"shape \(4, 2\); cells 8"):
+        config = jobs.PGAMEConfig(**{**TINY, "cells": 8, "centroids": str(text)})
         jobs._pgame.pgame_tessellation(config, env, key=jr.key(0))
     # Cached: computed once with a fixed key, then read back by every seed.
-    cached = jobs.PGAMEConfig(
-        **{**TINY, "n_niches": 16, "cvt_samples": 500, "use_cached_cvt": True}
-    )
+    cached = jobs.PGAMEConfig(**{**TINY, "cells": 16, "cvt_samples": 500, "use_cached_cvt": True})
     a = jobs._pgame.pgame_tessellation(cached, env, key=jr.key(1))
     files = os.listdir(tmp_path / "cache" / "eqx_qd" / "cvt")
     assert len(files) == 1 and files[0].startswith("centroids_16_2_500_")
     b = jobs._pgame.pgame_tessellation(cached, env, key=jr.key(2))
     np.testing.assert_array_equal(a.centroids, b.centroids)
-    fresh = jobs.PGAMEConfig(**{**TINY, "n_niches": 16, "cvt_samples": 500})
+    fresh = jobs.PGAMEConfig(**{**TINY, "cells": 16, "cvt_samples": 500})
     c = jobs._pgame.pgame_tessellation(fresh, env, key=jr.key(2))
     assert not np.array_equal(a.centroids, c.centroids)
 
@@ -415,9 +424,9 @@ def test_presets_start_the_command_from_the_paper_or_the_local_values(tmp_path, 
     parser = build_parser()
     job = jobs.JOBS["pgame"]
     parse = lambda *a: _config(parser, parser.parse_args(["run", "pgame", *a]), job)
-    assert parse("--preset", "paper") == jobs.PGAMEConfig()
-    assert parse("--preset", "local", "--seed", "4") == jobs.PGAMEConfig.local(seed=4)
-    assert parse() == jobs.PGAMEConfig.local()  # without a config: the local preset
+    assert parse("--preset", "paper") == jobs.PGAMEConfig.preset("paper")
+    assert parse("--preset", "paper", "--seed", "4") == jobs.PGAMEConfig.preset("paper", seed=4)
+    assert parse() == jobs.PGAMEConfig()  # without a config: the defaults, a local run
     path = tmp_path / "c.toml"
     path.write_text("seed = 1\n")
     with pytest.raises(SystemExit):
@@ -426,4 +435,4 @@ def test_presets_start_the_command_from_the_paper_or_the_local_values(tmp_path, 
     with pytest.raises(SystemExit):
         parse("--preset", "huge")
     main(["list"])
-    assert "(presets: local, paper)" in capsys.readouterr().out
+    assert "(presets: paper)" in capsys.readouterr().out

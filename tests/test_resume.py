@@ -27,9 +27,9 @@ ME = dict(
     log_period=2, checkpoint_every=4, keep_checkpoints=2,
 )  # fmt: skip
 PGAME = dict(
-    env="point_maze", max_evals=544, random_init=64, init_batch_size=32, eval_batch_size=32,
-    n_niches=64, cvt_samples=5000, save_period=160, checkpoint_every=160, nr_of_steps_crit=20,
-    nr_of_steps_act=5, neurons_list=(16,), critic_hidden=(32, 32), train_batch_size=32,
+    env="point_maze", evaluations=544, random_init=64, init_batch_size=32, batch_size=32,
+    cells=64, cvt_samples=5000, snapshot_every=160, checkpoint_every=160, critic_steps=20,
+    pg_steps=5, hidden=(16,), critic_hidden=(32, 32), minibatch_size=32,
     buffer_size=10_000, episode_length=50, deterministic=True,
 )  # fmt: skip
 MEPBT = dict(

@@ -88,11 +88,11 @@ class Job(abc.ABC):
         """How good a checkpoint is, from its metrics (`fork_run(..., "best")`)."""
         return float(np.mean(metrics["qd_score"]))
 
-    presets: ClassVar[dict[str, dict[str, Any]]] = {}
-    """Named starting values (`--preset NAME`): the keys each preset sets over the config's
-    defaults."""
-    elite_ids: ClassVar[str] = ""
-    """Where the folder lists its elites' ids, for `replay --id`'s hints."""
+    @property
+    def presets(self) -> dict[str, dict[str, Any]]:
+        """The config's presets (`JobConfig.PRESETS`): `--preset NAME`."""
+        return self.config_cls.PRESETS
+
     original_config_help: ClassVar[str] = ""
     """Non-empty when the job reads the seed repository's own config files (`read_original_config`):
     the `--config-file` help."""
@@ -102,8 +102,8 @@ class Job(abc.ABC):
         raise NotImplementedError(f"job {self.name!r} reads no original config files")
 
     def default_values(self) -> dict[str, Any]:
-        """The values of the config the command runs without `--config` (not validated, so
-        nothing is built: the command's `--help` shows them)."""
+        """The config's defaults (not validated, so nothing is built: the command's `--help`
+        shows them)."""
         return _field_defaults(self.config_cls)
 
     def preset_values(self, name: str) -> dict[str, Any]:

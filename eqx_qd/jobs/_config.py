@@ -101,6 +101,13 @@ class JobConfig:
     """
 
     JOB: ClassVar[str] = ""
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {}
+    """Named values over the defaults (the defaults are a run's local size; `paper`: the
+    published setting), for `preset` and `--preset NAME`."""
+    RENAMED: ClassVar[dict[str, str]] = {}
+    """Keys by an earlier name and the name they have now: a TOML file (an older run
+    folder's `config.toml`) is read with them renamed; anywhere else the old name is an error
+    that gives the new one."""
 
     def __post_init__(self):
         hints = typing.get_type_hints(type(self))
@@ -121,8 +128,19 @@ class JobConfig:
         return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
     @classmethod
+    def preset(cls: type[_C], name: str, **overrides: Any) -> _C:
+        """The config of preset `name` (one of `PRESETS`), `overrides` over it."""
+        if name not in cls.PRESETS:
+            known = ", ".join(sorted(cls.PRESETS)) or "none"
+            raise ValueError(f"{cls.__name__} has no preset {name!r}; its presets: {known}")
+        return cls.from_mapping({**cls.PRESETS[name], **overrides})
+
+    @classmethod
     def from_mapping(cls: type[_C], values: Mapping[str, Any]) -> _C:
         """A config from keys and values; unknown keys are an error that names them."""
+        renamed = [f"{k} is {cls.RENAMED[k]}" for k in values if k in cls.RENAMED]
+        if renamed:
+            raise ValueError(f"renamed config keys: {'; '.join(renamed)} here")
         unknown = sorted(set(values) - set(cls.keys()))
         if unknown:
             raise ValueError(f"unknown config keys: {', '.join(unknown)}")
@@ -148,6 +166,7 @@ class JobConfig:
                     f"config {path!r} has keys outside its [{cls.JOB}] table: {', '.join(beside)}"
                 )
             data = data[cls.JOB]
+        data = {cls.RENAMED.get(k, k): v for k, v in data.items()}  # an older folder's names
         return cls.from_mapping({**data, **overrides})
 
     def to_toml(self) -> str:

@@ -22,9 +22,10 @@ from ..envs._rollout import EpisodeStats, evaluate_episodes
 from ..rl._base import TrainMetrics
 from ..rl._ippo import IPPO
 from ..rl._ppo import PPOHParams, PPORun
+from ._blocks import RunOptions
 from ._checkpoints import list_checkpoints, mean_return, restore_checkpoint, save_checkpoint
 from ._common import register_job, RunResult
-from ._config import JobConfig, option
+from ._config import option
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
 from ._progress import Progress
@@ -33,7 +34,7 @@ from ._resume import Checkpointer, RunClock
 
 
 @dataclasses.dataclass(frozen=True)
-class IPPOConfig(JobConfig):
+class IPPOConfig(RunOptions):
     """Settings of the IPPO job (`jobs.run`, `eqx-qd run ippo`). The defaults train 4 agents
     on `LineTargets` (a line of 16 cells, 40 steps per episode) to walk to their targets.
 
@@ -75,7 +76,6 @@ class IPPOConfig(JobConfig):
     critic_lr: float = option(1e-3, "critic learning rate")
     max_grad_norm: float = option(0.5, "gradient clipping by global norm")
     reward_scale: float = option(1.0, "rewards are multiplied by it before GAE")
-    seed: int = option(0, "random seed")
     keep_checkpoints: int = option(
         0,
         "newest checkpoint states kept (0: all); every evaluation's record stays",

@@ -23,6 +23,7 @@ from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
 from .._validate import non_negative, positive_int
+from ._blocks import RunOptions
 from ._common import (
     PROGRESS_FILE,
     qd_summary,
@@ -32,7 +33,7 @@ from ._common import (
     RunResult,
     write_qd_outputs,
 )
-from ._config import JobConfig, option
+from ._config import option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
@@ -41,7 +42,7 @@ from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
-class MapElitesConfig(JobConfig):
+class MapElitesConfig(RunOptions):
     """Settings of the MAP-Elites job (`jobs.run`, `eqx-qd run map-elites`)."""
 
     JOB: ClassVar[str] = "map-elites"
@@ -61,7 +62,6 @@ class MapElitesConfig(JobConfig):
     iso_sigma: float = option(0.005, "iso+line-DD isotropic noise (iso_line)", check=non_negative)
     line_sigma: float = option(0.05, "iso+line-DD line noise (iso_line)", check=non_negative)
     sigma: float = option(0.05, "gaussian mutation std (gaussian)", check=non_negative)
-    seed: int = option(0, "random seed")
     devices: int = option(
         1,
         "devices to shard over, batch_size candidates each (on a CPU, host devices are made)",
@@ -70,7 +70,6 @@ class MapElitesConfig(JobConfig):
     checkpoint_every: int = option(
         100, "iterations between checkpoints (and one at the end)", check=positive_int
     )
-    keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
 
     def check(self) -> None:
         if not self.grid and self.centroids is None and self.cvt_samples < self.cells:

@@ -20,11 +20,11 @@ from .._qdrl.me_pbt import PBTEmitter, PBTEmitterConfig
 from .._qdrl.scoring import PolicyScorer
 from .._sharded import init_sharded, scan_sharded
 from .._tessellation import CVTTessellation
-from .._validate import fraction, non_negative, non_negative_int, positive, positive_int
+from .._validate import fraction, non_negative, non_negative_int, positive_int
 from .._variation import IsoLineVariation
 from ..rl._pbt import hparams_table
+from ._blocks import AgentOptions, RunOptions
 from ._common import (
-    agent_options,
     build_agent,
     hparams_columns,
     PROGRESS_FILE,
@@ -36,27 +36,25 @@ from ._common import (
     RunResult,
     write_qd_outputs,
 )
-from ._config import JobConfig, option
+from ._config import option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
-from ._registry import AGENTS, ENVIRONMENTS, make_env
+from ._registry import make_env
 from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
-class MEPBTConfig(JobConfig):
+class MEPBTConfig(AgentOptions, RunOptions):
     """Settings of the ME-PBT job (`jobs.run`, `eqx-qd run me-pbt`). The defaults (10
     PBT-TD3 agents + 10 GA children on the walled point maze, 128 cells) run in about a minute
     on a laptop CPU; `agent` takes any registered agent (`td3`, `sac`, `ppo` or yours).
     Fractions as in QDax's `PBTEmitterConfig`: with `devices > 1` the population sizes are
-    per device and the counts from fractions are over all devices."""
+    per device and the counts from fractions are over all devices. `MEPBTConfig.preset("paper")`
+    (`--preset paper`) is the paper's setting, `PAPER_PRESET`."""
 
     JOB: ClassVar[str] = "me-pbt"
 
-    agent: str = option("td3", "registered agent", check=AGENTS.check())
-    env: str = option("point_maze", "registered QD environment", check=ENVIRONMENTS.check("qd"))
-    episode_length: int = option(100, "steps per episode", check=positive_int)
     iterations: int = option(40, "MAP-Elites iterations", check=positive_int, aliases=("--iters",))
     pg_population_size: int = option(10, "PBT agents (per device)", check=positive_int)
     ga_population_size: int = option(
@@ -67,19 +65,6 @@ class MEPBTConfig(JobConfig):
         "training iterations per generation (off-policy: one step of every environment; ppo: "
         "one rollout and its epochs)",
         check=positive_int,
-    )
-    num_envs: int = option(16, "parallel environments per agent", check=positive_int)
-    grad_updates_per_step: float = option(
-        1.0, "gradient steps per environment step (off-policy)", check=positive
-    )
-    buffer_size: int = option(
-        100_000, "replay buffer capacity per agent (off-policy)", check=positive_int
-    )
-    rollout_length: int = option(16, "steps per rollout (ppo)", check=positive_int)
-    hidden: tuple[int, ...] = option((64, 64), "hidden layer widths (policy and critic)")
-    minibatch_size: int = option(256, "transitions per gradient step", check=positive_int)
-    target_entropy_scale: float = option(
-        1.0, "sac: target entropy = -scale x action size (QDax's PBT-SAC: 0.5)", check=positive
     )
     fraction_best_to_replace_from: float = option(
         0.1, "fraction of agents copied from", check=fraction
@@ -97,21 +82,15 @@ class MEPBTConfig(JobConfig):
     devices: int = option(
         1, "devices to shard over (on a CPU, host devices are made)", check=positive_int
     )
-    seed: int = option(0, "random seed")
     checkpoint_every: int = option(
-        10,
-        "iterations between checkpoints (and one at the end); the logs are written then",
-        check=positive_int,
+        10, "iterations between checkpoints (and one at the end)", check=positive_int
     )
-    keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
 
     def check(self) -> None:
-        if not self.hidden or min(self.hidden) < 1:
-            raise ValueError(f"hidden must list positive layer widths, got {list(self.hidden)}")
+        super().check()  # the agent options
         if self.cvt_samples < self.cells:
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
         self.emitter_config()  # validates sizes and fractions, naming the one that is wrong
-        agent_options(self)  # options the chosen agent does not take
 
     def emitter_config(self) -> PBTEmitterConfig:
         """The `PBTEmitterConfig` of this config's sizes and fractions."""
@@ -145,6 +124,8 @@ PAPER_PRESET: dict[str, object] = dict(
 (each training 20 x 250 environment steps per generation, one gradient step per environment
 step, a 100k buffer) and 10 GA children, for 450 iterations: a GPU's run, not a laptop CPU's
 (its time on an H100: `benchmarks/README.md`, "Measurements behind the code")."""
+
+MEPBTConfig.PRESETS = {"paper": PAPER_PRESET}
 
 
 def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
@@ -242,7 +223,6 @@ class _MEPBTJob(LoopJob):
     resume_may_change = ("iterations",)
     elite_ids = "every elite's id is in jobs.load_run(FOLDER).repertoire.extra, by cell"
     help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
-    presets = {"local": {}, "paper": PAPER_PRESET}
 
     def plan(self, config: "MEPBTConfig") -> _MEPBTPlan:
         algo, emitter = make_me_pbt(config)

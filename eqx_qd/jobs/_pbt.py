@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._validate import fraction, positive, positive_int
+from .._validate import fraction, positive_int
 from ..rl._pbt import (
     evaluate_population,
     hparams_table,
@@ -21,21 +21,21 @@ from ..rl._pbt import (
     train_population,
 )
 from ..rl._spaces import log_uniform_learning_rates, Uniform
+from ._blocks import AgentOptions, default_of, RunOptions
 from ._common import (
-    agent_options,
     build_agent,
     register_job,
     RunResult,
 )
-from ._config import JobConfig, option
+from ._config import option
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
-from ._registry import AGENTS, ENVIRONMENTS, make_env
+from ._registry import make_env
 from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
-class PBTConfig(JobConfig):
+class PBTConfig(AgentOptions, RunOptions):
     """Settings of the PBT job (`jobs.run`, `eqx-qd run pbt`). The defaults train 8 SAC agents
     on the open point maze; `agent` takes any registered agent (`td3`, `sac`, `ppo` or
     yours). `best_fraction` / `worse_fraction` follow QDax (counts are
@@ -44,11 +44,13 @@ class PBTConfig(JobConfig):
 
     JOB: ClassVar[str] = "pbt"
 
-    agent: str = option("sac", "registered agent", check=AGENTS.check())
-    env: str = option(
-        "point_maze_open", "registered QD environment", check=ENVIRONMENTS.check("qd")
-    )
-    episode_length: int = option(100, "steps per episode", check=positive_int)
+    agent: str = default_of(AgentOptions, "agent", "sac")
+    env: str = default_of(AgentOptions, "env", "point_maze_open")
+    num_envs: int = default_of(AgentOptions, "num_envs", 8)
+    grad_updates_per_step: float = default_of(AgentOptions, "grad_updates_per_step", 0.25)
+    buffer_size: int = default_of(AgentOptions, "buffer_size", 50_000)
+    rollout_length: int = default_of(AgentOptions, "rollout_length", 32)
+    minibatch_size: int = default_of(AgentOptions, "minibatch_size", 128)
     population_size: int = option(8, "PBT members", check=positive_int)
     rounds: int = option(10, "train / evaluate / exploit rounds", check=positive_int)
     iterations_per_round: int = option(
@@ -57,37 +59,18 @@ class PBTConfig(JobConfig):
         "rollout and its epochs)",
         check=positive_int,
     )
-    num_envs: int = option(8, "parallel environments per member", check=positive_int)
-    grad_updates_per_step: float = option(
-        0.25, "gradient steps per environment step (off-policy)", check=positive
-    )
-    buffer_size: int = option(
-        50_000, "replay buffer capacity per member (off-policy)", check=positive_int
-    )
-    rollout_length: int = option(32, "steps per rollout (ppo)", check=positive_int)
-    hidden: tuple[int, ...] = option((64, 64), "hidden layer widths (policy and critic)")
-    minibatch_size: int = option(128, "transitions per gradient step", check=positive_int)
-    target_entropy_scale: float = option(
-        1.0, "sac: target entropy = -scale x action size (QDax's PBT-SAC: 0.5)", check=positive
-    )
     best_fraction: float = option(0.2, "fraction of the population copied from", check=fraction)
     worse_fraction: float = option(0.4, "fraction of the population replaced", check=fraction)
     explore: str = option("resample", "resample or perturb the copies' hyperparameters")
     log_uniform_lr: bool = option(False, "draw learning rates log-uniformly")
     eval_episodes: int = option(4, "evaluation episodes per member and round", check=positive_int)
-    seed: int = option(0, "random seed")
     checkpoint_every: int = option(
-        1,
-        "rounds between checkpoints (and one at the end); the logs are written then",
-        check=positive_int,
+        1, "rounds between checkpoints (and one at the end)", check=positive_int
     )
-    keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
 
     def check(self) -> None:
-        if not self.hidden or min(self.hidden) < 1:
-            raise ValueError(f"hidden must list positive layer widths, got {list(self.hidden)}")
+        super().check()  # the agent options
         self.make_pbt(None)  # the counts (and explore), with a message naming the fraction
-        agent_options(self)  # options the chosen agent does not take
 
     def make_pbt(self, spaces) -> PBT:
         """The `PBT` of this config's counts over `spaces` (`None`: only the counts are

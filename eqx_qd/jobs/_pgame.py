@@ -2,7 +2,7 @@
 
 The job writes one run folder: `config.toml`, `progress.csv` (one row per batch),
 `actors.csv` (one row per actor added to the archive, with its parents), an
-`archive_<evals>.csv` snapshot every `save_period` evaluations, the final actors'
+`archive_<evals>.csv` snapshot every `snapshot_every` evaluations, the final actors'
 parameters (`repertoire.eqx`, read back by `load_run`), `centroids.npy` and plots.
 """
 
@@ -43,8 +43,9 @@ from .._variation import (
 from ..envs._base import AbstractQDEnv
 from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3, TD3HParams
+from ._blocks import RunOptions
 from ._common import read_qd_run, read_repertoire, register_job, repertoire_axes, RunResult
-from ._config import JobConfig, option
+from ._config import option
 from ._folder import RunFolder, user_cache_dir
 from ._loop import Chunk, LoopJob
 from ._registry import ENVIRONMENTS, make_env
@@ -64,11 +65,12 @@ def _choice(choices: tuple[str, ...]):
 
 
 @dataclasses.dataclass(frozen=True)
-class PGAMEConfig(JobConfig):
-    """PGA-MAP-Elites settings. Field names follow the original repo's arguments; the defaults
-    are the GECCO 2021 paper's (1e6 evaluations of 1000-step episodes: an HPC budget).
-    `PGAMEConfig.local` is a small preset that runs on a laptop CPU in minutes (what
-    `eqx-qd run pgame` runs without `--config`).
+class PGAMEConfig(RunOptions):
+    """PGA-MAP-Elites settings, in the house's words (the original repository's names are
+    read from its own files: `read_original_config`, `--config-file`; `REPO_NAMES` maps them).
+    The defaults are a local run, minutes on a laptop CPU (walker2d_uni, 100-step episodes,
+    10k evaluations, 256 cells); `PGAMEConfig.preset("paper")` (`--preset paper`) is the GECCO
+    2021 paper's setting (1e6 evaluations of 1000-step episodes, 1024 cells: an HPC budget).
 
     Tasks are stochastic by default, as the paper's were (random initial states:
     `reset_noise`; `obs_noise` adds observation noise), so the averaged max fitness and the
@@ -76,34 +78,32 @@ class PGAMEConfig(JobConfig):
 
     Ours, beyond the repo's arguments: `episode_length`, `critic_hidden`, `critic_lr`,
     `greedy_lr`, `buffer_size`, `reset_noise` / `obs_noise` / `deterministic`,
-    `num_reevals` (the "10" of the averaged max fitness), `centroids_file` and
-    `convention` (`"original"`: the repo's batch split, greedy-actor start and critic
-    warm-up; `"qdax"`: QDax's). `gradient_op` is the repo's switch: `False` gives plain
-    MAP-Elites with the same GA, budget and outputs. The repo's `num_cpu` / `num_cpu_var`
-    have no counterpart (evaluation is vectorised) and are accepted only in its own config
-    files (`read_original_config`).
+    `num_reevals` (the "10" of the averaged max fitness) and `convention` (`"original"`:
+    the repo's batch split, greedy-actor start and critic warm-up; `"qdax"`: QDax's).
+    `gradient_op` is the repo's switch: `False` gives plain MAP-Elites with the same GA,
+    budget and outputs. The repo's `num_cpu` / `num_cpu_var` have no counterpart (evaluation
+    is vectorised) and are accepted only in its own config files.
     """
 
     JOB: ClassVar[str] = "pgame"
 
     env: str = option("walker2d_uni", "registered QD environment", check=ENVIRONMENTS.check("qd"))
-    seed: int = option(0, "random seed")
-    dim_map: int | None = option(None, "descriptor dimensions (checked against the env)")
-    n_niches: int = option(1024, "CVT cells", check=positive_int)
-    max_evals: int = option(1_000_000, "evaluation budget", check=positive_int)
-    eval_batch_size: int = option(100, "candidates per iteration", check=positive_int)
-    random_init: int = option(500, "random policies evaluated first", check=positive_int)
-    init_batch_size: int = option(100, "random policies scored at once", check=positive_int)
-    proportion_evo: float = option(0.5, "fraction of each batch from the GA", check=fraction)
-    nr_of_steps_crit: int = option(300, "critic steps per iteration", check=non_negative_int)
-    nr_of_steps_act: int = option(10, "policy-gradient steps per offspring", check=non_negative_int)
-    train_batch_size: int = option(256, "transitions per critic / PG step", check=positive_int)
+    num_descriptors: int | None = option(None, "descriptor dimensions (checked against the env)")
+    cells: int = option(256, "CVT cells", check=positive_int)
+    evaluations: int = option(10_000, "evaluation budget", check=positive_int)
+    batch_size: int = option(64, "candidates per iteration", check=positive_int)
+    random_init: int = option(256, "random policies evaluated first", check=positive_int)
+    init_batch_size: int = option(128, "random policies scored at once", check=positive_int)
+    ga_fraction: float = option(0.5, "fraction of each batch from the GA", check=fraction)
+    critic_steps: int = option(300, "critic steps per iteration", check=non_negative_int)
+    pg_steps: int = option(10, "policy-gradient steps per offspring", check=non_negative_int)
+    minibatch_size: int = option(256, "transitions per critic / PG step", check=positive_int)
     discount: float = option(0.99, "TD3 discount", check=fraction)
     tau: float = option(0.005, "TD3 target update rate", check=fraction)
     policy_noise: float = option(0.2, "TD3 target policy noise", check=non_negative)
     noise_clip: float = option(0.5, "TD3 target noise clip", check=non_negative)
-    policy_freq: int = option(2, "critic steps per greedy-actor step", check=positive_int)
-    lr: float = option(0.001, "policy-gradient variation learning rate", check=non_negative)
+    policy_delay: int = option(2, "critic steps per greedy-actor step", check=positive_int)
+    pg_lr: float = option(0.001, "policy-gradient variation learning rate", check=non_negative)
     iso_sigma: float = option(0.005, "iso+line-DD isotropic noise", check=non_negative)
     line_sigma: float = option(0.05, "iso+line-DD line noise", check=non_negative)
     crossover_op: str = option("iso_dd", "GA two-parent operator", check=_choice(CROSSOVER_OPS))
@@ -124,41 +124,40 @@ class PGAMEConfig(JobConfig):
     max_genotype: float | None = option(
         None, "upper bound of every gene (none: no bound)", check=finite
     )
-    neurons_list: tuple[int, ...] = option((128, 128), "policy hidden layer widths")
+    hidden: tuple[int, ...] = option((64, 64), "policy hidden layer widths")
     normalise: bool = option(False, "layer normalisation in the policy")
     affine: bool = option(False, "with normalise: learned scale and shift, layers without bias")
-    cvt_samples: int = option(100_000, "uniform samples for CVT k-means", check=positive_int)
+    cvt_samples: int = option(20_000, "uniform samples for CVT k-means", check=positive_int)
     use_cached_cvt: bool = option(
         False,
-        "reuse cached centroids (computed once per n_niches, dim and cvt_samples with "
+        "reuse cached centroids (computed once per cells, dim and cvt_samples with "
         "seed 0, so every seed shares them, as the repo's CVT folder)",
     )
-    centroids_file: str | None = option(
+    centroids: str | None = option(
         None, "read the centroids from a .npy or text file (the repo's CVT/centroids_K_D.dat)"
     )
     n_species: int = option(
         1, "species-archive cells (1 only: the paper's setting)", check=positive_int
     )
-    not_discard_dead: bool = option(
+    insert_dead: bool = option(
         True,
         "insert solutions whose episode ended early (the paper's setting; off: they are "
         "evaluated, stored in the replay buffer, but not inserted)",
     )
-    save_period: int = option(10_000, "evaluations between archive snapshots", check=positive_int)
+    snapshot_every: int = option(2_000, "evaluations between archive snapshots", check=positive_int)
     checkpoint_every: int = option(
-        10_000,
+        2_000,
         "evaluations between checkpoints of the whole state (and one at the end)",
         check=positive_int,
     )
-    keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
     gradient_op: bool = option(
         True, "policy-gradient variation (off: GA only)", aliases=("--no-gradient",)
     )
-    episode_length: int = option(1000, "steps per episode", check=positive_int)
+    episode_length: int = option(100, "steps per episode", check=positive_int)
     critic_hidden: tuple[int, ...] = option((256, 256), "critic hidden layer widths")
     critic_lr: float = option(3e-4, "critic learning rate", check=non_negative)
     greedy_lr: float = option(3e-4, "greedy actor learning rate", check=non_negative)
-    buffer_size: int = option(1_000_000, "replay buffer capacity", check=positive_int)
+    buffer_size: int = option(200_000, "replay buffer capacity", check=positive_int)
     reset_noise: bool = option(True, "random initial states (stochastic task)")
     obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
     deterministic: bool = option(False, "no reset or observation noise (QDax's tasks)")
@@ -172,7 +171,7 @@ class PGAMEConfig(JobConfig):
     )
 
     def check(self) -> None:
-        for name in ("neurons_list", "critic_hidden"):
+        for name in ("hidden", "critic_hidden"):
             widths = getattr(self, name)
             if not widths or min(widths) < 1:
                 raise ValueError(f"{name} must list positive layer widths, got {list(widths)}")
@@ -181,15 +180,15 @@ class PGAMEConfig(JobConfig):
                 f"random_init ({self.random_init}) must be a multiple of init_batch_size "
                 f"({self.init_batch_size})"
             )
-        if self.max_evals < self.random_init + self.eval_batch_size:
+        if self.evaluations < self.random_init + self.batch_size:
             raise ValueError(
-                f"max_evals ({self.max_evals}) leaves no batch after random_init "
-                f"({self.random_init}) with eval_batch_size {self.eval_batch_size}"
+                f"evaluations ({self.evaluations}) leaves no batch after random_init "
+                f"({self.random_init}) with batch_size {self.batch_size}"
             )
-        if self.cvt_samples < self.n_niches:
-            raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least n_niches")
-        if self.gradient_op and self.eval_batch_size < 2:
-            raise ValueError("with gradient_op, eval_batch_size needs 2 slots or more")
+        if self.cvt_samples < self.cells:
+            raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
+        if self.gradient_op and self.batch_size < 2:
+            raise ValueError("with gradient_op, batch_size needs 2 slots or more")
         if self.n_species != 1:
             raise ValueError(
                 f"n_species is {self.n_species}: only 1 is supported (the GECCO paper's setting, "
@@ -214,10 +213,8 @@ class PGAMEConfig(JobConfig):
             raise ValueError(
                 f"deterministic and obs_noise = {self.obs_noise} contradict each other"
             )
-        if self.use_cached_cvt and self.centroids_file is not None:
-            raise ValueError(
-                "use_cached_cvt and centroids_file both choose the centroids: give one"
-            )
+        if self.use_cached_cvt and self.centroids is not None:
+            raise ValueError("use_cached_cvt and centroids both choose the centroids: give one")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "PGAMEConfig":
@@ -228,32 +225,27 @@ class PGAMEConfig(JobConfig):
                 raise ValueError(f"config key {name!r} is not used by this job: {why}")
         return super().from_mapping(values)
 
-    @classmethod
-    def local(cls, **overrides: Any) -> "PGAMEConfig":
-        """A preset that runs here in about two minutes (walker2d_uni, 100-step episodes, 10k
-        evaluations, 256 cells), like the repo's `local_config.txt`."""
-        return cls.from_mapping({**LOCAL_PRESET, **overrides})
-
     @property
     def num_iterations(self) -> int:
-        return (self.max_evals - self.random_init) // self.eval_batch_size
+        return (self.evaluations - self.random_init) // self.batch_size
 
 
-LOCAL_PRESET: dict[str, Any] = dict(
-    env="walker2d_uni",
-    n_niches=256,
-    max_evals=10_000,
-    eval_batch_size=64,
-    random_init=256,
-    init_batch_size=128,
-    neurons_list=(64, 64),
-    cvt_samples=20_000,
-    save_period=2_000,
-    checkpoint_every=2_000,
-    episode_length=100,
-    buffer_size=200_000,
+PAPER_PRESET: dict[str, Any] = dict(
+    cells=1024,
+    evaluations=1_000_000,
+    batch_size=100,
+    random_init=500,
+    init_batch_size=100,
+    hidden=(128, 128),
+    cvt_samples=100_000,
+    snapshot_every=10_000,
+    checkpoint_every=10_000,
+    episode_length=1000,
+    buffer_size=1_000_000,
 )
-"""`PGAMEConfig.local`: the keys that differ from the paper's defaults."""
+"""The GECCO 2021 paper's setting: the keys that differ from the local defaults."""
+
+PGAMEConfig.PRESETS = {"paper": PAPER_PRESET}
 
 
 def make_pgame_env(config: PGAMEConfig) -> AbstractQDEnv:
@@ -290,17 +282,18 @@ def ga_operators(config: PGAMEConfig) -> tuple[AbstractVariation | None, Abstrac
 
 def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
     """The algorithm (`MAPElites` with lineage) and the TD3 agent that defines the policies."""
-    if config.dim_map is not None and config.dim_map != env.descriptor_size:
+    if config.num_descriptors is not None and config.num_descriptors != env.descriptor_size:
         raise ValueError(
-            f"dim_map is {config.dim_map} but {config.env!r} has {env.descriptor_size} descriptors"
+            f"num_descriptors is {config.num_descriptors} but {config.env!r} has "
+            f"{env.descriptor_size} descriptors"
         )
     td3 = TD3(
         observation_size=env.observation_size,
         action_size=env.action_size,
-        policy_hidden=config.neurons_list,
+        policy_hidden=config.hidden,
         critic_hidden=config.critic_hidden,
-        minibatch_size=config.train_batch_size,
-        policy_delay=config.policy_freq,
+        minibatch_size=config.minibatch_size,
+        policy_delay=config.policy_delay,
         policy_layer_norm=config.normalise,
         policy_affine=config.affine,
     )
@@ -316,56 +309,56 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
             noise_clip=config.noise_clip,
         )
         emitter = pgame_emitter(
-            batch_size=config.eval_batch_size,
-            proportion_evo=config.proportion_evo,
+            batch_size=config.batch_size,
+            proportion_evo=config.ga_fraction,
             td3=td3,
             hparams=hparams,
-            num_critic_steps=config.nr_of_steps_crit,
-            num_pg_steps=config.nr_of_steps_act,
-            pg_lr=config.lr,
+            num_critic_steps=config.critic_steps,
+            num_pg_steps=config.pg_steps,
+            pg_lr=config.pg_lr,
             buffer_size=config.buffer_size,
             variation=variation,
             mutation=mutation,
             convention=config.convention,
         )
     else:
-        emitter = ga_emitter(config.eval_batch_size, variation=variation, mutation=mutation)
-    scoring = scorer if config.not_discard_dead else DiscardDead(scorer)
+        emitter = ga_emitter(config.batch_size, variation=variation, mutation=mutation)
+    scoring = scorer if config.insert_dead else DiscardDead(scorer)
     return MAPElites(emitter, scoring, scorer.qd_offset, lineage=True), td3
 
 
 def pgame_tessellation(config: PGAMEConfig, env: AbstractQDEnv, *, key: PRNGKey) -> CVTTessellation:
-    """The run's CVT: read from `centroids_file`; with `use_cached_cvt`, the cached
-    centroids for these `n_niches`, descriptor bounds and `cvt_samples` (computed with a
+    """The run's CVT: read from `centroids`; with `use_cached_cvt`, the cached
+    centroids for these `cells`, descriptor bounds and `cvt_samples` (computed with a
     fixed key on first use and stored, so every seed shares them); else k-means with `key`."""
     d, (low, high) = env.descriptor_size, env.descriptor_bounds
-    if config.centroids_file is not None:
-        path = config.centroids_file
+    if config.centroids is not None:
+        path = config.centroids
         if not os.path.isfile(path):
-            raise ValueError(f"centroids_file {path!r} does not exist")
+            raise ValueError(f"centroids {path!r} does not exist")
         try:
             tess = CVTTessellation.load(path)
         except (ValueError, TypeError) as e:
-            raise ValueError(f"centroids_file: {e}") from e
-        if tess.centroids.shape != (config.n_niches, d):
+            raise ValueError(f"centroids: {e}") from e
+        if tess.centroids.shape != (config.cells, d):
             raise ValueError(
-                f"centroids_file {path!r} holds centroids of shape {tess.centroids.shape}; "
-                f"n_niches {config.n_niches} of {config.env!r}'s {d} descriptors need "
-                f"({config.n_niches}, {d})"
+                f"centroids {path!r} holds centroids of shape {tess.centroids.shape}; "
+                f"cells {config.cells} of {config.env!r}'s {d} descriptors need "
+                f"({config.cells}, {d})"
             )
         return tess
     compute = lambda k: CVTTessellation.from_kmeans(
-        config.n_niches, d, low, high, num_samples=config.cvt_samples, key=k
+        config.cells, d, low, high, num_samples=config.cvt_samples, key=k
     )
     if not config.use_cached_cvt:
         return compute(key)
     bounds = np.concatenate([np.broadcast_to(low, (d,)), np.broadcast_to(high, (d,))])
     tag = hashlib.sha256(np.asarray(bounds, np.float32).tobytes()).hexdigest()[:8]
     cache = RunFolder(user_cache_dir("cvt"))  # ~/.cache/eqx_qd/cvt
-    name = f"centroids_{config.n_niches}_{d}_{config.cvt_samples}_{tag}.npy"
+    name = f"centroids_{config.cells}_{d}_{config.cvt_samples}_{tag}.npy"
     if cache.exists(name):
         tess = CVTTessellation.load(cache.file(name))
-        if tess.centroids.shape == (config.n_niches, d):
+        if tess.centroids.shape == (config.cells, d):
             return tess
     tess = compute(jr.key(0))
     cache.write_npy(name, tess.centroids)
@@ -379,9 +372,9 @@ def _plain_scorer(algo: MAPElites):
 
 
 def _chunk_length(config: PGAMEConfig) -> int:
-    """Iterations per jitted call: about `save_period` evaluations, preferring a divisor of
+    """Iterations per jitted call: about `snapshot_every` evaluations, preferring a divisor of
     the number of iterations so that a single program is compiled."""
-    chunk = min(max(1, config.save_period // config.eval_batch_size), config.num_iterations)
+    chunk = min(max(1, config.snapshot_every // config.batch_size), config.num_iterations)
     divisors = [d for d in range(1, chunk + 1) if config.num_iterations % d == 0]
     return divisors[-1] if 2 * divisors[-1] >= chunk else chunk
 
@@ -527,10 +520,10 @@ class _PGAMEPlan(typing.NamedTuple):
 
 
 class _PGAMEJob(LoopJob):
-    """Run PGA-MAP-Elites (or plain MAP-Elites with `gradient_op=False`) for `max_evals`
-    evaluations: `random_init` random policies, then batches of `eval_batch_size`.
+    """Run PGA-MAP-Elites (or plain MAP-Elites with `gradient_op=False`) for `evaluations`
+    evaluations: `random_init` random policies, then batches of `batch_size`.
 
-    Iterations run in jitted chunks of about `save_period` evaluations (one compile); each
+    Iterations run in jitted chunks of about `snapshot_every` evaluations (one compile); each
     chunk's rows are appended to the logs, so a long run can be watched while it goes. The
     folder holds `config.toml`, `progress.csv`, `actors.csv`, `archive_<evals>.csv`,
     `repertoire.eqx` (the final actors; `load_run` reads it back), `centroids.npy` and the
@@ -541,26 +534,22 @@ class _PGAMEJob(LoopJob):
     config_cls = PGAMEConfig
     logs = {"progress.csv": "evaluations", "actors.csv": "evaluations"}
     step_files = (r"archive_(\d+)\.csv",)
-    resume_may_change = ("max_evals",)
+    resume_may_change = ("evaluations",)
     unit = "evals"
     elite_ids = "actors.csv lists every id ever added, archive_<evals>.csv each snapshot's"
     checkpoint_at_start = True  # the random initialisation is costly: keep it
-    help = "PGA-MAP-Elites (default: the local preset, walker2d_uni, 10k evaluations)"
+    help = "PGA-MAP-Elites (default: walker2d_uni, 10k evaluations of 100 steps)"
     description = (
-        "Without --config the local preset runs (minutes on a laptop CPU); --preset paper, or a "
-        "--config TOML file, starts from the GECCO 2021 paper's defaults instead. Options "
-        "override both."
+        "The defaults are a local run (minutes on a laptop CPU); --preset paper starts from the "
+        "GECCO 2021 paper's setting, --config-file from a file of the original repository. "
+        "Options override all three."
     )
 
-    presets = {"local": LOCAL_PRESET, "paper": {}}
     original_config_help = (
         "a config file of the PGA-MAP-Elites repository (--key=value lines, e.g. its "
         "configure_experiment/QDWalker_config.txt), read with that repository's defaults; "
         "options override it"
     )
-
-    def default_values(self) -> dict[str, Any]:
-        return {**super().default_values(), **LOCAL_PRESET}
 
     def read_original_config(self, path: str) -> tuple[dict[str, Any], list[str]]:
         return read_original_config(path)
@@ -592,7 +581,7 @@ class _PGAMEJob(LoopJob):
 
     def total(self, config: PGAMEConfig) -> int:
         # The last batch's evaluations: the budget, less what does not fill a batch.
-        return config.random_init + config.num_iterations * config.eval_batch_size
+        return config.random_init + config.num_iterations * config.batch_size
 
     def opened(self, plan: _PGAMEPlan, folder: RunFolder) -> None:
         folder.write_npy("centroids.npy", plan.tessellation.centroids)
@@ -617,7 +606,7 @@ class _PGAMEJob(LoopJob):
     def advance(self, plan: _PGAMEPlan, state, step: int, clock: RunClock) -> Chunk:
         config, evals = plan.config, step
         chunk = _chunk_length(config)
-        done = (evals - config.random_init) // config.eval_batch_size
+        done = (evals - config.random_init) // config.batch_size
         # Chunks end on multiples of `chunk`, wherever the run (re)started.
         n = min(chunk - done % chunk, config.num_iterations - done)
         state, logs = _run_chunk(
@@ -643,7 +632,7 @@ class _PGAMEJob(LoopJob):
         )
         progress, actors = [], []
         for i in range(n):
-            evals += config.eval_batch_size
+            evals += config.batch_size
             m = {k: float(v[i]) for k, v in metrics.items()}
             steps, wall = evals * config.episode_length, clock()
             fit, desc = float(reeval_fit[i]), reeval_desc[i]
@@ -652,8 +641,8 @@ class _PGAMEJob(LoopJob):
         return Chunk(state, evals, {"progress.csv": progress, "actors.csv": actors})
 
     def after_chunk(self, plan: _PGAMEPlan, folder, state, before: int, step: int) -> None:
-        # A snapshot at the first chunk's end past each multiple of save_period, and the end.
-        period = plan.config.save_period
+        # A snapshot at the first chunk's end past each multiple of snapshot_every, and the end.
+        period = plan.config.snapshot_every
         if folder is not None and (
             step // period > before // period or step >= self.total(plan.config)
         ):
@@ -774,6 +763,27 @@ ORIGINAL_DEFAULTS: dict[str, str | bool] = {
 """The repository's `main.py` argument defaults (as its parser reads them: text, or `False`
 for a flag left out), which apply to every argument a config file does not set."""
 
+REPO_NAMES: dict[str, str] = {
+    "n_niches": "cells",
+    "neurons_list": "hidden",
+    "nr_of_steps_crit": "critic_steps",
+    "nr_of_steps_act": "pg_steps",
+    "eval_batch_size": "batch_size",
+    "train_batch_size": "minibatch_size",
+    "max_evals": "evaluations",
+    "dim_map": "num_descriptors",
+    "save_period": "snapshot_every",
+    "proportion_evo": "ga_fraction",
+    "not_discard_dead": "insert_dead",
+    "policy_freq": "policy_delay",
+    "lr": "pg_lr",
+}
+"""The repository's argument names that `PGAMEConfig` calls otherwise, and our names (the
+others are the same). Its config files are read with these; a TOML file or run folder
+written with them (before the house vocabulary) is read too (`JobConfig.RENAMED`)."""
+
+PGAMEConfig.RENAMED = {**REPO_NAMES, "centroids_file": "centroids"}
+
 ORIGINAL_ENVS = {
     "QDWalker2DBulletEnv-v0": "walker2d_uni",
     "QDHalfCheetahBulletEnv-v0": "halfcheetah_uni",
@@ -794,8 +804,10 @@ def read_original_config(path: str | os.PathLike) -> tuple[dict[str, Any], list[
     line: `--key=value`, a bare `--flag`, or `--key` then its value on the next line) as
     its `main.py` would, defaults included (`ORIGINAL_DEFAULTS`).
 
-    **Returns:** the `PGAMEConfig` keys and values, and notes for the user: how each QDgym task
-    is stood in for, and the arguments that have no counterpart here. An unknown argument, a
+    **Returns:** the `PGAMEConfig` keys (the repository's names in ours: `REPO_NAMES`) and
+    values, over the paper's setting for the keys it has no argument for (`episode_length`,
+    `buffer_size`: `PAPER_PRESET`), and notes for the user: how each QDgym task is stood in
+    for, and the arguments that have no counterpart here. An unknown argument, a
     flag given a value or a value that does not parse is a `ValueError` naming the line.
     """
     path = os.fspath(path)
@@ -838,7 +850,7 @@ def read_original_config(path: str | os.PathLike) -> tuple[dict[str, Any], list[
         if name in _UNUSED:
             continue
         try:
-            values[name] = _original_value(name, text)
+            values[REPO_NAMES.get(name, name)] = _original_value(name, text)
         except ValueError:
             raise ValueError(
                 f"config file {path!r}: --{name}={text!r} is not a valid value"
@@ -849,7 +861,7 @@ def read_original_config(path: str | os.PathLike) -> tuple[dict[str, Any], list[
         notes.append(
             f"env: {env} runs as {values['env']} (a brax task: other physics and fitness scale)"
         )
-    return values, notes
+    return {**PAPER_PRESET, **values}, notes
 
 
 def _original_value(name: str, text: str | bool) -> Any:
@@ -863,7 +875,7 @@ def _original_value(name: str, text: str | bool) -> Any:
         return tuple(int(t) for t in text.split())
     if name in ("env",):
         return text
-    field_type = typing.get_type_hints(PGAMEConfig)[name]
+    field_type = typing.get_type_hints(PGAMEConfig)[REPO_NAMES.get(name, name)]
     if field_type in (int, int | None):
         number = float(text)  # "1e6", as the repository's max_evals default
         if number != int(number):

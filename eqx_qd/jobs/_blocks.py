@@ -1,0 +1,60 @@
+"""Config blocks the jobs share: `RunOptions`, which every job's config has, and
+`AgentOptions`, which the jobs that train a registered agent have (PBT, ME-PBT). A config
+inherits its blocks; `default_of` re-declares a block's field with the job's own default,
+keeping its help and check, so a key means one thing in every job."""
+
+import dataclasses
+from typing import Any
+
+from .._validate import positive, positive_int
+from ._config import JobConfig, option
+from ._registry import AGENTS, ENVIRONMENTS
+
+
+def default_of(block: type, name: str, default: Any) -> Any:
+    """Field `name` of config block `block` (its help, check and aliases) with the job's own
+    `default`: `num_envs: int = default_of(AgentOptions, "num_envs", 8)`."""
+    field = block.__dataclass_fields__[name]  # type: ignore[attr-defined]
+    return dataclasses.field(default=default, metadata=field.metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions(JobConfig):
+    """What every job's config has: its `seed`, and how many checkpoints it keeps (when it
+    checkpoints is the job's own `checkpoint_every`, in the unit of its logs)."""
+
+    seed: int = option(0, "random seed")
+    keep_checkpoints: int = option(2, "newest checkpoints kept", check=positive_int)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentOptions(JobConfig):
+    """What a job that trains a registered agent passes it: the `agent` and its `env`, and
+    the options the agent's factory takes among `hidden`, `minibatch_size`, `num_envs`,
+    `buffer_size`, `grad_updates_per_step`, `rollout_length` and `target_entropy_scale`
+    (setting one the agent does not take is an error naming it)."""
+
+    agent: str = option("td3", "registered agent", check=AGENTS.check())
+    env: str = option("point_maze", "registered QD environment", check=ENVIRONMENTS.check("qd"))
+    episode_length: int = option(100, "steps per episode", check=positive_int)
+    num_envs: int = option(16, "parallel environments per agent", check=positive_int)
+    grad_updates_per_step: float = option(
+        1.0, "gradient steps per environment step (off-policy)", check=positive
+    )
+    buffer_size: int = option(
+        100_000, "replay buffer capacity per agent (off-policy)", check=positive_int
+    )
+    rollout_length: int = option(16, "steps per rollout (ppo)", check=positive_int)
+    hidden: tuple[int, ...] = option((64, 64), "hidden layer widths (policy and critic)")
+    minibatch_size: int = option(256, "transitions per gradient step", check=positive_int)
+    target_entropy_scale: float = option(
+        1.0, "sac: target entropy = -scale x action size (QDax's PBT-SAC: 0.5)", check=positive
+    )
+
+    def check(self) -> None:
+        super().check()
+        if not self.hidden or min(self.hidden) < 1:
+            raise ValueError(f"hidden must list positive layer widths, got {list(self.hidden)}")
+        from ._common import agent_options
+
+        agent_options(self)  # options the chosen agent does not take
