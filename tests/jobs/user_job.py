@@ -76,7 +76,7 @@ class HillClimbJob(jobs.LoopJob):
 
     name = "hill-climb"
     config_cls = HillClimbConfig
-    help = "a (1 + lambda) hill climber (a user's job, tests/user_job.py)"
+    help = "a (1 + lambda) hill climber (a user's job, tests/jobs/user_job.py)"
     logs = {"progress.csv": "iteration"}
     resume_may_change = ("iterations",)
 

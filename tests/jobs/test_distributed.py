@@ -34,7 +34,7 @@ def _launch(out, iterations, *extra):
         subprocess.Popen(
             [
                 sys.executable,
-                "tests/distributed_worker.py",
+                "tests/jobs/distributed_worker.py",
                 str(port),
                 str(i),
                 str(out),

@@ -1,6 +1,6 @@
 """One process of the two-process ME-PBT run of `test_distributed.py` (not a test module).
 
-``python tests/distributed_worker.py PORT PROCESS_ID OUT ITERATIONS [resume]``: joins the run
+``python tests/jobs/distributed_worker.py PORT PROCESS_ID OUT ITERATIONS [resume]``: joins the run
 at 127.0.0.1:PORT with two host devices, runs (or resumes) the ME-PBT job in OUT/run, and
 saves this process's view of the final repertoire as OUT/process-<id>.npz.
 """
@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 from eqx_qd import jobs  # noqa: E402
 
 
-sys.path.insert(0, "tests")
+sys.path[:0] = ["tests/jobs", "tests"]  # the test module, and what it imports
 from test_distributed import TINY  # noqa: E402
 
 
