@@ -28,6 +28,7 @@ def _learn(agent, key):
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
+@pytest.mark.slow
 def test_agent_learns_the_point_maze(name):
     agent = AGENTS[name]
     state, metrics, evaluation = _learn(agent, jr.key(0))
@@ -43,6 +44,7 @@ def test_agent_learns_the_point_maze(name):
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
+@pytest.mark.slow
 def test_agent_learns_the_point_maze_with_bfloat16_products(name):
     agent = dataclasses.replace(AGENTS[name], matmul_dtype="bfloat16")
     state, metrics, evaluation = _learn(agent, jr.key(0))

@@ -344,6 +344,7 @@ def test_pbt_properties_over_any_population(name, returns, seed):
             assert bool(eqx.tree_equal(after, tree_take(pop, i)))
 
 
+@pytest.mark.slow
 def test_a_user_agent_gets_run_folders_through_a_plugin(tmp_path, capsys):
     from eqx_qd import jobs
     from eqx_qd.cli import main

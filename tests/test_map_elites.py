@@ -63,6 +63,7 @@ def test_update_does_not_retrace(jit_update, state0):
     jit_update(other, s, jr.key(2))
 
 
+@pytest.mark.slow
 def test_map_elites_improves_the_repertoire(state0):
     final, history = q.run(ALGO, state0, 60, key=jr.key(11))
     start = q.qd_metrics(state0.repertoire, TASK.qd_offset)

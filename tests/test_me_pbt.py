@@ -102,6 +102,7 @@ def test_me_pbt_keeps_its_invariants(getkey):
     assert jax.tree.structure(state.repertoire.genotypes) == jax.tree.structure(genotypes)
 
 
+@pytest.mark.slow
 def test_me_pbt_command_writes_a_run_folder(tmp_path, capsys):
     import os
 

@@ -162,6 +162,7 @@ def test_population_without_optimiser_states_is_smaller(population):
     assert jax.tree.structure(rebuilt) == jax.tree.structure(population.agent_state)
 
 
+@pytest.mark.slow
 def test_pbt_command_writes_a_run_folder(tmp_path, capsys):
     from eqx_qd.cli import main
 

@@ -38,6 +38,7 @@ def _rows(path):
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_run_folder_has_the_repo_outputs(run_folder):
     names = set(os.listdir(run_folder))
     assert {"config.toml", "progress.csv", "actors.csv", "repertoire.eqx", "centroids.npy"} <= names
@@ -193,6 +194,7 @@ def test_cli_rejects_bad_pgame_input(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_policy_gradient_variation_raises_the_critic_value(getkey):
     env = q.envs.PointMaze(walls=False, length=20)
     td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(32, 32),

@@ -47,6 +47,7 @@ def _mean_return(stats: q.envs.EpisodeStats) -> float:
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.slow
 def test_ippo_learns_the_discrete_task(layout):
     _, log = trained_line_run(layout)
     before, after = _mean_return(log.evals[0]), _mean_return(log.evals[-1])
@@ -143,6 +144,7 @@ def test_actors_pair_their_methods_on_one_pass_of_the_network(index):
     assert _dots(sampled) == _dots(lambda: actor.sample(obs, key=jr.key(7)))
 
 
+@pytest.mark.slow
 def test_ippo_learns_a_continuous_task():
     env = q.envs.SingleAgentView(q.envs.PointMaze(walls=False, length=50))
     agent = q.rl.IPPO.for_env(env, normalise_observations=True, **FAST)
@@ -157,6 +159,7 @@ def test_ippo_learns_a_continuous_task():
     assert bool(np.all(log.evals[-1].terminated))
 
 
+@pytest.mark.slow
 def test_ppo_learns_the_same_task_as_a_team_of_one():
     """`PPO` on the single-agent maze is the learner of `IPPO` with one agent: it learns the
     same task, and its state holds one actor and one critic (no agent axis)."""

@@ -139,6 +139,7 @@ TINY = (
 )
 
 
+@pytest.mark.slow
 def test_me_pbt_command_on_two_devices_in_process(tmp_path, capsys):
     config = tmp_path / "tiny.toml"
     config.write_text(TINY)
@@ -155,6 +156,7 @@ def test_me_pbt_command_on_two_devices_in_process(tmp_path, capsys):
     assert e.value.code == 2 and "64" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_command_makes_host_devices_and_never_picks_the_platform(tmp_path):
     """A fresh process without JAX_PLATFORMS: ``--devices 2`` gets its devices on a CPU-only
     machine, and the command leaves the environment variable unset."""

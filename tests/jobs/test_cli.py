@@ -125,6 +125,7 @@ eval_episodes = 4
 """
 
 
+@pytest.mark.slow
 def test_cli_ippo_run_and_resume(tmp_path, capsys):
     cfg = tmp_path / "ippo.toml"
     cfg.write_text(IPPO_TOML)
@@ -186,6 +187,7 @@ def test_list_prints_every_job_and_registered_name_with_its_options(capsys):
     assert "_cls" not in out  # private factory arguments are not options
 
 
+@pytest.mark.slow
 def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
     # Each run is a fresh process (JAX reads its cache folder once); every program is kept
     # (min compile time 0). The second run finds them all: it stores nothing new.

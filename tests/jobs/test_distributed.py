@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from launched import launched_env
 
 from eqx_qd import jobs
@@ -59,6 +60,7 @@ def _launch(out, iterations, *extra):
     return [dict(np.load(out / f"process-{i}.npz")) for i in range(2)]
 
 
+@pytest.mark.slow
 def test_two_processes_hold_one_repertoire_and_resume_to_the_one_process_run(tmp_path):
     """One test for both claims, as they read the same runs (about two minutes): split over
     two tests, a module-scoped fixture was built once per pytest-xdist worker."""

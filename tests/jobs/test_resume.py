@@ -311,6 +311,7 @@ def test_cli_resumes_and_forks(tmp_path, capsys):
         assert e.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_kill_at_random_moments_leaves_a_resumable_folder(tmp_path):
     """``kill -9`` of the command at random moments, three times, then a resume to the end:
     the result equals an uninterrupted run's."""
