@@ -17,6 +17,7 @@ RL: policy scoring, re-evaluation and the PGA-ME and ME-PBT emitters. Beside it:
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError, version as _version
 
 from . import envs as envs, internal as internal, rl as rl
+from ._cma_es import CMAES as CMAES, CMAESState as CMAESState
 from ._custom_types import (
     Centroids as Centroids,
     Descriptors as Descriptors,
@@ -32,7 +33,25 @@ from ._emitters.base import (
     parent_ids as parent_ids,
 )
 from ._emitters.composed import ComposedEmitter as ComposedEmitter
+from ._emitters.evolution_strategy import (
+    ESEmitterState as ESEmitterState,
+    EvolutionStrategyEmitter as EvolutionStrategyEmitter,
+)
+from ._emitters.gradient_arborescence import (
+    ArborescenceState as ArborescenceState,
+    GradientArborescenceEmitter as GradientArborescenceEmitter,
+)
 from ._emitters.mixing import MixingEmitter as MixingEmitter
+from ._emitters.rankers import (
+    AbstractRanker as AbstractRanker,
+    ImprovementRanker as ImprovementRanker,
+    ObjectiveRanker as ObjectiveRanker,
+    RandomDirectionRanker as RandomDirectionRanker,
+    ranker as ranker,
+    TwoStageImprovementRanker as TwoStageImprovementRanker,
+    TwoStageObjectiveRanker as TwoStageObjectiveRanker,
+    TwoStageRandomDirectionRanker as TwoStageRandomDirectionRanker,
+)
 from ._kmeans import cvt_centroids as cvt_centroids
 from ._map_elites import (
     MAPElites as MAPElites,
@@ -64,6 +83,7 @@ from ._qdrl.scoring import (
 from ._repertoire import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,
+    Annealing as Annealing,
     Elites as Elites,
     init_repertoire as init_repertoire,
     MapElitesRepertoire as MapElitesRepertoire,
@@ -81,6 +101,7 @@ from ._sharded import (
 from ._tasks import (
     AbstractTask as AbstractTask,
     Arm as Arm,
+    ProjectedSphere as ProjectedSphere,
     Rastrigin as Rastrigin,
     Sphere as Sphere,
 )

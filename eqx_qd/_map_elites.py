@@ -33,12 +33,21 @@ class MAPElitesState(eqx.Module):
     - `iteration`: iterations done since `MAPElites.init`.
     - `evaluations`: candidates scored so far; candidate ids are given in that order (the
       initial population gets `0 .. n-1`).
+    - `result`: under CMA-MAE (`MAPElites(archive_learning_rate=...)`), the elitist archive
+      that receives every candidate too and that the metrics describe, while `repertoire`
+      anneals and feeds the emitters; `None` otherwise.
     """
 
     repertoire: MapElitesRepertoire
     emitter_state: PyTree
     iteration: Int[Array, ""] = eqx.field(converter=i32)
     evaluations: Int[Array, ""] = eqx.field(default=0, converter=i32)
+    result: MapElitesRepertoire | None = None
+
+    @property
+    def elites(self) -> MapElitesRepertoire:
+        """The repertoire a run reports: `result` when there is one, else `repertoire`."""
+        return self.repertoire if self.result is None else self.result
 
 
 class StepInfo(eqx.Module):
@@ -79,6 +88,9 @@ class MAPElites(eqx.Module):
       function's own `qd_offset` (every task and `PolicyScorer` has one), else 0.
     - `lineage`: store each elite's id in the repertoire (see above).
     - `axis_name`: the mesh axis under `shard_map`, or `None`.
+    - `archive_learning_rate`, `threshold_min`: CMA-MAE. With a learning rate the repertoire
+      the emitters draw from anneals (`Annealing`) and `MAPElitesState.result`, an elitist
+      archive over the same cells, is what the metrics report. `None`: plain MAP-Elites.
     """
 
     emitter: AbstractEmitter
@@ -86,6 +98,8 @@ class MAPElites(eqx.Module):
     qd_offset: Float[Array, ""] = eqx.field(converter=f32)
     lineage: bool = eqx.field(static=True)
     axis_name: str | None = eqx.field(static=True)
+    archive_learning_rate: Float[Array, ""] | None
+    threshold_min: Float[Array, ""]
 
     def __init__(
         self,
@@ -94,6 +108,8 @@ class MAPElites(eqx.Module):
         qd_offset: ScalarLike | None = None,
         lineage: bool = False,
         axis_name: str | None = None,
+        archive_learning_rate: ScalarLike | None = None,
+        threshold_min: ScalarLike = -jnp.inf,
     ):
         self.emitter = emitter
         self.scoring_fn = scoring_fn
@@ -102,6 +118,13 @@ class MAPElites(eqx.Module):
         self.qd_offset = getattr(scoring_fn, "qd_offset", 0.0) if qd_offset is None else qd_offset
         self.lineage = lineage
         self.axis_name = axis_name
+        if archive_learning_rate is not None:
+            check.in_range("MAPElites.archive_learning_rate", archive_learning_rate, 0.0, 1.0)
+            archive_learning_rate = f32(archive_learning_rate)
+        elif check.is_concrete(threshold_min) and float(threshold_min) != -float("inf"):
+            raise ValueError("MAPElites.threshold_min is CMA-MAE's: give archive_learning_rate too")
+        self.archive_learning_rate = archive_learning_rate
+        self.threshold_min = f32(threshold_min)
 
     def __check_init__(self):
         if not isinstance(self.emitter, AbstractEmitter):
@@ -135,14 +158,22 @@ class MAPElites(eqx.Module):
         n = fitnesses.shape[0]
         ids = self._first_id(jnp.zeros((), jnp.int32), n) + jnp.arange(n, dtype=jnp.int32)
         every = tree_all_gather((genotypes, descriptors, fitnesses, ids), self.axis_name)
+        ids_or_none = every[3] if self.lineage else None
         repertoire, _ = init_repertoire(
-            tessellation, *every[:3], every[3] if self.lineage else None
+            tessellation,
+            *every[:3],
+            ids_or_none,
+            learning_rate=self.archive_learning_rate,
+            threshold_min=self.threshold_min,
         )
+        result = None
+        if self.archive_learning_rate is not None:
+            result, _ = init_repertoire(tessellation, *every[:3], ids_or_none)
         emitter_state = self.emitter.init(
             repertoire, genotypes, descriptors, fitnesses, extra, key=emitter_key
         )
-        state = MAPElitesState(repertoire, emitter_state, 0, every[2].shape[0])
-        return state, qd_metrics(repertoire, self.qd_offset)
+        state = MAPElitesState(repertoire, emitter_state, 0, every[2].shape[0], result)
+        return state, qd_metrics(state.elites, self.qd_offset)
 
     def step(
         self, state: MAPElitesState, *, key: PRNGKey
@@ -159,9 +190,16 @@ class MAPElites(eqx.Module):
         all_g, all_d, all_f, all_ids, all_extra = tree_all_gather(
             (genotypes, descriptors, fitnesses, ids, emit_extra), self.axis_name
         )
-        repertoire, add_info = state.repertoire.add(
-            all_g, all_d, all_f, all_ids if self.lineage else None
-        )
+        ids_or_none = all_ids if self.lineage else None
+        repertoire, add_info = state.repertoire.add(all_g, all_d, all_f, ids_or_none)
+        result = state.result
+        if result is not None:
+            result, result_info = result.add(all_g, all_d, all_f, ids_or_none)
+        # Each device's emitter learns from its own slice of the gathered batch.
+        own_info = add_info
+        if self.axis_name is not None:
+            start = jax.lax.axis_index(self.axis_name) * n
+            own_info = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, n), add_info)
         emitter_state = self.emitter.state_update(
             state.emitter_state,
             repertoire,
@@ -169,13 +207,20 @@ class MAPElites(eqx.Module):
             descriptors,
             fitnesses,
             extra,
+            add_info=own_info,
             key=update_key,
         )
         new_state = MAPElitesState(
-            repertoire, emitter_state, state.iteration + 1, state.evaluations + all_f.shape[0]
+            repertoire,
+            emitter_state,
+            state.iteration + 1,
+            state.evaluations + all_f.shape[0],
+            result,
         )
-        info = StepInfo(all_f, all_d, add_info, all_extra, all_ids)
-        return new_state, qd_metrics(repertoire, self.qd_offset), info
+        # The steps' records (lineage, status) follow the archive the run reports.
+        reported = add_info if result is None else result_info
+        info = StepInfo(all_f, all_d, reported, all_extra, all_ids)
+        return new_state, qd_metrics(new_state.elites, self.qd_offset), info
 
     def update(self, state: MAPElitesState, *, key: PRNGKey) -> tuple[MAPElitesState, QDMetrics]:
         """One iteration: the new state and the metrics of the new repertoire."""

@@ -6,11 +6,11 @@ import typing
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PyTree
+from jaxtyping import Array, Bool, Float, Int, PyTree, ScalarLike
 
 from . import _validate as check
 from ._custom_types import Descriptors, Extra, Fitnesses, Genotypes, PRNGKey
-from ._misc import batch_size_of, is_none, tree_scatter, tree_take, tree_zeros_batch
+from ._misc import batch_size_of, f32, is_none, tree_scatter, tree_take, tree_zeros_batch
 from ._selectors import AbstractSelector, UniformSelector
 from ._tessellation import AbstractTessellation
 
@@ -38,11 +38,20 @@ class AddInfo(eqx.Module):
     - `status`: an `AddStatus` value (not added, improved, new).
     - `delta`: the candidate's fitness minus the cell's elite fitness before the batch
       (`+inf` when the cell was empty; NaN for a rejected candidate).
+    - `threshold_status`: an `AddStatus` judged against the cell as it was before the batch,
+      the batch's other candidates ignored: `NEW` / `IMPROVED` when the fitness passed the
+      cell's threshold (the elite's fitness; an annealing repertoire's own threshold), else
+      `NOT_ADDED`. pyribs' `status`: what the CMA rankers and the `filter` selection count.
+    - `value`: the fitness minus that threshold, an empty cell's threshold counting as 0
+      (plain repertoire, as CMA-ME) or `threshold_min` (annealing, as CMA-MAE); NaN for a
+      rejected candidate. pyribs' improvement `value`.
     """
 
     cell: Int[Array, " batch"]
     status: Int[Array, " batch"]
     delta: Float[Array, " batch"]
+    threshold_status: Int[Array, " batch"]
+    value: Float[Array, " batch"]
 
     @property
     def inserted(self) -> Bool[Array, " batch"]:
@@ -70,6 +79,60 @@ class Elites(eqx.Module):
     extra: Extra
 
 
+class Annealing(eqx.Module):
+    """The CMA-MAE archive's thresholds (Fontaine and Nikolaidis, 2023), one per cell.
+
+    **Fields:** `thresholds` `(num_cells,)` (an empty cell's is `floor`); `learning_rate` in
+    `[0, 1]` and `floor` (`threshold_min`), float32 leaves.
+
+    A batch moves a cell's threshold `t` with the batch rule of the paper (pyribs'):
+    `t <- (1 - lr)^k t + (1 - (1 - lr)^k) * mean` over the `k` candidates of the batch that
+    passed `t` in that cell, `mean` their fitnesses' mean. With `floor = -inf` (then
+    `learning_rate` must be 1) the threshold is the elite's fitness: the elitist archive.
+    """
+
+    thresholds: Float[Array, " num_cells"]
+    learning_rate: Float[Array, ""] = eqx.field(converter=f32)
+    floor: Float[Array, ""] = eqx.field(converter=f32)
+
+    @classmethod
+    def start(cls, num_cells: int, learning_rate: ScalarLike, threshold_min: ScalarLike):
+        """Thresholds at `threshold_min` in every cell, after checking both values."""
+        check.in_range("learning_rate", learning_rate, 0.0, 1.0)
+        if check.is_concrete(threshold_min) and check.is_concrete(learning_rate):
+            if float(threshold_min) == -float("inf") and float(learning_rate) != 1.0:
+                raise ValueError(
+                    "threshold_min can be -inf only with learning_rate 1 (the elitist archive); "
+                    f"got learning_rate={float(learning_rate)}"
+                )
+            if jnp.isnan(threshold_min) or float(threshold_min) == float("inf"):
+                raise ValueError(f"threshold_min must be a number or -inf, got {threshold_min}")
+        floor = f32(threshold_min)
+        return cls(jnp.full((num_cells,), floor, jnp.float32), learning_rate, floor)
+
+    def update(self, cells, offered, passes, bar, target) -> "Annealing":
+        """The thresholds after a batch: `cells` and `offered` fitnesses per candidate,
+        `passes` (which passed `bar`, their cell's threshold), `target` (the winners' cells,
+        out of range for the others)."""
+        n = self.thresholds.shape[0]
+        where_passed = jnp.where(passes, cells, n)
+        count = jnp.zeros((n,), jnp.float32).at[where_passed].add(1.0, mode="drop")
+        total = (
+            jnp.zeros((n,), jnp.float32)
+            .at[where_passed]
+            .add(jnp.where(passes, offered, 0.0), mode="drop")
+        )
+        k = count[cells]
+        mean = total[cells] / jnp.maximum(k, 1.0)
+        ratio = (1.0 - self.learning_rate) ** k
+        annealed = ratio * bar + (1.0 - ratio) * mean
+        # The elitist rule (floor -inf): the threshold is the fitness of the elite that won.
+        moved = jnp.where(jnp.isneginf(self.floor), offered, annealed)
+        return eqx.tree_at(
+            lambda a: a.thresholds, self, self.thresholds.at[target].set(moved, mode="drop")
+        )
+
+
 def _valid(fitnesses: Fitnesses, descriptors: Descriptors) -> Bool[Array, " batch"]:
     return jnp.isfinite(fitnesses) & jnp.all(jnp.isfinite(descriptors), axis=-1)
 
@@ -86,6 +149,9 @@ class MapElitesRepertoire(eqx.Module):
     - `descriptors`: `(num_cells, num_descriptors)`; the elite's own descriptor.
     - `tessellation`: maps descriptors to cells and holds the centroids.
     - `extra`: optional per-cell data stored with each elite (ids, say), or `None`.
+    - `annealing`: `None` for the elitist archive, or the CMA-MAE archive's per-cell thresholds
+      and learning rate (`Annealing`): a candidate then replaces a cell's elite when its fitness
+      passes the cell's threshold, not the elite's fitness.
 
     Immutable: `add` returns a new repertoire. Build one with `MapElitesRepertoire.empty`.
     """
@@ -95,6 +161,7 @@ class MapElitesRepertoire(eqx.Module):
     descriptors: Float[Array, "num_cells num_descriptors"]
     tessellation: AbstractTessellation
     extra: Extra = None
+    annealing: Annealing | None = None
 
     def __check_init__(self):
         n, d = self.tessellation.num_cells, self.tessellation.num_descriptors
@@ -108,20 +175,44 @@ class MapElitesRepertoire(eqx.Module):
             raise ValueError(f"genotypes must have a leading axis of {n} cells")
         if self.extra is not None and batch_size_of(self.extra) != n:
             raise ValueError(f"extra must have a leading axis of {n} cells")
+        if self.annealing is not None and self.annealing.thresholds.shape != (n,):
+            raise ValueError(
+                f"annealing.thresholds must have shape ({n},), got "
+                f"{self.annealing.thresholds.shape}"
+            )
 
     @classmethod
     def empty(
-        cls, tessellation: AbstractTessellation, genotype: Genotypes, extra: Extra = None
+        cls,
+        tessellation: AbstractTessellation,
+        genotype: Genotypes,
+        extra: Extra = None,
+        *,
+        learning_rate: ScalarLike | None = None,
+        threshold_min: ScalarLike = -jnp.inf,
     ) -> "MapElitesRepertoire":
         """An empty repertoire whose cells hold zeros shaped like one (unbatched) `genotype`
-        (and one unbatched `extra`, if given)."""
+        (and one unbatched `extra`, if given).
+
+        With `learning_rate` (in `[0, 1]`) the archive anneals as CMA-MAE's: every cell's
+        threshold starts at `threshold_min` (finite) and moves towards the fitnesses that pass
+        it. `learning_rate=1` with `threshold_min=-inf` is the elitist archive (pyribs' rule).
+        """
         n = tessellation.num_cells
+        annealing = None
+        if learning_rate is not None:
+            annealing = Annealing.start(n, learning_rate, threshold_min)
+        elif check.is_concrete(threshold_min) and float(threshold_min) != -float("inf"):
+            raise ValueError(
+                "MapElitesRepertoire.empty: threshold_min is CMA-MAE's; give learning_rate too"
+            )
         return cls(
             genotypes=tree_zeros_batch(genotype, n),
             fitnesses=jnp.full((n,), -jnp.inf, jnp.float32),
             descriptors=jnp.zeros((n, tessellation.num_descriptors), jnp.float32),
             tessellation=tessellation,
             extra=None if extra is None else tree_zeros_batch(extra, n),
+            annealing=annealing,
         )
 
     @property
@@ -172,36 +263,52 @@ class MapElitesRepertoire(eqx.Module):
         valid = _valid(fitnesses, descriptors)
         cells = self.tessellation.index(jnp.where(valid[:, None], descriptors, 0.0))
         offered = jnp.where(valid, fitnesses, -jnp.inf)
+        previous = self.fitnesses[cells]
+        occupied = jnp.isfinite(previous)
+        # The bar a candidate must pass: the elite's fitness, or the annealed threshold.
+        if self.annealing is None:
+            bar = previous
+            empty_bar = jnp.float32(0.0)
+        else:
+            bar = jnp.where(occupied, self.annealing.thresholds[cells], self.annealing.floor)
+            empty_bar = jnp.where(jnp.isneginf(self.annealing.floor), 0.0, self.annealing.floor)
+        passes = valid & (offered > bar)
         # Best offer per cell, then its lowest-index holder: deterministic, order-free up to ties.
         best = jnp.full((n,), -jnp.inf, jnp.float32).at[cells].max(offered)
         holds_best = valid & (offered == best[cells])
         rows = jnp.arange(batch, dtype=jnp.int32)
         winner = jnp.full((n,), batch, jnp.int32).at[cells].min(jnp.where(holds_best, rows, batch))
-        previous = self.fitnesses[cells]
-        inserted = (winner[cells] == rows) & (offered > previous)
+        inserted = (winner[cells] == rows) & passes
         target = jnp.where(inserted, cells, n)  # row n is out of range: dropped by the scatter
 
+        annealing = self.annealing
+        if annealing is not None:
+            annealing = annealing.update(cells, offered, passes, bar, target)
         new = eqx.tree_at(
-            lambda r: (r.genotypes, r.fitnesses, r.descriptors, r.extra),
+            lambda r: (r.genotypes, r.fitnesses, r.descriptors, r.extra, r.annealing),
             self,
             (
                 tree_scatter(self.genotypes, target, genotypes),
                 self.fitnesses.at[target].set(fitnesses, mode="drop"),
                 self.descriptors.at[target].set(descriptors.astype(jnp.float32), mode="drop"),
                 None if extra is None else tree_scatter(self.extra, target, extra),
+                annealing,
             ),
             is_leaf=is_none,
         )
-        status = jnp.where(
-            inserted,
-            jnp.where(jnp.isfinite(previous), AddStatus.IMPROVED, AddStatus.NEW),
-            AddStatus.NOT_ADDED,
-        ).astype(jnp.int32)
+
+        def judged(hit):
+            return jnp.where(
+                hit, jnp.where(occupied, AddStatus.IMPROVED, AddStatus.NEW), AddStatus.NOT_ADDED
+            ).astype(jnp.int32)
+
         # A rejected candidate (non-finite fitness or descriptor) has no cell and no delta.
         info = AddInfo(
             cell=jnp.where(valid, cells, -1).astype(jnp.int32),
-            status=status,
+            status=judged(inserted),
             delta=jnp.where(valid, fitnesses - previous, jnp.nan),
+            threshold_status=judged(passes),
+            value=jnp.where(valid, fitnesses - jnp.where(occupied, bar, empty_bar), jnp.nan),
         )
         return new, info
 
@@ -286,13 +393,21 @@ def init_repertoire(
     descriptors: Float[Array, "batch num_descriptors"],
     fitnesses: Float[Array, " batch"],
     extra: Extra = None,
+    *,
+    learning_rate: ScalarLike | None = None,
+    threshold_min: ScalarLike = -jnp.inf,
 ) -> tuple[MapElitesRepertoire, AddInfo]:
     """An empty repertoire over `tessellation`, shaped after the batch (`genotypes`,
     `descriptors`, `fitnesses` and optional per-candidate `extra`, as for
-    `MapElitesRepertoire.add`), with the batch inserted."""
+    `MapElitesRepertoire.add`), with the batch inserted. `learning_rate` and `threshold_min`
+    make it a CMA-MAE archive (`MapElitesRepertoire.empty`)."""
     first: PyTree = tree_take(genotypes, 0)
     empty = MapElitesRepertoire.empty(
-        tessellation, first, None if extra is None else tree_take(extra, 0)
+        tessellation,
+        first,
+        None if extra is None else tree_take(extra, 0),
+        learning_rate=learning_rate,
+        threshold_min=threshold_min,
     )
     return empty.add(genotypes, descriptors, fitnesses, extra)
 

@@ -160,3 +160,59 @@ class Arm(AbstractTask):
         y = jnp.sum(link * jnp.sin(cumulative), axis=-1)
         descriptors = (jnp.stack([x, y], axis=-1) + 1.0) / 2.0
         return -jnp.std(genes, axis=-1), descriptors, None
+
+
+SPHERE_SHIFT = 0.4 * 5.12
+"""Where the projected sphere's optimum lies in every coordinate."""
+
+
+@typing.final
+class ProjectedSphere(AbstractTask):
+    """The sphere with linear-projection descriptors of the CMA-ME and CMA-MAE papers (pyribs'
+    `examples/sphere.py`): the CMA family's benchmark.
+
+    Fitness: `100 * (1 - sum((x - 2.048)^2) / worst)`, `worst = dim * (5.12 + 2.048)^2`, so
+    that 100 is the optimum and the box `[-5.12, 5.12]^dim` scores at least 0. Descriptors:
+    the sums of the first and of the last `dim // 2` coordinates, each coordinate outside
+    `[-5.12, 5.12]` replaced by `5.12 / x`; they lie in `+-(dim / 2) * 5.12`
+    (`descriptor_bounds`). Differentiable almost everywhere, so CMA-MEGA takes its gradients
+    by autodiff. Initial genotypes are zeros (pyribs' `x0`). QD offset 0.
+    """
+
+    genotype_dim: int = eqx.field(default=100, static=True)
+
+    def __check_init__(self):
+        _check_dim("ProjectedSphere", self.genotype_dim, 2)
+
+    @property
+    def num_descriptors(self) -> int:
+        return 2
+
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        half = self.genotype_dim / 2 * 5.12
+        return (-half, half)
+
+    @property
+    def qd_offset(self) -> float:
+        return 0.0
+
+    def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
+        """`num` copies of the origin."""
+        return jnp.zeros((num, self.genotype_dim), jnp.float32)
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
+        _check_genotypes(self, genotypes)
+        dim = self.genotype_dim
+        worst = dim * (5.12 + SPHERE_SHIFT) ** 2
+        raw = jnp.sum((genotypes - SPHERE_SHIFT) ** 2, axis=-1)
+        fitnesses = (raw - worst) / (0.0 - worst) * 100.0
+        outside = jnp.abs(genotypes) > 5.12
+        folded = jnp.where(outside, 5.12 / jnp.where(outside, genotypes, 1.0), genotypes)
+        half = dim // 2
+        descriptors = jnp.stack(
+            [jnp.sum(folded[:, :half], axis=-1), jnp.sum(folded[:, half:], axis=-1)], axis=-1
+        )
+        return fitnesses, descriptors, None

@@ -41,6 +41,12 @@ class AbstractTessellation(eqx.Module):
     def index(self, descriptors: Descriptors) -> Int[Array, " batch"]:
         """Cell index of each descriptor (shape `(batch,)`, int32)."""
 
+    @property
+    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+        """`(lower, upper)` per descriptor: the box the cells cover (a grid's bounds; by
+        default the centroids' box). Random-direction rankers scale their directions by it."""
+        return jnp.min(self.centroids, axis=0), jnp.max(self.centroids, axis=0)
+
 
 @typing.final
 class GridTessellation(AbstractTessellation):
@@ -72,6 +78,11 @@ class GridTessellation(AbstractTessellation):
         ]
         mesh = jnp.meshgrid(*axes, indexing="ij")
         self.centroids = jnp.stack([m.reshape(-1) for m in mesh], axis=-1)
+
+    @property
+    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+        """`(minval, maxval)`: the grid's bounds."""
+        return self.minval, self.maxval
 
     def index(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
         bins = jnp.asarray(self.bins, jnp.float32)[None]

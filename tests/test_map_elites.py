@@ -103,7 +103,9 @@ def test_composed_emitter_slices_state_updates(state0, getkey):
         def emit(self, repertoire, state, *, key):
             return repertoire.select(self.batch_size, key=key).genotypes, None
 
-        def state_update(self, state, repertoire, genotypes, descriptors, fitnesses, extra, *, key):
+        def state_update(
+            self, state, repertoire, genotypes, descriptors, fitnesses, extra, *, add_info, key
+        ):
             return state + fitnesses.shape[0]
 
     composed = q.ComposedEmitter([Counting(3), Counting(5)])
@@ -114,10 +116,11 @@ def test_composed_emitter_slices_state_updates(state0, getkey):
     # A batch of another size than the emitters' 3 + 5 is named, not sliced wrong.
     genotypes = TASK.init_genotypes(7, key=getkey())
     fitnesses, descriptors, _ = TASK(genotypes, key=getkey())
+    _, info7 = s.repertoire.add(genotypes, descriptors, fitnesses)
     message = r"ComposedEmitter.state_update: fitnesses must have shape \(8,\)"
     with pytest.raises(ValueError, match=message):
         composed.state_update(s.emitter_state, s.repertoire, genotypes, descriptors, fitnesses,
-                              None, key=getkey())  # fmt: skip
+                              None, add_info=info7, key=getkey())  # fmt: skip
     with pytest.raises(ValueError, match=r"ComposedEmitter.init: genotypes have batch size 7"):
         composed.init(s.repertoire, genotypes, descriptors[:6], fitnesses[:6], None, key=getkey())
 
@@ -220,7 +223,9 @@ def test_composed_emitter_gives_each_member_its_own_slice(getkey):
         def emit(self, repertoire, state, *, key):
             return repertoire.select(self.batch_size, key=key).genotypes, self.batch_size
 
-        def state_update(self, state, repertoire, genotypes, descriptors, fitnesses, extra, *, key):
+        def state_update(
+            self, state, repertoire, genotypes, descriptors, fitnesses, extra, *, add_info, key
+        ):
             return fitnesses
 
     composed = q.ComposedEmitter([Recording(2), Recording(3), Recording(4)])
@@ -229,7 +234,10 @@ def test_composed_emitter_gives_each_member_its_own_slice(getkey):
     rep, _ = q.init_repertoire(TESS, genotypes, descriptors, jnp.zeros(9))
     state = composed.init(rep, genotypes, descriptors, jnp.zeros(9), None, key=getkey())
     fitnesses = jnp.arange(9.0)
-    state = composed.state_update(state, rep, genotypes, descriptors, fitnesses, None, key=getkey())
+    _, info = rep.add(genotypes, descriptors, fitnesses)
+    state = composed.state_update(
+        state, rep, genotypes, descriptors, fitnesses, None, add_info=info, key=getkey()
+    )
     for got, want in zip(state, ([0, 1], [2, 3, 4], [5, 6, 7, 8])):
         np.testing.assert_array_equal(got, want)
     # Extras other than lineages are kept per member, in order.

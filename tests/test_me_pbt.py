@@ -220,8 +220,10 @@ def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
     np.testing.assert_array_equal(
         np.asarray(extra.kind), [int(q.Origin.EVO)] * 4 + [int(q.Origin.GRADIENT)] * 4
     )
+    ids = jnp.zeros((8,), jnp.int32)  # the repertoire stores lineage ids
+    info = state.repertoire.add(genotypes, descriptors, fitnesses, ids)[1]
     update = eqx.filter_jit(
-        lambda s, r, g, d, f, e, k: emitter.state_update(s, r, g, d, f, e, key=k)
+        lambda s, r, g, d, f, e, k: emitter.state_update(s, r, g, d, f, e, add_info=info, key=k)
     )
     after = update(before, state.repertoire, genotypes, descriptors, fitnesses, extra, getkey())
     old, new = before.population, after.population
@@ -292,7 +294,10 @@ def test_state_and_batch_shapes_follow_the_config(pg, ga, fractions):
         scores = jnp.zeros((n, 2)), jnp.zeros((n,))
         state = emitter.init(rep, genotypes, *scores, None, key=init_key)
         batch, extra = emitter.emit(rep, state, key=emit_key)
-        after = emitter.state_update(state, rep, batch, *scores, extra, key=update_key)
+        info = rep.add(batch, *scores)[1]
+        after = emitter.state_update(
+            state, rep, batch, *scores, extra, add_info=info, key=update_key
+        )
         return state, batch, after
 
     state, batch, after = eqx.filter_eval_shape(round_trip, jax.random.key(0))

@@ -209,8 +209,9 @@ def test_policy_gradient_variation_raises_the_critic_value(getkey):
     cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
     rep = q.MapElitesRepertoire.empty(cells, td3.init_policy(key=getkey()))
     state = emitter.init(rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), extra, key=getkey())
+    info = rep.add(parents, jnp.zeros((5, 2)), jnp.zeros(5))[1]
     state = emitter.state_update(
-        state, rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), extra, key=getkey()
+        state, rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), extra, add_info=info, key=getkey()
     )
     assert int(state.td3.steps) == 60  # 30 in init (the warm-up), 30 after the batch
     obs = state.buffer.data.obs[: int(state.buffer.size)]

@@ -211,7 +211,11 @@ def test_state_update_stores_valid_steps_then_trains(scored, getkey):
     half = extra.episodes.valid.at[:, 5:].set(0.0)
     extra2 = eqx.tree_at(lambda e: e.episodes.valid, extra, half)
     key = getkey()
-    new = emitter.state_update(state, repertoire, policies, scored[1], scored[2], extra2, key=key)
+    ids = None if repertoire.extra is None else jnp.zeros(scored[2].shape, jnp.int32)
+    _, info = repertoire.add(policies, scored[1], scored[2], ids)
+    new = emitter.state_update(
+        state, repertoire, policies, scored[1], scored[2], extra2, add_info=info, key=key
+    )
     added = int(half.sum())
     assert int(new.buffer.size) == before + added
     stored = jax.tree.map(lambda x: x[before : before + added], new.buffer.data)

@@ -205,8 +205,10 @@ def test_the_exchange_ranks_agents_over_all_devices():
     def body(d, repertoire, f, k):
         local = eqx.combine(jax.tree.map(lambda x: x[0], d), static)
         stand_ins = q.internal.tree_slice(repertoire.genotypes, 0, 3)  # (unused by the update)
+        descriptors = jnp.zeros((3, 2), jnp.float32)
+        info = repertoire.add(stand_ins, descriptors, f[0])[1]
         new = emitter.state_update(
-            local, repertoire, stand_ins, jnp.zeros((3, 2), jnp.float32), f[0], None, key=k
+            local, repertoire, stand_ins, descriptors, f[0], None, add_info=info, key=k
         )
         return jax.tree.map(lambda x: x[None], eqx.filter(new, eqx.is_array))
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from .._custom_types import Extra, Genotypes, PRNGKey
-from .._repertoire import Elites, MapElitesRepertoire
+from .._repertoire import AddInfo, Elites, MapElitesRepertoire
 
 
 _State = TypeVar("_State")
@@ -27,6 +27,7 @@ class Origin(enum.IntEnum):
     EVO = 1
     GRADIENT = 2
     GREEDY = 3
+    ES = 4
 
 
 class Lineage(eqx.Module):
@@ -81,6 +82,12 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
 
     batch_size: eqx.AbstractVar[int]
 
+    def restarts(self, state: _State) -> Int[Array, ""]:
+        """How many times the emitter has restarted its search; `-1` for an emitter that never
+        restarts. `BanditEmitter(reselect="terminated")` reselects a member when this grows
+        (and every iteration for a member that answers `-1`, as pyribs does)."""
+        return jnp.int32(-1)
+
     @abc.abstractmethod
     def init(
         self,
@@ -124,6 +131,7 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
         fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
+        add_info: AddInfo,
         key: PRNGKey,
     ) -> _State:
         """The state after the emitted batch was scored and offered to `repertoire`.
@@ -134,7 +142,11 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
         - `repertoire`: the repertoire after the batch was inserted.
         - `genotypes`, `descriptors`, `fitnesses`: the emitted batch and its scores.
         - `extra`: what the scoring function returned (leaves with a leading batch axis).
-        - `key`: a PRNG key, for emitters whose update is random (critic training, PBT).
+        - `add_info`: the batch's `AddInfo` from the insertion (per candidate: its cell, its
+          status and how far it passed or missed the cell's threshold): what CMA-ME's rankers
+          sort by.
+        - `key`: a PRNG key, for emitters whose update is random (critic training, PBT,
+          restarts).
         """
 
 
@@ -164,6 +176,7 @@ class AbstractStatelessEmitter(AbstractEmitter[None]):
         fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
+        add_info: AddInfo,
         key: PRNGKey,
     ) -> None:
         """`None`, unchanged."""

@@ -10,7 +10,7 @@ from jaxtyping import Array, Float
 
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import tree_concatenate, tree_slice
-from .._repertoire import MapElitesRepertoire
+from .._repertoire import AddInfo, MapElitesRepertoire
 from .base import AbstractEmitter, Lineage
 
 
@@ -75,6 +75,7 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
         fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
+        add_info: AddInfo,
         key: PRNGKey,
     ) -> tuple[Any, ...]:
         repertoire.check_candidates(
@@ -93,6 +94,7 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
                 descriptors[a:b],
                 fitnesses[a:b],
                 tree_slice(extra, a, b),
+                add_info=tree_slice(add_info, a, b),
                 key=k,
             )
             for e, s, (a, b), k in zip(self.emitters, state, self._bounds(), keys)

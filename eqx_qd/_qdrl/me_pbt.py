@@ -26,7 +26,7 @@ from .._compile import jit
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._emitters.base import AbstractEmitter, Lineage, Origin, parent_ids
 from .._misc import is_none, tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
-from .._repertoire import MapElitesRepertoire
+from .._repertoire import AddInfo, MapElitesRepertoire
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractVariation
 from ..envs._base import AbstractEnv
@@ -246,6 +246,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
+        add_info: AddInfo,
         key: PRNGKey,
     ) -> PBTEmitterState:
         repertoire.check_candidates(

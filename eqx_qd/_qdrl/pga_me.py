@@ -28,7 +28,7 @@ from .._emitters.base import AbstractEmitter, Lineage, Origin, parent_ids
 from .._emitters.composed import ComposedEmitter
 from .._emitters.mixing import ga_emitter
 from .._misc import f32, filter_scan, tree_concatenate, tree_take
-from .._repertoire import MapElitesRepertoire
+from .._repertoire import AddInfo, MapElitesRepertoire
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation
 from ..envs._rollout import Transition
@@ -217,6 +217,7 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         fitnesses: Float[Array, " batch"],
         extra: Extra,
         *,
+        add_info: AddInfo,
         key: PRNGKey,
     ) -> QualityPGState:
         """Store the batch's valid transitions, then train the critic and greedy actor."""

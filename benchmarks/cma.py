@@ -1,0 +1,141 @@
+"""CMA-ME / CMA-MAE / CMA-MEGA on pyribs' sphere protocol: ours, or pyribs' (`--peer ribs`, run
+with pyribs' interpreter), for one algorithm and a number of iterations.
+
+The protocol of pyribs' `examples/sphere.py`: the 100-D projected sphere, a 100 x 100 grid over
+`+-256`, 15 emitters x 36 candidates per iteration (CMA-MEGA: 35 branches and `theta`),
+CMA-MAE's archive learning rate 0.01 and threshold 0, x0 = 0. Prints one JSON line: the
+algorithm, the seconds of the timed iterations (compile apart for ours), QD-score and coverage.
+
+Usage: python benchmarks/cma.py [cma_me|cma_mae|cma_mega] [--iterations 500] [--seed 0]
+       /tmp/ribs_venv/bin/python benchmarks/cma.py cma_me --peer ribs
+"""
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+
+DIM, CELLS, EMITTERS, BATCH = 100, (100, 100), 15, 36
+BOUND = DIM / 2 * 5.12
+
+
+def ours(algorithm: str, iterations: int, seed: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import jax.random as jr
+
+    import eqx_qd as q
+
+    task = q.ProjectedSphere(DIM)
+    cells = q.GridTessellation(CELLS, -BOUND, BOUND)
+    x0 = jnp.zeros(DIM)
+    annealing = {}
+    if algorithm == "cma_me":
+        emitter = q.EvolutionStrategyEmitter(
+            x0, 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH
+        )
+    elif algorithm == "cma_mae":
+        emitter = q.EvolutionStrategyEmitter(
+            x0, 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH,
+            ranker="imp", selection_rule="mu", restart_rule="basic",
+        )  # fmt: skip
+        annealing = dict(archive_learning_rate=0.01, threshold_min=0.0)
+    else:
+        emitter = q.GradientArborescenceEmitter(
+            task, x0, 10.0, 1.0, num_descriptors=2, num_emitters=EMITTERS, branches=BATCH - 1,
+            selection_rule="mu", optimizer="gradient_ascent",
+        )  # fmt: skip
+    algo = q.MAPElites(emitter, task, **annealing)
+    state, _ = algo.init(task.init_genotypes(1, key=jr.key(seed)), cells, key=jr.key(seed))
+    key = jr.key(seed + 1)
+    t0 = time.perf_counter()
+    compiled = q.run.lower(algo, state, iterations, key=key).compile()  # compile apart
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    state, metrics = compiled(algo, state, key=key)
+    jax.block_until_ready(metrics)
+    seconds = time.perf_counter() - t0
+    return dict(
+        side="eqx_qd", algorithm=algorithm, iterations=iterations, seconds=seconds,
+        compile_s=compile_s, qd_score=float(metrics.qd_score[-1]),
+        coverage=float(metrics.coverage[-1]),
+    )  # fmt: skip
+
+
+def _sphere(x):
+    shift = 0.4 * 5.12
+    worst = (-5.12 - shift) ** 2 * DIM
+    objective = (np.sum((x - shift) ** 2, axis=1) - worst) / (0.0 - worst) * 100
+    c = x.copy()
+    out = (c < -5.12) | (c > 5.12)
+    c[out] = 5.12 / c[out]
+    measures = np.stack([c[:, : DIM // 2].sum(1), c[:, DIM // 2 :].sum(1)], axis=1)
+    derivative = np.ones(x.shape)
+    derivative[out] = -5.12 / np.square(x[out])
+    first = np.arange(DIM) < DIM // 2
+    jac = np.stack([-2 * (x - shift), derivative * first, derivative * ~first], axis=1)
+    return objective, measures, jac
+
+
+def ribs(algorithm: str, iterations: int, seed: int) -> dict:
+    from ribs.archives import GridArchive
+    from ribs.emitters import EvolutionStrategyEmitter, GradientArborescenceEmitter
+    from ribs.schedulers import Scheduler
+
+    ranges = [(-BOUND, BOUND)] * 2
+    kw = dict(threshold_min=0, learning_rate=0.01) if algorithm == "cma_mae" else {}
+    archive = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges, seed=seed, **kw)
+    result = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges) if kw else None
+    seeds = np.random.SeedSequence(seed).spawn(EMITTERS)
+    if algorithm == "cma_mega":
+        emitters = [
+            GradientArborescenceEmitter(archive, x0=np.zeros(DIM), sigma0=10.0, lr=1.0,
+                                        grad_opt="gradient_ascent", selection_rule="mu",
+                                        batch_size=BATCH - 1, seed=s)
+            for s in seeds
+        ]  # fmt: skip
+    else:
+        rules = (
+            dict(ranker="imp", selection_rule="mu", restart_rule="basic")
+            if algorithm == "cma_mae"
+            else dict(ranker="2imp", selection_rule="filter", restart_rule="no_improvement")
+        )
+        emitters = [
+            EvolutionStrategyEmitter(archive, x0=np.zeros(DIM), sigma0=0.5, batch_size=BATCH,
+                                     seed=s, **rules)
+            for s in seeds
+        ]  # fmt: skip
+    scheduler = Scheduler(archive, emitters, result)
+    t0 = time.perf_counter()
+    for _ in range(iterations):
+        if algorithm == "cma_mega":
+            x = scheduler.ask_dqd()
+            objective, measures, jac = _sphere(x)
+            scheduler.tell_dqd(objective, measures, jac)
+        x = scheduler.ask()
+        objective, measures, _ = _sphere(x)
+        scheduler.tell(objective, measures)
+    seconds = time.perf_counter() - t0
+    stats = scheduler.result_archive.stats
+    return dict(
+        side="pyribs", algorithm=algorithm, iterations=iterations, seconds=seconds,
+        qd_score=float(stats.qd_score), coverage=float(stats.coverage),
+    )  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("algorithm", nargs="?", default="cma_me",
+                        choices=["cma_me", "cma_mae", "cma_mega"])  # fmt: skip
+    parser.add_argument("--iterations", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--peer", choices=["ribs"], default=None)
+    args = parser.parse_args()
+    run = ribs if args.peer == "ribs" else ours
+    print(json.dumps(run(args.algorithm, args.iterations, args.seed)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""CMA-ME's and CMA-MAE's emitter: a population of CMA-ES that rank by the archive.
+
+pyribs' `EvolutionStrategyEmitter` steps its emitters one after another in Python; here the
+`num_emitters` strategies are one state with a leading axis, sampled, told and restarted in
+one `vmap`.
+"""
+
+import typing
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int, ScalarLike
+
+from .. import _validate as check
+from .._cma_es import CMAES, CMAESState
+from .._custom_types import Extra, Genotypes, PRNGKey
+from .._misc import i32
+from .._repertoire import AddInfo, MapElitesRepertoire
+from .base import AbstractEmitter, Lineage, Origin
+from .rankers import AbstractRanker, ranker as _ranker
+
+
+SELECTION_RULES = ("mu", "filter")
+RESTART_RULES = ("basic", "no_improvement")
+
+
+class ESEmitterState(eqx.Module):
+    """The population's strategies (leading axis `num_emitters` on every field).
+
+    **Fields:** `es`, the `CMAESState`s; `direction` `(num_emitters, num_descriptors)`, each
+    ranker's random direction; `iterations` and `restarts` per emitter.
+    """
+
+    es: CMAESState
+    direction: Float[Array, "num_emitters num_descriptors"]
+    iterations: Int[Array, " num_emitters"]
+    restarts: Int[Array, " num_emitters"]
+
+
+def check_rules(owner: str, selection_rule: str, restart_rule: "str | int") -> None:
+    """The selection rule is `mu` or `filter`; the restart rule `basic`, `no_improvement` or
+    a positive number of iterations."""
+    check.one_of(f"{owner}.selection_rule", selection_rule, SELECTION_RULES)
+    if isinstance(restart_rule, bool) or not isinstance(restart_rule, (int, str)):
+        raise ValueError(
+            f"{owner}.restart_rule must be 'basic', 'no_improvement' or a positive int, got "
+            f"{restart_rule!r}"
+        )
+    if isinstance(restart_rule, str):
+        check.one_of(f"{owner}.restart_rule", restart_rule, RESTART_RULES)
+    else:
+        check.positive_int(f"{owner}.restart_rule", restart_rule)
+
+
+def num_parents(selection_rule: str, batch: int, new: Int[Array, ""]) -> Int[Array, ""]:
+    """`filter`: the candidates that passed their cell's threshold; `mu`: half the batch."""
+    return new if selection_rule == "filter" else i32(batch // 2)
+
+
+def rule_restarts(restart_rule: "str | int", iterations, new) -> Array:
+    """Whether the emitter's own rule asks for a restart after this iteration."""
+    if restart_rule == "basic":
+        return jnp.bool_(False)
+    if restart_rule == "no_improvement":
+        return new == 0
+    return iterations % restart_rule == 0
+
+
+@typing.final
+class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
+    """`num_emitters` CMA-ES, each drawing `emitter_batch_size` genotypes per iteration
+    around its mean, ranked by `ranker` after insertion (pyribs' `EvolutionStrategyEmitter`).
+
+    CMA-ME: ranker `2imp`, selection `filter`, restart `no_improvement`. CMA-MAE: ranker
+    `imp`, selection `mu`, restart `basic`, with `MAPElites(archive_learning_rate=...)`.
+    A strategy restarts (a fresh distribution at an elite drawn uniformly from the archive,
+    a new random direction) when CMA-ES's tolerances say so or its `restart_rule` does.
+    Genotypes are flat `(batch, dim)` arrays.
+
+    **Fields:**
+
+    - `es`: the `CMAES` (its `dim`, per-emitter `batch_size` from `emitter_batch_size`,
+      `sigma0`, and the bounds `lower` / `upper` of the genotypes).
+    - `num_emitters`: strategies side by side (static).
+    - `x0`: `(dim,)`, every strategy's first mean.
+    - `ranker`: an `AbstractRanker`.
+    - `selection_rule`: `"filter"` (the candidates that passed their cell's threshold are the
+      parents) or `"mu"` (the better half).
+    - `restart_rule`: `"no_improvement"` (restart when no candidate passed), `"basic"` (CMA-ES's
+      tolerances only) or an int `N` (every `N` iterations).
+    - `batch_size`: `num_emitters * es.batch_size`.
+    """
+
+    es: CMAES
+    x0: Float[Array, " dim"]
+    ranker: AbstractRanker
+    num_emitters: int = eqx.field(static=True)
+    selection_rule: str = eqx.field(static=True)
+    restart_rule: str | int = eqx.field(static=True)
+    batch_size: int = eqx.field(static=True)
+
+    def __init__(
+        self,
+        x0: Float[Array, " dim"],
+        sigma0: ScalarLike,
+        *,
+        num_emitters: int = 15,
+        emitter_batch_size: int | None = None,
+        ranker: "str | AbstractRanker" = "2imp",
+        selection_rule: str = "filter",
+        restart_rule: "str | int" = "no_improvement",
+        lower: ScalarLike | Float[Array, " dim"] = -jnp.inf,
+        upper: ScalarLike | Float[Array, " dim"] = jnp.inf,
+    ):
+        x0 = jnp.asarray(x0, jnp.float32)
+        if x0.ndim != 1:
+            raise ValueError(f"EvolutionStrategyEmitter.x0 must have shape (dim,), got {x0.shape}")
+        check.positive_int("EvolutionStrategyEmitter.num_emitters", num_emitters)
+        check_rules("EvolutionStrategyEmitter", selection_rule, restart_rule)
+        try:
+            self.es = CMAES(x0.shape[0], emitter_batch_size, sigma0, lower, upper)
+        except ValueError as e:
+            named = str(e).replace("CMAES.batch_size", "emitter_batch_size").replace("CMAES.", "")
+            raise ValueError(f"EvolutionStrategyEmitter: {named}") from None
+        self.x0 = x0
+        self.ranker = _ranker(ranker)
+        self.num_emitters = num_emitters
+        self.selection_rule = selection_rule
+        self.restart_rule = restart_rule
+        self.batch_size = num_emitters * self.es.batch_size
+
+    def restarts(self, state: ESEmitterState) -> Int[Array, ""]:
+        """Restarts summed over the population."""
+        return jnp.sum(state.restarts)
+
+    def _check_repertoire(self, repertoire: MapElitesRepertoire, where: str) -> None:
+        check.same_rows(
+            f"{where}: the repertoire's genotypes",
+            repertoire.genotypes,
+            jnp.zeros((1, self.es.dim), jnp.float32),
+            owner=f"the emitter (x0 of dim {self.es.dim})",
+        )
+
+    def init(
+        self,
+        repertoire: MapElitesRepertoire,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        extra: Extra,
+        *,
+        key: PRNGKey,
+    ) -> ESEmitterState:
+        self._check_repertoire(repertoire, "EvolutionStrategyEmitter.init")
+        lower, upper = repertoire.tessellation.extent
+        keys = jr.split(key, self.num_emitters)
+        direction = jax.vmap(lambda k: self.ranker.direction(lower, upper, key=k))(keys)
+        es = jax.vmap(lambda _: self.es.init(self.x0))(keys)
+        zeros = jnp.zeros((self.num_emitters,), jnp.int32)
+        return ESEmitterState(es, direction, zeros, zeros)
+
+    def emit(
+        self, repertoire: MapElitesRepertoire, state: ESEmitterState, *, key: PRNGKey
+    ) -> tuple[Genotypes, Extra]:
+        keys = jr.split(key, self.num_emitters)
+        samples = jax.vmap(lambda s, k: self.es.sample(s, key=k))(state.es, keys)
+        none = jnp.full((self.batch_size,), -1, jnp.int32)
+        return samples.reshape(self.batch_size, self.es.dim), Lineage.of(none, none, Origin.ES)
+
+    def state_update(
+        self,
+        state: ESEmitterState,
+        repertoire: MapElitesRepertoire,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        extra: Extra,
+        *,
+        add_info: AddInfo,
+        key: PRNGKey,
+    ) -> ESEmitterState:
+        repertoire.check_candidates(
+            genotypes,
+            descriptors,
+            fitnesses,
+            where="EvolutionStrategyEmitter.state_update",
+            batch_size=self.batch_size,
+        )
+        e, b = self.num_emitters, self.es.batch_size
+
+        def per_emitter(x):
+            return x.reshape((e, b) + x.shape[1:])
+
+        lower, upper = repertoire.tessellation.extent
+
+        def one(es_state, direction, iterations, restarts, g, d, f, info, k):
+            order, values = self.ranker.rank(direction, f, d, info)
+            new = jnp.sum(info.threshold_status != 0, dtype=jnp.int32)
+            parents = num_parents(self.selection_rule, b, new)
+            es_state = self.es.tell(es_state, g, order, parents)
+            iterations = iterations + 1
+            stop = self.es.should_stop(es_state, values[order]) | rule_restarts(
+                self.restart_rule, iterations, new
+            )
+            pick_key, direction_key = jr.split(k)
+            x0 = repertoire.select(1, key=pick_key).genotypes[0]
+            fresh = self.es.init(x0)
+            es_state = jax.tree.map(
+                lambda a, c: jnp.where(stop, a, c), fresh, self.es.refresh(es_state)
+            )
+            direction = jnp.where(
+                stop, self.ranker.direction(lower, upper, key=direction_key), direction
+            )
+            return es_state, direction, iterations, restarts + stop.astype(jnp.int32)
+
+        outs = jax.vmap(one)(
+            state.es,
+            state.direction,
+            state.iterations,
+            state.restarts,
+            per_emitter(genotypes),
+            per_emitter(descriptors),
+            per_emitter(fitnesses),
+            jax.tree.map(per_emitter, add_info),
+            jr.split(key, e),
+        )
+        return ESEmitterState(*outs)

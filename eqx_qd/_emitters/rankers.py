@@ -1,0 +1,131 @@
+"""How an evolution-strategy emitter orders its evaluated batch: pyribs' rankers.
+
+A ranker returns the batch's order (best first) and the ranking values the ES's stop test
+reads. Each emitter of a population holds one `direction` `(num_descriptors,)`, drawn at
+(re)start: the random-direction rankers project descriptors on it; the others ignore it.
+"""
+
+import abc
+import typing
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import Array, Float, Int
+
+from .._custom_types import PRNGKey
+from .._repertoire import AddInfo
+
+
+def _descending(values: Float[Array, " batch"]) -> Int[Array, " batch"]:
+    # numpy's `flip(argsort(v))`: descending, ties in reverse index order.
+    return jnp.flip(jnp.argsort(values, stable=True))
+
+
+def _two_stage(primary, secondary) -> Int[Array, " batch"]:
+    # numpy's `flip(lexsort((secondary, primary)))`: by primary, then secondary, descending.
+    return jnp.flip(jnp.lexsort((secondary, primary)))
+
+
+class AbstractRanker(eqx.Module):
+    """Orders an evaluated batch for the ES, best first."""
+
+    @abc.abstractmethod
+    def rank(
+        self,
+        direction: Float[Array, " num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        descriptors: Float[Array, "batch num_descriptors"],
+        add_info: AddInfo,
+    ) -> tuple[Int[Array, " batch"], Float[Array, "batch ..."]]:
+        """`(order, values)`: indices of the batch best first, and the ranking value of every
+        candidate (`(batch,)`, or `(batch, 2)` for a two-stage ranker), from the emitter's
+        `direction`, the batch's `fitnesses` and `descriptors` and its insertion's `add_info`."""
+
+    def direction(
+        self,
+        lower: Float[Array, " num_descriptors"],
+        upper: Float[Array, " num_descriptors"],
+        *,
+        key: PRNGKey,
+    ) -> Float[Array, " num_descriptors"]:
+        """The direction drawn at each (re)start: a standard normal vector scaled by the
+        archive's extent `upper - lower` (pyribs' random direction). Rankers that do not use it
+        still draw it, so that every ranker keeps the same state."""
+        return jr.normal(key, lower.shape) * (upper - lower)
+
+
+@typing.final
+class ImprovementRanker(AbstractRanker):
+    """`imp`: by improvement value (`AddInfo.value`), highest first. CMA-MAE's ranker."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        return _descending(add_info.value), add_info.value
+
+
+@typing.final
+class TwoStageImprovementRanker(AbstractRanker):
+    """`2imp`: new cells first, then improved ones, then the rest (`threshold_status`),
+    each group by improvement value. CMA-ME's ranker."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        status = add_info.threshold_status.astype(jnp.float32)
+        values = jnp.stack([status, add_info.value], axis=-1)
+        return _two_stage(status, add_info.value), values
+
+
+@typing.final
+class ObjectiveRanker(AbstractRanker):
+    """`obj`: by fitness, highest first (CMA-ME's optimising emitter)."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        return _descending(fitnesses), fitnesses
+
+
+@typing.final
+class TwoStageObjectiveRanker(AbstractRanker):
+    """`2obj`: by `threshold_status`, then by fitness."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        status = add_info.threshold_status.astype(jnp.float32)
+        return _two_stage(status, fitnesses), jnp.stack([status, fitnesses], axis=-1)
+
+
+@typing.final
+class RandomDirectionRanker(AbstractRanker):
+    """`rd`: by the projection of the descriptor on the emitter's random direction."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        projections = descriptors @ direction
+        return _descending(projections), projections
+
+
+@typing.final
+class TwoStageRandomDirectionRanker(AbstractRanker):
+    """`2rd`: by `threshold_status`, then by the projection on the random direction."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        status = add_info.threshold_status.astype(jnp.float32)
+        projections = descriptors @ direction
+        return _two_stage(status, projections), jnp.stack([status, projections], axis=-1)
+
+
+RANKERS: dict[str, type[AbstractRanker]] = {
+    "imp": ImprovementRanker,
+    "2imp": TwoStageImprovementRanker,
+    "obj": ObjectiveRanker,
+    "2obj": TwoStageObjectiveRanker,
+    "rd": RandomDirectionRanker,
+    "2rd": TwoStageRandomDirectionRanker,
+}
+"""pyribs' short names of the rankers."""
+
+
+def ranker(name: "str | AbstractRanker") -> AbstractRanker:
+    """The ranker called `name` (`imp`, `2imp`, `obj`, `2obj`, `rd`, `2rd`), or `name` itself
+    if it is already a ranker."""
+    if isinstance(name, AbstractRanker):
+        return name
+    if name not in RANKERS:
+        raise ValueError(f"unknown ranker {name!r}; choose one of {sorted(RANKERS)}")
+    return RANKERS[name]()

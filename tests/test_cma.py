@@ -1,0 +1,333 @@
+"""The CMA family: CMA-ES against a NumPy reference, the rankers, the CMA-MAE archive, the ES
+emitter's rules and learning on the projected sphere."""
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import eqx_qd as q
+
+
+# --- CMA-ES: one generation against pyribs' update, written out in NumPy (float64) ----------
+
+
+def _numpy_tell(state, solutions, order, mu, batch, dim):
+    """pyribs 0.12's `CMAEvolutionStrategy.tell`, from its formulas."""
+    mean, sigma = np.float64(state["mean"]), float(state["sigma"])
+    pc, ps, cov, invsqrt = (np.float64(state[k]) for k in ("pc", "ps", "cov", "invsqrt"))
+    evaluations = int(state["evaluations"]) + batch
+    if mu == 0:
+        return dict(mean=mean, sigma=sigma, pc=pc, ps=ps, cov=cov, evaluations=evaluations)
+    w = np.log(mu + 0.5) - np.log(np.arange(1, mu + 1))
+    w = w / w.sum()
+    mueff = w.sum() ** 2 / (w**2).sum()
+    cc = (4 + mueff / dim) / (dim + 4 + 2 * mueff / dim)
+    cs = (mueff + 2) / (dim + mueff + 5)
+    c1 = 2 / ((dim + 1.3) ** 2 + mueff)
+    cmu = min(1 - c1, 2 * (mueff - 2 + 1 / mueff) / ((dim + 2) ** 2 + mueff))
+    damps = 1 + 2 * max(0, np.sqrt((mueff - 1) / (dim + 1)) - 1) + cs
+    parents = np.float64(solutions)[order][:mu]
+    new_mean = (parents * w[:, None]).sum(0)
+    y = new_mean - mean
+    ps = (1 - cs) * ps + np.sqrt(cs * (2 - cs) * mueff) / sigma * (invsqrt @ y)
+    left = (ps**2).sum() / dim / (1 - (1 - cs) ** (2 * evaluations / batch))
+    hsig = 1.0 if left < 2 + 4.0 / (dim + 1) else 0.0
+    pc = (1 - cc) * pc + hsig * np.sqrt(cc * (2 - cc) * mueff) * y
+    ys = parents - mean
+    rank_mu = np.einsum("ki,kj", ys * w[:, None], ys)
+    c1a = c1 * (1 - (1 - hsig**2) * cc * (2 - cc))
+    cov = cov * (1 - c1a - cmu * w.sum()) + c1 * np.outer(pc, pc) * c1 + rank_mu * cmu / sigma**2
+    sigma = sigma * np.exp(min(1, cs / damps * ((ps**2).sum() / dim - 1) / 2))
+    return dict(mean=new_mean, sigma=sigma, pc=pc, ps=ps, cov=cov, evaluations=evaluations)
+
+
+DIM, BATCH = 5, 8
+ES = q.CMAES(DIM, BATCH, sigma0=0.7)
+TELL = eqx.filter_jit(lambda es, s, x, o, m: es.tell(s, x, o, m))
+
+
+def _random_state(key) -> q.CMAESState:
+    k1, k2, k3, k4, k5 = jr.split(key, 5)
+    a = jr.normal(k1, (DIM, DIM))
+    cov = a @ a.T / DIM + 0.5 * jnp.eye(DIM)
+    state = ES.init(jr.normal(k2, (DIM,)))
+    state = eqx.tree_at(
+        lambda s: (s.cov, s.pc, s.ps, s.sigma, s.evaluations),
+        state,
+        (
+            cov,
+            0.3 * jr.normal(k3, (DIM,)),
+            0.3 * jr.normal(k4, (DIM,)),
+            jnp.float32(0.9),
+            3 * BATCH,
+        ),
+    )
+    # The eigensystem of that covariance, as `refresh` computes it.
+    return eqx.tree_at(lambda s: s.updated_at, ES.refresh(state), jnp.int32(0))
+
+
+@pytest.mark.parametrize("mu", [0, 1, 3, 4, 8])
+def test_cma_es_generation_matches_numpy_reference(mu, getkey):
+    state = _random_state(getkey())
+    solutions = state.mean[None, :] + jr.normal(getkey(), (BATCH, DIM))
+    order = jr.permutation(getkey(), BATCH)
+    new = TELL(ES, state, solutions, order, jnp.int32(mu))
+    fields = ("mean", "sigma", "pc", "ps", "cov", "invsqrt", "evaluations")
+    want = _numpy_tell(
+        {k: np.asarray(getattr(state, k)) for k in fields},
+        np.asarray(solutions), np.asarray(order), mu, BATCH, DIM,
+    )  # fmt: skip
+    for name in ("mean", "sigma", "pc", "ps", "cov"):
+        np.testing.assert_allclose(np.asarray(getattr(new, name)), want[name], rtol=2e-4, atol=2e-5)
+    assert int(new.evaluations) == want["evaluations"]
+
+
+def test_refresh_recomputes_the_eigensystem_after_the_lazy_gap(getkey):
+    state = _random_state(getkey())
+    cov = np.asarray(state.cov, np.float64)
+    values, basis = np.linalg.eigh(cov)
+    np.testing.assert_allclose(np.asarray(state.eigenvalues), values, rtol=1e-4)
+    invsqrt = basis @ np.diag(values**-0.5) @ basis.T
+    np.testing.assert_allclose(np.asarray(state.invsqrt), invsqrt, rtol=1e-3, atol=1e-4)
+    assert float(state.condition) == pytest.approx(values.max() / values.min(), rel=1e-4)
+    # Not due: the eigensystem stays; due (more than lazy_gap_evals since): recomputed.
+    gap = ES.lazy_gap_evals
+    moved = eqx.tree_at(lambda s: s.cov, state, state.cov * 2.0)
+    early = eqx.tree_at(lambda s: s.evaluations, moved, jnp.int32(int(gap)))
+    assert bool(jnp.all(ES.refresh(early).eigenvalues == state.eigenvalues))
+    late = eqx.tree_at(lambda s: s.evaluations, moved, jnp.int32(int(gap) + 1))
+    np.testing.assert_allclose(ES.refresh(late).eigenvalues, 2 * state.eigenvalues, rtol=1e-4)
+
+
+def test_sampling_stays_in_bounds_and_follows_the_distribution(getkey):
+    bounded = q.CMAES(3, 64, sigma0=1.0, lower=-0.2, upper=jnp.asarray([0.3, 0.3, jnp.inf]))
+    x = bounded.sample(bounded.init(jnp.zeros(3)), key=getkey())
+    assert x.shape == (64, 3)
+    assert bool(jnp.all(x >= -0.2)) and bool(jnp.all(x[:, :2] <= 0.3))
+    free = q.CMAES(2, 4000, sigma0=0.5)
+    state = eqx.tree_at(lambda s: s.mean, free.init(jnp.zeros(2)), jnp.asarray([1.0, -2.0]))
+    x = free.sample(state, key=getkey())
+    np.testing.assert_allclose(np.mean(x, 0), [1.0, -2.0], atol=0.05)
+    np.testing.assert_allclose(np.std(x, 0), [0.5, 0.5], rtol=0.05)
+
+
+def test_stop_tolerances():
+    state = ES.init(jnp.zeros(DIM))
+    spread = jnp.asarray([3.0, 2.0, 1.0])
+    assert not bool(ES.should_stop(state, spread))
+    assert bool(ES.should_stop(state, jnp.ones(3)))  # a flat ranking
+    assert bool(ES.should_stop(eqx.tree_at(lambda s: s.sigma, state, jnp.float32(1e-12)), spread))
+    assert bool(
+        ES.should_stop(eqx.tree_at(lambda s: s.condition, state, jnp.float32(1e15)), spread)
+    )
+
+
+# --- Rankers on hand-built batches -------------------------------------------------------------
+
+
+def _info(status, value):
+    n = len(status)
+    return q.AddInfo(
+        cell=jnp.zeros(n, jnp.int32),
+        status=jnp.zeros(n, jnp.int32),
+        delta=jnp.zeros(n),
+        threshold_status=jnp.asarray(status, jnp.int32),
+        value=jnp.asarray(value, jnp.float32),
+    )
+
+
+def test_rankers_order_by_their_definitions():
+    info = _info([0, 2, 1, 2, 0], [5.0, 1.0, 3.0, 2.0, -1.0])
+    fit = jnp.asarray([0.5, 0.1, 0.9, 0.3, 0.7])
+    desc = jnp.asarray([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0], [-1.0, 0.0], [0.0, -3.0]])
+    direction = jnp.asarray([1.0, 0.5])
+
+    def order(name):
+        return np.asarray(q.ranker(name).rank(direction, fit, desc, info)[0]).tolist()
+
+    assert order("imp") == [0, 2, 3, 1, 4]  # by value
+    assert order("2imp") == [3, 1, 2, 0, 4]  # new (by value), improved, then the rest by value
+    assert order("obj") == [2, 4, 0, 3, 1]
+    assert order("2obj") == [3, 1, 2, 4, 0]
+    assert order("rd") == [2, 0, 1, 3, 4]  # projections 1, .5, 3, -1, -1.5
+    assert order("2rd") == [1, 3, 2, 0, 4]
+    values = q.ranker("2imp").rank(direction, fit, desc, info)[1]
+    assert values.shape == (5, 2)
+    with pytest.raises(ValueError, match=r"unknown ranker 'best'"):
+        q.ranker("best")
+
+
+# --- The CMA-MAE archive ----------------------------------------------------------------------
+
+LINE = q.GridTessellation((4,), minval=0.0, maxval=1.0)
+
+
+def test_annealing_moves_thresholds_by_the_batch_rule():
+    rep = q.MapElitesRepertoire.empty(LINE, jnp.zeros(1), learning_rate=0.1, threshold_min=0.0)
+    # Three candidates in cell 0 (one below the threshold 0), one in cell 2.
+    d = jnp.asarray([[0.1], [0.2], [0.15], [0.6]])
+    f = jnp.asarray([2.0, 4.0, -1.0, 3.0])
+    new, info = rep.add(jnp.arange(4.0)[:, None], d, f)
+    k = 2  # the two that passed cell 0's threshold
+    want0 = (1 - 0.9**k) * (2.0 + 4.0) / 2
+    want2 = (1 - 0.9) * 3.0
+    np.testing.assert_allclose(new.annealing.thresholds, [want0, 0.0, want2, 0.0], rtol=1e-6)
+    np.testing.assert_array_equal(info.threshold_status, [2, 2, 0, 2])
+    np.testing.assert_array_equal(info.status, [0, 2, 0, 2])  # one winner per cell
+    np.testing.assert_allclose(info.value, [2.0, 4.0, -1.0, 3.0])
+    # An elite is replaced by a worse candidate that passes the (lower) threshold.
+    again, info = new.add(jnp.full((1, 1), 9.0), jnp.asarray([[0.1]]), jnp.asarray([1.0]))
+    assert float(again.fitnesses[0]) == 1.0 and int(info.status[0]) == q.AddStatus.IMPROVED
+    np.testing.assert_allclose(info.value, [1.0 - want0], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"learning_rate must lie in \[0.0, 1.0\]"):
+        q.MapElitesRepertoire.empty(LINE, jnp.zeros(1), learning_rate=1.5, threshold_min=0.0)
+    with pytest.raises(ValueError, match=r"threshold_min can be -inf only with learning_rate 1"):
+        q.MapElitesRepertoire.empty(LINE, jnp.zeros(1), learning_rate=0.5)
+    with pytest.raises(ValueError, match=r"threshold_min is CMA-MAE's"):
+        q.MapElitesRepertoire.empty(LINE, jnp.zeros(1), threshold_min=0.0)
+
+
+def test_learning_rate_one_with_no_floor_is_the_elitist_archive(getkey):
+    plain = q.MapElitesRepertoire.empty(LINE, jnp.zeros(2))
+    annealed = q.MapElitesRepertoire.empty(LINE, jnp.zeros(2), learning_rate=1.0)
+    for _ in range(5):
+        g = jr.normal(getkey(), (6, 2))
+        d = jr.uniform(getkey(), (6, 1))
+        f = jr.normal(getkey(), (6,))
+        plain, a = plain.add(g, d, f)
+        annealed, b = annealed.add(g, d, f)
+        assert eqx.tree_equal(a, b)
+    assert eqx.tree_equal(plain.genotypes, annealed.genotypes)
+    np.testing.assert_array_equal(plain.fitnesses, annealed.fitnesses)
+    np.testing.assert_array_equal(
+        jnp.where(plain.filled, plain.fitnesses, 0.0),
+        jnp.where(plain.filled, annealed.annealing.thresholds, 0.0),
+    )
+
+
+# --- The ES emitter in MAP-Elites: rules and learning ---------------------------------------
+
+SPHERE = q.ProjectedSphere(10)
+CELLS = q.GridTessellation((10, 10), *SPHERE.descriptor_bounds)
+
+
+def _run(emitter, iterations, key, **annealing):
+    algo = q.MAPElites(emitter, SPHERE, **annealing)
+    state, _ = algo.init(SPHERE.init_genotypes(1, key=key), CELLS, key=key)
+    return q.run(algo, state, iterations, key=jr.fold_in(key, 1))
+
+
+def _cma(**kw):
+    defaults = dict(num_emitters=2, emitter_batch_size=8)
+    return q.EvolutionStrategyEmitter(jnp.zeros(10), 0.5, **(defaults | kw))
+
+
+def test_restart_rules(getkey):
+    every = _cma(restart_rule=3, selection_rule="mu", ranker="imp")
+    state, _ = _run(every, 7, getkey())
+    np.testing.assert_array_equal(state.emitter_state.restarts, [2, 2])  # after 3 and 6
+    np.testing.assert_array_equal(state.emitter_state.iterations, [7, 7])
+    basic = _cma(restart_rule="basic", selection_rule="mu", ranker="obj")
+    state, _ = _run(basic, 7, getkey())
+    np.testing.assert_array_equal(state.emitter_state.restarts, [0, 0])
+    assert bool(jnp.all(state.emitter_state.es.sigma != 0.5))
+
+
+@pytest.mark.slow
+def test_cma_me_and_cma_mae_learn_and_mae_covers_more(getkey):
+    key = getkey()
+    me_state, me = _run(_cma(), 150, key)
+    mae_state, mae = _run(
+        _cma(ranker="imp", selection_rule="mu", restart_rule="basic"),
+        150,
+        key,
+        archive_learning_rate=0.01,
+        threshold_min=0.0,
+    )
+    # From the one initial cell (QD-score 368): CMA-ME fills 16 of 100 cells (1,551), CMA-MAE
+    # more (the CMA-MAE paper's order).
+    assert float(me.coverage[-1]) >= 0.12 and float(me.qd_score[-1]) > 1200.0
+    assert float(mae.qd_score[-1]) > 1.2 * float(me.qd_score[-1])
+    assert mae_state.result is not None and me_state.result is None
+    # The metrics describe the elitist result archive, not the annealed one.
+    assert float(mae.qd_score[-1]) == pytest.approx(
+        float(q.qd_metrics(mae_state.result, 0.0).qd_score)
+    )
+    assert int(mae_state.result.num_filled) >= int(mae_state.repertoire.num_filled)
+
+
+def test_bad_input_is_named():
+    with pytest.raises(ValueError, match=r"EvolutionStrategyEmitter: sigma0 must be positive"):
+        q.EvolutionStrategyEmitter(jnp.zeros(3), 0.0)
+    with pytest.raises(ValueError, match=r"emitter_batch_size must be an integer >= 2"):
+        q.EvolutionStrategyEmitter(jnp.zeros(3), 0.5, emitter_batch_size=1)
+    with pytest.raises(ValueError, match=r"selection_rule"):
+        q.EvolutionStrategyEmitter(jnp.zeros(3), 0.5, selection_rule="best")
+    with pytest.raises(ValueError, match=r"restart_rule"):
+        q.EvolutionStrategyEmitter(jnp.zeros(3), 0.5, restart_rule=0)
+    with pytest.raises(ValueError, match=r"archive_learning_rate must lie in \[0.0, 1.0\]"):
+        q.MAPElites(_cma(), SPHERE, archive_learning_rate=-0.1, threshold_min=0.0)
+    # x0 of another dimension than the task's genotypes: named at init.
+    wrong = q.EvolutionStrategyEmitter(jnp.zeros(4), 0.5, num_emitters=1, emitter_batch_size=4)
+    algo = q.MAPElites(wrong, SPHERE)
+    with pytest.raises(ValueError, match=r"EvolutionStrategyEmitter.init"):
+        algo.init(SPHERE.init_genotypes(1, key=jr.key(0)), CELLS, key=jr.key(0))
+
+
+# --- CMA-MEGA: gradients by autodiff, the optimisers, learning --------------------------------
+
+
+def _mega(lr=1.0, **kw):
+    defaults = dict(num_descriptors=2, num_emitters=2, branches=7, selection_rule="mu")
+    return q.GradientArborescenceEmitter(SPHERE, jnp.zeros(10), 10.0, lr, **(defaults | kw))
+
+
+def test_the_jacobian_is_the_sphere_s_analytic_gradient():
+    emitter = _mega(normalize_grad=False)
+    x = jnp.asarray([6.0, -1.0, 0.5, 2.0, -7.0, 0.0, 1.0, 3.0, -2.0, 5.5])
+    jac = np.asarray(emitter._jacobian(x, jr.key(0)))
+    worst = 10 * (5.12 + 0.4 * 5.12) ** 2
+    np.testing.assert_allclose(jac[0], -2 * (np.asarray(x) - 2.048) * 100 / worst, rtol=1e-5)
+    xs = np.asarray(x)
+    outside = np.abs(xs) > 5.12
+    folded = np.where(outside, -5.12 / np.where(outside, xs, 1.0) ** 2, 1.0)
+    np.testing.assert_allclose(jac[1], np.where(np.arange(10) < 5, folded, 0.0), rtol=1e-5)
+    np.testing.assert_allclose(jac[2], np.where(np.arange(10) >= 5, folded, 0.0), rtol=1e-5)
+
+
+def test_adam_is_pyribs_adam():
+    emitter = _mega(optimizer="adam", lr=0.5)
+    theta, m, v = np.zeros(3), np.zeros(3), np.zeros(3)
+    out = (jnp.zeros(3), jnp.zeros(3), jnp.zeros(3), jnp.int32(0))
+    for t, step in enumerate([[1.0, -2.0, 0.5], [0.3, 0.3, -1.0]], start=1):
+        g = -np.asarray(step)
+        a = 0.5 * np.sqrt(1 - 0.999**t) / (1 - 0.9**t)
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        theta = theta - a * m / (np.sqrt(v) + 1e-8)
+        out = emitter._optimiser_step(*out, jnp.asarray(step))
+        np.testing.assert_allclose(out[0], theta, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_cma_mega_learns_far_ahead_of_cma_me(getkey):
+    key = getkey()
+    _, me = _run(_cma(), 100, key)
+    state, mega = _run(_mega(optimizer="gradient_ascent"), 100, key)
+    # Gradients fill the 10 x 10 grid within 100 iterations; CMA-ME is far behind.
+    assert float(mega.coverage[-1]) > 0.8
+    assert float(mega.qd_score[-1]) > 3 * float(me.qd_score[-1])
+    assert state.emitter_state.theta.shape == (2, 10)
+
+
+def test_cma_mega_bad_input_is_named():
+    with pytest.raises(ValueError, match=r"optimizer"):
+        _mega(optimizer="sgd")
+    with pytest.raises(ValueError, match=r"lr must be positive"):
+        q.GradientArborescenceEmitter(SPHERE, jnp.zeros(10), 1.0, 0.0, num_descriptors=2)
+    with pytest.raises(ValueError, match=r"branches must be an integer >= 2"):
+        _mega(branches=1)
+    algo = q.MAPElites(_mega(num_descriptors=3), SPHERE)
+    with pytest.raises(ValueError, match=r"num_descriptors is 3, the repertoire has 2"):
+        algo.init(SPHERE.init_genotypes(1, key=jr.key(0)), CELLS, key=jr.key(0))
