@@ -25,6 +25,11 @@ from ._custom_types import (
     Genotypes as Genotypes,
     PRNGKey as PRNGKey,
 )
+from ._emitters.bandit import (
+    BanditEmitter as BanditEmitter,
+    BanditState as BanditState,
+    ucb1_choice as ucb1_choice,
+)
 from ._emitters.base import (
     AbstractEmitter as AbstractEmitter,
     AbstractStatelessEmitter as AbstractStatelessEmitter,

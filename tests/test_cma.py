@@ -331,3 +331,87 @@ def test_cma_mega_bad_input_is_named():
     algo = q.MAPElites(_mega(num_descriptors=3), SPHERE)
     with pytest.raises(ValueError, match=r"num_descriptors is 3, the repertoire has 2"):
         algo.init(SPHERE.init_genotypes(1, key=jr.key(0)), CELLS, key=jr.key(0))
+
+
+# --- The bandit over emitters -----------------------------------------------------------------
+
+
+def _pyribs_choice(active, reselect, successes, selections, num_active, zeta):
+    """pyribs 0.12's `BanditScheduler.ask` reselection, in NumPy (log of 1 with no success)."""
+    active = active & ~reselect
+    ucb = np.full(len(active), np.inf)
+    seen = selections != 0
+    total = max(successes.sum(), 1.0)
+    ucb[seen] = successes[seen] / selections[seen] + zeta * np.sqrt(
+        np.log(total) / selections[seen]
+    )
+    count = active.sum()
+    for i in np.flip(np.argsort(ucb, kind="stable")):
+        if count >= num_active:
+            break
+        if not active[i]:
+            active[i] = True
+            count += 1
+    return active
+
+
+def test_ucb1_choice_is_pyribs_choice():
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        n, k = 7, int(rng.integers(1, 5))
+        active = np.zeros(n, bool)
+        active[rng.choice(n, k, replace=False)] = True
+        reselect = active & (rng.random(n) < 0.5)
+        selections = rng.integers(0, 4, n).astype(np.float32) * 12
+        successes = np.minimum(rng.integers(0, 30, n), selections).astype(np.float32)
+        got = q.ucb1_choice(
+            jnp.asarray(active), jnp.asarray(reselect), jnp.asarray(successes),
+            jnp.asarray(selections), k, 0.05,
+        )  # fmt: skip
+        want = _pyribs_choice(active.copy(), reselect, successes, selections, k, 0.05)
+        np.testing.assert_array_equal(np.asarray(got), want)
+
+
+class _Counting(q.AbstractEmitter):
+    batch_size: int = 4
+
+    def init(self, repertoire, genotypes, descriptors, fitnesses, extra, *, key):
+        return jnp.zeros((), jnp.int32)
+
+    def emit(self, repertoire, state, *, key):
+        return repertoire.select(self.batch_size, key=key).genotypes, None
+
+    def state_update(
+        self, state, repertoire, genotypes, descriptors, fitnesses, extra, *, add_info, key
+    ):
+        return state + 1
+
+
+def test_bandit_runs_only_its_active_members(getkey):
+    bandit = q.BanditEmitter([_Counting(), _Counting(), _Counting()], 2, reselect="all")
+    state, _ = _run(bandit, 5, getkey())
+    s = state.emitter_state
+    updates = np.asarray([int(m) for m in s.members])
+    assert updates.sum() == 2 * 5  # two members learn per iteration
+    np.testing.assert_array_equal(np.asarray(s.selections), updates * 4)
+    assert int(jnp.sum(s.active)) == 2
+    with pytest.raises(ValueError, match=r"batch sizes \[4, 8\]"):
+        q.BanditEmitter([_Counting(), _Counting(batch_size=8)], 1)
+    with pytest.raises(ValueError, match=r"num_active is 3, more than the pool's 2"):
+        q.BanditEmitter([_Counting(), _Counting()], 3)
+
+
+@pytest.mark.slow
+def test_bandit_over_cma_and_ga_emitters_learns(getkey):
+    def es(name):
+        return q.EvolutionStrategyEmitter(
+            jnp.zeros(10), 0.5, num_emitters=1, emitter_batch_size=8, ranker=name
+        )
+
+    ga = q.MixingEmitter(
+        batch_size=8, variation_percentage=1.0, variation=q.IsoLineVariation(0.01, 0.1)
+    )
+    bandit = q.BanditEmitter([es("obj"), es("2rd"), es("2imp"), ga], 2)
+    state, metrics = _run(bandit, 100, getkey())
+    assert float(metrics.coverage[-1]) >= 0.12
+    assert int(jnp.sum(state.emitter_state.selections)) == 100 * 16

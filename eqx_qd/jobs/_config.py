@@ -9,6 +9,7 @@ key, not a truthy value), so every error names the key it is about.
 
 import dataclasses
 import json
+import math
 import os
 import tomllib
 import types
@@ -176,8 +177,15 @@ class JobConfig:
             value = getattr(self, f.name)
             if value is not None:
                 value = list(value) if isinstance(value, tuple) else value
-                lines.append(f"{f.name} = {json.dumps(value)}")
+                lines.append(f"{f.name} = {_toml(value)}")
         return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    """A TOML value: JSON's, but infinities as TOML writes them (`inf`, `-inf`)."""
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return json.dumps(value)
 
 
 def job_of_toml(path: str | os.PathLike) -> str | None:

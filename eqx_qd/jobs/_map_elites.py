@@ -22,7 +22,7 @@ from .._misc import filter_scan
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
-from .._validate import non_negative, positive_int
+from .._validate import non_negative, positive, positive_int
 from ._blocks import RunOptions
 from ._common import (
     PROGRESS_FILE,
@@ -62,6 +62,19 @@ class MapElitesConfig(RunOptions):
     iso_sigma: float = option(0.005, "iso+line-DD isotropic noise (iso_line)", check=non_negative)
     line_sigma: float = option(0.05, "iso+line-DD line noise (iso_line)", check=non_negative)
     sigma: float = option(0.05, "gaussian mutation std (gaussian)", check=non_negative)
+    sigma0: float | None = option(
+        None, "CMA emitters' initial step size (default: cma_me / cma_mae 0.5, cma_mega 10)"
+    )
+    num_emitters: int = option(
+        15, "CMA emitters side by side (the cma_* emitters share batch_size)", check=positive_int
+    )
+    gradient_lr: float = option(1.0, "CMA-MEGA's gradient-ascent step (cma_mega)", check=positive)
+    archive_learning_rate: float = option(
+        1.0, "CMA-MAE's archive learning rate, in [0, 1] (1 with threshold_min -inf: elitist)"
+    )
+    threshold_min: float = option(
+        float("-inf"), "CMA-MAE's initial cell threshold (-inf: the elitist archive)"
+    )
     devices: int = option(
         1,
         "devices to shard over, batch_size candidates each (on a CPU, host devices are made)",
@@ -74,6 +87,37 @@ class MapElitesConfig(RunOptions):
     def check(self) -> None:
         if not self.grid and self.centroids is None and self.cvt_samples < self.cells:
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
+        if not 0.0 <= self.archive_learning_rate <= 1.0:
+            raise ValueError(
+                f"archive_learning_rate must lie in [0, 1], got {self.archive_learning_rate}"
+            )
+        if self.threshold_min == float("-inf") and self.archive_learning_rate != 1.0:
+            raise ValueError("archive_learning_rate below 1 needs a finite threshold_min")
+        if self.sigma0 is not None and not self.sigma0 > 0:
+            raise ValueError(f"sigma0 must be positive, got {self.sigma0}")
+
+    @property
+    def anneals(self) -> bool:
+        """Whether the archive is CMA-MAE's (a finite `threshold_min`)."""
+        return self.threshold_min != float("-inf")
+
+
+def _sphere_protocol(emitter: str, **more: Any) -> dict[str, Any]:
+    """pyribs' `examples/sphere.py` protocol: the 100-D projected sphere, a 100 x 100 grid,
+    15 emitters x 36 candidates, 10,000 iterations."""
+    return dict(
+        task="projected_sphere", genotype_dim=100, grid=True, cells=100, batch_size=540,
+        iterations=10_000, log_period=50, checkpoint_every=1000, emitter=emitter,
+        num_emitters=15, **more,
+    )  # fmt: skip
+
+
+MapElitesConfig.PRESETS = {
+    "cma-me": _sphere_protocol("cma_me"),
+    "cma-mae": _sphere_protocol("cma_mae", archive_learning_rate=0.01, threshold_min=0.0),
+    "cma-mega": _sphere_protocol("cma_mega"),
+    "cma-maega": _sphere_protocol("cma_maega", archive_learning_rate=0.01, threshold_min=0.0),
+}
 
 
 def make_tessellation(
@@ -105,10 +149,23 @@ def make_map_elites(config: MapElitesConfig) -> tuple[MAPElites, AbstractTask]:
     """The algorithm (the task is its scoring function) and the task."""
     task = make_task(config.task, genotype_dim=config.genotype_dim)
     entry = EMITTERS.get(config.emitter)
-    params = {k: getattr(config, k) for k in entry.options() if k != "batch_size"}
+    params = {
+        k: getattr(config, k)
+        for k in entry.options()
+        if k not in ("batch_size", "task") and getattr(config, k, None) is not None
+    }
+    if "task" in entry.options():
+        # The CMA emitters start at the task's genotype; CMA-MEGA differentiates the task.
+        params["task"] = task
     emitter = make_emitter(config.emitter, batch_size=config.batch_size, **params)
     axis = "p" if config.devices > 1 else None
-    return MAPElites(emitter, task, task.qd_offset, axis_name=axis), task
+    annealing = {}
+    if config.anneals:
+        annealing = dict(
+            archive_learning_rate=config.archive_learning_rate,
+            threshold_min=config.threshold_min,
+        )
+    return MAPElites(emitter, task, task.qd_offset, axis_name=axis, **annealing), task
 
 
 def _row(
@@ -213,7 +270,7 @@ class _MapElitesJob(LoopJob):
     def finish(self, plan: _MapElitesPlan, folder, state, logs, plots: bool) -> RunResult:
         rows = logs[PROGRESS_FILE]
         columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_HEADER)}
-        repertoire = to_host(state.repertoire)  # every process, in step
+        repertoire = to_host(state.elites)  # every process, in step (CMA-MAE: its result)
         if folder is not None:
             write_qd_outputs(folder, repertoire, columns, plots=plots)
         return RunResult(

@@ -21,9 +21,13 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
+import jax
+
 from .._emitters.base import AbstractEmitter
+from .._emitters.evolution_strategy import EvolutionStrategyEmitter
+from .._emitters.gradient_arborescence import GradientArborescenceEmitter
 from .._emitters.mixing import MixingEmitter
-from .._tasks import AbstractTask, Arm, Rastrigin, Sphere
+from .._tasks import AbstractTask, Arm, ProjectedSphere, Rastrigin, Sphere
 from .._variation import GaussianMutation, IsoLineVariation
 from ..envs._base import AbstractEnv
 from ..envs._brax import BraxQDEnv, QD_BRAX_TASKS
@@ -253,7 +257,12 @@ for _name, _split in MA_BRAX_TASKS.items():
     )
 
 
-for _name, _cls, _dim in (("rastrigin", Rastrigin, 100), ("sphere", Sphere, 100), ("arm", Arm, 8)):
+for _name, _cls, _dim in (
+    ("rastrigin", Rastrigin, 100),
+    ("sphere", Sphere, 100),
+    ("arm", Arm, 8),
+    ("projected_sphere", ProjectedSphere, 100),
+):
 
     def _task(*, genotype_dim: int = _dim, _cls: type[AbstractTask] = _cls) -> AbstractTask:
         return _cls(genotype_dim=genotype_dim)  # type: ignore[call-arg]
@@ -359,3 +368,79 @@ EMITTERS.register(
     "iso_line", _iso_line, help="GA with iso+line-DD variation (iso_sigma, line_sigma)"
 )
 EMITTERS.register("gaussian", _gaussian, help="GA with gaussian mutation (sigma)")
+
+
+def _per_emitter(batch_size: int, num_emitters: int, name: str) -> int:
+    if batch_size % num_emitters:
+        raise ValueError(
+            f"emitter {name}: batch_size ({batch_size}) must be a multiple of num_emitters "
+            f"({num_emitters})"
+        )
+    return batch_size // num_emitters
+
+
+# pyribs' sphere example's rules for each algorithm (ranker, selection, restart).
+CMA_RULES = {
+    "cma_me": ("2imp", "filter", "no_improvement"),
+    "cma_mae": ("imp", "mu", "basic"),
+    "cma_mega": ("2imp", "mu", "no_improvement"),
+    "cma_maega": ("imp", "filter", "basic"),
+}
+
+
+def _cma(name: str) -> Callable[..., AbstractEmitter]:
+    ranker, selection, restart = CMA_RULES[name]
+
+    def make(
+        *, batch_size: int, task: AbstractTask, sigma0: float = 0.5, num_emitters: int = 15
+    ) -> AbstractEmitter:
+        per = _per_emitter(batch_size, num_emitters, name)
+        x0 = task.init_genotypes(1, key=jax.random.key(0))[0]
+        return EvolutionStrategyEmitter(
+            x0, sigma0, num_emitters=num_emitters, emitter_batch_size=per, ranker=ranker,
+            selection_rule=selection, restart_rule=restart,
+        )  # fmt: skip
+
+    return make
+
+
+def _cma_gradient(name: str) -> Callable[..., AbstractEmitter]:
+    ranker, selection, restart = CMA_RULES[name]
+
+    def make(
+        *,
+        batch_size: int,
+        task: AbstractTask,
+        sigma0: float = 10.0,
+        num_emitters: int = 15,
+        gradient_lr: float = 1.0,
+    ) -> AbstractEmitter:
+        per = _per_emitter(batch_size, num_emitters, name)
+        x0 = task.init_genotypes(1, key=jax.random.key(0))[0]
+        return GradientArborescenceEmitter(
+            task, x0, sigma0, gradient_lr, num_descriptors=task.num_descriptors,
+            num_emitters=num_emitters, branches=per - 1, ranker=ranker,
+            selection_rule=selection, restart_rule=restart, optimizer="gradient_ascent",
+        )  # fmt: skip
+
+    return make
+
+
+EMITTERS.register(
+    "cma_me", _cma("cma_me"), help="CMA-ME: CMA-ES emitters, 2imp / filter / no_improvement"
+)
+EMITTERS.register(
+    "cma_mae",
+    _cma("cma_mae"),
+    help="CMA-MAE's emitters (imp / mu / basic); give archive_learning_rate and threshold_min",
+)
+EMITTERS.register(
+    "cma_mega",
+    _cma_gradient("cma_mega"),
+    help="CMA-MEGA: gradient arborescence by autodiff, 2imp / mu / no_improvement",
+)
+EMITTERS.register(
+    "cma_maega",
+    _cma_gradient("cma_maega"),
+    help="CMA-MAEGA's emitters (imp / filter / basic); give archive_learning_rate, threshold_min",
+)
