@@ -8,6 +8,7 @@ algorithm, the seconds of the timed iterations (compile apart for ours), QD-scor
 
 Usage: python benchmarks/cma.py [cma_me|cma_mae|cma_mega] [--iterations 500] [--seed 0]
        /tmp/ribs_venv/bin/python benchmarks/cma.py cma_me --peer ribs
+       JAX_PLATFORMS=cpu /tmp/qdax_venv/bin/python benchmarks/cma.py cma_me --peer qdax
 """
 
 import argparse
@@ -54,7 +55,7 @@ def ours(algorithm: str, iterations: int, seed: int) -> dict:
     compiled = q.run.lower(algo, state, iterations, key=key).compile()  # compile apart
     compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    state, metrics = compiled(algo, state, key=key)
+    state, metrics = compiled(algo, state, iterations, key=key)
     jax.block_until_ready(metrics)
     seconds = time.perf_counter() - t0
     return dict(
@@ -125,15 +126,67 @@ def ribs(algorithm: str, iterations: int, seed: int) -> dict:
     )  # fmt: skip
 
 
+def qdax(algorithm: str, iterations: int, seed: int) -> dict:
+    """QDax 0.5's CMA-ME on the same protocol: 15 `CMAImprovementEmitter`s of 36 in a
+    `MultiEmitter` (QDax's improvement emitter ranks new cells first, then by improvement)."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from qdax.core.containers.mapelites_repertoire import compute_euclidean_centroids
+    from qdax.core.emitters.cma_improvement_emitter import CMAImprovementEmitter
+    from qdax.core.emitters.multi_emitter import MultiEmitter
+    from qdax.core.map_elites import MAPElites
+    from qdax.utils.metrics import default_qd_metrics
+
+    if algorithm != "cma_me":
+        raise SystemExit("QDax 0.5 runs cma_me here (its CMA-MEGA needs gradients by hand)")
+    centroids = compute_euclidean_centroids(grid_shape=CELLS, minval=-BOUND, maxval=BOUND)
+
+    def scoring(x, key):
+        shift = 0.4 * 5.12
+        worst = (-5.12 - shift) ** 2 * DIM
+        objective = (jnp.sum((x - shift) ** 2, axis=1) - worst) / (0.0 - worst) * 100
+        folded = jnp.where(jnp.abs(x) > 5.12, 5.12 / x, x)
+        half = DIM // 2
+        measures = jnp.stack([folded[:, :half].sum(1), folded[:, half:].sum(1)], axis=1)
+        return objective, measures, {}
+
+    emitter = MultiEmitter(
+        tuple(CMAImprovementEmitter(BATCH, DIM, centroids, sigma_g=0.5) for _ in range(EMITTERS))
+    )
+    algo = MAPElites(scoring, emitter, functools.partial(default_qd_metrics, qd_offset=0.0))
+    key = jax.random.key(seed)
+    repertoire, state, _ = jax.jit(algo.init)(jnp.zeros((1, DIM)), centroids, key)
+
+    def run(repertoire, state, key):
+        (repertoire, state, key), metrics = jax.lax.scan(
+            algo.scan_update, (repertoire, state, key), (), length=iterations
+        )
+        return repertoire, metrics
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(run).lower(repertoire, state, key).compile()
+    compile_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    repertoire, metrics = jax.block_until_ready(compiled(repertoire, state, key))
+    seconds = time.perf_counter() - t0
+    return dict(
+        side="qdax", algorithm=algorithm, iterations=iterations, seconds=seconds,
+        compile_s=compile_s, qd_score=float(metrics["qd_score"][-1]),
+        coverage=float(metrics["coverage"][-1]) / 100,
+    )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("algorithm", nargs="?", default="cma_me",
                         choices=["cma_me", "cma_mae", "cma_mega"])  # fmt: skip
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--peer", choices=["ribs"], default=None)
+    parser.add_argument("--peer", choices=["ribs", "qdax"], default=None)
     args = parser.parse_args()
-    run = ribs if args.peer == "ribs" else ours
+    run = {"ribs": ribs, "qdax": qdax, None: ours}[args.peer]
     print(json.dumps(run(args.algorithm, args.iterations, args.seed)))
 
 

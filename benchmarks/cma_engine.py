@@ -34,9 +34,8 @@ def ours(generations: int):
         x = jax.vmap(lambda s, k: es.sample(s, key=k))(state, keys)
         loss = _loss(x)
         order = jnp.argsort(loss, axis=-1)
-        state = jax.vmap(lambda s, xi, o: es.refresh(es.tell(s, xi, o, jnp.int32(B // 2))))(
-            state, x, order
-        )
+        state = jax.vmap(lambda s, xi, o: es.tell(s, xi, o, jnp.int32(B // 2)))(state, x, order)
+        state = es.refresh_many(state)  # only the strategies whose lazy gap has passed
         return state, jnp.min(loss)
 
     init = jax.vmap(lambda _: es.init(jnp.zeros(N)))(jnp.arange(E))

@@ -219,29 +219,36 @@ class CMAES(eqx.Module):
 
     def refresh(self, state: CMAESState) -> CMAESState:
         """The eigensystem recomputed if more than `lazy_gap_evals` evaluations passed since
-        the last time (pyribs does this at the start of its next `ask`: the same values)."""
+        the last time (pyribs does this at the start of its next `ask`: the same values).
+
+        Under `vmap` the test becomes a select and every strategy decomposes; for a population
+        use `refresh_many`, which decomposes only the strategies that are due."""
         due = (state.evaluations - state.updated_at).astype(jnp.float32) > self.lazy_gap_evals
+        return jax.lax.cond(due, lambda s: self._decompose(s), lambda s: s, state)
 
-        def decompose(s: CMAESState) -> CMAESState:
-            cov = jnp.maximum(s.cov, s.cov.T)
-            values, basis = jnp.linalg.eigh(cov)
-            values = jnp.abs(values)
-            invsqrt = (basis * (1.0 / jnp.sqrt(values))[None, :]) @ basis.T
-            invsqrt = jnp.maximum(invsqrt, invsqrt.T)
-            return eqx.tree_at(
-                lambda t: (
-                    t.cov,
-                    t.eigenbasis,
-                    t.eigenvalues,
-                    t.invsqrt,
-                    t.condition,
-                    t.updated_at,
-                ),
-                s,
-                (cov, basis, values, invsqrt, jnp.max(values) / jnp.min(values), s.evaluations),
-            )
+    def refresh_many(self, states: CMAESState) -> CMAESState:
+        """`refresh` over a population (a leading axis on every field), one strategy after
+        another (`lax.map`), so that only the due ones pay for the eigendecomposition."""
+        return jax.lax.map(lambda s: self.refresh(s), states)
 
-        return jax.lax.cond(due, decompose, lambda s: s, state)
+    def _decompose(self, s: CMAESState) -> CMAESState:
+        cov = jnp.maximum(s.cov, s.cov.T)
+        values, basis = jnp.linalg.eigh(cov, symmetrize_input=False)  # symmetric: see above
+        values = jnp.abs(values)
+        invsqrt = (basis * (1.0 / jnp.sqrt(values))[None, :]) @ basis.T
+        invsqrt = jnp.maximum(invsqrt, invsqrt.T)
+        return eqx.tree_at(
+            lambda t: (
+                t.cov,
+                t.eigenbasis,
+                t.eigenvalues,
+                t.invsqrt,
+                t.condition,
+                t.updated_at,
+            ),
+            s,
+            (cov, basis, values, invsqrt, jnp.max(values) / jnp.min(values), s.evaluations),
+        )
 
     def should_stop(
         self, state: CMAESState, sorted_values: Float[Array, "batch ..."]

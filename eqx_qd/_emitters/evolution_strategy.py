@@ -206,10 +206,8 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
             )
             pick_key, direction_key = jr.split(k)
             x0 = repertoire.select(1, key=pick_key).genotypes[0]
-            fresh = self.es.init(x0)
-            es_state = jax.tree.map(
-                lambda a, c: jnp.where(stop, a, c), fresh, self.es.refresh(es_state)
-            )
+            fresh = self.es.init(x0)  # (never due: its eigensystem is the identity's)
+            es_state = jax.tree.map(lambda a, c: jnp.where(stop, a, c), fresh, es_state)
             direction = jnp.where(
                 stop, self.ranker.direction(lower, upper, key=direction_key), direction
             )
@@ -226,4 +224,6 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
             jax.tree.map(per_emitter, add_info),
             jr.split(key, e),
         )
-        return ESEmitterState(*outs)
+        es_state, *rest = outs
+        # Outside the vmap: only the strategies whose lazy gap has passed decompose.
+        return ESEmitterState(self.es.refresh_many(es_state), *rest)
