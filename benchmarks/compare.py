@@ -24,7 +24,8 @@ Usage: python benchmarks/compare.py [--rounds 3] [--only cvt1024,grid,sac,ippo]
 Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
 bfloat16 hidden products), sacx2, sacbf16x2 (both sides on 2 host devices, one core each; QDax's
 script patched in the copy to ``jax.pmap`` its train function), pgame, mepbt (QDax); ppo, ippo
-(jaxagents). The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
+(jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax.
+The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
 (about 105 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s model name),
 the date, then Markdown tables; each RL run's figure goes to stderr as it ends.
 """
@@ -279,6 +280,21 @@ def _sac(title: str, dtype: str, devices: int = 1) -> _Versus:
 
 _SPLIT_TITLE = "SAC population as above, split over 2 host devices (ours {}, QDax float32)"
 
+
+def _cma(algorithm: str, title: str, peer: str = "pyribs 0.12") -> _Versus:
+    """A CMA-family row: ``cma.py`` on pyribs' sphere protocol (100-D, 100 x 100 grid, 15 x 36),
+    500 iterations, ours against pyribs' (or QDax's CMA-ME); seconds, compile apart for ours."""
+    ours = [os.path.join(HERE, "cma.py"), algorithm, "--iterations", "500"]
+    python = (lambda a: a.ribs_python) if peer.startswith("pyribs") else (lambda a: a.qdax_python)
+    flag = "ribs" if peer.startswith("pyribs") else "qdax"
+    return _Versus(
+        title, "s / 500 iterations", False, peer,
+        lambda a, s: [sys.executable, *ours], lambda a, s: [python(a), *ours, "--peer", flag],
+        lambda r: r["seconds"], lambda r: r["seconds"],
+        lambda r: r["compile_s"], lambda r: r.get("compile_s", float("nan")),
+    )  # fmt: skip
+
+
 VERSUS = {
     "kmeans": _Versus(
         "CVT k-means, 1,024 cells from 50,000 samples, first call (compile included)",
@@ -315,6 +331,10 @@ VERSUS = {
         lambda r: _as_median(r["td3_grad_steps_per_s_total"], r["iter_times_s"][1:]),
         lambda r: r["iter_times_s"][0], lambda r: r["first_iter_s_incl_compile"],
     ),
+    "cma_me": _cma("cma_me", "CMA-ME, 100-D projected sphere, 100 x 100, 15 x 36"),
+    "cma_mae": _cma("cma_mae", "CMA-MAE (lr 0.01), as above"),
+    "cma_mega": _cma("cma_mega", "CMA-MEGA (gradient ascent), as above"),
+    "cma_me_qdax": _cma("cma_me", "CMA-ME as above, QDax's improvement emitters", "QDax 0.5.0"),
     "ppo": _ppo("cartpole", "ppo", "PPO, cart-pole, 64 envs x 128 steps, (64, 64)"),
     "ippo": _ppo("twin_cartpole", "ippo2", "IPPO, twin cart-pole, jaxagents' joint network"),
 }  # fmt: skip
@@ -403,7 +423,9 @@ def main() -> None:
     if unknown:
         p.error(f"unknown workloads {unknown}; known: {known} (or all)")
     needs = {}  # only the peers of the chosen workloads
-    if any(w in WORKLOADS for w in chosen):
+    if any(w in WORKLOADS for w in chosen) or any(
+        VERSUS[w].peer.startswith("pyribs") for w in chosen if w in VERSUS
+    ):
         needs["pyribs"] = args.ribs_python
     peers = {VERSUS[w].peer.split()[0] for w in chosen if w in VERSUS}  # "QDax", "jaxagents"
     if any(w in WORKLOADS for w in chosen) or "QDax" in peers:
