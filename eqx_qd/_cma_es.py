@@ -8,12 +8,14 @@ population of strategies is the same state with a leading axis (`eqx.filter_vmap
 """
 
 import math
+import types
 import typing
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Bool, Float, Int, ScalarLike
 
 from . import _validate as check
@@ -48,13 +50,18 @@ class CMAESState(eqx.Module):
     updated_at: Int[Array, ""]
 
 
-def parent_weights(num_parents: Int[Array, ""], batch_size: int) -> Float[Array, " batch"]:
+def parent_weights(
+    num_parents: int | Int[Array, ""], batch_size: int, xp: types.ModuleType = jnp
+) -> Float[Array | np.ndarray, " batch"]:
     """Recombination weights of the `num_parents` best of a batch of `batch_size`:
-    `log(mu + 1/2) - log(i)` for ranks `i = 1..mu`, normalised to sum 1; zero past `mu`."""
-    ranks = jnp.arange(1, batch_size + 1, dtype=jnp.float32)
-    mu = num_parents.astype(jnp.float32)
-    raw = jnp.where(ranks <= mu, jnp.log(mu + 0.5) - jnp.log(ranks), 0.0)
-    return raw / jnp.maximum(jnp.sum(raw), 1e-30)
+    `log(mu + 1/2) - log(i)` for ranks `i = 1..mu`, normalised to sum 1; zero past `mu`.
+    (`xp=numpy` computes them on the host in float64, as pyribs does, for the sizes fixed at
+    construction.)"""
+    dtype = jnp.float32 if xp is jnp else np.float64
+    ranks = xp.arange(1, batch_size + 1, dtype=dtype)
+    mu = xp.asarray(num_parents).astype(dtype)
+    raw = xp.where(ranks <= mu, xp.log(mu + 0.5) - xp.log(ranks), 0.0)
+    return raw / xp.maximum(xp.sum(raw), 1e-30)
 
 
 @typing.final
@@ -112,13 +119,10 @@ class CMAES(eqx.Module):
     def lazy_gap_evals(self) -> float:
         """Evaluations between refreshes of the eigensystem (pyribs' rule, with half the
         batch as parents)."""
-        mu, n = self.batch_size // 2, self.dim
-        raw = [math.log(mu + 0.5) - math.log(i) for i in range(1, mu + 1)]
-        w = [r / sum(raw) for r in raw]
-        mueff = sum(w) ** 2 / sum(x * x for x in w)
-        c1 = 2.0 / ((n + 1.3) ** 2 + mueff)
-        cmu = min(1.0 - c1, 2.0 * (mueff - 2.0 + 1.0 / mueff) / ((n + 2.0) ** 2 + mueff))
-        return 0.5 * self.batch_size / (c1 + cmu) / n
+        # On the host (NumPy): a static number, also when the module is built under `jit`.
+        weights = parent_weights(self.batch_size // 2, self.batch_size, np)
+        _, _, _, c1, cmu = _rates(weights, self.dim, np)
+        return 0.5 * self.batch_size / float(c1 + cmu) / self.dim
 
     def init(self, mean: Float[Array, " dim"]) -> CMAESState:
         """A fresh distribution at `mean` with step size `sigma0` and identity covariance."""
@@ -183,7 +187,8 @@ class CMAES(eqx.Module):
         n = self.dim
         num_parents = jnp.asarray(num_parents, jnp.int32)
         evaluations = state.evaluations + self.batch_size
-        weights, mueff, cc, cs, c1, cmu = _weights_and_rates(num_parents, self.batch_size, n)
+        weights = parent_weights(num_parents, self.batch_size)
+        mueff, cc, cs, c1, cmu = _rates(weights, n)
         damps = 1.0 + 2.0 * jnp.maximum(0.0, jnp.sqrt((mueff - 1.0) / (n + 1.0)) - 1.0) + cs
         ranked = solutions[order]
         old_mean = state.mean
@@ -262,17 +267,12 @@ class CMAES(eqx.Module):
         return (state.condition > 1e14) | (area < 1e-11) | (spread < 1e-12)
 
 
-def _rates(num_parents, batch_size: int, dim: int):
-    weights = parent_weights(jnp.asarray(num_parents, jnp.int32), batch_size)
-    mueff = jnp.sum(weights) ** 2 / jnp.maximum(jnp.sum(weights**2), 1e-30)
+def _rates(weights, dim: int, xp: types.ModuleType = jnp):
+    """pyribs' `_calc_strat_params` from the recombination `weights`: `mueff`, `cc`, `cs`,
+    `c1`, `cmu`."""
+    mueff = xp.sum(weights) ** 2 / xp.maximum(xp.sum(weights**2), 1e-30)
     cc = (4.0 + mueff / dim) / (dim + 4.0 + 2.0 * mueff / dim)
     cs = (mueff + 2.0) / (dim + mueff + 5.0)
     c1 = 2.0 / ((dim + 1.3) ** 2 + mueff)
-    cmu = jnp.minimum(1.0 - c1, 2.0 * (mueff - 2.0 + 1.0 / mueff) / ((dim + 2.0) ** 2 + mueff))
+    cmu = xp.minimum(1.0 - c1, 2.0 * (mueff - 2.0 + 1.0 / mueff) / ((dim + 2.0) ** 2 + mueff))
     return mueff, cc, cs, c1, cmu
-
-
-def _weights_and_rates(num_parents, batch_size: int, dim: int):
-    weights = parent_weights(num_parents, batch_size)
-    mueff, cc, cs, c1, cmu = _rates(num_parents, batch_size, dim)
-    return weights, mueff, cc, cs, c1, cmu

@@ -68,6 +68,36 @@ def rule_restarts(restart_rule: "str | int", iterations, new) -> Array:
     return iterations % restart_rule == 0
 
 
+def ranked_generation(
+    es: CMAES,
+    ranker: AbstractRanker,
+    selection_rule: str,
+    restart_rule: "str | int",
+    es_state: CMAESState,
+    direction: Float[Array, " num_descriptors"],
+    iterations: Int[Array, ""],
+    told: Float[Array, "batch dim"],
+    fitnesses: Float[Array, " batch"],
+    descriptors: Float[Array, "batch num_descriptors"],
+    add_info: AddInfo,
+) -> tuple[CMAESState, Int[Array, " batch"], Int[Array, ""], Int[Array, ""], Array]:
+    """One strategy's generation, as pyribs' emitters end their `tell`: `ranker` orders the
+    batch (`fitnesses`, `descriptors`, `add_info`, the strategy's `direction`), the parents are
+    counted by `selection_rule`, `es` is told the samples `told` in that order, and the
+    strategy asks to restart by CMA-ES's tolerances or its `restart_rule`.
+
+    **Returns:** the told `es_state` (not yet refreshed), the `order`, the number of parents,
+    `iterations + 1`, and whether to restart.
+    """
+    order, values = ranker.rank(direction, fitnesses, descriptors, add_info)
+    new = jnp.sum(add_info.threshold_status != 0, dtype=jnp.int32)
+    parents = num_parents(selection_rule, fitnesses.shape[0], new)
+    es_state = es.tell(es_state, told, order, parents)
+    iterations = iterations + 1
+    stop = es.should_stop(es_state, values[order]) | rule_restarts(restart_rule, iterations, new)
+    return es_state, order, parents, iterations, stop
+
+
 @typing.final
 class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
     """`num_emitters` CMA-ES, each drawing `emitter_batch_size` genotypes per iteration
@@ -196,14 +226,10 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
         lower, upper = repertoire.tessellation.extent
 
         def one(es_state, direction, iterations, restarts, g, d, f, info, k):
-            order, values = self.ranker.rank(direction, f, d, info)
-            new = jnp.sum(info.threshold_status != 0, dtype=jnp.int32)
-            parents = num_parents(self.selection_rule, b, new)
-            es_state = self.es.tell(es_state, g, order, parents)
-            iterations = iterations + 1
-            stop = self.es.should_stop(es_state, values[order]) | rule_restarts(
-                self.restart_rule, iterations, new
-            )
+            es_state, _, _, iterations, stop = ranked_generation(
+                self.es, self.ranker, self.selection_rule, self.restart_rule,
+                es_state, direction, iterations, g, f, d, info,
+            )  # fmt: skip
             pick_key, direction_key = jr.split(k)
             x0 = repertoire.select(1, key=pick_key).genotypes[0]
             fresh = self.es.init(x0)  # (never due: its eigensystem is the identity's)

@@ -23,7 +23,7 @@ from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import f32
 from .._repertoire import AddInfo, MapElitesRepertoire
 from .base import AbstractEmitter, Lineage, Origin
-from .evolution_strategy import check_rules, num_parents, rule_restarts
+from .evolution_strategy import check_rules, ranked_generation
 from .rankers import AbstractRanker, ranker as _ranker
 
 
@@ -269,18 +269,14 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
         lower, upper = repertoire.tessellation.extent
 
         def one(s: ArborescenceState, g, d, f, info, k):
-            order, values = self.ranker.rank(s.direction, f, d, info)
-            new = jnp.sum(info.threshold_status != 0, dtype=jnp.int32)
-            parents = num_parents(self.selection_rule, b, new)
-            es = self.es.tell(s.es, s.coefficients, order, parents)
-            weights = parent_weights(parents, b)
-            step = weights @ g[order] - s.theta
+            es, order, parents, iterations, stop = ranked_generation(
+                self.es, self.ranker, self.selection_rule, self.restart_rule,
+                s.es, s.direction, s.iterations, s.coefficients, f, d, info,
+            )  # fmt: skip
+            # theta moves to the recombined mean of the parent branches.
+            step = parent_weights(parents, b) @ g[order] - s.theta
             theta, moment1, moment2, steps = self._optimiser_step(
                 s.theta, s.moment1, s.moment2, s.steps, step
-            )
-            iterations = s.iterations + 1
-            stop = self.es.should_stop(es, values[order]) | rule_restarts(
-                self.restart_rule, iterations, new
             )
             pick_key, direction_key, next_key = jr.split(k, 3)
             elite = repertoire.select(1, key=pick_key).genotypes[0]
