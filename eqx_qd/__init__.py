@@ -25,11 +25,7 @@ from ._custom_types import (
     Genotypes as Genotypes,
     PRNGKey as PRNGKey,
 )
-from ._emitters.bandit import (
-    BanditEmitter as BanditEmitter,
-    BanditState as BanditState,
-    ucb1_choice as ucb1_choice,
-)
+from ._emitters.bandit import BanditEmitter as BanditEmitter, BanditState as BanditState
 from ._emitters.base import (
     AbstractEmitter as AbstractEmitter,
     AbstractStatelessEmitter as AbstractStatelessEmitter,
@@ -47,16 +43,7 @@ from ._emitters.gradient_arborescence import (
     GradientArborescenceEmitter as GradientArborescenceEmitter,
 )
 from ._emitters.mixing import MixingEmitter as MixingEmitter
-from ._emitters.rankers import (
-    AbstractRanker as AbstractRanker,
-    ImprovementRanker as ImprovementRanker,
-    ObjectiveRanker as ObjectiveRanker,
-    RandomDirectionRanker as RandomDirectionRanker,
-    ranker as ranker,
-    TwoStageImprovementRanker as TwoStageImprovementRanker,
-    TwoStageObjectiveRanker as TwoStageObjectiveRanker,
-    TwoStageRandomDirectionRanker as TwoStageRandomDirectionRanker,
-)
+from ._emitters.rankers import AbstractRanker as AbstractRanker, ranker as ranker
 from ._kmeans import cvt_centroids as cvt_centroids
 from ._map_elites import (
     MAPElites as MAPElites,

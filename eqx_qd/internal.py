@@ -12,6 +12,8 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   whose carry may hold non-array leaves (checked unchanged).
 - **multi-device plumbing** under `run_sharded`: `place_sharded` (a state laid out on a mesh)
   and `scan_sharded` (the sharded scan over given keys).
+- **the bandit's choice**: `ucb1_choice` (which members of a pool `BanditEmitter` activates
+  next, pyribs' UCB1 rule), for schedulers of your own.
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
   `check.fraction`, `check.in_range`, `check.finite`, ...) every `__check_init__` uses, with
   `is_concrete`.
@@ -20,6 +22,7 @@ Semi-public: documented and tested, but it may change faster than the top level.
 """
 
 from . import _validate as check
+from ._emitters.bandit import ucb1_choice as ucb1_choice
 from ._misc import (
     batch_size_of as batch_size_of,
     f32 as f32,
@@ -59,4 +62,5 @@ __all__ = [
     "tree_slice",
     "tree_take",
     "tree_zeros_batch",
+    "ucb1_choice",
 ]

@@ -364,7 +364,7 @@ def test_ucb1_choice_is_pyribs_choice():
         reselect = active & (rng.random(n) < 0.5)
         selections = rng.integers(0, 4, n).astype(np.float32) * 12
         successes = np.minimum(rng.integers(0, 30, n), selections).astype(np.float32)
-        got = q.ucb1_choice(
+        got = q.internal.ucb1_choice(
             jnp.asarray(active), jnp.asarray(reselect), jnp.asarray(successes),
             jnp.asarray(selections), k, 0.05,
         )  # fmt: skip

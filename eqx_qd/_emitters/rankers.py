@@ -122,8 +122,18 @@ RANKERS: dict[str, type[AbstractRanker]] = {
 
 
 def ranker(name: "str | AbstractRanker") -> AbstractRanker:
-    """The ranker called `name` (`imp`, `2imp`, `obj`, `2obj`, `rd`, `2rd`), or `name` itself
-    if it is already a ranker."""
+    """The ranker called `name`, or `name` itself if it is already a ranker (a subclass of
+    `AbstractRanker` of your own). pyribs' names, each ordering the batch best first:
+
+    - `imp` (`ImprovementRanker`): by improvement value `AddInfo.value`. CMA-MAE's.
+    - `2imp` (`TwoStageImprovementRanker`): new cells first, then improved ones, then the rest
+      (`AddInfo.threshold_status`), each group by improvement value. CMA-ME's.
+    - `obj` (`ObjectiveRanker`): by fitness (CMA-ME's optimising emitter).
+    - `2obj` (`TwoStageObjectiveRanker`): by `threshold_status`, then by fitness.
+    - `rd` (`RandomDirectionRanker`): by the projection of the descriptor on the strategy's
+      random direction (drawn at each restart, scaled by the archive's extent).
+    - `2rd` (`TwoStageRandomDirectionRanker`): by `threshold_status`, then by that projection.
+    """
     if isinstance(name, AbstractRanker):
         return name
     if name not in RANKERS:
