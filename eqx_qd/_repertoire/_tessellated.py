@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PyTree, ScalarLike
 
-from . import _validate as check
-from ._custom_types import Descriptors, Extra, Fitnesses, Genotypes, PRNGKey
-from ._misc import batch_size_of, f32, is_none, tree_scatter, tree_take, tree_zeros_batch
-from ._selectors import AbstractSelector, UniformSelector
-from ._tessellation import AbstractTessellation
+from .. import _validate as check
+from .._custom_types import Descriptors, Extra, Fitnesses, Genotypes, PRNGKey
+from .._misc import batch_size_of, f32, is_none, tree_scatter, tree_take, tree_zeros_batch
+from .._selectors import AbstractSelector, UniformSelector
+from .._tessellation import AbstractTessellation
 
 
 class AddStatus(enum.IntEnum):
