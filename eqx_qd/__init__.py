@@ -51,7 +51,12 @@ from ._map_elites import (
     run as run,
     StepInfo as StepInfo,
 )
-from ._metrics import qd_metrics as qd_metrics, QDMetrics as QDMetrics
+from ._metrics import (
+    cqd_score as cqd_score,
+    norm_qd_score as norm_qd_score,
+    qd_metrics as qd_metrics,
+    QDMetrics as QDMetrics,
+)
 from ._nearest import nearest_centroid as nearest_centroid
 from ._qdrl.me_pbt import (
     PBTEmitter as PBTEmitter,
@@ -73,12 +78,16 @@ from ._qdrl.scoring import (
     ScoringExtra as ScoringExtra,
 )
 from ._repertoire import (
+    AbstractRepertoire as AbstractRepertoire,
     AddInfo as AddInfo,
     AddStatus as AddStatus,
     Annealing as Annealing,
+    competition_fitness as competition_fitness,
+    DNSRepertoire as DNSRepertoire,
     Elites as Elites,
     init_repertoire as init_repertoire,
     MapElitesRepertoire as MapElitesRepertoire,
+    UnstructuredRepertoire as UnstructuredRepertoire,
 )
 from ._selectors import (
     AbstractSelector as AbstractSelector,

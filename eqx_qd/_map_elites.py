@@ -14,8 +14,8 @@ from ._compile import jit
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters.base import AbstractEmitter
 from ._metrics import qd_metrics, QDMetrics
-from ._misc import f32, filter_scan, i32, tree_all_gather
-from ._repertoire import AddInfo, init_repertoire, MapElitesRepertoire
+from ._misc import f32, filter_scan, i32, tree_all_gather, tree_take
+from ._repertoire import AbstractRepertoire, AddInfo, MapElitesRepertoire
 from ._tessellation import AbstractTessellation
 
 
@@ -33,19 +33,21 @@ class MAPElitesState(eqx.Module):
     - `iteration`: iterations done since `MAPElites.init`.
     - `evaluations`: candidates scored so far; candidate ids are given in that order (the
       initial population gets `0 .. n-1`).
-    - `result`: under CMA-MAE (`MAPElites(archive_learning_rate=...)`), the elitist archive
-      that receives every candidate too and that the metrics describe, while `repertoire`
-      anneals and feeds the emitters; `None` otherwise.
+    - `result`: a passive elitist archive over cells that receives every candidate too and
+      that the metrics describe, or `None`. CMA-MAE keeps one over its own cells (its
+      `repertoire` anneals and feeds the emitters); a repertoire without cells (DNS, the
+      unstructured archive) gets one from `MAPElites.init(..., result=tessellation)`, so
+      that QD-score and coverage mean what they mean on a grid.
     """
 
-    repertoire: MapElitesRepertoire
+    repertoire: AbstractRepertoire
     emitter_state: PyTree
     iteration: Int[Array, ""] = eqx.field(converter=i32)
     evaluations: Int[Array, ""] = eqx.field(default=0, converter=i32)
     result: MapElitesRepertoire | None = None
 
     @property
-    def elites(self) -> MapElitesRepertoire:
+    def elites(self) -> AbstractRepertoire:
         """The repertoire a run reports: `result` when there is one, else `repertoire`."""
         return self.repertoire if self.result is None else self.result
 
@@ -91,6 +93,10 @@ class MAPElites(eqx.Module):
     - `archive_learning_rate`, `threshold_min`: CMA-MAE. With a learning rate the repertoire
       the emitters draw from anneals (`Annealing`) and `MAPElitesState.result`, an elitist
       archive over the same cells, is what the metrics report. `None`: plain MAP-Elites.
+
+    The repertoire is a choice made at `init`: a tessellation (MAP-Elites' cells), or any
+    `AbstractRepertoire` such as `DNSRepertoire` or `ProximityRepertoire`, optionally with a
+    passive `result` grid for the metrics.
     """
 
     emitter: AbstractEmitter
@@ -146,12 +152,30 @@ class MAPElites(eqx.Module):
         return state_evaluations + jax.lax.axis_index(self.axis_name) * n
 
     def init(
-        self, genotypes: Genotypes, tessellation: AbstractTessellation, *, key: PRNGKey
+        self,
+        genotypes: Genotypes,
+        repertoire: AbstractTessellation | AbstractRepertoire,
+        *,
+        key: PRNGKey,
+        result: AbstractTessellation | None = None,
     ) -> tuple[MAPElitesState, QDMetrics]:
         """Score the initial population `genotypes` (any pytree with a leading batch axis)
-        and build, over `tessellation`, the repertoire and the emitter state from it.
+        and build the repertoire and the emitter state from it.
 
-        **Returns:** the state and the metrics of the first repertoire.
+        **Arguments:**
+
+        - `genotypes`: the initial population.
+        - `repertoire`: a tessellation (the archive is then a `MapElitesRepertoire` over it,
+          annealing under CMA-MAE), or any `AbstractRepertoire` (`DNSRepertoire`,
+          `ProximityRepertoire`, your own): its settings are kept and its slots shaped after
+          the population (`AbstractRepertoire.emptied`).
+        - `key`: a PRNG key.
+        - `result`: a tessellation over which a passive elitist archive receives every
+          candidate and is what the metrics report (`MAPElitesState.result`): the fair
+          QD-score of a repertoire without cells. CMA-MAE makes one over its own tessellation
+          unless this is given.
+
+        **Returns:** the state and the metrics of the first reported archive.
         """
         score_key, emitter_key = jr.split(self._device_key(key))
         fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
@@ -159,20 +183,46 @@ class MAPElites(eqx.Module):
         ids = self._first_id(jnp.zeros((), jnp.int32), n) + jnp.arange(n, dtype=jnp.int32)
         every = tree_all_gather((genotypes, descriptors, fitnesses, ids), self.axis_name)
         ids_or_none = every[3] if self.lineage else None
-        repertoire, _ = init_repertoire(
-            tessellation,
-            *every[:3],
-            ids_or_none,
-            learning_rate=self.archive_learning_rate,
-            threshold_min=self.threshold_min,
-        )
-        result = None
-        if self.archive_learning_rate is not None:
-            result, _ = init_repertoire(tessellation, *every[:3], ids_or_none)
+        first = tree_take(every[0], 0)
+        first_id = None if ids_or_none is None else ids_or_none[0]
+        annealed = self.archive_learning_rate is not None
+        if isinstance(repertoire, AbstractTessellation):
+            empty = MapElitesRepertoire.empty(
+                repertoire,
+                first,
+                first_id,
+                learning_rate=self.archive_learning_rate,
+                threshold_min=self.threshold_min,
+            )
+            if annealed and result is None:
+                result = repertoire
+        elif isinstance(repertoire, AbstractRepertoire):
+            if annealed:
+                raise ValueError(
+                    "MAPElites.init: archive_learning_rate (CMA-MAE) anneals the cells of a "
+                    "tessellation: give the tessellation, not a built repertoire"
+                )
+            empty = repertoire.emptied(first, first_id)
+        else:
+            raise TypeError(
+                "MAPElites.init: repertoire must be an eqx_qd.AbstractTessellation or an "
+                f"eqx_qd.AbstractRepertoire, got {type(repertoire).__name__}"
+            )
+        built, _ = empty.add(*every[:3], ids_or_none)
+        passive = None
+        if result is not None:
+            if not isinstance(result, AbstractTessellation):
+                raise TypeError(
+                    "MAPElites.init: result must be an eqx_qd.AbstractTessellation, got "
+                    f"{type(result).__name__}"
+                )
+            passive, _ = MapElitesRepertoire.empty(result, first, first_id).add(
+                *every[:3], ids_or_none
+            )
         emitter_state = self.emitter.init(
-            repertoire, genotypes, descriptors, fitnesses, extra, key=emitter_key
+            built, genotypes, descriptors, fitnesses, extra, key=emitter_key
         )
-        state = MAPElitesState(repertoire, emitter_state, 0, every[2].shape[0], result)
+        state = MAPElitesState(built, emitter_state, 0, every[2].shape[0], passive)
         return state, qd_metrics(state.elites, self.qd_offset)
 
     def step(

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from . import _validate as check
-from ._repertoire import MapElitesRepertoire
+from ._repertoire import AbstractRepertoire
 
 
 class QDMetrics(eqx.Module):
@@ -50,7 +50,7 @@ def _sorted(x: Float[Array, " n"]) -> Float[Array, " n"]:
     return jax.lax.bitcast_convert_type(keys ^ ((keys >> 31) & 0x7FFFFFFF), jnp.float32)
 
 
-def qd_metrics(repertoire: MapElitesRepertoire, qd_offset: float | Array) -> QDMetrics:
+def qd_metrics(repertoire: AbstractRepertoire, qd_offset: float | Array) -> QDMetrics:
     """`QDMetrics` of `repertoire` with QD-score offset `qd_offset` (a finite scalar)."""
     check.shape("qd_metrics: qd_offset", qd_offset, ())
     check.finite("qd_metrics: qd_offset", qd_offset)
@@ -77,7 +77,7 @@ def qd_metrics(repertoire: MapElitesRepertoire, qd_offset: float | Array) -> QDM
     mean = jnp.sum(jnp.where(filled, fit, 0.0)) / count
     return QDMetrics(
         qd_score=qd_score.astype(jnp.float32),
-        coverage=count / repertoire.num_cells,
+        coverage=count / repertoire.capacity,
         num_filled=num_filled,
         max_fitness=jnp.max(fit),
         mean_fitness=jnp.where(num_filled > 0, mean, jnp.nan).astype(jnp.float32),
@@ -85,3 +85,67 @@ def qd_metrics(repertoire: MapElitesRepertoire, qd_offset: float | Array) -> QDM
         p5_fitness=p5.astype(jnp.float32),
         p95_fitness=p95.astype(jnp.float32),
     )
+
+
+def norm_qd_score(repertoire: AbstractRepertoire, qd_offset: float | Array) -> Float[Array, ""]:
+    """The QD-score of `repertoire` (fitnesses offset by `qd_offset`) divided by its number
+    of cells (`capacity`): pyribs' `norm_qd_score`, the mean offset fitness over all cells,
+    empty ones counting 0. Comparable across archives of different sizes."""
+    return qd_metrics(repertoire, qd_offset).qd_score / repertoire.capacity
+
+
+def cqd_score(
+    repertoire: AbstractRepertoire,
+    targets: Float[Array, "iterations num_targets num_descriptors"],
+    penalties: Float[Array, " num_penalties"],
+    *,
+    fitness_bounds: tuple[float, float],
+    max_distance: float,
+) -> Float[Array, ""]:
+    """The continuous QD-score (Kent, Branke and others, GECCO 2022): a measure of an
+    archive that needs no cells.
+
+    For each target point `t` and penalty `theta`, the best trade-off any stored elite
+    offers, `max_i [(f_i - f_min) / (f_max - f_min) - theta * |d_i - t| / max_distance]`,
+    summed over targets and penalties; the mean over the `iterations` sets of targets.
+    Draw `targets` uniformly over the descriptor space (`jax.random.uniform`), and give
+    `penalties` in `[0, 1]` (`jnp.linspace(0, 1, 100)`, say). `-inf` for an empty archive.
+
+    pyribs' `cqd_score` divides `f` by `f_max - f_min` without subtracting `f_min` first;
+    its score is this one plus `num_targets * num_penalties * f_min / (f_max - f_min)`.
+
+    **Arguments:**
+
+    - `repertoire`: any repertoire.
+    - `targets`: `(iterations, num_targets, num_descriptors)` points in descriptor space.
+    - `penalties`: `(num_penalties,)` weights of the distance.
+    - `fitness_bounds`: `(f_min, f_max)`, the fitness normalisation.
+    - `max_distance`: the distance normalisation (the descriptor space's diameter).
+    """
+    f_min, f_max = fitness_bounds
+    check.positive("cqd_score: max_distance", max_distance)
+    if not float(f_max) > float(f_min):
+        raise ValueError(
+            "cqd_score: fitness_bounds must be (f_min, f_max) with f_min < f_max, got "
+            f"{fitness_bounds}"
+        )
+    if jnp.ndim(targets) != 3 or jnp.shape(targets)[-1] != repertoire.num_descriptors:
+        raise ValueError(
+            "cqd_score: targets must have shape (iterations, num_targets, "
+            f"{repertoire.num_descriptors}), got {jnp.shape(targets)}"
+        )
+    if jnp.ndim(penalties) != 1:
+        raise ValueError(
+            f"cqd_score: penalties must have shape (num_penalties,), got {jnp.shape(penalties)}"
+        )
+    filled = repertoire.filled
+    quality = (repertoire.fitnesses - f_min) / (f_max - f_min)
+    quality = jnp.where(filled, quality, -jnp.inf)
+
+    def one(points):
+        gaps = repertoire.descriptors[:, None, :] - points[None, :, :]
+        distance = jnp.sqrt(jnp.sum(jnp.square(gaps), axis=-1)) / max_distance
+        scores = quality[None, :, None] - penalties[:, None, None] * distance[None, :, :]
+        return jnp.sum(jnp.max(scores, axis=1))
+
+    return jnp.mean(jax.lax.map(one, jnp.asarray(targets, jnp.float32)))

@@ -14,7 +14,7 @@ from jaxtyping import Array, Bool, Float, Int, ScalarLike
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import f32
-from .._repertoire import AddInfo, MapElitesRepertoire
+from .._repertoire import AbstractRepertoire, AddInfo
 from .base import AbstractEmitter, Lineage
 
 
@@ -129,7 +129,7 @@ class BanditEmitter(AbstractEmitter[BanditState]):
 
     def init(
         self,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -153,7 +153,7 @@ class BanditEmitter(AbstractEmitter[BanditState]):
         return jnp.cumsum(active.astype(jnp.int32)) - 1
 
     def emit(
-        self, repertoire: MapElitesRepertoire, state: BanditState, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: BanditState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         keys = jr.split(key, len(self.pool))
         slots = self._slots(state.active)
@@ -190,7 +190,7 @@ class BanditEmitter(AbstractEmitter[BanditState]):
     def state_update(
         self,
         state: BanditState,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from .._custom_types import Extra, Genotypes, PRNGKey
-from .._repertoire import AddInfo, Elites, MapElitesRepertoire
+from .._repertoire import AbstractRepertoire, AddInfo, Elites
 
 
 _State = TypeVar("_State")
@@ -77,7 +77,7 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
     writes `emit` only.
 
     Candidate batches always come as `(genotypes, descriptors, fitnesses)`, the order of
-    `MapElitesRepertoire.add`; keys are keyword-only and last.
+    `AbstractRepertoire.add`; keys are keyword-only and last.
     """
 
     batch_size: eqx.AbstractVar[int]
@@ -91,7 +91,7 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
     @abc.abstractmethod
     def init(
         self,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -112,7 +112,7 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
 
     @abc.abstractmethod
     def emit(
-        self, repertoire: MapElitesRepertoire, state: _State, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: _State, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         """A batch of candidates, made from `repertoire` with the emitter's `state`.
 
@@ -125,7 +125,7 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
     def state_update(
         self,
         state: _State,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -156,7 +156,7 @@ class AbstractStatelessEmitter(AbstractEmitter[None]):
 
     def init(
         self,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -170,7 +170,7 @@ class AbstractStatelessEmitter(AbstractEmitter[None]):
     def state_update(
         self,
         state: None,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],

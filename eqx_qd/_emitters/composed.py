@@ -10,7 +10,7 @@ from jaxtyping import Array, Float
 
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import tree_concatenate, tree_slice
-from .._repertoire import AddInfo, MapElitesRepertoire
+from .._repertoire import AbstractRepertoire, AddInfo
 from .base import AbstractEmitter, Lineage
 
 
@@ -39,7 +39,7 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
 
     def init(
         self,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -55,7 +55,7 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
         )
 
     def emit(
-        self, repertoire: MapElitesRepertoire, state: tuple[Any, ...], *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: tuple[Any, ...], *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         keys = jr.split(key, len(self.emitters))
         outs = [e.emit(repertoire, s, key=k) for e, s, k in zip(self.emitters, state, keys)]
@@ -69,7 +69,7 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
     def state_update(
         self,
         state: tuple[Any, ...],
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],

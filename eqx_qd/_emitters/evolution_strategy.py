@@ -17,7 +17,7 @@ from .. import _validate as check
 from .._cma_es import CMAES, CMAESState
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import i32
-from .._repertoire import AddInfo, MapElitesRepertoire
+from .._repertoire import AbstractRepertoire, AddInfo
 from .base import AbstractEmitter, Lineage, Origin
 from .rankers import AbstractRanker, ranker as _ranker
 
@@ -165,7 +165,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
         """Restarts summed over the population."""
         return jnp.sum(state.restarts)
 
-    def _check_repertoire(self, repertoire: MapElitesRepertoire, where: str) -> None:
+    def _check_repertoire(self, repertoire: AbstractRepertoire, where: str) -> None:
         check.same_rows(
             f"{where}: the repertoire's genotypes",
             repertoire.genotypes,
@@ -175,7 +175,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
 
     def init(
         self,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -184,7 +184,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
         key: PRNGKey,
     ) -> ESEmitterState:
         self._check_repertoire(repertoire, "EvolutionStrategyEmitter.init")
-        lower, upper = repertoire.tessellation.extent
+        lower, upper = repertoire.extent
         keys = jr.split(key, self.num_emitters)
         direction = jax.vmap(lambda k: self.ranker.direction(lower, upper, key=k))(keys)
         es = jax.vmap(lambda _: self.es.init(self.x0))(keys)
@@ -192,7 +192,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
         return ESEmitterState(es, direction, zeros, zeros)
 
     def emit(
-        self, repertoire: MapElitesRepertoire, state: ESEmitterState, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: ESEmitterState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         keys = jr.split(key, self.num_emitters)
         samples = jax.vmap(lambda s, k: self.es.sample(s, key=k))(state.es, keys)
@@ -202,7 +202,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
     def state_update(
         self,
         state: ESEmitterState,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -223,7 +223,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
         def per_emitter(x):
             return x.reshape((e, b) + x.shape[1:])
 
-        lower, upper = repertoire.tessellation.extent
+        lower, upper = repertoire.extent
 
         def one(es_state, direction, iterations, restarts, g, d, f, info, k):
             es_state, _, _, iterations, stop = ranked_generation(

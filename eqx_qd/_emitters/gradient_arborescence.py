@@ -21,7 +21,7 @@ from .. import _validate as check
 from .._cma_es import CMAES, CMAESState, parent_weights
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import f32
-from .._repertoire import AddInfo, MapElitesRepertoire
+from .._repertoire import AbstractRepertoire, AddInfo
 from .base import AbstractEmitter, Lineage, Origin
 from .evolution_strategy import check_rules, ranked_generation
 from .rankers import AbstractRanker, ranker as _ranker
@@ -186,7 +186,7 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
 
     def init(
         self,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -201,12 +201,12 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
             self.x0[None],
             owner=f"the emitter (x0 of dim {self.x0.shape[0]})",
         )
-        if repertoire.tessellation.num_descriptors != self.num_descriptors:
+        if repertoire.num_descriptors != self.num_descriptors:
             raise ValueError(
                 f"{owner}: num_descriptors is {self.num_descriptors}, the repertoire has "
-                f"{repertoire.tessellation.num_descriptors}"
+                f"{repertoire.num_descriptors}"
             )
-        lower, upper = repertoire.tessellation.extent
+        lower, upper = repertoire.extent
         keys = jr.split(key, self.num_emitters)
 
         def one(k):
@@ -217,7 +217,7 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
         return ArborescenceState(*jax.vmap(one)(keys))
 
     def emit(
-        self, repertoire: MapElitesRepertoire, state: ArborescenceState, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: ArborescenceState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         branches = state.theta[:, None, :] + jnp.einsum(
             "ebm,emd->ebd", state.coefficients, state.jacobian
@@ -245,7 +245,7 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
     def state_update(
         self,
         state: ArborescenceState,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -266,7 +266,7 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
         def branches_of(x):  # (batch, ...) -> (emitters, branches, ...), theta rows dropped
             return x.reshape((e, 1 + b) + x.shape[1:])[:, 1:]
 
-        lower, upper = repertoire.tessellation.extent
+        lower, upper = repertoire.extent
 
         def one(s: ArborescenceState, g, d, f, info, k):
             es, order, parents, iterations, stop = ranked_generation(

@@ -9,7 +9,7 @@ import jax.random as jr
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import tree_concatenate, tree_slice
-from .._repertoire import MapElitesRepertoire
+from .._repertoire import AbstractRepertoire
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation, MutatedVariation
 from .base import AbstractStatelessEmitter, Lineage, Origin, parent_ids
@@ -50,7 +50,7 @@ class MixingEmitter(AbstractStatelessEmitter):
             raise ValueError("variation_percentage < 1 needs a mutation operator")
 
     def emit(
-        self, repertoire: MapElitesRepertoire, state: None, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: None, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         num_variation, num_mutation = _split_counts(self.batch_size, self.variation_percentage)
         select_key, var_key, mut_key = jr.split(key, 3)

@@ -9,6 +9,7 @@ import abc
 import typing
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
@@ -110,6 +111,87 @@ class TwoStageRandomDirectionRanker(AbstractRanker):
         return _two_stage(status, projections), jnp.stack([status, projections], axis=-1)
 
 
+def _needs(add_info: AddInfo, field: str, owner: str) -> Array:
+    value = getattr(add_info, field)
+    if value is None:
+        raise ValueError(
+            f"{owner} ranks by AddInfo.{field}, which this repertoire does not compute: use an "
+            "eqx_qd.UnstructuredRepertoire (local_competition=True for local_competition)"
+        )
+    return value
+
+
+@typing.final
+class NoveltyRanker(AbstractRanker):
+    """`novelty`: by novelty (`AddInfo.novelty`, the mean distance to the `k` nearest
+    stored elites), highest first: novelty search. Needs an `UnstructuredRepertoire`."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        novelty = _needs(add_info, "novelty", "NoveltyRanker")
+        return _descending(novelty), novelty
+
+
+def pareto_fronts(objectives: Float[Array, "batch m"]) -> Int[Array, " batch"]:
+    """Each row's non-dominated front (0 for the rows nothing dominates, 1 for those only
+    front 0 dominates, ...), every objective higher-is-better: NSGA-II's sort."""
+    n = objectives.shape[0]
+    geq = jnp.all(objectives[None, :, :] >= objectives[:, None, :], axis=-1)
+    gt = jnp.any(objectives[None, :, :] > objectives[:, None, :], axis=-1)
+    dominated_by = geq & gt  # [i, j]: j dominates i
+
+    def peel(t, carry):
+        front, remaining = carry
+        current = remaining & ~jnp.any(dominated_by & remaining[None, :], axis=1)
+        return jnp.where(current, t, front), remaining & ~current
+
+    front, _ = jax.lax.fori_loop(0, n, peel, (jnp.full((n,), n, jnp.int32), jnp.ones((n,), bool)))
+    return front
+
+
+def crowding_distance(
+    objectives: Float[Array, "batch m"], front: Int[Array, " batch"]
+) -> Float[Array, " batch"]:
+    """NSGA-II's crowding distance of each row within its front: `+inf` at a front's ends
+    on any objective, else the sum over objectives of the gap between its two neighbours
+    divided by the front's range (an objective flat over the front adds nothing)."""
+    n, m = objectives.shape
+    distance = jnp.zeros((n,), objectives.dtype)
+    rows = jnp.arange(n)
+    for j in range(m):
+        values = objectives[:, j]
+        order = jnp.lexsort((rows, values, front))  # by front, then value, then index
+        position = jnp.zeros((n,), jnp.int32).at[order].set(rows.astype(jnp.int32))
+        prev = order[jnp.maximum(position - 1, 0)]
+        nxt = order[jnp.minimum(position + 1, n - 1)]
+        first = (position == 0) | (front[prev] != front)
+        last = (position == n - 1) | (front[nxt] != front)
+        low = jnp.full((n + 1,), jnp.inf, values.dtype).at[front].min(values)[front]
+        high = jnp.full((n + 1,), -jnp.inf, values.dtype).at[front].max(values)[front]
+        spread = high - low
+        gap = jnp.where(
+            spread > 0, (values[nxt] - values[prev]) / jnp.where(spread > 0, spread, 1.0), 0.0
+        )
+        distance = jnp.where(first | last, jnp.inf, distance + gap)
+    return distance
+
+
+@typing.final
+class NSLCRanker(AbstractRanker):
+    """`nslc`: Novelty Search with Local Competition (Lehman and Stanley, 2011) as pyribs
+    ranks it: NSGA-II's non-dominated fronts over (novelty, local competition), both higher
+    first, each front ordered by crowding distance (largest first; ties to the lower batch
+    index). Needs an `UnstructuredRepertoire(local_competition=True)`."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        novelty = _needs(add_info, "novelty", "NSLCRanker")
+        beaten = _needs(add_info, "local_competition", "NSLCRanker").astype(novelty.dtype)
+        objectives = jnp.stack([novelty, beaten], axis=-1)
+        front = pareto_fronts(objectives)
+        crowding = crowding_distance(objectives, front)
+        rows = jnp.arange(novelty.shape[0])
+        return jnp.lexsort((rows, -crowding, front)), objectives
+
+
 RANKERS: dict[str, type[AbstractRanker]] = {
     "imp": ImprovementRanker,
     "2imp": TwoStageImprovementRanker,
@@ -117,6 +199,8 @@ RANKERS: dict[str, type[AbstractRanker]] = {
     "2obj": TwoStageObjectiveRanker,
     "rd": RandomDirectionRanker,
     "2rd": TwoStageRandomDirectionRanker,
+    "novelty": NoveltyRanker,
+    "nslc": NSLCRanker,
 }
 """pyribs' short names of the rankers."""
 
@@ -133,6 +217,10 @@ def ranker(name: "str | AbstractRanker") -> AbstractRanker:
     - `rd` (`RandomDirectionRanker`): by the projection of the descriptor on the strategy's
       random direction (drawn at each restart, scaled by the archive's extent).
     - `2rd` (`TwoStageRandomDirectionRanker`): by `threshold_status`, then by that projection.
+    - `novelty` (`NoveltyRanker`): by `AddInfo.novelty` (pyribs' `nov`), with an
+      `UnstructuredRepertoire`: novelty search.
+    - `nslc` (`NSLCRanker`): non-dominated fronts of (novelty, local competition), each by
+      crowding distance (pyribs' `nslc`), with `UnstructuredRepertoire(local_competition=True)`.
     """
     if isinstance(name, AbstractRanker):
         return name

@@ -26,7 +26,7 @@ from .._compile import jit
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._emitters.base import AbstractEmitter, Lineage, Origin, parent_ids
 from .._misc import is_none, tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
-from .._repertoire import AddInfo, MapElitesRepertoire
+from .._repertoire import AbstractRepertoire, AddInfo
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractVariation
 from ..envs._base import AbstractEnv
@@ -175,7 +175,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
 
     def init(
         self,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -202,7 +202,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         )
 
     def emit(
-        self, repertoire: MapElitesRepertoire, state: PBTEmitterState, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: PBTEmitterState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         c = self.config
         pg = state.population.agent_state
@@ -240,7 +240,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
     def state_update(
         self,
         state: PBTEmitterState,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],

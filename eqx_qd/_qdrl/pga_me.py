@@ -28,7 +28,7 @@ from .._emitters.base import AbstractEmitter, Lineage, Origin, parent_ids
 from .._emitters.composed import ComposedEmitter
 from .._emitters.mixing import ga_emitter
 from .._misc import f32, filter_scan, tree_concatenate, tree_take
-from .._repertoire import AddInfo, MapElitesRepertoire
+from .._repertoire import AbstractRepertoire, AddInfo
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation
 from ..envs._rollout import Transition
@@ -123,7 +123,7 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
 
     def init(
         self,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
@@ -156,7 +156,7 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         return self._train_critic(state, key=train_key) if self.critic_warmup else state
 
     def emit(
-        self, repertoire: MapElitesRepertoire, state: QualityPGState, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: QualityPGState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         select_key, pg_key = jr.split(key)
         num_pg = self.batch_size - 1
@@ -211,7 +211,7 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     def state_update(
         self,
         state: QualityPGState,
-        repertoire: MapElitesRepertoire,
+        repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],

@@ -1,11 +1,20 @@
 """Repertoires: the archives a QD run keeps, and what an insertion reports."""
 
-from ._tessellated import (
+from ._base import (
+    AbstractRepertoire as AbstractRepertoire,
     AddInfo as AddInfo,
     AddStatus as AddStatus,
+    Elites as Elites,
+    valid_candidates as valid_candidates,
+)
+from ._dns import (
+    competition_fitness as competition_fitness,
+    DNSRepertoire as DNSRepertoire,
+)
+from ._tessellated import (
     Annealing as Annealing,
     bytes_per_cell as bytes_per_cell,
-    Elites as Elites,
     init_repertoire as init_repertoire,
     MapElitesRepertoire as MapElitesRepertoire,
 )
+from ._unstructured import UnstructuredRepertoire as UnstructuredRepertoire

@@ -1,82 +1,17 @@
-"""The MAP-Elites repertoire: one elite per cell, batch insertion and selection."""
+"""The MAP-Elites repertoire: one elite per cell of a tessellation, and CMA-MAE's annealing."""
 
-import enum
 import typing
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Bool, Float, Int, PyTree, ScalarLike
+from jaxtyping import Array, Float, Int, PyTree, ScalarLike
 
 from .. import _validate as check
-from .._custom_types import Descriptors, Extra, Fitnesses, Genotypes, PRNGKey
+from .._custom_types import Extra, Genotypes
 from .._misc import batch_size_of, f32, is_none, tree_scatter, tree_take, tree_zeros_batch
-from .._selectors import AbstractSelector, UniformSelector
 from .._tessellation import AbstractTessellation
-
-
-class AddStatus(enum.IntEnum):
-    """What happened to one candidate offered to `MapElitesRepertoire.add`. The codes 0, 1, 2
-    are what `AddInfo.status` holds and what run files (the PGA-ME actors file) record."""
-
-    NOT_ADDED = 0
-    """Not inserted: a better elite or a better candidate of the same batch holds its cell, or
-    its fitness / descriptor was not finite."""
-    IMPROVED = 1
-    """Replaced a worse elite."""
-    NEW = 2
-    """Filled an empty cell."""
-
-
-class AddInfo(eqx.Module):
-    """Per-candidate outcome of an insertion (all arrays of shape `(batch,)`).
-
-    **Fields:**
-
-    - `cell`: the candidate's cell; `-1` for a rejected candidate (a non-finite fitness or
-      descriptor has no cell).
-    - `status`: an `AddStatus` value (not added, improved, new).
-    - `delta`: the candidate's fitness minus the cell's elite fitness before the batch
-      (`+inf` when the cell was empty; NaN for a rejected candidate).
-    - `threshold_status`: an `AddStatus` judged against the cell as it was before the batch,
-      the batch's other candidates ignored: `NEW` / `IMPROVED` when the fitness passed the
-      cell's threshold (the elite's fitness; an annealing repertoire's own threshold), else
-      `NOT_ADDED`. pyribs' `status`: what the CMA rankers and the `filter` selection count.
-    - `value`: the fitness minus that threshold, an empty cell's threshold counting as 0
-      (plain repertoire, as CMA-ME) or `threshold_min` (annealing, as CMA-MAE); NaN for a
-      rejected candidate. pyribs' improvement `value`.
-    """
-
-    cell: Int[Array, " batch"]
-    status: Int[Array, " batch"]
-    delta: Float[Array, " batch"]
-    threshold_status: Int[Array, " batch"]
-    value: Float[Array, " batch"]
-
-    @property
-    def inserted(self) -> Bool[Array, " batch"]:
-        """Whether each candidate entered the repertoire."""
-        return self.status != AddStatus.NOT_ADDED
-
-    @property
-    def novel(self) -> Bool[Array, " batch"]:
-        """Whether each candidate filled an empty cell."""
-        return self.status == AddStatus.NEW
-
-
-class Elites(eqx.Module):
-    """A batch of elites drawn from a repertoire (`MapElitesRepertoire.select`).
-
-    **Fields:** `genotypes` (leading axis `batch`), `fitnesses` `(batch,)`, `descriptors`
-    `(batch, num_descriptors)`, `cells` (their cell indices) and `extra` (what the repertoire
-    stores beside each elite, e.g. its id; `None` if nothing).
-    """
-
-    genotypes: Genotypes
-    fitnesses: Float[Array, " batch"]
-    descriptors: Float[Array, "batch num_descriptors"]
-    cells: Int[Array, " batch"]
-    extra: Extra
+from ._base import AbstractRepertoire, AddInfo, AddStatus, valid_candidates
 
 
 class Annealing(eqx.Module):
@@ -133,13 +68,10 @@ class Annealing(eqx.Module):
         )
 
 
-def _valid(fitnesses: Fitnesses, descriptors: Descriptors) -> Bool[Array, " batch"]:
-    return jnp.isfinite(fitnesses) & jnp.all(jnp.isfinite(descriptors), axis=-1)
-
-
 @typing.final
-class MapElitesRepertoire(eqx.Module):
-    """An archive of elites, one per cell of a tessellation (grid or CVT).
+class MapElitesRepertoire(AbstractRepertoire):
+    """An archive of elites, one per cell of a tessellation (grid or CVT): the
+    `AbstractRepertoire` of MAP-Elites, CMA-ME and CMA-MAE.
 
     **Fields:**
 
@@ -220,20 +152,27 @@ class MapElitesRepertoire(eqx.Module):
         """The number of cells of the tessellation."""
         return self.tessellation.num_cells
 
+    def emptied(self, genotype: Genotypes, extra: Extra = None) -> "MapElitesRepertoire":
+        """An empty repertoire over the same tessellation, with the same annealing (learning
+        rate and `threshold_min`, thresholds reset), shaped like one `genotype` / `extra`."""
+        a = self.annealing
+        return MapElitesRepertoire.empty(
+            self.tessellation,
+            genotype,
+            extra,
+            learning_rate=None if a is None else a.learning_rate,
+            threshold_min=-jnp.inf if a is None else a.floor,
+        )
+
+    @property
+    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+        """The tessellation's bounds (`AbstractTessellation.extent`)."""
+        return self.tessellation.extent
+
     @property
     def centroids(self) -> Float[Array, "num_cells num_descriptors"]:
         """The cells' centroids."""
         return self.tessellation.centroids
-
-    @property
-    def filled(self) -> Bool[Array, " num_cells"]:
-        """Which cells hold an elite."""
-        return jnp.isfinite(self.fitnesses)
-
-    @property
-    def num_filled(self) -> Int[Array, ""]:
-        """How many cells hold an elite."""
-        return jnp.sum(self.filled, dtype=jnp.int32)
 
     def add(
         self,
@@ -257,10 +196,10 @@ class MapElitesRepertoire(eqx.Module):
           repertoire stores extra.
         """
         batch = fitnesses.shape[0]
-        self._check_batch(genotypes, descriptors, fitnesses, extra)
+        self.check_batch(genotypes, descriptors, fitnesses, extra)
         fitnesses = fitnesses.astype(jnp.float32)
         n = self.num_cells
-        valid = _valid(fitnesses, descriptors)
+        valid = valid_candidates(fitnesses, descriptors)
         cells = self.tessellation.index(jnp.where(valid[:, None], descriptors, 0.0))
         offered = jnp.where(valid, fitnesses, -jnp.inf)
         previous = self.fitnesses[cells]
@@ -311,70 +250,6 @@ class MapElitesRepertoire(eqx.Module):
             value=jnp.where(valid, fitnesses - jnp.where(occupied, bar, empty_bar), jnp.nan),
         )
         return new, info
-
-    def check_candidates(
-        self,
-        genotypes: Genotypes,
-        descriptors: Float[Array, "batch num_descriptors"],
-        fitnesses: Float[Array, " batch"],
-        *,
-        where: str = "",
-        batch_size: int | None = None,
-    ) -> None:
-        """Refuse a scored batch that does not fit this repertoire: `fitnesses` not
-        `(batch,)` (`(batch_size,)` when given), `descriptors` not `(batch,
-        num_descriptors)`, genotypes of another batch size or another structure or row shape
-        than the stored ones. Each error starts with `where` and names the argument, the
-        expected and the received shapes. Static facts: free under jit. `add` and the emitters'
-        `init` / `state_update` call it."""
-        prefix = f"{where}: " if where else ""
-        if jnp.ndim(fitnesses) != 1:
-            raise ValueError(f"{prefix}fitnesses must have shape (batch,), got {fitnesses.shape}")
-        batch = fitnesses.shape[0]
-        if batch_size is not None and batch != batch_size:
-            raise ValueError(
-                f"{prefix}fitnesses must have shape ({batch_size},) (the emitter's batch_size), "
-                f"got {fitnesses.shape}"
-            )
-        d = self.tessellation.num_descriptors
-        if descriptors.shape != (batch, d):
-            raise ValueError(
-                f"{prefix}descriptors must have shape (batch, {d}) = ({batch}, {d}) for this "
-                f"repertoire (batch from fitnesses), got {descriptors.shape}"
-            )
-        if batch_size_of(genotypes) != batch:
-            raise ValueError(
-                f"{prefix}genotypes have batch size {batch_size_of(genotypes)}, fitnesses have "
-                f"{batch}"
-            )
-        check.same_rows(f"{prefix}genotypes", genotypes, self.genotypes, owner="the repertoire")
-
-    def _check_batch(self, genotypes, descriptors, fitnesses, extra) -> None:
-        """Static shape checks of a candidate batch against what the repertoire holds (free
-        under jit): each error names the argument, the expected shape and the one received."""
-        self.check_candidates(genotypes, descriptors, fitnesses)
-        batch = fitnesses.shape[0]
-        if (extra is None) != (self.extra is None):
-            raise ValueError("extra must be given exactly when the repertoire stores extra")
-        if extra is not None:
-            if batch_size_of(extra) != batch:
-                raise ValueError(
-                    f"extra has batch size {batch_size_of(extra)}, fitnesses have {batch}"
-                )
-            check.same_rows("extra", extra, self.extra, owner="the repertoire")
-
-    def select(
-        self, num: int, *, selector: AbstractSelector = UniformSelector(), key: PRNGKey
-    ) -> Elites:
-        """Draw `num` elites (with replacement) with `selector` (uniform by default)."""
-        idx = selector.indices(self.fitnesses, num, key=key)
-        return Elites(
-            genotypes=tree_take(self.genotypes, idx),
-            fitnesses=self.fitnesses[idx],
-            descriptors=self.descriptors[idx],
-            cells=idx,
-            extra=tree_take(self.extra, idx),
-        )
 
     def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
         """Cell index of each descriptor."""

@@ -1,0 +1,64 @@
+"""Exact k-nearest-neighbour distances under a mask, blocked so memory stays bounded."""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float, Int
+
+
+# Rows per block: a block's distance matrix holds at most this many entries (64 MiB).
+_BLOCK_ENTRIES = 1 << 24
+
+
+def squared_distances(a: Float[Array, "m d"], b: Float[Array, "n d"]) -> Float[Array, "m n"]:
+    """Squared Euclidean distances. Few descriptor dimensions: the differences themselves
+    (exact, no cancellation); many: through a matrix product, clipped at 0."""
+    if a.shape[-1] <= 16:
+        return jnp.sum(jnp.square(a[:, None, :] - b[None, :, :]), axis=-1)
+    cross = a @ b.T
+    sq = jnp.sum(a * a, axis=-1)[:, None] + jnp.sum(b * b, axis=-1)[None, :] - 2.0 * cross
+    return jnp.maximum(sq, 0.0)
+
+
+def mean_of_finite(d: Float[Array, "m k"]) -> tuple[Float[Array, " m"], Int[Array, " m"]]:
+    """Per row, the mean of the finite entries (summed left to right: the result depends on
+    the values only, never on a reduction order) and how many there are."""
+    finite = jnp.isfinite(d)
+    total = jnp.zeros(d.shape[:1], d.dtype)
+    for j in range(d.shape[1]):
+        total = total + jnp.where(finite[:, j], d[:, j], 0.0)
+    count = jnp.sum(finite, axis=1, dtype=jnp.int32)
+    return total / jnp.maximum(count, 1).astype(d.dtype), count
+
+
+def k_nearest(
+    queries: Float[Array, "m d"],
+    points: Float[Array, "n d"],
+    allowed: Callable[[Int[Array, " r"]], Bool[Array, "r n"]],
+    k: int,
+) -> Float[Array, "m k"]:
+    """For each query row `i`, the distances to its `k` nearest points among those that
+    `allowed(rows)[.., j]` permits, ascending; `+inf` where fewer than `k` are allowed.
+
+    The queries go through in blocks (`lax.map`), so memory is `O(block * n)`, not
+    `O(m * n)`. `k` is clamped to `n`."""
+    m, n = queries.shape[0], points.shape[0]
+    k_eff = min(k, n)
+    rows = max(1, min(m, _BLOCK_ENTRIES // max(n, 1)))
+    blocks = -(-m // rows)
+    padded = blocks * rows
+    q = jnp.pad(queries, ((0, padded - m), (0, 0)))
+    index = jnp.arange(padded, dtype=jnp.int32)
+
+    def block(args):
+        qb, ib = args
+        sq = jnp.where(allowed(jnp.minimum(ib, m - 1)), squared_distances(qb, points), jnp.inf)
+        nearest, _ = jax.lax.top_k(-sq, k_eff)
+        return jnp.sqrt(-nearest)
+
+    out = jax.lax.map(block, (q.reshape(blocks, rows, -1), index.reshape(blocks, rows)))
+    out = out.reshape(padded, k_eff)[:m]
+    if k_eff < k:
+        out = jnp.pad(out, ((0, 0), (0, k - k_eff)), constant_values=jnp.inf)
+    return out
