@@ -19,6 +19,7 @@ from ._custom_types import PRNGKey
 from ._map_elites import MAPElites, MAPElitesState
 from ._metrics import QDMetrics
 from ._misc import batch_size_of, filter_scan, is_none
+from ._repertoire import AbstractRepertoire
 from ._tessellation import AbstractTessellation
 
 
@@ -57,12 +58,19 @@ _drop_axis = lambda tree: jax.tree.map(lambda x: x[0], tree)
 
 
 def init_sharded(
-    algo: MAPElites, genotypes, tessellation: AbstractTessellation, *, mesh: Mesh, key: PRNGKey
+    algo: MAPElites,
+    genotypes,
+    tessellation: AbstractTessellation | AbstractRepertoire,
+    *,
+    mesh: Mesh,
+    key: PRNGKey,
+    result: AbstractTessellation | None = None,
 ) -> tuple[MAPElitesState, QDMetrics]:
     """`algo.init` over `mesh`: `genotypes` (leading axis divisible by the number of
-    devices) are split among the devices, and the repertoire over `tessellation` holds every
-    device's initial population. The returned state's emitter state has a leading device
-    axis. `algo` (and its emitter) must use the mesh's axis name."""
+    devices) are split among the devices, and the repertoire (over `tessellation`, or the
+    repertoire given there, with the optional passive `result` grid as in `MAPElites.init`)
+    holds every device's initial population. The returned state's emitter state has a
+    leading device axis. `algo` (and its emitter) must use the mesh's axis name."""
     axis = _check(algo, mesh)
     n, devices = batch_size_of(genotypes), mesh.devices.size
     if n % devices:
@@ -74,7 +82,7 @@ def init_sharded(
     statics = {}
 
     def body(g, k):
-        state, metrics = algo.init(eqx.combine(g, g_static), tessellation, key=k)
+        state, metrics = algo.init(eqx.combine(g, g_static), tessellation, key=k, result=result)
         (rest_dyn, rest_static), (es_dyn, es_static) = _split(state)
         statics["rest"], statics["es"] = rest_static, es_static
         return rest_dyn, _add_axis(es_dyn), metrics

@@ -39,8 +39,9 @@ class UnstructuredRepertoire(AbstractRepertoire):
     fitness for a `NEW` candidate, else the fitness minus the nearest elite's); `delta` the
     fitness minus the nearest elite's (`+inf` in an empty archive); `cell` the slot.
 
-    **Fields:** the contract's four (`genotypes`, `fitnesses`, `descriptors`, `extra`), `novelty_threshold` (float32 leaf), `k` (static) and
-    `local_competition` (static). Build one with `UnstructuredRepertoire.empty`.
+    **Fields:** the contract's four (`genotypes`, `fitnesses`, `descriptors`, `extra`),
+    `novelty_threshold` (float32 leaf), `k` (static) and `local_competition` (static).
+    Build one with `UnstructuredRepertoire.empty`.
     """
 
     genotypes: Genotypes

@@ -19,6 +19,7 @@ from .._custom_types import PRNGKey
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES, QDMetrics
 from .._misc import filter_scan
+from .._repertoire import AbstractRepertoire, DNSRepertoire, UnstructuredRepertoire
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
@@ -41,6 +42,15 @@ from ._registry import EMITTERS, make_emitter, make_task, TASKS
 from ._resume import RunClock
 
 
+def _one_of(*choices: str) -> Callable[[str, Any], None]:
+    def check(key: str, value: Any) -> None:
+        if value not in choices:
+            raise ValueError(f"{key}: unknown {value!r}; choose one of {', '.join(choices)}")
+
+    check.known = lambda: list(choices)  # type: ignore[attr-defined]
+    return check
+
+
 @dataclasses.dataclass(frozen=True)
 class MapElitesConfig(RunOptions):
     """Settings of the MAP-Elites job (`jobs.run`, `eqx-qd run map-elites`)."""
@@ -50,7 +60,26 @@ class MapElitesConfig(RunOptions):
     task: str = option("rastrigin", "pure-JAX task", check=TASKS.check())
     genotype_dim: int = option(100, "genes per genotype", check=positive_int)
     cells: int = option(1024, "CVT cells, or bins per descriptor with --grid", check=positive_int)
-    grid: bool = option(False, "a regular grid instead of a CVT")
+    grid: bool = option(False, "a regular grid instead of a CVT (the cells, or dns's result grid)")
+    repertoire: str = option(
+        "cvt",
+        "cvt | grid: one elite per cell; dns | unstructured: no cells (Dominated Novelty "
+        "Search's population, novelty search's archive), reported on a passive CVT (grid "
+        "with --grid) of --cells",
+        check=_one_of("cvt", "grid", "dns", "unstructured"),
+    )
+    capacity: int | None = option(
+        None, "dns / unstructured: elites kept (default: as many as the passive archive's cells)"
+    )
+    neighbours: int = option(
+        3, "dns / unstructured: k nearest neighbours (dns: fitter ones)", check=positive_int
+    )
+    novelty_threshold: float = option(
+        0.01, "unstructured: novelty a candidate needs to enter", check=positive
+    )
+    local_competition: bool = option(
+        True, "unstructured: a candidate that is not novel may replace its worse nearest elite"
+    )
     centroids: str | None = option(None, ".npy file of CVT centroids to use instead of k-means")
     cvt_samples: int = option(50_000, "uniform samples for CVT k-means", check=positive_int)
     batch_size: int = option(
@@ -85,7 +114,14 @@ class MapElitesConfig(RunOptions):
     )
 
     def check(self) -> None:
-        if not self.grid and self.centroids is None and self.cvt_samples < self.cells:
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError(f"capacity must be a positive integer, got {self.capacity}")
+        if self.cell_free and self.anneals:
+            raise ValueError(
+                f"repertoire {self.repertoire!r} has no cells to anneal: CMA-MAE's "
+                "archive_learning_rate / threshold_min need --repertoire cvt or grid"
+            )
+        if not self.uses_grid and self.centroids is None and self.cvt_samples < self.cells:
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
         if not 0.0 <= self.archive_learning_rate <= 1.0:
             raise ValueError(
@@ -95,6 +131,16 @@ class MapElitesConfig(RunOptions):
             raise ValueError("archive_learning_rate below 1 needs a finite threshold_min")
         if self.sigma0 is not None and not self.sigma0 > 0:
             raise ValueError(f"sigma0 must be positive, got {self.sigma0}")
+
+    @property
+    def uses_grid(self) -> bool:
+        """Whether the cells (the passive result archive without cells) form a grid."""
+        return self.grid or self.repertoire == "grid"
+
+    @property
+    def cell_free(self) -> bool:
+        """Whether the repertoire has no cells (DNS, the unstructured archive)."""
+        return self.repertoire in ("dns", "unstructured")
 
     @property
     def anneals(self) -> bool:
@@ -125,7 +171,7 @@ def make_tessellation(
 ) -> AbstractTessellation:
     """The config's grid or CVT over the task's descriptor bounds."""
     lo, hi = task.descriptor_bounds
-    if config.grid:
+    if config.uses_grid:
         return GridTessellation((config.cells,) * task.num_descriptors, lo, hi)
     if config.centroids is not None:
         if not os.path.isfile(config.centroids):
@@ -142,6 +188,27 @@ def make_tessellation(
         return tess
     return CVTTessellation.from_kmeans(
         config.cells, task.num_descriptors, lo, hi, num_samples=config.cvt_samples, key=key
+    )
+
+
+def make_repertoire(
+    config: MapElitesConfig, task: AbstractTask, tessellation: AbstractTessellation
+) -> AbstractTessellation | AbstractRepertoire:
+    """What `MAPElites.init` builds the repertoire from: the tessellation itself, or an
+    empty DNS / unstructured repertoire of `capacity` (default: the tessellation's cells)."""
+    if not config.cell_free:
+        return tessellation
+    capacity = config.capacity or tessellation.num_cells
+    genotype = jnp.zeros((config.genotype_dim,), jnp.float32)
+    if config.repertoire == "dns":
+        return DNSRepertoire.empty(capacity, genotype, task.num_descriptors, k=config.neighbours)
+    return UnstructuredRepertoire.empty(
+        capacity,
+        genotype,
+        task.num_descriptors,
+        novelty_threshold=config.novelty_threshold,
+        k=config.neighbours,
+        local_competition=config.local_competition,
     )
 
 
@@ -228,13 +295,17 @@ class _MapElitesJob(LoopJob):
         tess_key, init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
         algo, task = make_map_elites(config)
         tessellation = make_tessellation(config, task, key=tess_key)
+        repertoire = make_repertoire(config, task, tessellation)
+        result = tessellation if config.cell_free else None
         mesh = job_mesh(config.devices)
         genotypes = task.init_genotypes(config.batch_size * config.devices, key=pop_key)
         if mesh is None:
-            init = lambda: jit(algo.init)(genotypes, tessellation, key=init_key)
+            init = lambda: jit(algo.init)(genotypes, repertoire, key=init_key, result=result)
             chunk = lambda state, keys: _run_keys(algo, state, keys)
         else:
-            init = lambda: init_sharded(algo, genotypes, tessellation, key=init_key, mesh=mesh)
+            init = lambda: init_sharded(
+                algo, genotypes, repertoire, key=init_key, mesh=mesh, result=result
+            )
 
             def chunk(state, keys):
                 state, history = scan_sharded(algo, state, mesh=mesh, keys=keys)
@@ -280,7 +351,7 @@ class _MapElitesJob(LoopJob):
     def load(self, folder: RunFolder, config) -> RunResult:
         task = make_task(config.task, genotype_dim=config.genotype_dim)
         tess = None
-        if config.grid:
+        if config.uses_grid:
             lo, hi = task.descriptor_bounds
             tess = GridTessellation((config.cells,) * task.num_descriptors, lo, hi)
         genotype = lambda: jnp.zeros((config.genotype_dim,), jnp.float32)

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import pytest
 
+import eqx_qd
 from eqx_qd import jobs
 from eqx_qd.cli import main
 
@@ -365,3 +366,33 @@ def test_a_cma_run_lengthened_equals_the_longer_run(tmp_path, preset):
     if preset == "cma-mae":
         assert longer.state.result is not None
         assert eqx.tree_equal(longer.repertoire.fitnesses, longer.state.result.fitnesses)
+
+
+@pytest.mark.parametrize("repertoire", ["dns", "unstructured"])
+def test_a_run_without_cells_resumes_equal_and_reports_its_result_grid(tmp_path, repertoire):
+    small = dict(
+        genotype_dim=6, cells=4, grid=True, batch_size=8, log_period=2, repertoire=repertoire,
+        capacity=24, novelty_threshold=0.05,
+    )  # fmt: skip
+    config = jobs.MapElitesConfig(iterations=6, **small)
+    longer = jobs.run(config, tmp_path / "long", progress=False, plots=False)
+    jobs.run(jobs.MapElitesConfig(iterations=2, **small), tmp_path / "short", progress=False)
+    again = jobs.resume(tmp_path / "short", iterations=6, progress=False, plots=False)
+    assert _same_arrays(_key_data(longer.state), _key_data(again.state))
+    kind = {"dns": eqx_qd.DNSRepertoire, "unstructured": eqx_qd.UnstructuredRepertoire}
+    assert isinstance(longer.state.repertoire, kind[repertoire])
+    assert longer.state.repertoire.capacity == 24
+    # What the folder holds and reports is the passive 4 x 4 grid, as for any grid run.
+    assert longer.repertoire.num_cells == 16
+    loaded = jobs.load_run(tmp_path / "long")
+    assert np.array_equal(loaded.repertoire.fitnesses, longer.repertoire.fitnesses)
+    assert longer.progress["coverage"][-1] == pytest.approx(
+        float(longer.repertoire.num_filled) / 16
+    )
+
+
+def test_a_run_without_cells_refuses_annealing():
+    with pytest.raises(ValueError, match="no cells to anneal"):
+        jobs.MapElitesConfig(repertoire="dns", archive_learning_rate=0.1, threshold_min=0.0)
+    with pytest.raises(ValueError, match="repertoire: unknown 'tree'"):
+        jobs.MapElitesConfig(repertoire="tree")
