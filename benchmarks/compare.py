@@ -24,7 +24,9 @@ Usage: python benchmarks/compare.py [--rounds 3] [--only cvt1024,grid,sac,ippo]
 Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
 bfloat16 hidden products), sacx2, sacbf16x2 (both sides on 2 host devices, one core each; QDax's
 script patched in the copy to ``jax.pmap`` its train function), pgame, mepbt (QDax); ppo, ippo
-(jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax.
+(jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax;
+dns, dns_add, dns_add10k (QDax's repository DNS: ``$EQX_QD_QDAX_HEAD``, see ``dns.py``),
+dns_ribs (pyribs' ``DNSArchive``).
 The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
 (about 105 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s model name),
 the date, then Markdown tables; each RL run's figure goes to stderr as it ends.
@@ -295,6 +297,27 @@ def _cma(algorithm: str, title: str, peer: str = "pyribs 0.12") -> _Versus:
     )  # fmt: skip
 
 
+def _dns(workload: str, title: str, peer: str, capacity: int = 1024) -> _Versus:
+    """A DNS row: ``dns.py`` ours against pyribs' ``DNSArchive`` or QDax's repository DNS
+    (its ``qdax`` package from a ``git archive`` in ``$EQX_QD_QDAX_HEAD``, default
+    ``/tmp/qdax_head``, on the QDax 0.5 virtualenv's interpreter); seconds."""
+    ours = [os.path.join(HERE, "dns.py"), workload, "--capacity", str(capacity)]
+    ribs = peer.startswith("pyribs")
+    python = (lambda a: a.ribs_python) if ribs else (lambda a: a.qdax_python)
+    env = {} if ribs else {"PYTHONPATH": os.environ.get("EQX_QD_QDAX_HEAD", "/tmp/qdax_head")}
+    return _Versus(
+        title, "s", False, peer,
+        lambda a, s: [sys.executable, *ours],
+        lambda a, s: [python(a), *ours, "--peer", "ribs" if ribs else "qdax"],
+        lambda r: r["seconds"], lambda r: r["seconds"],
+        lambda r: r.get("compile_s", float("nan")), lambda r: r.get("compile_s", float("nan")),
+        env,
+    )  # fmt: skip
+
+
+_DNS_LOOP = "DNS loop, rastrigin-100, population 1,024, k 3, 128 iso-line offspring, 200 its"
+_DNS_ADD = "DNS add: 128 candidates into a full population of {:,}, 2-D descriptors"
+
 VERSUS = {
     "kmeans": _Versus(
         "CVT k-means, 1,024 cells from 50,000 samples, first call (compile included)",
@@ -335,6 +358,10 @@ VERSUS = {
     "cma_mae": _cma("cma_mae", "CMA-MAE (lr 0.01), as above"),
     "cma_mega": _cma("cma_mega", "CMA-MEGA (gradient ascent), as above"),
     "cma_me_qdax": _cma("cma_me", "CMA-ME as above, QDax's improvement emitters", "QDax 0.5.0"),
+    "dns": _dns("loop", _DNS_LOOP, "QDax repository"),
+    "dns_ribs": _dns("loop", _DNS_LOOP, "pyribs 0.12"),
+    "dns_add": _dns("insert", _DNS_ADD.format(1024), "QDax repository"),
+    "dns_add10k": _dns("insert", _DNS_ADD.format(10_000), "QDax repository", 10_000),
     "ppo": _ppo("cartpole", "ppo", "PPO, cart-pole, 64 envs x 128 steps, (64, 64)"),
     "ippo": _ppo("twin_cartpole", "ippo2", "IPPO, twin cart-pole, jaxagents' joint network"),
 }  # fmt: skip

@@ -87,6 +87,7 @@ from ._repertoire import (
     Elites as Elites,
     init_repertoire as init_repertoire,
     MapElitesRepertoire as MapElitesRepertoire,
+    to_dataframe as to_dataframe,
     UnstructuredRepertoire as UnstructuredRepertoire,
 )
 from ._selectors import (

@@ -16,12 +16,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ._repertoire import MapElitesRepertoire
+from ._repertoire import AbstractRepertoire, MapElitesRepertoire
 from ._tessellation import GridTessellation
 from .envs._base import AbstractQDEnv
 
 
-def _default_bounds(repertoire: MapElitesRepertoire) -> tuple[np.ndarray, np.ndarray]:
+def _default_bounds(repertoire: AbstractRepertoire) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(repertoire, MapElitesRepertoire):
+        lo, hi = (np.asarray(x, np.float64) for x in repertoire.extent)
+        pad = 0.05 * (hi - lo)
+        return lo - pad, hi + pad
     tess = repertoire.tessellation
     if isinstance(tess, GridTessellation):
         return np.asarray(tess.minval, np.float64), np.asarray(tess.maxval, np.float64)
@@ -43,7 +47,7 @@ def _per_axis(value: ArrayLike | Sequence[float], d: int, name: str) -> np.ndarr
 
 
 def plot_repertoire(
-    repertoire: MapElitesRepertoire,
+    repertoire: AbstractRepertoire,
     ax: Axes | None = None,
     bounds: tuple[ArrayLike | Sequence[float], ArrayLike | Sequence[float]] | None = None,
     resolution: int = 400,
@@ -60,14 +64,17 @@ def plot_repertoire(
     With 1 or 2 descriptors the image is rasterised: each pixel (sampled at its centre) takes
     the value of its cell, so CVT cells appear as their Voronoi regions and grid cells as
     rectangles of any shape; empty cells stay white. With 3 or more, one panel per pair of
-    descriptors shows the elites' stored descriptors as points, coloured alike.
+    descriptors shows the elites' stored descriptors as points, coloured alike. A repertoire
+    without cells (`DNSRepertoire`, `UnstructuredRepertoire`) is drawn as its elites'
+    descriptors, coloured points (one descriptor: fitness against it), pairs beyond two.
 
     **Arguments:**
 
     - `repertoire`: any repertoire.
     - `ax`: the axes to draw on (a new figure by default; 1 or 2 descriptors only).
     - `bounds`: `(low, high)` of the drawn box, each a scalar or one value per descriptor
-      (default: the grid's bounds, or the CVT centroids' range padded by half a cell).
+      (default: the grid's bounds, or the CVT centroids' range padded by half a cell; without
+      cells, the stored descriptors' range padded by 5%).
     - `resolution`: pixels per side; `cmap`: the colour map.
     - `values`: what colours each filled cell (`(num_cells,)`; default: its fitness), named
       `label`; `log_scale` colours by its logarithm (learning rates).
@@ -77,8 +84,7 @@ def plot_repertoire(
 
     **Returns:** the figure.
     """
-    tess = repertoire.tessellation
-    d = tess.num_descriptors
+    d = repertoire.num_descriptors
     names = list(descriptor_names) if descriptor_names is not None else None
     if names is None:
         names = ["descriptor"] if d == 1 else [f"descriptor {i + 1}" for i in range(d)]
@@ -98,11 +104,31 @@ def plot_repertoire(
     low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
     vmin, vmax = low if vmin is None else vmin, high if vmax is None else vmax
     filled = int(np.isfinite(fit).sum())
-    title = f"repertoire: {filled}/{fit.size} cells filled"
+    cell_free = not isinstance(repertoire, MapElitesRepertoire)
+    title = f"repertoire: {filled}/{fit.size} {'slots' if cell_free else 'cells'} filled"
     if d > 2:
         return _plot_pairs(repertoire, shown, lo, hi, names, cmap, vmin, vmax, label, title, ax)
     fig = ax.figure if ax is not None else plt.figure(figsize=(5.2, 4.2) if d == 2 else (6, 3))
     ax = ax if ax is not None else fig.add_subplot()
+    if cell_free:
+        keep = np.isfinite(shown)
+        points = np.asarray(repertoire.descriptors)[keep]
+        if d == 2:
+            dots = ax.scatter(
+                points[:, 0], points[:, 1], c=shown[keep], s=6, cmap=cmap, vmin=vmin, vmax=vmax
+            )
+            ax.set_ylim(lo[1], hi[1])
+            ax.set_ylabel(names[1])
+            fig.colorbar(dots, ax=ax, label=label)
+        else:
+            ax.scatter(points[:, 0], shown[keep], s=6)
+            ax.set_ylabel(label)
+        ax.set_xlim(lo[0], hi[0])
+        ax.set_xlabel(names[0])
+        ax.set_title(title)
+        fig.tight_layout()
+        return fig
+    tess = repertoire.tessellation
     # Pixel centres, one axis per descriptor.
     axes = [lo[i] + (np.arange(resolution) + 0.5) * (hi[i] - lo[i]) / resolution for i in range(d)]
     if d == 2:

@@ -378,3 +378,23 @@ def test_dns_vmaps_over_seeds(getkey):
     f = jr.normal(getkey(), (3, 4))
     new, info = jax.vmap(lambda dd, ff: rep.add(jnp.zeros(4), dd, ff))(d, f)
     assert new.fitnesses.shape == (3, 8) and info.status.shape == (3, 4)
+
+
+def test_any_repertoire_exports_pyribs_columns():
+    rep = q.DNSRepertoire.empty(5, {"w": jnp.zeros((2, 2)), "b": jnp.zeros(1)}, 2, jnp.int32(0))
+    genotypes = {"w": jnp.arange(12.0).reshape(3, 2, 2), "b": jnp.array([[7.0], [8.0], [9.0]])}
+    fit = jnp.array([1.0, jnp.nan, 3.0])
+    rep, _ = rep.add(genotypes, jnp.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]), fit, jnp.arange(3))
+    frame = q.to_dataframe(rep)
+    assert list(frame.columns) == [
+        "index", "objective", "measures_0", "measures_1",
+        *[f"solution_{i}" for i in range(5)], "extra",
+    ]  # fmt: skip
+    assert len(frame) == 2 and sorted(frame["extra"]) == [0, 2]
+    row = frame[frame["extra"] == 2].iloc[0]
+    # ravel_pytree order: the dict's keys sorted ("b" before "w").
+    assert [row[f"solution_{i}"] for i in range(5)] == [9.0, 8.0, 9.0, 10.0, 11.0]
+    assert (row["measures_0"], row["measures_1"], row["objective"]) == (4.0, 5.0, 3.0)
+    grid = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2)), jnp.zeros(3))
+    grid, _ = grid.add(jnp.ones((1, 3)), jnp.array([[0.9, 0.9]]), jnp.array([2.0]))
+    assert q.to_dataframe(grid)["index"].tolist() == [3]

@@ -99,3 +99,18 @@ def test_metric_curves_read_against_a_second_axis_on_top():
         plotting.plot_metrics({**history, "env_steps": history["env_steps"][::-1]},
                               "evaluations", "env_steps")  # fmt: skip
     assert len(plotting.plot_metrics(history).axes) == 4  # no second axis unless asked
+
+
+@pytest.mark.parametrize("d", [1, 2, 4])
+def test_a_repertoire_without_cells_is_drawn_as_its_elites(d):
+    rep = q.DNSRepertoire.empty(10, jnp.zeros(()), d)
+    descriptors = jnp.asarray(np.random.default_rng(0).uniform(size=(6, d)), jnp.float32)
+    fit = jnp.asarray([1.0, 2.0, 3.0, jnp.nan, 5.0, 6.0])
+    rep, _ = rep.add(jnp.zeros(6), descriptors, fit)
+    fig = plotting.plot_repertoire(rep)
+    panels = [a for a in fig.axes if a.collections and a.get_label() != "<colorbar>"]
+    assert len(panels) == {1: 1, 2: 1, 4: 6}[d]
+    for panel in panels:
+        (points,) = panel.collections
+        assert len(points.get_offsets()) == 5  # the NaN candidate was never stored
+    assert "5/10 slots filled" in (fig._suptitle.get_text() if d > 2 else panels[0].get_title())

@@ -18,3 +18,4 @@ from ._tessellated import (
     MapElitesRepertoire as MapElitesRepertoire,
 )
 from ._unstructured import UnstructuredRepertoire as UnstructuredRepertoire
+from ._export import to_dataframe as to_dataframe

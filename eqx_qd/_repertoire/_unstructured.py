@@ -11,7 +11,7 @@ from .. import _validate as check
 from .._custom_types import Extra, Genotypes
 from .._misc import f32, is_none, tree_concatenate, tree_take, tree_zeros_batch
 from ._base import AbstractRepertoire, AddInfo, AddStatus, valid_candidates
-from ._neighbours import mean_of_finite
+from ._neighbours import mean_of_finite, squared_distances
 
 
 @typing.final
@@ -119,7 +119,7 @@ class UnstructuredRepertoire(AbstractRepertoire):
             fit, desc, source = carry
             f, d, ok, b = row
             filled = jnp.isfinite(fit)
-            sq = jnp.where(filled, jnp.sum(jnp.square(desc - d[None, :]), axis=-1), jnp.inf)
+            sq = jnp.where(filled, squared_distances(d[None, :], desc)[0], jnp.inf)
             neg, idx = jax.lax.top_k(-sq, k)  # the k nearest, ties to the lower slot
             near = jnp.sqrt(-neg)
             mean, count = mean_of_finite(near[None])

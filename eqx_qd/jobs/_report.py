@@ -24,15 +24,32 @@ fraction of the cells; `plain_qd_score` and `averaged_max_fitness` are PGA-ME's)
 P_METHODS = ("auto", "exact", "asymptotic")
 
 
+_CMA = {"cma_me": "CMA-ME", "cma_mae": "CMA-MAE", "cma_mega": "CMA-MEGA", "cma_maega": "CMA-MAEGA"}
+_WITHOUT_CELLS = {"dns": "DNS", "unstructured": "novelty archive"}
+
+
 def group_of(result: RunResult) -> str:
     """A run's group: its algorithm and task (`PGA-ME on walker2d_uni`). The PGA-ME job
-    without its policy gradients (`gradient_op = false`) is `MAP-Elites`."""
+    without its policy gradients (`gradient_op = false`) is `MAP-Elites`; a MAP-Elites job
+    is named by its emitter (`CMA-ME`, ..., `MAP-Elites` for the GA, its emitter added when
+    not iso-line) and its repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
+    `MAP-Elites (novelty archive)`)."""
     config = result.config
     job = config.JOB
     if job == "pgame":
         algorithm = "PGA-ME" if config.gradient_op else "MAP-Elites"  # type: ignore[attr-defined]
+    elif job == "map-elites":
+        emitter = getattr(config, "emitter", "iso_line")
+        algorithm = _CMA.get(
+            emitter, "MAP-Elites" if emitter == "iso_line" else f"MAP-Elites ({emitter})"
+        )
+        kind = _WITHOUT_CELLS.get(getattr(config, "repertoire", "cvt"))
+        if kind == "DNS" and algorithm == "MAP-Elites":
+            algorithm = "DNS"
+        elif kind is not None:
+            algorithm = f"{algorithm} ({kind})"
     else:
-        algorithm = {"map-elites": "MAP-Elites", "me-pbt": "ME-PBT"}.get(job, job)
+        algorithm = {"me-pbt": "ME-PBT"}.get(job, job)
     task = getattr(config, "env", None) or getattr(config, "task", None)
     return f"{algorithm} on {task}" if task else algorithm
 

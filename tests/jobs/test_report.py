@@ -123,3 +123,19 @@ def test_report_refuses_what_it_cannot_compare(folders, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["report", str(tmp_path / "nowhere")])
     assert e.value.code == 2 and "does not exist" in capsys.readouterr().err
+
+
+def test_groups_name_the_emitter_and_the_repertoire():
+    from eqx_qd.jobs._report import group_of
+
+    cases = {
+        (): "MAP-Elites on rastrigin",
+        (("emitter", "gaussian"),): "MAP-Elites (gaussian) on rastrigin",
+        (("repertoire", "dns"),): "DNS on rastrigin",
+        (("repertoire", "unstructured"),): "MAP-Elites (novelty archive) on rastrigin",
+        (("emitter", "cma_me"), ("repertoire", "dns")): "CMA-ME (DNS) on rastrigin",
+        (("emitter", "cma_mae"),): "CMA-MAE on rastrigin",
+    }
+    for options, name in cases.items():
+        config = jobs.MapElitesConfig(**dict(options))
+        assert group_of(jobs.RunResult(config, None, {}, None, None)) == name
