@@ -11,6 +11,7 @@ from ._dns import (
     competition_fitness as competition_fitness,
     DNSRepertoire as DNSRepertoire,
 )
+from ._export import to_dataframe as to_dataframe
 from ._tessellated import (
     Annealing as Annealing,
     bytes_per_cell as bytes_per_cell,
@@ -18,4 +19,3 @@ from ._tessellated import (
     MapElitesRepertoire as MapElitesRepertoire,
 )
 from ._unstructured import UnstructuredRepertoire as UnstructuredRepertoire
-from ._export import to_dataframe as to_dataframe

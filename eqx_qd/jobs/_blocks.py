@@ -1,11 +1,16 @@
-"""Config blocks the jobs share: `RunOptions`, which every job's config has, and
-`AgentOptions`, which the jobs that train a registered agent have (PBT, ME-PBT). A config
+"""Config blocks the jobs share: `RunOptions`, which every job's config has,
+`AgentOptions`, which the jobs that train a registered agent have (PBT, ME-PBT), and
+`RepertoireOptions`, which the QD jobs have (MAP-Elites, PGA-ME, ME-PBT). A config
 inherits its blocks; `default_of` re-declares a block's field with the job's own default,
 keeping its help and check, so a key means one thing in every job."""
 
 import dataclasses
 from typing import Any
 
+import jax.numpy as jnp
+
+from .._repertoire import AbstractRepertoire, DNSRepertoire, UnstructuredRepertoire
+from .._tessellation import AbstractTessellation
 from .._validate import positive, positive_int
 from ._config import JobConfig, option
 from ._registry import AGENTS, ENVIRONMENTS
@@ -58,3 +63,74 @@ class AgentOptions(JobConfig):
         from ._common import agent_options
 
         agent_options(self)  # options the chosen agent does not take
+
+
+def _one_of(*choices: str):
+    def check(key: str, value: Any) -> None:
+        if value not in choices:
+            raise ValueError(f"{key}: unknown {value!r}; choose one of {', '.join(choices)}")
+
+    check.known = lambda: list(choices)  # type: ignore[attr-defined]
+    return check
+
+
+@dataclasses.dataclass(frozen=True)
+class RepertoireOptions(JobConfig):
+    """Which repertoire a QD job keeps: one elite per cell (`cvt`; `grid` in the MAP-Elites
+    job), or a repertoire without cells (`dns`, `unstructured`) of `capacity` elites, reported
+    on a passive archive over the job's cells (`MAPElites.init(..., result=)`)."""
+
+    repertoire: str = option(
+        "cvt",
+        "cvt | grid: one elite per cell; dns | unstructured: no cells (Dominated Novelty "
+        "Search's population, novelty search's archive), reported on a passive archive over "
+        "the job's cells",
+        check=_one_of("cvt", "grid", "dns", "unstructured"),
+    )
+    capacity: int | None = option(
+        None, "dns / unstructured: elites kept (default: as many as the job's cells)"
+    )
+    neighbours: int = option(
+        3, "dns / unstructured: k nearest neighbours (dns: fitter ones)", check=positive_int
+    )
+    novelty_threshold: float = option(
+        0.01, "unstructured: novelty a candidate needs to enter", check=positive
+    )
+    local_competition: bool = option(
+        True, "unstructured: a candidate that is not novel may replace its worse nearest elite"
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.capacity is not None and self.capacity < 1:
+            raise ValueError(f"capacity must be a positive integer, got {self.capacity}")
+
+    @property
+    def cell_free(self) -> bool:
+        """Whether the repertoire has no cells (DNS, the unstructured archive)."""
+        return self.repertoire in ("dns", "unstructured")
+
+    def repertoire_for(
+        self, tessellation: AbstractTessellation, num_descriptors: int
+    ) -> AbstractTessellation | AbstractRepertoire:
+        """What `MAPElites.init` builds the repertoire from: the tessellation itself, or an
+        empty DNS / unstructured repertoire of `capacity` (default: the tessellation's cells),
+        which `init` shapes after the initial population."""
+        if not self.cell_free:
+            return tessellation
+        capacity = self.capacity or tessellation.num_cells
+        placeholder = jnp.zeros(())  # MAPElites.init re-shapes it (AbstractRepertoire.emptied)
+        if self.repertoire == "dns":
+            return DNSRepertoire.empty(capacity, placeholder, num_descriptors, k=self.neighbours)
+        return UnstructuredRepertoire.empty(
+            capacity,
+            placeholder,
+            num_descriptors,
+            novelty_threshold=self.novelty_threshold,
+            k=self.neighbours,
+            local_competition=self.local_competition,
+        )
+
+    def result_for(self, tessellation: AbstractTessellation) -> AbstractTessellation | None:
+        """The passive archive's tessellation of a run without cells, else `None`."""
+        return tessellation if self.cell_free else None

@@ -19,12 +19,11 @@ from .._custom_types import PRNGKey
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES, QDMetrics
 from .._misc import filter_scan
-from .._repertoire import AbstractRepertoire, DNSRepertoire, UnstructuredRepertoire
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
 from .._validate import non_negative, positive, positive_int
-from ._blocks import RunOptions
+from ._blocks import RepertoireOptions, RunOptions
 from ._common import (
     PROGRESS_FILE,
     qd_summary,
@@ -42,17 +41,8 @@ from ._registry import EMITTERS, make_emitter, make_task, TASKS
 from ._resume import RunClock
 
 
-def _one_of(*choices: str) -> Callable[[str, Any], None]:
-    def check(key: str, value: Any) -> None:
-        if value not in choices:
-            raise ValueError(f"{key}: unknown {value!r}; choose one of {', '.join(choices)}")
-
-    check.known = lambda: list(choices)  # type: ignore[attr-defined]
-    return check
-
-
 @dataclasses.dataclass(frozen=True)
-class MapElitesConfig(RunOptions):
+class MapElitesConfig(RepertoireOptions, RunOptions):
     """Settings of the MAP-Elites job (`jobs.run`, `eqx-qd run map-elites`)."""
 
     JOB: ClassVar[str] = "map-elites"
@@ -61,25 +51,6 @@ class MapElitesConfig(RunOptions):
     genotype_dim: int = option(100, "genes per genotype", check=positive_int)
     cells: int = option(1024, "CVT cells, or bins per descriptor with --grid", check=positive_int)
     grid: bool = option(False, "a regular grid instead of a CVT (the cells, or dns's result grid)")
-    repertoire: str = option(
-        "cvt",
-        "cvt | grid: one elite per cell; dns | unstructured: no cells (Dominated Novelty "
-        "Search's population, novelty search's archive), reported on a passive CVT (grid "
-        "with --grid) of --cells",
-        check=_one_of("cvt", "grid", "dns", "unstructured"),
-    )
-    capacity: int | None = option(
-        None, "dns / unstructured: elites kept (default: as many as the passive archive's cells)"
-    )
-    neighbours: int = option(
-        3, "dns / unstructured: k nearest neighbours (dns: fitter ones)", check=positive_int
-    )
-    novelty_threshold: float = option(
-        0.01, "unstructured: novelty a candidate needs to enter", check=positive
-    )
-    local_competition: bool = option(
-        True, "unstructured: a candidate that is not novel may replace its worse nearest elite"
-    )
     centroids: str | None = option(None, ".npy file of CVT centroids to use instead of k-means")
     cvt_samples: int = option(50_000, "uniform samples for CVT k-means", check=positive_int)
     batch_size: int = option(
@@ -114,8 +85,7 @@ class MapElitesConfig(RunOptions):
     )
 
     def check(self) -> None:
-        if self.capacity is not None and self.capacity < 1:
-            raise ValueError(f"capacity must be a positive integer, got {self.capacity}")
+        super().check()
         if self.cell_free and self.anneals:
             raise ValueError(
                 f"repertoire {self.repertoire!r} has no cells to anneal: CMA-MAE's "
@@ -136,11 +106,6 @@ class MapElitesConfig(RunOptions):
     def uses_grid(self) -> bool:
         """Whether the cells (the passive result archive without cells) form a grid."""
         return self.grid or self.repertoire == "grid"
-
-    @property
-    def cell_free(self) -> bool:
-        """Whether the repertoire has no cells (DNS, the unstructured archive)."""
-        return self.repertoire in ("dns", "unstructured")
 
     @property
     def anneals(self) -> bool:
@@ -188,27 +153,6 @@ def make_tessellation(
         return tess
     return CVTTessellation.from_kmeans(
         config.cells, task.num_descriptors, lo, hi, num_samples=config.cvt_samples, key=key
-    )
-
-
-def make_repertoire(
-    config: MapElitesConfig, task: AbstractTask, tessellation: AbstractTessellation
-) -> AbstractTessellation | AbstractRepertoire:
-    """What `MAPElites.init` builds the repertoire from: the tessellation itself, or an
-    empty DNS / unstructured repertoire of `capacity` (default: the tessellation's cells)."""
-    if not config.cell_free:
-        return tessellation
-    capacity = config.capacity or tessellation.num_cells
-    genotype = jnp.zeros((config.genotype_dim,), jnp.float32)
-    if config.repertoire == "dns":
-        return DNSRepertoire.empty(capacity, genotype, task.num_descriptors, k=config.neighbours)
-    return UnstructuredRepertoire.empty(
-        capacity,
-        genotype,
-        task.num_descriptors,
-        novelty_threshold=config.novelty_threshold,
-        k=config.neighbours,
-        local_competition=config.local_competition,
     )
 
 
@@ -295,8 +239,8 @@ class _MapElitesJob(LoopJob):
         tess_key, init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
         algo, task = make_map_elites(config)
         tessellation = make_tessellation(config, task, key=tess_key)
-        repertoire = make_repertoire(config, task, tessellation)
-        result = tessellation if config.cell_free else None
+        repertoire = config.repertoire_for(tessellation, task.num_descriptors)
+        result = config.result_for(tessellation)
         mesh = job_mesh(config.devices)
         genotypes = task.init_genotypes(config.batch_size * config.devices, key=pop_key)
         if mesh is None:

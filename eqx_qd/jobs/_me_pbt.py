@@ -23,7 +23,7 @@ from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive_int
 from .._variation import IsoLineVariation
 from ..rl._pbt import hparams_table
-from ._blocks import AgentOptions, RunOptions
+from ._blocks import AgentOptions, RepertoireOptions, RunOptions
 from ._common import (
     build_agent,
     hparams_columns,
@@ -45,7 +45,7 @@ from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
-class MEPBTConfig(AgentOptions, RunOptions):
+class MEPBTConfig(RepertoireOptions, AgentOptions, RunOptions):
     """Settings of the ME-PBT job (`jobs.run`, `eqx-qd run me-pbt`). The defaults (10
     PBT-TD3 agents + 10 GA children on the walled point maze, 128 cells) run in about a minute
     on a laptop CPU; `agent` takes any registered agent (`td3`, `sac`, `ppo` or yours).
@@ -87,7 +87,11 @@ class MEPBTConfig(AgentOptions, RunOptions):
     )
 
     def check(self) -> None:
-        super().check()  # the agent options
+        super().check()  # the agent and repertoire options
+        if self.repertoire == "grid":
+            raise ValueError(
+                "repertoire: ME-PBT's cells are a CVT; choose cvt, dns or unstructured"
+            )
         if self.cvt_samples < self.cells:
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
         self.emitter_config()  # validates sizes and fractions, naming the one that is wrong
@@ -149,8 +153,8 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
 # one process (a notebook's second run, a resume) reuse the compiled programs, where a lambda
 # made per run compiled them again.
 @jit
-def _init(algo: MAPElites, genotypes: Any, cells: CVTTessellation, *, key: PRNGKey) -> Any:
-    return algo.init(genotypes, cells, key=key)
+def _init(algo: MAPElites, genotypes: Any, repertoire: Any, result: Any, *, key: PRNGKey) -> Any:
+    return algo.init(genotypes, repertoire, key=key, result=result)
 
 
 @jit
@@ -238,9 +242,13 @@ class _MEPBTJob(LoopJob):
             num_samples=config.cvt_samples,
             key=cvt_key,
         )
+        repertoire = config.repertoire_for(cells, env.descriptor_size)
+        result = config.result_for(cells)
         if mesh is not None:
             genotypes = emitter.initial_genotypes(config.devices * emitter.batch_size, key=pop_key)
-            init = lambda: init_sharded(algo, genotypes, cells, key=init_key, mesh=mesh)
+            init = lambda: init_sharded(
+                algo, genotypes, repertoire, key=init_key, mesh=mesh, result=result
+            )
 
             def step(s, k):
                 s, history = scan_sharded(algo, s, mesh=mesh, keys=k[None])
@@ -248,7 +256,7 @@ class _MEPBTJob(LoopJob):
 
         else:
             genotypes = emitter.initial_genotypes(emitter.batch_size, key=pop_key)
-            init = lambda: _init(algo, genotypes, cells, key=init_key)
+            init = lambda: _init(algo, genotypes, repertoire, result, key=init_key)
             step = lambda s, k: _step(algo, s, key=k)
         keys = jr.split(run_key, config.iterations)  # a longer run's first keys are the same
         names = eqx.filter_eval_shape(lambda: emitter.agent.init(key=jr.key(0))).hparams.names()
@@ -296,7 +304,7 @@ class _MEPBTJob(LoopJob):
         columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_PROGRESS_HEADER)}
         header = plan.hparams_header
         table = {k: np.asarray([r[j] for r in logs["hparams.csv"]]) for j, k in enumerate(header)}
-        repertoire = to_host(state.repertoire)  # every process, in step
+        repertoire = to_host(state.elites)  # every process, in step (without cells: the CVT)
         if folder is not None:
             # Against environment steps (training and evaluation), as QDax's ME-PBT notebook.
             write_qd_outputs(

@@ -43,7 +43,7 @@ from .._variation import (
 from ..envs._base import AbstractQDEnv
 from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3, TD3HParams
-from ._blocks import RunOptions
+from ._blocks import RepertoireOptions, RunOptions
 from ._common import read_qd_run, read_repertoire, register_job, repertoire_axes, RunResult
 from ._config import option
 from ._folder import RunFolder, user_cache_dir
@@ -65,7 +65,7 @@ def _choice(choices: tuple[str, ...]):
 
 
 @dataclasses.dataclass(frozen=True)
-class PGAMEConfig(RunOptions):
+class PGAMEConfig(RepertoireOptions, RunOptions):
     """PGA-MAP-Elites settings, in the house's words (the original repository's names are
     read from its own files: `read_original_config`, `--config-file`; `REPO_NAMES` maps them).
     The defaults are a local run, minutes on a laptop CPU (walker2d_uni, 100-step episodes,
@@ -171,6 +171,11 @@ class PGAMEConfig(RunOptions):
     )
 
     def check(self) -> None:
+        super().check()
+        if self.repertoire == "grid":
+            raise ValueError(
+                "repertoire: PGA-ME's cells are a CVT; choose cvt, dns or unstructured"
+            )
         for name in ("hidden", "critic_hidden"):
             widths = getattr(self, name)
             if not widths or min(widths) < 1:
@@ -406,18 +411,18 @@ def _run_chunk(algo: MAPElites, state: MAPElitesState, keys: jax.Array, num_reev
     def body(s, k):
         step_key, reeval_key = jr.split(k)
         s, metrics, info = algo.step(s, key=step_key)
-        fit, desc = _best_reevaluation(algo, s.repertoire, num_reevals, reeval_key)
-        return s, IterationLog(metrics, info, fit, desc, _plain_qd_score(s.repertoire))
+        fit, desc = _best_reevaluation(algo, s.elites, num_reevals, reeval_key)
+        return s, IterationLog(metrics, info, fit, desc, _plain_qd_score(s.elites))
 
     return filter_scan(body, state, keys)
 
 
 @jit
-def _init(algo, init_algo, genotypes, tessellation, key, num_reevals):
+def _init(algo, init_algo, genotypes, repertoire, result, key, num_reevals):
     init_key, reeval_key = jr.split(key)
-    state, metrics = init_algo.init(genotypes, tessellation, key=init_key)
-    fit, desc = _best_reevaluation(algo, state.repertoire, num_reevals, reeval_key)
-    return state, metrics, fit, desc, _plain_qd_score(state.repertoire)
+    state, metrics = init_algo.init(genotypes, repertoire, key=init_key, result=result)
+    fit, desc = _best_reevaluation(algo, state.elites, num_reevals, reeval_key)
+    return state, metrics, fit, desc, _plain_qd_score(state.elites)
 
 
 _TYPE_NAMES = {int(t): t.name.lower() for t in Origin}
@@ -568,7 +573,9 @@ class _PGAMEJob(LoopJob):
         genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(
             jr.split(pop_key, config.random_init)
         )
-        init_args = (algo, init_algo, genotypes, tessellation, init_key, config.num_reevals)
+        repertoire = config.repertoire_for(tessellation, env.descriptor_size)
+        result = config.result_for(tessellation)
+        init_args = (algo, init_algo, genotypes, repertoire, result, init_key, config.num_reevals)
         run_keys = jr.split(run_key, config.num_iterations)
         return _PGAMEPlan(config, env, algo, tessellation, init_args, run_keys)
 
@@ -592,7 +599,7 @@ class _PGAMEJob(LoopJob):
         evals = config.random_init
         m = {k: float(v) for k, v in metrics.as_dict().items()}
         # The random actors that entered the archive: every filled cell holds one.
-        rep = state.repertoire
+        rep = state.elites  # without cells: the passive CVT
         ids, fits, descs = (np.asarray(x) for x in (rep.extra, rep.fitnesses, rep.descriptors))
         actors = [
             [evals, int(ids[c]), float(fits[c]), *descs[c].tolist(), int(c)]
@@ -646,18 +653,18 @@ class _PGAMEJob(LoopJob):
         if folder is not None and (
             step // period > before // period or step >= self.total(plan.config)
         ):
-            folder.write_csv(f"archive_{step}.csv", *_archive_rows(state.repertoire))
+            folder.write_csv(f"archive_{step}.csv", *_archive_rows(state.elites))
 
     def finish(self, plan: _PGAMEPlan, folder, state, logs, plots: bool) -> RunResult:
         header = _progress_header(plan.env.descriptor_size)
         table = np.asarray(logs["progress.csv"], dtype=np.float64)
         prog = {h: table[:, j] for j, h in enumerate(header)}
         if folder is not None:
-            folder.write_eqx("repertoire.eqx", state.repertoire)
+            folder.write_eqx("repertoire.eqx", state.elites)
             if plots:
-                _write_plots(folder, state.repertoire, prog, plan.env)
+                _write_plots(folder, state.elites, prog, plan.env)
         return RunResult(
-            plan.config, None if folder is None else folder.path, prog, state, state.repertoire
+            plan.config, None if folder is None else folder.path, prog, state, state.elites
         )
 
     def scorer(self, config) -> PolicyScorer:
