@@ -1,4 +1,5 @@
-"""Exact k-nearest-neighbour distances under a mask, blocked so memory stays bounded."""
+"""Exact k-nearest-neighbour distances under a mask, blocked so memory stays bounded: what DNS,
+the unstructured archive and the novelty selector share."""
 
 from collections.abc import Callable
 
