@@ -93,6 +93,7 @@ from ._repertoire import (
 from ._selectors import (
     AbstractSelector as AbstractSelector,
     FitnessProportionalSelector as FitnessProportionalSelector,
+    NoveltySelector as NoveltySelector,
     UniformSelector as UniformSelector,
 )
 from ._sharded import (

@@ -11,6 +11,7 @@ from jaxtyping import Array, Float, Int
 
 from . import _validate as check
 from ._custom_types import PRNGKey
+from ._knn import k_nearest, mean_of_finite
 
 
 class AbstractSelector(eqx.Module):
@@ -26,6 +27,19 @@ class AbstractSelector(eqx.Module):
     ) -> Int[Array, " {num}"]:
         """`num` indices of cells, drawn among the filled cells of `fitnesses`
         (`(num_cells,)`, `-inf` for empty cells)."""
+
+    def choose(
+        self,
+        fitnesses: Float[Array, " num_cells"],
+        descriptors: Float[Array, "num_cells num_descriptors"],
+        num: int,
+        *,
+        key: PRNGKey,
+    ) -> Int[Array, " {num}"]:
+        """What a repertoire's `select` calls: `num` indices given the stored `fitnesses`
+        and `descriptors`. By default `indices`, which reads the fitnesses only; a rule that
+        needs the descriptors (`NoveltySelector`) overrides this."""
+        return self.indices(fitnesses, num, key=key)
 
 
 def _check_args(owner: str, fitnesses: Array, num: int) -> None:
@@ -78,8 +92,62 @@ class FitnessProportionalSelector(AbstractSelector):
         num_filled = jnp.sum(filled, dtype=jnp.int32)
         lowest = jnp.min(jnp.where(filled, fitnesses, jnp.inf))
         weights = jnp.where(filled, fitnesses - lowest + self.eps, 0.0)
-        cumulative = jnp.cumsum(weights)
-        targets = jr.uniform(key, (num,)) * cumulative[-1]
-        idx = jnp.searchsorted(cumulative, targets, side="right")
-        idx = jnp.minimum(idx, fitnesses.shape[0] - 1).astype(jnp.int32)
-        return _check_nonempty(idx, num_filled)
+        return _check_nonempty(_proportional(weights, num, key=key), num_filled)
+
+
+def _proportional(weights: Float[Array, " n"], num: int, *, key: PRNGKey) -> Int[Array, " num"]:
+    """`num` indices drawn with probability proportional to `weights` (>= 0)."""
+    cumulative = jnp.cumsum(weights)
+    targets = jr.uniform(key, (num,)) * cumulative[-1]
+    idx = jnp.searchsorted(cumulative, targets, side="right")
+    return jnp.minimum(idx, weights.shape[0] - 1).astype(jnp.int32)
+
+
+@typing.final
+class NoveltySelector(AbstractSelector):
+    """Novelty search's parent choice for the GA emitter: a stored elite is drawn with
+    probability proportional to its novelty, its mean descriptor distance to its `k` nearest
+    other elites (plus `eps`, so that an elite in a crowd stays selectable), so the GA breeds
+    from the frontier of what the repertoire holds. Works on any repertoire (it reads the
+    descriptors, through `choose`); an elite alone in the repertoire has novelty 1.
+
+    **Fields:** `k` (neighbours, static) and `eps`.
+    """
+
+    k: int = eqx.field(default=15, static=True)
+    eps: float = 1e-6
+
+    def __check_init__(self):
+        check.positive_int("NoveltySelector.k", self.k)
+        check.positive("NoveltySelector.eps", self.eps)
+
+    def indices(
+        self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
+    ) -> Int[Array, " {num}"]:
+        """Refused: novelty needs the descriptors; repertoires call `choose`."""
+        raise TypeError(
+            "NoveltySelector needs the stored descriptors: use repertoire.select(num, "
+            "selector=NoveltySelector(), key=key), or call choose(fitnesses, descriptors, num, "
+            "key=key)"
+        )
+
+    def choose(
+        self,
+        fitnesses: Float[Array, " num_cells"],
+        descriptors: Float[Array, "num_cells num_descriptors"],
+        num: int,
+        *,
+        key: PRNGKey,
+    ) -> Int[Array, " {num}"]:
+        """`num` indices of filled cells, drawn proportionally to novelty (see the class)."""
+        _check_args("NoveltySelector", fitnesses, num)
+        filled = jnp.isfinite(fitnesses)
+        num_filled = jnp.sum(filled, dtype=jnp.int32)
+        n = fitnesses.shape[0]
+        columns = jnp.arange(n, dtype=jnp.int32)
+        others = lambda rows: filled[None, :] & (columns[None, :] != rows[:, None])
+        safe = jnp.where(filled[:, None], descriptors, 0.0).astype(jnp.float32)
+        novelty, count = mean_of_finite(k_nearest(safe, safe, others, self.k))
+        novelty = jnp.where(count > 0, novelty, 1.0)
+        weights = jnp.where(filled, novelty + self.eps, 0.0)
+        return _check_nonempty(_proportional(weights, num, key=key), num_filled)

@@ -398,3 +398,35 @@ def test_any_repertoire_exports_pyribs_columns():
     grid = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2)), jnp.zeros(3))
     grid, _ = grid.add(jnp.ones((1, 3)), jnp.array([[0.9, 0.9]]), jnp.array([2.0]))
     assert q.to_dataframe(grid)["index"].tolist() == [3]
+
+
+def test_novelty_selector_draws_in_proportion_to_novelty(getkey):
+    rep = q.UnstructuredRepertoire.empty(8, jnp.zeros(()), 1, novelty_threshold=0.1, k=2)
+    d = jnp.array([[0.0], [0.2], [0.4], [3.0], [9.0]])
+    rep, info = rep.add(jnp.zeros(5), d, jnp.zeros(5))
+    assert bool(jnp.all(info.inserted))
+    stored = np.asarray(rep.descriptors)[:5, 0]
+    # The reference: mean distance to the 2 nearest other elites.
+    novelty = np.array(
+        [np.mean(np.sort(np.abs(np.delete(stored, i) - stored[i]))[:2]) for i in range(5)]
+    )
+    expected = novelty / novelty.sum()
+    picks = np.asarray(rep.select(20_000, selector=q.NoveltySelector(k=2), key=getkey()).cells)
+    counts = np.bincount(picks, minlength=8)
+    assert counts[5:].sum() == 0  # never an empty slot
+    np.testing.assert_allclose(counts[:5] / 20_000, expected, atol=0.012)
+    with pytest.raises(TypeError, match="needs the stored descriptors"):
+        q.NoveltySelector().indices(rep.fitnesses, 3, key=getkey())
+
+
+def test_novelty_search_with_the_ga(getkey):
+    emitter = q.MixingEmitter(
+        16, 1.0, variation=q.IsoLineVariation(0.05, 0.1, 0.0, 1.0), selector=q.NoveltySelector(k=5)
+    )
+    algo = q.MAPElites(emitter, TASK)
+    key = getkey()
+    genotypes = TASK.init_genotypes(16, key=key)
+    empty = q.UnstructuredRepertoire.empty(96, genotypes[0], 2, novelty_threshold=0.03, k=5)
+    state, first = algo.init(genotypes, empty, key=key)
+    state, _ = q.run(algo, state, 15, key=getkey())
+    assert int(state.repertoire.num_filled) > int(first.num_filled) + 20

@@ -183,7 +183,7 @@ class AbstractRepertoire(eqx.Module):
         self, num: int, *, selector: AbstractSelector = UniformSelector(), key: PRNGKey
     ) -> Elites:
         """Draw `num` elites (with replacement) with `selector` (uniform by default)."""
-        idx = selector.indices(self.fitnesses, num, key=key)
+        idx = selector.choose(self.fitnesses, self.descriptors, num, key=key)
         return Elites(
             genotypes=tree_take(self.genotypes, idx),
             fitnesses=self.fitnesses[idx],

@@ -9,9 +9,9 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes
+from .._knn import k_nearest, mean_of_finite
 from .._misc import is_none, tree_concatenate, tree_scatter, tree_take, tree_zeros_batch
 from ._base import AbstractRepertoire, AddInfo, AddStatus, valid_candidates
-from .._knn import k_nearest, mean_of_finite
 
 
 def competition_fitness(

@@ -9,9 +9,9 @@ from jaxtyping import Array, Float, ScalarLike
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes
+from .._knn import mean_of_finite, squared_distances
 from .._misc import f32, is_none, tree_concatenate, tree_take, tree_zeros_batch
 from ._base import AbstractRepertoire, AddInfo, AddStatus, valid_candidates
-from .._knn import mean_of_finite, squared_distances
 
 
 @typing.final

@@ -57,6 +57,12 @@ def test_me_pbt_on_an_unstructured_archive(tmp_path):
     assert result.repertoire.num_cells == 16
     assert 0 < int(result.state.repertoire.num_filled) <= 12
     assert result.progress["qd_score"][-1] > 0
+    jobs.run(jobs.MEPBTConfig(iterations=1, **MEPBT), tmp_path / "short", progress=False)
+    again = jobs.resume(tmp_path / "short", iterations=3, progress=False, plots=False)
+    assert np.array_equal(
+        np.asarray(again.state.repertoire.fitnesses), np.asarray(result.state.repertoire.fitnesses)
+    )
+    assert np.array_equal(again.progress["qd_score"], result.progress["qd_score"])
 
 
 def test_jobs_with_a_cvt_refuse_a_grid():
