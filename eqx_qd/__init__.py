@@ -46,6 +46,7 @@ from ._emitters.mixing import MixingEmitter as MixingEmitter
 from ._emitters.rankers import AbstractRanker as AbstractRanker, ranker as ranker
 from ._kmeans import cvt_centroids as cvt_centroids
 from ._map_elites import (
+    Asked as Asked,
     MAPElites as MAPElites,
     MAPElitesState as MAPElitesState,
     run as run,

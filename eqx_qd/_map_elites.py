@@ -67,6 +67,19 @@ class StepInfo(eqx.Module):
     ids: Int[Array, " batch"]
 
 
+class Asked(eqx.Module):
+    """What `MAPElites.ask` hands to `MAPElites.tell` beside the candidates.
+
+    **Fields:** `emit_extra` (what the emitter returned beside the genotypes: a `Lineage`, or
+    `None`), `score_key` (the key the scoring function gets inside `step`: use it to evaluate
+    exactly as `run` does, or ignore it) and `update_key` (the emitter update's key).
+    """
+
+    emit_extra: Extra
+    score_key: PRNGKey
+    update_key: PRNGKey
+
+
 @typing.final
 class MAPElites(eqx.Module):
     """MAP-Elites: emit a batch, score it, insert it, update the emitter, report metrics.
@@ -225,15 +238,44 @@ class MAPElites(eqx.Module):
         state = MAPElitesState(built, emitter_state, 0, every[2].shape[0], passive)
         return state, qd_metrics(state.elites, self.qd_offset)
 
-    def step(
-        self, state: MAPElitesState, *, key: PRNGKey
-    ) -> tuple[MAPElitesState, QDMetrics, StepInfo]:
-        """One iteration, also returning the per-candidate `StepInfo`."""
+    def ask(self, state: MAPElitesState, *, key: PRNGKey) -> tuple[Genotypes, "Asked"]:
+        """The first half of an iteration: the emitter's batch of candidates to evaluate,
+        and what `tell` needs with their scores (`Asked`: the emitter's extra and the keys).
+
+        `ask`, an evaluation of the candidates, then `tell` is `step`: with the scoring
+        function called as `scoring_fn(genotypes, key=asked.score_key)`, the states are
+        exactly those of `step` with the same keys (and of `run`, within its caveat). Pure
+        and jittable; the evaluation in between may be anything (NumPy, a simulator, a
+        subprocess)."""
         emit_key, score_key, update_key = jr.split(self._device_key(key), 3)
         genotypes, emit_extra = self.emitter.emit(
             state.repertoire, state.emitter_state, key=emit_key
         )
-        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
+        return genotypes, Asked(emit_extra, score_key, update_key)
+
+    def tell(
+        self,
+        state: MAPElitesState,
+        asked: "Asked",
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        extra: Extra = None,
+    ) -> tuple[MAPElitesState, QDMetrics, StepInfo]:
+        """The second half of an iteration: insert the batch `ask` returned (`genotypes`),
+        scored (`descriptors`, `fitnesses`, and the scoring's `extra`, such as
+        `ScoringExtra`, or `None`), and update the emitter with `asked`.
+
+        A candidate whose evaluation failed takes a NaN fitness (or descriptor): the
+        repertoire refuses it, and the emitter learns that it was not inserted.
+
+        **Returns:** the new state, the metrics of the reported archive and the per-candidate
+        `StepInfo`, as `step`.
+        """
+        if not isinstance(asked, Asked):
+            raise TypeError(f"MAPElites.tell: asked must be what ask returned, got {asked!r}")
+        state.repertoire.check_candidates(genotypes, descriptors, fitnesses, where="MAPElites.tell")
+        emit_extra, update_key = asked.emit_extra, asked.update_key
         n = fitnesses.shape[0]
         ids = self._first_id(state.evaluations, n) + jnp.arange(n, dtype=jnp.int32)
         # With an axis, every device inserts the whole gathered batch: the repertoires stay equal.
@@ -272,6 +314,15 @@ class MAPElites(eqx.Module):
         info = StepInfo(all_f, all_d, reported, all_extra, all_ids)
         return new_state, qd_metrics(new_state.elites, self.qd_offset), info
 
+    def step(
+        self, state: MAPElitesState, *, key: PRNGKey
+    ) -> tuple[MAPElitesState, QDMetrics, StepInfo]:
+        """One iteration, also returning the per-candidate `StepInfo`: `ask`, the scoring
+        function, `tell`."""
+        genotypes, asked = self.ask(state, key=key)
+        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=asked.score_key)
+        return self.tell(state, asked, genotypes, descriptors, fitnesses, extra)
+
     def update(self, state: MAPElitesState, *, key: PRNGKey) -> tuple[MAPElitesState, QDMetrics]:
         """One iteration: the new state and the metrics of the new repertoire."""
         new_state, metrics, _ = self.step(state, key=key)
@@ -285,7 +336,9 @@ def run(
     """`num_iterations` calls of `algorithm.update` in one `lax.scan`.
 
     Iteration `i` uses `jax.random.split(key, num_iterations)[i]`, so the result equals a Python
-    loop of `MAPElites.update` with those keys. Returns the final state and the metrics history
+    loop of `MAPElites.update` with those keys, bit for bit where XLA rounds the iteration
+    alike inside the scan and alone (the GA emitters do; a CMA emitter's matrix algebra may
+    differ in the last bit, and its search then drifts apart). Returns the final state and the metrics history
     (each field with a leading `num_iterations` axis).
     """
     check.positive_int("run: num_iterations", num_iterations)
