@@ -338,8 +338,8 @@ def run(
     Iteration `i` uses `jax.random.split(key, num_iterations)[i]`, so the result equals a Python
     loop of `MAPElites.update` with those keys, bit for bit where XLA rounds the iteration
     alike inside the scan and alone (the GA emitters do; a CMA emitter's matrix algebra may
-    differ in the last bit, and its search then drifts apart). Returns the final state and the metrics history
-    (each field with a leading `num_iterations` axis).
+    differ in the last bit, and its search then drifts apart). Returns the final state and the
+    metrics history (each field with a leading `num_iterations` axis).
     """
     check.positive_int("run: num_iterations", num_iterations)
     keys = jr.split(key, num_iterations)
