@@ -95,6 +95,7 @@ from ._selectors import (
     AbstractSelector as AbstractSelector,
     FitnessProportionalSelector as FitnessProportionalSelector,
     NoveltySelector as NoveltySelector,
+    NSLCSelector as NSLCSelector,
     UniformSelector as UniformSelector,
 )
 from ._sharded import (

@@ -38,20 +38,23 @@ def mean_of_finite(d: Float[Array, "m k"]) -> tuple[Float[Array, " m"], Int[Arra
     return total / jnp.maximum(count, 1).astype(d.dtype), count
 
 
-def smallest(x: Float[Array, "m n"], k: int) -> Float[Array, "m k"]:
+def smallest(x: Float[Array, "m n"], k: int) -> tuple[Float[Array, "m k"], Int[Array, "m k"]]:
     """The `k` smallest entries of each row, ascending (a repeated value counts as often as it
-    occurs). Small `k`: `k` passes of row minimum and masking of its first occurrence, which
-    XLA's CPU code runs several times faster than `lax.top_k`; larger `k`: `top_k`."""
+    occurs, ties to the lower column), and their columns. Small `k`: `k` passes of row minimum
+    and masking of its first occurrence, which XLA's CPU code runs several times faster than
+    `lax.top_k`; larger `k`: `top_k`."""
     if k > 4:
-        return -jax.lax.top_k(-x, k)[0]
+        values, columns = jax.lax.top_k(-x, k)
+        return -values, columns.astype(jnp.int32)
     columns = jnp.arange(x.shape[1], dtype=jnp.int32)
-    out = []
+    out, where = [], []
     for _ in range(k):
         low = jnp.min(x, axis=1, keepdims=True)
         first = jnp.min(jnp.where(x == low, columns[None, :], x.shape[1]), axis=1, keepdims=True)
         out.append(low[:, 0])
+        where.append(jnp.minimum(first[:, 0], x.shape[1] - 1))
         x = jnp.where(columns[None, :] == first, jnp.inf, x)
-    return jnp.stack(out, axis=1)
+    return jnp.stack(out, axis=1), jnp.stack(where, axis=1)
 
 
 def k_nearest(
@@ -59,9 +62,12 @@ def k_nearest(
     points: Float[Array, "n d"],
     allowed: Callable[[Int[Array, " r"]], Bool[Array, "r n"]],
     k: int,
-) -> Float[Array, "m k"]:
+    *,
+    with_index: bool = False,
+) -> Float[Array, "m k"] | tuple[Float[Array, "m k"], Int[Array, "m k"]]:
     """For each query row `i`, the distances to its `k` nearest points among those that
-    `allowed(rows)[.., j]` permits, ascending; `+inf` where fewer than `k` are allowed.
+    `allowed(rows)[.., j]` permits, ascending; `+inf` where fewer than `k` are allowed. With
+    `with_index`, also the points' indices (meaningless where the distance is `+inf`).
 
     The queries go through in blocks (`lax.map`), so memory is `O(block * n)`, not
     `O(m * n)`. `k` is clamped to `n`."""
@@ -76,10 +82,12 @@ def k_nearest(
     def block(args):
         qb, ib = args
         sq = jnp.where(allowed(jnp.minimum(ib, m - 1)), squared_distances(qb, points), jnp.inf)
-        return jnp.sqrt(smallest(sq, k_eff))
+        values, columns = smallest(sq, k_eff)
+        return jnp.sqrt(values), columns
 
-    out = jax.lax.map(block, (q.reshape(blocks, rows, -1), index.reshape(blocks, rows)))
-    out = out.reshape(padded, k_eff)[:m]
+    out, columns = jax.lax.map(block, (q.reshape(blocks, rows, -1), index.reshape(blocks, rows)))
+    out, columns = out.reshape(padded, k_eff)[:m], columns.reshape(padded, k_eff)[:m]
     if k_eff < k:
         out = jnp.pad(out, ((0, 0), (0, k - k_eff)), constant_values=jnp.inf)
-    return out
+        columns = jnp.pad(columns, ((0, 0), (0, k - k_eff)))
+    return (out, columns) if with_index else out

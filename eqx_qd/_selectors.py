@@ -4,6 +4,7 @@ import abc
 import typing
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -151,3 +152,105 @@ class NoveltySelector(AbstractSelector):
         novelty = jnp.where(count > 0, novelty, 1.0)
         weights = jnp.where(filled, novelty + self.eps, 0.0)
         return _check_nonempty(_proportional(weights, num, key=key), num_filled)
+
+
+def pareto_fronts(objectives: Float[Array, "batch m"]) -> Int[Array, " batch"]:
+    """Each row's non-dominated front (0 for the rows nothing dominates, 1 for those only
+    front 0 dominates, ...), every objective higher-is-better: NSGA-II's sort, one front per
+    pass (`O(fronts x rows^2)`)."""
+    n = objectives.shape[0]
+    geq = jnp.all(objectives[None, :, :] >= objectives[:, None, :], axis=-1)
+    gt = jnp.any(objectives[None, :, :] > objectives[:, None, :], axis=-1)
+    dominated_by = geq & gt  # [i, j]: j dominates i
+
+    def peel(t, carry):
+        front, remaining = carry
+        current = remaining & ~jnp.any(dominated_by & remaining[None, :], axis=1)
+        return jnp.where(current, t, front), remaining & ~current
+
+    front, _ = jax.lax.fori_loop(0, n, peel, (jnp.full((n,), n, jnp.int32), jnp.ones((n,), bool)))
+    return front
+
+
+def crowding_distance(
+    objectives: Float[Array, "batch m"], front: Int[Array, " batch"]
+) -> Float[Array, " batch"]:
+    """NSGA-II's crowding distance of each row within its front: `+inf` at a front's ends
+    on any objective, else the sum over objectives of the gap between its two neighbours
+    divided by the front's range (an objective flat over the front adds nothing)."""
+    n, m = objectives.shape
+    distance = jnp.zeros((n,), objectives.dtype)
+    rows = jnp.arange(n)
+    for j in range(m):
+        values = objectives[:, j]
+        order = jnp.lexsort((rows, values, front))  # by front, then value, then index
+        position = jnp.zeros((n,), jnp.int32).at[order].set(rows.astype(jnp.int32))
+        prev = order[jnp.maximum(position - 1, 0)]
+        nxt = order[jnp.minimum(position + 1, n - 1)]
+        first = (position == 0) | (front[prev] != front)
+        last = (position == n - 1) | (front[nxt] != front)
+        low = jnp.full((n + 1,), jnp.inf, values.dtype).at[front].min(values)[front]
+        high = jnp.full((n + 1,), -jnp.inf, values.dtype).at[front].max(values)[front]
+        spread = high - low
+        gap = jnp.where(
+            spread > 0, (values[nxt] - values[prev]) / jnp.where(spread > 0, spread, 1.0), 0.0
+        )
+        distance = jnp.where(first | last, jnp.inf, distance + gap)
+    return distance
+
+
+@typing.final
+class NSLCSelector(AbstractSelector):
+    """Novelty Search with Local Competition's parent choice for the GA (Lehman and Stanley,
+    2011, on NSGA-II): every stored elite gets its novelty (mean descriptor distance to its `k`
+    nearest other elites) and its local competition (how many of them it beats); parents win
+    binary tournaments by non-dominated front of the two, then by crowding distance within the
+    front (NSGA-II's crowded comparison), then at random. Works on any repertoire.
+
+    **Fields:** `k` (neighbours, static).
+    """
+
+    k: int = eqx.field(default=15, static=True)
+
+    def __check_init__(self):
+        check.positive_int("NSLCSelector.k", self.k)
+
+    def indices(
+        self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
+    ) -> Int[Array, " {num}"]:
+        """Refused: NSLC needs the descriptors; repertoires call `choose`."""
+        raise TypeError(
+            "NSLCSelector needs the stored descriptors: use repertoire.select(num, "
+            "selector=NSLCSelector(), key=key), or call choose(fitnesses, descriptors, num, "
+            "key=key)"
+        )
+
+    def choose(
+        self,
+        fitnesses: Float[Array, " num_cells"],
+        descriptors: Float[Array, "num_cells num_descriptors"],
+        num: int,
+        *,
+        key: PRNGKey,
+    ) -> Int[Array, " {num}"]:
+        """`num` indices of filled cells, each the winner of a binary tournament."""
+        _check_args("NSLCSelector", fitnesses, num)
+        filled = jnp.isfinite(fitnesses)
+        num_filled = jnp.sum(filled, dtype=jnp.int32)
+        n = fitnesses.shape[0]
+        columns = jnp.arange(n, dtype=jnp.int32)
+        others = lambda rows: filled[None, :] & (columns[None, :] != rows[:, None])
+        safe = jnp.where(filled[:, None], descriptors, 0.0).astype(jnp.float32)
+        near, which = k_nearest(safe, safe, others, self.k, with_index=True)
+        novelty, count = mean_of_finite(near)
+        beaten = jnp.sum(jnp.isfinite(near) & (fitnesses[which] < fitnesses[:, None]), axis=1)
+        objectives = jnp.stack([novelty, beaten.astype(novelty.dtype)], axis=-1)
+        # Empty cells sit below everything: a front of their own, after all the others.
+        objectives = jnp.where(filled[:, None], objectives, -jnp.inf)
+        front = pareto_fronts(objectives)
+        crowding = crowding_distance(jnp.where(filled[:, None], objectives, 0.0), front)
+        (packed,) = jnp.nonzero(filled, size=n, fill_value=0)
+        draws = packed[jr.randint(key, (2, num), 0, jnp.maximum(num_filled, 1))]
+        a, b = draws[0], draws[1]
+        a_wins = (front[a] < front[b]) | ((front[a] == front[b]) & (crowding[a] >= crowding[b]))
+        return _check_nonempty(jnp.where(a_wins, a, b).astype(jnp.int32), num_filled)

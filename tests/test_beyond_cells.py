@@ -220,8 +220,8 @@ def test_unstructured_refuses_bad_input():
 # --- Rankers ----------------------------------------------------------------------------------
 
 
-def _np_nslc(novelty, beats):
-    """pyribs' NSLC order (fronts, then crowding), ties to the lower index."""
+def _np_front_crowd(novelty, beats):
+    """NSGA-II's fronts and crowding distances of (novelty, local competition), as pyribs."""
     obj = np.stack([novelty, beats], axis=1).astype(np.float64)
     n = len(obj)
     dominated = [
@@ -245,7 +245,13 @@ def _np_nslc(novelty, beats):
                 continue
             for a in range(1, len(ordered) - 1):
                 crowd[ordered[a]] += (obj[ordered[a + 1], m] - obj[ordered[a - 1], m]) / spread
-    return sorted(range(n), key=lambda i: (front[i], -crowd[i], i))
+    return front, crowd
+
+
+def _np_nslc(novelty, beats):
+    """pyribs' NSLC order (fronts, then crowding), ties to the lower index."""
+    front, crowd = _np_front_crowd(novelty, beats)
+    return sorted(range(len(front)), key=lambda i: (front[i], -crowd[i], i))
 
 
 @given(
@@ -419,9 +425,10 @@ def test_novelty_selector_draws_in_proportion_to_novelty(getkey):
         q.NoveltySelector().indices(rep.fitnesses, 3, key=getkey())
 
 
-def test_novelty_search_with_the_ga(getkey):
+@pytest.mark.parametrize("selector", [q.NoveltySelector(k=5), q.NSLCSelector(k=5)])
+def test_novelty_search_with_the_ga(selector, getkey):
     emitter = q.MixingEmitter(
-        16, 1.0, variation=q.IsoLineVariation(0.05, 0.1, 0.0, 1.0), selector=q.NoveltySelector(k=5)
+        16, 1.0, variation=q.IsoLineVariation(0.05, 0.1, 0.0, 1.0), selector=selector
     )
     algo = q.MAPElites(emitter, TASK)
     key = getkey()
@@ -430,3 +437,35 @@ def test_novelty_search_with_the_ga(getkey):
     state, first = algo.init(genotypes, empty, key=key)
     state, _ = q.run(algo, state, 15, key=getkey())
     assert int(state.repertoire.num_filled) > int(first.num_filled) + 20
+
+
+def test_nslc_selector_is_the_crowded_tournament(getkey):
+    rep = q.UnstructuredRepertoire.empty(24, jnp.zeros(()), 2, novelty_threshold=0.01, k=3)
+    d = jr.uniform(getkey(), (18, 2))
+    f = jnp.round(jr.normal(getkey(), (18,)), 1)  # ties in fitness on purpose
+    rep, _ = rep.add(jnp.zeros(18), d, f)
+    fit, desc = np.asarray(rep.fitnesses), np.asarray(rep.descriptors)
+    held = np.flatnonzero(np.isfinite(fit))
+    # The reference: novelty and local competition against the 3 nearest other elites.
+    novelty, beats = np.zeros(24), np.zeros(24)
+    for i in held:
+        others = [j for j in held if j != i]
+        dist = np.float32(np.sqrt(np.sum(np.square(desc[others] - desc[i]), axis=1)))
+        near = [
+            others[j] for j in sorted(range(len(others)), key=lambda j: (dist[j], others[j]))[:3]
+        ]
+        d0, d1, d2 = np.sort(dist)[:3]
+        novelty[i] = np.float32(np.float32(d0 + d1) + d2) / np.float32(3)
+        beats[i] = sum(fit[j] < fit[i] for j in near)
+    front, crowd = _np_front_crowd(novelty[held], beats[held])
+    where = {c: i for i, c in enumerate(held)}
+    key = getkey()
+    picks = np.asarray(q.NSLCSelector(k=3).choose(rep.fitnesses, rep.descriptors, 500, key=key))
+    draws = np.asarray(held)[np.asarray(jr.randint(key, (2, 500), 0, len(held)))]
+    for a, b, got in zip(draws[0], draws[1], picks):
+        i, j = where[a], where[b]
+        a_wins = front[i] < front[j] or (front[i] == front[j] and crowd[i] >= crowd[j])
+        assert got == (a if a_wins else b)
+    assert len(set(picks.tolist())) > 1
+    with pytest.raises(TypeError, match="needs the stored descriptors"):
+        q.NSLCSelector().indices(rep.fitnesses, 3, key=getkey())

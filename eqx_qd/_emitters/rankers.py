@@ -9,13 +9,13 @@ import abc
 import typing
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int
 
 from .._custom_types import PRNGKey
 from .._repertoire import AddInfo
+from .._selectors import crowding_distance, pareto_fronts
 
 
 def _descending(values: Float[Array, " batch"]) -> Int[Array, " batch"]:
@@ -129,50 +129,6 @@ class NoveltyRanker(AbstractRanker):
     def rank(self, direction, fitnesses, descriptors, add_info):
         novelty = _needs(add_info, "novelty", "NoveltyRanker")
         return _descending(novelty), novelty
-
-
-def pareto_fronts(objectives: Float[Array, "batch m"]) -> Int[Array, " batch"]:
-    """Each row's non-dominated front (0 for the rows nothing dominates, 1 for those only
-    front 0 dominates, ...), every objective higher-is-better: NSGA-II's sort."""
-    n = objectives.shape[0]
-    geq = jnp.all(objectives[None, :, :] >= objectives[:, None, :], axis=-1)
-    gt = jnp.any(objectives[None, :, :] > objectives[:, None, :], axis=-1)
-    dominated_by = geq & gt  # [i, j]: j dominates i
-
-    def peel(t, carry):
-        front, remaining = carry
-        current = remaining & ~jnp.any(dominated_by & remaining[None, :], axis=1)
-        return jnp.where(current, t, front), remaining & ~current
-
-    front, _ = jax.lax.fori_loop(0, n, peel, (jnp.full((n,), n, jnp.int32), jnp.ones((n,), bool)))
-    return front
-
-
-def crowding_distance(
-    objectives: Float[Array, "batch m"], front: Int[Array, " batch"]
-) -> Float[Array, " batch"]:
-    """NSGA-II's crowding distance of each row within its front: `+inf` at a front's ends
-    on any objective, else the sum over objectives of the gap between its two neighbours
-    divided by the front's range (an objective flat over the front adds nothing)."""
-    n, m = objectives.shape
-    distance = jnp.zeros((n,), objectives.dtype)
-    rows = jnp.arange(n)
-    for j in range(m):
-        values = objectives[:, j]
-        order = jnp.lexsort((rows, values, front))  # by front, then value, then index
-        position = jnp.zeros((n,), jnp.int32).at[order].set(rows.astype(jnp.int32))
-        prev = order[jnp.maximum(position - 1, 0)]
-        nxt = order[jnp.minimum(position + 1, n - 1)]
-        first = (position == 0) | (front[prev] != front)
-        last = (position == n - 1) | (front[nxt] != front)
-        low = jnp.full((n + 1,), jnp.inf, values.dtype).at[front].min(values)[front]
-        high = jnp.full((n + 1,), -jnp.inf, values.dtype).at[front].max(values)[front]
-        spread = high - low
-        gap = jnp.where(
-            spread > 0, (values[nxt] - values[prev]) / jnp.where(spread > 0, spread, 1.0), 0.0
-        )
-        distance = jnp.where(first | last, jnp.inf, distance + gap)
-    return distance
 
 
 @typing.final
