@@ -96,7 +96,7 @@ class DNSRepertoire(AbstractRepertoire):
     ) -> "DNSRepertoire":
         """An empty population of `capacity` slots shaped like one unbatched `genotype` (and
         `extra`), for descriptors of width `num_descriptors`, with `k` neighbours (the
-        paper's 3)."""
+        value of QDax's DNS example)."""
         check.positive_int("DNSRepertoire.empty: capacity", capacity)
         check.positive_int("DNSRepertoire.empty: num_descriptors", num_descriptors)
         check.positive_int("DNSRepertoire.empty: k", k)

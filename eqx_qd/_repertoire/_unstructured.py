@@ -71,8 +71,9 @@ class UnstructuredRepertoire(AbstractRepertoire):
         local_competition: bool = False,
     ) -> "UnstructuredRepertoire":
         """An empty archive of `capacity` slots shaped like one unbatched `genotype` (and
-        `extra`), for descriptors of width `num_descriptors`; `k` neighbours (pyribs' example
-        uses 15), `novelty_threshold` (> 0) and `local_competition` as in the class."""
+        `extra`), for descriptors of width `num_descriptors`; `k` neighbours (15 by default,
+        the value of Lehman and Stanley's maze experiments), `novelty_threshold` (> 0) and
+        `local_competition` as in the class."""
         check.positive_int("UnstructuredRepertoire.empty: capacity", capacity)
         check.positive_int("UnstructuredRepertoire.empty: num_descriptors", num_descriptors)
         check.positive_int("UnstructuredRepertoire.empty: k", k)
