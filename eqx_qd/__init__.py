@@ -83,7 +83,6 @@ from ._repertoire import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,
     Annealing as Annealing,
-    competition_fitness as competition_fitness,
     DNSRepertoire as DNSRepertoire,
     Elites as Elites,
     init_repertoire as init_repertoire,

@@ -104,6 +104,27 @@ def _proportional(weights: Float[Array, " n"], num: int, *, key: PRNGKey) -> Int
     return jnp.minimum(idx, weights.shape[0] - 1).astype(jnp.int32)
 
 
+def _needs_descriptors(owner: str) -> typing.NoReturn:
+    raise TypeError(
+        f"{owner} needs the stored descriptors: use repertoire.select(num, "
+        f"selector={owner}(), key=key), or call choose(fitnesses, descriptors, num, key=key)"
+    )
+
+
+def _nearest_elites(
+    fitnesses: Float[Array, " num_cells"],
+    descriptors: Float[Array, "num_cells num_descriptors"],
+    k: int,
+) -> tuple[Float[Array, "num_cells k"], Int[Array, "num_cells k"]]:
+    """Each cell's distances to its `k` nearest other filled cells and their indices (`+inf`
+    and an arbitrary index where fewer are filled): what novelty and local competition read."""
+    filled = jnp.isfinite(fitnesses)
+    columns = jnp.arange(fitnesses.shape[0], dtype=jnp.int32)
+    others = lambda rows: filled[None, :] & (columns[None, :] != rows[:, None])
+    safe = jnp.where(filled[:, None], descriptors, 0.0).astype(jnp.float32)
+    return k_nearest(safe, safe, others, k, with_index=True)
+
+
 @typing.final
 class NoveltySelector(AbstractSelector):
     """Novelty search's parent choice for the GA emitter: a stored elite is drawn with
@@ -126,11 +147,7 @@ class NoveltySelector(AbstractSelector):
         self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
     ) -> Int[Array, " {num}"]:
         """Refused: novelty needs the descriptors; repertoires call `choose`."""
-        raise TypeError(
-            "NoveltySelector needs the stored descriptors: use repertoire.select(num, "
-            "selector=NoveltySelector(), key=key), or call choose(fitnesses, descriptors, num, "
-            "key=key)"
-        )
+        _needs_descriptors("NoveltySelector")
 
     def choose(
         self,
@@ -144,11 +161,7 @@ class NoveltySelector(AbstractSelector):
         _check_args("NoveltySelector", fitnesses, num)
         filled = jnp.isfinite(fitnesses)
         num_filled = jnp.sum(filled, dtype=jnp.int32)
-        n = fitnesses.shape[0]
-        columns = jnp.arange(n, dtype=jnp.int32)
-        others = lambda rows: filled[None, :] & (columns[None, :] != rows[:, None])
-        safe = jnp.where(filled[:, None], descriptors, 0.0).astype(jnp.float32)
-        novelty, count = mean_of_finite(k_nearest(safe, safe, others, self.k))
+        novelty, count = mean_of_finite(_nearest_elites(fitnesses, descriptors, self.k)[0])
         novelty = jnp.where(count > 0, novelty, 1.0)
         weights = jnp.where(filled, novelty + self.eps, 0.0)
         return _check_nonempty(_proportional(weights, num, key=key), num_filled)
@@ -219,11 +232,7 @@ class NSLCSelector(AbstractSelector):
         self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
     ) -> Int[Array, " {num}"]:
         """Refused: NSLC needs the descriptors; repertoires call `choose`."""
-        raise TypeError(
-            "NSLCSelector needs the stored descriptors: use repertoire.select(num, "
-            "selector=NSLCSelector(), key=key), or call choose(fitnesses, descriptors, num, "
-            "key=key)"
-        )
+        _needs_descriptors("NSLCSelector")
 
     def choose(
         self,
@@ -238,11 +247,8 @@ class NSLCSelector(AbstractSelector):
         filled = jnp.isfinite(fitnesses)
         num_filled = jnp.sum(filled, dtype=jnp.int32)
         n = fitnesses.shape[0]
-        columns = jnp.arange(n, dtype=jnp.int32)
-        others = lambda rows: filled[None, :] & (columns[None, :] != rows[:, None])
-        safe = jnp.where(filled[:, None], descriptors, 0.0).astype(jnp.float32)
-        near, which = k_nearest(safe, safe, others, self.k, with_index=True)
-        novelty, count = mean_of_finite(near)
+        near, which = _nearest_elites(fitnesses, descriptors, self.k)
+        novelty, _ = mean_of_finite(near)
         beaten = jnp.sum(jnp.isfinite(near) & (fitnesses[which] < fitnesses[:, None]), axis=1)
         objectives = jnp.stack([novelty, beaten.astype(novelty.dtype)], axis=-1)
         # Empty cells sit below everything: a front of their own, after all the others.

@@ -12,6 +12,8 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   whose carry may hold non-array leaves (checked unchanged).
 - **multi-device plumbing** under `run_sharded`: `place_sharded` (a state laid out on a mesh)
   and `scan_sharded` (the sharded scan over given keys).
+- **Dominated Novelty Search's score**: `competition_fitness` (the mean distance to the `k`
+  nearest fitter solutions, what `DNSRepertoire` keeps its population by), for variants.
 - **the bandit's choice**: `ucb1_choice` (which members of a pool `BanditEmitter` activates
   next, pyribs' UCB1 rule), for schedulers of your own.
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
@@ -38,7 +40,10 @@ from ._misc import (
     tree_take as tree_take,
     tree_zeros_batch as tree_zeros_batch,
 )
-from ._repertoire import bytes_per_cell as bytes_per_cell
+from ._repertoire import (
+    bytes_per_cell as bytes_per_cell,
+    competition_fitness as competition_fitness,
+)
 from ._sharded import place_sharded as place_sharded, scan_sharded as scan_sharded
 from ._validate import is_concrete as is_concrete
 

@@ -6,12 +6,13 @@ import enum
 from typing import TypeVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as check
 from .._custom_types import Descriptors, Extra, Fitnesses, Genotypes, PRNGKey
-from .._misc import batch_size_of, tree_take
+from .._misc import batch_size_of, tree_concatenate, tree_take, tree_zeros_batch
 from .._selectors import AbstractSelector, UniformSelector
 
 
@@ -95,6 +96,31 @@ class Elites(eqx.Module):
 def valid_candidates(fitnesses: Fitnesses, descriptors: Descriptors) -> Bool[Array, " batch"]:
     """Which candidates may be stored: finite fitness and every descriptor finite."""
     return jnp.isfinite(fitnesses) & jnp.all(jnp.isfinite(descriptors), axis=-1)
+
+
+def empty_slots(
+    owner: str, capacity: int, genotype: Genotypes, num_descriptors: int, extra: Extra
+) -> dict:
+    """The contract's four fields for `capacity` empty slots shaped like one unbatched
+    `genotype` (and `extra`, or none), after checking both sizes (errors start with `owner`):
+    what a repertoire without cells builds its `empty` from."""
+    check.positive_int(f"{owner}: capacity", capacity)
+    check.positive_int(f"{owner}: num_descriptors", num_descriptors)
+    return dict(
+        genotypes=tree_zeros_batch(genotype, capacity),
+        fitnesses=jnp.full((capacity,), -jnp.inf, jnp.float32),
+        descriptors=jnp.zeros((capacity, num_descriptors), jnp.float32),
+        extra=None if extra is None else tree_zeros_batch(extra, capacity),
+    )
+
+
+def pooled_rows(stored: Genotypes, offered: Genotypes, idx: Int[Array, " n"]) -> Genotypes:
+    """Rows `idx` of the stored rows followed by the offered ones (cast to the stored dtypes):
+    how a repertoire that re-selects from stored + batch gathers its new slots."""
+    offered = jax.tree.map(
+        lambda x, v: v.astype(x.dtype) if eqx.is_array(x) else x, stored, offered
+    )
+    return tree_take(tree_concatenate([stored, offered]), idx)
 
 
 class AbstractRepertoire(eqx.Module):

@@ -3,15 +3,21 @@
 import typing
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes
 from .._knn import k_nearest, mean_of_finite
-from .._misc import is_none, tree_concatenate, tree_scatter, tree_take, tree_zeros_batch
-from ._base import AbstractRepertoire, AddInfo, AddStatus, valid_candidates
+from .._misc import is_none, tree_scatter, tree_take, tree_zeros_batch
+from ._base import (
+    AbstractRepertoire,
+    AddInfo,
+    AddStatus,
+    empty_slots,
+    pooled_rows,
+    valid_candidates,
+)
 
 
 def competition_fitness(
@@ -53,11 +59,11 @@ class DNSRepertoire(AbstractRepertoire):
 
     `add` pools the stored solutions with the batch, gives each its competition fitness (the
     mean distance in descriptor space to its `k` nearest fitter solutions of the pool, `+inf`
-    for a solution nothing beats: `competition_fitness`) and keeps the `capacity` highest,
-    ties to the lower pool position (stored solutions first, then the batch in order). A
-    solution survives by being good for where it is: the best of a region always does, a
-    solution crowded by fitter neighbours does not. No descriptor bounds are needed, and the
-    descriptor space may have many dimensions.
+    for a solution nothing beats: `eqx_qd.internal.competition_fitness`) and keeps the
+    `capacity` highest, ties to the lower pool position (stored solutions first, then the
+    batch in order). A solution survives by being good for where it is: the best of a region
+    always does, a solution crowded by fitter neighbours does not. No descriptor bounds are
+    needed, and the descriptor space may have many dimensions.
 
     Slots are rewritten in survivor order at every `add` (the best competition fitness
     first), so a slot index names an elite for one iteration only; store ids in `extra` to
@@ -97,17 +103,9 @@ class DNSRepertoire(AbstractRepertoire):
         """An empty population of `capacity` slots shaped like one unbatched `genotype` (and
         `extra`), for descriptors of width `num_descriptors`, with `k` neighbours (the
         value of QDax's DNS example)."""
-        check.positive_int("DNSRepertoire.empty: capacity", capacity)
-        check.positive_int("DNSRepertoire.empty: num_descriptors", num_descriptors)
         check.positive_int("DNSRepertoire.empty: k", k)
-        return cls(
-            genotypes=tree_zeros_batch(genotype, capacity),
-            fitnesses=jnp.full((capacity,), -jnp.inf, jnp.float32),
-            descriptors=jnp.zeros((capacity, num_descriptors), jnp.float32),
-            extra=None if extra is None else tree_zeros_batch(extra, capacity),
-            k=k,
-            count_equal=count_equal,
-        )
+        slots = empty_slots("DNSRepertoire.empty", capacity, genotype, num_descriptors, extra)
+        return cls(**slots, k=k, count_equal=count_equal)
 
     def emptied(self, genotype: Genotypes, extra: Extra = None) -> "DNSRepertoire":
         """An empty population with the same capacity, width, `k` and tie rule."""
@@ -144,10 +142,7 @@ class DNSRepertoire(AbstractRepertoire):
 
         def gather(stored, offered):
             # Survivors in order; a slot left empty holds zeros, never a rejected candidate.
-            offered = jax.tree.map(
-                lambda x, v: v.astype(x.dtype) if eqx.is_array(x) else x, stored, offered
-            )
-            rows = tree_take(tree_concatenate([stored, offered]), order)
+            rows = pooled_rows(stored, offered, order)
             return tree_scatter(tree_zeros_batch(tree_take(stored, 0), capacity), target, rows)
 
         pool_size = capacity + batch

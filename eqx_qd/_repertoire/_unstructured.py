@@ -10,8 +10,15 @@ from jaxtyping import Array, Float, ScalarLike
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes
 from .._knn import mean_of_finite, squared_distances
-from .._misc import f32, is_none, tree_concatenate, tree_take, tree_zeros_batch
-from ._base import AbstractRepertoire, AddInfo, AddStatus, valid_candidates
+from .._misc import f32, is_none
+from ._base import (
+    AbstractRepertoire,
+    AddInfo,
+    AddStatus,
+    empty_slots,
+    pooled_rows,
+    valid_candidates,
+)
 
 
 @typing.final
@@ -74,14 +81,11 @@ class UnstructuredRepertoire(AbstractRepertoire):
         `extra`), for descriptors of width `num_descriptors`; `k` neighbours (15 by default,
         the value of Lehman and Stanley's maze experiments), `novelty_threshold` (> 0) and
         `local_competition` as in the class."""
-        check.positive_int("UnstructuredRepertoire.empty: capacity", capacity)
-        check.positive_int("UnstructuredRepertoire.empty: num_descriptors", num_descriptors)
         check.positive_int("UnstructuredRepertoire.empty: k", k)
+        owner = "UnstructuredRepertoire.empty"
+        slots = empty_slots(owner, capacity, genotype, num_descriptors, extra)
         return cls(
-            genotypes=tree_zeros_batch(genotype, capacity),
-            fitnesses=jnp.full((capacity,), -jnp.inf, jnp.float32),
-            descriptors=jnp.zeros((capacity, num_descriptors), jnp.float32),
-            extra=None if extra is None else tree_zeros_batch(extra, capacity),
+            **slots,
             novelty_threshold=novelty_threshold,
             k=k,
             local_competition=local_competition,
@@ -152,20 +156,14 @@ class UnstructuredRepertoire(AbstractRepertoire):
         )
         slot, status, delta, value, novelty, beats = out
 
-        def gather(stored, offered):
-            offered = jax.tree.map(
-                lambda x, v: v.astype(x.dtype) if eqx.is_array(x) else x, stored, offered
-            )
-            return tree_take(tree_concatenate([stored, offered]), source)
-
         new = eqx.tree_at(
             lambda r: (r.genotypes, r.fitnesses, r.descriptors, r.extra),
             self,
             (
-                gather(self.genotypes, genotypes),
+                pooled_rows(self.genotypes, genotypes, source),
                 fit,
                 desc,
-                None if extra is None else gather(self.extra, extra),
+                None if extra is None else pooled_rows(self.extra, extra, source),
             ),
             is_leaf=is_none,
         )
