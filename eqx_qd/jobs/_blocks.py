@@ -1,6 +1,7 @@
 """Config blocks the jobs share: `RunOptions`, which every job's config has,
 `AgentOptions`, which the jobs that train a registered agent have (PBT, ME-PBT), and
-`RepertoireOptions`, which the QD jobs have (MAP-Elites, PGA-ME, ME-PBT). A config
+`RepertoireOptions`, which the QD jobs have (MAP-Elites, PGA-ME, ME-PBT), and `CellOptions`
+and `EmitterOptions`, the cells and the registered emitter of the MAP-Elites job. A config
 inherits its blocks; `default_of` re-declares a block's field with the job's own default,
 keeping its help and check, so a key means one thing in every job."""
 
@@ -11,9 +12,9 @@ import jax.numpy as jnp
 
 from .._repertoire import AbstractRepertoire, DNSRepertoire, UnstructuredRepertoire
 from .._tessellation import AbstractTessellation
-from .._validate import positive, positive_int
+from .._validate import non_negative, positive, positive_int
 from ._config import JobConfig, option
-from ._registry import AGENTS, ENVIRONMENTS
+from ._registry import AGENTS, EMITTERS, ENVIRONMENTS
 
 
 def default_of(block: type, name: str, default: Any) -> Any:
@@ -134,3 +135,64 @@ class RepertoireOptions(JobConfig):
     def result_for(self, tessellation: AbstractTessellation) -> AbstractTessellation | None:
         """The passive archive's tessellation of a run without cells, else `None`."""
         return tessellation if self.cell_free else None
+
+
+@dataclasses.dataclass(frozen=True)
+class CellOptions(JobConfig):
+    """The cells of a MAP-Elites job: a CVT of `cells` cells (k-means over `cvt_samples`
+    uniform points, or read from `centroids`), or a grid of `cells` bins per descriptor."""
+
+    cells: int = option(1024, "CVT cells, or bins per descriptor with --grid", check=positive_int)
+    grid: bool = option(False, "a regular grid instead of a CVT (the cells, or dns's result grid)")
+    centroids: str | None = option(None, ".npy file of CVT centroids to use instead of k-means")
+    cvt_samples: int = option(50_000, "uniform samples for CVT k-means", check=positive_int)
+
+    def check(self) -> None:
+        super().check()
+        if not self.uses_grid and self.centroids is None and self.cvt_samples < self.cells:
+            raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
+
+    @property
+    def uses_grid(self) -> bool:
+        """Whether the cells form a grid."""
+        return self.grid
+
+
+@dataclasses.dataclass(frozen=True)
+class EmitterOptions(JobConfig):
+    """The registered `emitter` of a MAP-Elites job and the options its factory takes (the
+    GA's mutation, the CMA emitters' step size and number), with CMA-MAE's annealing."""
+
+    emitter: str = option("iso_line", "registered emitter", check=EMITTERS.check())
+    iso_sigma: float = option(0.005, "iso+line-DD isotropic noise (iso_line)", check=non_negative)
+    line_sigma: float = option(0.05, "iso+line-DD line noise (iso_line)", check=non_negative)
+    sigma: float = option(0.05, "gaussian mutation std (gaussian)", check=non_negative)
+    sigma0: float | None = option(
+        None, "CMA emitters' initial step size (default: cma_me / cma_mae 0.5, cma_mega 10)"
+    )
+    num_emitters: int = option(
+        15, "CMA emitters side by side (the cma_* emitters share batch_size)", check=positive_int
+    )
+    gradient_lr: float = option(1.0, "CMA-MEGA's gradient-ascent step (cma_mega)", check=positive)
+    archive_learning_rate: float = option(
+        1.0, "CMA-MAE's archive learning rate, in [0, 1] (1 with threshold_min -inf: elitist)"
+    )
+    threshold_min: float = option(
+        float("-inf"), "CMA-MAE's initial cell threshold (-inf: the elitist archive)"
+    )
+
+    def check(self) -> None:
+        super().check()
+        if not 0.0 <= self.archive_learning_rate <= 1.0:
+            raise ValueError(
+                f"archive_learning_rate must lie in [0, 1], got {self.archive_learning_rate}"
+            )
+        if self.threshold_min == float("-inf") and self.archive_learning_rate != 1.0:
+            raise ValueError("archive_learning_rate below 1 needs a finite threshold_min")
+        if self.sigma0 is not None and not self.sigma0 > 0:
+            raise ValueError(f"sigma0 must be positive, got {self.sigma0}")
+
+    @property
+    def anneals(self) -> bool:
+        """Whether the archive is CMA-MAE's (a finite `threshold_min`)."""
+        return self.threshold_min != float("-inf")

@@ -22,8 +22,8 @@ from .._misc import filter_scan
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
-from .._validate import non_negative, positive, positive_int
-from ._blocks import RepertoireOptions, RunOptions
+from .._validate import positive_int
+from ._blocks import CellOptions, EmitterOptions, RepertoireOptions, RunOptions
 from ._common import (
     PROGRESS_FILE,
     qd_summary,
@@ -42,39 +42,18 @@ from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
-class MapElitesConfig(RepertoireOptions, RunOptions):
+class MapElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions):
     """Settings of the MAP-Elites job (`jobs.run`, `eqx-qd run map-elites`)."""
 
     JOB: ClassVar[str] = "map-elites"
 
     task: str = option("rastrigin", "pure-JAX task", check=TASKS.check())
     genotype_dim: int = option(100, "genes per genotype", check=positive_int)
-    cells: int = option(1024, "CVT cells, or bins per descriptor with --grid", check=positive_int)
-    grid: bool = option(False, "a regular grid instead of a CVT (the cells, or dns's result grid)")
-    centroids: str | None = option(None, ".npy file of CVT centroids to use instead of k-means")
-    cvt_samples: int = option(50_000, "uniform samples for CVT k-means", check=positive_int)
     batch_size: int = option(
         1024, "candidates per iteration", check=positive_int, aliases=("--batch",)
     )
     iterations: int = option(1000, "iterations", check=positive_int, aliases=("--iters",))
     log_period: int = option(10, "iterations per logged row (one jitted call)", check=positive_int)
-    emitter: str = option("iso_line", "registered emitter", check=EMITTERS.check())
-    iso_sigma: float = option(0.005, "iso+line-DD isotropic noise (iso_line)", check=non_negative)
-    line_sigma: float = option(0.05, "iso+line-DD line noise (iso_line)", check=non_negative)
-    sigma: float = option(0.05, "gaussian mutation std (gaussian)", check=non_negative)
-    sigma0: float | None = option(
-        None, "CMA emitters' initial step size (default: cma_me / cma_mae 0.5, cma_mega 10)"
-    )
-    num_emitters: int = option(
-        15, "CMA emitters side by side (the cma_* emitters share batch_size)", check=positive_int
-    )
-    gradient_lr: float = option(1.0, "CMA-MEGA's gradient-ascent step (cma_mega)", check=positive)
-    archive_learning_rate: float = option(
-        1.0, "CMA-MAE's archive learning rate, in [0, 1] (1 with threshold_min -inf: elitist)"
-    )
-    threshold_min: float = option(
-        float("-inf"), "CMA-MAE's initial cell threshold (-inf: the elitist archive)"
-    )
     devices: int = option(
         1,
         "devices to shard over, batch_size candidates each (on a CPU, host devices are made)",
@@ -91,26 +70,11 @@ class MapElitesConfig(RepertoireOptions, RunOptions):
                 f"repertoire {self.repertoire!r} has no cells to anneal: CMA-MAE's "
                 "archive_learning_rate / threshold_min need --repertoire cvt or grid"
             )
-        if not self.uses_grid and self.centroids is None and self.cvt_samples < self.cells:
-            raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
-        if not 0.0 <= self.archive_learning_rate <= 1.0:
-            raise ValueError(
-                f"archive_learning_rate must lie in [0, 1], got {self.archive_learning_rate}"
-            )
-        if self.threshold_min == float("-inf") and self.archive_learning_rate != 1.0:
-            raise ValueError("archive_learning_rate below 1 needs a finite threshold_min")
-        if self.sigma0 is not None and not self.sigma0 > 0:
-            raise ValueError(f"sigma0 must be positive, got {self.sigma0}")
 
     @property
     def uses_grid(self) -> bool:
         """Whether the cells (the passive result archive without cells) form a grid."""
         return self.grid or self.repertoire == "grid"
-
-    @property
-    def anneals(self) -> bool:
-        """Whether the archive is CMA-MAE's (a finite `threshold_min`)."""
-        return self.threshold_min != float("-inf")
 
 
 def _sphere_protocol(emitter: str, **more: Any) -> dict[str, Any]:
