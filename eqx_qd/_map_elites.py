@@ -108,7 +108,7 @@ class MAPElites(eqx.Module):
       archive over the same cells, is what the metrics report. `None`: plain MAP-Elites.
 
     The repertoire is a choice made at `init`: a tessellation (MAP-Elites' cells), or any
-    `AbstractRepertoire` such as `DNSRepertoire` or `ProximityRepertoire`, optionally with a
+    `AbstractRepertoire` such as `DNSRepertoire` or `UnstructuredRepertoire`, optionally with a
     passive `result` grid for the metrics.
     """
 
@@ -180,7 +180,7 @@ class MAPElites(eqx.Module):
         - `genotypes`: the initial population.
         - `repertoire`: a tessellation (the archive is then a `MapElitesRepertoire` over it,
           annealing under CMA-MAE), or any `AbstractRepertoire` (`DNSRepertoire`,
-          `ProximityRepertoire`, your own): its settings are kept and its slots shaped after
+          `UnstructuredRepertoire`, your own): its settings are kept and its slots shaped after
           the population (`AbstractRepertoire.emptied`).
         - `key`: a PRNG key.
         - `result`: a tessellation over which a passive elitist archive receives every
@@ -190,8 +190,29 @@ class MAPElites(eqx.Module):
 
         **Returns:** the state and the metrics of the first reported archive.
         """
-        score_key, emitter_key = jr.split(self._device_key(key))
+        score_key, _ = jr.split(self._device_key(key))
         fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
+        return self.init_scored(
+            genotypes, descriptors, fitnesses, repertoire, extra, key=key, result=result
+        )
+
+    def init_scored(
+        self,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        repertoire: AbstractTessellation | AbstractRepertoire,
+        extra: Extra = None,
+        *,
+        key: PRNGKey,
+        result: AbstractTessellation | None = None,
+    ) -> tuple[MAPElitesState, QDMetrics]:
+        """`init` from an initial population scored elsewhere (ask / tell's first step):
+        `genotypes` with their `descriptors`, `fitnesses` and scoring `extra`; `repertoire`,
+        `key` and `result` as in `init`. With the scores `init` would compute (its scoring
+        function called with the first half of `jr.split(key)`), the state is `init`'s. A
+        candidate whose evaluation failed takes a -inf or NaN fitness and is not stored."""
+        _, emitter_key = jr.split(self._device_key(key))
         n = fitnesses.shape[0]
         ids = self._first_id(jnp.zeros((), jnp.int32), n) + jnp.arange(n, dtype=jnp.int32)
         every = tree_all_gather((genotypes, descriptors, fitnesses, ids), self.axis_name)

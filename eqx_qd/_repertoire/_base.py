@@ -52,7 +52,7 @@ class AddInfo(eqx.Module):
     - `value`: what the CMA rankers sort by (pyribs' `value`): the fitness minus the cell's
       threshold, an empty cell's threshold counting as 0 (plain repertoire, as CMA-ME) or
       `threshold_min` (annealing, as CMA-MAE); a DNS repertoire's competition fitness; an
-      unstructured archive's pyribs value (see `ProximityRepertoire`). NaN for a rejected
+      unstructured archive's pyribs value (see `UnstructuredRepertoire`). NaN for a rejected
       candidate.
     - `novelty`: the mean distance to the `k` nearest stored elites when the candidate was
       judged, or `None` where the repertoire computes none (what `NoveltyRanker` sorts by).
@@ -130,7 +130,7 @@ class AbstractRepertoire(eqx.Module):
     Slot `i` holds an elite when `fitnesses[i]` is finite; an empty slot's fitness is `-inf`.
     Implementations: `MapElitesRepertoire` (one elite per cell of a grid or CVT),
     `DNSRepertoire` (Dominated Novelty Search's fixed-size population) and
-    `ProximityRepertoire` (the unstructured novelty archive). The MAP-Elites loop, every
+    `UnstructuredRepertoire` (the unstructured novelty archive). The MAP-Elites loop, every
     emitter, the metrics, the jobs' checkpoints and the plots take any of them.
 
     To make a new one, subclass, declare the four fields, implement `add` and `emptied`, and

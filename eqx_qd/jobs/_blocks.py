@@ -154,8 +154,9 @@ class CellOptions(JobConfig):
 
     @property
     def uses_grid(self) -> bool:
-        """Whether the cells form a grid."""
-        return self.grid
+        """Whether the cells (the passive result archive of a repertoire without cells) form
+        a grid: `grid`, or `repertoire = "grid"`."""
+        return self.grid or getattr(self, "repertoire", None) == "grid"
 
 
 @dataclasses.dataclass(frozen=True)

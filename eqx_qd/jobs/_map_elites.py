@@ -33,7 +33,7 @@ from ._common import (
     RunResult,
     write_qd_outputs,
 )
-from ._config import option
+from ._config import JobConfig, option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
@@ -71,11 +71,6 @@ class MapElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions
                 "archive_learning_rate / threshold_min need --repertoire cvt or grid"
             )
 
-    @property
-    def uses_grid(self) -> bool:
-        """Whether the cells (the passive result archive without cells) form a grid."""
-        return self.grid or self.repertoire == "grid"
-
 
 def _sphere_protocol(emitter: str, **more: Any) -> dict[str, Any]:
     """pyribs' `examples/sphere.py` protocol: the 100-D projected sphere, a 100 x 100 grid,
@@ -96,9 +91,9 @@ MapElitesConfig.PRESETS = {
 
 
 def make_tessellation(
-    config: MapElitesConfig, task: AbstractTask, *, key: jnp.ndarray
+    config: JobConfig, task: AbstractTask, *, key: jnp.ndarray
 ) -> AbstractTessellation:
-    """The config's grid or CVT over the task's descriptor bounds."""
+    """The grid or CVT of `config` (its `CellOptions`) over the task's descriptor bounds."""
     lo, hi = task.descriptor_bounds
     if config.uses_grid:
         return GridTessellation((config.cells,) * task.num_descriptors, lo, hi)
@@ -120,9 +115,13 @@ def make_tessellation(
     )
 
 
-def make_map_elites(config: MapElitesConfig) -> tuple[MAPElites, AbstractTask]:
-    """The algorithm (the task is its scoring function) and the task."""
-    task = make_task(config.task, genotype_dim=config.genotype_dim)
+def make_map_elites(
+    config: JobConfig, task: AbstractTask | None = None
+) -> tuple[MAPElites, AbstractTask]:
+    """The algorithm (the task is its scoring function) and the task: `task`, or the
+    config's registered one."""
+    if task is None:
+        task = make_task(config.task, genotype_dim=config.genotype_dim)
     entry = EMITTERS.get(config.emitter)
     params = {
         k: getattr(config, k)
@@ -133,7 +132,7 @@ def make_map_elites(config: MapElitesConfig) -> tuple[MAPElites, AbstractTask]:
         # The CMA emitters start at the task's genotype; CMA-MEGA differentiates the task.
         params["task"] = task
     emitter = make_emitter(config.emitter, batch_size=config.batch_size, **params)
-    axis = "p" if config.devices > 1 else None
+    axis = "p" if getattr(config, "devices", 1) > 1 else None
     annealing = {}
     if config.anneals:
         annealing = dict(
@@ -154,7 +153,7 @@ def _row(
     return row
 
 
-def iteration_keys(config: MapElitesConfig, *, key: PRNGKey) -> Key[Array, " iterations"]:
+def iteration_keys(config: JobConfig, *, key: PRNGKey) -> Key[Array, " iterations"]:
     """The key of every iteration, `(iterations,)`: chunk `c` of `log_period` iterations
     splits `split(key, chunks)[c]`, as `run` splits its key. Splits keep their prefix as the
     count grows, so a longer run's first iterations get the same keys (a run extended on

@@ -1,0 +1,364 @@
+"""Where a batch is evaluated: in this process, on a local process pool (pebble), or on a Dask
+cluster (`dask.distributed`).
+
+Every pool has one method, `evaluate`, that takes a batch of genotypes and gives back its
+`Evaluations` in the candidates' order, whatever order the results arrive in. A failed
+candidate never fails the batch: an exception, a bad return, a timeout or a dead worker is
+recorded against it (`Status`), and a candidate whose worker died is run again (by the
+process pool up to its `retries` times, by Dask up to its `allowed-failures`). `on_result`
+hears of each candidate as it finishes (a job's journal), and `done` gives candidates
+already evaluated (a resumed batch) that are not run again.
+"""
+
+import abc
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import multiprocessing
+import os
+import pickle
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ._evaluations import evaluate_one, Evaluations, evaluator_name, Outcome, Status
+
+
+OnResult = Callable[[int, Outcome], None]
+"""`on_result(index, outcome)`: called in the driver as each candidate finishes."""
+
+
+def _rows(genotypes: Any) -> np.ndarray:
+    rows = np.asarray(genotypes)
+    if rows.ndim < 1 or rows.shape[0] == 0:
+        raise ValueError(f"genotypes must be a non-empty batch, got shape {rows.shape}")
+    return rows
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and not (float(timeout) > 0):
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
+    return None if timeout is None else float(timeout)
+
+
+class AbstractPool(abc.ABC):
+    """Evaluates batches of candidates with a Python evaluator (module docstring). Use as a
+    context manager, or call `close` when done (a process pool or a cluster it started is
+    shut down)."""
+
+    def evaluate(
+        self,
+        evaluator: Callable[[np.ndarray], Any],
+        genotypes: Any,
+        num_descriptors: int,
+        *,
+        timeout: float | None = None,
+        done: Mapping[int, Outcome] | None = None,
+        on_result: OnResult | None = None,
+    ) -> Evaluations:
+        """Evaluate each row of `genotypes` (`(n, ...)`, a NumPy or JAX array) with
+        `evaluator(genotype) -> (fitness, descriptor)`.
+
+        **Arguments:**
+
+        - `evaluator`: the user's function (a module-level function for processes and
+          clusters, which import it by name).
+        - `genotypes`: the batch, one candidate per row.
+        - `num_descriptors`: the width every descriptor must have.
+        - `timeout`: seconds a candidate may run before it is stopped (`Status.TIMEOUT`).
+        - `done`: outcomes of candidates already evaluated, by index: kept, not run again.
+        - `on_result`: called with `(index, outcome)` as each remaining candidate finishes.
+
+        **Returns:** the batch's `Evaluations`, in the order of the rows.
+        """
+        rows = _rows(genotypes)
+        timeout = _check_timeout(timeout)
+        outcomes: dict[int, Outcome] = dict(done or {})
+        todo = [i for i in range(rows.shape[0]) if i not in outcomes]
+        if todo:
+            for i, outcome in self._run(evaluator, rows, todo, int(num_descriptors), timeout):
+                outcomes[i] = outcome
+                if on_result is not None:
+                    on_result(i, outcome)
+        missing = [i for i in range(rows.shape[0]) if i not in outcomes]
+        if missing:  # a pool's own bug, never the evaluator's
+            raise RuntimeError(f"{type(self).__name__} lost candidates {missing[:5]}")
+        return Evaluations.of([outcomes[i] for i in range(rows.shape[0])], int(num_descriptors))
+
+    @abc.abstractmethod
+    def _run(
+        self,
+        evaluator: Callable[[np.ndarray], Any],
+        rows: np.ndarray,
+        todo: Sequence[int],
+        num_descriptors: int,
+        timeout: float | None,
+    ) -> Iterator[tuple[int, Outcome]]:
+        """Evaluate the rows `todo`, yielding `(index, outcome)` as each finishes."""
+
+    @property
+    @abc.abstractmethod
+    def workers(self) -> int:
+        """How many candidates run at once."""
+
+    def close(self) -> None:
+        """Release the pool's processes or cluster (a no-op where it has none)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class SequentialPool(AbstractPool):
+    """Evaluates one candidate after another in this process. A timeout interrupts the
+    evaluator with a POSIX alarm, which only the main thread can set and which cannot stop
+    code in C that holds the interpreter: use `ProcessPool` for those."""
+
+    @property
+    def workers(self) -> int:
+        return 1
+
+    def _run(self, evaluator, rows, todo, num_descriptors, timeout):
+        for i in todo:
+            yield i, evaluate_one(evaluator, rows[i], num_descriptors, timeout)
+
+
+def _check_picklable(evaluator: Any, where: str) -> None:
+    try:
+        pickle.dumps(evaluator)
+    except Exception as e:
+        raise TypeError(
+            f"{where} runs the evaluator in other processes, which import it by name: give a "
+            f"module-level function (package.module:function), not {evaluator_name(evaluator)} "
+            f"({type(e).__name__}: {e})"
+        ) from e
+
+
+class ProcessPool(AbstractPool):
+    """Evaluates on `workers` local processes (pebble's `ProcessPool`, started with
+    `start_method`, by default `spawn`: a fork of a process that runs JAX is unsafe). A
+    candidate past its `timeout` has its process killed and replaced (`Status.TIMEOUT`); a
+    process that dies (killed, a crash in C) has its candidate run again, at most `retries`
+    times, then recorded `Status.CRASHED`. Workers are started at the first batch and kept
+    until `close`."""
+
+    def __init__(self, workers: int = 2, *, retries: int = 1, start_method: str = "spawn"):
+        if int(workers) < 1:
+            raise ValueError(f"ProcessPool.workers must be at least 1, got {workers}")
+        if int(retries) < 0:
+            raise ValueError(f"ProcessPool.retries must be non-negative, got {retries}")
+        try:
+            import pebble
+        except ImportError as e:  # pragma: no cover - an optional extra
+            raise ImportError("ProcessPool needs pebble: pip install 'eqx_qd[external]'") from e
+        self._workers, self.retries = int(workers), int(retries)
+        self._pebble = pebble
+        self._context = multiprocessing.get_context(start_method)
+        self._pool: Any = None
+
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    def _ensure(self) -> Any:
+        if self._pool is None or not self._pool.active:
+            self._pool = self._pebble.ProcessPool(max_workers=self._workers, context=self._context)
+        return self._pool
+
+    def _run(self, evaluator, rows, todo, num_descriptors, timeout):
+        _check_picklable(evaluator, "ProcessPool")
+        pool = self._ensure()
+        attempts = collections.Counter[int]()
+        name = evaluator_name(evaluator)
+
+        def submit(i: int) -> concurrent.futures.Future:
+            attempts[i] += 1
+            future = pool.schedule(
+                evaluate_one, args=(evaluator, rows[i], num_descriptors), timeout=timeout
+            )
+            future.index = i  # type: ignore[attr-defined]
+            future.submitted = time.perf_counter()  # type: ignore[attr-defined]
+            return future
+
+        pending = {submit(i) for i in todo}
+        while pending:
+            finished, pending = concurrent.futures.wait(
+                pending, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            for future in finished:
+                i = future.index
+                seconds = time.perf_counter() - future.submitted
+                try:
+                    outcome = future.result()
+                except concurrent.futures.TimeoutError:
+                    outcome = Outcome.failed(
+                        Status.TIMEOUT, f"{name} ran past the timeout of {timeout:g} s",
+                        num_descriptors, seconds, attempts[i],
+                    )  # fmt: skip
+                except self._pebble.ProcessExpired as e:
+                    if attempts[i] <= self.retries:
+                        pending.add(submit(i))
+                        continue
+                    outcome = Outcome.failed(
+                        Status.CRASHED,
+                        f"the worker process died {attempts[i]} times (last exit code "
+                        f"{e.exitcode})",
+                        num_descriptors, seconds, attempts[i],
+                    )  # fmt: skip
+                except Exception as e:  # e.g. a return value that cannot be pickled
+                    outcome = Outcome.failed(
+                        Status.ERROR, f"{type(e).__name__}: {e}", num_descriptors, seconds,
+                        attempts[i],
+                    )  # fmt: skip
+                else:
+                    outcome = dataclasses.replace(outcome, attempts=attempts[i])
+                yield i, outcome
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool.join()
+            self._pool = None
+
+
+def evaluate_many(
+    evaluator: Callable[[np.ndarray], Any], rows: np.ndarray, num_descriptors: int
+) -> list[Outcome]:
+    """`evaluate_one` on each row of `rows`: a chunk of a batch, one task on a cluster."""
+    return [evaluate_one(evaluator, row, num_descriptors) for row in rows]
+
+
+class DaskPool(AbstractPool):
+    """Evaluates on a Dask cluster (`dask.distributed`): the scheduler at `scheduler`
+    (`"tcp://host:8786"`), a `distributed.Client` you made, or, with `None`, a `LocalCluster`
+    of `workers` single-threaded processes started here and closed by `close`.
+
+    Without a `timeout` the batch goes to the cluster at once, in tasks of `chunk_size`
+    candidates (default: four tasks per worker thread, for a cluster's per-task cost of a
+    millisecond or so). With one, one candidate per worker thread at a time, so that its
+    clock starts with it (a round trip to the scheduler per candidate); a candidate past it
+    is cancelled and its worker restarted (`Status.TIMEOUT`). A task whose worker dies is
+    rerun by Dask on another (up to its `distributed.scheduler.allowed-failures`, 3 by
+    default), then recorded `Status.CRASHED`. The evaluator must be importable on the
+    workers (a module-level function of an installed package or of a module on their
+    path)."""
+
+    def __init__(self, scheduler: Any = None, *, workers: int = 2, chunk_size: int | None = None):
+        if chunk_size is not None and int(chunk_size) < 1:
+            raise ValueError(f"DaskPool.chunk_size must be at least 1, got {chunk_size}")
+        try:
+            import distributed
+        except ImportError as e:  # pragma: no cover - an optional extra
+            raise ImportError("DaskPool needs distributed: pip install 'eqx_qd[external]'") from e
+        self._distributed = distributed
+        self.chunk_size = None if chunk_size is None else int(chunk_size)
+        self._cluster = None
+        if isinstance(scheduler, distributed.Client):
+            self.client, self._owns_client = scheduler, False
+        elif scheduler is None:
+            if int(workers) < 1:
+                raise ValueError(f"DaskPool.workers must be at least 1, got {workers}")
+            self._cluster = distributed.LocalCluster(
+                n_workers=int(workers), threads_per_worker=1, processes=True,
+                dashboard_address=None, silence_logs=logging.CRITICAL,
+            )  # fmt: skip
+            self.client, self._owns_client = distributed.Client(self._cluster), True
+        elif isinstance(scheduler, str):
+            self.client, self._owns_client = distributed.Client(scheduler), True
+        else:
+            raise TypeError(
+                "DaskPool.scheduler must be an address, a distributed.Client or None, got "
+                f"{type(scheduler).__name__}"
+            )
+
+    @property
+    def workers(self) -> int:
+        return max(1, sum(self.client.nthreads().values()))
+
+    def _stop(self, future: Any) -> None:
+        """Cancel `future` and end the worker process running it (its nanny starts a new
+        one): a hung evaluation cannot be stopped any other way, a thread is not
+        interruptible, and a graceful restart would wait for it."""
+        try:
+            running = [a for a, keys in self.client.processing().items() if future.key in keys]
+        except Exception:  # the scheduler may be gone already
+            running = []
+        future.cancel()
+        if running:
+            try:
+                self.client.run(os._exit, 1, workers=running)
+            except Exception:  # the connection closes as the worker ends
+                pass
+
+    def _run(self, evaluator, rows, todo, num_descriptors, timeout):
+        dist = self._distributed
+        name = evaluator_name(evaluator)
+        started: dict[Any, tuple[list[int], float]] = {}
+
+        def submit(indices: list[int]) -> Any:
+            future = self.client.submit(
+                evaluate_many, evaluator, rows[indices], num_descriptors, pure=False
+            )
+            started[future] = (indices, time.perf_counter())
+            return future
+
+        def outcomes_of(future: Any) -> Iterator[tuple[int, Outcome]]:
+            indices, t0 = started.pop(future)
+            seconds = time.perf_counter() - t0
+            try:
+                yield from zip(indices, future.result())
+            except dist.KilledWorker as e:
+                for i in indices:
+                    yield i, Outcome.failed(
+                        Status.CRASHED, f"the workers running it died: {e}", num_descriptors,
+                        seconds,
+                    )  # fmt: skip
+            except Exception as e:  # e.g. an evaluator the workers cannot import
+                for i in indices:
+                    yield (
+                        i,
+                        Outcome.failed(
+                            Status.ERROR, f"{type(e).__name__}: {e}", num_descriptors, seconds
+                        ),
+                    )
+
+        if timeout is None:  # the whole batch at once, in chunks: the cluster queues them
+            size = self.chunk_size or max(1, -(-len(todo) // (4 * self.workers)))
+            chunks = [list(todo[j : j + size]) for j in range(0, len(todo), size)]
+            for future in dist.as_completed([submit(c) for c in chunks]):
+                yield from outcomes_of(future)
+            return
+        # With a timeout, one candidate per worker thread, so that its clock starts with it.
+        queue = collections.deque(todo)
+        while queue or started:
+            while queue and len(started) < self.workers:
+                submit([queue.popleft()])
+            first = min(t0 for _, t0 in started.values())
+            wait_s = max(0.0, first + timeout - time.perf_counter()) + 0.01
+            try:
+                done = dist.wait(list(started), timeout=wait_s, return_when="FIRST_COMPLETED").done
+            except (TimeoutError, dist.TimeoutError):
+                done = set()
+            for future in done:
+                yield from outcomes_of(future)
+            now = time.perf_counter()
+            for future, (indices, t0) in list(started.items()):
+                if now - t0 >= timeout:
+                    del started[future]
+                    self._stop(future)
+                    yield indices[0], Outcome.failed(
+                        Status.TIMEOUT, f"{name} ran past the timeout of {timeout:g} s",
+                        num_descriptors, now - t0,
+                    )  # fmt: skip
+
+    def close(self) -> None:
+        if self._owns_client:
+            self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None

@@ -1,0 +1,412 @@
+"""The external job (`eqx-qd run external`): MAP-Elites whose candidates are evaluated by a
+Python function outside JAX, in this process, on local processes or on a Dask cluster.
+
+Each iteration asks the emitter for a batch (`MAPElites.ask`, compiled), evaluates it with the
+user's `evaluator(genotype) -> (fitness, descriptor)` on the pool, and tells the results
+(`MAPElites.tell`, compiled). Every candidate's outcome is written to `evaluations.csv`, and,
+as it arrives, to the run's journal (`journal/ITERATION.jsonl`), so that a run killed in the
+middle of a batch resumes without evaluating again the candidates that had finished: a
+resumed run tells exactly the results the killed one received, and ends as an uninterrupted
+run would with the same results.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+from .._compile import jit
+from .._map_elites import MAPElites, MAPElitesState
+from .._metrics import METRIC_NAMES
+from .._tessellation import GridTessellation
+from .._validate import positive_int
+from ..external import (
+    AbstractPool,
+    DaskPool,
+    Evaluations,
+    ExternalTask,
+    load_evaluator,
+    Outcome,
+    ProcessPool,
+    SequentialPool,
+    Status,
+)
+from ._blocks import CellOptions, EmitterOptions, RepertoireOptions, RunOptions
+from ._common import (
+    PROGRESS_FILE,
+    qd_summary,
+    read_qd_run,
+    read_repertoire,
+    register_job,
+    RunResult,
+    write_qd_outputs,
+)
+from ._config import option
+from ._folder import RunFolder
+from ._loop import Chunk, LoopJob
+from ._map_elites import iteration_keys, make_map_elites, make_tessellation
+from ._resume import Checkpointer, RunClock
+
+
+EVALUATIONS_FILE = "evaluations.csv"
+"""Every candidate's outcome, one row each."""
+JOURNAL = "journal"
+"""The folder of outcomes as they arrive, one file per batch not yet checkpointed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions):
+    """Settings of the external job (`jobs.run`, `eqx-qd run external`)."""
+
+    JOB: ClassVar[str] = "external"
+
+    evaluator: str = option(
+        "eqx_qd.external:arm",
+        "package.module:function that scores one genotype: f(genotype) -> (fitness, descriptor)",
+    )
+    genotype_dim: int = option(8, "genes per genotype", check=positive_int)
+    genotype_min: float = option(0.0, "lower bound of the initial population's uniform genes")
+    genotype_max: float = option(1.0, "upper bound of the initial population's uniform genes")
+    num_descriptors: int = option(2, "values in each descriptor", check=positive_int)
+    descriptor_min: float = option(0.0, "lower bound of every descriptor (the cells')")
+    descriptor_max: float = option(1.0, "upper bound of every descriptor (the cells')")
+    qd_offset: float = option(1.0, "added to every elite's fitness in the QD-score")
+    batch_size: int = option(
+        64, "candidates per iteration", check=positive_int, aliases=("--batch",)
+    )
+    iterations: int = option(100, "iterations", check=positive_int, aliases=("--iters",))
+    log_period: int = option(1, "iterations per logged row", check=positive_int)
+    workers: int = option(
+        0,
+        "0: evaluate in this process; N: on N local processes, or a Dask LocalCluster of N "
+        "with --scheduler local",
+    )
+    scheduler: str | None = option(
+        None, "a Dask scheduler's address (tcp://host:8786), or local for a LocalCluster"
+    )
+    timeout: float | None = option(
+        None, "seconds a candidate may run before it is stopped and recorded as timed out"
+    )
+    retries: int = option(1, "reruns of a candidate whose worker process died (local processes)")
+    checkpoint_every: int = option(
+        10, "iterations between checkpoints (and one at the end)", check=positive_int
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.cell_free and self.anneals:
+            raise ValueError(
+                f"repertoire {self.repertoire!r} has no cells to anneal: CMA-MAE's "
+                "archive_learning_rate / threshold_min need --repertoire cvt or grid"
+            )
+        if self.emitter in ("cma_mega", "cma_maega"):
+            raise ValueError(
+                f"emitter {self.emitter!r} follows the task's gradients: an evaluator outside "
+                "JAX has none (use cma_me or cma_mae)"
+            )
+        for what, lo, hi in (
+            ("genotype", self.genotype_min, self.genotype_max),
+            ("descriptor", self.descriptor_min, self.descriptor_max),
+        ):
+            if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+                raise ValueError(f"{what}_min must be below {what}_max, got {lo} and {hi}")
+        if not np.isfinite(self.qd_offset):
+            raise ValueError(f"qd_offset must be finite, got {self.qd_offset}")
+        if self.workers < 0:
+            raise ValueError(f"workers must be 0 (this process) or more, got {self.workers}")
+        if self.scheduler == "local" and self.workers < 1:
+            raise ValueError(
+                "scheduler local starts a LocalCluster of `workers` processes: give workers 1 "
+                "or more"
+            )
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be non-negative, got {self.retries}")
+        _, sep, attr = self.evaluator.partition(":")
+        if not sep or not attr:
+            raise ValueError(f"evaluator {self.evaluator!r}: expected 'package.module:function'")
+
+    def pool(self) -> AbstractPool:
+        """Where the batches are evaluated: this process, local processes or Dask."""
+        if self.scheduler is not None:
+            address = None if self.scheduler == "local" else self.scheduler
+            return DaskPool(address, workers=max(self.workers, 1))
+        if self.workers == 0:
+            return SequentialPool()
+        return ProcessPool(self.workers, retries=self.retries)
+
+
+def _digest(row: np.ndarray) -> str:
+    return hashlib.sha1(np.ascontiguousarray(row).tobytes()).hexdigest()[:16]
+
+
+class _ExternalPlan:
+    """What the run needs; `pool` is started at the first batch, `folder` set once open."""
+
+    def __init__(self, config: ExternalConfig):
+        self.config = config
+        evaluator = load_evaluator(config.evaluator)
+        self.task = ExternalTask(
+            evaluator,
+            config.genotype_dim,
+            config.num_descriptors,
+            genotype_bounds=(config.genotype_min, config.genotype_max),
+            descriptor_bounds=(config.descriptor_min, config.descriptor_max),
+            qd_offset=config.qd_offset,
+            timeout=config.timeout,
+        )
+        tess_key, self.init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
+        self.algorithm, _ = make_map_elites(config, self.task)
+        tessellation = make_tessellation(config, self.task, key=tess_key)
+        self.repertoire = config.repertoire_for(tessellation, config.num_descriptors)
+        self.result = config.result_for(tessellation)
+        self.genotypes = self.task.init_genotypes(config.batch_size, key=pop_key)
+        self.keys = iteration_keys(config, key=run_key)
+        self.pool: AbstractPool | None = None
+        self.folder: RunFolder | None = None
+        self.failed = 0  # over resumes, from the last progress row
+        self.eval_s = 0.0
+
+    def init_scored(self, evaluations: Evaluations) -> tuple[MAPElitesState, Any]:
+        return _init_scored(
+            self.algorithm, self.genotypes, jnp.asarray(evaluations.descriptors),
+            jnp.asarray(evaluations.fitnesses), self.repertoire, key=self.init_key,
+            result=self.result,
+        )  # fmt: skip
+
+    def evaluate(self, genotypes: Any, label: str, clock: RunClock) -> Evaluations:
+        """Evaluate the batch on the pool, journaling each outcome as it arrives and taking
+        back those the journal holds for this batch (a resumed run's)."""
+        if self.pool is None:
+            self.pool = self.config.pool()
+        rows = np.asarray(genotypes)
+        digests = [_digest(r) for r in rows]
+        done: dict[int, Outcome] = {}
+        journal = None
+        if self.folder is not None:
+            path = self.folder.subfolder(JOURNAL).file(f"{label}.jsonl")
+            done = _read_journal(path, digests)
+            journal = open(path, "a")
+
+        def on_result(i: int, outcome: Outcome) -> None:
+            if journal is not None:
+                record = {"candidate": i, "digest": digests[i], **outcome.to_json()}
+                journal.write(json.dumps(record) + "\n")
+                journal.flush()
+
+        start = clock()
+        try:
+            evaluations = self.pool.evaluate(
+                self.task.evaluator, rows, self.config.num_descriptors,
+                timeout=self.config.timeout, done=done, on_result=on_result,
+            )  # fmt: skip
+        finally:
+            if journal is not None:
+                journal.close()
+        self.eval_s += clock() - start
+        self.failed += evaluations.failed
+        return evaluations
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+
+def _read_journal(path: str, digests: list[str]) -> dict[int, Outcome]:
+    """The outcomes a journal holds for the batch whose rows have `digests` (a line cut by a
+    kill, or of another batch, is skipped)."""
+    done: dict[int, Outcome] = {}
+    if not os.path.exists(path):
+        return done
+    with open(path) as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+                i = int(record["candidate"])
+                if 0 <= i < len(digests) and record["digest"] == digests[i]:
+                    done[i] = Outcome.from_json(record)
+            except (ValueError, KeyError, TypeError):
+                continue
+    return done
+
+
+@jit
+def _init_scored(algorithm, genotypes, descriptors, fitnesses, repertoire, *, key, result):
+    return algorithm.init_scored(
+        genotypes, descriptors, fitnesses, repertoire, key=key, result=result
+    )
+
+
+@jit
+def _ask(algorithm: MAPElites, state: MAPElitesState, *, key):
+    return algorithm.ask(state, key=key)
+
+
+@jit
+def _tell(algorithm: MAPElites, state: MAPElitesState, asked, genotypes, descriptors, fitnesses):
+    state, metrics, _ = algorithm.tell(state, asked, genotypes, descriptors, fitnesses)
+    return state, metrics
+
+
+class _JournalCheckpointer(Checkpointer):
+    """Checkpoints as usual, then drops the journal of the batches the checkpoint holds."""
+
+    def save(self, step: int, state: Any, metrics: Any, *, force: bool) -> bool:
+        saved = super().save(step, state, metrics, force=force)
+        if saved and self.folder is not None and self.folder.exists(JOURNAL):
+            journal = self.folder.subfolder(JOURNAL, create=False)
+            for name in os.listdir(journal.path):
+                stem = name.removesuffix(".jsonl")
+                if stem == "init" or (stem.isdigit() and int(stem) < step):
+                    os.remove(journal.file(name))
+        return saved
+
+
+_HEADER = ["iteration", "evaluations", "wall_s", *METRIC_NAMES, "failed", "eval_s"]
+
+
+def _evaluation_header(num_descriptors: int) -> list[str]:
+    descriptors = [f"descriptor_{j}" for j in range(num_descriptors)]
+    return ["iteration", "candidate", "status", "fitness", *descriptors, "seconds", "attempts",
+            "error"]  # fmt: skip
+
+
+def _evaluation_rows(iteration: int, evaluations: Evaluations) -> list[list[Any]]:
+    rows = []
+    for i in range(evaluations.fitnesses.shape[0]):
+        o = evaluations.outcome(i)
+        rows.append([iteration, i, o.status.label, o.fitness, *o.descriptor,
+                     round(o.seconds, 6), o.attempts, o.error])  # fmt: skip
+    return rows
+
+
+class _ExternalJob(LoopJob):
+    """Run MAP-Elites over an evaluator outside JAX as `config` says; with `out_dir`, write
+    the run folder: `config.toml`, `progress.csv` (the MAP-Elites job's columns, plus
+    `failed`, the candidates whose evaluation failed so far, and `eval_s`, the seconds spent
+    waiting for evaluations), `evaluations.csv` (every candidate: its iteration, index,
+    status, fitness, descriptor, seconds, attempts and error), `journal/`, checkpoints,
+    `repertoire.eqx` and, with `plots`, its figures. Resume continues from the newest
+    checkpoint and takes back from the journal the outcomes of the batch it was in."""
+
+    name = "external"
+    config_cls = ExternalConfig
+    help = "MAP-Elites over a Python evaluator outside JAX (default: a NumPy planar arm)"
+    resume_may_change = ("iterations", "workers", "scheduler", "timeout", "retries")
+    logs = {PROGRESS_FILE: "iteration", EVALUATIONS_FILE: "iteration"}
+    checkpoint_at_start = True  # the first batch's evaluations may be costly
+
+    def __init__(self):
+        self._plans: list[_ExternalPlan] = []
+
+    def plan(self, config: ExternalConfig) -> _ExternalPlan:
+        self._plans.append(_ExternalPlan(config))
+        return self._plans[-1]
+
+    def headers(self, plan: _ExternalPlan) -> dict[str, list[str]]:
+        return {
+            PROGRESS_FILE: _HEADER,
+            EVALUATIONS_FILE: _evaluation_header(plan.config.num_descriptors),
+        }
+
+    def like(self, plan: _ExternalPlan) -> MAPElitesState:
+        n, d = plan.config.batch_size, plan.config.num_descriptors
+        scored = Evaluations.of(
+            [Outcome(Status.OK, 0.0, (0.0,) * d, 0.0)] * n, d
+        )  # shapes only: nothing is evaluated
+        return eqx.filter_eval_shape(plan.init_scored, scored)[0]
+
+    def total(self, config: ExternalConfig) -> int:
+        return config.iterations
+
+    def opened(self, plan: _ExternalPlan, folder: RunFolder) -> None:
+        plan.folder = folder
+
+    def checkpointer(self, config, folder, resumed, enabled) -> Checkpointer:
+        return _JournalCheckpointer.of(
+            config, folder, resumed, origin=self.step_offset, enabled=enabled
+        )
+
+    def _row(self, plan: _ExternalPlan, step: int, clock: RunClock, metrics) -> list[Any]:
+        row = [step, plan.config.batch_size * (step + 1), clock()]
+        row += [np.ravel(np.asarray(v))[-1].item() for v in metrics.as_dict().values()]
+        return [*row, plan.failed, round(plan.eval_s, 3)]
+
+    def start(self, plan: _ExternalPlan, clock: RunClock) -> Chunk:
+        evaluations = plan.evaluate(plan.genotypes, "init", clock)
+        if evaluations.failed == evaluations.status.shape[0]:
+            raise ValueError(
+                f"every candidate of the first batch failed; evaluator {plan.config.evaluator}: "
+                f"{evaluations.errors[0]}"
+            )
+        state, metrics = plan.init_scored(evaluations)
+        rows = {
+            PROGRESS_FILE: [self._row(plan, 0, clock, metrics)],
+            EVALUATIONS_FILE: _evaluation_rows(0, evaluations),
+        }
+        return Chunk(state, 0, rows)
+
+    def resumed_state(self, plan: _ExternalPlan, resumed) -> MAPElitesState:
+        last = dict(zip(_HEADER, resumed.logs[PROGRESS_FILE][-1]))
+        plan.failed, plan.eval_s = int(last["failed"]), float(last["eval_s"])
+        return resumed.state
+
+    def advance(self, plan: _ExternalPlan, state, step: int, clock: RunClock) -> Chunk:
+        config = plan.config
+        n = min(config.log_period - step % config.log_period, config.iterations - step)
+        evaluated = []
+        for i in range(step, step + n):
+            genotypes, asked = _ask(plan.algorithm, state, key=plan.keys[i])
+            evaluations = plan.evaluate(genotypes, f"{i:08d}", clock)
+            state, metrics = _tell(
+                plan.algorithm, state, asked, genotypes,
+                jnp.asarray(evaluations.descriptors), jnp.asarray(evaluations.fitnesses),
+            )  # fmt: skip
+            evaluated += _evaluation_rows(i + 1, evaluations)
+        rows = {
+            PROGRESS_FILE: [self._row(plan, step + n, clock, metrics)],
+            EVALUATIONS_FILE: evaluated,
+        }
+        return Chunk(state, step + n, rows)
+
+    def finish(self, plan: _ExternalPlan, folder, state, logs, plots: bool) -> RunResult:
+        plan.close()
+        rows = logs[PROGRESS_FILE]
+        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_HEADER)}
+        repertoire = state.elites
+        if folder is not None:
+            write_qd_outputs(folder, repertoire, columns, plots=plots)
+        return RunResult(
+            plan.config, None if folder is None else folder.path, columns, state, repertoire
+        )
+
+    def run(self, config, out_dir, *, progress, plots: bool, resume: bool) -> RunResult:
+        try:
+            return super().run(config, out_dir, progress=progress, plots=plots, resume=resume)
+        finally:  # the pool's processes or cluster end with the run, whatever ends it
+            while self._plans:
+                self._plans.pop().close()
+
+    def load(self, folder: RunFolder, config) -> RunResult:
+        tess = None
+        if config.uses_grid:
+            lo, hi = config.descriptor_min, config.descriptor_max
+            tess = GridTessellation((config.cells,) * config.num_descriptors, lo, hi)
+        genotype = lambda: jnp.zeros((config.genotype_dim,), jnp.float32)
+        repertoire = read_repertoire(folder, genotype, tessellation=tess)
+        return read_qd_run(folder, config, repertoire)
+
+    def summary(self, result: RunResult) -> str:
+        failed = int(result.last["failed"])
+        return qd_summary(result) + (f", {failed} failed evaluations" if failed else "")
+
+
+register_job(_ExternalJob())
