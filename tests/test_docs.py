@@ -12,7 +12,7 @@ import pytest
 
 NAMESPACES = (
     "eqx_qd", "eqx_qd.envs", "eqx_qd.rl", "eqx_qd.internal", "eqx_qd.plotting", "eqx_qd.jobs",
-    "eqx_qd.testing",
+    "eqx_qd.testing", "eqx_qd.external",
 )  # fmt: skip
 SKIPPED_PARAMS = {"self", "cls", "key", "args", "kwargs"}
 
@@ -117,7 +117,7 @@ def test_the_migration_guide_names_only_what_exists():
 
 def test_the_api_reference_has_a_page_entry_for_every_public_name():
     """``docs/api`` (built by ``mkdocs build --strict`` in CI) renders every public name of
-    ``eqx_qd``, ``eqx_qd.jobs`` and ``eqx_qd.plotting`` once."""
+    ``eqx_qd``, ``eqx_qd.jobs``, ``eqx_qd.external`` and ``eqx_qd.plotting`` once."""
     import pathlib
 
     entries = []
@@ -125,7 +125,15 @@ def test_the_api_reference_has_a_page_entry_for_every_public_name():
         entries += re.findall(r"^\s*::: (eqx_qd[\w.]*)$", page.read_text(), flags=re.M)
     assert len(entries) == len(set(entries)), "an entry is listed twice"
     expected = set()
-    for module_name in ("eqx_qd", "eqx_qd.envs", "eqx_qd.rl", "eqx_qd.jobs", "eqx_qd.plotting"):
+    modules = (
+        "eqx_qd",
+        "eqx_qd.envs",
+        "eqx_qd.rl",
+        "eqx_qd.jobs",
+        "eqx_qd.plotting",
+        "eqx_qd.external",
+    )
+    for module_name in modules:
         module = importlib.import_module(module_name)
         for name in getattr(module, "__all__", None) or [n for n in vars(module) if n[0] != "_"]:
             obj = getattr(module, name)

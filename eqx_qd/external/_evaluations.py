@@ -200,7 +200,10 @@ def _scalar(x: Any) -> float:
 
 
 def evaluate_one(
-    evaluator: Evaluator, genotype: np.ndarray, num_descriptors: int, timeout: float | None = None
+    evaluator: Evaluator,
+    genotype: np.ndarray,
+    num_descriptors: int,
+    timeout: float | int | None = None,
 ) -> Outcome:
     """Run `evaluator` on one `genotype` and check what it returns: a finite fitness and a
     finite descriptor of `num_descriptors` values (`Status.OK`); an exception (`ERROR`), a

@@ -38,7 +38,7 @@ def _rows(genotypes: Any) -> np.ndarray:
     return rows
 
 
-def _check_timeout(timeout: float | None) -> float | None:
+def _check_timeout(timeout: float | int | None) -> float | None:
     if timeout is not None and not (float(timeout) > 0):
         raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
     return None if timeout is None else float(timeout)
@@ -55,7 +55,7 @@ class AbstractPool(abc.ABC):
         genotypes: Any,
         num_descriptors: int,
         *,
-        timeout: float | None = None,
+        timeout: float | int | None = None,
         done: Mapping[int, Outcome] | None = None,
         on_result: OnResult | None = None,
     ) -> Evaluations:

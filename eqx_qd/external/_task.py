@@ -2,6 +2,7 @@
 
 import math
 import typing
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -57,7 +58,7 @@ class ExternalTask(AbstractTask):
         genotype_bounds: tuple[float, float] = (0.0, 1.0),
         descriptor_bounds: tuple[float, float] = (0.0, 1.0),
         qd_offset: float = 0.0,
-        timeout: float | None = None,
+        timeout: float | int | None = None,
     ):
         if not callable(evaluator):
             raise TypeError(f"ExternalTask.evaluator must be callable, got {evaluator!r}")
@@ -99,8 +100,9 @@ class ExternalTask(AbstractTask):
         lo, hi = self.genotype_range
         return jax.random.uniform(key, (num, self.genotype_dim), minval=lo, maxval=hi)
 
-    def evaluate(self, genotypes: np.ndarray) -> Evaluations:
-        """The batch's `Evaluations`, one candidate after another in this process."""
+    def evaluate(self, genotypes: Any) -> Evaluations:
+        """The `Evaluations` of the batch `genotypes` (NumPy or JAX), one candidate after
+        another in this process."""
         rows = np.asarray(genotypes)
         outcomes = [evaluate_one(self.evaluator, r, self.width, self.timeout) for r in rows]
         return Evaluations.of(outcomes, self.width)

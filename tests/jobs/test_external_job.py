@@ -1,0 +1,154 @@
+"""The external job (`eqx-qd run external`): MAP-Elites over an evaluator outside JAX, its
+per-candidate records, its journal and resume in the middle of a batch."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from eqx_qd import jobs
+
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, TESTS)  # the evaluators' module, as a user's would be on the path
+
+import external_evaluators as evs  # noqa: E402
+
+
+SMALL = dict(
+    evaluator="external_evaluators:counted_arm", batch_size=8, iterations=6, cells=16,
+    cvt_samples=200, checkpoint_every=2,
+)  # fmt: skip
+
+
+def _rows(path, drop=("wall_s", "eval_s", "seconds")) -> list[list[str]]:
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    keep = [j for j, name in enumerate(rows[0]) if name not in drop]
+    return [[r[j] for j in keep] for r in rows]
+
+
+def _same_repertoire(a, b) -> None:
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        assert np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
+
+
+def test_a_run_records_every_candidate_and_equals_itself_on_processes(tmp_path):
+    config = jobs.ExternalConfig(**SMALL)
+    here = jobs.run(config, tmp_path / "here", progress=False, plots=False)
+    assert here.last["evaluations"] == 8 * 7 and here.last["failed"] == 0
+    assert here.progress["qd_score"][-1] > here.progress["qd_score"][0]
+    rows = _rows(tmp_path / "here" / "evaluations.csv")
+    assert rows[0] == ["iteration", "candidate", "status", "fitness", "descriptor_0",
+                       "descriptor_1", "attempts", "error"]  # fmt: skip
+    assert len(rows) == 1 + 8 * 7 and {r[2] for r in rows[1:]} == {"ok"}
+    assert [int(r[0]) for r in rows[1::8]] == list(range(7))
+    assert os.listdir(tmp_path / "here" / "journal") == []  # all checkpointed
+    # On two local processes: the same run (the order results arrive in does not matter).
+    on_processes = jobs.ExternalConfig(**{**SMALL, "workers": 2})
+    there = jobs.run(on_processes, tmp_path / "there", progress=False, plots=False)
+    _same_repertoire(here.repertoire, there.repertoire)
+    assert _rows(tmp_path / "here" / "progress.csv") == _rows(tmp_path / "there" / "progress.csv")
+    again = jobs.load_run(tmp_path / "there")
+    _same_repertoire(again.repertoire, there.repertoire)
+
+
+def test_a_run_killed_mid_batch_resumes_without_evaluating_again(tmp_path, monkeypatch):
+    whole = jobs.run(jobs.ExternalConfig(**SMALL), tmp_path / "whole", progress=False)
+    evs.CALLS.clear()
+    # Killed at the 5th candidate of iteration 3 (after the first batch, iterations 0 to 2
+    # and 4 candidates): iterations 2 and 3 are past the checkpoint at 2, and their 12
+    # outcomes are in the journal.
+    monkeypatch.setenv("EQX_QD_TEST_STOP_AT", str(8 * 4 + 5))
+    out = tmp_path / "killed"
+    with pytest.raises(KeyboardInterrupt):
+        jobs.run(jobs.ExternalConfig(**SMALL), out, progress=False, plots=False)
+    assert jobs.list_checkpoints(out)[-1].step == 2
+    assert sorted(os.listdir(out / "journal")) == ["00000002.jsonl", "00000003.jsonl"]
+    monkeypatch.delenv("EQX_QD_TEST_STOP_AT")
+    evs.CALLS.clear()
+    resumed = jobs.run(jobs.ExternalConfig(**SMALL), out, progress=False, plots=False, resume=True)
+    assert len(evs.CALLS) == 8 * 7 - (8 * 4 + 4)  # only what the killed run had not finished
+    _same_repertoire(whole.repertoire, resumed.repertoire)
+    assert _rows(out / "evaluations.csv") == _rows(tmp_path / "whole" / "evaluations.csv")
+    assert _rows(out / "progress.csv") == _rows(tmp_path / "whole" / "progress.csv")
+
+
+def test_failed_evaluations_are_recorded_and_never_stored(tmp_path):
+    config = jobs.ExternalConfig(**{**SMALL, "evaluator": "external_evaluators:faulty"})
+    result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
+    rows = _rows(tmp_path / "run" / "evaluations.csv")[1:]
+    failed = [r for r in rows if r[2] != "ok"]
+    assert result.last["failed"] == len(failed) > 0
+    assert {r[2] for r in failed} <= {"error", "invalid"}
+    assert all(r[3] == "-inf" and r[-1] for r in failed)
+    assert any("external_evaluators:faulty returned a descriptor of shape (3,)" in r[-1]
+               for r in failed)  # fmt: skip
+    fitnesses = np.asarray(result.repertoire.fitnesses)
+    assert np.all(np.isfinite(fitnesses) | np.isneginf(fitnesses))
+
+
+def test_bad_settings_are_named_before_anything_runs(tmp_path):
+    every = jobs.ExternalConfig(**{**SMALL, "evaluator": "external_evaluators:three_descriptors"})
+    with pytest.raises(ValueError, match="every candidate of the first batch failed.*three_desc"):
+        jobs.run(every, tmp_path / "a", progress=False, plots=False)
+    for bad, match in [
+        (dict(emitter="cma_mega"), "has none"),
+        (dict(scheduler="local"), "workers 1"),
+        (dict(workers=-1), "workers"),
+        (dict(timeout=0.0), "timeout"),
+        (dict(genotype_min=1.0), "genotype_min must be below"),
+        (dict(evaluator="external_evaluators.sphere"), "package.module:function"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            jobs.ExternalConfig(**{**SMALL, **bad})
+    with pytest.raises(ValueError, match="cannot import"):
+        jobs.run(jobs.ExternalConfig(**{**SMALL, "evaluator": "nowhere:f"}), None, progress=False)
+
+
+@pytest.mark.slow
+def test_a_dask_run_killed_with_sigkill_mid_batch_resumes_equal(tmp_path):
+    from launched import launched_env
+
+    env = launched_env(PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    options = ["--evaluator", "external_evaluators:slow_sphere", "--genotype-dim", "4",
+               "--batch-size", "16", "--iterations", "8", "--cells", "16", "--cvt-samples",
+               "200", "--checkpoint-every", "3", "--no-progress", "--no-plots"]  # fmt: skip
+    command = [sys.executable, "-m", "eqx_qd.cli", "run", "external", *options]
+    out = tmp_path / "killed"
+    with open(tmp_path / "stderr", "wb") as err:
+        proc = subprocess.Popen(
+            [*command, "--workers", "2", "--scheduler", "local", "--out", str(out)],
+            env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+        )  # fmt: skip
+        journal = out / "journal" / "00000004.jsonl"  # past the checkpoint at 3
+        deadline = time.monotonic() + 240
+        while not (journal.exists() and 0 < len(journal.read_text().splitlines()) < 16):
+            assert proc.poll() is None, (tmp_path / "stderr").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the run never reached iteration 4"
+            time.sleep(0.005)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its cluster and its workers
+        proc.wait(timeout=30)
+    assert jobs.list_checkpoints(out)[-1].step == 3
+    done = subprocess.run(
+        [*command[:5], "--resume", str(out), "--workers", "2", "--scheduler", "local",
+         "--no-progress", "--no-plots"],
+        env=env, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    # The uninterrupted run, in this process, one candidate after another.
+    config = jobs.ExternalConfig.from_toml(out / "config.toml")
+    import dataclasses
+
+    whole = jobs.run(
+        dataclasses.replace(config, workers=0, scheduler=None), tmp_path / "whole",
+        progress=False, plots=False,
+    )  # fmt: skip
+    _same_repertoire(jobs.load_run(out).repertoire, whole.repertoire)
+    assert _rows(out / "evaluations.csv") == _rows(tmp_path / "whole" / "evaluations.csv")
