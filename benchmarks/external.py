@@ -39,6 +39,12 @@ def ten_ms(genotype):
     return noop(genotype)
 
 
+def uneven(genotype):
+    """2 to 38 ms (20 on average), by the genotype: evaluations of unequal cost."""
+    time.sleep(0.002 + 0.036 * (abs(float(genotype[2])) % 1.0))
+    return noop(genotype)
+
+
 RIBS = r"""
 import json, statistics, sys, time
 import numpy as np
@@ -127,8 +133,12 @@ def client_map_seconds(client, evaluator, rows, repeats: int) -> float:
     return statistics.median(times)
 
 
-def loop_rate(pool, evaluator, iterations: int) -> float:
-    """Evaluations per second of whole iterations (ask, evaluate, tell), batch 200."""
+def loop_rate(
+    pool, evaluator, iterations: int, *, overlap: bool = False, batch: int = 200
+) -> float:
+    """Evaluations per second of whole iterations (ask, evaluate, tell) of `batch`
+    candidates; with `overlap`, each batch asked before the previous one is told (the job's
+    `--overlap`)."""
     import equinox as eqx
     import jax
     import jax.numpy as jnp
@@ -138,29 +148,36 @@ def loop_rate(pool, evaluator, iterations: int) -> float:
     from eqx_qd import external
 
     task = external.ExternalTask(evaluator, 100, 2)
-    emitter = q.MixingEmitter(200, 0.5, q.GaussianMutation(0.05), q.IsoLineVariation(0.005, 0.05))
+    emitter = q.MixingEmitter(batch, 0.5, q.GaussianMutation(0.05), q.IsoLineVariation(0.005, 0.05))
     algo = q.MAPElites(emitter, task)
-    genotypes = task.init_genotypes(200, key=jr.key(0))
+    genotypes = task.init_genotypes(batch, key=jr.key(0))
     first = pool.evaluate(evaluator, genotypes, 2)
     state, _ = eqx.filter_jit(algo.init_scored)(
         genotypes, jnp.asarray(first.descriptors), jnp.asarray(first.fitnesses),
         q.GridTessellation((32, 32), 0.0, 1.0), key=jr.key(1),
     )  # fmt: skip
     ask, tell = jit(algo.ask), jit(algo.tell)  # as the external job compiles them
-    keys = jr.split(jr.key(2), iterations + 1)
+    keys = jr.split(jr.key(2), iterations + 2)
+    told = lambda s, a, c, ev: tell(s, a, c, jnp.asarray(ev.descriptors), jnp.asarray(ev.fitnesses))
     candidates, asked = ask(state, key=keys[0])  # compile apart
-    jax.block_until_ready(
-        tell(state, asked, candidates, jnp.asarray(first.descriptors), jnp.asarray(first.fitnesses))
-    )
+    jax.block_until_ready(told(state, asked, candidates, first))
     start = time.perf_counter()
-    for key in keys[1:]:
-        candidates, asked = ask(state, key=key)
-        ev = pool.evaluate(evaluator, candidates, 2)
-        state, metrics, _ = tell(
-            state, asked, candidates, jnp.asarray(ev.descriptors), jnp.asarray(ev.fitnesses)
-        )
+    if overlap:
+        candidates, asked = ask(state, key=keys[0])
+        running = pool.submit(evaluator, candidates, 2)
+        for i in range(iterations):
+            following, following_asked = ask(state, key=keys[i + 1])
+            queued = pool.submit(evaluator, following, 2) if i + 1 < iterations else None
+            state, metrics, _ = told(state, asked, candidates, running.result())
+            candidates, asked, running = following, following_asked, queued
+    else:
+        for key in keys[:iterations]:
+            candidates, asked = ask(state, key=key)
+            state, metrics, _ = told(
+                state, asked, candidates, pool.evaluate(evaluator, candidates, 2)
+            )
     jax.block_until_ready(metrics)
-    return 200 * iterations / (time.perf_counter() - start)
+    return batch * iterations / (time.perf_counter() - start)
 
 
 def main() -> None:
@@ -202,6 +219,15 @@ def main() -> None:
     with external.ProcessPool(2) as pool:
         s = pool_seconds(pool, noop, rows, 2 * args.rounds + 1)
         rate_processes = loop_rate(pool, ten_ms, 5)
+        rates = {
+            (name, batch, overlap): statistics.median(
+                loop_rate(pool, f, 5 if batch > 8 else 100, overlap=overlap, batch=batch)
+                for _ in range(args.rounds)
+            )
+            for name, f in (("10 ms", ten_ms), ("2-38 ms", uneven))
+            for batch in (200, 8)
+            for overlap in (False, True)
+        }
     print(f"| 2 local processes (`ProcessPool`) | {s:.4f} | {1e6 * s / 1024:.0f} us |")
     with external.DaskPool(workers=2) as pool:
         s = pool_seconds(pool, noop, rows, 2 * args.rounds + 1)
@@ -225,6 +251,14 @@ def main() -> None:
         "| same cluster, `client.map` + `gather` (evaluation only) | "
         f"{200 / m10:.0f} | {100 / m10:.0f}% |"
     )
+
+    print("\n| `ProcessPool(2)`, whole iterations | evaluations / s | overlap | gain |")
+    print("| --- | --- | --- | --- |")
+    for name, ideal in (("10 ms", 200.0), ("2-38 ms", 100.0)):
+        for batch in (200, 8):
+            plain, ahead = rates[(name, batch, False)], rates[(name, batch, True)]
+            print(f"| {name} evaluator (ideal {ideal:.0f}), batch {batch} | {plain:.0f} | "
+                  f"{ahead:.0f} | {ahead / plain:.3f}x |")  # fmt: skip
 
 
 if __name__ == "__main__":

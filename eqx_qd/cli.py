@@ -14,6 +14,7 @@ one), and the devices used are printed at start. Bad input exits with one line a
 import argparse
 import dataclasses
 import os
+import re
 import sys
 import tomllib
 import typing
@@ -160,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the curves' axis: evaluations, or environment steps (PGA-ME and ME-PBT runs, "
         "as QDax plots them) (default: evaluations)",
     )
+    report.add_argument(
+        "--truncate",
+        action="store_true",
+        help="cut every run of a group at its shortest run's end and take the final values "
+        "there (equal budget); by default each run is read to its own end",
+    )
     report.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     replay = commands.add_parser(
         "replay",
@@ -270,7 +277,21 @@ def _config(parser: _Parser, args: argparse.Namespace, job: Any) -> Any:
             return job.config_cls.from_toml(args.config, **overrides)
         return job.default_config(**overrides)
     except (ValueError, TypeError) as e:
-        parser.error(str(e))
+        parser.error(_as_typed(str(e), overrides))
+
+
+def _as_typed(message: str, options: dict[str, Any]) -> str:
+    """`message` with the config keys the user gave as options spelled as they typed them
+    (`batch_size` -> `--batch-size`): a key of several words wherever it appears, a one-word
+    key (`cells`, a word of prose too) where it starts the message; keys from a file keep
+    their names."""
+    for key in sorted(options, key=len, reverse=True):
+        spelled = "--" + key.replace("_", "-")
+        if "_" in key:
+            message = re.sub(rf"(?<![\w-]){re.escape(key)}(?![\w-])", spelled, message)
+        elif re.match(rf"{re.escape(key)}\b(?!-)", message):
+            message = spelled + message[len(key) :]
+    return message
 
 
 def _requested_devices(args: argparse.Namespace, job: Any) -> int | None:
@@ -413,10 +434,13 @@ def _report(parser: _Parser, args: argparse.Namespace) -> int:
             parser.error(f"run folder {folder!r} does not exist")
     try:
         result = report(
-            args.folders, args.out, x=args.x, p_method=args.p_method, plots=not args.no_plots
-        )
+            args.folders, args.out, x=args.x, p_method=args.p_method,
+            plots=not args.no_plots, truncate=args.truncate,
+        )  # fmt: skip
     except (ValueError, TypeError, OSError) as e:
         parser.error(str(e))
+    for note in result.notes:
+        print(f"eqx-qd: warning: {note}", file=sys.stderr)
     print(result.table())
     print(f"report written to {args.out}")
     return 0

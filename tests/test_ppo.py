@@ -369,6 +369,21 @@ def test_checkpoint_folder_contents_and_best_restore(checkpointed):
     assert int(state.iterations) == chosen.step
 
 
+def test_a_folder_of_a_later_branch_and_a_nan_criterion_are_refused(checkpointed):
+    agent, half, *_, split = checkpointed
+    # Going on from iteration 2 into the folder that holds iteration 4 would mix two branches.
+    with pytest.raises(ValueError, match="past iteration 2 \\(up to 4\\): another branch"):
+        jobs.train_ippo(agent, LINE, half, 2, checkpoint_dir=split, key=jr.key(12),
+                        eval_frequency=2, num_episodes=8, progress=False)  # fmt: skip
+    assert [c.step for c in jobs.list_checkpoints(split)] == [0, 2, 4]  # untouched
+
+    def nothing(metrics):
+        return float("nan")
+
+    with pytest.raises(ValueError, match="has a finite nothing"):
+        jobs.restore_checkpoint(split, start(agent, key=jr.key(0)), which="best", criterion=nothing)
+
+
 def test_a_crash_while_saving_leaves_no_partial_file(tmp_path, monkeypatch):
     agent = line_agent()
     state, log = trained_line_run("independent")

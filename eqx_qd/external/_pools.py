@@ -76,10 +76,14 @@ class AbstractPool(abc.ABC):
         """
         rows = _rows(genotypes)
         timeout = _check_timeout(timeout)
+        if self._closing:
+            raise RuntimeError(f"{type(self).__name__} is closed: make a new one")
         outcomes: dict[int, Outcome] = dict(done or {})
         todo = [i for i in range(rows.shape[0]) if i not in outcomes]
         if todo:
             for i, outcome in self._run(evaluator, rows, todo, int(num_descriptors), timeout):
+                if self._closing:
+                    raise RuntimeError(f"{type(self).__name__} was closed during the batch")
                 outcomes[i] = outcome
                 if on_result is not None:
                     on_result(i, outcome)
@@ -104,8 +108,48 @@ class AbstractPool(abc.ABC):
     def workers(self) -> int:
         """How many candidates run at once."""
 
+    def submit(
+        self,
+        evaluator: Callable[[np.ndarray], Any],
+        genotypes: Any,
+        num_descriptors: int,
+        *,
+        timeout: float | int | None = None,
+        done: Mapping[int, Outcome] | None = None,
+        on_result: OnResult | None = None,
+    ) -> concurrent.futures.Future:
+        """`evaluate` without waiting: a future of the batch's `Evaluations`. A batch
+        submitted while another runs queues behind it on the workers, so they go on from one
+        to the next without waiting for the driver (the external job's `overlap`). In this
+        process (`SequentialPool`) the batch is evaluated before `submit` returns."""
+        rows = _rows(genotypes)
+        self._prepare(evaluator)
+        if self._threads is None:
+            self._threads = concurrent.futures.ThreadPoolExecutor(2, "eqx-qd-batch")
+        return self._threads.submit(
+            self.evaluate, evaluator, rows, num_descriptors, timeout=timeout, done=done,
+            on_result=on_result,
+        )  # fmt: skip
+
+    _threads: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def _prepare(self, evaluator: Any) -> None:
+        """What must happen in the caller's thread before a batch runs in another."""
+
     def close(self) -> None:
-        """Release the pool's processes or cluster (a no-op where it has none)."""
+        """Release the pool's processes or cluster (a no-op where it has none). A batch
+        still running is abandoned, its late outcomes never reported."""
+
+    _closing: bool = False
+    """Set by `close`: outcomes that arrive after it (the cancelled tasks') are dropped,
+    never reported, so a journal never records a shutdown as a failure."""
+
+    def _close_threads(self) -> None:
+        self._closing = True
+        if self._threads is not None:
+            # A batch still running ends once the pool's workers are gone; nobody waits for it.
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            self._threads = None
 
     def __enter__(self):
         return self
@@ -122,6 +166,24 @@ class SequentialPool(AbstractPool):
     @property
     def workers(self) -> int:
         return 1
+
+    def submit(self, evaluator, genotypes, num_descriptors, *, timeout=None, done=None,
+               on_result=None) -> concurrent.futures.Future:  # fmt: skip
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        try:  # here, in this thread: the alarm of a timeout needs the main thread
+            future.set_result(
+                self.evaluate(
+                    evaluator,
+                    genotypes,
+                    num_descriptors,
+                    timeout=timeout,
+                    done=done,
+                    on_result=on_result,
+                )  # fmt: skip
+            )
+        except Exception as e:
+            future.set_exception(e)
+        return future
 
     def _run(self, evaluator, rows, todo, num_descriptors, timeout):
         for i in todo:
@@ -169,6 +231,10 @@ class ProcessPool(AbstractPool):
         if self._pool is None or not self._pool.active:
             self._pool = self._pebble.ProcessPool(max_workers=self._workers, context=self._context)
         return self._pool
+
+    def _prepare(self, evaluator: Any) -> None:
+        _check_picklable(evaluator, "ProcessPool")
+        self._ensure()
 
     def _run(self, evaluator, rows, todo, num_descriptors, timeout):
         _check_picklable(evaluator, "ProcessPool")
@@ -220,10 +286,12 @@ class ProcessPool(AbstractPool):
                 yield i, outcome
 
     def close(self) -> None:
+        self._closing = True
         if self._pool is not None:
             self._pool.stop()
             self._pool.join()
             self._pool = None
+        self._close_threads()
 
 
 def evaluate_many(
@@ -357,6 +425,7 @@ class DaskPool(AbstractPool):
                     )  # fmt: skip
 
     def close(self) -> None:
+        self._close_threads()
         if self._owns_client:
             self.client.close()
         if self._cluster is not None:

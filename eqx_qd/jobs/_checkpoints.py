@@ -116,8 +116,15 @@ def restore_checkpoint(
     if which == "latest":
         chosen = checkpoints[-1]
     elif which == "best":
-        scores = [criterion(c.metrics) for c in checkpoints]
-        chosen = checkpoints[int(np.nanargmax(scores))]
+        scores = np.asarray([criterion(c.metrics) for c in checkpoints], np.float64)
+        if not np.any(np.isfinite(scores)):
+            name = getattr(criterion, "__name__", repr(criterion))
+            raise ValueError(
+                f"no checkpoint of {os.fspath(getattr(directory, 'path', directory))!r} has a "
+                f"finite {name} (every one gave NaN or inf): choose which='latest' or another "
+                "criterion"
+            )
+        chosen = checkpoints[int(np.nanargmax(np.where(np.isfinite(scores), scores, np.nan)))]
     else:
         raise ValueError(f"which must be 'latest' or 'best', got {which!r}")
     folder = _folder(directory, create=False).subfolder(CHECKPOINTS, create=False)

@@ -189,8 +189,12 @@ def _toml(value: Any) -> str:
 
 
 def job_of_toml(path: str | os.PathLike) -> str | None:
-    """The job whose table a TOML file holds (`[pgame]` -> `"pgame"`), if exactly one."""
-    with open(path, "rb") as f:
-        data = tomllib.load(f)
+    """The job whose table a TOML file holds (`[pgame]` -> `"pgame"`), if exactly one. A file
+    that is not TOML is a `ValueError` naming it."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"config {os.fspath(path)!r} is not valid TOML: {e}") from e
     tables = [k for k, v in data.items() if isinstance(v, dict)]
     return tables[0] if len(tables) == 1 and len(data) == 1 else None

@@ -10,6 +10,7 @@ resumed run tells exactly the results the killed one received, and ends as an un
 run would with the same results.
 """
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
@@ -22,7 +23,7 @@ import jax.random as jr
 import numpy as np
 
 from .._compile import jit
-from .._map_elites import MAPElites, MAPElitesState
+from .._map_elites import Asked, MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES
 from .._tessellation import GridTessellation
 from .._validate import positive_int
@@ -94,6 +95,11 @@ class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions)
         None, "seconds a candidate may run before it is stopped and recorded as timed out"
     )
     retries: int = option(1, "reruns of a candidate whose worker process died (local processes)")
+    overlap: bool = option(
+        False,
+        "ask each batch before the previous one is told, so the workers never wait for the "
+        "driver (the GA emitters; one batch behind the state, deterministic)",
+    )
     checkpoint_every: int = option(
         10, "iterations between checkpoints (and one at the end)", check=positive_int
     )
@@ -129,6 +135,22 @@ class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions)
             raise ValueError(f"timeout must be a positive number of seconds, got {self.timeout}")
         if self.retries < 0:
             raise ValueError(f"retries must be non-negative, got {self.retries}")
+        if self.overlap:
+            if self.workers < 1:
+                raise ValueError(
+                    "overlap keeps workers busy while the driver tells a batch: give workers "
+                    "1 or more (in this process there is nothing to overlap)"
+                )
+            if self.emitter.startswith("cma"):
+                raise ValueError(
+                    f"overlap asks from a state one batch behind: emitter {self.emitter!r} "
+                    "adapts its distribution at each tell and needs its own batch told first"
+                )
+            if self.scheduler is not None and self.timeout is not None:
+                raise ValueError(
+                    "overlap with a Dask timeout: a candidate's clock would start while it "
+                    "waits behind the previous batch; use local processes (workers) or no timeout"
+                )
         _, sep, attr = self.evaluator.partition(":")
         if not sep or not attr:
             raise ValueError(f"evaluator {self.evaluator!r}: expected 'package.module:function'")
@@ -169,10 +191,12 @@ class _ExternalPlan:
         self.result = config.result_for(tessellation)
         self.genotypes = self.task.init_genotypes(config.batch_size, key=pop_key)
         self.keys = iteration_keys(config, key=run_key)
+        self.run_key = run_key
         self.pool: AbstractPool | None = None
         self.folder: RunFolder | None = None
         self.failed = 0  # over resumes, from the last progress row
         self.eval_s = 0.0
+        self.ahead: concurrent.futures.Future | None = None  # overlap: the next batch's
 
     def init_scored(self, evaluations: Evaluations) -> tuple[MAPElitesState, Any]:
         return _init_scored(
@@ -181,9 +205,16 @@ class _ExternalPlan:
             result=self.result,
         )  # fmt: skip
 
-    def evaluate(self, genotypes: Any, label: str, clock: RunClock) -> Evaluations:
-        """Evaluate the batch on the pool, journaling each outcome as it arrives and taking
-        back those the journal holds for this batch (a resumed run's)."""
+    def key_of(self, i: int) -> Any:
+        """Iteration `i`'s key, also past the run's end (as a longer run has it)."""
+        if i < self.keys.shape[0]:
+            return self.keys[i]
+        longer = dataclasses.replace(self.config, iterations=i + 1)
+        return iteration_keys(longer, key=self.run_key)[i]
+
+    def submit(self, genotypes: Any, label: str) -> concurrent.futures.Future:
+        """Start evaluating the batch on the pool, journaling each outcome as it arrives and
+        taking back those the journal holds for this batch (a resumed run's)."""
         if self.pool is None:
             self.pool = self.config.pool()
         rows = np.asarray(genotypes)
@@ -201,18 +232,30 @@ class _ExternalPlan:
                 journal.write(json.dumps(record) + "\n")
                 journal.flush()
 
-        start = clock()
         try:
-            evaluations = self.pool.evaluate(
+            future = self.pool.submit(
                 self.task.evaluator, rows, self.config.num_descriptors,
                 timeout=self.config.timeout, done=done, on_result=on_result,
             )  # fmt: skip
-        finally:
+        except BaseException:
             if journal is not None:
                 journal.close()
+            raise
+        if journal is not None:
+            future.add_done_callback(lambda _: journal.close())
+        return future
+
+    def wait(self, future: concurrent.futures.Future, clock: RunClock) -> Evaluations:
+        """The batch's `Evaluations`, counting the seconds waited and the failures."""
+        start = clock()
+        evaluations = future.result()
         self.eval_s += clock() - start
         self.failed += evaluations.failed
         return evaluations
+
+    def evaluate(self, genotypes: Any, label: str, clock: RunClock) -> Evaluations:
+        """`submit`, then `wait`."""
+        return self.wait(self.submit(genotypes, label), clock)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -254,6 +297,22 @@ def _ask(algorithm: MAPElites, state: MAPElitesState, *, key):
 def _tell(algorithm: MAPElites, state: MAPElitesState, asked, genotypes, descriptors, fitnesses):
     state, metrics, _ = algorithm.tell(state, asked, genotypes, descriptors, fitnesses)
     return state, metrics
+
+
+class _Ahead(eqx.Module):
+    """An overlapped run's state: MAP-Elites' state and the batch asked ahead of it (its
+    `genotypes` and what `tell` needs), being evaluated while the previous batch ends."""
+
+    state: MAPElitesState
+    genotypes: Any
+    asked: Asked
+
+
+def _ahead(plan: _ExternalPlan, state: MAPElitesState, i: int) -> _Ahead:
+    """Batch `i`, asked from `state` with iteration `i`'s key (past the run's end, the key a
+    longer run gives it: a lengthened resume goes on as the longer run)."""
+    genotypes, asked = _ask(plan.algorithm, state, key=plan.key_of(i))
+    return _Ahead(state, genotypes, asked)
 
 
 class _JournalCheckpointer(Checkpointer):
@@ -301,6 +360,7 @@ class _ExternalJob(LoopJob):
     config_cls = ExternalConfig
     help = "MAP-Elites over a Python evaluator outside JAX (default: a NumPy planar arm)"
     resume_may_change = ("iterations", "workers", "scheduler", "timeout", "retries")
+    # (not overlap: its checkpoints hold the batch asked ahead)
     logs = {PROGRESS_FILE: "iteration", EVALUATIONS_FILE: "iteration"}
     checkpoint_at_start = True  # the first batch's evaluations may be costly
 
@@ -317,12 +377,15 @@ class _ExternalJob(LoopJob):
             EVALUATIONS_FILE: _evaluation_header(plan.config.num_descriptors),
         }
 
-    def like(self, plan: _ExternalPlan) -> MAPElitesState:
+    def like(self, plan: _ExternalPlan) -> "MAPElitesState | _Ahead":
         n, d = plan.config.batch_size, plan.config.num_descriptors
         scored = Evaluations.of(
             [Outcome(Status.OK, 0.0, (0.0,) * d, 0.0)] * n, d
         )  # shapes only: nothing is evaluated
-        return eqx.filter_eval_shape(plan.init_scored, scored)[0]
+        state = eqx.filter_eval_shape(plan.init_scored, scored)[0]
+        if not plan.config.overlap:
+            return state
+        return eqx.filter_eval_shape(lambda s: _ahead(plan, s, 0), state)
 
     def total(self, config: ExternalConfig) -> int:
         return config.iterations
@@ -352,9 +415,11 @@ class _ExternalJob(LoopJob):
             PROGRESS_FILE: [self._row(plan, 0, clock, metrics)],
             EVALUATIONS_FILE: _evaluation_rows(0, evaluations),
         }
+        if plan.config.overlap:  # the first batch, asked from the first state
+            state = _ahead(plan, state, 0)
         return Chunk(state, 0, rows)
 
-    def resumed_state(self, plan: _ExternalPlan, resumed) -> MAPElitesState:
+    def resumed_state(self, plan: _ExternalPlan, resumed) -> "MAPElitesState | _Ahead":
         last = dict(zip(_HEADER, resumed.logs[PROGRESS_FILE][-1]))
         plan.failed, plan.eval_s = int(last["failed"]), float(last["eval_s"])
         return resumed.state
@@ -364,12 +429,15 @@ class _ExternalJob(LoopJob):
         n = min(config.log_period - step % config.log_period, config.iterations - step)
         evaluated = []
         for i in range(step, step + n):
-            genotypes, asked = _ask(plan.algorithm, state, key=plan.keys[i])
-            evaluations = plan.evaluate(genotypes, f"{i:08d}", clock)
-            state, metrics = _tell(
-                plan.algorithm, state, asked, genotypes,
-                jnp.asarray(evaluations.descriptors), jnp.asarray(evaluations.fitnesses),
-            )  # fmt: skip
+            if config.overlap:
+                state, evaluations, metrics = self._overlapped(plan, state, i, clock)
+            else:
+                genotypes, asked = _ask(plan.algorithm, state, key=plan.keys[i])
+                evaluations = plan.evaluate(genotypes, f"{i:08d}", clock)
+                state, metrics = _tell(
+                    plan.algorithm, state, asked, genotypes,
+                    jnp.asarray(evaluations.descriptors), jnp.asarray(evaluations.fitnesses),
+                )  # fmt: skip
             evaluated += _evaluation_rows(i + 1, evaluations)
         rows = {
             PROGRESS_FILE: [self._row(plan, step + n, clock, metrics)],
@@ -377,10 +445,27 @@ class _ExternalJob(LoopJob):
         }
         return Chunk(state, step + n, rows)
 
+    def _overlapped(self, plan: _ExternalPlan, ahead: "_Ahead", i: int, clock: RunClock):
+        """Iteration `i` one batch ahead: batch `i` (asked before the last tell) is being
+        evaluated; batch `i + 1` is asked from the state before batch `i` is told, and
+        queued behind it, so the workers never wait for the driver."""
+        current = plan.ahead or plan.submit(ahead.genotypes, f"{i:08d}")  # (a resumed run)
+        plan.ahead = None
+        following = _ahead(plan, ahead.state, i + 1)
+        if i + 1 < plan.config.iterations:  # the last batch asked is kept, not evaluated
+            plan.ahead = plan.submit(following.genotypes, f"{i + 1:08d}")
+        evaluations = plan.wait(current, clock)
+        state, metrics = _tell(
+            plan.algorithm, ahead.state, ahead.asked, ahead.genotypes,
+            jnp.asarray(evaluations.descriptors), jnp.asarray(evaluations.fitnesses),
+        )  # fmt: skip
+        return _Ahead(state, following.genotypes, following.asked), evaluations, metrics
+
     def finish(self, plan: _ExternalPlan, folder, state, logs, plots: bool) -> RunResult:
         plan.close()
         rows = logs[PROGRESS_FILE]
         columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_HEADER)}
+        state = state.state if isinstance(state, _Ahead) else state
         repertoire = state.elites
         if folder is not None:
             write_qd_outputs(folder, repertoire, columns, plots=plots)

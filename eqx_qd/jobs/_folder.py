@@ -241,11 +241,13 @@ class RunFolder:
         return json.loads(self.read_text(name))
 
     def read_columns(self, name: str) -> dict[str, np.ndarray]:
-        """The columns of a CSV file: float arrays where every value is a number, else str."""
+        """The columns of a CSV file: float arrays where every value is a number, else str. A
+        last row cut by a kill (of another length than the header) is dropped, as
+        `jobs.read_log` does; a file with a header only gives empty columns."""
         with open(self.file(name), newline="") as f:
             reader = csv.reader(f)
             header = next(reader, [])
-            rows = list(reader)
+            rows = [r for r in reader if len(r) == len(header)]
         out = {}
         for j, column in enumerate(header):
             values = [_parse(r[j]) for r in rows]
@@ -259,6 +261,13 @@ class RunFolder:
 
     def read_eqx(self, name: str, like: Any) -> Any:
         """What `write_eqx` wrote to file `name`; `like` gives the structure (arrays, or
-        shape structs from `eqx.filter_eval_shape`)."""
+        shape structs from `eqx.filter_eval_shape`). A truncated or corrupt file is a
+        `ValueError` naming it."""
         with open(self.file(name), "rb") as f:
-            return deserialise(f, like)
+            try:
+                return deserialise(f, like)
+            except (ValueError, TypeError, EOFError, OSError, RuntimeError) as e:
+                raise ValueError(
+                    f"{self.file(name)!r} is truncated or corrupt (a write killed midway, or "
+                    f"another run's file): {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                ) from e

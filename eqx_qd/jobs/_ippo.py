@@ -218,7 +218,8 @@ def train_ippo(
     `deterministic_eval=False`); `progress` shows a bar (or reports to a `Progress`). A
     fresh run (zero iterations) is evaluated first too. With `checkpoint_dir`, every
     evaluation is checkpointed there (`save_checkpoint`; the agent's structure and the
-    hyperparameters go beside, as `agent.json` and `hparams.json`); with `keep`, only the
+    hyperparameters go beside, as `agent.json` and `hparams.json`), a folder holding
+    checkpoints past `run`'s iteration (another branch) being refused; with `keep`, only the
     newest `keep` runs stay, and every evaluation's metrics, with `wall_s`: `clock()`,
     the seconds the run has spent (default: since this call). Training and evaluation keys
     derive from `key` and the iteration count, so a run continued from a checkpoint sees the
@@ -236,6 +237,14 @@ def train_ippo(
         folder = (
             checkpoint_dir if isinstance(checkpoint_dir, RunFolder) else RunFolder(checkpoint_dir)
         )
+        later = [c.step for c in list_checkpoints(folder) if c.step > int(run.iterations)]
+        if later:
+            raise ValueError(
+                f"checkpoint_dir {folder.path!r} holds checkpoints past iteration "
+                f"{int(run.iterations)} (up to {max(later)}): another branch of the run, which "
+                "'latest' would mix with this one. Continue into a new folder (jobs.fork_run "
+                "copies the run up to a checkpoint), or remove them"
+            )
         _write_agent(folder, agent, env, run.agent_state.hparams)
     log = TrainingLog([], [], [], [])
     train_key, eval_key = jr.split(key)

@@ -8,6 +8,7 @@ Runs are grouped by algorithm and task (`group_of`); within a group, runs differ
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -113,6 +114,11 @@ def read_run(folder: str | os.PathLike) -> RunCurves:
             f"run folder {folder!r} holds a {result.config.JOB} run, not a QD run (no repertoire)"
         )
     progress = result.progress
+    if len(progress.get("evaluations", ())) == 0:
+        raise ValueError(
+            f"run folder {folder!r}: its progress.csv has no complete row (a file cut by a "
+            "kill, or written by hand?)"
+        )
     curves = {}
     for name in REPORT_METRICS:
         values = _coverage(progress) if name == "coverage" else progress.get(name)
@@ -131,9 +137,9 @@ def read_run(folder: str | os.PathLike) -> RunCurves:
 
 @dataclasses.dataclass
 class GroupStats:
-    """A group's curves over seeds on a common grid of `x_name` (`"evaluations"` or
-    `"env_steps"`) values `x`: the median and quartiles per metric (`(len(x),)` each), and
-    each run's final value."""
+    """A group's curves over seeds on a grid of `x_name` (`"evaluations"` or `"env_steps"`)
+    values `x`: the median and quartiles per metric (`(len(x),)` each) over the `count` runs
+    that reach each value, and each run's final value (`finals[metric]`, one per run)."""
 
     name: str
     runs: list[RunCurves]
@@ -143,31 +149,67 @@ class GroupStats:
     q1: dict[str, np.ndarray]
     q3: dict[str, np.ndarray]
     finals: dict[str, np.ndarray]
+    count: np.ndarray | None = None
 
 
-def group_stats(name: str, runs: Sequence[RunCurves], x: str = "evaluations") -> GroupStats:
+def group_stats(
+    name: str, runs: Sequence[RunCurves], x: str = "evaluations", *, truncate: bool = False
+) -> GroupStats:
     """Median and quartiles over `runs` of every metric they all log, against `x`
-    (`"evaluations"` or `"env_steps"`), on the values of the shortest run (the others
-    interpolated there, linearly)."""
-    shortest = min(runs, key=lambda r: r.axis(x)[-1])
-    grid = shortest.axis(x)
+    (`"evaluations"` or `"env_steps"`).
+
+    By default the grid is the union of the runs' values of `x`: at each value, the runs whose
+    logs span it (interpolated linearly between their rows) give the median and quartiles, so
+    past the shortest run's end the curves are over the runs that go on (`count` says how
+    many), and each run's final value is its own last row. With `truncate`, every run is read
+    on the shortest run's values and its final value is taken at that run's end: a comparison
+    at equal budget."""
+    axes = [r.axis(x) for r in runs]
+    if truncate:
+        grid = min(axes, key=lambda a: a[-1])
+    else:
+        grid = np.unique(np.concatenate(axes))
     metrics = [m for m in REPORT_METRICS if all(m in r.curves for r in runs)]
-    stacked = {
-        m: np.stack([np.interp(grid, r.axis(x), r.curves[m]) for r in runs]) for m in metrics
-    }
-    finals = {m: stacked[m][:, -1] for m in metrics}
+
+    def on_grid(axis: np.ndarray, values: np.ndarray) -> np.ndarray:
+        inside = (grid >= axis[0]) & (grid <= axis[-1])
+        return np.where(inside, np.interp(grid, axis, values), np.nan)
+
+    stacked = {m: np.stack([on_grid(a, r.curves[m]) for a, r in zip(axes, runs)]) for m in metrics}
+    if truncate:
+        finals = {m: stacked[m][:, -1] for m in metrics}
+    else:
+        finals = {m: np.asarray([r.curves[m][-1] for r in runs]) for m in metrics}
     if "averaged_max_fitness" in metrics:
         finals["fitness_loss"] = np.asarray([r.fitness_loss for r in runs])
-    return GroupStats(
-        name,
-        list(runs),
-        x,
-        grid,
-        {m: np.median(v, axis=0) for m, v in stacked.items()},
-        {m: np.percentile(v, 25, axis=0) for m, v in stacked.items()},
-        {m: np.percentile(v, 75, axis=0) for m, v in stacked.items()},
-        finals,
-    )
+    reach = np.stack([(grid >= a[0]) & (grid <= a[-1]) for a in axes])
+    with warnings.catch_warnings():  # a metric that is NaN in every run at some value
+        warnings.simplefilter("ignore", RuntimeWarning)
+        median = {m: np.nanmedian(v, axis=0) for m, v in stacked.items()}
+        q1 = {m: np.nanpercentile(v, 25, axis=0) for m, v in stacked.items()}
+        q3 = {m: np.nanpercentile(v, 75, axis=0) for m, v in stacked.items()}
+    return GroupStats(name, list(runs), x, grid, median, q1, q3, finals, reach.sum(axis=0))
+
+
+def length_notes(groups: Sequence[GroupStats], *, truncate: bool = False) -> list[str]:
+    """One line per group whose runs end at different values of its `x`, naming each run
+    and where it ends, and how the report read them."""
+    notes = []
+    for g in groups:
+        ends = [float(r.axis(g.x_name)[-1]) for r in g.runs]
+        if len(set(ends)) < 2:
+            continue
+        runs = ", ".join(f"{r.folder} ends at {e:g}" for r, e in zip(g.runs, ends))
+        label = X_AXES[g.x_name]
+        if truncate:
+            how = f"every run is cut at {min(ends):g} {label} (truncate), its final values there"
+        else:
+            how = (
+                "final values are each run's own last row; past "
+                f"{min(ends):g} {label} the curves are over the runs that go on"
+            )
+        notes.append(f"{g.name}: runs of unequal length ({runs}): {how}")
+    return notes
 
 
 def mann_whitney(a: np.ndarray, b: np.ndarray, method: str = "auto") -> float:
@@ -189,11 +231,14 @@ def mann_whitney(a: np.ndarray, b: np.ndarray, method: str = "auto") -> float:
 
 @dataclasses.dataclass
 class Report:
-    """What `report` computed: the groups (in the order first met) and, per final metric, the
-    p-value of every pair of groups (`p_values[metric][(a, b)]`)."""
+    """What `report` computed: the groups (in the order first met), per final metric the
+    p-value of every pair of groups (`p_values[metric][(a, b)]`), and `notes` on runs of
+    unequal length."""
 
     groups: list[GroupStats]
     p_values: dict[str, dict[tuple[str, str], float]]
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """How runs of unequal length were read (`length_notes`), for the reader to see."""
 
     def table(self) -> str:
         """The final medians (with quartiles) of every group, as a Markdown table."""
@@ -241,12 +286,16 @@ def report(
     x: str = "evaluations",
     p_method: str = "auto",
     plots: bool = True,
+    truncate: bool = False,
 ) -> Report:
     """Compare QD runs: read every run folder of `folders`, group them (`group_of`), and
     compute the median and interquartile range over seeds, the final medians and the p-values
     between groups (`mann_whitney` with `p_method`: `"auto"`, `"exact"` or
     `"asymptotic"`). Curves run against `x`: `"evaluations"` (every QD run) or
-    `"env_steps"` (PGA-ME and ME-PBT runs, as QDax plots them).
+    `"env_steps"` (PGA-ME and ME-PBT runs, as QDax plots them). Runs of unequal length are
+    each read to their own end (their final values are their last rows), or, with
+    `truncate`, all cut at the shortest run's end (`group_stats`); `Report.notes` and
+    `report.md` say which runs differ.
 
     With `out_dir`, write there `report.md` (the tables), `finals.csv` (each run's final
     values), `p_values.csv` (with two groups or more) and, with `plots`, `curves.png`
@@ -263,7 +312,7 @@ def report(
     by_group: dict[str, list[RunCurves]] = {}
     for r in runs:
         by_group.setdefault(r.group, []).append(r)
-    groups = [group_stats(name, rs, x) for name, rs in by_group.items()]
+    groups = [group_stats(name, rs, x, truncate=truncate) for name, rs in by_group.items()]
     p_values: dict[str, dict[tuple[str, str], float]] = {}
     for metric in _final_metrics(groups):
         pairs = {}
@@ -274,7 +323,7 @@ def report(
                         a.finals[metric], b.finals[metric], p_method
                     )
         p_values[metric] = pairs
-    result = Report(groups, p_values)
+    result = Report(groups, p_values, length_notes(groups, truncate=truncate))
     if out_dir is not None:
         _write(RunFolder(out_dir), result, p_method, plots)
     return result
@@ -312,6 +361,8 @@ def _write(folder: RunFolder, result: Report, p_method: str, plots: bool) -> Non
         "Final values: median [first quartile, third quartile] over the runs of each group.\n\n"
         f"{result.table()}\n\n"
     )
+    if result.notes:
+        text += "".join(f"Note: {note}.\n\n" for note in result.notes)
     if several:
         text += f"## Two-sided Mann-Whitney U p-values ({method})\n\n{result.p_value_tables()}"
     else:  # p-values compare groups: one group has none

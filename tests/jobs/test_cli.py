@@ -90,9 +90,16 @@ def test_cli_config_file_and_overrides(tmp_path):
         (["--config", "/nonexistent/c.toml"], "cannot read config"),
         (["--iso-sigma", "abc"], "expected a number"),
         (["--centroids", "/nonexistent/c.npy"], "does not exist"),
+        # Errors name the options as typed; keys from a file keep their names.
+        (["--batch-size", "0"], "--batch-size must be a positive integer, got 0"),
+        (["--cells", "16", "--cvt-samples", "8"], "--cvt-samples (8) must be at least cells"),
+        (["--config", "BAD_TOML"], "error: batch_size must be a positive integer, got 0"),
     ],
 )
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, args, message):
+    if "BAD_TOML" in args:
+        (tmp_path / "bad.toml").write_text("[map-elites]\nbatch_size = 0\n")
+        args = [str(tmp_path / "bad.toml") if a == "BAD_TOML" else a for a in args]
     with pytest.raises(SystemExit) as exc:
         main(["run", "map-elites", "--out", str(tmp_path / "r")] + args)
     assert exc.value.code == 2
@@ -165,7 +172,7 @@ def test_cli_ippo_run_and_resume(tmp_path, capsys):
         (["--iterations", "-1"], "iterations must be >= 0"),
         (["--resume", "/nonexistent"], "cannot resume"),
         (["--num-envs", "3", "--rollout-length", "5"], "num_minibatches"),
-        (["--env", "walker2d_2x3", "--num-agents", "3"], "takes no option num_agents"),
+        (["--env", "walker2d_2x3", "--num-agents", "3"], "takes no option --num-agents"),
     ],
 )
 def test_cli_ippo_bad_input(tmp_path, capsys, args, message):

@@ -105,11 +105,74 @@ def test_bad_settings_are_named_before_anything_runs(tmp_path):
         (dict(timeout=0.0), "timeout"),
         (dict(genotype_min=1.0), "genotype_min must be below"),
         (dict(evaluator="external_evaluators.sphere"), "package.module:function"),
+        (dict(overlap=True), "give workers 1 or more"),
+        (dict(overlap=True, workers=2, emitter="cma_me"), "adapts its distribution"),
+        (dict(overlap=True, workers=2, scheduler="local", timeout=5.0), "Dask timeout"),
     ]:
         with pytest.raises(ValueError, match=match):
             jobs.ExternalConfig(**{**SMALL, **bad})
     with pytest.raises(ValueError, match="cannot import"):
         jobs.run(jobs.ExternalConfig(**{**SMALL, "evaluator": "nowhere:f"}), None, progress=False)
+
+
+def test_overlap_is_one_batch_ahead_deterministic_and_resumable(tmp_path):
+    overlap = {**SMALL, "evaluator": "external_evaluators:sphere", "genotype_dim": 4,
+               "overlap": True}  # fmt: skip
+    whole = jobs.run(jobs.ExternalConfig(**{**overlap, "workers": 2}), tmp_path / "whole",
+                     progress=False, plots=False)  # fmt: skip
+    qd = whole.progress["qd_score"]
+    assert whole.last["evaluations"] == 8 * 7 and qd[-1] > qd[0]
+    # One worker or two, and a run lengthened on resume: the same run.
+    short = {**overlap, "workers": 1, "iterations": 3}
+    jobs.run(jobs.ExternalConfig(**short), tmp_path / "short", progress=False, plots=False)
+    longer = jobs.ExternalConfig(**{**overlap, "workers": 1})
+    resumed = jobs.run(longer, tmp_path / "short", progress=False, plots=False, resume=True)
+    _same_repertoire(whole.repertoire, resumed.repertoire)
+    assert _rows(tmp_path / "short" / "evaluations.csv") == _rows(
+        tmp_path / "whole" / "evaluations.csv"
+    )
+    # The first two batches are asked from the same state; then each from the state one
+    # batch behind: not the run without overlap.
+    plain = jobs.run(jobs.ExternalConfig(**{**overlap, "overlap": False}), None, progress=False)
+    assert not np.array_equal(
+        np.asarray(plain.repertoire.genotypes), np.asarray(whole.repertoire.genotypes)
+    )
+
+
+@pytest.mark.slow
+def test_an_overlapped_run_killed_with_sigkill_resumes_equal(tmp_path):
+    from launched import launched_env
+
+    env = launched_env(PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
+    options = ["--evaluator", "external_evaluators:slow_sphere", "--genotype-dim", "4",
+               "--batch-size", "16", "--iterations", "8", "--cells", "16", "--cvt-samples",
+               "200", "--checkpoint-every", "3", "--workers", "2", "--overlap", "--no-progress",
+               "--no-plots"]  # fmt: skip
+    command = [sys.executable, "-m", "eqx_qd.cli", "run", "external", *options]
+    out = tmp_path / "killed"
+    with open(tmp_path / "stderr", "wb") as err:
+        proc = subprocess.Popen(
+            [*command, "--out", str(out)],
+            env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
+        )  # fmt: skip
+        journal = out / "journal" / "00000005.jsonl"  # batch 5 runs while 4 ends
+        deadline = time.monotonic() + 240
+        while not (journal.exists() and 0 < len(journal.read_text().splitlines()) < 16):
+            assert proc.poll() is None, (tmp_path / "stderr").read_text()[-2000:]
+            assert time.monotonic() < deadline, "the run never reached iteration 5"
+            time.sleep(0.005)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert jobs.list_checkpoints(out)[-1].step == 3
+    done = subprocess.run(
+        [*command[:5], "--resume", str(out), "--no-progress", "--no-plots"],
+        env=env, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    config = jobs.ExternalConfig.from_toml(out / "config.toml")
+    whole = jobs.run(config, tmp_path / "whole", progress=False, plots=False)
+    _same_repertoire(jobs.load_run(out).repertoire, whole.repertoire)
+    assert _rows(out / "evaluations.csv") == _rows(tmp_path / "whole" / "evaluations.csv")
 
 
 @pytest.mark.slow

@@ -65,21 +65,65 @@ def test_report_groups_runs_and_takes_medians_over_seeds(folders, tmp_path):
     assert len(rows) == 5 and float(rows[0]["qd_score"]) == pytest.approx(runs[0].last["qd_score"])
 
 
-def test_runs_of_different_lengths_meet_on_the_shortest(folders, tmp_path):
-    longer = tmp_path / "long"
-    jobs.run(jobs.MapElitesConfig(task="sphere", seed=5, **{**TINY, "iterations": 10}), longer,
-             progress=False, plots=False)  # fmt: skip
-    result = jobs.report([folders["sphere"][0], str(longer)], tmp_path / "one")
+@pytest.fixture(scope="module")
+def unequal(tmp_path_factory):
+    """Three sphere seeds of 7, 10 and 15 logged rows (a lengthened resume, an early stop)."""
+    root = tmp_path_factory.mktemp("unequal")
+    out = []
+    for seed, iterations in ((7, 12), (8, 18), (9, 28)):
+        config = {**TINY, "iterations": iterations}
+        jobs.run(jobs.MapElitesConfig(task="sphere", seed=seed, **config), root / f"s{seed}",
+                 progress=False, plots=False)  # fmt: skip
+        out.append(str(root / f"s{seed}"))
+    return out
+
+
+def test_runs_of_unequal_length_are_each_read_to_their_own_end(unequal, tmp_path, capsys):
+    runs = [jobs.load_run(f).progress for f in unequal]
+    assert [len(r["evaluations"]) for r in runs] == [7, 10, 15]
+    result = jobs.report(unequal, tmp_path / "r")
     (group,) = result.groups
-    # One group: no p-value tables (they compare groups) and no p_values.csv.
+    # Final values: each run's last row, and their median (not the values at the shortest end).
+    finals = [r["qd_score"][-1] for r in runs]
+    np.testing.assert_array_equal(group.finals["qd_score"], finals)
+    # Curves: over the union of the evaluation counts, each value's statistics over the runs
+    # that reach it (NumPy, here, on the runs' own rows: they log at the same counts).
+    grid = np.unique(np.concatenate([r["evaluations"] for r in runs]))
+    np.testing.assert_array_equal(group.x, grid)
+    for j, at in enumerate(grid):
+        values = [r["qd_score"][r["evaluations"] == at][0] for r in runs if at in r["evaluations"]]
+        assert group.count[j] == len(values)
+        assert group.median["qd_score"][j] == pytest.approx(np.median(values))
+        assert group.q1["qd_score"][j] == pytest.approx(np.percentile(values, 25))
+    # The report says so, naming each run and where it ends; finals.csv has the true finals.
+    assert len(result.notes) == 1 and all(f in result.notes[0] for f in unequal)
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "Note: MAP-Elites on sphere: runs of unequal length" in text
+    median = np.median(finals)
+    assert f"| MAP-Elites on sphere | 3 | {median:.4g} " in text
+    with open(tmp_path / "r" / "finals.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["qd_score"]) for r in rows] == pytest.approx(finals)
+    # Equal budget on request: every run cut at the shortest run's end.
+    cut = jobs.report(unequal, None, truncate=True).groups[0]
+    np.testing.assert_array_equal(cut.x, runs[0]["evaluations"])
+    end = runs[0]["evaluations"][-1]
+    np.testing.assert_array_equal(
+        cut.finals["qd_score"], [r["qd_score"][r["evaluations"] == end][0] for r in runs]
+    )
+    # The command warns on stderr.
+    assert main(["report", *unequal, "--out", str(tmp_path / "cli"), "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert "eqx-qd: warning: MAP-Elites on sphere: runs of unequal length" in err
+    assert "final values are each run's own last row" in err
+
+
+def test_one_group_has_no_p_values(folders, tmp_path):
+    result = jobs.report(folders["sphere"][:2], tmp_path / "one")
+    assert len(result.groups) == 1 and result.notes == []
     text = (tmp_path / "one" / "report.md").read_text()
     assert "2 runs in 1 group." in text and "One group: no p-values" in text
     assert "####" not in text and not (tmp_path / "one" / "p_values.csv").exists()
-    short = jobs.load_run(folders["sphere"][0]).progress["evaluations"]
-    np.testing.assert_array_equal(group.x, short)
-    long_run = jobs.load_run(longer)
-    at = np.interp(group.x, long_run.progress["evaluations"], long_run.progress["qd_score"])
-    np.testing.assert_allclose(group.finals["qd_score"][1], at[-1])
 
 
 def test_the_paper_s_p_values_are_the_asymptotic_test():
@@ -139,3 +183,37 @@ def test_groups_name_the_emitter_and_the_repertoire():
     for options, name in cases.items():
         config = jobs.MapElitesConfig(**dict(options))
         assert group_of(jobs.RunResult(config, None, {}, None, None)) == name
+
+
+def test_half_written_folders_are_refused_naming_the_file(folders, tmp_path, capsys):
+    import shutil
+
+    def copy(name):
+        shutil.copytree(folders["sphere"][0], tmp_path / name)
+        return tmp_path / name
+
+    header_only = copy("header")
+    text = (header_only / "progress.csv").read_text()
+    (header_only / "progress.csv").write_text(text.splitlines()[0] + "\n")
+    cut_row = copy("cut")
+    (cut_row / "progress.csv").write_text(text[: text.rindex("\n", 0, len(text) - 1) + 8])
+    truncated = copy("truncated")
+    data = (truncated / "repertoire.eqx").read_bytes()
+    (truncated / "repertoire.eqx").write_bytes(data[: len(data) // 2])
+    garbage = copy("garbage")
+    (garbage / "config.toml").write_text("this is [not toml\n")
+    cases = [
+        (header_only, "progress.csv has no complete row"),
+        (truncated, "repertoire.eqx' is truncated or corrupt"),
+        (garbage, "config.toml' is not valid TOML"),
+    ]
+    for folder, message in cases:
+        with pytest.raises(SystemExit) as e:
+            main(["report", str(folder), "--out", str(tmp_path / "r"), "--no-plots"])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0] and str(folder) in err[0], err
+    # A last row cut by a kill is dropped, as resume drops it: the rows before it are read.
+    result = jobs.report([str(cut_row)], None)
+    rows = len(jobs.load_run(folders["sphere"][0]).progress["evaluations"])
+    assert len(result.groups[0].x) == rows - 1
