@@ -374,7 +374,7 @@ def test_a_user_agent_gets_run_folders_through_a_plugin(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--plugin", "user_plugin", "run", "pbt", "--agent", "ddpg", "--rollout-length",
               "8", "--out", str(tmp_path / "bad")])  # fmt: skip
-    assert "takes no option rollout_length" in capsys.readouterr().err
+    assert "takes no option --rollout-length" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--plugin", "no_such_plugin", "run", "pbt", "--out", str(tmp_path / "bad")])
     assert "--plugin no_such_plugin: cannot import it" in capsys.readouterr().err

@@ -49,6 +49,12 @@ class AbstractPool(abc.ABC):
     context manager, or call `close` when done (a process pool or a cluster it started is
     shut down)."""
 
+    _threads: concurrent.futures.ThreadPoolExecutor | None = None
+    """Where `submit` waits for its batches (two at a time), made at the first."""
+    _closing: bool = False
+    """Set by `close`: outcomes that arrive after it (the cancelled tasks') are dropped,
+    never reported, so a journal never records a shutdown as a failure."""
+
     def evaluate(
         self,
         evaluator: Callable[[np.ndarray], Any],
@@ -118,9 +124,11 @@ class AbstractPool(abc.ABC):
         done: Mapping[int, Outcome] | None = None,
         on_result: OnResult | None = None,
     ) -> concurrent.futures.Future:
-        """`evaluate` without waiting: a future of the batch's `Evaluations`. A batch
+        """`evaluate` without waiting (`evaluator`, `genotypes`, `num_descriptors`, `timeout`,
+        `done` and `on_result` as there): a future of the batch's `Evaluations`. A batch
         submitted while another runs queues behind it on the workers, so they go on from one
-        to the next without waiting for the driver (the external job's `overlap`). In this
+        to the next without waiting for the driver (the external job's `overlap`); on Dask
+        with a `timeout`, a queued candidate's clock may start while it waits. In this
         process (`SequentialPool`) the batch is evaluated before `submit` returns."""
         rows = _rows(genotypes)
         self._prepare(evaluator)
@@ -131,18 +139,12 @@ class AbstractPool(abc.ABC):
             on_result=on_result,
         )  # fmt: skip
 
-    _threads: concurrent.futures.ThreadPoolExecutor | None = None
-
     def _prepare(self, evaluator: Any) -> None:
         """What must happen in the caller's thread before a batch runs in another."""
 
     def close(self) -> None:
         """Release the pool's processes or cluster (a no-op where it has none). A batch
         still running is abandoned, its late outcomes never reported."""
-
-    _closing: bool = False
-    """Set by `close`: outcomes that arrive after it (the cancelled tasks') are dropped,
-    never reported, so a journal never records a shutdown as a failure."""
 
     def _close_threads(self) -> None:
         self._closing = True
