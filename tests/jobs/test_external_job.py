@@ -80,6 +80,15 @@ def test_a_run_killed_mid_batch_resumes_without_evaluating_again(tmp_path, monke
     assert _rows(out / "progress.csv") == _rows(tmp_path / "whole" / "progress.csv")
 
 
+def test_the_cma_emitters_and_a_repertoire_without_cells_run_outside_jax():
+    options = dict(emitter="cma_me", num_emitters=2, repertoire="dns", capacity=12, iterations=3)
+    config = jobs.ExternalConfig(**{**SMALL, **options})
+    result = jobs.run(config, None, progress=False)
+    assert result.last["evaluations"] == 8 * 4 and result.last["failed"] == 0
+    assert result.state.repertoire.capacity == 12  # the DNS population, beside the result grid
+    assert np.isfinite(result.last["qd_score"]) and result.last["coverage"] > 0
+
+
 def test_failed_evaluations_are_recorded_and_never_stored(tmp_path):
     config = jobs.ExternalConfig(**{**SMALL, "evaluator": "external_evaluators:faulty"})
     result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
