@@ -224,7 +224,7 @@ class _ExternalPlan:
         if self.folder is not None:
             path = self.folder.subfolder(JOURNAL).file(f"{label}.jsonl")
             done = _read_journal(path, digests)
-            journal = open(path, "a")
+            journal = _open_journal(path)
 
         def on_result(i: int, outcome: Outcome) -> None:
             if journal is not None:
@@ -261,6 +261,18 @@ class _ExternalPlan:
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+
+
+def _open_journal(path: str) -> Any:
+    """The journal at `path`, opened to append; a last line cut by a kill is ended first, so
+    that the next record starts a line of its own."""
+    journal = open(path, "a+b")
+    if journal.tell() > 0:
+        journal.seek(-1, os.SEEK_END)
+        if journal.read(1) != b"\n":
+            journal.write(b"\n")
+    journal.close()
+    return open(path, "a")
 
 
 def _read_journal(path: str, digests: list[str]) -> dict[int, Outcome]:

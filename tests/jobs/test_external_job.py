@@ -2,6 +2,7 @@
 per-candidate records, its journal and resume in the middle of a batch."""
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -87,6 +88,21 @@ def test_the_cma_emitters_and_a_repertoire_without_cells_run_outside_jax():
     assert result.last["evaluations"] == 8 * 4 and result.last["failed"] == 0
     assert result.state.repertoire.capacity == 12  # the DNS population, beside the result grid
     assert np.isfinite(result.last["qd_score"]) and result.last["coverage"] > 0
+
+
+def test_a_journal_line_cut_by_a_kill_is_skipped_and_the_next_starts_afresh(tmp_path):
+    from eqx_qd.external import Outcome, Status
+    from eqx_qd.jobs import _external
+
+    path = str(tmp_path / "00000003.jsonl")
+    ok = Outcome(Status.OK, -1.5, (0.25, 0.75), 0.01)
+    record = {"candidate": 0, "digest": "d0", **ok.to_json()}
+    with open(path, "w") as f:  # one whole line, then one cut midway
+        f.write(json.dumps(record) + "\n" + json.dumps({**record, "candidate": 1})[:30])
+    with _external._open_journal(path) as f:
+        f.write(json.dumps({**record, "candidate": 2, "digest": "d2"}) + "\n")
+    done = _external._read_journal(path, ["d0", "d1", "d2"])
+    assert sorted(done) == [0, 2] and done[2] == ok
 
 
 def test_failed_evaluations_are_recorded_and_never_stored(tmp_path):
