@@ -184,6 +184,11 @@ class EmitterOptions(JobConfig):
 
     def check(self) -> None:
         super().check()
+        if getattr(self, "cell_free", False) and self.anneals:  # with RepertoireOptions
+            raise ValueError(
+                f"repertoire {self.repertoire!r} has no cells to anneal: CMA-MAE's "  # type: ignore[attr-defined]
+                "archive_learning_rate / threshold_min need --repertoire cvt or grid"
+            )
         if not 0.0 <= self.archive_learning_rate <= 1.0:
             raise ValueError(
                 f"archive_learning_rate must lie in [0, 1], got {self.archive_learning_rate}"

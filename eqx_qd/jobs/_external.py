@@ -25,7 +25,6 @@ import numpy as np
 from .._compile import jit
 from .._map_elites import Asked, MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES
-from .._tessellation import GridTessellation
 from .._validate import positive_int
 from ..external import (
     AbstractPool,
@@ -42,8 +41,6 @@ from ._blocks import CellOptions, EmitterOptions, RepertoireOptions, RunOptions
 from ._common import (
     PROGRESS_FILE,
     qd_summary,
-    read_qd_run,
-    read_repertoire,
     register_job,
     RunResult,
     write_qd_outputs,
@@ -51,7 +48,7 @@ from ._common import (
 from ._config import option
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
-from ._map_elites import iteration_keys, make_map_elites, make_tessellation
+from ._map_elites import iteration_keys, make_map_elites, make_tessellation, read_cells_run
 from ._resume import Checkpointer, RunClock
 
 
@@ -106,11 +103,6 @@ class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions)
 
     def check(self) -> None:
         super().check()
-        if self.cell_free and self.anneals:
-            raise ValueError(
-                f"repertoire {self.repertoire!r} has no cells to anneal: CMA-MAE's "
-                "archive_learning_rate / threshold_min need --repertoire cvt or grid"
-            )
         if self.emitter in ("cma_mega", "cma_maega"):
             raise ValueError(
                 f"emitter {self.emitter!r} follows the task's gradients: an evaluator outside "
@@ -493,13 +485,8 @@ class _ExternalJob(LoopJob):
                 self._plans.pop().close()
 
     def load(self, folder: RunFolder, config) -> RunResult:
-        tess = None
-        if config.uses_grid:
-            lo, hi = config.descriptor_min, config.descriptor_max
-            tess = GridTessellation((config.cells,) * config.num_descriptors, lo, hi)
-        genotype = lambda: jnp.zeros((config.genotype_dim,), jnp.float32)
-        repertoire = read_repertoire(folder, genotype, tessellation=tess)
-        return read_qd_run(folder, config, repertoire)
+        bounds = (config.descriptor_min, config.descriptor_max)
+        return read_cells_run(folder, config, config.num_descriptors, bounds)
 
     def summary(self, result: RunResult) -> str:
         failed = int(result.last["failed"])

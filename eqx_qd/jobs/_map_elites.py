@@ -63,14 +63,6 @@ class MapElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions
         100, "iterations between checkpoints (and one at the end)", check=positive_int
     )
 
-    def check(self) -> None:
-        super().check()
-        if self.cell_free and self.anneals:
-            raise ValueError(
-                f"repertoire {self.repertoire!r} has no cells to anneal: CMA-MAE's "
-                "archive_learning_rate / threshold_min need --repertoire cvt or grid"
-            )
-
 
 def _sphere_protocol(emitter: str, **more: Any) -> dict[str, Any]:
     """pyribs' `examples/sphere.py` protocol: the 100-D projected sphere, a 100 x 100 grid,
@@ -140,6 +132,20 @@ def make_map_elites(
             threshold_min=config.threshold_min,
         )
     return MAPElites(emitter, task, task.qd_offset, axis_name=axis, **annealing), task
+
+
+def read_cells_run(
+    folder: RunFolder, config: JobConfig, num_descriptors: int, bounds: tuple[float, float]
+) -> RunResult:
+    """The `RunResult` of a MAP-Elites-like folder (`config` with `CellOptions` and a
+    `genotype_dim`): its repertoire read over the grid the config names (`num_descriptors`
+    bins of `cells` within `bounds`), or over the CVT centroids the folder stores."""
+    tess = None
+    if config.uses_grid:
+        tess = GridTessellation((config.cells,) * num_descriptors, *bounds)
+    genotype = lambda: jnp.zeros((config.genotype_dim,), jnp.float32)
+    repertoire = read_repertoire(folder, genotype, tessellation=tess)
+    return read_qd_run(folder, config, repertoire)
 
 
 def _row(
@@ -257,13 +263,7 @@ class _MapElitesJob(LoopJob):
 
     def load(self, folder: RunFolder, config) -> RunResult:
         task = make_task(config.task, genotype_dim=config.genotype_dim)
-        tess = None
-        if config.uses_grid:
-            lo, hi = task.descriptor_bounds
-            tess = GridTessellation((config.cells,) * task.num_descriptors, lo, hi)
-        genotype = lambda: jnp.zeros((config.genotype_dim,), jnp.float32)
-        repertoire = read_repertoire(folder, genotype, tessellation=tess)
-        return read_qd_run(folder, config, repertoire)
+        return read_cells_run(folder, config, task.num_descriptors, task.descriptor_bounds)
 
     def summary(self, result: RunResult) -> str:
         return qd_summary(result)
