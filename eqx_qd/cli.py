@@ -127,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="join a multi-process run, every setting from the environment (SLURM, Open MPI)",
     )
+    parser.add_argument(
+        "--heartbeat-timeout",
+        metavar="S",
+        type=_int,
+        default=30,
+        help="in a multi-process run, seconds of silence after which a process counts as "
+        "stopped; the others then exit (status 75) naming it (default: 30)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser(
         "list",
@@ -326,6 +334,9 @@ def _use_devices(count: int | None, processes: int = 1) -> None:
         pass
 
 
+_JOIN_OPTIONS = dict.fromkeys(("num_processes", "process_id", "heartbeat_timeout"))
+
+
 def _join_processes(parser: _Parser, args: argparse.Namespace) -> None:
     """Join the multi-process run the options or the environment ask for (before JAX starts
     its backends)."""
@@ -336,9 +347,52 @@ def _join_processes(parser: _Parser, args: argparse.Namespace) -> None:
             parser.error("--process-id needs a multi-process run (--coordinator, --num-processes)")
         return
     try:
-        initialize(args.coordinator, args.num_processes, args.process_id)
+        initialize(
+            args.coordinator,
+            args.num_processes,
+            args.process_id,
+            heartbeat_timeout=args.heartbeat_timeout,
+        )
     except (ValueError, RuntimeError) as e:
-        parser.error(f"cannot join the multi-process run: {e}")
+        parser.error(f"cannot join the multi-process run: {_as_typed(str(e), _JOIN_OPTIONS)}")
+
+
+def _check_layout(parser: _Parser, args: argparse.Namespace, job: Any, devices: int | None) -> None:
+    """Refuse, before any process joins, a multi-process run of a one-process job, or a
+    device count the processes cannot share."""
+    from .jobs._distributed import wants_distributed
+
+    if not (args.distributed or wants_distributed(args.coordinator, args.num_processes)):
+        return
+    if not job.multi_process:
+        from .jobs import JOBS
+
+        several = ", ".join(n for n, j in JOBS.items() if j.multi_process)
+        parser.error(f"{job.name} runs in one process; the multi-process jobs are {several}")
+    processes = args.num_processes
+    if devices is not None and processes is not None and devices % processes:
+        given = "--devices" if getattr(args, "devices", None) is not None else "devices"
+        parser.error(
+            f"{given} {devices} cannot be shared by --num-processes {processes}: a run of "
+            "several processes spans every process's devices, as many on each"
+        )
+
+
+def _resume_command(args: argparse.Namespace, job: Any, folder: str) -> str:
+    """The command line that resumes `folder` on this process (multi-process options as
+    typed)."""
+    parts = ["eqx-qd"]
+    for flag, value in (
+        ("--coordinator", args.coordinator),
+        ("--num-processes", args.num_processes),
+        ("--process-id", args.process_id),
+    ):
+        if value is not None:
+            parts += [flag, str(value)]
+    if args.distributed:
+        parts.append("--distributed")
+    parts += ["run", job.name, "--resume", folder]
+    return " ".join(parts)
 
 
 def _load_plugins(parser: _Parser, modules: Sequence[str]) -> None:
@@ -482,6 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "replay":
         return _replay(parser, args)
     from .jobs import JOBS, run
+    from .jobs._distributed import process_count as jax_processes, set_resume_hint
 
     job = JOBS[args.job]
     resume = args.resume
@@ -496,7 +551,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.config is None:
             args.config = saved
     # Host devices first (each process makes its share), then join: both before JAX starts.
-    _use_devices(_requested_devices(args, job), args.num_processes or 1)
+    requested = _requested_devices(args, job)
+    _check_layout(parser, args, job, requested)
+    _use_devices(requested, args.num_processes or 1)
     _join_processes(parser, args)
     cache = _compile_cache(args)
     _use_compile_cache(cache)
@@ -508,7 +565,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = _seeded_runs(parser, args, job, config, resume)
     where = f"compile cache {cache}" if cache else "no compile cache"
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
+    typed = {k: v for k in job.config_cls.keys() if (v := getattr(args, k, None)) is not None}
     for config, out in runs:
+        if jax_processes() > 1:
+            own = ", each with its own --process-id" if args.process_id is not None else ""
+            set_resume_hint(f"run {_resume_command(args, job, out)} on every process{own}")
         try:
             result = run(
                 config,
@@ -519,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log=args.log,
             )
         except ValueError as e:
-            parser.error(str(e))
+            parser.error(_as_typed(str(e), typed))
         print(job.summary(result))
         print(f"run folder: {result.folder or f'{out} (written by process 0)'}")
     if len(runs) > 1:

@@ -19,7 +19,13 @@ from .._tessellation import AbstractTessellation, CVTTessellation
 from ..envs._base import AbstractQDEnv
 from ._checkpoints import list_checkpoints
 from ._config import job_of_toml, JobConfig
-from ._distributed import is_writer
+from ._distributed import (
+    describe_stop,
+    is_collective_failure,
+    is_writer,
+    stop_run,
+    stopped_processes,
+)
 from ._folder import RunFolder
 from ._progress import as_progress, Progress
 from ._registry import AGENTS, make_agent
@@ -351,9 +357,14 @@ def run(
         with as_progress(progress, on_log if sinks is None else sinks) as reporter:
             result = job.run(config, out_dir, progress=reporter, plots=plots, resume=resume)
     except BaseException as e:
+        # Another process of the run stopped: a collective failed here.
+        stopped = stopped_processes() if is_collective_failure(e) else []
         if ours and os.path.exists(os.path.join(out_dir, CONFIG_FILE)):  # type: ignore[arg-type]
-            status = "failed" if isinstance(e, Exception) else "interrupted"
-            write_status(RunFolder(out_dir), status, error=f"{type(e).__name__}: {e}")
+            status = "failed" if isinstance(e, Exception) and not stopped else "interrupted"
+            error = describe_stop(stopped) if stopped else f"{type(e).__name__}: {e}"
+            write_status(RunFolder(out_dir), status, error=error)
+        if stopped:
+            stop_run(stopped)
         raise
     finally:
         if sinks is not None:

@@ -6,10 +6,22 @@ devices, so the repertoire is replicated on all of them and each process can rea
 process 0 writes the run folder. Reading what lies on other processes' devices (an emitter
 state split over the mesh, to checkpoint it) is a collective: every process calls `to_host`
 at the same point of the loop.
+
+When one process stops (killed, out of memory, its host lost), the others cannot go on: a
+collective fails at once (or the coordination service stops hearing the process's heartbeat
+within `heartbeat_timeout` seconds, or process 0, which holds that service, cannot be reached).
+Each survivor then finds which processes stopped, says so in one line with the command that
+resumes the run, and exits with status 75 (`EX_TEMPFAIL`: try again), where JAX alone would end
+it with a C++ abort naming nothing.
 """
 
+import ctypes
 import os
-from typing import Any
+import signal
+import socket
+import sys
+import threading
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -17,26 +29,170 @@ import jax.random as jr
 import numpy as np
 
 
+EXIT_PEER_STOPPED = os.EX_TEMPFAIL if hasattr(os, "EX_TEMPFAIL") else 75
+"""The exit status of a process whose run stopped because another process of it stopped."""
+
+_WATCH: dict[str, Any] = {"hint": None, "timeout": 30, "handler": None}
+_STOPPING = threading.Lock()
+
+
 def initialize(
     coordinator: str | None = None,
     num_processes: int | None = None,
     process_id: int | None = None,
+    *,
+    heartbeat_timeout: int = 30,
 ) -> None:
     """Join a multi-process run before JAX starts its backends: `coordinator` (`host:port`
     of process 0), `num_processes` and this `process_id`; those left `None` come from the
     environment as JAX reads it (`JAX_COORDINATOR_ADDRESS`, or a SLURM / Open MPI / Kubernetes
-    job). On CPUs the processes talk through gloo."""
-    for name, value in (("num_processes", num_processes), ("process_id", process_id)):
+    job). On CPUs the processes talk through gloo. A process silent for `heartbeat_timeout`
+    seconds counts as stopped, and this process then stops as the module says (JAX's own
+    default waits 100 s)."""
+    for name, value in (
+        ("num_processes", num_processes),
+        ("process_id", process_id),
+        ("heartbeat_timeout", heartbeat_timeout),
+    ):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"{name} must be an int, got {value!r}")
     if num_processes is not None and num_processes < 1:
         raise ValueError(f"num_processes must be at least 1, got {num_processes}")
     if process_id is not None and num_processes is not None and not 0 <= process_id < num_processes:
         raise ValueError(f"process_id must lie in [0, {num_processes}), got {process_id}")
+    if heartbeat_timeout < 1:
+        raise ValueError(f"heartbeat_timeout must be at least 1 second, got {heartbeat_timeout}")
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
-        coordinator_address=coordinator, num_processes=num_processes, process_id=process_id
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        heartbeat_timeout_seconds=heartbeat_timeout,
     )
+    _WATCH["timeout"] = heartbeat_timeout
+    _guard_aborts()
+
+
+def set_resume_hint(text: str | None) -> None:
+    """What a survivor's last line says resumes the run (the command line sets its own
+    command; `None`: the Python form)."""
+    _WATCH["hint"] = text
+
+
+def _guard_aborts() -> None:
+    """Catch the C++ abort by which JAX's coordination client ends a process when the
+    service reports another process's failure, or cannot be reached: a C-level SIGABRT
+    handler (Python's own handlers run too late, after `abort` has ended the process) that
+    names the stopped process and exits, or aborts as before when no process stopped."""
+    if _WATCH["handler"] is not None or os.name != "posix":
+        return
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:  # no C library to ask: JAX's own abort stays
+        return
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(_on_abort)
+    _WATCH["handler"] = handler  # kept alive as long as the process
+    libc.signal(signal.SIGABRT, ctypes.cast(handler, ctypes.c_void_p))
+
+
+def _on_abort(signum: int) -> None:
+    # On the aborting C++ thread, maybe inside the coordination client: ask it briefly, from
+    # another thread, and tell what cannot be known as such.
+    stopped = stopped_processes(wait=5)
+    if stopped != []:
+        stop_run(stopped)
+    signal.signal(signal.SIGABRT, signal.SIG_DFL)  # every process lives: an abort of our own
+    os.abort()
+
+
+def _coordinator_reachable() -> bool:
+    from jax._src import distributed
+
+    address = getattr(distributed.global_state, "coordinator_address", None)
+    if not address:
+        return True
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def stopped_processes(*, wait: float | None = None) -> list[int] | None:
+    """The processes of this run that stopped: process 0 when its coordination service
+    cannot be reached, else those the service no longer hears (it answers once every survivor
+    asks, within about the heartbeat timeout; `wait` seconds at most, by default that timeout
+    and 10 s). Empty when every process lives (or in a run of one process); `None` when the
+    service gave no answer in time after a failure."""
+    from jax._src import distributed
+
+    count, me = jax.process_count(), jax.process_index()
+    client = getattr(distributed.global_state, "client", None)
+    if count == 1 or client is None:
+        return []
+    if me != 0 and not _coordinator_reachable():
+        return [0]
+    found: list[Any] = []
+
+    def live() -> None:
+        try:
+            found.append(client.get_live_nodes(list(range(count))))
+        except Exception as e:  # the service went away while we asked
+            found.append(e)
+
+    try:
+        asking = threading.Thread(target=live, daemon=True)
+        asking.start()
+        asking.join(_WATCH["timeout"] + 10 if wait is None else wait)
+    except RuntimeError:  # no new thread (the interpreter is finishing)
+        return None
+    if not found:  # no answer: maybe an error of this process's own (the others never ask)
+        return [] if wait is None else None
+    if isinstance(found[0], Exception):
+        return [] if me == 0 else [0]
+    return sorted(set(range(count)) - set(found[0]))
+
+
+def is_collective_failure(error: BaseException) -> bool:
+    """Whether `error` may come from a collective that another process left: an error of
+    XLA's runtime (equinox's `filter_jit` re-raises those as `ValueError`), in a run of
+    several processes."""
+    if jax.process_count() == 1:
+        return False
+    if isinstance(error, jax.errors.JaxRuntimeError):
+        return True
+    codes = ("UNKNOWN:", "UNAVAILABLE:", "INTERNAL:", "ABORTED:", "DEADLINE_EXCEEDED:")
+    return isinstance(error, (ValueError, RuntimeError)) and str(error).startswith(codes)
+
+
+def describe_stop(stopped: list[int] | None) -> str:
+    """One line: which processes stopped, and that this one stops too."""
+    count, me = jax.process_count(), jax.process_index()
+    if not stopped:
+        which = f"a process of the {count} stopped, or this one failed (JAX's message above says)"
+    else:
+        names = ", ".join(map(str, stopped))
+        which = f"process{'es' if len(stopped) > 1 else ''} {names} of {count}"
+        which += " (the coordinator) stopped or cannot be reached" if stopped == [0] else " stopped"
+    return f"{which}; process {me} stops too"
+
+
+def stop_run(stopped: list[int] | None) -> NoReturn:
+    """Say in one line on stderr which processes stopped and how the run resumes, then end
+    this process with `EXIT_PEER_STOPPED` (no cleanup: JAX's shutdown would wait for the
+    stopped process, then abort)."""
+    if _STOPPING.acquire(timeout=_WATCH["timeout"] + 20):  # one survivor thread speaks
+        hint = _WATCH["hint"] or (
+            "run the same job again with resume=True on every process: it continues from its "
+            "last checkpoint"
+        )
+        sys.stdout.flush()
+        sys.stderr.write(f"eqx-qd: error: {describe_stop(stopped)}. To resume, {hint}\n")
+        sys.stderr.flush()
+    os._exit(EXIT_PEER_STOPPED)
 
 
 def wants_distributed(coordinator: str | None, num_processes: int | None) -> bool:
@@ -46,6 +202,11 @@ def wants_distributed(coordinator: str | None, num_processes: int | None) -> boo
         or num_processes is not None
         or ("JAX_COORDINATOR_ADDRESS" in os.environ)
     )
+
+
+def process_count() -> int:
+    """The processes of this run (1 unless it joined a multi-process run)."""
+    return jax.process_count()
 
 
 def is_writer() -> bool:

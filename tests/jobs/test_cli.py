@@ -217,3 +217,21 @@ def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
     env["EQX_QD_COMPILE_CACHE"] = str(tmp_path / "from_env")
     assert "(no compile cache)" in run("--no-compile-cache", out="third")
     assert not (tmp_path / "from_env").exists()
+
+
+@pytest.mark.parametrize(
+    "job, options, message",
+    [
+        (["map-elites", "--devices", "3"], [], "--devices 3 cannot be shared by --num-processes 2"),
+        (["pgame"], [], "pgame runs in one process; the multi-process jobs are"),
+        (["map-elites", "--devices", "2"], ["--heartbeat-timeout", "0"],
+         "--heartbeat-timeout must be at least 1 second, got 0"),
+    ],
+)  # fmt: skip
+def test_a_multi_process_layout_is_refused_before_any_process_joins(capsys, job, options, message):
+    """Before joining (no coordinator listens at port 1, so joining would hang, then fail)."""
+    join = ["--coordinator", "127.0.0.1:1", "--num-processes", "2", "--process-id", "0"]
+    with pytest.raises(SystemExit) as exc:
+        main([*join, *options, "run", *job])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and err.count("\n") == 0 and message in err, err

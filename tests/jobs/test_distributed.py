@@ -6,6 +6,7 @@ devices of one process."""
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -94,3 +95,89 @@ def test_two_processes_hold_one_repertoire_and_resume_to_the_one_process_run(tmp
     np.testing.assert_array_equal(np.asarray(one.repertoire.fitnesses), second[0]["fitnesses"])
     for column in ("qd_score", "num_filled", "env_steps"):
         np.testing.assert_array_equal(one.progress[column], progress[column])
+
+
+def _cli(port: int, pid: int, *options: str) -> list[str]:
+    return [
+        sys.executable, "-m", "eqx_qd.cli", "--coordinator", f"127.0.0.1:{port}",
+        "--num-processes", "2", "--process-id", str(pid), "--heartbeat-timeout", "5",
+        "--no-compile-cache", *options,
+    ]  # fmt: skip
+
+
+ENDLESS = [
+    "run", "map-elites", "--devices", "2", "--genotype-dim", "4", "--cells", "32",
+    "--cvt-samples", "1000", "--batch-size", "8", "--iterations", "1000000", "--log-period", "5",
+    "--checkpoint-every", "10", "--no-plots", "--no-progress",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("role", ["writer", "reader"])
+def test_a_dead_process_stops_the_others_with_one_line_that_names_it_and_resumes(tmp_path, role):
+    """Kill process 0 (the writer, which holds the coordination service) or process 1 (a
+    reader) of a running two-process job: the survivor exits with status 75 within the
+    heartbeat timeout and some seconds, its last line naming the dead process and the command
+    that resumes the run; that command continues it from its last checkpoint."""
+    folder = tmp_path / "run"
+    victim = 0 if role == "writer" else 1
+    port = _free_port()
+    env = launched_env(JAX_PLATFORMS="cpu")
+    logs = [open(tmp_path / f"process-{i}.log", "wb") for i in range(2)]  # noqa: SIM115
+    procs = [
+        subprocess.Popen(_cli(port, i, *ENDLESS, "--out", str(folder)), env=env, stderr=logs[i])
+        for i in range(2)
+    ]
+    survivor = procs[1 - victim]
+    try:
+        deadline = time.monotonic() + 240
+        while not (folder.exists() and jobs.list_checkpoints(folder)):
+            assert time.monotonic() < deadline and survivor.poll() is None, "the run never ran"
+            time.sleep(0.2)
+        procs[victim].kill()
+        survivor.wait(timeout=90)  # heartbeat 5 s: well within
+    finally:
+        for p, log in zip(procs, logs):
+            p.kill()
+            p.wait()
+            log.close()
+    err = (tmp_path / f"process-{1 - victim}.log").read_bytes()
+    assert survivor.returncode == 75, err.decode()[-3000:]
+    last = err.decode().strip().splitlines()[-1]
+    named = (
+        "process 0 of 2 (the coordinator) stopped or cannot be reached"
+        if victim == 0
+        else "process 1 of 2 stopped"
+    )
+    assert last.startswith(f"eqx-qd: error: {named}; process {1 - victim} stops too"), last
+    command = last.split("To resume, run ", 1)[1].split(" on every process")[0]
+    assert command.endswith(f"run map-elites --resume {folder}"), last
+    # The folder says the run was interrupted (the writer wrote it, or its process is gone).
+    assert jobs.run_status(folder)["status"] == "interrupted"
+
+    # The command resumes the run on both processes (its port freed: a new one), lengthened to
+    # just past its last checkpoint.
+    step = jobs.list_checkpoints(folder)[-1].step
+    args = command.split()[1:]
+    args[args.index("--coordinator") + 1] = f"127.0.0.1:{_free_port()}"
+    at = args.index("--process-id") + 1
+    resumed, outs = [], [open(tmp_path / f"resumed-{i}.log", "wb") for i in range(2)]  # noqa: SIM115
+    try:
+        for i in range(2):
+            args[at] = str(i)
+            extra = ["--iterations", str(step + 5), "--no-plots", "--no-progress"]
+            cmd = [sys.executable, "-m", "eqx_qd.cli", *args, *extra]
+            resumed.append(subprocess.Popen(cmd, env=env, stdout=outs[i], stderr=outs[i]))
+        for p in resumed:
+            p.wait(timeout=240)
+    finally:
+        for p, out in zip(resumed, outs):
+            p.kill()
+            p.wait()
+            out.close()
+    logs = [(tmp_path / f"resumed-{i}.log").read_text() for i in range(2)]
+    for p, log in zip(resumed, logs):
+        assert p.returncode == 0, log[-3000:]
+    assert f"from its newest checkpoint, iteration {step}" in logs[0]
+    assert jobs.run_status(folder)["status"] == "finished"
+    assert jobs.load_run(folder).progress["iteration"].tolist()[-1] == step + 5
