@@ -561,7 +561,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if resume is not None and args.out is not None:  # a fork: it continues in --out
         resume = _fork(parser, resume, args.out, args.from_checkpoint or "latest")
     elif resume is not None:
-        print(f"eqx-qd: {_resume_point(job, resume)}", flush=True)
+        try:
+            print(f"eqx-qd: {_resume_point(job, resume)}", flush=True)
+        except ValueError as e:  # a checkpoint's record or status.json unreadable
+            parser.error(str(e))
     runs = _seeded_runs(parser, args, job, config, resume)
     where = f"compile cache {cache}" if cache else "no compile cache"
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)

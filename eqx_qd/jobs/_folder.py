@@ -237,8 +237,23 @@ class RunFolder:
             return f.read()
 
     def read_json(self, name: str) -> Any:
-        """The JSON value in file `name`."""
-        return json.loads(self.read_text(name))
+        """The JSON value in file `name`; a file that is not JSON is a `ValueError` naming it."""
+        try:
+            return json.loads(self.read_text(name))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(
+                f"{self.file(name)!r} is truncated or corrupt (not JSON: {e}; edited by hand?)"
+            ) from None
+
+    def read_npy(self, name: str) -> np.ndarray:
+        """The array in `.npy` file `name`; a truncated or corrupt file is a `ValueError`
+        naming it."""
+        try:
+            return np.load(self.file(name))
+        except (ValueError, EOFError, OSError) as e:
+            if isinstance(e, FileNotFoundError):
+                raise
+            raise ValueError(f"{self.file(name)!r} is truncated or corrupt: {e}") from None
 
     def read_columns(self, name: str) -> dict[str, np.ndarray]:
         """The columns of a CSV file: float arrays where every value is a number, else str. A
@@ -254,10 +269,6 @@ class RunFolder:
             numeric = all(isinstance(v, float) for v in values)
             out[column] = np.asarray(values, np.float64 if numeric else str)
         return out
-
-    def read_npy(self, name: str) -> np.ndarray:
-        """The array in `.npy` file `name`."""
-        return np.load(self.file(name))
 
     def read_eqx(self, name: str, like: Any) -> Any:
         """What `write_eqx` wrote to file `name`; `like` gives the structure (arrays, or

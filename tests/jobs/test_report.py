@@ -202,10 +202,18 @@ def test_half_written_folders_are_refused_naming_the_file(folders, tmp_path, cap
     (truncated / "repertoire.eqx").write_bytes(data[: len(data) // 2])
     garbage = copy("garbage")
     (garbage / "config.toml").write_text("this is [not toml\n")
+    status = copy("status")
+    (status / "status.json").write_text('{"status": "run')
+    centroids = copy("centroids")
+    (centroids / "centroids.npy").write_bytes((centroids / "centroids.npy").read_bytes()[:40])
+    record = copy("record")
+    newest = jobs.list_checkpoints(record)[-1].step
+    (record / "checkpoints" / f"{newest:010d}.json").write_text("")
     cases = [
         (header_only, "progress.csv has no complete row"),
         (truncated, "repertoire.eqx' is truncated or corrupt"),
         (garbage, "config.toml' is not valid TOML"),
+        (status, "status.json' is truncated or corrupt (not JSON"),
     ]
     for folder, message in cases:
         with pytest.raises(SystemExit) as e:
@@ -213,6 +221,14 @@ def test_half_written_folders_are_refused_naming_the_file(folders, tmp_path, cap
         assert e.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0] and str(folder) in err[0], err
+    with pytest.raises(ValueError, match="centroids.npy' is truncated or corrupt"):
+        jobs.RunFolder(centroids).read_npy("centroids.npy")
+    # Resume reads the checkpoints' records and status.json: the same one line.
+    for folder, name in ((record, f"{newest:010d}.json"), (status, "status.json")):
+        with pytest.raises(SystemExit) as e:
+            main(["run", "map-elites", "--resume", str(folder), "--no-progress", "--no-plots"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert e.value.code == 2 and f"{name}' is truncated or corrupt" in err[-1], err
     # A last row cut by a kill is dropped, as resume drops it: the rows before it are read.
     result = jobs.report([str(cut_row)], None)
     rows = len(jobs.load_run(folders["sphere"][0]).progress["evaluations"])
