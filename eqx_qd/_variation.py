@@ -210,28 +210,35 @@ def sbx_crossover(
     *,
     eta_c: ArrayLike,
     crossover_rate: ArrayLike = 1.0,
+    side_rate: ArrayLike = 0.5,
     min_genotype: BoundsLike | None = None,
     max_genotype: BoundsLike | None = None,
     key: PRNGKey,
 ) -> Genotypes:
     """Simulated binary crossover (Deb & Agrawal 1995) with distribution index `eta_c`.
 
-    Returns the first child of each pair of `x1` and `x2`; a gene is crossed with
-    probability `crossover_rate` and copied from `x1` otherwise. A large `eta_c` keeps
-    children near their parents. Children are clipped to `[min_genotype, max_genotype]` when
-    bounds are given.
+    One child per pair of `x1` and `x2`. A gene is crossed with probability
+    `crossover_rate` (copied from `x1` otherwise) into SBX's two children, spread around the
+    parents' midpoint by the same factor; the child takes the second one, on `x2`'s side, with
+    probability `side_rate`. 0.5 (the default) is the original PGA-ME code's random side;
+    0 always takes the first, on `x1`'s side (this library's operator before the option).
+    A large `eta_c` keeps children near their parents. Children are clipped to
+    `[min_genotype, max_genotype]` when bounds are given.
     """
     _check_parents("sbx_crossover", x1, x2)
     check.non_negative("sbx_crossover: eta_c", eta_c)
     check.fraction("sbx_crossover: crossover_rate", crossover_rate)
+    check.fraction("sbx_crossover: side_rate", side_rate)
     _check_bounds("sbx_crossover: ", min_genotype, max_genotype)
 
     def cross(k, a, b):
-        u_key, mask_key = jr.split(k)
+        u_key, mask_key, side_key = jr.split(k, 3)
         u = jr.uniform(u_key, a.shape)
         exponent = 1.0 / (eta_c + 1.0)
         beta = jnp.where(u <= 0.5, (2.0 * u) ** exponent, (1.0 / (2.0 * (1.0 - u))) ** exponent)
-        child = 0.5 * ((1.0 + beta) * a + (1.0 - beta) * b)
+        second = jr.uniform(side_key, a.shape) < side_rate
+        near, far = jnp.where(second, b, a), jnp.where(second, a, b)
+        child = 0.5 * ((1.0 + beta) * near + (1.0 - beta) * far)
         mask = jr.uniform(mask_key, a.shape) < crossover_rate
         out = jnp.where(mask, child, a).astype(a.dtype)
         return _clip(out, _bound(min_genotype), _bound(max_genotype))
@@ -291,17 +298,21 @@ class IsoLineVariation(AbstractVariation):
 class SBXCrossover(AbstractVariation):
     """Simulated binary crossover (`sbx_crossover`) as a module.
 
-    **Fields:** `eta_c`, `crossover_rate`, and optional bounds `min_genotype`, `max_genotype`.
+    **Fields:** `eta_c`, `crossover_rate`, optional bounds `min_genotype`, `max_genotype`,
+    and `side_rate` (0.5: the original's random side of each crossed gene; 0: always `x1`'s
+    side).
     """
 
     eta_c: Float[Array, ""] = eqx.field(converter=f32)
     crossover_rate: Float[Array, ""] = eqx.field(default=1.0, converter=f32)
     min_genotype: Bound = eqx.field(default=None, converter=_bound)
     max_genotype: Bound = eqx.field(default=None, converter=_bound)
+    side_rate: Float[Array, ""] = eqx.field(default=0.5, converter=f32)
 
     def __check_init__(self):
         check.non_negative("SBXCrossover.eta_c", self.eta_c)
         check.fraction("SBXCrossover.crossover_rate", self.crossover_rate)
+        check.fraction("SBXCrossover.side_rate", self.side_rate)
         _check_bounds("SBXCrossover.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
@@ -311,6 +322,7 @@ class SBXCrossover(AbstractVariation):
             key=key,
             eta_c=self.eta_c,
             crossover_rate=self.crossover_rate,
+            side_rate=self.side_rate,
             min_genotype=self.min_genotype,
             max_genotype=self.max_genotype,
         )

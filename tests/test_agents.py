@@ -299,3 +299,34 @@ def test_observation_normaliser_follows_the_training_observations(getkey):
     assert float(norm.count) == 12.0
     # Every observation so far lies near the start (0, -0.85): the mean is there too.
     np.testing.assert_allclose(norm.mean, [0.0, -0.85], atol=0.35)
+
+
+def test_td3_target_critic_every_step_is_qdax_pbt_td3s_soft_update(getkey):
+    """`critic_target_every_step`: after each critic step the target critic moves by tau
+    towards the new critic (QDax's PBT-TD3); by default it moves only on policy steps."""
+    small = dict(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,))
+    batch = q.envs.Transition(
+        obs=jr.normal(getkey(), (16, 2)), next_obs=jr.normal(getkey(), (16, 2)),
+        action=jr.uniform(getkey(), (16, 2), minval=-1, maxval=1),
+        reward=jr.normal(getkey(), (16,)), terminated=jnp.zeros(16), truncated=jnp.zeros(16),
+    )  # fmt: skip
+    paper = q.rl.TD3(**small, minibatch_size=16)
+    qdax = q.rl.TD3(**small, minibatch_size=16, critic_target_every_step=True)
+    state = paper.init(key=getkey())
+    state = eqx.tree_at(
+        lambda s: s.steps, state, jnp.asarray(1, state.steps.dtype)
+    )  # no policy step
+    key = getkey()
+    after_paper, _ = paper.update(state, batch, key=key)
+    after_qdax, _ = qdax.update(state, batch, key=key)
+    leaves = lambda m: jax.tree.leaves(eqx.filter(m, eqx.is_array))  # noqa: E731
+    for a, b in zip(leaves(after_paper.target_critic), leaves(state.target_critic)):
+        np.testing.assert_array_equal(a, b)  # the paper's: unchanged on a critic-only step
+    tau = float(state.hparams.tau)
+    for t, old, new in zip(
+        leaves(after_qdax.target_critic), leaves(state.target_critic), leaves(after_qdax.critic)
+    ):
+        np.testing.assert_allclose(t, (1 - tau) * old + tau * new, rtol=1e-6, atol=1e-7)
+    # The critics themselves took the same step; the policies were not touched.
+    for a, b in zip(leaves(after_paper.critic), leaves(after_qdax.critic)):
+        np.testing.assert_array_equal(a, b)

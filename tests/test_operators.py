@@ -91,8 +91,8 @@ def test_zero_rates_are_identity(getkey):
 def test_sbx_children_spread_around_parents(getkey):
     x1 = jnp.zeros((4000, 1))
     x2 = jnp.ones((4000, 1))
-    near = q.sbx_crossover(x1, x2, key=getkey(), eta_c=50.0)
-    far = q.sbx_crossover(x1, x2, key=getkey(), eta_c=1.0)
+    near = q.sbx_crossover(x1, x2, key=getkey(), eta_c=50.0, side_rate=0.0)
+    far = q.sbx_crossover(x1, x2, key=getkey(), eta_c=1.0, side_rate=0.0)
     # A large distribution index keeps children closer to the first parent.
     assert float(jnp.mean(jnp.abs(near))) < float(jnp.mean(jnp.abs(far)))
 
@@ -180,7 +180,7 @@ def test_sbx_spread_factor_follows_deb_s_distribution():
     # for b <= 1 and 1 - 1 / (2 b^(eta+1)) above.
     eta = 2.0
     child = q.sbx_crossover(
-        jnp.zeros((N_DRAWS, 1)), jnp.ones((N_DRAWS, 1)), eta_c=eta, key=jr.key(0)
+        jnp.zeros((N_DRAWS, 1)), jnp.ones((N_DRAWS, 1)), eta_c=eta, side_rate=0.0, key=jr.key(0)
     )
     beta = 1.0 - 2.0 * np.asarray(child, np.float64)
 
@@ -188,6 +188,24 @@ def test_sbx_spread_factor_follows_deb_s_distribution():
         return np.where(b <= 1.0, b ** (eta + 1) / 2, 1.0 - 1.0 / (2 * b ** (eta + 1)))
 
     assert _max_cdf_gap(beta, cdf, np.linspace(0.05, 3.0, 60)) < 0.01
+
+
+def test_sbx_takes_either_child_as_the_original_does():
+    """The original PGA-ME code returns SBX's first or second child at random for each crossed
+    gene (`side_rate=0.5`): half the children on the second parent's side of the midpoint.
+    The second child is the first child of the parents swapped, drawn from the same numbers."""
+    x1, x2 = jnp.zeros((N_DRAWS, 1)), jnp.ones((N_DRAWS, 1))
+    original = np.asarray(q.sbx_crossover(x1, x2, eta_c=2.0, key=jr.key(3)))
+    assert abs(np.mean(original > 0.5) - 0.5) < 0.02
+    first = np.asarray(q.sbx_crossover(x1, x2, eta_c=2.0, side_rate=0.0, key=jr.key(3)))
+    assert np.all(first <= 0.5)  # beta >= 0: always on x1's side
+    a, b = jr.normal(jr.key(4), (2, 64, 5))
+    np.testing.assert_array_equal(
+        q.sbx_crossover(a, b, eta_c=5.0, side_rate=1.0, key=jr.key(5)),
+        q.sbx_crossover(b, a, eta_c=5.0, side_rate=0.0, key=jr.key(5)),
+    )
+    with pytest.raises(ValueError, match="side_rate"):
+        q.SBXCrossover(2.0, side_rate=1.5)
 
 
 @pytest.mark.parametrize("x, eta", [(0.3, 3.0), (0.8, 10.0), (0.95, 3.0)])

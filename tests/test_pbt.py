@@ -212,3 +212,31 @@ def test_pbt_command_writes_a_run_folder(tmp_path, capsys):
 def test_spaces_and_emitters_refuse_bad_values_by_name(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_fixed_hparams_keep_qdax_s_discount_and_the_td3_option_reaches_the_agent(getkey):
+    """QDax's PBT-TD3 keeps the discount at 0.99 whatever its space says: `fixed_hparams`
+    leaves it out of the spaces, so no member draws or explores it; `critic_target_every_step`
+    reaches the TD3 the job builds."""
+    from eqx_qd.jobs._pbt import make_pbt_run
+
+    config = jobs.PBTConfig(
+        agent="td3", fixed_hparams="discount", critic_target_every_step=True, hidden=(8,),
+        num_envs=2, buffer_size=64, minibatch_size=8, population_size=5,
+    )  # fmt: skip
+    env, agent, spaces, pbt = make_pbt_run(config)
+    assert "discount" not in spaces and "policy_lr" in spaces
+    assert agent.critic_target_every_step
+    population = q.rl.init_population(agent, env, spaces, 5, key=getkey())
+    np.testing.assert_array_equal(population.agent_state.hparams.discount, np.float32(0.99))
+    lrs = np.asarray(population.agent_state.hparams.policy_lr)
+    assert len(set(lrs.tolist())) == 5  # the others are still drawn
+    resample = lambda s, k: agent.resample_hparams(s, spaces=spaces, key=k)  # noqa: E731
+    explored = eqx.filter_vmap(resample)(population.agent_state, jr.split(getkey(), 5))
+    np.testing.assert_array_equal(explored.hparams.discount, np.float32(0.99))
+    # The paper's TD3 by default; a name the agent does not explore is an error listing them.
+    assert not make_pbt_run(jobs.PBTConfig(agent="td3", hidden=(8,)))[1].critic_target_every_step
+    with pytest.raises(ValueError, match="does not explore 'gamma'; it explores .*discount"):
+        make_pbt_run(jobs.PBTConfig(agent="td3", fixed_hparams="gamma"))
+    with pytest.raises(ValueError, match="takes no option critic_target_every_step"):
+        jobs.PBTConfig(agent="sac", critic_target_every_step=True)

@@ -56,11 +56,24 @@ class AgentOptions(JobConfig):
     target_entropy_scale: float = option(
         1.0, "sac: target entropy = -scale x action size (QDax's PBT-SAC: 0.5)", check=positive
     )
+    critic_target_every_step: bool = option(
+        False,
+        "td3: soft-update the target critic after every critic step, as QDax's PBT-TD3 (the "
+        "TD3 paper's: with the policy, every second step)",
+    )
+    fixed_hparams: str = option(
+        "",
+        "hyperparameters PBT leaves at the agent's default, comma-separated (QDax's PBT-TD3 "
+        "keeps discount at 0.99: discount)",
+    )
 
     def check(self) -> None:
         super().check()
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"hidden must list positive layer widths, got {list(self.hidden)}")
+        names = [n.strip() for n in self.fixed_hparams.split(",") if n.strip()]
+        if len(set(names)) != len(names):
+            raise ValueError(f"fixed_hparams names a hyperparameter twice: {self.fixed_hparams!r}")
         from ._common import agent_options
 
         agent_options(self)  # options the chosen agent does not take
@@ -202,3 +215,21 @@ class EmitterOptions(JobConfig):
     def anneals(self) -> bool:
         """Whether the archive is CMA-MAE's (a finite `threshold_min`)."""
         return self.threshold_min != float("-inf")
+
+
+def search_spaces(config: AgentOptions, agent: Any) -> dict[str, Any]:
+    """The agent's PBT spaces less those `config.fixed_hparams` names (each must be one of
+    them: a name the agent does not explore is an error listing what it explores)."""
+    spaces = dict(agent.hparam_spaces)
+    for name in (n.strip() for n in config.fixed_hparams.split(",")):
+        if not name:
+            continue
+        if name not in spaces:
+            raise ValueError(
+                f"fixed_hparams: agent {config.agent!r} does not explore {name!r}; it explores "
+                f"{', '.join(sorted(spaces))}"
+            )
+        del spaces[name]
+    if not spaces:
+        raise ValueError("fixed_hparams leaves PBT nothing to explore")
+    return spaces

@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import os
 import socket
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -211,18 +212,65 @@ def _now() -> str:
     return datetime.datetime.now().isoformat(timespec="seconds")
 
 
+HEARTBEAT_S = 60.0
+"""How often a running job stamps `heartbeat` (UTC) in its `status.json`: a folder whose
+stamp is older than `STALE_S` reads as `interrupted` from any machine."""
+STALE_S = 5 * HEARTBEAT_S
+_STATUS_LOCK = threading.Lock()  # the job's thread and its heartbeat both write status.json
+
+
+def _utc() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+class _Heartbeat:
+    """Stamps `heartbeat` in `status.json` every `HEARTBEAT_S` while the folder says this
+    process runs it (a daemon thread: it dies with the process, which is the point)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="eqx-qd heartbeat", daemon=True)
+        self.thread.start()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_S):
+            folder = RunFolder(self.path, create=False)
+            with _STATUS_LOCK:
+                try:
+                    record = _read_status(folder) if os.path.isdir(self.path) else None
+                except ValueError:  # status.json edited by hand: leave it
+                    continue
+                if (
+                    record
+                    and record.get("status") == "running"
+                    and record.get("pid") == os.getpid()
+                ):
+                    folder.write_json(STATUS_FILE, {**record, "heartbeat": _utc()})
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def write_status(folder: RunFolder, status: str, **details: Any) -> None:
     """Record in `status.json` where the run stands: `running` (written with the folder and
     on resume, so a killed run never looks finished; with the process that runs it, so
     `run_status` tells a killed one), `finished`, `failed` or `interrupted` (with the
     error). Earlier details are kept."""
-    previous = _read_status(folder) or {}
-    record = {**previous, **details, "status": status, "updated": _now()}
-    record.setdefault("started", record["updated"])
-    if status == "running":
-        record.pop("error", None)
-        record.update(host=socket.gethostname(), pid=os.getpid(), pid_started=_started(os.getpid()))
-    folder.write_json(STATUS_FILE, record)
+    with _STATUS_LOCK:
+        previous = _read_status(folder) or {}
+        record = {**previous, **details, "status": status, "updated": _now()}
+        record.setdefault("started", record["updated"])
+        if status == "running":
+            record.pop("error", None)
+            record.update(
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                pid_started=_started(os.getpid()),
+                heartbeat=_utc(),
+            )
+        folder.write_json(STATUS_FILE, record)
 
 
 def _read_status(folder: RunFolder) -> dict[str, Any] | None:
@@ -252,26 +300,49 @@ def run_status(folder: str | os.PathLike) -> dict[str, Any]:
     """The `status.json` of a run folder: `status` (`running`, `finished`, `failed`
     or `interrupted`), `job`, `started`, `updated` and, after a failure, `error`.
 
-    A folder still `running` whose process is gone (killed, or its machine went down, as
-    seen from the machine that ran it) reads as `interrupted`, its `error` saying so; on
-    another machine a running folder cannot be told from a killed one. A folder written
-    before status files existed reads as `{"status": "unknown"}`."""
+    A folder still `running` whose process is gone reads as `interrupted`, its `error`
+    saying so: seen from the machine that ran it, the process is asked for; from another
+    machine (a shared file system), the folder's `heartbeat` stamp, renewed every
+    `HEARTBEAT_S` (60 s) by the running job, is older than `STALE_S` (5 minutes). An
+    interrupted folder's `checkpoint` is the step a resume continues from (`None`: from the
+    start). A folder written before status files existed reads as `{"status": "unknown"}`."""
     record = _read_status(RunFolder(folder, create=False))
     if record is None:
         return {"status": "unknown"}
-    pid = record.get("pid")
-    if (
-        record.get("status") == "running"
-        and isinstance(pid, int)
-        and record.get("host") == socket.gethostname()
-        and not _alive(pid, record.get("pid_started"))
-    ):
-        record["status"] = "interrupted"
-        record["error"] = (
-            f"its process (pid {pid}) ended without saying so: killed? Resume it from its "
-            "newest checkpoint"
+    pid, host = record.get("pid"), record.get("host")
+    if record.get("status") == "running":
+        silent = _silent_for(record.get("heartbeat"))
+        if isinstance(pid, int) and host == socket.gethostname():
+            if not _alive(pid, record.get("pid_started")):
+                record["status"] = "interrupted"
+                record["error"] = f"its process (pid {pid}) ended without saying so: killed?"
+        elif silent is not None and silent > STALE_S:
+            record["status"] = "interrupted"
+            record["error"] = (
+                f"no heartbeat from its process (pid {pid} on {host}) for {silent / 60:.0f} "
+                "minutes: it stopped, or its machine did"
+            )
+    if record.get("status") == "interrupted":
+        checkpoints = list_checkpoints(folder)
+        record["checkpoint"] = checkpoints[-1].step if checkpoints else None
+        where = (
+            f"its newest checkpoint (step {checkpoints[-1].step})"
+            if checkpoints
+            else "the start (no checkpoint yet)"
         )
+        record["error"] = f"{record.get('error', 'interrupted')}. Resuming continues from {where}"
     return record
+
+
+def _silent_for(stamp: Any) -> float | None:
+    """Seconds since a UTC `heartbeat` stamp (`None` without a readable one)."""
+    try:
+        then = datetime.datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return None
+    if then.tzinfo is None:
+        return None
+    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
 
 
 def read_config(folder: RunFolder) -> JobConfig:
@@ -353,6 +424,7 @@ def run(
         )
     if ours and resume and os.path.exists(os.path.join(out_dir, CONFIG_FILE)):  # type: ignore[arg-type]
         write_status(RunFolder(out_dir), "running", job=config.JOB, resumed=_now())
+    heartbeat = _Heartbeat(os.fspath(out_dir)) if out_dir is not None and is_writer() else None
     try:
         with as_progress(progress, on_log if sinks is None else sinks) as reporter:
             result = job.run(config, out_dir, progress=reporter, plots=plots, resume=resume)
@@ -367,6 +439,8 @@ def run(
             stop_run(stopped)
         raise
     finally:
+        if heartbeat is not None:
+            heartbeat.close()
         if sinks is not None:
             sinks.close()
     if result.folder is not None and is_writer():
@@ -479,6 +553,7 @@ AGENT_OPTIONS = (
     "grad_updates_per_step",
     "rollout_length",
     "target_entropy_scale",
+    "critic_target_every_step",
 )
 """The config fields a job passes to its agent's factory (those the factory takes)."""
 

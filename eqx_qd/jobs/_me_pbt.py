@@ -23,7 +23,7 @@ from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive_int
 from .._variation import IsoLineVariation
 from ..rl._pbt import hparams_table
-from ._blocks import AgentOptions, RepertoireOptions, RunOptions
+from ._blocks import AgentOptions, RepertoireOptions, RunOptions, search_spaces
 from ._common import (
     build_agent,
     hparams_columns,
@@ -141,7 +141,7 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
         agent,
         env,
         config.emitter_config(),
-        agent.hparam_spaces,
+        search_spaces(config, agent),
         IsoLineVariation(config.iso_sigma, config.line_sigma),
         axis_name=axis,
     )

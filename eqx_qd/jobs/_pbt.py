@@ -21,7 +21,7 @@ from ..rl._pbt import (
     train_population,
 )
 from ..rl._spaces import log_uniform_learning_rates, Uniform
-from ._blocks import AgentOptions, default_of, RunOptions
+from ._blocks import AgentOptions, default_of, RunOptions, search_spaces
 from ._common import (
     build_agent,
     register_job,
@@ -89,7 +89,7 @@ def make_pbt_run(config: PBTConfig):
     """The environment, the agent, its search spaces and the `PBT` the config describes."""
     env = make_env(config.env, episode_length=config.episode_length)
     agent = build_agent(config, env)
-    spaces = agent.hparam_spaces
+    spaces = search_spaces(config, agent)
     if config.log_uniform_lr:
         spaces = log_uniform_learning_rates(spaces)
     return env, agent, spaces, config.make_pbt(spaces)

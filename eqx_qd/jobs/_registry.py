@@ -341,9 +341,28 @@ def _ppo(
     )
 
 
-AGENTS.register(
-    "td3", _off_policy(TD3), help="TD3 (twin critics, delayed policy updates; off-policy)"
-)
+def _td3(
+    env: Any,
+    *,
+    hidden: tuple[int, ...] = (256, 256),
+    minibatch_size: int = 256,
+    num_envs: int = 16,
+    buffer_size: int = 100_000,
+    grad_updates_per_step: float = 1.0,
+    critic_target_every_step: bool = False,
+) -> AbstractAgent:
+    make = _off_policy(TD3, critic_target_every_step=critic_target_every_step)
+    return make(
+        env,
+        hidden=hidden,
+        minibatch_size=minibatch_size,
+        num_envs=num_envs,
+        buffer_size=buffer_size,
+        grad_updates_per_step=grad_updates_per_step,
+    )
+
+
+AGENTS.register("td3", _td3, help="TD3 (twin critics, delayed policy updates; off-policy)")
 AGENTS.register("sac", _sac, help="SAC (entropy-regularised, automatic temperature; off-policy)")
 AGENTS.register(
     "ppo", _ppo, help="PPO (clipped surrogate, GAE, KL early stop; a rollout per iteration)"

@@ -91,9 +91,11 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     widths), `minibatch_size` (transitions per gradient step), `policy_delay`,
     `normalise_observations` (use the state's running observation statistics),
     `policy_layer_norm` and `policy_affine` (layer normalisation in the policy, as
-    `DeterministicPolicy`'s `layer_norm` / `affine`), `matmul_dtype` (as `SAC`'s), and the
-    training loop's `num_envs`, `buffer_size` and `grad_updates_per_step`
-    (`AbstractOffPolicyAgent`).
+    `DeterministicPolicy`'s `layer_norm` / `affine`), `matmul_dtype` (as `SAC`'s),
+    `critic_target_every_step` (soft-update the target critic after every critic step, as
+    QDax's PBT-TD3 does, instead of with the policy every `policy_delay` steps, as the TD3
+    paper and QDax's own TD3 do: the paper's is the default), and the training loop's
+    `num_envs`, `buffer_size` and `grad_updates_per_step` (`AbstractOffPolicyAgent`).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -109,6 +111,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     policy_layer_norm: bool = eqx.field(default=False, static=True)
     policy_affine: bool = eqx.field(default=False, static=True)
     matmul_dtype: str = eqx.field(default="float32", static=True)
+    critic_target_every_step: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
         check_off_policy_fields(self)
@@ -246,12 +249,20 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         )
         critic, critic_opt = apply_adam(state.critic, grads, state.critic_opt_state, h.critic_lr)
         state = eqx.tree_at(lambda s: (s.critic, s.critic_opt_state), state, (critic, critic_opt))
+        every_step = self.critic_target_every_step
+        if every_step:
+            target = soft_update(state.target_critic, state.critic, h.tau)
+            state = eqx.tree_at(lambda s: s.target_critic, state, target)
 
         def policy_step(state: TD3State) -> tuple[TD3State, Float[Array, ""]]:
             loss, grads = eqx.filter_value_and_grad(self.policy_loss)(state.policy, state, batch)
             policy, opt = apply_adam(state.policy, grads, state.policy_opt_state, h.policy_lr)
             target_policy = soft_update(state.target_policy, policy, h.tau)
-            target_critic = soft_update(state.target_critic, state.critic, h.tau)
+            target_critic = (
+                state.target_critic
+                if every_step
+                else soft_update(state.target_critic, state.critic, h.tau)
+            )
             state = eqx.tree_at(
                 lambda s: (s.policy, s.policy_opt_state, s.target_policy, s.target_critic),
                 state,

@@ -242,3 +242,42 @@ def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch):
         jobs.run(jobs.MapElitesConfig(cells=16, cvt_samples=8), tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
     assert jobs.run_status(tmp_path)["status"] == "unknown"  # no status file
+
+
+def test_a_run_seen_from_another_machine_reads_interrupted_once_its_heartbeat_stops(
+    tmp_path, monkeypatch
+):
+    """The pid of a run on another host cannot be asked: its heartbeat stamp tells."""
+    import datetime
+    import time
+
+    from eqx_qd.jobs import _common
+
+    folder = jobs.RunFolder(tmp_path / "run")
+    _common.write_status(folder, "running", job="map-elites")
+    assert jobs.run_status(folder.path)["status"] == "running"  # this process, alive
+
+    def stamped(minutes_ago):
+        then = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=minutes_ago)
+        record = {**folder.read_json("status.json"), "host": "elsewhere", "pid": 1}
+        folder.write_json("status.json", {**record, "heartbeat": then.isoformat()})
+        return jobs.run_status(folder.path)
+
+    assert stamped(1)["status"] == "running"
+    status = stamped(30)
+    assert status["status"] == "interrupted" and "no heartbeat" in status["error"]
+    assert "pid 1 on elsewhere" in status["error"] and status["checkpoint"] is None
+
+    # The running job's heartbeat thread stamps the folder while the folder says it runs it.
+    monkeypatch.setattr(_common, "HEARTBEAT_S", 0.05)
+    _common.write_status(folder, "running")
+    folder.write_json("status.json", {**folder.read_json("status.json"), "heartbeat": "old"})
+    beat = _common._Heartbeat(folder.path)
+    try:
+        deadline = time.monotonic() + 30
+        while folder.read_json("status.json")["heartbeat"] == "old":
+            assert time.monotonic() < deadline, "no heartbeat"
+            time.sleep(0.05)
+    finally:
+        beat.close()
+    assert jobs.run_status(folder.path)["status"] == "running"

@@ -58,6 +58,7 @@ def test_a_plugin_job_runs_is_killed_and_resumes_through_the_command(tmp_path):
     # The folder says what happened, and the command says where it goes on from.
     status = jobs.run_status(out)
     assert status["status"] == "interrupted" and "killed" in status["error"]
+    assert status["checkpoint"] == killed_at and f"(step {killed_at})" in status["error"]
     done = subprocess.run(
         _command("run", "hill-climb", "--resume", str(out), "--no-progress", "--no-plots"),
         env=env,
