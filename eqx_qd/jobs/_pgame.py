@@ -41,6 +41,7 @@ from .._variation import (
     UniformMutation,
 )
 from ..envs._base import AbstractQDEnv
+from ..rl._layers import INITS
 from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3, TD3HParams
 from ._blocks import RepertoireOptions, RunOptions
@@ -79,8 +80,9 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
     Ours, beyond the repo's arguments: `episode_length`, `critic_hidden`, `critic_lr`,
     `greedy_lr`, `buffer_size`, `reset_noise` / `obs_noise` / `deterministic`,
     `num_reevals` (the "10" of the averaged max fitness) and `convention` (`"original"`:
-    the repo's batch split, greedy-actor start and critic warm-up; `"qdax"`: QDax's).
-    `gradient_op` is the repo's switch: `False` gives plain MAP-Elites with the same GA,
+    the repo's batch split, greedy-actor start and critic warm-up; `"qdax"`: QDax's),
+    `policy_init` / `critic_init` (the repo's Xavier actors and PyTorch-default critic by
+    default; `lecun_uniform` for both is QDax's). `gradient_op` is the repo's switch: `False` gives plain MAP-Elites with the same GA,
     budget and outputs. The repo's `num_cpu` / `num_cpu_var` have no counterpart (evaluation
     is vectorised) and are accepted only in its own config files.
     """
@@ -168,6 +170,18 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
     )
     num_reevals: int = option(
         10, "re-evaluations of the best for its averaged fitness", check=positive_int
+    )
+    policy_init: str = option(
+        "xavier_uniform",
+        "the policies' initial weights: xavier_uniform (the repository's actors), "
+        "lecun_uniform with zero biases (QDax), uniform (+-1/sqrt(fan_in))",
+        check=_choice(INITS),
+    )
+    critic_init: str = option(
+        "uniform",
+        "the critic's initial weights: uniform (the repository's, PyTorch's default), "
+        "lecun_uniform (QDax), xavier_uniform",
+        check=_choice(INITS),
     )
 
     def check(self) -> None:
@@ -301,6 +315,8 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
         policy_delay=config.policy_delay,
         policy_layer_norm=config.normalise,
         policy_affine=config.affine,
+        policy_init=config.policy_init,
+        critic_init=config.critic_init,
     )
     scorer = PolicyScorer(env)
     variation, mutation = ga_operators(config)

@@ -26,7 +26,12 @@ from ._base import (
 from ._buffers import ReplayBuffer as ReplayBuffer
 from ._gae import gae as gae
 from ._ippo import IPPO as IPPO
-from ._layers import Dense as Dense, MLP as MLP
+from ._layers import (
+    Dense as Dense,
+    INITS as INITS,
+    MLP as MLP,
+    reinitialise as reinitialise,
+)
 from ._normaliser import RunningNormaliser as RunningNormaliser
 from ._off_policy import (
     AbstractOffPolicyAgent as AbstractOffPolicyAgent,

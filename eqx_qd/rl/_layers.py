@@ -5,6 +5,7 @@ product option (`matmul_dtype`). `MLP` takes one input or a batch along leading 
 import math
 import typing
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -15,6 +16,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
+from .._misc import is_none
 
 
 def _identity(x):
@@ -137,6 +139,52 @@ class Dense(eqx.Module):
             rows = x.reshape(-1, x.shape[-1])
             y = _bf16_matmul(rows, self.weight).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + jnp.broadcast_to(self.bias, y.shape)
+
+
+INITS = ("uniform", "lecun_uniform", "xavier_uniform")
+"""The weight initialisations of `reinitialise`."""
+
+
+def reinitialise(tree: Any, init: str, *, key: PRNGKey) -> Any:
+    """`tree` with every `Dense` layer in it drawn afresh by `init`, shapes and all else kept.
+
+    - `"uniform"`: weights and biases U(+-1/sqrt(fan_in)) (`Dense`'s own, as PyTorch's and
+      Equinox's default layers);
+    - `"lecun_uniform"`: weights U(+-sqrt(3/fan_in)), biases zero (QDax's networks);
+    - `"xavier_uniform"`: weights U(+-sqrt(6/(fan_in + fan_out))), biases U(+-1/sqrt(fan_in))
+      (the PGA-MAP-Elites repository's actors: Xavier on the weights, PyTorch's biases).
+
+    Layers without a bias (`use_bias=False`) stay without one. Each layer takes its own key.
+    """
+    check.one_of("reinitialise: init", init, INITS)
+    is_dense = lambda x: isinstance(x, Dense)  # noqa: E731
+    layers = [x for x in jax.tree.leaves(tree, is_leaf=is_dense) if is_dense(x)]
+    if not layers:
+        return tree
+    fresh = []
+    for layer, k in zip(layers, jr.split(key, len(layers))):
+        wkey, bkey = jr.split(k)
+        fan_in, fan_out = layer.weight.shape
+        bias_lim = 1.0 / math.sqrt(fan_in)
+        lim = {
+            "uniform": bias_lim,
+            "lecun_uniform": math.sqrt(3.0 / fan_in),
+            "xavier_uniform": math.sqrt(6.0 / (fan_in + fan_out)),
+        }[init]
+        weight = jr.uniform(wkey, layer.weight.shape, minval=-lim, maxval=lim)
+        bias = layer.bias
+        if bias is not None:
+            bias = (
+                jnp.zeros_like(bias)
+                if init == "lecun_uniform"
+                else jr.uniform(bkey, bias.shape, minval=-bias_lim, maxval=bias_lim)
+            )
+        fresh.append(
+            eqx.tree_at(lambda d: (d.weight, d.bias), layer, (weight, bias), is_leaf=is_none)
+        )
+    return eqx.tree_at(
+        lambda t: [x for x in jax.tree.leaves(t, is_leaf=is_dense) if is_dense(x)], tree, fresh
+    )
 
 
 @typing.final

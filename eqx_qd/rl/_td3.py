@@ -20,7 +20,7 @@ from .._custom_types import PRNGKey
 from .._misc import filter_cond, i32, is_none
 from ..envs._rollout import Transition
 from ._base import AbstractAgentState, AbstractHParams, hparam, Metrics
-from ._layers import MATMUL_DTYPES
+from ._layers import INITS, MATMUL_DTYPES, reinitialise
 from ._normaliser import RunningNormaliser
 from ._off_policy import AbstractOffPolicyAgent, check_batch, check_off_policy_fields
 from ._optim import apply_adam, init_adam, soft_update
@@ -94,8 +94,11 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     `DeterministicPolicy`'s `layer_norm` / `affine`), `matmul_dtype` (as `SAC`'s),
     `critic_target_every_step` (soft-update the target critic after every critic step, as
     QDax's PBT-TD3 does, instead of with the policy every `policy_delay` steps, as the TD3
-    paper and QDax's own TD3 do: the paper's is the default), and the training loop's
-    `num_envs`, `buffer_size` and `grad_updates_per_step` (`AbstractOffPolicyAgent`).
+    paper and QDax's own TD3 do: the paper's is the default), `policy_init` and
+    `critic_init` (the networks' initialisation, one of `rl.INITS`, as `rl.reinitialise`:
+    `"uniform"` by default; `"lecun_uniform"` is QDax's, `"xavier_uniform"` the PGA-ME
+    repository's actors'), and the training loop's `num_envs`, `buffer_size` and
+    `grad_updates_per_step` (`AbstractOffPolicyAgent`).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -112,35 +115,48 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     policy_affine: bool = eqx.field(default=False, static=True)
     matmul_dtype: str = eqx.field(default="float32", static=True)
     critic_target_every_step: bool = eqx.field(default=False, static=True)
+    policy_init: str = eqx.field(default="uniform", static=True)
+    critic_init: str = eqx.field(default="uniform", static=True)
 
     def __check_init__(self):
         check_off_policy_fields(self)
         check.one_of("TD3.matmul_dtype", self.matmul_dtype, MATMUL_DTYPES)
+        check.one_of("TD3.policy_init", self.policy_init, INITS)
+        check.one_of("TD3.critic_init", self.critic_init, INITS)
         check.positive_int("TD3.policy_delay", self.policy_delay)
         if self.policy_affine and not self.policy_layer_norm:
             raise ValueError("TD3.policy_affine needs policy_layer_norm")
 
     def init_policy(self, *, key: PRNGKey) -> DeterministicPolicy:
-        """A freshly initialised policy (the genotype of PGA-ME)."""
-        return DeterministicPolicy(
+        """A freshly initialised policy (the genotype of PGA-ME), drawn as `policy_init`
+        says."""
+        build_key, init_key = jr.split(key)
+        policy = DeterministicPolicy(
             self.observation_size,
             self.action_size,
             self.policy_hidden,
             layer_norm=self.policy_layer_norm,
             affine=self.policy_affine,
             matmul_dtype=self.matmul_dtype,
-            key=key,
+            key=key if self.policy_init == "uniform" else build_key,
         )
+        if self.policy_init == "uniform":  # the layers' own draw: no second one
+            return policy
+        return reinitialise(policy, self.policy_init, key=init_key)
 
     def init_critic(self, *, key: PRNGKey) -> QCritics:
-        """Freshly initialised twin critics."""
-        return QCritics(
+        """Freshly initialised twin critics, drawn as `critic_init` says."""
+        build_key, init_key = jr.split(key)
+        critic = QCritics(
             self.observation_size,
             self.action_size,
             self.critic_hidden,
             matmul_dtype=self.matmul_dtype,
-            key=key,
+            key=key if self.critic_init == "uniform" else build_key,
         )
+        if self.critic_init == "uniform":
+            return critic
+        return reinitialise(critic, self.critic_init, key=init_key)
 
     def init(self, hparams: TD3HParams | None = None, *, key: PRNGKey) -> TD3State:
         policy_key, critic_key = jr.split(key)
