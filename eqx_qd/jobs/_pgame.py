@@ -82,9 +82,10 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
     `num_reevals` (the "10" of the averaged max fitness) and `convention` (`"original"`:
     the repo's batch split, greedy-actor start and critic warm-up; `"qdax"`: QDax's),
     `policy_init` / `critic_init` (the repo's Xavier actors and PyTorch-default critic by
-    default; `lecun_uniform` for both is QDax's). `gradient_op` is the repo's switch: `False` gives plain MAP-Elites with the same GA,
-    budget and outputs. The repo's `num_cpu` / `num_cpu_var` have no counterpart (evaluation
-    is vectorised) and are accepted only in its own config files.
+    default; `lecun_uniform` for both is QDax's). `gradient_op` is the repo's switch: `False`
+    gives plain MAP-Elites with the same GA, budget and outputs. The repo's `num_cpu` /
+    `num_cpu_var` have no counterpart (evaluation is vectorised) and are accepted only in its
+    own config files.
     """
 
     JOB: ClassVar[str] = "pgame"
