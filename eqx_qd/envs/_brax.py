@@ -296,7 +296,7 @@ class BraxQDEnv(AbstractQDEnv):
     target at (35, 0) behind a wall; box [-5, 40]^2). The ant tasks put the torso's normalised
     (x, y) in front of the observation, as QDax's did.
 
-    By default every episode starts from the same state (a deterministic task, as in QDax):
+    By default every episode starts from the same state (a deterministic task, as QDax scores):
     brax's reset with key 0, computed once per process and held by programs as a constant (a
     program that plays episodes compiles no reset). `reset_noise=True` keeps brax's random
     initial perturbation, and `obs_noise` adds gaussian noise to observations (the

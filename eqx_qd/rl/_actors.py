@@ -210,8 +210,8 @@ class JointActor(AbstractActor):
     a learned log standard deviation per agent). jaxagents' IPPO layout.
 
     Unlike the other actors it acts for all agents at once: `obs` is `(num_agents,
-    obs_dim)`; `log_prob` and `entropy` are `(num_agents,)`, one per agent, so PPO's clip
-    and advantages stay per agent.
+    obs_dim)`; `log_prob` and `entropy` are `(num_agents,)`, one per agent, so PPO's ratio
+    and clip stay per agent.
 
     **Arguments:** `num_agents`, `obs_size` and `action_size` (one agent's; the number of
     actions when `discrete`), `hidden` (layer widths, tanh), `discrete`, `key`, and
