@@ -323,3 +323,51 @@ def test_the_paper_preset_runs_the_ant_trap_at_qdax_s_sizes(capsys):
     main(["list"])
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("me-pbt")]
     assert line.endswith("(presets: paper)")
+
+
+def test_qdax_bands_give_the_agent_at_the_threshold_a_sample_and_the_best_s_buffer(getkey):
+    """QDax's rule (`bands="qdax"`): with one best copy and one sample of 4 agents, the worst
+    agent is in both bands (a repertoire sample's weights with the best's replay buffer: k - 1
+    = 0 pure best copies and one hybrid), the next worst takes a sample and keeps its buffer."""
+    config = q.PBTEmitterConfig(
+        pg_population_size=4, ga_population_size=4, num_training_iterations=3,
+        fraction_best_to_replace_from=0.25, fraction_to_replace_from_best=0.25,
+        fraction_to_replace_from_samples=0.25, bands="qdax",
+    )  # fmt: skip
+    emitter = q.PBTEmitter(AGENT, ENV, config, FROZEN, q.IsoLineVariation(0.01, 0.1))
+    scorer = q.PolicyScorer(ENV, agent=AGENT)
+    algo = q.MAPElites(emitter, scorer, scorer.qd_offset, lineage=True)
+    cells = q.GridTessellation((6, 6), minval=-1.0, maxval=1.0)
+    state, _ = eqx.filter_jit(algo.init)(
+        emitter.initial_genotypes(8, key=getkey()), cells, key=getkey()
+    )
+    state, _ = eqx.filter_jit(lambda s, k: algo.update(s, key=k))(state, getkey())
+    before = state.emitter_state
+    fitnesses = jnp.asarray([0.0, 0.0, 0.0, 0.0, 1.0, -2.0, 5.0, 3.0], jnp.float32)
+    genotypes, extra = eqx.filter_jit(lambda r, s, k: emitter.emit(r, s, key=k))(
+        state.repertoire, before, getkey()
+    )
+    descriptors = jnp.zeros((8, 2), jnp.float32)
+    info = state.repertoire.add(genotypes, descriptors, fitnesses, jnp.zeros((8,), jnp.int32))[1]
+    after = eqx.filter_jit(
+        lambda s, r, g, d, f, e, k: emitter.state_update(s, r, g, d, f, e, add_info=info, key=k)
+    )(before, state.repertoire, genotypes, descriptors, fitnesses, extra, getkey())
+    old, new = before.population, after.population
+    same = lambda a, b: bool(eqx.tree_equal(a, b))  # noqa: E731
+    filled = np.flatnonzero(np.isfinite(np.asarray(state.repertoire.fitnesses)))
+    elites = [
+        AGENT.genome(q.internal.tree_take(state.repertoire.genotypes, int(c))) for c in filled
+    ]
+    n = int(old.buffer.size[0])
+    buffer = lambda p, i: jax.tree.map(lambda x: x[i, :n], p.buffer.data)  # noqa: E731
+    # Agent 1 (-2, the worst): a sample's weights, the best's (agent 2's) buffer.
+    assert any(same(_genome_of(new, 1), e) for e in elites)
+    assert not same(_genome_of(new, 1), _genome_of(old, 2))  # not the whole best copy
+    assert same(buffer(new, 1), buffer(old, 2))
+    # Agent 0 (1.0): a sample's weights, its own buffer. Agents 2 and 3 are kept.
+    assert any(same(_genome_of(new, 0), e) for e in elites)
+    assert same(buffer(new, 0), buffer(old, 0))
+    for i in (2, 3):
+        assert same(_genome_of(new, i), _genome_of(old, i))
+    with pytest.raises(ValueError, match="bands"):
+        q.PBTEmitterConfig(bands="overlapping")

@@ -35,6 +35,10 @@ from ..rl._pbt import count_from_fraction, init_population, train_population
 from ..rl._spaces import AbstractSpace
 
 
+BANDS = ("disjoint", "qdax")
+"""The replacement rules of `PBTEmitterConfig.bands`."""
+
+
 @typing.final
 class PBTEmitterConfig(eqx.Module):
     """The sizes and fractions of QDax's `PBTEmitterConfig`.
@@ -53,6 +57,14 @@ class PBTEmitterConfig(eqx.Module):
       `fraction_to_replace_from_best`: the worst agents replaced by copies of the best;
       `fraction_to_replace_from_samples`: the next worst, replaced by repertoire elites.
     - `num_devices`: devices the emitter runs over (the mesh axis's size; 1 on one device).
+    - `bands`: which agents the two replacements take. `"disjoint"` (the default): the
+      `fraction_to_replace_from_best` worst ranks take best copies and the next
+      `fraction_to_replace_from_samples` ranks take repertoire samples, exactly those counts.
+      `"qdax"`: QDax's threshold rule on fitness values: every agent at or below the
+      from-best-th worst fitness takes a best copy, and every agent between that value and the
+      (from-best + from-samples)-th worst, both included, takes a sample's agent state. The
+      agent at the lower threshold is in both (a sample's weights with a best copy's buffer:
+      so k - 1 best copies and one hybrid when fitnesses are distinct), and ties replace more.
     """
 
     pg_population_size: int = eqx.field(default=10, static=True)
@@ -62,10 +74,12 @@ class PBTEmitterConfig(eqx.Module):
     fraction_to_replace_from_best: float = eqx.field(default=0.2, static=True)
     fraction_to_replace_from_samples: float = eqx.field(default=0.4, static=True)
     num_devices: int = eqx.field(default=1, static=True)
+    bands: str = eqx.field(default="disjoint", static=True)
 
     def __check_init__(self):
         for name in ("pg_population_size", "num_training_iterations", "num_devices"):
             check.positive_int(name, getattr(self, name))
+        check.one_of("PBTEmitterConfig.bands", self.bands, BANDS)
         check.non_negative_int("ga_population_size", self.ga_population_size)
         best, from_best, from_samples = self.counts()
         if from_best + from_samples > self.total_agents:
@@ -142,8 +156,8 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
       `config.num_devices`).
 
     **Ranking.** NaN fitness ranks last; ties rank the earlier agent (device-major order)
-    first. Replacement bands are disjoint ranks (QDax's threshold rule lets the two bands
-    overlap by one agent; see docs/algorithms.md, "Remaining differences").
+    first. Replacement bands are disjoint ranks by default; `config.bands = "qdax"` gives
+    QDax's threshold rule (see `PBTEmitterConfig`).
     """
 
     agent: AbstractAgent
@@ -270,8 +284,19 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         order = jnp.argsort(-everyone, stable=True)
         rank = jnp.zeros(total, jnp.int32).at[order].set(jnp.arange(total, dtype=jnp.int32))
         rank = jax.lax.dynamic_slice(rank, (self._device_index() * pg,), (pg,))
-        from_best_mask = rank >= total - from_best
-        from_samples_mask = (rank >= total - from_best - from_samples) & ~from_best_mask
+        if c.bands == "qdax":  # thresholds on the sorted values: ties, and one agent in both
+            ranked = -jnp.sort(-everyone)
+            lower = ranked[total - from_best] if from_best > 0 else -jnp.inf
+            upper = ranked[total - from_best - from_samples] if from_samples > 0 else lower
+            from_best_mask = (clean <= lower) if from_best > 0 else jnp.zeros(pg, bool)
+            from_samples_mask = (
+                (clean <= upper) & (clean >= lower) if from_samples > 0 else jnp.zeros(pg, bool)
+            )
+            best_slots = samples_slots = pg  # as many as ties give, up to every agent
+        else:
+            from_best_mask = rank >= total - from_best
+            from_samples_mask = (rank >= total - from_best - from_samples) & ~from_best_mask
+            best_slots, samples_slots = min(from_best, pg), min(from_samples, pg)
         # The best set: the global top-k lies in the union of every device's local top-k.
         local = jnp.argsort(-clean, stable=True)[: min(num_best, pg)]
         pool, pool_returns = tree_all_gather(
@@ -283,12 +308,12 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
         # that many rows (in place; padding slots are out of range and dropped) rather than
         # rebuild every buffer.
         if from_best > 0:  # whole runs, buffers included, drawn uniformly from the best set
-            count = min(from_best, pg)
+            count = best_slots
             slots = jnp.nonzero(from_best_mask, size=count, fill_value=pg)[0]
             picks = jr.choice(best_key, num_best, (count,), replace=True)
             population = tree_scatter(population, slots, tree_take(pool, picks))
         if from_samples > 0:  # agent states only: the slot keeps its buffer and environments
-            count = min(from_samples, pg)
+            count = samples_slots
             slots = jnp.nonzero(from_samples_mask, size=count, fill_value=pg)[0]
             samples = repertoire.select(count, key=sample_key, selector=self.selector).genotypes
             agents = tree_scatter(population.agent_state, slots, samples)

@@ -16,14 +16,14 @@ from .._custom_types import PRNGKey
 from .._map_elites import MAPElites
 from .._metrics import METRIC_NAMES
 from .._misc import tree_take
-from .._qdrl.me_pbt import PBTEmitter, PBTEmitterConfig
+from .._qdrl.me_pbt import BANDS, PBTEmitter, PBTEmitterConfig
 from .._qdrl.scoring import PolicyScorer
 from .._sharded import init_sharded, scan_sharded
 from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive_int
 from .._variation import IsoLineVariation
 from ..rl._pbt import hparams_table
-from ._blocks import AgentOptions, RepertoireOptions, RunOptions, search_spaces
+from ._blocks import _one_of, AgentOptions, RepertoireOptions, RunOptions, search_spaces
 from ._common import (
     build_agent,
     hparams_columns,
@@ -75,6 +75,12 @@ class MEPBTConfig(RepertoireOptions, AgentOptions, RunOptions):
     fraction_to_replace_from_samples: float = option(
         0.4, "fraction replaced by repertoire samples", check=fraction
     )
+    bands: str = option(
+        "disjoint",
+        "who is replaced: disjoint rank bands of exactly those counts, or qdax (QDax's "
+        "thresholds: ties replace more, one agent in both bands)",
+        check=_one_of(*BANDS),
+    )
     iso_sigma: float = option(0.005, "iso+line-DD isotropic noise", check=non_negative)
     line_sigma: float = option(0.05, "iso+line-DD line noise", check=non_negative)
     cells: int = option(128, "CVT cells", check=positive_int)
@@ -106,6 +112,7 @@ class MEPBTConfig(RepertoireOptions, AgentOptions, RunOptions):
             fraction_to_replace_from_best=self.fraction_to_replace_from_best,
             fraction_to_replace_from_samples=self.fraction_to_replace_from_samples,
             num_devices=self.devices,
+            bands=self.bands,
         )
 
 
