@@ -379,13 +379,16 @@ def _check_layout(parser: _Parser, args: argparse.Namespace, job: Any, devices: 
 
 
 def _resume_command(args: argparse.Namespace, job: Any, folder: str) -> str:
-    """The command line that resumes `folder` on this process (multi-process options as
-    typed)."""
+    """The command line that resumes `folder` on this process (plugins and multi-process
+    options as typed)."""
     parts = ["eqx-qd"]
+    for module in args.plugin:
+        parts += ["--plugin", module]
     for flag, value in (
         ("--coordinator", args.coordinator),
         ("--num-processes", args.num_processes),
         ("--process-id", args.process_id),
+        ("--heartbeat-timeout", args.heartbeat_timeout if args.heartbeat_timeout != 30 else None),
     ):
         if value is not None:
             parts += [flag, str(value)]
