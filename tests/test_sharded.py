@@ -228,3 +228,53 @@ def test_the_exchange_ranks_agents_over_all_devices():
     assert same(genome(after, 1, 0), genome(before, 1, 0))  # device 1 keeps both agents
     assert same(genome(after, 1, 1), genome(before, 1, 1))
     assert np.asarray(after.best_returns).tolist() == [[5.0], [5.0]]
+
+
+def test_the_chunked_exchange_finds_the_same_best_set_whatever_the_chunk():
+    """QDax's `fraction_sort_exchange`: the best set gathered one local rank at a time (4
+    steps of 2 devices x 1 agent, with ties in the returns) is the one-step gather's, in the
+    same order, and the whole update after it is equal bit for bit."""
+    results = []
+    for fraction in (1.0, 0.25):
+        config = dataclasses.replace(
+            CONFIG, pg_population_size=4, ga_population_size=1, num_devices=2,
+            fraction_best_to_replace_from=0.5, fraction_to_replace_from_best=0.25,
+            fraction_to_replace_from_samples=0.25, fraction_sort_exchange=fraction,
+        )  # fmt: skip
+        assert config.counts() == (4, 2, 2)
+        emitter = q.PBTEmitter(
+            AGENT, ENV, config, AGENT.hparam_spaces, q.IsoLineVariation(0.01, 0.1), axis_name="p"
+        )
+        scorer = q.PolicyScorer(ENV, agent=AGENT)
+        algo = q.MAPElites(emitter, scorer, scorer.qd_offset, axis_name="p")
+        mesh = q.device_mesh(2)
+        cells = q.GridTessellation((6, 6), minval=-1.0, maxval=1.0)
+        genotypes = emitter.initial_genotypes(10, key=jr.key(1))
+        state, _ = q.init_sharded(algo, genotypes, cells, mesh=mesh, key=jr.key(2))
+        before = state.emitter_state
+        # Per device: a GA child, then 4 agents; ties at 3.0 across devices and within one.
+        fitnesses = jnp.asarray(
+            [[0.0, 3.0, 1.0, 3.0, 2.0], [0.0, 3.0, 7.0, jnp.nan, 3.0]], jnp.float32
+        )
+        dyn, static = eqx.partition(before, eqx.is_array)
+
+        def body(d, repertoire, f, k):
+            local = eqx.combine(jax.tree.map(lambda x: x[0], d), static)
+            stand_ins = q.internal.tree_slice(repertoire.genotypes, 0, 5)
+            descriptors = jnp.zeros((5, 2), jnp.float32)
+            info = repertoire.add(stand_ins, descriptors, f[0])[1]
+            new = emitter.state_update(
+                local, repertoire, stand_ins, descriptors, f[0], None, add_info=info, key=k
+            )
+            return jax.tree.map(lambda x: x[None], eqx.filter(new, eqx.is_array))
+
+        mapped = jax.shard_map(
+            body, mesh=mesh, in_specs=(P("p"), P(), P("p"), P()), out_specs=P("p"),
+            check_vma=False,
+        )  # fmt: skip
+        results.append(eqx.filter_jit(mapped)(dyn, state.repertoire, fitnesses, jr.key(4)))
+    one_step, chunked = results
+    assert np.asarray(one_step.best_returns).tolist() == [[7.0, 3.0, 3.0, 3.0]] * 2
+    assert bool(eqx.tree_equal(one_step, chunked))
+    with pytest.raises(ValueError, match="fraction_sort_exchange"):
+        dataclasses.replace(CONFIG, fraction_sort_exchange=0.0)

@@ -57,6 +57,12 @@ class PBTEmitterConfig(eqx.Module):
       `fraction_to_replace_from_best`: the worst agents replaced by copies of the best;
       `fraction_to_replace_from_samples`: the next worst, replaced by repertoire elites.
     - `num_devices`: devices the emitter runs over (the mesh axis's size; 1 on one device).
+    - `fraction_sort_exchange`: QDax's name for how much of each device's population one
+      step of the best-set exchange gathers: the global best set is found in steps of
+      `max(1, int(fraction_sort_exchange * pg_population_size))` agents per device (each with
+      its replay buffer), so a device holds at most the best set plus `num_devices` times
+      that many agents at once. 1 gathers every device's local best in one step (fastest,
+      most memory). The result is the same whatever the fraction.
     - `bands`: which agents the two replacements take. `"disjoint"` (the default): the
       `fraction_to_replace_from_best` worst ranks take best copies and the next
       `fraction_to_replace_from_samples` ranks take repertoire samples, exactly those counts.
@@ -74,12 +80,17 @@ class PBTEmitterConfig(eqx.Module):
     fraction_to_replace_from_best: float = eqx.field(default=0.2, static=True)
     fraction_to_replace_from_samples: float = eqx.field(default=0.4, static=True)
     num_devices: int = eqx.field(default=1, static=True)
+    fraction_sort_exchange: float = eqx.field(default=0.1, static=True)
     bands: str = eqx.field(default="disjoint", static=True)
 
     def __check_init__(self):
         for name in ("pg_population_size", "num_training_iterations", "num_devices"):
             check.positive_int(name, getattr(self, name))
         check.one_of("PBTEmitterConfig.bands", self.bands, BANDS)
+        if not 0.0 < self.fraction_sort_exchange <= 1.0:
+            raise ValueError(
+                f"fraction_sort_exchange must lie in (0, 1], got {self.fraction_sort_exchange}"
+            )
         check.non_negative_int("ga_population_size", self.ga_population_size)
         best, from_best, from_samples = self.counts()
         if from_best + from_samples > self.total_agents:
@@ -297,13 +308,28 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
             from_best_mask = rank >= total - from_best
             from_samples_mask = (rank >= total - from_best - from_samples) & ~from_best_mask
             best_slots, samples_slots = min(from_best, pg), min(from_samples, pg)
-        # The best set: the global top-k lies in the union of every device's local top-k.
+        # The best set: the global top-k lies in the union of every device's local top-k,
+        # gathered a chunk of local ranks at a time and merged into the running best, in the
+        # order (return, device, local rank): the same set and order whatever the chunk.
         local = jnp.argsort(-clean, stable=True)[: min(num_best, pg)]
-        pool, pool_returns = tree_all_gather(
-            (tree_take(population, local), clean[local]), self.axis_name
-        )
-        top = jnp.argsort(-pool_returns, stable=True)[:num_best]
-        pool, pool_returns = tree_take(pool, top), pool_returns[top]
+        chunk = max(1, int(c.fraction_sort_exchange * pg))
+        device = jnp.asarray(self._device_index(), jnp.int32)
+        best = None
+        for start in range(0, local.shape[0], chunk):
+            rows = local[start : start + chunk]
+            ranks = jnp.arange(start, start + rows.shape[0], dtype=jnp.int32)
+            found = tree_all_gather(
+                (tree_take(population, rows), clean[rows], jnp.full_like(ranks, device), ranks),
+                self.axis_name,
+            )
+            if best is not None:
+                found = jax.tree.map(
+                    lambda a, b: jnp.concatenate([a, b]) if eqx.is_array(a) else a, best, found
+                )
+            _, returns, devices, local_ranks = found
+            order = jnp.lexsort((local_ranks, devices, -returns))[:num_best]
+            best = tree_take(found, order)
+        pool, pool_returns = best[0], best[1]
         # How many of this device's agents fall in a band varies, up to the band's size: scatter
         # that many rows (in place; padding slots are out of range and dropped) rather than
         # rebuild every buffer.

@@ -44,6 +44,11 @@ from ._registry import make_env
 from ._resume import RunClock
 
 
+def _in_unit_interval(key: str, value: Any) -> None:
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{key} must lie in (0, 1], got {value}")
+
+
 @dataclasses.dataclass(frozen=True)
 class MEPBTConfig(RepertoireOptions, AgentOptions, RunOptions):
     """Settings of the ME-PBT job (`jobs.run`, `eqx-qd run me-pbt`). The defaults (10
@@ -74,6 +79,12 @@ class MEPBTConfig(RepertoireOptions, AgentOptions, RunOptions):
     )
     fraction_to_replace_from_samples: float = option(
         0.4, "fraction replaced by repertoire samples", check=fraction
+    )
+    fraction_sort_exchange: float = option(
+        0.1,
+        "share of each device's agents one step of the best-set exchange gathers (QDax's; "
+        "memory only: the best set does not depend on it)",
+        check=_in_unit_interval,
     )
     bands: str = option(
         "disjoint",
@@ -112,6 +123,7 @@ class MEPBTConfig(RepertoireOptions, AgentOptions, RunOptions):
             fraction_to_replace_from_best=self.fraction_to_replace_from_best,
             fraction_to_replace_from_samples=self.fraction_to_replace_from_samples,
             num_devices=self.devices,
+            fraction_sort_exchange=self.fraction_sort_exchange,
             bands=self.bands,
         )
 
