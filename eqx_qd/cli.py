@@ -176,6 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
         "there (equal budget); by default each run is read to its own end",
     )
     report.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    status = commands.add_parser(
+        "status",
+        help="say where run folders stand: running, finished, failed or interrupted",
+        description="One line per run folder: its job, its status (a folder whose process is "
+        "gone, or whose heartbeat stopped, reads interrupted), its newest checkpoint and, "
+        "after a failure or an interruption, why.",
+    )
+    status.add_argument("folders", nargs="+", metavar="RUN_FOLDER", help="run folders")
     replay = commands.add_parser(
         "replay",
         help="play one elite of a PGA-ME or ME-PBT run again and write what it does",
@@ -503,6 +511,26 @@ def _report(parser: _Parser, args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(parser: _Parser, args: argparse.Namespace) -> int:
+    from .jobs import list_checkpoints, run_status
+
+    for folder in args.folders:
+        if not os.path.isfile(os.path.join(folder, "config.toml")):
+            parser.error(f"{folder!r} is not a run folder (it has no config.toml)")
+    for folder in args.folders:
+        try:
+            record = run_status(folder)
+            checkpoints = list_checkpoints(folder)
+        except ValueError as e:  # a half-written status.json or checkpoint record
+            parser.error(str(e))
+        newest = f"checkpoint {checkpoints[-1].step}" if checkpoints else "no checkpoint"
+        line = f"{folder}: {record.get('job', '?')} {record['status']}, {newest}"
+        if record.get("error"):
+            line += f": {record['error']}"
+        print(line)
+    return 0
+
+
 def _replay(parser: _Parser, args: argparse.Namespace) -> int:
     from .jobs import replay
 
@@ -538,6 +566,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(parser, args)
     if args.command == "replay":
         return _replay(parser, args)
+    if args.command == "status":
+        return _status(parser, args)
     from .jobs import JOBS, run
     from .jobs._distributed import process_count as jax_processes, set_resume_hint
 

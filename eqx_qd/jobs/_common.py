@@ -330,7 +330,9 @@ def run_status(folder: str | os.PathLike) -> dict[str, Any]:
             if checkpoints
             else "the start (no checkpoint yet)"
         )
-        record["error"] = f"{record.get('error', 'interrupted')}. Resuming continues from {where}"
+        said = record.get("error", "interrupted")
+        stop = " " if said.endswith(("?", ".", "!")) else ". "
+        record["error"] = f"{said}{stop}Resuming continues from {where}"
     return record
 
 

@@ -213,7 +213,7 @@ def test_load_run_reads_an_ippo_run_back(tmp_path):
     assert jobs.list_checkpoints(tmp_path / "run")[-1].step == 2
 
 
-def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch):
+def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch, capsys):
     from eqx_qd.jobs import _map_elites
 
     config = jobs.MapElitesConfig(iterations=2, batch_size=8, cells=16, cvt_samples=200)
@@ -232,6 +232,16 @@ def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch):
         jobs.run(config, failed, progress=False, plots=False)
     status = jobs.run_status(failed)
     assert status["status"] == "failed" and status["error"] == "RuntimeError: disk full"
+    # `eqx-qd status` says the same, a line per folder; a folder that holds no run is refused.
+    assert main(["status", str(done), str(failed)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"{done}: map-elites finished, checkpoint 2",
+        f"{failed}: map-elites failed, checkpoint 2: RuntimeError: disk full",
+    ]
+    with pytest.raises(SystemExit) as e:
+        main(["status", str(tmp_path)])
+    assert e.value.code == 2 and "is not a run folder" in capsys.readouterr().err
     # A folder holding another run is refused and left as it was.
     before = (done / "status.json").read_text()
     with pytest.raises(ValueError, match="already holds a run"):
