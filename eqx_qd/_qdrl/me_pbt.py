@@ -333,9 +333,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
 
         def merge(found, best):
             if best is not None:
-                found = jax.tree.map(
-                    lambda a, b: jnp.concatenate([a, b]) if eqx.is_array(a) else a, best, found
-                )
+                found = tree_concatenate([best, found])
             _, returns, owners, ranks = found
             order = jnp.lexsort((ranks, owners, -returns))[:num_best]
             return tree_take(found, order)
@@ -350,9 +348,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
                 jnp.full(short, devices_total + 1, jnp.int32),
                 jnp.zeros(short, jnp.int32),
             )
-            best = jax.tree.map(
-                lambda a, b: jnp.concatenate([a, b]) if eqx.is_array(a) else a, best, filler
-            )
+            best = tree_concatenate([best, filler])
         if steps > 1:
             dynamic, fixed = eqx.partition(best, eqx.is_array)
             dynamic = jax.lax.fori_loop(
