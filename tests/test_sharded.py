@@ -179,6 +179,28 @@ def test_the_command_makes_host_devices_and_never_picks_the_platform(tmp_path):
     assert lines[-1] == "False"  # the command set no JAX_PLATFORMS
 
 
+def _update_on_mesh(emitter, state, mesh, fitnesses, key):
+    """`emitter.state_update` of `state`'s emitter state on every device of `mesh`, with
+    `fitnesses` (`(devices, batch)`: per device, the GA children then the agents) and
+    stand-in candidates at descriptor 0 (unused by the update)."""
+    dyn, static = eqx.partition(state.emitter_state, eqx.is_array)
+    batch = fitnesses.shape[1]
+
+    def body(d, repertoire, f, k):
+        local = eqx.combine(jax.tree.map(lambda x: x[0], d), static)
+        stand_ins = q.internal.tree_slice(repertoire.genotypes, 0, batch)
+        descriptors = jnp.zeros((batch, 2), jnp.float32)
+        info = repertoire.add(stand_ins, descriptors, f[0])[1]
+        new = emitter.state_update(
+            local, repertoire, stand_ins, descriptors, f[0], None, add_info=info, key=k
+        )
+        return jax.tree.map(lambda x: x[None], eqx.filter(new, eqx.is_array))
+
+    specs = dict(in_specs=(P("p"), P(), P("p"), P()), out_specs=P("p"), check_vma=False)
+    mapped = jax.shard_map(body, mesh=mesh, **specs)
+    return eqx.combine(eqx.filter_jit(mapped)(dyn, state.repertoire, fitnesses, key), static)
+
+
 def test_the_exchange_ranks_agents_over_all_devices():
     """Counts are global (QDax's): with 2 agents per device and 0.25 of 4 agents replaced from
     the best and 0.25 from samples, both replacements fall on the device holding the two worst
@@ -200,23 +222,8 @@ def test_the_exchange_ranks_agents_over_all_devices():
     # Per device: one GA child, then the 2 PBT agents. Global order: (1, 0) best, (1, 1),
     # (0, 1), and (0, 0) (NaN) worst.
     fitnesses = jnp.asarray([[0.0, jnp.nan, 1.0], [0.0, 5.0, 3.0]], jnp.float32)
-    dyn, static = eqx.partition(before, eqx.is_array)
-
-    def body(d, repertoire, f, k):
-        local = eqx.combine(jax.tree.map(lambda x: x[0], d), static)
-        stand_ins = q.internal.tree_slice(repertoire.genotypes, 0, 3)  # (unused by the update)
-        descriptors = jnp.zeros((3, 2), jnp.float32)
-        info = repertoire.add(stand_ins, descriptors, f[0])[1]
-        new = emitter.state_update(
-            local, repertoire, stand_ins, descriptors, f[0], None, add_info=info, key=k
-        )
-        return jax.tree.map(lambda x: x[None], eqx.filter(new, eqx.is_array))
-
-    mapped = jax.shard_map(
-        body, mesh=mesh, in_specs=(P("p"), P(), P("p"), P()), out_specs=P("p"), check_vma=False
-    )
-    after = eqx.combine(eqx.filter_jit(mapped)(dyn, state.repertoire, fitnesses, jr.key(4)),
-                        static)  # fmt: skip
+    after = _update_on_mesh(emitter, state, mesh, fitnesses, jr.key(4))
+    static = eqx.filter(before, eqx.is_array, inverse=True)
 
     def genome(es, device, i):
         agent_state = jax.tree.map(lambda x: x[device, i], es.population.agent_state)
@@ -251,28 +258,11 @@ def test_the_chunked_exchange_finds_the_same_best_set_whatever_the_chunk():
         cells = q.GridTessellation((6, 6), minval=-1.0, maxval=1.0)
         genotypes = emitter.initial_genotypes(10, key=jr.key(1))
         state, _ = q.init_sharded(algo, genotypes, cells, mesh=mesh, key=jr.key(2))
-        before = state.emitter_state
         # Per device: a GA child, then 4 agents; ties at 3.0 across devices and within one.
         fitnesses = jnp.asarray(
             [[0.0, 3.0, 1.0, 3.0, 2.0], [0.0, 3.0, 7.0, jnp.nan, 3.0]], jnp.float32
         )
-        dyn, static = eqx.partition(before, eqx.is_array)
-
-        def body(d, repertoire, f, k):
-            local = eqx.combine(jax.tree.map(lambda x: x[0], d), static)
-            stand_ins = q.internal.tree_slice(repertoire.genotypes, 0, 5)
-            descriptors = jnp.zeros((5, 2), jnp.float32)
-            info = repertoire.add(stand_ins, descriptors, f[0])[1]
-            new = emitter.state_update(
-                local, repertoire, stand_ins, descriptors, f[0], None, add_info=info, key=k
-            )
-            return jax.tree.map(lambda x: x[None], eqx.filter(new, eqx.is_array))
-
-        mapped = jax.shard_map(
-            body, mesh=mesh, in_specs=(P("p"), P(), P("p"), P()), out_specs=P("p"),
-            check_vma=False,
-        )  # fmt: skip
-        results.append(eqx.filter_jit(mapped)(dyn, state.repertoire, fitnesses, jr.key(4)))
+        results.append(_update_on_mesh(emitter, state, mesh, fitnesses, jr.key(4)))
     one_step, chunked = results
     assert np.asarray(one_step.best_returns).tolist() == [[7.0, 3.0, 3.0, 3.0]] * 2
     assert bool(eqx.tree_equal(one_step, chunked))
