@@ -86,6 +86,34 @@ def test_autoreset_truncates_and_restarts(getkey):
     np.testing.assert_allclose(state.env_state.obs, [0.0, -0.85])
 
 
+def test_same_start_restarts_each_environment_where_it_first_began(getkey):
+    """QDax's training environments (brax's `AutoResetWrapper`): each sub-environment draws a
+    random first state and every later episode starts there again; without `same_start`,
+    each episode draws a new one."""
+    env = q.envs.PointMaze(length=3, reset_noise=0.05, obs_noise=0.01)
+    keys = jr.split(getkey(), 4)
+    kept = jax.vmap(lambda k: q.envs.training_reset(env, same_start=True, key=k))(keys)
+    fresh = jax.vmap(lambda k: q.envs.training_reset(env, key=k))(keys)
+    assert fresh.first is None
+    firsts = np.asarray(kept.first.physics)
+    assert len({tuple(p) for p in firsts.tolist()}) == 4  # one random start each
+    step = eqx.filter_jit(
+        jax.vmap(lambda s, a, k: q.envs.autoreset_step(env, s, a, key=k), in_axes=(0, None, 0))
+    )
+    for episode in range(2):
+        for t in range(3):
+            k = jr.split(getkey(), 4)
+            out_kept = step(kept, jnp.array([1.0, 1.0]), k)
+            out_fresh = step(fresh, jnp.array([1.0, 1.0]), k)
+            kept, fresh = out_kept.state, out_fresh.state
+        np.testing.assert_array_equal(np.asarray(out_kept.truncated), 1.0)
+        # Restarted: the first state, bit for bit (its noisy observation included).
+        for a, b in zip(jax.tree.leaves(kept.env_state), jax.tree.leaves(kept.first)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        np.testing.assert_array_equal(np.asarray(kept.first.physics), firsts)
+        assert not np.allclose(np.asarray(fresh.env_state.physics), firsts)
+
+
 def test_actions_of_the_wrong_shape_are_named_by_every_driver(getkey):
     maze = q.envs.PointMaze(length=5)
     start = q.envs.training_reset(maze, key=getkey())

@@ -214,6 +214,34 @@ def test_spaces_and_emitters_refuse_bad_values_by_name(make, match):
         make()
 
 
+def test_same_start_trains_on_qdax_s_random_first_states_and_scores_on_the_task(getkey):
+    """`same_start`: the agent keeps each training environment's first state, the jobs train
+    on the task with its reset noise (ME-PBT's emitter, PBT's training) and score on the task;
+    an agent or environment that cannot do it is refused by name."""
+    from eqx_qd.jobs._common import training_env
+    from eqx_qd.jobs._me_pbt import make_me_pbt
+    from eqx_qd.jobs._pbt import make_pbt_run
+
+    small = dict(agent="td3", hidden=(8,), num_envs=3, buffer_size=64, minibatch_size=8)
+    config = jobs.PBTConfig(**small, same_start=True)
+    env, agent, spaces, _ = make_pbt_run(config)
+    train_env = training_env(config, env)
+    assert agent.same_start and env.reset_noise == 0.0 and train_env.reset_noise > 0.0
+    assert training_env(jobs.PBTConfig(**small), env) is env
+    run = agent.init_run(train_env, agent.init(key=getkey()), key=getkey())
+    starts = np.asarray(run.env_state.first.physics)
+    assert len({tuple(p) for p in starts.tolist()}) == 3
+    run, _ = eqx.filter_jit(agent.train)(train_env, run, train_env.episode_length + 1, key=getkey())
+    np.testing.assert_array_equal(np.asarray(run.env_state.first.physics), starts)
+    algo, emitter = make_me_pbt(
+        jobs.MEPBTConfig(**small, same_start=True, cells=8, pg_population_size=10,
+                         ga_population_size=2)
+    )  # fmt: skip
+    assert emitter.env.reset_noise > 0.0 and algo.scoring_fn.env.reset_noise == 0.0
+    with pytest.raises(ValueError, match="takes no option same_start"):
+        jobs.PBTConfig(agent="ppo", same_start=True)
+
+
 def test_fixed_hparams_keep_qdax_s_discount_and_the_td3_option_reaches_the_agent(getkey):
     """QDax's PBT-TD3 keeps the discount at 0.99 whatever its space says: `fixed_hparams`
     leaves it out of the spaces, so no member draws or explores it; `critic_target_every_step`

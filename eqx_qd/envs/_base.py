@@ -240,21 +240,35 @@ class TrainingEnvState(eqx.Module):
     - `env_state`: the environment (an `EnvState`, a `MultiAgentState`, ...).
     - `t`: steps since the episode's reset (int32).
     - `episode_return`: the return so far, shaped like the reward (a scalar, or one per agent).
+    - `first`: the state every episode of this environment restarts from (`training_reset`
+      with `same_start`), or `None`: each episode starts from a fresh `env.reset`.
     """
 
     env_state: AbstractEnvState
     t: Int[Array, ""]
     episode_return: Float[Array, "*agents"]
+    first: AbstractEnvState | None = None
 
 
-def training_reset(env: AbstractBaseEnv, *, key: PRNGKey) -> TrainingEnvState:
-    """`env.reset` with the step count and return at zero."""
+def training_reset(
+    env: AbstractBaseEnv, *, same_start: bool = False, key: PRNGKey
+) -> TrainingEnvState:
+    """`env.reset` with the step count and return at zero.
+
+    With `same_start`, the state keeps this first state and `autoreset_step` restarts every
+    later episode from it, instead of calling `env.reset` again: brax's `AutoResetWrapper`,
+    which QDax's PBT and ME-PBT training environments use. Batched over a key per
+    environment, each environment then keeps its own first state (random where `env.reset`
+    is); without it, each episode draws a fresh one (one constant state for a deterministic
+    task).
+    """
     if not isinstance(env, AbstractBaseEnv):
         raise TypeError(
             f"training_reset: env must be an eqx_qd.envs.AbstractBaseEnv, got {type(env).__name__}"
         )
     first = env.reset(key=key)
-    return TrainingEnvState(first, jnp.zeros((), jnp.int32), jnp.zeros_like(first.reward))
+    zeros = jnp.zeros_like(first.reward)
+    return TrainingEnvState(first, jnp.zeros((), jnp.int32), zeros, first if same_start else None)
 
 
 class AutoResetStep(eqx.Module):
@@ -294,8 +308,9 @@ class AutoResetStep(eqx.Module):
 def autoreset_step(
     env: AbstractBaseEnv, state: TrainingEnvState, action: Array, *, key: PRNGKey
 ) -> AutoResetStep:
-    """Step `env` (single- or multi-agent) with `action`, and start a fresh episode (fresh
-    key) when the reached state terminated or the time limit cut it (`AbstractBaseEnv.truncated`).
+    """Step `env` (single- or multi-agent) with `action`, and start a fresh episode (a fresh
+    `env.reset`, or the state's `first` where `training_reset` kept one) when the reached
+    state terminated or the time limit cut it (`AbstractBaseEnv.truncated`).
 
     **Returns:** an `AutoResetStep`: the state the next step starts from, the state reached
     before any reset, whether the time limit cut the episode, and the finished episode's
@@ -308,12 +323,14 @@ def autoreset_step(
     truncated = env.truncated(nxt, t)
     done = (nxt.terminated + truncated) > 0
     episode_return = state.episode_return + nxt.reward
-    fresh = env.reset(key=reset_key)
+    # static: a kept first state is a structural choice of the training loop
+    fresh = env.reset(key=reset_key) if state.first is None else state.first
     env_state = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, nxt)
     new = TrainingEnvState(
         env_state,
         jnp.where(done, jnp.zeros_like(t), t),
         jnp.where(done, jnp.zeros_like(episode_return), episode_return),
+        state.first,
     )
     return AutoResetStep(new, nxt, truncated, jnp.where(done, episode_return, jnp.nan))
 

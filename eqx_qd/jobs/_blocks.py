@@ -37,8 +37,9 @@ class RunOptions(JobConfig):
 class AgentOptions(JobConfig):
     """What a job that trains a registered agent passes it: the `agent` and its `env`, and
     the options the agent's factory takes among `hidden`, `minibatch_size`, `num_envs`,
-    `buffer_size`, `grad_updates_per_step`, `rollout_length` and `target_entropy_scale`
-    (setting one the agent does not take is an error naming it)."""
+    `buffer_size`, `grad_updates_per_step`, `rollout_length`, `target_entropy_scale`,
+    `critic_target_every_step` and `same_start` (setting one the agent does not take is an
+    error naming it)."""
 
     agent: str = option("td3", "registered agent", check=AGENTS.check())
     env: str = option("point_maze", "registered QD environment", check=ENVIRONMENTS.check("qd"))
@@ -61,6 +62,12 @@ class AgentOptions(JobConfig):
         "td3: soft-update the target critic after every critic step, as QDax's PBT-TD3 (the "
         "TD3 paper's: with the policy, every second step)",
     )
+    same_start: bool = option(
+        False,
+        "td3 / sac: train on the task with its reset noise, each training environment "
+        "restarting every episode from the random first state it drew, as QDax's (scoring "
+        "stays on the task)",
+    )
     fixed_hparams: str = option(
         "",
         "hyperparameters PBT leaves at the agent's default, comma-separated (QDax's PBT-TD3 "
@@ -77,6 +84,12 @@ class AgentOptions(JobConfig):
         from ._common import agent_options
 
         agent_options(self)  # options the chosen agent does not take
+        env = ENVIRONMENTS.get(self.env)
+        if self.same_start and not (env.takes_any_option() or "reset_noise" in env.options()):
+            raise ValueError(
+                f"same_start: environment {self.env!r} takes no reset_noise option, so its "
+                "training environments cannot draw random first states"
+            )
 
 
 def _one_of(*choices: str):

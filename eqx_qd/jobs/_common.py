@@ -29,7 +29,7 @@ from ._distributed import (
 )
 from ._folder import RunFolder
 from ._progress import as_progress, Progress
-from ._registry import AGENTS, make_agent
+from ._registry import AGENTS, make_agent, make_env
 from ._sinks import check_sinks, OpenedSinks
 
 
@@ -556,6 +556,7 @@ AGENT_OPTIONS = (
     "rollout_length",
     "target_entropy_scale",
     "critic_target_every_step",
+    "same_start",
 )
 """The config fields a job passes to its agent's factory (those the factory takes)."""
 
@@ -583,3 +584,17 @@ def agent_options(config: JobConfig) -> dict[str, Any]:
 def build_agent(config: JobConfig, env: Any) -> Any:
     """The agent `config.agent` names, sized for `env`, built with `agent_options`."""
     return make_agent(config.agent, env, **agent_options(config))  # type: ignore[attr-defined]
+
+
+def training_env(config: JobConfig, env: Any) -> Any:
+    """The environment a PBT or ME-PBT job trains its agents on: `env` (the task, on which
+    they are scored), or with `same_start` the task with its reset noise on, each training
+    environment then keeping the random first state it drew (QDax's training
+    environments)."""
+    if not getattr(config, "same_start", False):
+        return env
+    return make_env(
+        config.env,  # type: ignore[attr-defined]
+        episode_length=config.episode_length,  # type: ignore[attr-defined]
+        reset_noise=True,
+    )

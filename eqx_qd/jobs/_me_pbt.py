@@ -34,6 +34,7 @@ from ._common import (
     register_job,
     repertoire_axes,
     RunResult,
+    training_env,
     write_qd_outputs,
 )
 from ._config import option
@@ -158,7 +159,7 @@ def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
     agent = build_agent(config, env)
     emitter = PBTEmitter(
         agent,
-        env,
+        training_env(config, env),
         config.emitter_config(),
         search_spaces(config, agent),
         IsoLineVariation(config.iso_sigma, config.line_sigma),

@@ -26,6 +26,7 @@ from ._common import (
     build_agent,
     register_job,
     RunResult,
+    training_env,
 )
 from ._config import option
 from ._folder import RunFolder
@@ -106,6 +107,7 @@ class _PBTPlan(typing.NamedTuple):
     init: Callable[[], Any]
     round_keys: list[Any]
     names: list[str]
+    train_env: Any  # the environment the agents train on (`training_env`)
 
 
 class _PBTJob(LoopJob):
@@ -132,12 +134,15 @@ class _PBTJob(LoopJob):
 
     def plan(self, config: PBTConfig) -> _PBTPlan:
         env, agent, spaces, pbt = make_pbt_run(config)
+        train_env = training_env(config, env)
         init_key, loop_key = jr.split(jr.key(config.seed))
-        init = lambda: init_population(agent, env, spaces, config.population_size, key=init_key)
+        init = lambda: init_population(
+            agent, train_env, spaces, config.population_size, key=init_key
+        )
         # A longer run's first round keys are the same (splits keep their prefix).
         round_keys = [jr.split(k, 3) for k in jr.split(loop_key, config.rounds)]
         names = sorted(eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0))).hparams.names())
-        return _PBTPlan(config, env, agent, pbt, init, round_keys, names)
+        return _PBTPlan(config, env, agent, pbt, init, round_keys, names, train_env)
 
     def headers(self, plan: _PBTPlan) -> dict[str, list[str]]:
         hparams = ["round", "member", *plan.names, "return", "next_copied_from"]
@@ -180,7 +185,7 @@ class _PBTJob(LoopJob):
         train_key, eval_key, _ = plan.round_keys[r]
         table = hparams_table(pop)  # what this round trains with
         pop, _ = train_population(
-            plan.agent, plan.env, pop, config.iterations_per_round, key=train_key
+            plan.agent, plan.train_env, pop, config.iterations_per_round, key=train_key
         )
         ev = evaluate_population(plan.agent, plan.env, pop, config.eval_episodes, key=eval_key)
         returns = np.asarray(jnp.mean(ev.returns, axis=1))

@@ -146,7 +146,8 @@ AGENTS: Registry[Callable[..., AbstractAgent]] = Registry("agent")
 """Agents for PBT and ME-PBT: `factory(env, *, options...) -> AbstractAgent`. A job passes
 the options of its config the factory takes (from `hidden`, `minibatch_size`,
 `num_envs`, `buffer_size`, `grad_updates_per_step`, `rollout_length`,
-`target_entropy_scale`; `**options` takes them all); setting one the chosen agent does not
+`target_entropy_scale`, `critic_target_every_step`, `same_start`; `**options` takes them
+all); setting one the chosen agent does not
 take is an error naming it."""
 
 EMITTERS: Registry[Callable[..., AbstractEmitter]] = Registry("emitter")
@@ -279,6 +280,7 @@ def _off_policy(cls: type[AbstractOffPolicyAgent], **fixed: Any) -> Callable[...
         num_envs: int = 16,
         buffer_size: int = 100_000,
         grad_updates_per_step: float = 1.0,
+        same_start: bool = False,
     ) -> AbstractAgent:
         return cls(
             observation_size=env.observation_size,
@@ -289,6 +291,7 @@ def _off_policy(cls: type[AbstractOffPolicyAgent], **fixed: Any) -> Callable[...
             num_envs=num_envs,
             buffer_size=buffer_size,
             grad_updates_per_step=grad_updates_per_step,
+            same_start=same_start,
             **fixed,
         )
 
@@ -304,6 +307,7 @@ def _sac(
     buffer_size: int = 100_000,
     grad_updates_per_step: float = 1.0,
     target_entropy_scale: float = 1.0,
+    same_start: bool = False,
 ) -> AbstractAgent:
     make = _off_policy(SAC, target_entropy_scale=target_entropy_scale)
     return make(
@@ -313,6 +317,7 @@ def _sac(
         num_envs=num_envs,
         buffer_size=buffer_size,
         grad_updates_per_step=grad_updates_per_step,
+        same_start=same_start,
     )
 
 
@@ -350,6 +355,7 @@ def _td3(
     buffer_size: int = 100_000,
     grad_updates_per_step: float = 1.0,
     critic_target_every_step: bool = False,
+    same_start: bool = False,
 ) -> AbstractAgent:
     make = _off_policy(TD3, critic_target_every_step=critic_target_every_step)
     return make(
@@ -359,6 +365,7 @@ def _td3(
         num_envs=num_envs,
         buffer_size=buffer_size,
         grad_updates_per_step=grad_updates_per_step,
+        same_start=same_start,
     )
 
 

@@ -74,6 +74,13 @@ class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyRun]):
     buffer_size: eqx.AbstractVar[int]
     grad_updates_per_step: eqx.AbstractVar[float]
 
+    @property
+    def same_start(self) -> bool:
+        """Whether each training environment restarts every episode from its own first state
+        (`training_reset`'s `same_start`, QDax's training environments); `False` here: a
+        subclass overrides it with a static field of this name."""
+        return False
+
     @abc.abstractmethod
     def update(self, state: _S, batch: Transition, *, key: PRNGKey) -> tuple[_S, Metrics]:
         """One gradient step of `state` on `batch` (a `Transition` with a leading
@@ -82,7 +89,13 @@ class AbstractOffPolicyAgent(AbstractAgent[_S, OffPolicyRun]):
     def init_run(self, env: AbstractEnv, state: _S, *, key: PRNGKey) -> OffPolicyRun:
         check.same_sizes(self, env, f"{type(self).__name__}.init_run")
         return init_off_policy(
-            self, env, num_envs=self.num_envs, buffer_size=self.buffer_size, state=state, key=key
+            self,
+            env,
+            num_envs=self.num_envs,
+            buffer_size=self.buffer_size,
+            state=state,
+            same_start=self.same_start,
+            key=key,
         )
 
     def warmup(
@@ -133,11 +146,13 @@ def init_off_policy(
     buffer_size: int,
     hparams=None,
     state=None,
+    same_start: bool = False,
     key: PRNGKey,
 ) -> OffPolicyRun:
     """A fresh training run on `env` of `state` (`None`: `agent.init(hparams)`): an
     empty replay buffer of `buffer_size` transitions and `num_envs` freshly reset
-    environments."""
+    environments (each keeping its first state to restart from, with `same_start`:
+    `training_reset`)."""
     check.positive_int("num_envs", num_envs)
     check.positive_int("buffer_size", buffer_size)
     check.same_sizes(agent, env, "init_off_policy")
@@ -152,7 +167,8 @@ def init_off_policy(
         terminated=jnp.zeros((), jnp.float32),
         truncated=jnp.zeros((), jnp.float32),
     )
-    env_state = jax.vmap(lambda k: training_reset(env, key=k))(jr.split(env_key, num_envs))
+    reset = lambda k: training_reset(env, same_start=same_start, key=k)
+    env_state = jax.vmap(reset)(jr.split(env_key, num_envs))
     return OffPolicyRun(
         agent.init(hparams, key=agent_key) if state is None else state,
         ReplayBuffer.empty(buffer_size, example),

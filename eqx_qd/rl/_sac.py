@@ -83,8 +83,8 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     temperature settings above, `matmul_dtype` (`"bfloat16"`: the networks' products between
     hidden layers take bfloat16 inputs with float32 accumulation, as `MLP`'s; faster on CPUs
     with AVX-512 BF16, see `benchmarks/README.md` for speed and learning curves), and the
-    training loop's `num_envs`, `buffer_size` and `grad_updates_per_step`
-    (`AbstractOffPolicyAgent`).
+    training loop's `num_envs`, `buffer_size`, `grad_updates_per_step` and `same_start` (as
+    `TD3`'s) (`AbstractOffPolicyAgent`).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -101,6 +101,7 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     buffer_size: int = eqx.field(default=100_000, static=True)
     grad_updates_per_step: float = eqx.field(default=1.0, static=True)
     matmul_dtype: str = eqx.field(default="float32", static=True)
+    same_start: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
         check_off_policy_fields(self)

@@ -97,8 +97,9 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     paper and QDax's own TD3 do: the paper's is the default), `policy_init` and
     `critic_init` (the networks' initialisation, one of `rl.INITS`, as `rl.reinitialise`:
     `"uniform"` by default; `"lecun_uniform"` is QDax's, `"xavier_uniform"` the PGA-ME
-    repository's actors'), and the training loop's `num_envs`, `buffer_size` and
-    `grad_updates_per_step` (`AbstractOffPolicyAgent`).
+    repository's actors'), and the training loop's `num_envs`, `buffer_size`,
+    `grad_updates_per_step` and `same_start` (each training environment restarts every
+    episode from its own first state, as QDax's: `training_reset`) (`AbstractOffPolicyAgent`).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -117,6 +118,7 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
     critic_target_every_step: bool = eqx.field(default=False, static=True)
     policy_init: str = eqx.field(default="uniform", static=True)
     critic_init: str = eqx.field(default="uniform", static=True)
+    same_start: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
         check_off_policy_fields(self)
