@@ -5,11 +5,11 @@ MAP-Elites: our benchmark (`benchmarks/map_elites.py`) and the peers' scripts of
 isoline 0.005 / 0.05, batch 1024, 200 iterations in one compiled loop) for several archives,
 and the first call of the CVT k-means (ours against QDax's sklearn). RL: our `sac.py`,
 `pga_me.py` and `me_pbt.py` against QDax's `bench_pbt_sac.py`, `bench_pgame.py` and
-`bench_mepbt.py` on the same sizes, and `ppo.py` (jaxagents' network layout) against
-jaxagents' `bench_ippo.py` on cart-pole and the twin cart-pole. Each peer runs in its own
-virtualenv as ``../shared/bench/README.md`` installs it. Rounds alternate who goes first, so
-drift on a shared machine hits every side alike; each cell is the median over rounds. Run it
-with nothing else on the machine: a 2-core CPU measures what runs beside it.
+`bench_mepbt.py` on the same sizes, and `ppo.py` (jaxagents' network layout and update: the
+same work) against jaxagents' `bench_ippo.py` on cart-pole and the twin cart-pole. Each peer
+runs in its own virtualenv as ``../shared/bench/README.md`` installs it. Rounds alternate who
+goes first, so drift on a shared machine hits every side alike; each cell is the median over
+rounds. Run it with nothing else on the machine: a 2-core CPU measures what runs beside it.
 
 The peers' scripts are copied into a temporary folder and run from there (``../shared`` is
 read-only; QDax's writes its centroids beside itself). QDax's MAP-Elites script gets one
@@ -248,7 +248,7 @@ def _ppo(task: str, agent: str, title: str) -> _Versus:
     return _Versus(
         title, "env steps/s", True, "jaxagents 0.2.5",
         lambda a, s: [sys.executable, os.path.join(HERE, "ppo.py"), "--tasks", task, "--layout",
-                      "joint", "--repeats", "5"],
+                      "joint", "--convention", "jaxagents", "--repeats", "5"],
         lambda a, s: [a.jaxagents_python, s["jaxagents"], "--agent", agent, "--n-steps", "10",
                       "--reps", "5", "--raw-iters", "1280"],
         lambda r: r[task]["train_env_steps_per_s"], _jaxagents_median,

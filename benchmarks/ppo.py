@@ -22,11 +22,16 @@ With ``--jaxagents-python PY`` (a virtualenv holding jaxagents 0.2.5, see
 shared/bench/jaxagents/results.md), the anchor script runs too, back to back.
 
 ``--layout joint`` trains IPPO with jaxagents' network layout (one actor and one critic
-reading every agent's observation, a head per agent: `JointActor`), so that the comparison on
-``twin_cartpole`` is the same work; ``independent`` (the default) and ``shared`` are ours.
+reading every agent's observation, a head per agent: `JointActor`); ``independent`` (the
+default) and ``shared`` are ours. ``--convention jaxagents`` runs jaxagents' update
+(``convention="jaxagents"``: minibatches of whole trajectories, 4 environments each, in one
+fixed order; its advantage standardisation) with its epoch count: its ``actor_epochs = 4`` runs
+3 actor epochs, so ours runs 3 (and 4 critic epochs), and both use Adam with eps 1e-5 and
+learning rates 3e-4, as the anchor script sets them. With ``--layout joint --convention
+jaxagents`` the two sides do the same work (``compare.py``'s PPO and IPPO rows).
 
 Usage: python benchmarks/ppo.py [--tasks line_targets,walker2d_2x3,twin_cartpole]
-       [--layout independent|shared|joint] [--repeats 5]
+       [--layout independent|shared|joint] [--convention eqx_qd|jaxagents] [--repeats 5]
        [--jaxagents-python /path/to/venv/bin/python] [--json OUT]
 """
 
@@ -115,11 +120,15 @@ def timed(fn, *args):
 LAYOUTS = {"independent": {}, "shared": dict(shared_params=True), "joint": dict(joint_network=True)}
 
 
-def bench_train(env, repeats, layout="independent"):
+def bench_train(env, repeats, layout="independent", convention="eqx_qd"):
+    # jaxagents' `actor_epochs = EPOCHS` runs EPOCHS - 1 epochs (its loop counts from 1).
+    actor_epochs = EPOCHS - 1 if convention == "jaxagents" else EPOCHS
     agent = q.rl.IPPO.for_env(env, rollout_length=ROLLOUT, num_envs=BATCH,
-                           num_minibatches=MINIBATCHES, actor_epochs=EPOCHS,
-                           critic_epochs=EPOCHS, **LAYOUTS[layout])  # fmt: skip
-    state = agent.init(q.rl.PPOHParams(kl_threshold=1e9), key=jr.key(0))
+                              num_minibatches=MINIBATCHES, actor_epochs=actor_epochs,
+                              critic_epochs=EPOCHS, convention=convention,
+                              **LAYOUTS[layout])  # fmt: skip
+    hparams = q.rl.PPOHParams(kl_threshold=1e9, actor_lr=3e-4, critic_lr=3e-4)
+    state = agent.init(hparams, key=jr.key(0))
     run = agent.init_run(env, state, key=jr.key(1))
     train = lambda r: agent.train(env, r, UPDATES, key=jr.key(2))
     first, (trained, metrics) = timed(train, run)
@@ -183,18 +192,20 @@ def main():
     p.add_argument("--tasks", default="line_targets,walker2d_2x3,twin_cartpole,cartpole")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--layout", default="independent", choices=sorted(LAYOUTS))
+    p.add_argument("--convention", default="eqx_qd", choices=q.rl.PPO_CONVENTIONS)
     p.add_argument("--jaxagents-python", default=None)
     p.add_argument("--json", default=None)
     a = p.parse_args()
     results = {}
     for name in a.tasks.split(","):
         env = make_env(name)
-        r = {**bench_train(env, a.repeats, a.layout), **bench_raw(env, a.repeats)}
-        r["layout"] = a.layout
+        r = {**bench_train(env, a.repeats, a.layout, a.convention), **bench_raw(env, a.repeats)}
+        r["layout"], r["convention"] = a.layout, a.convention
         r["overhead_ratio"] = r["raw_env_steps_per_s"] / r["train_env_steps_per_s"]
         results[name] = r
         print(
-            f"{name:14s} [{a.layout}] train {r['train_env_steps_per_s']:>10,.0f} env steps/s "
+            f"{name:14s} [{a.layout}, {a.convention}] train "
+            f"{r['train_env_steps_per_s']:>10,.0f} env steps/s "
             f"({r['train_s_per_call']:.3f} s / {UPDATES} updates, "
             f"compile {r['train_compile_s']:.2f} s)"
             f" | raw {r['raw_env_steps_per_s']:>12,.0f} env steps/s | raw/train "

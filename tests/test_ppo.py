@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+import optax
 import pytest
 from hypothesis import given, strategies as st
 
@@ -215,6 +216,97 @@ def test_kl_early_stop_triggers_with_a_tiny_threshold():
     np.testing.assert_array_equal(huge_metrics["actor_epochs"], [4.0, 4.0])
     assert bool(jnp.all(tiny_metrics["kl"] > 1e-9))
     assert {"actor_loss", "entropy", "kl", "actor_epochs"} <= set(huge_metrics)
+
+
+def test_jaxagents_convention_is_its_minibatches_standardisation_and_kl():
+    """`convention="jaxagents"` against jaxagents 0.2.5's `IPPO` update written out from its
+    source: trajectories laid out `(env, time, agent)`, one fixed order of the environments
+    (`jax.random.choice(PRNGKey(1), ...)`) cut into minibatches of whole environments,
+    advantages standardised over the minibatch's environments (`mean(axis=0)`: per time step
+    and agent), the surrogate in its simplified form, and `sum(-log ratio)` as its KL."""
+    from eqx_qd.rl._ppo import _actor_loss, _trajectory_minibatches
+
+    agent = q.rl.IPPO.for_env(LINE, **FAST, joint_network=True, convention="jaxagents")
+    run = start(agent, key=jr.key(7))
+    _, traj = eqx.filter_jit(lambda r: agent._rollout(LINE, r, jr.key(8)))(run)
+    samples = agent._samples(run.agent_state, traj)
+    data = jax.tree.map(lambda x: jnp.moveaxis(x, 0, 1), samples)  # (time * envs, agents, ...)
+    h = eqx.tree_at(lambda h: h.clip_eps, FAST_HPARAMS, jnp.float32(0.1))
+    # A policy a step away from the rollout's, so that ratios and clipping matter.
+    actor = jax.tree.map(lambda x: x * 1.3 if eqx.is_inexact_array(x) else x, run.agent_state.actor)
+    T, B, count = FAST["rollout_length"], FAST["num_envs"], FAST["num_minibatches"]
+    mb = B // count
+    ref = jax.tree.map(lambda x: jnp.swapaxes(x.reshape(T, B, *x.shape[1:]), 0, 1), data)
+    order = jax.random.choice(jax.random.PRNGKey(1), jnp.arange(B), replace=False, shape=(B,))
+
+    def reference_loss(actor, batch):  # batch: (mb, time, agents, ...)
+        adv = batch.advantages
+        adv = (adv - adv.mean(axis=0, keepdims=True)) / (adv.std(axis=0, keepdims=True) + 1e-8)
+        flat = lambda x: x.reshape(-1, *x.shape[2:])  # noqa: E731
+        log_prob, entropy = jax.vmap(actor.log_prob_and_entropy)(
+            flat(batch.obs), flat(batch.actions)
+        )
+        log_ratio = log_prob.reshape(adv.shape) - batch.log_probs
+        clip = jnp.where(adv > 0, 1 + h.clip_eps, 1 - h.clip_eps)
+        surrogate = jnp.minimum(jnp.exp(log_ratio) * adv, adv * clip)
+        return -(surrogate.mean() + h.ent_coef * entropy.mean()), -jnp.sum(log_ratio)
+
+    ours = lambda a, b: _actor_loss(a, b, h, normalise_advantages=True, group=mb)  # noqa: E731
+    idx = _trajectory_minibatches(T, B, count)
+    np.testing.assert_array_equal(idx, _trajectory_minibatches(T, B, count))  # fixed
+    for c in range(count):
+        theirs = jax.tree.map(lambda x: x[order[c * mb : (c + 1) * mb]], ref)
+        mine = q.internal.tree_take(data, idx[c])
+        (loss, (_, kl)), grads = eqx.filter_value_and_grad(ours, has_aux=True)(actor, mine)
+        (ref_loss, ref_kl), ref_grads = eqx.filter_value_and_grad(reference_loss, has_aux=True)(
+            actor, theirs
+        )
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(kl, ref_kl, rtol=1e-4, atol=1e-4)
+        assert abs(float(kl)) > 1e-3  # the policies differ
+        for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-6)
+    # Pooled agents (shared networks): every sample once, a minibatch is whole environments
+    # of every agent, each run of `mb` samples one agent at one time step.
+    pooled = np.asarray(_trajectory_minibatches(T, B, count, blocks=2))
+    np.testing.assert_array_equal(np.sort(pooled.ravel()), np.arange(2 * T * B))
+    for row in pooled:
+        runs = row.reshape(-1, mb)
+        assert len({tuple(r) for r in (runs % B).tolist()}) == 1  # the same environments
+        assert all(len(set(r.tolist())) == 1 for r in runs // B)  # one (agent, time) each
+
+
+def test_adam_eps_and_the_convention_reach_the_optimiser_and_are_checked():
+    """`adam_eps` is the epsilon of optax's Adam after the clip (jaxagents' default is
+    1e-8, ours 1e-5); bad values and a jaxagents minibatch that splits an environment are
+    refused by name."""
+    params = {"w": jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32)}
+    grads = {"w": jnp.linspace(1e-6, 1e-5, 6, dtype=jnp.float32)}  # eps matters at this scale
+    lr, clip = jnp.float32(1e-3), jnp.float32(0.5)
+    for eps in (1e-8, 1e-5):
+        tx = optax.chain(optax.clip_by_global_norm(clip), optax.adam(lr, eps=eps))
+        with jax.numpy_dtype_promotion("standard"):  # optax mixes weak and strong types
+            expected = optax.apply_updates(params, tx.update(grads, tx.init(params), params)[0])
+        opt = q.rl.init_clipped_adam(params)
+        got, _ = q.rl.apply_clipped_adam(params, grads, opt, lr, clip, eps)
+        np.testing.assert_allclose(got["w"], expected["w"], rtol=1e-6)
+    with pytest.raises(ValueError, match="IPPO.convention"):
+        q.rl.IPPO.for_env(LINE, **FAST, convention="cleanrl")
+    with pytest.raises(ValueError, match="whole environments: num_envs=6"):
+        q.rl.IPPO.for_env(LINE, rollout_length=4, num_envs=6, num_minibatches=4,
+                          convention="jaxagents")  # fmt: skip
+    with pytest.raises(ValueError, match="PPO.adam_eps"):
+        q.rl.PPO(observation_size=2, action_size=1, adam_eps=0.0)
+
+
+@pytest.mark.slow
+def test_ippo_learns_the_discrete_task_under_the_jaxagents_convention():
+    agent = q.rl.IPPO.for_env(LINE, **FAST, joint_network=True, convention="jaxagents")
+    run = start(agent, hparams=FAST_HPARAMS, key=jr.key(0))
+    _, log = jobs.train_ippo(agent, LINE, run, 40, key=jr.key(1), eval_frequency=40,
+                             num_episodes=64)  # fmt: skip
+    before, after = _mean_return(log.evals[0]), _mean_return(log.evals[-1])
+    assert before < -4.0 and after > 0.3, (before, after)
 
 
 def test_reward_scale_enters_advantages_linearly():

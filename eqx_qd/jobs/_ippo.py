@@ -16,13 +16,13 @@ import numpy as np
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._validate import non_negative_int, positive_int
+from .._validate import non_negative_int, positive, positive_int
 from ..envs._multi_agent import AbstractMultiAgentEnv, SingleAgentView
 from ..envs._rollout import EpisodeStats, evaluate_episodes
 from ..rl._base import TrainMetrics
 from ..rl._ippo import IPPO
-from ..rl._ppo import PPOHParams, PPORun
-from ._blocks import RunOptions
+from ..rl._ppo import PPO_CONVENTIONS, PPOHParams, PPORun
+from ._blocks import _one_of, RunOptions
 from ._checkpoints import list_checkpoints, mean_return, restore_checkpoint, save_checkpoint
 from ._common import register_job, RunResult
 from ._config import option
@@ -61,6 +61,14 @@ class IPPOConfig(RunOptions):
         False, "one actor and one critic reading all agents' observations, a head per agent"
     )
     normalise_observations: bool = option(False, "running observation normalisation per agent")
+    convention: str = option(
+        "eqx_qd",
+        "eqx_qd | jaxagents: jaxagents' minibatches (whole environments, one fixed order), "
+        "advantage standardisation (per time step and agent) and KL statistic; its "
+        "actor_epochs E runs E - 1 epochs: pass E - 1",
+        check=_one_of(*PPO_CONVENTIONS),
+    )
+    adam_eps: float = option(1e-5, "Adam's epsilon (jaxagents' default: 1e-8)", check=positive)
     iterations: int = option(
         200, "total PPO iterations (a rollout and its epochs each)", check=non_negative_int
     )
@@ -113,6 +121,8 @@ class IPPOConfig(RunOptions):
             shared_params=self.shared_params,
             joint_network=self.joint_network,
             normalise_observations=self.normalise_observations,
+            convention=self.convention,
+            adam_eps=self.adam_eps,
         )
 
     def hparams(self) -> PPOHParams:

@@ -64,6 +64,7 @@ from ._policies import (
 )
 from ._ppo import (
     PPO as PPO,
+    PPO_CONVENTIONS as PPO_CONVENTIONS,
     PPO_SPACES as PPO_SPACES,
     PPOHParams as PPOHParams,
     PPORun as PPORun,

@@ -41,7 +41,10 @@ class IPPO(_PPOLearner):
     observations, a head per agent: jaxagents' layout); `normalise_advantages` (per
     minibatch); `normalise_observations` (running statistics per agent in the state);
     `make_actor` (`make_actor(obs_size, action_size, hidden, key=)` -> an `AbstractActor`;
-    not with `joint_network`).
+    not with `joint_network`); `convention` and `adam_eps` (as `PPO`'s: `"jaxagents"`
+    standardises advantages per time step and agent over each minibatch's environments, cuts
+    minibatches of whole environments in one fixed order and stops on jaxagents' KL statistic;
+    its `actor_epochs = E` runs `E - 1` epochs, so set ours to `E - 1`).
     """
 
     num_agents: int = eqx.field(static=True)
@@ -60,6 +63,8 @@ class IPPO(_PPOLearner):
     normalise_advantages: bool = eqx.field(default=True, static=True)
     normalise_observations: bool = eqx.field(default=False, static=True)
     make_actor: Callable[..., AbstractActor] | None = eqx.field(default=None, static=True)
+    convention: str = eqx.field(default="eqx_qd", static=True)
+    adam_eps: float = eqx.field(default=1e-5, static=True)
 
     def __check_init__(self):
         check.positive_int("IPPO.num_agents", self.num_agents)

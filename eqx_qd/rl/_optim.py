@@ -41,13 +41,16 @@ def apply_adam(
         return eqx.apply_updates(module, updates), opt_state
 
 
-def _clipped_adam(learning_rate: Float[Array, ""], max_grad_norm: Float[Array, ""]):
+def _clipped_adam(
+    learning_rate: Float[Array, ""], max_grad_norm: Float[Array, ""], eps: float = 1e-5
+) -> optax.GradientTransformation:
     clip = optax.clip_by_global_norm(max_grad_norm)
-    return optax.chain(clip, optax.adam(learning_rate, eps=1e-5))
+    return optax.chain(clip, optax.adam(learning_rate, eps=eps))
 
 
 def init_clipped_adam(module: PyTree) -> PyTree:
-    """A fresh state for Adam (eps 1e-5) after clipping by global norm (PPO's optimiser)."""
+    """A fresh state for Adam after clipping by global norm (PPO's optimiser). The state does
+    not depend on Adam's `eps`, which `apply_clipped_adam` takes."""
     zero = jnp.zeros((), jnp.float32)
     return _clipped_adam(zero, zero).init(params_of(module))
 
@@ -58,14 +61,16 @@ def apply_clipped_adam(
     opt_state: PyTree,
     learning_rate: Float[Array, ""],
     max_grad_norm: Float[Array, ""],
+    eps: float = 1e-5,
 ) -> tuple[PyTree, PyTree]:
-    """Clip `grads` to global norm `max_grad_norm`, then one Adam step on `module` from
-    `opt_state` at `learning_rate`.
+    """Clip `grads` to global norm `max_grad_norm`, then one Adam step (its denominator's
+    `eps`: 1e-5 as in PPO's common implementations; optax's own default is 1e-8) on `module`
+    from `opt_state` at `learning_rate`.
 
     **Returns:** the updated module and optimiser state.
     """
     with jax.numpy_dtype_promotion("standard"):
-        updates, opt_state = _clipped_adam(learning_rate, max_grad_norm).update(
+        updates, opt_state = _clipped_adam(learning_rate, max_grad_norm, eps).update(
             grads, opt_state, params_of(module)
         )
         return eqx.apply_updates(module, updates), opt_state

@@ -179,25 +179,69 @@ def _minibatches(key: PRNGKey, n: int, count: int) -> Int[Array, "count size"]:
     return random_permutation(n, key=key).reshape(count, n // count)
 
 
+PPO_CONVENTIONS = ("eqx_qd", "jaxagents")
+"""How `PPO` and `IPPO` cut minibatches, standardise advantages and read the KL: `"eqx_qd"`
+(a fresh shuffle of every sample each epoch, advantages standardised over the minibatch,
+`_approx_kl` over the rollout after each epoch) or `"jaxagents"` (jaxagents 0.2.5's: minibatches
+of whole environments' trajectories in one fixed order, the same every epoch and iteration;
+advantages standardised per time step and agent over the minibatch's environments; the early
+stop reads the sum of `-log ratio` over the epoch's last minibatch, before its step)."""
+
+
+def _trajectory_minibatches(
+    rollout_length: int, num_envs: int, count: int, blocks: int = 1
+) -> Int[Array, "count size"]:
+    """jaxagents' minibatches: the environments in one fixed order (its `PRNGKey(1)`
+    draw), cut into `count` groups; a minibatch is every sample of one group's environments,
+    laid out `(blocks, time, group)` (`blocks` agents when their samples are pooled), so that
+    consecutive runs of `num_envs // count` samples share an agent and a time step. Samples are
+    indexed `(block, time, env)`, row-major, as `_PPOLearner._samples` flattens them."""
+    order = jr.choice(jr.key(1), num_envs, (num_envs,), replace=False)
+    groups = order.reshape(count, num_envs // count)
+    time = jnp.arange(rollout_length)[:, None] * num_envs
+    block = jnp.arange(blocks)[:, None, None] * (rollout_length * num_envs)
+    idx = block[None] + time[None, None] + groups[:, None, None, :]
+    return idx.reshape(count, -1).astype(jnp.int32)
+
+
+def _standardise(adv: Array, group: int | None) -> Array:
+    """`adv` standardised over all its samples (`group=None`), or over each run of `group`
+    consecutive samples (one time step of one agent: the jaxagents convention), per agent
+    where `adv` has an agent axis after the samples."""
+    if group is None:
+        return (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
+    rows = adv.reshape(-1, group, *adv.shape[1:])
+    mean = jnp.mean(rows, axis=1, keepdims=True)
+    std = jnp.std(rows, axis=1, keepdims=True)
+    return ((rows - mean) / (std + 1e-8)).reshape(adv.shape)
+
+
 # ----------------------------------------------------------------------------- the maths
 # Free functions of one actor or critic and its samples.
 
 
 def _actor_loss(
-    actor: AbstractActor, batch: _Samples, h: PPOHParams, *, normalise_advantages: bool
-) -> tuple[Float[Array, ""], Float[Array, ""]]:
-    """The clipped surrogate with an entropy bonus (to minimise) of `actor` on `batch`, and
-    the mean entropy. Advantages are standardised over the batch when
+    actor: AbstractActor,
+    batch: _Samples,
+    h: PPOHParams,
+    *,
+    normalise_advantages: bool,
+    group: int | None = None,
+) -> tuple[Float[Array, ""], tuple[Float[Array, ""], Float[Array, ""]]]:
+    """The clipped surrogate with an entropy bonus (to minimise) of `actor` on `batch`, the
+    mean entropy and the sum of `-log ratio` over the batch (jaxagents' KL statistic).
+    Advantages are standardised (`_standardise`, over runs of `group` samples if given) when
     `normalise_advantages`."""
     log_probs, entropies = jax.vmap(actor.log_prob_and_entropy)(batch.obs, batch.actions)
-    ratio = jnp.exp(log_probs - batch.log_probs)
+    log_ratio = log_probs - batch.log_probs
+    ratio = jnp.exp(log_ratio)
     adv = batch.advantages
     if normalise_advantages:
-        adv = (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
+        adv = _standardise(adv, group)
     clipped = jnp.clip(ratio, 1.0 - h.clip_eps, 1.0 + h.clip_eps)
     surrogate = jnp.mean(jnp.minimum(ratio * adv, clipped * adv))
     entropy = jnp.mean(entropies)
-    return -surrogate - h.ent_coef * entropy, entropy
+    return -surrogate - h.ent_coef * entropy, (entropy, -jnp.sum(log_ratio))
 
 
 def _approx_kl(actor: AbstractActor, data: _Samples) -> Float[Array, ""]:
@@ -216,30 +260,41 @@ def _actor_epochs(
     num_minibatches: int,
     max_epochs: int,
     normalise_advantages: bool,
+    fixed: Int[Array, "count size"] | None = None,
+    group: int | None = None,
+    adam_eps: float = 1e-5,
     key: PRNGKey,
 ) -> tuple[AbstractActor, PyTree, Metrics]:
     """Up to `max_epochs` epochs of `_actor_loss` of `actor` over `data` in
     `num_minibatches` minibatches (clipped Adam from `opt_state`), stopping once the
-    `_approx_kl` to the rollout policy passes `h.kl_threshold`."""
+    `_approx_kl` to the rollout policy passes `h.kl_threshold`.
+
+    With `fixed` minibatch indices (the jaxagents convention), every epoch takes them in that
+    order, advantages are standardised over runs of `group` samples, and the stop reads the
+    last minibatch's sum of `-log ratio` instead."""
     n = data.obs.shape[0]
     grad_fn = eqx.filter_value_and_grad(
-        lambda a, b: _actor_loss(a, b, h, normalise_advantages=normalise_advantages),
+        lambda a, b: _actor_loss(a, b, h, normalise_advantages=normalise_advantages, group=group),
         has_aux=True,
     )
 
     def minibatch(carry, idx):
         actor, opt_state = carry
-        (loss, entropy), grads = grad_fn(actor, tree_take(data, idx))
-        actor, opt_state = apply_clipped_adam(actor, grads, opt_state, h.actor_lr, h.max_grad_norm)
-        return (actor, opt_state), (loss, entropy)
+        (loss, (entropy, minus_log_ratio)), grads = grad_fn(actor, tree_take(data, idx))
+        actor, opt_state = apply_clipped_adam(
+            actor, grads, opt_state, h.actor_lr, h.max_grad_norm, adam_eps
+        )
+        return (actor, opt_state), (loss, entropy, minus_log_ratio)
 
     def epoch(carry):
         actor, opt_state, key, count, _, _, _ = carry
         key, perm_key = jr.split(key)
-        idx = _minibatches(perm_key, n, num_minibatches)
-        carry, (losses, entropies) = filter_scan(minibatch, (actor, opt_state), idx)
+        idx = _minibatches(perm_key, n, num_minibatches) if fixed is None else fixed
+        carry, (losses, entropies, minus_log_ratios) = filter_scan(
+            minibatch, (actor, opt_state), idx
+        )
         actor, opt_state = carry
-        kl = _approx_kl(actor, data)
+        kl = _approx_kl(actor, data) if fixed is None else minus_log_ratios[-1]
         return actor, opt_state, key, count + 1, kl, jnp.mean(losses), jnp.mean(entropies)
 
     def keep_going(carry):
@@ -261,11 +316,14 @@ def _critic_epochs(
     *,
     num_minibatches: int,
     epochs: int,
+    fixed: Int[Array, "count size"] | None = None,
+    adam_eps: float = 1e-5,
     key: PRNGKey,
 ) -> tuple[eqx.Module, PyTree, Metrics]:
     """`epochs` epochs of value regression of `critic` (any module `obs -> value`;
     `h.vf_coef` x squared error to the GAE targets) over `data` in `num_minibatches`
-    minibatches, with clipped Adam from `opt_state`."""
+    minibatches (a fresh shuffle each epoch, or the `fixed` indices every epoch), with
+    clipped Adam from `opt_state`."""
     n = data.obs.shape[0]
 
     def loss_fn(critic, batch):
@@ -276,12 +334,12 @@ def _critic_epochs(
         critic, opt_state = carry
         loss, grads = eqx.filter_value_and_grad(loss_fn)(critic, tree_take(data, idx))
         critic, opt_state = apply_clipped_adam(
-            critic, grads, opt_state, h.critic_lr, h.max_grad_norm
+            critic, grads, opt_state, h.critic_lr, h.max_grad_norm, adam_eps
         )
         return (critic, opt_state), loss
 
     def epoch(carry, epoch_key):
-        idx = _minibatches(epoch_key, n, num_minibatches)
+        idx = _minibatches(epoch_key, n, num_minibatches) if fixed is None else fixed
         carry, losses = filter_scan(minibatch, carry, idx)
         return carry, jnp.mean(losses)
 
@@ -310,11 +368,19 @@ def _check_loop(agent: "_PPOLearner") -> None:
     for field in ("actor_hidden", "critic_hidden"):
         for i, width in enumerate(getattr(agent, field)):
             check.positive_int(f"{name}.{field}[{i}]", width)
+    check.one_of(f"{name}.convention", agent.convention, PPO_CONVENTIONS)
+    check.positive(f"{name}.adam_eps", agent.adam_eps)
     samples = agent.rollout_length * agent.num_envs
     if samples % agent.num_minibatches:
         raise ValueError(
             f"{name}: rollout_length * num_envs = {samples} samples per agent do not split "
             f"into num_minibatches={agent.num_minibatches} equal minibatches"
+        )
+    if agent.convention == "jaxagents" and agent.num_envs % agent.num_minibatches:
+        raise ValueError(
+            f"{name}: convention='jaxagents' cuts minibatches of whole environments: "
+            f"num_envs={agent.num_envs} do not split into num_minibatches="
+            f"{agent.num_minibatches} equal groups"
         )
 
 
@@ -330,6 +396,8 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
     actor_hidden: eqx.AbstractVar[tuple[int, ...]]
     critic_hidden: eqx.AbstractVar[tuple[int, ...]]
     normalise_advantages: eqx.AbstractVar[bool]
+    convention: eqx.AbstractVar[str]  # one of PPO_CONVENTIONS
+    adam_eps: eqx.AbstractVar[float]
     num_agents: eqx.AbstractVar[int]  # how many agents act together
 
     @property
@@ -531,9 +599,21 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
             per_agent(targets),
         )
 
+    def _fixed_minibatches(self) -> tuple[Int[Array, "count size"] | None, int | None]:
+        """The jaxagents convention's minibatch indices (into the samples as `_epochs` hands
+        them to the updates) and its standardisation group; `(None, None)` otherwise."""
+        if self.convention != "jaxagents":
+            return None, None
+        blocks = self.num_agents if self.pooling == "shared" else 1
+        idx = _trajectory_minibatches(
+            self.rollout_length, self.num_envs, self.num_minibatches, blocks
+        )
+        return idx, self.num_envs // self.num_minibatches
+
     def _epochs(self, state: PPOState, data: _Samples, actor_key: PRNGKey, critic_key: PRNGKey):
         """The actor's and the critic's epochs on `data`, pooled as `pooling` says."""
         h = state.hparams
+        fixed, group = self._fixed_minibatches()
         actor_update = lambda a, o, d, k: _actor_epochs(
             a,
             o,
@@ -542,10 +622,21 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
             num_minibatches=self.num_minibatches,
             max_epochs=self.actor_epochs,
             normalise_advantages=self.normalise_advantages,
+            fixed=fixed,
+            group=group,
+            adam_eps=self.adam_eps,
             key=k,
         )
         critic_update = lambda c, o, d, k: _critic_epochs(
-            c, o, d, h, num_minibatches=self.num_minibatches, epochs=self.critic_epochs, key=k
+            c,
+            o,
+            d,
+            h,
+            num_minibatches=self.num_minibatches,
+            epochs=self.critic_epochs,
+            fixed=fixed,
+            adam_eps=self.adam_eps,
+            key=k,
         )
         if self.pooling == "independent":  # vmapped over agents
             actor_keys = jr.split(actor_key, self.num_agents)
@@ -639,7 +730,9 @@ class PPO(_PPOLearner):
     `num_envs` (steps and environments per iteration), `num_minibatches`, `actor_epochs`,
     `critic_epochs`; `actor_hidden`, `critic_hidden` (layer widths, tanh);
     `normalise_advantages` (per minibatch); `normalise_observations` (running statistics in
-    the state).
+    the state); `convention` (`"eqx_qd"`, or `"jaxagents"` for jaxagents' minibatches,
+    standardisation and KL statistic: `PPO_CONVENTIONS`); `adam_eps` (Adam's epsilon, both
+    networks).
     """
 
     observation_size: int = eqx.field(static=True)
@@ -653,6 +746,8 @@ class PPO(_PPOLearner):
     critic_hidden: tuple[int, ...] = eqx.field(default=(64, 64), static=True, converter=tuple)
     normalise_advantages: bool = eqx.field(default=True, static=True)
     normalise_observations: bool = eqx.field(default=False, static=True)
+    convention: str = eqx.field(default="eqx_qd", static=True)
+    adam_eps: float = eqx.field(default=1e-5, static=True)
 
     def __check_init__(self):
         _check_loop(self)

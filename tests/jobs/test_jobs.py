@@ -199,15 +199,19 @@ class _Ring(q.AbstractTask):
 
 
 def test_load_run_reads_an_ippo_run_back(tmp_path):
-    # With jaxagents' network layout (the CLI's --joint-network), recorded in agent.json.
+    # With jaxagents' network layout and update (the CLI's --joint-network --convention
+    # jaxagents --adam-eps 1e-8), recorded in agent.json.
     config = jobs.IPPOConfig(
         num_agents=2, size=6, episode_length=8, rollout_length=8, num_envs=4, num_minibatches=2,
         iterations=2, eval_frequency=2, eval_episodes=4, joint_network=True,
+        convention="jaxagents", adam_eps=1e-8,
     )  # fmt: skip
     result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
     back = jobs.load_run(tmp_path / "run")
     assert isinstance(back.state.agent_state.actor, q.rl.JointActor)
-    assert json.loads((tmp_path / "run" / "agent.json").read_text())["joint_network"] is True
+    recorded = json.loads((tmp_path / "run" / "agent.json").read_text())
+    assert recorded["joint_network"] is True and recorded["convention"] == "jaxagents"
+    assert recorded["adam_eps"] == 1e-8
     assert int(back.state.iterations) == 2 == int(result.state.iterations)
     assert back.progress["iterations"].tolist() == [0.0, 2.0]
     assert jobs.list_checkpoints(tmp_path / "run")[-1].step == 2
