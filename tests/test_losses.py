@@ -273,7 +273,9 @@ def test_ppo_surrogate_by_hand():
     actor = FixedActor(jnp.asarray(new_lp), jnp.asarray(entropies))
     data = _samples(np.zeros(5, F), advantages, np.zeros(5, F))
     h = q.rl.PPOHParams(clip_eps=0.2, ent_coef=0.05)
-    loss, entropy = _actor_loss(actor, data, h, normalise_advantages=False)
+    loss, (entropy, minus_log_ratio) = _actor_loss(actor, data, h, normalise_advantages=False)
+    # jaxagents' KL statistic: the sum of -log ratio (old log-probabilities are 0 here).
+    assert float(minus_log_ratio) == pytest.approx(-new_lp.sum(), rel=1e-5)
     ratio = np.exp(new_lp)
     surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.2) * advantages)
     assert surrogate.tolist() == pytest.approx([2.4, -0.8, -4.5, 0.3, 1.5], rel=1e-5)
