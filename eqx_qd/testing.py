@@ -29,6 +29,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._custom_types import Genotypes
+from ._laws import check_emitter, EMITTER_LAWS, LawBroken
 from ._repertoire import MapElitesRepertoire
 from ._tessellation import GridTessellation
 
@@ -137,8 +138,11 @@ def register_strategies() -> None:
 
 
 __all__ = [
+    "EMITTER_LAWS",
     "CandidateBatch",
+    "LawBroken",
     "candidate_batches",
+    "check_emitter",
     "descriptor_values",
     "fitness_values",
     "grid_tessellations",

@@ -117,7 +117,8 @@ def test_the_migration_guide_names_only_what_exists():
 
 def test_the_api_reference_has_a_page_entry_for_every_public_name():
     """``docs/api`` (built by ``mkdocs build --strict`` in CI) renders every public name of
-    ``eqx_qd``, ``eqx_qd.jobs``, ``eqx_qd.external`` and ``eqx_qd.plotting`` once."""
+    ``eqx_qd``, ``eqx_qd.jobs``, ``eqx_qd.external``, ``eqx_qd.plotting`` and
+    ``eqx_qd.testing`` once."""
     import pathlib
 
     entries = []
@@ -132,6 +133,7 @@ def test_the_api_reference_has_a_page_entry_for_every_public_name():
         "eqx_qd.jobs",
         "eqx_qd.plotting",
         "eqx_qd.external",
+        "eqx_qd.testing",
     )
     for module_name in modules:
         module = importlib.import_module(module_name)
@@ -148,9 +150,9 @@ def test_the_api_reference_has_a_page_entry_for_every_public_name():
     assert set(entries) == expected, set(entries) ^ expected
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/migrating-from-qdax.md"])
+@pytest.mark.parametrize("page", ["README.md", "docs/migrating-from-qdax.md", "docs/testing.md"])
 @pytest.mark.slow
-def test_every_python_block_of_the_readme_and_the_migration_guide_runs(page, tmp_path, monkeypatch):
+def test_every_python_block_of_the_readme_and_the_guides_runs(page, tmp_path, monkeypatch):
     """The page's ```python blocks, run in order in one namespace as a reader would paste them
     (in a scratch folder: the README saves a figure)."""
     import pathlib
