@@ -29,7 +29,14 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._custom_types import Genotypes
-from ._laws import check_emitter, EMITTER_LAWS, LawBroken
+from ._laws import (
+    check_emitter,
+    check_repertoire,
+    EMITTER_LAWS,
+    LawBroken,
+    REPERTOIRE_LAWS,
+)
+from ._laws_rl import AGENT_LAWS, check_agent, check_env, ENV_LAWS
 from ._repertoire import MapElitesRepertoire
 from ._tessellation import GridTessellation
 
@@ -138,11 +145,17 @@ def register_strategies() -> None:
 
 
 __all__ = [
+    "AGENT_LAWS",
+    "ENV_LAWS",
+    "check_agent",
+    "check_env",
     "EMITTER_LAWS",
+    "REPERTOIRE_LAWS",
     "CandidateBatch",
     "LawBroken",
     "candidate_batches",
     "check_emitter",
+    "check_repertoire",
     "descriptor_values",
     "fitness_values",
     "grid_tessellations",

@@ -1,14 +1,18 @@
 """Deliberately broken extensions: each breaks one law of `eqx_qd.testing`, which must catch
 it by name (`tests/test_laws.py`). Listed in the docs ("Testing your extensions").
 
-Each class is a small change of a correct one: the GA emitter below (`Fine`) keeps every law.
+Each class is a small change of a correct one: the GA emitter `Fine` and the grid repertoire
+`SimpleGrid` below keep every law.
 """
 
+import dataclasses
 import typing
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
+from jaxtyping import Array, Float
 
 import eqx_qd as q
 
@@ -100,3 +104,295 @@ PLANTED_EMITTERS = {
     CellsForIds: "lineage",
 }
 """Each planted emitter and the law it breaks."""
+
+
+class SimpleGrid(q.AbstractRepertoire):
+    """A correct elitist grid over the unit box, written the plain way: candidates inserted
+    one by one in a `fori_loop`, each replacing its cell's elite when strictly fitter."""
+
+    genotypes: Float[Array, "capacity dim"]
+    fitnesses: Float[Array, " capacity"]
+    descriptors: Float[Array, "capacity 2"]
+    extra: None = None
+    bins: int = eqx.field(static=True, default=4)
+
+    @classmethod
+    def create(cls, dim: int, bins: int = 4):
+        n = bins * bins
+        return cls(jnp.zeros((n, dim)), jnp.full((n,), -jnp.inf), jnp.zeros((n, 2)), None, bins)
+
+    @property
+    def extent(self):
+        return jnp.zeros(2), jnp.ones(2)
+
+    def cell_of(self, descriptors):
+        ij = jnp.clip(jnp.floor(descriptors * self.bins), 0, self.bins - 1).astype(jnp.int32)
+        return ij[:, 0] * self.bins + ij[:, 1]
+
+    def _accepts(self, fitness, descriptor, elite):
+        finite = jnp.isfinite(fitness) & jnp.all(jnp.isfinite(descriptor))
+        return finite & (fitness > elite)
+
+    def add(self, genotypes, descriptors, fitnesses, extra=None):
+        cells = self.cell_of(jnp.where(jnp.isfinite(descriptors), descriptors, 0.0))
+        before = self.fitnesses[cells]
+
+        def insert(i, arrays):
+            geno, fit, desc, status = arrays
+            cell = cells[i]
+            take = self._accepts(fitnesses[i], descriptors[i], fit[cell])
+            geno = geno.at[cell].set(jnp.where(take, genotypes[i], geno[cell]))
+            desc = desc.at[cell].set(jnp.where(take, descriptors[i], desc[cell]))
+            fit = fit.at[cell].set(jnp.where(take, fitnesses[i], fit[cell]))
+            return geno, fit, desc, status.at[i].set(take)
+
+        taken = jnp.zeros(fitnesses.shape, bool)
+        arrays = (self.genotypes, self.fitnesses, self.descriptors, taken)
+        geno, fit, desc, taken = jax.lax.fori_loop(0, fitnesses.shape[0], insert, arrays)
+        new = eqx.tree_at(lambda r: (r.genotypes, r.fitnesses, r.descriptors), self,
+                          (geno, fit, desc))  # fmt: skip
+        status = jnp.where(taken, jnp.where(jnp.isfinite(before), 1, 2), 0).astype(jnp.int32)
+        info = q.AddInfo(cells, status, fitnesses - before, status, fitnesses - before)
+        return new, info
+
+    def emptied(self, genotype, extra=None):
+        return SimpleGrid.create(genotype.shape[-1], self.bins)
+
+
+@typing.final
+class KeepsInfinite(SimpleGrid):
+    """Checks its candidates for NaN only: a fitness of +inf, or an infinite descriptor, is
+    stored (law `finite`)."""
+
+    def _accepts(self, fitness, descriptor, elite):
+        return ~jnp.isnan(fitness) & ~jnp.any(jnp.isnan(descriptor)) & (fitness > elite)
+
+
+@typing.final
+class LastWins(SimpleGrid):
+    """Lets every valid candidate replace its cell's elite, fitter or not (law `elitist`)."""
+
+    def _accepts(self, fitness, descriptor, elite):
+        return jnp.isfinite(fitness) & jnp.all(jnp.isfinite(descriptor))
+
+
+@typing.final
+class TiesReplace(SimpleGrid):
+    """Replaces on equal fitness too (`>=`): the last of tied candidates wins its cell, not
+    the first (law `reference`)."""
+
+    def _accepts(self, fitness, descriptor, elite):
+        finite = jnp.isfinite(fitness) & jnp.all(jnp.isfinite(descriptor))
+        return finite & (fitness >= elite)
+
+
+@typing.final
+class SelectsAnySlot(SimpleGrid):
+    """Draws uniformly over every slot, empty ones included (law `select`)."""
+
+    def select(self, num, *, selector=None, key):
+        idx = jr.randint(key, (num,), 0, self.fitnesses.shape[0])
+        return q.Elites(self.genotypes[idx], self.fitnesses[idx], self.descriptors[idx], idx,
+                        None)  # fmt: skip
+
+
+@typing.final
+class CountsInStatic(SimpleGrid):
+    """Counts its insertions in a static field, which a checkpoint does not save (law
+    `checkpoint`)."""
+
+    inserted: int = eqx.field(static=True, default=0)
+
+    def add(self, genotypes, descriptors, fitnesses, extra=None):
+        new, info = super().add(genotypes, descriptors, fitnesses, extra)
+        return dataclasses.replace(new, inserted=self.inserted + 1), info
+
+
+PLANTED_REPERTOIRES = {
+    KeepsInfinite: "finite",
+    LastWins: "elitist",
+    TiesReplace: "reference",
+    SelectsAnySlot: "select",
+    CountsInStatic: "checkpoint",
+}
+"""Each planted repertoire and the law it breaks."""
+
+
+# ----------------------------------------------------------------------------------- agents
+
+
+class _Delegating(q.rl.AbstractOffPolicyAgent):
+    """The user's DDPG (`tests/user_agent.py`) behind a wrapper: every planted agent below
+    changes one method of it."""
+
+    inner: typing.Any
+
+    @property
+    def observation_size(self):
+        return self.inner.observation_size
+
+    @property
+    def action_size(self):
+        return self.inner.action_size
+
+    @property
+    def normalise_observations(self):
+        return self.inner.normalise_observations
+
+    @property
+    def minibatch_size(self):
+        return self.inner.minibatch_size
+
+    @property
+    def num_envs(self):
+        return self.inner.num_envs
+
+    @property
+    def buffer_size(self):
+        return self.inner.buffer_size
+
+    @property
+    def grad_updates_per_step(self):
+        return self.inner.grad_updates_per_step
+
+    def init(self, hparams=None, *, key):
+        return self.inner.init(hparams, key=key)
+
+    def act(self, state, obs, *, deterministic=False, key):
+        return self.inner.act(state, obs, deterministic=deterministic, key=key)
+
+    def update(self, state, batch, *, key):
+        return self.inner.update(state, batch, key=key)
+
+    def empty_optimiser_states(self, state):
+        return self.inner.empty_optimiser_states(state)
+
+    def init_optimiser_states(self, state):
+        return self.inner.init_optimiser_states(state)
+
+    def reset_targets(self, state):
+        return self.inner.reset_targets(state)
+
+    def genome(self, state):
+        return self.inner.genome(state)
+
+    def with_genome(self, state, genome):
+        return self.inner.with_genome(state, genome)
+
+
+@typing.final
+class KeepsOptimiser(_Delegating):
+    """Its storage form keeps the optimiser states and targets (law `storage`)."""
+
+    def empty_optimiser_states(self, state):
+        return state
+
+
+@typing.final
+class DropsCritic(_Delegating):
+    """`with_genome` sets the policy and forgets the critic (law `genome`)."""
+
+    def with_genome(self, state, genome):
+        return eqx.tree_at(lambda s: s.policy, state, genome[0])
+
+
+@typing.final
+class RatesAsFloats(_Delegating):
+    """Resampled learning rates come back as Python floats (say, for a log line): each new
+    value is a new static input, so training compiles again (law `retrace`)."""
+
+    def resample_hparams(self, state, *, spaces=None, key):
+        state = super().resample_hparams(state, spaces=spaces, key=key)
+        return eqx.tree_at(lambda s: s.hparams.policy_lr, state, float(state.hparams.policy_lr))
+
+
+# ----------------------------------------------------------------------------- environments
+
+
+class Walk(q.envs.AbstractQDEnv):
+    """A correct QD task: a point on [-1, 1] moved by its action, starting near 0, ending
+    when it reaches an end; the descriptor is where it ends."""
+
+    length: int = eqx.field(static=True, default=12)
+
+    @property
+    def observation_size(self):
+        return 1
+
+    @property
+    def action_size(self):
+        return 1
+
+    @property
+    def state_descriptor_size(self):
+        return 1
+
+    @property
+    def episode_length(self):
+        return self.length
+
+    @property
+    def descriptor_size(self):
+        return 1
+
+    @property
+    def descriptor_bounds(self):
+        return (-1.0,), (1.0,)
+
+    @property
+    def reward_offset(self):
+        return 1.0
+
+    def _start_terminated(self, x):
+        return jnp.zeros((), jnp.float32)
+
+    def _move(self, x, action):
+        return jnp.clip(x + 0.3 * jnp.clip(action, -1.0, 1.0), -1.0, 1.0)
+
+    def _observe(self, x):
+        return x
+
+    def reset(self, *, key):
+        x = jr.uniform(key, (1,), minval=-0.5, maxval=0.5)
+        zero = jnp.zeros((), jnp.float32)
+        return q.envs.EnvState(x, self._observe(x), zero, self._start_terminated(x), x)
+
+    def step(self, state, action, *, key):
+        x = self._move(state.physics, action)
+        terminated = (jnp.abs(x[0]) >= 1.0).astype(jnp.float32)
+        return q.envs.EnvState(x, self._observe(x), -jnp.abs(x[0]), terminated, x)
+
+    def descriptor(self, state_descs, valid):
+        return q.envs.final_descriptor(state_descs, valid)
+
+
+@typing.final
+class WideObservation(Walk):
+    """Observes its position twice where it declares one number (law `shapes`)."""
+
+    def _observe(self, x):
+        return jnp.concatenate([x, x])
+
+
+@typing.final
+class StartsTerminated(Walk):
+    """Evaluates its end condition at reset with the wrong threshold: a start beyond 0.25
+    begins terminated (law `autoreset`)."""
+
+    def _start_terminated(self, x):
+        return (jnp.abs(x[0]) > 0.25).astype(jnp.float32)
+
+
+@typing.final
+class Escapes(Walk):
+    """Forgets to clip its position: an episode can end beyond its bounds (law `bounds`)."""
+
+    def _move(self, x, action):
+        return x + 0.3 * jnp.clip(action, -1.0, 1.0)
+
+
+PLANTED_AGENTS = {KeepsOptimiser: "storage", DropsCritic: "genome", RatesAsFloats: "retrace"}
+"""Each planted agent (wrapping the user's DDPG) and the law it breaks."""
+
+PLANTED_ENVS = {WideObservation: "shapes", StartsTerminated: "autoreset", Escapes: "bounds"}
+"""Each planted environment and the law it breaks."""

@@ -2,13 +2,34 @@
 it was planted for, by name."""
 
 import jax.numpy as jnp
+import jax.random as jr
 import numpy as np
 import pytest
-from planted import Fine, GrowingState, PLANTED_EMITTERS
+from planted import (
+    Fine,
+    GrowingState,
+    PLANTED_AGENTS,
+    PLANTED_EMITTERS,
+    PLANTED_ENVS,
+    PLANTED_REPERTOIRES,
+    SimpleGrid,
+    Walk,
+)
+from user_agent import DDPG
 
 import eqx_qd as q
 from eqx_qd import jobs
-from eqx_qd.testing import check_emitter, EMITTER_LAWS, LawBroken
+from eqx_qd.testing import (
+    AGENT_LAWS,
+    check_agent,
+    check_emitter,
+    check_env,
+    check_repertoire,
+    EMITTER_LAWS,
+    ENV_LAWS,
+    LawBroken,
+    REPERTOIRE_LAWS,
+)
 
 
 DIM = 4
@@ -73,3 +94,118 @@ def test_laws_are_named_and_checked():
     # One law alone runs alone: the planted state bug passes the batch law.
 
     check_emitter(GrowingState(batch_size=5), POPULATION, laws=["batch"], max_examples=3)
+
+
+GENOTYPE = jnp.zeros(DIM, jnp.float32)
+GRID = q.GridTessellation((4, 4), 0.0, 1.0)
+
+
+def _repertoire(name: str) -> q.AbstractRepertoire:
+    if name == "grid":
+        return q.MapElitesRepertoire.empty(GRID, GENOTYPE)
+    if name == "grid_with_ids":
+        return q.MapElitesRepertoire.empty(GRID, GENOTYPE, jnp.zeros((), jnp.int32))
+    if name == "cvt":
+        centroids = jr.uniform(jr.key(0), (12, 2))
+        return q.MapElitesRepertoire.empty(q.CVTTessellation(centroids), GENOTYPE)
+    if name == "annealing":  # CMA-MAE's archive
+        return q.MapElitesRepertoire.empty(GRID, GENOTYPE, learning_rate=0.5, threshold_min=-50.0)
+    if name == "dns":
+        return q.DNSRepertoire.empty(8, GENOTYPE, 2, k=2)
+    return q.UnstructuredRepertoire.empty(8, GENOTYPE, 2, k=2, novelty_threshold=0.1)
+
+
+@pytest.mark.parametrize(
+    "name", ["grid", "grid_with_ids", "cvt", "annealing", "dns", "unstructured"]
+)
+def test_builtin_repertoires_keep_every_law_that_applies(name):
+    check_repertoire(_repertoire(name), max_examples=10)
+
+
+def test_the_docs_repertoire_keeps_every_law():
+    check_repertoire(SimpleGrid.create(DIM), elitist=True, max_examples=10)
+
+
+@pytest.mark.parametrize("planted", list(PLANTED_REPERTOIRES), ids=lambda c: c.__name__)
+def test_each_planted_repertoire_breaks_its_law_by_name(planted):
+    law = PLANTED_REPERTOIRES[planted]
+    with pytest.raises(LawBroken) as caught:
+        check_repertoire(planted.create(DIM), elitist=True, max_examples=30)
+    assert caught.value.law == law, str(caught.value)
+    assert "case: first batch" in str(caught.value)
+
+
+def test_repertoire_laws_are_named_and_checked():
+    assert list(REPERTOIRE_LAWS) == [
+        "finite", "from_candidates", "elitist", "reference", "order", "select", "checkpoint"
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"\['elitist'\] do not apply .*elitist=False"):
+        check_repertoire(_repertoire("dns"), laws=["elitist"])
+    with pytest.raises(ValueError, match=r"unknown laws \['sorted'\]"):
+        check_repertoire(_repertoire("grid"), laws=["sorted"])
+
+
+# ------------------------------------------------------------------------- agents and envs
+
+MAZE = q.envs.PointMaze(walls=False, length=8)
+TEAM = q.envs.TimeLimit(q.envs.LineTargets(n=2, size=6), 8)
+OFF = dict(observation_size=2, action_size=2, minibatch_size=8, num_envs=2, buffer_size=32)
+AGENTS = {
+    "td3": (q.rl.TD3(**OFF, policy_hidden=(8,), critic_hidden=(8,)), MAZE),
+    "sac": (q.rl.SAC(**OFF, policy_hidden=(8,), critic_hidden=(8,)), MAZE),
+    "ppo": (q.rl.PPO(observation_size=2, action_size=2, rollout_length=4, num_envs=2,
+                     num_minibatches=2, actor_hidden=(8,), critic_hidden=(8,)), MAZE),
+    "ippo": (q.rl.IPPO.for_env(TEAM, rollout_length=4, num_envs=2, num_minibatches=2,
+                               actor_hidden=(8,), critic_hidden=(8,)), TEAM),
+    "ddpg": (DDPG(**OFF, hidden=8), MAZE),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_builtin_agents_and_the_users_ddpg_keep_every_law(name):
+    agent, env = AGENTS[name]
+    check_agent(agent, env, max_examples=2)
+
+
+@pytest.mark.parametrize("planted", list(PLANTED_AGENTS), ids=lambda c: c.__name__)
+def test_each_planted_agent_breaks_its_law_by_name(planted):
+    law = PLANTED_AGENTS[planted]
+    agent = planted(DDPG(**OFF, hidden=8))
+    with pytest.raises(LawBroken) as caught:
+        check_agent(agent, MAZE, max_examples=2)
+    assert caught.value.law == law, str(caught.value)
+
+
+ENVS = {
+    "point_maze": q.envs.PointMaze(length=12),
+    "point_maze_noisy": q.envs.PointMaze(length=12, reset_noise=0.05, obs_noise=0.01),
+    "line_targets": TEAM,
+    "walk": Walk(),
+}
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_builtin_environments_keep_every_law(name):
+    check_env(ENVS[name], max_examples=5)
+
+
+@pytest.mark.slow
+def test_a_brax_task_keeps_every_law():
+    check_env(q.envs.BraxQDEnv("ant_omni", episode_length=12), max_examples=2)
+
+
+@pytest.mark.parametrize("planted", list(PLANTED_ENVS), ids=lambda c: c.__name__)
+def test_each_planted_environment_breaks_its_law_by_name(planted):
+    law = PLANTED_ENVS[planted]
+    with pytest.raises(LawBroken) as caught:
+        check_env(planted(), max_examples=10)
+    assert caught.value.law == law, str(caught.value)
+    assert "case: seed" in str(caught.value)
+
+
+def test_agent_and_env_laws_are_named():
+    assert list(AGENT_LAWS) == ["storage", "genome", "deterministic", "retrace", "population",
+                                "pbt"]  # fmt: skip
+    assert list(ENV_LAWS) == ["shapes", "deterministic", "autoreset", "bounds"]
+    with pytest.raises(ValueError, match=r"check_env: unknown laws \['sticky'\]"):
+        check_env(Walk(), laws=["sticky"])

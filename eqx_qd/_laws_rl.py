@@ -1,0 +1,364 @@
+"""The laws an agent and an environment must keep, run as hypothesis properties
+(`eqx_qd.testing.check_agent`, `check_env`): the agent contract's storage and training forms,
+its genome, its training under `jit` and `vmap`, PBT's copies; an environment's shapes,
+determinism, episodes through the auto-reset and descriptor bounds."""
+
+import dataclasses
+import random
+import typing
+from collections.abc import Callable, Sequence
+
+import equinox as eqx
+import hypothesis.strategies as st
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+
+from ._laws import _Broken, _close, _property, _run_law, _shapes
+from ._misc import tree_take
+from .envs._base import AbstractBaseEnv, AbstractEnv, AbstractQDEnv, autoreset_step, training_reset
+from .envs._multi_agent import AbstractMultiAgentEnv
+from .envs._rollout import rollout
+from .rl._base import AbstractAgent, check_agent as _contract
+from .rl._pbt import init_population, PBT, train_population
+
+
+@dataclasses.dataclass(frozen=True)
+class _Seed:
+    seed: int
+
+    def describe(self) -> str:
+        return f"seed {self.seed}"
+
+
+@st.composite
+@typing.no_type_check  # a runtime type checker samples with `random`, which strategies must not
+def _seeds(draw) -> _Seed:
+    value = draw(st.integers(0, 2**31 - 1))
+    state = random.getstate()
+    try:
+        return _Seed(value)
+    finally:
+        random.setstate(state)
+
+
+def _array_bytes(tree) -> int:
+    return sum(x.nbytes for x in jax.tree.leaves(tree) if eqx.is_array(x))
+
+
+# ----------------------------------------------------------------------------------- agents
+
+
+@eqx.filter_jit
+def _population(agent, env, key):
+    return init_population(agent, env, None, 2, key=key)
+
+
+class _AgentContext:
+    def __init__(self, agent: AbstractAgent, env: AbstractBaseEnv, case: _Seed):
+        self.agent, self.env, self.case = agent, env, case
+        self.key = jr.key(case.seed)
+        pop_key, self.train_key, self.pbt_key = jr.split(self.key, 3)
+        self.population = _population(agent, env, pop_key)  # two members, drawn hparams
+        self.run = tree_take(self.population, 0)
+        self.state = self.run.agent_state
+
+
+def _law_agent_storage(ctx: _AgentContext) -> None:
+    """`empty_optimiser_states` gives a smaller state (no optimiser states, no targets), and
+    `init_optimiser_states` brings it back to the training form's structure, shapes and
+    dtypes."""
+    agent, state = ctx.agent, ctx.state
+    stored = agent.empty_optimiser_states(state)
+    if _array_bytes(stored) >= _array_bytes(state):
+        raise _Broken(
+            f"the storage form holds {_array_bytes(stored)} bytes of arrays, the training form "
+            f"{_array_bytes(state)}: empty_optimiser_states must drop optimiser states and "
+            "targets"
+        )
+    back = agent.init_optimiser_states(stored)
+    if jax.tree.structure(back) != jax.tree.structure(state) or _shapes(back) != _shapes(state):
+        raise _Broken("init_optimiser_states does not give back the training form's structure")
+
+
+def _law_agent_genome(ctx: _AgentContext) -> None:
+    """`with_genome(state, genome(state))` is `state`; a moved genome is read back as moved,
+    and the hyperparameters stay."""
+    agent, state = ctx.agent, ctx.state
+    if not bool(eqx.tree_equal(agent.with_genome(state, agent.genome(state)), state)):
+        raise _Broken("with_genome(state, genome(state)) differs from state")
+    moved = jax.tree.map(lambda x: x + 1.0 if eqx.is_inexact_array(x) else x, agent.genome(state))
+    new = agent.with_genome(state, moved)
+    if not bool(eqx.tree_equal(agent.genome(new), moved)):
+        raise _Broken("genome(with_genome(state, g)) differs from g")
+    if not bool(eqx.tree_equal(new.hparams, state.hparams)):
+        raise _Broken("with_genome changed the hyperparameters")
+
+
+def _law_agent_deterministic(ctx: _AgentContext) -> None:
+    """`train` is a function of its run and key: the same run and key give the same run,
+    bit for bit."""
+    first = _train(ctx.agent, ctx.env, ctx.run, ctx.train_key)
+    second = _train(ctx.agent, ctx.env, ctx.run, ctx.train_key)
+    if not bool(eqx.tree_equal(first, second)):
+        raise _Broken("two trainings of one run with one key differ")
+
+
+_TRACES: list[int] = []
+
+
+@eqx.filter_jit
+def _train(agent, env, run, key):
+    _TRACES.append(1)
+    return agent.train(env, run, 1, key=key)[0]
+
+
+def _law_agent_retrace(ctx: _AgentContext) -> None:
+    """A hyperparameter is a value, not a shape: training a member with other
+    hyperparameters (`resample_hparams`) reuses the compiled program."""
+    _train(ctx.agent, ctx.env, ctx.run, ctx.train_key)  # compiled (or already)
+    before = len(_TRACES)
+    state = ctx.agent.resample_hparams(ctx.state, key=ctx.pbt_key)
+    other = eqx.tree_at(lambda r: r.agent_state, ctx.run, state)
+    _train(ctx.agent, ctx.env, other, ctx.train_key)
+    if len(_TRACES) != before:
+        raise _Broken(
+            "training with resampled hyperparameters traced the program again: a "
+            "hyperparameter held as a static field or a Python number?"
+        )
+
+
+def _law_agent_population(ctx: _AgentContext) -> None:
+    """A population trained together (`train_population`, `filter_vmap`) equals its members
+    trained alone with the same keys."""
+    together, _ = train_population(ctx.agent, ctx.env, ctx.population, 1, key=ctx.train_key)
+    keys = jr.split(ctx.train_key, 2)
+    for i in range(2):
+        alone = _train(ctx.agent, ctx.env, tree_take(ctx.population, i), keys[i])
+        mine = eqx.filter(tree_take(together, i), eqx.is_array)
+        if not _close(mine, eqx.filter(alone, eqx.is_array)):
+            raise _Broken(f"member {i} trained in the population differs from it trained alone")
+
+
+def _law_agent_pbt(ctx: _AgentContext) -> None:
+    """PBT copies whole runs: the member it replaces takes every leaf of its source's run
+    (buffers, environments, networks, optimiser states), only its hyperparameters drawn
+    again."""
+    pbt = PBT(2, 1, 1, ctx.agent.hparam_spaces)
+    returns = jnp.asarray([1.0, 0.0], jnp.float32)
+    new, info = pbt.update(ctx.population, returns, key=ctx.pbt_key)
+    if np.asarray(info.replaced).tolist() != [1] or np.asarray(info.sources).tolist() != [0]:
+        raise _Broken(f"PBT replaced {info.replaced} from {info.sources}, not 1 from 0")
+    copied = eqx.tree_at(lambda r: r.agent_state.hparams, tree_take(new, 1),
+                         tree_take(ctx.population, 0).agent_state.hparams)  # fmt: skip
+    if not bool(eqx.tree_equal(copied, tree_take(ctx.population, 0))):
+        raise _Broken("the replaced member's run differs from its source's beyond hparams")
+
+
+AGENT_LAWS: dict[str, Callable[[_AgentContext], None]] = {
+    "storage": _law_agent_storage,
+    "genome": _law_agent_genome,
+    "deterministic": _law_agent_deterministic,
+    "retrace": _law_agent_retrace,
+    "population": _law_agent_population,
+    "pbt": _law_agent_pbt,
+}
+"""The laws `check_agent` runs, by name (each function's docstring states its law)."""
+
+
+def check_agent(
+    agent: AbstractAgent,
+    env: AbstractBaseEnv,
+    *,
+    laws: Sequence[str] | None = None,
+    max_examples: int = 3,
+) -> None:
+    """Run `agent` through every law of `AGENT_LAWS` (or those named in `laws`) on `env`,
+    from populations of two members whose hyperparameters are drawn from the agent's spaces,
+    and raise `LawBroken` naming the first law broken with the case (its seed).
+
+    **Arguments:**
+
+    - `agent`: any `AbstractAgent` (its contract is checked first: `rl.check_agent`).
+    - `env`: an environment of the agent's sizes; keep it small, every law trains.
+    - `laws`: a subset of the law names.
+    - `max_examples`: seeds tried per law.
+    """
+    _contract(agent, env, where="check_agent")
+    names = _known("check_agent", AGENT_LAWS, laws)
+    contexts: dict[_Seed, _AgentContext] = {}
+
+    def context(case: _Seed) -> _AgentContext:
+        if case not in contexts:
+            contexts.clear()
+            contexts[case] = _AgentContext(agent, env, case)
+        return contexts[case]
+
+    _run(AGENT_LAWS, names, context, _seeds(), max_examples)
+
+
+# ----------------------------------------------------------------------------- environments
+
+
+def _random_action(env: AbstractBaseEnv, key) -> jax.Array:
+    if isinstance(env, AbstractMultiAgentEnv) and env.discrete:
+        return jr.randint(key, env.action_shape, 0, env.action_size)
+    return jr.uniform(key, env.action_shape, minval=-1.0, maxval=1.0)
+
+
+_STEPS = 48
+
+
+@eqx.filter_jit
+def _autoreset_walk(env: AbstractBaseEnv, key):
+    """`_STEPS` auto-reset steps of random actions from `training_reset`: per step, whether
+    the step ended the episode (terminated or truncated), and where the next step starts
+    (its step count, return and termination flag)."""
+    reset_key, key = jr.split(key)
+    state = training_reset(env, key=reset_key)
+
+    def body(state, k):
+        act_key, step_key = jr.split(k)
+        out = autoreset_step(env, state, _random_action(env, act_key), key=step_key)
+        ended = (out.terminated + out.truncated) > 0
+        nxt = out.state
+        return nxt, (ended, nxt.t, jnp.sum(nxt.episode_return), nxt.env_state.terminated)
+
+    return state.env_state.terminated, jax.lax.scan(body, state, jr.split(key, _STEPS))[1]
+
+
+@eqx.filter_jit
+def _reset_and_step(env: AbstractBaseEnv, key):
+    reset_key, act_key, step_key = jr.split(key, 3)
+    first = env.reset(key=reset_key)
+    return first, env.step(first, _random_action(env, act_key), key=step_key)
+
+
+class _EnvContext:
+    def __init__(self, env: AbstractBaseEnv, case: _Seed):
+        self.env, self.case = env, case
+        self.key = jr.key(case.seed)
+
+
+def _expected_shapes(env: AbstractBaseEnv) -> dict[str, tuple[int, ...]]:
+    if isinstance(env, AbstractMultiAgentEnv):
+        n = env.num_agents
+        return {"obs": (n, env.observation_size), "reward": (n,), "terminated": ()}
+    return {"obs": (env.observation_size,), "reward": (), "terminated": ()}
+
+
+def _law_env_shapes(ctx: _EnvContext) -> None:
+    """`reset` and `step` give states whose observation, reward and termination have the
+    environment's declared shapes, float32, and `step` keeps the state's structure and
+    shapes (what `lax.scan` needs)."""
+    first, second = _reset_and_step(ctx.env, ctx.key)
+    for where, state in (("reset", first), ("step", second)):
+        for field, shape in _expected_shapes(ctx.env).items():
+            value = getattr(state, field)
+            if value.shape != shape or value.dtype != jnp.float32:
+                raise _Broken(
+                    f"{where}'s {field} has shape {value.shape} and dtype {value.dtype}; the "
+                    f"environment declares {shape} float32"
+                )
+    if jax.tree.structure(first) != jax.tree.structure(second) or _shapes(first) != _shapes(second):
+        raise _Broken("step changed the state's structure or shapes from reset's")
+
+
+def _law_env_deterministic(ctx: _EnvContext) -> None:
+    """`reset` and `step` are functions of their inputs and key: called twice, the same
+    states, bit for bit."""
+    a, b = _reset_and_step(ctx.env, ctx.key), _reset_and_step(ctx.env, ctx.key)
+    if not bool(eqx.tree_equal(a, b)):
+        raise _Broken("reset then step with the same keys gave different states")
+
+
+def _law_env_autoreset(ctx: _EnvContext) -> None:
+    """An episode starts unterminated (`reset`), and through `autoreset_step` every step that
+    terminates or is truncated is followed by a fresh episode: step count 0, return 0, not
+    terminated; other steps count on."""
+    first, (ended, t, returns, terminated) = _autoreset_walk(ctx.env, ctx.key)
+    ended, t, returns, terminated = (np.asarray(x) for x in (ended, t, returns, terminated))
+    if float(first) != 0.0 or (terminated[ended] != 0).any():
+        raise _Broken("reset gave a state that is already terminated")
+    if (t[ended] != 0).any() or (returns[ended] != 0).any():
+        raise _Broken("a step that ended its episode was not followed by a fresh one")
+    previous = np.concatenate([[0], t[:-1]])
+    if (t[~ended] != previous[~ended] + 1).any():
+        raise _Broken("the step count did not count on within an episode")
+
+
+def _law_env_bounds(ctx: _EnvContext) -> None:
+    """(QD environments.) The descriptor of an episode of random actions lies within
+    `descriptor_bounds`."""
+    env = ctx.env
+    if not isinstance(env, AbstractQDEnv):
+        return
+    descriptor = np.asarray(_episode_descriptor(env, ctx.key))
+    low, high = (np.asarray(b, np.float32) for b in env.descriptor_bounds)
+    tolerance = 1e-5 * np.maximum(1.0, np.abs(high - low))
+    if (
+        not np.isfinite(descriptor).all()
+        or (descriptor < low - tolerance).any()
+        or (descriptor > high + tolerance).any()
+    ):
+        raise _Broken(
+            f"an episode's descriptor {descriptor.tolist()} leaves descriptor_bounds "
+            f"({low.tolist()}, {high.tolist()})"
+        )
+
+
+@eqx.filter_jit
+def _episode_descriptor(env: AbstractQDEnv, key):
+    policy_key, key = jr.split(key)
+    weights = jr.normal(policy_key, (env.observation_size, env.action_size))
+    episode = rollout(env, lambda obs: jnp.tanh(obs @ weights), key=key)
+    return env.descriptor(episode.transitions.next_state_desc, episode.valid)
+
+
+ENV_LAWS: dict[str, Callable[[_EnvContext], None]] = {
+    "shapes": _law_env_shapes,
+    "deterministic": _law_env_deterministic,
+    "autoreset": _law_env_autoreset,
+    "bounds": _law_env_bounds,
+}
+"""The laws `check_env` runs, by name (each function's docstring states its law)."""
+
+
+def check_env(
+    env: AbstractBaseEnv, *, laws: Sequence[str] | None = None, max_examples: int = 10
+) -> None:
+    """Run `env` through every law of `ENV_LAWS` (or those named in `laws`) with random
+    actions and drawn keys, and raise `LawBroken` naming the first law broken with the case
+    (its seed).
+
+    **Arguments:**
+
+    - `env`: an `AbstractEnv` (its episodes played by a random linear policy for `bounds`,
+      when it is an `AbstractQDEnv`) or an `AbstractMultiAgentEnv`.
+    - `laws`: a subset of the law names.
+    - `max_examples`: seeds tried per law.
+    """
+    if not isinstance(env, AbstractEnv | AbstractMultiAgentEnv):
+        raise TypeError(
+            "check_env: env must be an eqx_qd.envs.AbstractEnv or AbstractMultiAgentEnv, got "
+            f"{type(env).__name__}"
+        )
+    names = _known("check_env", ENV_LAWS, laws)
+    _run(ENV_LAWS, names, lambda case: _EnvContext(env, case), _seeds(), max_examples)
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _known(where: str, table: dict, laws: Sequence[str] | None) -> list[str]:
+    names = list(table) if laws is None else list(laws)
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        raise ValueError(f"{where}: unknown laws {unknown}; the laws: {list(table)}")
+    return names
+
+
+def _run(table: dict, names: list[str], context, cases, max_examples: int) -> None:
+    for name in names:
+        _run_law(name, _property(table[name], context, cases, max_examples))
