@@ -169,6 +169,15 @@ class KeepsInfinite(SimpleGrid):
 
 
 @typing.final
+class StoresNaN(SimpleGrid):
+    """Writes its test as "not worse" (`~(fitness <= elite)`), which every comparison with NaN
+    passes: a NaN fitness is stored (law `finite`)."""
+
+    def _accepts(self, fitness, descriptor, elite):
+        return jnp.all(jnp.isfinite(descriptor)) & ~(fitness <= elite)
+
+
+@typing.final
 class LastWins(SimpleGrid):
     """Lets every valid candidate replace its cell's elite, fitter or not (law `elitist`)."""
 
@@ -210,6 +219,7 @@ class CountsInStatic(SimpleGrid):
 
 PLANTED_REPERTOIRES = {
     KeepsInfinite: "finite",
+    StoresNaN: "finite",
     LastWins: "elitist",
     TiesReplace: "reference",
     SelectsAnySlot: "select",

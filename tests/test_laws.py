@@ -1,6 +1,7 @@
 """The testing kit's laws: every built-in emitter keeps them, every planted bug breaks the law
 it was planted for, by name."""
 
+import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -70,6 +71,31 @@ def test_builtin_emitters_keep_every_law(name):
     emitter = _builtin(name)
     scoring = TASK if name.startswith("cma_mega") or name.startswith("cma_maega") else None
     check_emitter(emitter, POPULATION, scoring_fn=scoring, max_examples=5)
+
+
+def test_the_qd_rl_emitters_keep_every_law():
+    """PGA-ME's (GA + policy gradients + the greedy actor) and ME-PBT's, on policies scored
+    by their episodes (tiny sizes: the laws' programs compile once each)."""
+    maze = q.envs.PointMaze(walls=False, length=6)
+    cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
+    td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
+                   minibatch_size=8, num_envs=2, buffer_size=64)  # fmt: skip
+    pgame = q.pgame_emitter(
+        batch_size=4, proportion_evo=0.5, td3=td3, hparams=q.rl.TD3HParams(), num_critic_steps=2,
+        num_pg_steps=2, pg_lr=1e-3, buffer_size=256,
+    )  # fmt: skip
+    policies = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), 6))
+    check_emitter(pgame, policies, tessellation=cells, scoring_fn=q.PolicyScorer(maze),
+                  max_examples=2)  # fmt: skip
+    config = q.PBTEmitterConfig(
+        pg_population_size=2, ga_population_size=2, num_training_iterations=1,
+        fraction_best_to_replace_from=0.5, fraction_to_replace_from_best=0.5,
+        fraction_to_replace_from_samples=0.0,
+    )  # fmt: skip
+    mepbt = q.PBTEmitter(td3, maze, config, td3.hparam_spaces, q.IsoLineVariation(0.01, 0.1))
+    genotypes = mepbt.initial_genotypes(6, key=jr.key(1))
+    check_emitter(mepbt, genotypes, tessellation=cells,
+                  scoring_fn=q.PolicyScorer(maze, agent=td3), max_examples=2)  # fmt: skip
 
 
 def test_the_docs_emitter_keeps_every_law():
@@ -181,6 +207,7 @@ ENVS = {
     "point_maze_noisy": q.envs.PointMaze(length=12, reset_noise=0.05, obs_noise=0.01),
     "line_targets": TEAM,
     "walk": Walk(),
+    "single_agent_view": q.envs.SingleAgentView(q.envs.PointMaze(length=12)),
 }
 
 
@@ -190,8 +217,9 @@ def test_builtin_environments_keep_every_law(name):
 
 
 @pytest.mark.slow
-def test_a_brax_task_keeps_every_law():
+def test_brax_tasks_keep_every_law():
     check_env(q.envs.BraxQDEnv("ant_omni", episode_length=12), max_examples=2)
+    check_env(q.envs.BraxMultiAgentEnv("walker2d_2x3", episode_length=12), max_examples=2)
 
 
 @pytest.mark.parametrize("planted", list(PLANTED_ENVS), ids=lambda c: c.__name__)
