@@ -369,6 +369,35 @@ def _run_law(name: str, run: Callable[[], None]) -> None:
         raise LawBroken(name, broken.message) from broken.__cause__
 
 
+def _known(where: str, table: dict, laws: Sequence[str] | None, default: list[str]) -> list[str]:
+    """The law names to run: `laws`, or `default`; an unknown name is refused."""
+    names = default if laws is None else list(laws)
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        raise ValueError(f"{where}: unknown laws {unknown}; the laws: {list(table)}")
+    return names
+
+
+def _one_at_a_time(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`build(case)`, cached for the latest case only: the laws of one case share its
+    context, and contexts do not pile up over a run."""
+    cache: dict[Any, Any] = {}
+
+    def context(case: Any) -> Any:
+        if case not in cache:
+            cache.clear()
+            cache[case] = build(case)
+        return cache[case]
+
+    return context
+
+
+def _run_laws(table: dict, names: list[str], context, cases, max_examples: int) -> None:
+    """Each named law of `table` as its own property, in order: the first broken raises."""
+    for name in names:
+        _run_law(name, _property(table[name], context, cases, max_examples))
+
+
 def check_emitter(
     emitter: AbstractEmitter,
     population: Genotypes,
@@ -403,22 +432,11 @@ def check_emitter(
             f"{type(emitter).__name__}"
         )
     tessellation = GridTessellation((4, 4), 0.0, 1.0) if tessellation is None else tessellation
-    names = list(EMITTER_LAWS) if laws is None else list(laws)
-    unknown = sorted(set(names) - set(EMITTER_LAWS))
-    if unknown:
-        raise ValueError(f"check_emitter: unknown laws {unknown}; the laws: {list(EMITTER_LAWS)}")
+    names = _known("check_emitter", EMITTER_LAWS, laws, list(EMITTER_LAWS))
     harness = _Harness(emitter, population, tessellation, scoring_fn)
     cases = _cases(tessellation.num_cells, batch_size_of(population))
-    contexts: dict[_Case, _Context] = {}
-
-    def context(case: _Case) -> _Context:
-        if case not in contexts:
-            contexts.clear()  # one at a time: a case's arrays are small, but need not pile up
-            contexts[case] = _Context(harness, case)
-        return contexts[case]
-
-    for name in names:
-        _run_law(name, _property(EMITTER_LAWS[name], context, cases, max_examples))
+    context = _one_at_a_time(lambda case: _Context(harness, case))
+    _run_laws(EMITTER_LAWS, names, context, cases, max_examples)
 
 
 # ------------------------------------------------------------------------------ repertoires
@@ -550,25 +568,27 @@ def _ids(stored, batch_size: int, *, offset: int) -> np.ndarray:
     ).astype(stored.dtype)
 
 
-def _slots(repertoire: AbstractRepertoire) -> list[tuple[int, bytes]]:
-    """Each filled slot as (slot, its fitness, descriptor and genotype row as bytes)."""
-    filled = np.asarray(repertoire.filled)
-    fit = np.asarray(repertoire.fitnesses)
-    desc = np.asarray(repertoire.descriptors)
-    rows = [np.asarray(x) for x in jax.tree.leaves(repertoire.genotypes)]
+def _rows(genotypes, fitnesses, descriptors, idx) -> list[tuple[int, bytes]]:
+    """Rows `idx` as (index, the row's fitness, descriptor and genotype leaves as bytes): an
+    elite or a candidate as one comparable value."""
+    fit, desc = np.asarray(fitnesses), np.asarray(descriptors)
+    leaves = [np.asarray(x) for x in jax.tree.leaves(genotypes)]
     return [
-        (int(i), fit[i].tobytes() + desc[i].tobytes() + b"".join(r[i].tobytes() for r in rows))
-        for i in np.flatnonzero(filled)
+        (int(i), fit[i].tobytes() + desc[i].tobytes() + b"".join(g[i].tobytes() for g in leaves))
+        for i in idx
     ]
 
 
+def _slots(repertoire: AbstractRepertoire) -> list[tuple[int, bytes]]:
+    """Each filled slot as (slot, its elite as bytes)."""
+    filled = np.flatnonzero(np.asarray(repertoire.filled))
+    return _rows(repertoire.genotypes, repertoire.fitnesses, repertoire.descriptors, filled)
+
+
 def _candidate_rows(c: _Candidates) -> set[bytes]:
-    rows = [np.asarray(x) for x in jax.tree.leaves(c.genotypes)]
-    return {
-        c.fitnesses[i].tobytes() + c.descriptors[i].tobytes()
-        + b"".join(r[i].tobytes() for r in rows)
-        for i in np.flatnonzero(c.valid())
-    }  # fmt: skip
+    """The valid candidates of a batch, each as bytes (as `_slots` writes an elite)."""
+    valid = np.flatnonzero(c.valid())
+    return {row for _, row in _rows(c.genotypes, c.fitnesses, c.descriptors, valid)}
 
 
 def _law_rep_finite(ctx: _RepertoireContext) -> None:
@@ -764,12 +784,8 @@ def check_repertoire(
         "reference": elitist and cells,
         "order": cells,
     }
-    names = [n for n in REPERTOIRE_LAWS if applies.get(n, True)] if laws is None else list(laws)
-    unknown = sorted(set(names) - set(REPERTOIRE_LAWS))
-    if unknown:
-        raise ValueError(
-            f"check_repertoire: unknown laws {unknown}; the laws: {list(REPERTOIRE_LAWS)}"
-        )
+    default = [n for n in REPERTOIRE_LAWS if applies.get(n, True)]
+    names = _known("check_repertoire", REPERTOIRE_LAWS, laws, default)
     refused = [n for n in names if not applies.get(n, True)]
     if refused:
         raise ValueError(
@@ -777,13 +793,5 @@ def check_repertoire(
             f"cell_of: {cells})"
         )
     cases = _repertoire_cases(batch_size, repertoire.num_descriptors)
-    contexts: dict[_RepertoireCase, _RepertoireContext] = {}
-
-    def context(case: _RepertoireCase) -> _RepertoireContext:
-        if case not in contexts:
-            contexts.clear()
-            contexts[case] = _RepertoireContext(repertoire, case, batch_size)
-        return contexts[case]
-
-    for name in names:
-        _run_law(name, _property(REPERTOIRE_LAWS[name], context, cases, max_examples))
+    context = _one_at_a_time(lambda case: _RepertoireContext(repertoire, case, batch_size))
+    _run_laws(REPERTOIRE_LAWS, names, context, cases, max_examples)

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ._laws import _Broken, _close, _property, _run_law, _shapes
+from ._laws import _Broken, _close, _known, _one_at_a_time, _run_laws, _shapes
 from ._misc import tree_take
 from .envs._base import AbstractBaseEnv, AbstractEnv, AbstractQDEnv, autoreset_step, training_reset
 from .envs._multi_agent import AbstractMultiAgentEnv
@@ -186,16 +186,9 @@ def check_agent(
     - `max_examples`: seeds tried per law.
     """
     _contract(agent, env, where="check_agent")
-    names = _known("check_agent", AGENT_LAWS, laws)
-    contexts: dict[_Seed, _AgentContext] = {}
-
-    def context(case: _Seed) -> _AgentContext:
-        if case not in contexts:
-            contexts.clear()
-            contexts[case] = _AgentContext(agent, env, case)
-        return contexts[case]
-
-    _run(AGENT_LAWS, names, context, _seeds(), max_examples)
+    names = _known("check_agent", AGENT_LAWS, laws, list(AGENT_LAWS))
+    context = _one_at_a_time(lambda case: _AgentContext(agent, env, case))
+    _run_laws(AGENT_LAWS, names, context, _seeds(), max_examples)
 
 
 # ----------------------------------------------------------------------------- environments
@@ -344,21 +337,5 @@ def check_env(
             "check_env: env must be an eqx_qd.envs.AbstractEnv or AbstractMultiAgentEnv, got "
             f"{type(env).__name__}"
         )
-    names = _known("check_env", ENV_LAWS, laws)
-    _run(ENV_LAWS, names, lambda case: _EnvContext(env, case), _seeds(), max_examples)
-
-
-# ---------------------------------------------------------------------------------- helpers
-
-
-def _known(where: str, table: dict, laws: Sequence[str] | None) -> list[str]:
-    names = list(table) if laws is None else list(laws)
-    unknown = sorted(set(names) - set(table))
-    if unknown:
-        raise ValueError(f"{where}: unknown laws {unknown}; the laws: {list(table)}")
-    return names
-
-
-def _run(table: dict, names: list[str], context, cases, max_examples: int) -> None:
-    for name in names:
-        _run_law(name, _property(table[name], context, cases, max_examples))
+    names = _known("check_env", ENV_LAWS, laws, list(ENV_LAWS))
+    _run_laws(ENV_LAWS, names, lambda case: _EnvContext(env, case), _seeds(), max_examples)
