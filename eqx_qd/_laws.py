@@ -9,11 +9,12 @@ it; `check_emitter` then raises `LawBroken` naming the law and that minimal case
 runs under `jit` on fixed shapes, so each compiles once per emitter.
 """
 
+import contextlib
 import dataclasses
 import io
 import random
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import equinox as eqx
@@ -34,6 +35,17 @@ from ._tessellation import AbstractTessellation, GridTessellation
 ScoringFn = Callable[..., tuple[jax.Array, jax.Array, Any]]
 
 _ID_OFFSET = 1000  # stored ids are cell + 1000, so a cell index passed off as an id shows
+
+
+@contextlib.contextmanager
+def _keep_python_random() -> Iterator[None]:
+    """Runtime type checkers (beartype) sample containers with Python's `random`; hypothesis
+    forbids strategies from moving that state, so restore it around module construction."""
+    state = random.getstate()
+    try:
+        yield
+    finally:
+        random.setstate(state)
 
 
 class LawBroken(AssertionError):
@@ -314,11 +326,8 @@ def _cases(draw, num_cells: int, population: int) -> _Case:
     fitnesses = draw(st.lists(fitness, min_size=num_cells, max_size=num_cells))
     members = draw(st.lists(st.integers(0, population - 1), min_size=num_cells, max_size=num_cells))
     seed = draw(st.integers(0, 2**31 - 1))
-    state = random.getstate()
-    try:
+    with _keep_python_random():
         return _Case(tuple(filled), tuple(fitnesses), tuple(members), seed)
-    finally:
-        random.setstate(state)
 
 
 def _property(law, context, cases, max_examples: int) -> Callable[[], None]:
@@ -486,18 +495,12 @@ def _repertoire_cases(draw, batch_size: int, num_descriptors: int) -> _Repertoir
         row = st.tuples(*[unit] * num_descriptors)
         descriptors = draw(st.lists(row, min_size=batch_size, max_size=batch_size))
         seed = draw(st.integers(0, 2**31 - 1))
-        state = random.getstate()
-        try:
+        with _keep_python_random():
             return _Offer(tuple(fitnesses), tuple(descriptors), seed)
-        finally:
-            random.setstate(state)
 
     first, second, seed = offer(), offer(), draw(st.integers(0, 2**31 - 1))
-    state = random.getstate()
-    try:
+    with _keep_python_random():
         return _RepertoireCase(first, second, seed)
-    finally:
-        random.setstate(state)
 
 
 @eqx.filter_jit

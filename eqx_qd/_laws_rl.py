@@ -4,7 +4,6 @@ its genome, its training under `jit` and `vmap`, PBT's copies; an environment's 
 determinism, episodes through the auto-reset and descriptor bounds."""
 
 import dataclasses
-import random
 import typing
 from collections.abc import Callable, Sequence
 
@@ -15,7 +14,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ._laws import _Broken, _close, _known, _one_at_a_time, _run_laws, _shapes
+from ._laws import _Broken, _close, _keep_python_random, _known, _one_at_a_time, _run_laws, _shapes
 from ._misc import tree_take
 from .envs._base import AbstractBaseEnv, AbstractEnv, AbstractQDEnv, autoreset_step, training_reset
 from .envs._multi_agent import AbstractMultiAgentEnv
@@ -36,11 +35,8 @@ class _Seed:
 @typing.no_type_check  # a runtime type checker samples with `random`, which strategies must not
 def _seeds(draw) -> _Seed:
     value = draw(st.integers(0, 2**31 - 1))
-    state = random.getstate()
-    try:
+    with _keep_python_random():
         return _Seed(value)
-    finally:
-        random.setstate(state)
 
 
 def _array_bytes(tree) -> int:

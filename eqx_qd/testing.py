@@ -15,10 +15,8 @@ def test_add_keeps_best(rep, batch):
 ```
 """
 
-import contextlib
-import random
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -30,6 +28,7 @@ from jaxtyping import Array, Float
 
 from ._custom_types import Genotypes
 from ._laws import (
+    _keep_python_random,
     check_emitter,
     check_repertoire,
     EMITTER_LAWS,
@@ -39,17 +38,6 @@ from ._laws import (
 from ._laws_rl import AGENT_LAWS, check_agent, check_env, ENV_LAWS
 from ._repertoire import MapElitesRepertoire
 from ._tessellation import GridTessellation
-
-
-@contextlib.contextmanager
-def _keep_python_random() -> Iterator[None]:
-    """Runtime type checkers (beartype) sample containers with Python's `random`; hypothesis
-    forbids strategies from moving that state, so restore it around module construction."""
-    state = random.getstate()
-    try:
-        yield
-    finally:
-        random.setstate(state)
 
 
 class CandidateBatch(eqx.Module):
