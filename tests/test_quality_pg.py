@@ -225,3 +225,28 @@ def test_state_update_stores_valid_steps_then_trains(scored, getkey):
     assert int(new.td3.steps) == int(state.td3.steps) + 4
     inserted = eqx.tree_at(lambda s: s.buffer, state, new.buffer)
     assert eqx.tree_equal(new, emitter._train_critic(inserted, key=key))
+
+
+def test_composed_pgame_buffer_takes_the_ga_offspring_transitions_too(scored, getkey):
+    """Every evaluated policy feeds the replay buffer, the GA's offspring included (the
+    original code's workers send every evaluation's transitions; QDax's `use_all_data`)."""
+    policies, descriptors, fitnesses, extra, repertoire = scored
+    emitter = q.pgame_emitter(
+        batch_size=6, proportion_evo=0.5, td3=TD3, hparams=q.rl.TD3HParams(),
+        num_critic_steps=1, num_pg_steps=1, pg_lr=1e-2, buffer_size=500, convention="qdax",
+    )  # fmt: skip
+    ga, pg = emitter.emitters
+    assert (ga.batch_size, pg.batch_size) == (3, 3)
+    assert pg.uses_all_data and not ga.uses_all_data
+    state = emitter.init(repertoire, policies, descriptors, fitnesses, extra, key=getkey())
+    before = int(state[1].buffer.size)
+    _, info = repertoire.add(policies, descriptors, fitnesses, jnp.zeros(6, jnp.int32))
+    new = emitter.state_update(
+        state, repertoire, policies, descriptors, fitnesses, extra, add_info=info, key=getkey()
+    )
+    rows, valid = q.episode_transitions(extra)
+    assert int(new[1].buffer.size) == before + int(valid.sum())  # all six episodes
+    stored = jax.tree.map(lambda x: x[before : before + int(valid.sum())], new[1].buffer.data)
+    kept = np.flatnonzero(np.asarray(valid))
+    for got, want in zip(jax.tree.leaves(stored), jax.tree.leaves(rows)):
+        np.testing.assert_array_equal(got, np.asarray(want)[kept])

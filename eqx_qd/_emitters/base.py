@@ -82,6 +82,14 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
 
     batch_size: eqx.AbstractVar[int]
 
+    @property
+    def uses_all_data(self) -> bool:
+        """Whether `state_update`, inside a `ComposedEmitter`, receives the whole evaluated
+        batch (every member's candidates, in batch order) rather than its own slice: for an
+        emitter that learns from every evaluation, as PGA-ME's critic does (QDax's
+        `use_all_data`). `False` unless a subclass says otherwise."""
+        return False
+
     def restarts(self, state: _State) -> Int[Array, ""]:
         """How many times the emitter has restarted its search; `-1` for an emitter that never
         restarts. `BanditEmitter(reselect="terminated")` reselects a member when this grows

@@ -18,7 +18,9 @@ from .base import AbstractEmitter, Lineage
 class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
     """Runs several emitters side by side and concatenates their batches in order.
 
-    Each member's state is updated with its own slice of the evaluated batch.
+    Each member's state is updated with its own slice of the evaluated batch, or with the
+    whole batch when the member's `uses_all_data` is true (PGA-ME's policy-gradient emitter:
+    its critic learns from the GA's evaluations too).
     """
 
     emitters: tuple[AbstractEmitter, ...]
@@ -86,16 +88,9 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
             batch_size=self.batch_size,
         )
         keys = jr.split(key, len(self.emitters))
-        return tuple(
-            e.state_update(
-                s,
-                repertoire,
-                tree_slice(genotypes, a, b),
-                descriptors[a:b],
-                fitnesses[a:b],
-                tree_slice(extra, a, b),
-                add_info=tree_slice(add_info, a, b),
-                key=k,
-            )
-            for e, s, (a, b), k in zip(self.emitters, state, self._bounds(), keys)
-        )
+        everything = (genotypes, descriptors, fitnesses, extra, add_info)
+        states = []
+        for e, s, (a, b), k in zip(self.emitters, state, self._bounds(), keys):
+            g, d, f, x, info = everything if e.uses_all_data else tree_slice(everything, a, b)
+            states.append(e.state_update(s, repertoire, g, d, f, x, add_info=info, key=k))
+        return tuple(states)

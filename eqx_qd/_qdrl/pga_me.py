@@ -208,6 +208,13 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.num_critic_steps))
         return eqx.tree_at(lambda s: s.td3, state, td3_state)
 
+    @property
+    def uses_all_data(self) -> bool:
+        """True: in `pgame_emitter`'s composition the buffer receives the transitions of the
+        whole batch, the GA's offspring too, as in the original code (every evaluated actor
+        feeds the replay buffer) and QDax (`use_all_data`)."""
+        return True
+
     def state_update(
         self,
         state: QualityPGState,
@@ -220,13 +227,10 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         add_info: AddInfo,
         key: PRNGKey,
     ) -> QualityPGState:
-        """Store the batch's valid transitions, then train the critic and greedy actor."""
+        """Store the batch's valid transitions, then train the critic and greedy actor. In a
+        `ComposedEmitter` the batch is the whole composed batch (`uses_all_data`)."""
         repertoire.check_candidates(
-            genotypes,
-            descriptors,
-            fitnesses,
-            where="QualityPGEmitter.state_update",
-            batch_size=self.batch_size,
+            genotypes, descriptors, fitnesses, where="QualityPGEmitter.state_update"
         )
         rows, valid = episode_transitions(extra)
         state = eqx.tree_at(lambda s: s.buffer, state, state.buffer.insert(rows, mask=valid))
