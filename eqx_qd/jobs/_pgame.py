@@ -66,29 +66,10 @@ def _choice(choices: tuple[str, ...]):
 
 
 @dataclasses.dataclass(frozen=True)
-class PGAMEConfig(RepertoireOptions, RunOptions):
-    """PGA-MAP-Elites settings, in the house's words (the original repository's names are
-    read from its own files: `read_original_config`, `--config-file`; `REPO_NAMES` maps them).
-    The defaults are a local run, minutes on a laptop CPU (walker2d_uni, 100-step episodes,
-    10k evaluations, 256 cells); `PGAMEConfig.preset("paper")` (`--preset paper`) is the GECCO
-    2021 paper's setting (1e6 evaluations of 1000-step episodes, 1024 cells: an HPC budget).
-
-    Tasks are stochastic by default, as the paper's were (random initial states:
-    `reset_noise`; `obs_noise` adds observation noise), so the averaged max fitness and the
-    fitness loss of the re-evaluated best mean something; `deterministic` turns both off.
-
-    Ours, beyond the repo's arguments: `episode_length`, `critic_hidden`, `critic_lr`,
-    `greedy_lr`, `buffer_size`, `reset_noise` / `obs_noise` / `deterministic`,
-    `num_reevals` (the "10" of the averaged max fitness) and `convention` (`"original"`:
-    the repo's batch split, greedy-actor start and critic warm-up; `"qdax"`: QDax's),
-    `policy_init` / `critic_init` (the repo's Xavier actors and PyTorch-default critic by
-    default; `lecun_uniform` for both is QDax's). `gradient_op` is the repo's switch: `False`
-    gives plain MAP-Elites with the same GA, budget and outputs. The repo's `num_cpu` /
-    `num_cpu_var` have no counterpart (evaluation is vectorised) and are accepted only in its
-    own config files.
-    """
-
-    JOB: ClassVar[str] = "pgame"
+class PolicyQDOptions(RepertoireOptions, RunOptions):
+    """What the policy-search QD jobs share (`pgame`, `dcrl-me`): the task and its noise, the
+    CVT, the budget, the GA's operators, the policies' networks, the TD3 critic's settings and
+    the outputs' periods. Each job's config adds its own keys and defaults."""
 
     env: str = option("walker2d_uni", "registered QD environment", check=ENVIRONMENTS.check("qd"))
     num_descriptors: int | None = option(None, "descriptor dimensions (checked against the env)")
@@ -97,7 +78,6 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
     batch_size: int = option(64, "candidates per iteration", check=positive_int)
     random_init: int = option(256, "random policies evaluated first", check=positive_int)
     init_batch_size: int = option(128, "random policies scored at once", check=positive_int)
-    ga_fraction: float = option(0.5, "fraction of each batch from the GA", check=fraction)
     critic_steps: int = option(300, "critic steps per iteration", check=non_negative_int)
     pg_steps: int = option(10, "policy-gradient steps per offspring", check=non_negative_int)
     minibatch_size: int = option(256, "transitions per critic / PG step", check=positive_int)
@@ -105,7 +85,7 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
     tau: float = option(0.005, "TD3 target update rate", check=fraction)
     policy_noise: float = option(0.2, "TD3 target policy noise", check=non_negative)
     noise_clip: float = option(0.5, "TD3 target noise clip", check=non_negative)
-    policy_delay: int = option(2, "critic steps per greedy-actor step", check=positive_int)
+    policy_delay: int = option(2, "critic steps per actor step", check=positive_int)
     pg_lr: float = option(0.001, "policy-gradient variation learning rate", check=non_negative)
     iso_sigma: float = option(0.005, "iso+line-DD isotropic noise", check=non_negative)
     line_sigma: float = option(0.05, "iso+line-DD line noise", check=non_negative)
@@ -139,9 +119,6 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
     centroids: str | None = option(
         None, "read the centroids from a .npy or text file (the repo's CVT/centroids_K_D.dat)"
     )
-    n_species: int = option(
-        1, "species-archive cells (1 only: the paper's setting)", check=positive_int
-    )
     insert_dead: bool = option(
         True,
         "insert solutions whose episode ended early (the paper's setting; off: they are "
@@ -153,22 +130,13 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
         "evaluations between checkpoints of the whole state (and one at the end)",
         check=positive_int,
     )
-    gradient_op: bool = option(
-        True, "policy-gradient variation (off: GA only)", aliases=("--no-gradient",)
-    )
     episode_length: int = option(100, "steps per episode", check=positive_int)
     critic_hidden: tuple[int, ...] = option((256, 256), "critic hidden layer widths")
     critic_lr: float = option(3e-4, "critic learning rate", check=non_negative)
-    greedy_lr: float = option(3e-4, "greedy actor learning rate", check=non_negative)
     buffer_size: int = option(200_000, "replay buffer capacity", check=positive_int)
     reset_noise: bool = option(True, "random initial states (stochastic task)")
     obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
     deterministic: bool = option(False, "no reset or observation noise (QDax's tasks)")
-    convention: str = option(
-        "original",
-        "batch split, greedy start and critic warm-up",
-        check=_choice(CONVENTIONS),
-    )
     num_reevals: int = option(
         10, "re-evaluations of the best for its averaged fitness", check=positive_int
     )
@@ -189,7 +157,7 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
         super().check()
         if self.repertoire == "grid":
             raise ValueError(
-                "repertoire: PGA-ME's cells are a CVT; choose cvt, dns or unstructured"
+                f"repertoire: {self.JOB}'s cells are a CVT; choose cvt, dns or unstructured"
             )
         for name in ("hidden", "critic_hidden"):
             widths = getattr(self, name)
@@ -207,13 +175,6 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
             )
         if self.cvt_samples < self.cells:
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
-        if self.gradient_op and self.batch_size < 2:
-            raise ValueError("with gradient_op, batch_size needs 2 slots or more")
-        if self.n_species != 1:
-            raise ValueError(
-                f"n_species is {self.n_species}: only 1 is supported (the GECCO paper's setting, "
-                "one greedy actor); the species archive of several greedy actors is not built"
-            )
         if self.crossover_op == "none" and self.mutation_op == "none":
             raise ValueError("crossover_op and mutation_op are both 'none': the GA has no operator")
         bounds = (self.min_genotype, self.max_genotype)
@@ -236,6 +197,60 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
         if self.use_cached_cvt and self.centroids is not None:
             raise ValueError("use_cached_cvt and centroids both choose the centroids: give one")
 
+    @property
+    def num_iterations(self) -> int:
+        return (self.evaluations - self.random_init) // self.batch_size
+
+
+@dataclasses.dataclass(frozen=True)
+class PGAMEConfig(PolicyQDOptions):
+    """PGA-MAP-Elites settings, in the house's words (the original repository's names are
+    read from its own files: `read_original_config`, `--config-file`; `REPO_NAMES` maps them).
+    The defaults are a local run, minutes on a laptop CPU (walker2d_uni, 100-step episodes,
+    10k evaluations, 256 cells); `PGAMEConfig.preset("paper")` (`--preset paper`) is the GECCO
+    2021 paper's setting (1e6 evaluations of 1000-step episodes, 1024 cells: an HPC budget).
+
+    Tasks are stochastic by default, as the paper's were (random initial states:
+    `reset_noise`; `obs_noise` adds observation noise), so the averaged max fitness and the
+    fitness loss of the re-evaluated best mean something; `deterministic` turns both off.
+
+    Ours, beyond the repo's arguments: `episode_length`, `critic_hidden`, `critic_lr`,
+    `greedy_lr`, `buffer_size`, `reset_noise` / `obs_noise` / `deterministic`,
+    `num_reevals` (the "10" of the averaged max fitness) and `convention` (`"original"`:
+    the repo's batch split, greedy-actor start and critic warm-up; `"qdax"`: QDax's),
+    `policy_init` / `critic_init` (the repo's Xavier actors and PyTorch-default critic by
+    default; `lecun_uniform` for both is QDax's). `gradient_op` is the repo's switch: `False`
+    gives plain MAP-Elites with the same GA, budget and outputs. The repo's `num_cpu` /
+    `num_cpu_var` have no counterpart (evaluation is vectorised) and are accepted only in its
+    own config files.
+    """
+
+    JOB: ClassVar[str] = "pgame"
+
+    ga_fraction: float = option(0.5, "fraction of each batch from the GA", check=fraction)
+    greedy_lr: float = option(3e-4, "greedy actor learning rate", check=non_negative)
+    n_species: int = option(
+        1, "species-archive cells (1 only: the paper's setting)", check=positive_int
+    )
+    gradient_op: bool = option(
+        True, "policy-gradient variation (off: GA only)", aliases=("--no-gradient",)
+    )
+    convention: str = option(
+        "original",
+        "batch split, greedy start and critic warm-up",
+        check=_choice(CONVENTIONS),
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.gradient_op and self.batch_size < 2:
+            raise ValueError("with gradient_op, batch_size needs 2 slots or more")
+        if self.n_species != 1:
+            raise ValueError(
+                f"n_species is {self.n_species}: only 1 is supported (the GECCO paper's setting, "
+                "one greedy actor); the species archive of several greedy actors is not built"
+            )
+
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> "PGAMEConfig":
         """As `JobConfig.from_mapping`; the repository's arguments that have no counterpart
@@ -244,10 +259,6 @@ class PGAMEConfig(RepertoireOptions, RunOptions):
             if name in values:
                 raise ValueError(f"config key {name!r} is not used by this job: {why}")
         return super().from_mapping(values)
-
-    @property
-    def num_iterations(self) -> int:
-        return (self.evaluations - self.random_init) // self.batch_size
 
 
 PAPER_PRESET: dict[str, Any] = dict(
@@ -268,7 +279,7 @@ PAPER_PRESET: dict[str, Any] = dict(
 PGAMEConfig.PRESETS = {"paper": PAPER_PRESET}
 
 
-def make_pgame_env(config: PGAMEConfig) -> AbstractQDEnv:
+def make_pgame_env(config: PolicyQDOptions) -> AbstractQDEnv:
     """The config's environment with its episode length and noise settings."""
     return make_env(
         config.env,
@@ -278,7 +289,9 @@ def make_pgame_env(config: PGAMEConfig) -> AbstractQDEnv:
     )
 
 
-def ga_operators(config: PGAMEConfig) -> tuple[AbstractVariation | None, AbstractMutation | None]:
+def ga_operators(
+    config: PolicyQDOptions,
+) -> tuple[AbstractVariation | None, AbstractMutation | None]:
     """The GA's two-parent operator and mutation from `crossover_op` / `mutation_op` and
     their parameters (either may be `None`), bounded by `min_genotype` / `max_genotype`."""
     bounds = dict(min_genotype=config.min_genotype, max_genotype=config.max_genotype)
@@ -349,7 +362,9 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
     return MAPElites(emitter, scoring, scorer.qd_offset, lineage=True), td3
 
 
-def pgame_tessellation(config: PGAMEConfig, env: AbstractQDEnv, *, key: PRNGKey) -> CVTTessellation:
+def pgame_tessellation(
+    config: PolicyQDOptions, env: AbstractQDEnv, *, key: PRNGKey
+) -> CVTTessellation:
     """The run's CVT: read from `centroids`; with `use_cached_cvt`, the cached
     centroids for these `cells`, descriptor bounds and `cvt_samples` (computed with a
     fixed key on first use and stored, so every seed shares them); else k-means with `key`."""
@@ -393,7 +408,7 @@ def _plain_scorer(algo: MAPElites):
     return fn.scorer if isinstance(fn, DiscardDead) else fn
 
 
-def _chunk_length(config: PGAMEConfig) -> int:
+def _chunk_length(config: PolicyQDOptions) -> int:
     """Iterations per jitted call: about `snapshot_every` evaluations, preferring a divisor of
     the number of iterations so that a single program is compiled."""
     chunk = min(max(1, config.snapshot_every // config.batch_size), config.num_iterations)
@@ -533,7 +548,7 @@ def _archive_rows(repertoire: MapElitesRepertoire) -> tuple[list[str], list[list
 
 
 class _PGAMEPlan(typing.NamedTuple):
-    config: PGAMEConfig
+    config: PolicyQDOptions
     env: AbstractQDEnv
     algo: MAPElites
     tessellation: CVTTessellation
@@ -576,9 +591,17 @@ class _PGAMEJob(LoopJob):
     def read_original_config(self, path: str) -> tuple[dict[str, Any], list[str]]:
         return read_original_config(path)
 
-    def plan(self, config: PGAMEConfig) -> _PGAMEPlan:
+    def env_steps(self, config, evals: int) -> int:
+        """Environment steps after `evals` evaluations: full episodes, QDax's accounting."""
+        return evals * config.episode_length
+
+    def make(self, config, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
+        """The algorithm and the TD3 agent that defines the policies (`make_pgame`)."""
+        return make_pgame(config, env)
+
+    def plan(self, config: PolicyQDOptions) -> _PGAMEPlan:
         env = make_pgame_env(config)
-        algo, td3 = make_pgame(config, env)
+        algo, td3 = self.make(config, env)
         init_algo = MAPElites(
             algo.emitter,
             ChunkedScorer(algo.scoring_fn, config.init_batch_size),
@@ -603,7 +626,7 @@ class _PGAMEJob(LoopJob):
     def like(self, plan: _PGAMEPlan) -> MAPElitesState:
         return eqx.filter_eval_shape(_init, *plan.init_args)[0]
 
-    def total(self, config: PGAMEConfig) -> int:
+    def total(self, config: PolicyQDOptions) -> int:
         # The last batch's evaluations: the budget, less what does not fill a batch.
         return config.random_init + config.num_iterations * config.batch_size
 
@@ -623,7 +646,7 @@ class _PGAMEJob(LoopJob):
             + [-1, -1, "random", True, float("inf")]
             for c in np.flatnonzero(np.isfinite(fits))
         ]
-        steps = evals * config.episode_length  # QDax's accounting: full episodes
+        steps = self.env_steps(config, evals)
         row = _progress_row(evals, steps, clock(), m, float(plain), float(fit), desc)
         return Chunk(state, evals, {"progress.csv": [row], "actors.csv": actors})
 
@@ -658,7 +681,7 @@ class _PGAMEJob(LoopJob):
         for i in range(n):
             evals += config.batch_size
             m = {k: float(v[i]) for k, v in metrics.items()}
-            steps, wall = evals * config.episode_length, clock()
+            steps, wall = self.env_steps(config, evals), clock()
             fit, desc = float(reeval_fit[i]), reeval_desc[i]
             progress.append(_progress_row(evals, steps, wall, m, float(plain_qd[i]), fit, desc))
             actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
@@ -689,7 +712,7 @@ class _PGAMEJob(LoopJob):
 
     def load(self, folder: RunFolder, config) -> RunResult:
         env = make_pgame_env(config)
-        _, td3 = make_pgame(config, env)
+        _, td3 = self.make(config, env)
         repertoire = read_repertoire(folder, lambda: td3.init_policy(key=jr.key(0)), with_ids=True)
         return read_qd_run(folder, config, repertoire, ("actors",))
 

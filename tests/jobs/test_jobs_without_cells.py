@@ -66,7 +66,7 @@ def test_me_pbt_on_an_unstructured_archive(tmp_path):
 
 
 def test_jobs_with_a_cvt_refuse_a_grid():
-    with pytest.raises(ValueError, match="PGA-ME's cells are a CVT"):
+    with pytest.raises(ValueError, match="pgame's cells are a CVT"):
         jobs.PGAMEConfig(repertoire="grid")
     with pytest.raises(ValueError, match="ME-PBT's cells are a CVT"):
         jobs.MEPBTConfig(repertoire="grid")
