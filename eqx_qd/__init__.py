@@ -59,6 +59,12 @@ from ._metrics import (
     QDMetrics as QDMetrics,
 )
 from ._nearest import nearest_centroid as nearest_centroid
+from ._qdrl.dcrl import (
+    dcrl_emitter as dcrl_emitter,
+    DCRLEmitter as DCRLEmitter,
+    DCRLState as DCRLState,
+    DescriptorTransition as DescriptorTransition,
+)
 from ._qdrl.me_pbt import (
     PBTEmitter as PBTEmitter,
     PBTEmitterConfig as PBTEmitterConfig,

@@ -14,6 +14,10 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   and `scan_sharded` (the sharded scan over given keys).
 - **Dominated Novelty Search's score**: `competition_fitness` (the mean distance to the `k`
   nearest fitter solutions, what `DNSRepertoire` keeps its population by), for variants.
+- **DCRL-ME's parts**: `normalise_descriptors` (to the `[-1, 1]` the conditioned networks
+  read), `similarity` (the reward's scale), `conditioned_transitions` (what the conditioned
+  TD3 agent trains on) and `inject_actor` (a conditioned actor folded at one descriptor into an
+  ordinary policy), for variants of `DCRLEmitter`.
 - **the bandit's choice**: `ucb1_choice` (which members of a pool `BanditEmitter` activates
   next, pyribs' UCB1 rule), for schedulers of your own.
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
@@ -39,6 +43,12 @@ from ._misc import (
     tree_slice as tree_slice,
     tree_take as tree_take,
     tree_zeros_batch as tree_zeros_batch,
+)
+from ._qdrl.dcrl import (
+    conditioned_transitions as conditioned_transitions,
+    inject_actor as inject_actor,
+    normalise_descriptors as normalise_descriptors,
+    similarity as similarity,
 )
 from ._repertoire import (
     bytes_per_cell as bytes_per_cell,

@@ -74,7 +74,8 @@ def test_builtin_emitters_keep_every_law(name):
 
 
 def test_the_qd_rl_emitters_keep_every_law():
-    """PGA-ME's (GA + policy gradients + the greedy actor) and ME-PBT's, on policies scored
+    """PGA-ME's (GA + policy gradients + the greedy actor), DCRL-ME's (GA + conditioned policy
+    gradients + injected actors) and ME-PBT's, on policies scored
     by their episodes (tiny sizes: the laws' programs compile once each)."""
     maze = q.envs.PointMaze(walls=False, length=6)
     cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
@@ -86,6 +87,13 @@ def test_the_qd_rl_emitters_keep_every_law():
     )  # fmt: skip
     policies = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), 6))
     check_emitter(pgame, policies, tessellation=cells, scoring_fn=q.PolicyScorer(maze),
+                  max_examples=2)  # fmt: skip
+    dcrl = q.dcrl_emitter(
+        td3=td3, hparams=q.rl.TD3HParams(), descriptor_bounds=maze.descriptor_bounds, num_ga=2,
+        num_pg=1, num_ai=1, num_critic_steps=2, num_pg_steps=2, buffer_size=256,
+        reward_offset=maze.reward_offset,
+    )  # fmt: skip
+    check_emitter(dcrl, policies, tessellation=cells, scoring_fn=q.PolicyScorer(maze),
                   max_examples=2)  # fmt: skip
     config = q.PBTEmitterConfig(
         pg_population_size=2, ga_population_size=2, num_training_iterations=1,

@@ -20,14 +20,16 @@ _State = TypeVar("_State")
 class Origin(enum.IntEnum):
     """How a candidate was made, per candidate in its `Lineage`: `RANDOM` (an initial
     genotype), `EVO` (GA variation of elites), `GRADIENT` (a policy-gradient step, PGA-ME's
-    and ME-PBT's trained agents) or `GREEDY` (PGA-ME's greedy actor itself). The jobs write it
-    as the `type` column of their lineage files."""
+    and ME-PBT's trained agents), `GREEDY` (PGA-ME's greedy actor itself), `ES` (sampled by
+    an evolution strategy) or `INJECTED` (DCRL-ME's conditioned actor specialised to a target
+    descriptor). The jobs write it as the `type` column of their lineage files."""
 
     RANDOM = 0
     EVO = 1
     GRADIENT = 2
     GREEDY = 3
     ES = 4
+    INJECTED = 5
 
 
 class Lineage(eqx.Module):

@@ -31,6 +31,7 @@ from ._common import (
     RunResult as RunResult,
 )
 from ._config import JobConfig as JobConfig, option as option
+from ._dcrl_me import DCRLMEConfig as DCRLMEConfig
 from ._external import ExternalConfig as ExternalConfig
 from ._folder import (
     atomic_write as atomic_write,

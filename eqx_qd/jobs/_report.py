@@ -31,7 +31,8 @@ _WITHOUT_CELLS = {"dns": "DNS", "unstructured": "novelty archive"}
 
 def group_of(result: RunResult) -> str:
     """A run's group: its algorithm and task (`PGA-ME on walker2d_uni`). The PGA-ME job
-    without its policy gradients (`gradient_op = false`) is `MAP-Elites`; a MAP-Elites job
+    without its policy gradients (`gradient_op = false`) is `MAP-Elites`; the DCRL-ME job
+    without actor injection (`ai_batch_size = 0`) is `DCG-ME`; a MAP-Elites job
     is named by its emitter (`CMA-ME`, ..., `MAP-Elites` for the GA, its emitter added when
     not iso-line) and its repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
     `MAP-Elites (novelty archive)`)."""
@@ -39,6 +40,8 @@ def group_of(result: RunResult) -> str:
     job = config.JOB
     if job == "pgame":
         algorithm = "PGA-ME" if config.gradient_op else "MAP-Elites"  # type: ignore[attr-defined]
+    elif job == "dcrl-me":
+        algorithm = "DCRL-ME" if config.ai_batch_size else "DCG-ME"  # type: ignore[attr-defined]
     elif job == "map-elites":
         emitter = getattr(config, "emitter", "iso_line")
         algorithm = _CMA.get(

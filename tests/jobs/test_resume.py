@@ -3,6 +3,7 @@ uninterrupted run writes (state and logs, bit for bit on CPU); a lengthened run 
 longer run; forks leave their source alone; a killed process leaves a resumable folder."""
 
 import csv
+import dataclasses
 import filecmp
 import logging
 import os
@@ -33,6 +34,10 @@ PGAME = dict(
     pg_steps=5, hidden=(16,), critic_hidden=(32, 32), minibatch_size=32,
     buffer_size=10_000, episode_length=50, deterministic=True,
 )  # fmt: skip
+DCRL = dict(
+    PGAME, pg_batch_size=8, ai_batch_size=8, actor_evals=2,
+    reward_offset=2.83,
+)  # fmt: skip
 MEPBT = dict(
     pg_population_size=4, ga_population_size=2, num_training_iterations=2, num_envs=2,
     buffer_size=200, hidden=(8,), minibatch_size=8, fraction_best_to_replace_from=0.25,
@@ -53,6 +58,7 @@ IPPO = dict(
 CASES = {
     "map-elites": (jobs.MapElitesConfig(**ME), "iteration", 7),
     "pgame": (jobs.PGAMEConfig(**PGAME), "evaluations", 64 + 32 * 9),
+    "dcrl-me": (jobs.DCRLMEConfig(**DCRL), "evaluations", 64 + 32 * 9),
     "me-pbt": (jobs.MEPBTConfig(**MEPBT), "iteration", 3),
     "pbt": (jobs.PBTConfig(**PBT), "round", 2),
 }
@@ -167,6 +173,21 @@ def test_a_resumed_run_equals_the_uninterrupted_run(interrupted):
     kept = jobs.list_checkpoints(root / "cut")
     assert len(kept) == min(2, len(jobs.list_checkpoints(root / "whole")))
     assert [c.step for c in kept] == [c.step for c in jobs.list_checkpoints(root / "whole")]
+
+
+def test_dcrl_me_folder_names_its_injected_actors_and_counts_the_actor_episodes(interrupted):
+    name, root, whole, *_ = interrupted
+    if name != "dcrl-me":
+        pytest.skip("the DCRL-ME job's own outputs")
+    with open(root / "whole" / "actors.csv", newline="") as f:
+        kinds = {row["type"] for row in csv.DictReader(f)}
+    assert {"random", "evo", "gradient", "injected"} <= kinds
+    evals, steps = whole.progress["evaluations"], whole.progress["env_steps"]
+    iterations = (evals - 64) // 32  # each also plays the conditioned actor twice (DCG-ME's)
+    np.testing.assert_array_equal(steps, (evals + 2 * iterations) * 50)
+    assert jobs.group_of(whole) == "DCRL-ME on point_maze"
+    dcg = dataclasses.replace(whole, config=dataclasses.replace(whole.config, ai_batch_size=0))
+    assert jobs.group_of(dcg) == "DCG-ME on point_maze"
 
 
 def test_a_lengthened_run_equals_the_longer_run(tmp_path):

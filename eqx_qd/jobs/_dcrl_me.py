@@ -1,0 +1,382 @@
+"""The DCRL-MAP-Elites job (and DCG-ME): PGA-ME's job with the descriptor-conditioned emitter.
+
+Same run folder as `pgame` (`progress.csv`, `actors.csv` with the injected actors' type
+`injected`, archive snapshots, `repertoire.eqx`, plots), same loop, checkpoints and resume.
+The DCRL repository's Hydra config files (`configs/dcrl_me.yaml`, `configs/algo/*.yaml`, ...)
+are read with `--config-file`.
+"""
+
+import dataclasses
+import os
+from typing import Any, ClassVar
+
+from .._map_elites import MAPElites
+from .._qdrl.dcrl import dcrl_emitter
+from .._qdrl.scoring import DiscardDead, PolicyScorer
+from .._validate import finite, non_negative, non_negative_int, positive, positive_int
+from ..envs._base import AbstractQDEnv
+from ..rl._layers import INITS
+from ..rl._td3 import TD3, TD3HParams
+from ._common import register_job
+from ._config import option
+from ._pgame import _choice, _PGAMEJob, ga_operators, PolicyQDOptions
+from ._registry import ENVIRONMENTS
+
+
+@dataclasses.dataclass(frozen=True)
+class DCRLMEConfig(PolicyQDOptions):
+    """DCRL-MAP-Elites settings, in the house's words. The defaults are the paper's (Faldor
+    et al., TELO 2024, and the DCRL repository's `configs/`): `ant_omni` with 250-step
+    episodes, CVT 1024, batch 256 = 128 GA + 64 policy-gradient + 64 injected actors, 4000
+    iterations, 3000 critic steps and 150 policy-gradient steps per iteration. `--preset local`
+    is minutes on a laptop CPU; `--preset dcg-me` is DCG-ME (no injection: 128 policy-gradient
+    children, and 64 episodes of the conditioned actor per iteration for its data).
+
+    The GA takes the rest of the batch: `batch_size - pg_batch_size - ai_batch_size`.
+    `evaluations` counts the candidates offered to the archive, as the repository does; the
+    `env_steps` column also counts DCG-ME's actor episodes. QDax's `DCRLConfig` names and the
+    repository's are read from TOML files too (`RENAMED`).
+    """
+
+    JOB: ClassVar[str] = "dcrl-me"
+
+    # The shared keys whose defaults are DCRL-ME's (they keep their place in the key order).
+    env: str = option("ant_omni", "registered QD environment", check=ENVIRONMENTS.check("qd"))
+    cells: int = option(1024, "CVT cells", check=positive_int)
+    evaluations: int = option(
+        256 + 4000 * 256, "evaluation budget (offered to the archive)", check=positive_int
+    )
+    batch_size: int = option(256, "candidates per iteration", check=positive_int)
+    random_init: int = option(256, "random policies evaluated first", check=positive_int)
+    init_batch_size: int = option(256, "random policies scored at once", check=positive_int)
+    critic_steps: int = option(3000, "critic steps per iteration", check=non_negative_int)
+    pg_steps: int = option(150, "policy-gradient steps per offspring", check=non_negative_int)
+    minibatch_size: int = option(100, "transitions per critic / PG step", check=positive_int)
+    pg_lr: float = option(
+        5e-3,
+        "policy-gradient variation learning rate (the repository's configs; QDax's "
+        "DCRLConfig: 1e-3)",
+        check=non_negative,
+    )
+    hidden: tuple[int, ...] = option((128, 128), "policy hidden layer widths")
+    cvt_samples: int = option(50_000, "uniform samples for CVT k-means", check=positive_int)
+    snapshot_every: int = option(
+        25_600, "evaluations between archive snapshots", check=positive_int
+    )
+    checkpoint_every: int = option(
+        25_600,
+        "evaluations between checkpoints of the whole state (and one at the end)",
+        check=positive,
+    )
+    episode_length: int = option(250, "steps per episode", check=positive_int)
+    buffer_size: int = option(1_000_000, "replay buffer capacity", check=positive_int)
+    policy_init: str = option(
+        "lecun_uniform",
+        "the policies' and the conditioned actor's initial weights: lecun_uniform with zero "
+        "biases (QDax and the DCRL repository), xavier_uniform, uniform",
+        check=_choice(INITS),
+    )
+    critic_init: str = option(
+        "lecun_uniform",
+        "the conditioned critic's initial weights (lecun_uniform: QDax and the repository)",
+        check=_choice(INITS),
+    )
+
+    # DCRL-ME's own keys.
+    pg_batch_size: int = option(
+        64, "policy-gradient children per iteration", check=non_negative_int
+    )
+    ai_batch_size: int = option(
+        64, "injected actors per iteration (0: DCG-ME)", check=non_negative_int
+    )
+    actor_evals: int = option(
+        0,
+        "episodes of the conditioned actor per iteration, for the replay buffer only (DCG-ME: 64)",
+        check=non_negative_int,
+    )
+    lengthscale: float = option(
+        0.1, "similarity length scale (descriptors normalised to [-1, 1])", check=positive
+    )
+    reward_offset: float = option(
+        0.0,
+        "added to rewards before the similarity scaling, which assumes rewards >= 0 (the "
+        "papers' tasks; the point maze's minus distance needs its 2.83)",
+        check=finite,
+    )
+    actor_lr: float = option(3e-4, "conditioned actor learning rate", check=non_negative)
+    reward_scaling: float = option(1.0, "reward multiplier in the critic's target", check=positive)
+
+    def check(self) -> None:
+        super().check()
+        if self.pg_batch_size + self.ai_batch_size > self.batch_size:
+            raise ValueError(
+                f"pg_batch_size ({self.pg_batch_size}) + ai_batch_size ({self.ai_batch_size}) "
+                f"exceed batch_size ({self.batch_size}); the GA takes the rest"
+            )
+        if self.affine and (self.ai_batch_size or self.actor_evals):
+            raise ValueError(
+                "affine leaves the policies' layers without biases; actor injection "
+                "(ai_batch_size, actor_evals) folds the target descriptor into the first "
+                "layer's bias"
+            )
+
+    @property
+    def ga_batch_size(self) -> int:
+        """The GA's children per iteration: the batch less the other two parts."""
+        return self.batch_size - self.pg_batch_size - self.ai_batch_size
+
+
+LOCAL_PRESET: dict[str, Any] = dict(
+    episode_length=100,
+    cells=256,
+    evaluations=10_240,
+    batch_size=64,
+    random_init=256,
+    init_batch_size=128,
+    pg_batch_size=16,
+    ai_batch_size=16,
+    critic_steps=300,
+    pg_steps=10,
+    hidden=(64, 64),
+    cvt_samples=20_000,
+    snapshot_every=2_048,
+    checkpoint_every=2_048,
+    buffer_size=200_000,
+)
+"""A run of minutes on a laptop CPU (the DCRL-ME settings at PGA-ME's local size)."""
+
+DCG_ME_PRESET: dict[str, Any] = dict(pg_batch_size=128, ai_batch_size=0, actor_evals=64)
+"""DCG-ME, as the DCRL repository's `configs/algo/dcg_me.yaml`."""
+
+DCRLMEConfig.PRESETS = {"local": LOCAL_PRESET, "dcg-me": DCG_ME_PRESET}
+
+QDAX_NAMES: dict[str, str] = {
+    "dcrl_batch_size": "pg_batch_size",
+    "qpg_batch_size": "pg_batch_size",
+    "actor_batch_size": "actor_evals",
+    "critic_hidden_layer_size": "critic_hidden",
+    "num_critic_training_steps": "critic_steps",
+    "num_pg_training_steps": "pg_steps",
+    "replay_buffer_size": "buffer_size",
+    "critic_learning_rate": "critic_lr",
+    "actor_learning_rate": "actor_lr",
+    "policy_learning_rate": "pg_lr",
+    "soft_tau_update": "tau",
+    "num_centroids": "cells",
+    "num_init_cvt_samples": "cvt_samples",
+    "policy_hidden_layer_sizes": "hidden",
+}
+"""QDax's `DCRLConfig` and the DCRL repository's names that this config calls otherwise
+(`ai_batch_size`, `lengthscale`, `discount`, `reward_scaling`, `noise_clip`, `policy_noise`,
+`policy_delay`, `iso_sigma`, `line_sigma` are the same). Their `batch_size` is the critic's
+minibatch (`minibatch_size` here) and `ga_batch_size` the rest of the batch: the file reader
+translates both."""
+
+DCRLMEConfig.RENAMED = dict(QDAX_NAMES)
+
+
+def make_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
+    """The algorithm (`MAPElites` with lineage and the `DCRLEmitter`) and the TD3 agent that
+    defines the policies (the conditioned actor and critic are it widened by the
+    descriptors)."""
+    if config.num_descriptors is not None and config.num_descriptors != env.descriptor_size:
+        raise ValueError(
+            f"num_descriptors is {config.num_descriptors} but {config.env!r} has "
+            f"{env.descriptor_size} descriptors"
+        )
+    td3 = TD3(
+        observation_size=env.observation_size,
+        action_size=env.action_size,
+        policy_hidden=config.hidden,
+        critic_hidden=config.critic_hidden,
+        minibatch_size=config.minibatch_size,
+        policy_delay=config.policy_delay,
+        policy_layer_norm=config.normalise,
+        policy_affine=config.affine,
+        policy_init=config.policy_init,
+        critic_init=config.critic_init,
+        critic_target_every_step=True,  # QDax's DCRL: the target critic after every step
+    )
+    hparams = TD3HParams(
+        policy_lr=config.actor_lr,
+        critic_lr=config.critic_lr,
+        discount=config.discount,
+        reward_scaling=config.reward_scaling,
+        tau=config.tau,
+        policy_noise=config.policy_noise,
+        noise_clip=config.noise_clip,
+    )
+    scorer = PolicyScorer(env)
+    variation, mutation = ga_operators(config)
+    emitter = dcrl_emitter(
+        td3=td3,
+        hparams=hparams,
+        descriptor_bounds=env.descriptor_bounds,
+        num_ga=config.ga_batch_size,
+        num_pg=config.pg_batch_size,
+        num_ai=config.ai_batch_size,
+        lengthscale=config.lengthscale,
+        reward_offset=config.reward_offset,
+        num_critic_steps=config.critic_steps,
+        num_pg_steps=config.pg_steps,
+        pg_lr=config.pg_lr,
+        buffer_size=config.buffer_size,
+        variation=variation,
+        mutation=mutation,
+        actor_evals=config.actor_evals,
+        scorer=scorer if config.actor_evals else None,
+    )
+    scoring = scorer if config.insert_dead else DiscardDead(scorer)
+    return MAPElites(emitter, scoring, scorer.qd_offset, lineage=True), td3
+
+
+class _DCRLMEJob(_PGAMEJob):
+    """Run DCRL-MAP-Elites (DCG-ME with `ai_batch_size = 0` and `actor_evals`) for
+    `evaluations` evaluations: `random_init` random policies, then batches of `batch_size`.
+    The folder is the `pgame` job's."""
+
+    name = "dcrl-me"
+    config_cls = DCRLMEConfig
+    help = "DCRL-MAP-Elites (default: the paper's ant_omni; --preset local for a laptop)"
+    description = (
+        "The defaults are the paper's setting (an accelerator's budget); --preset local is "
+        "minutes on a laptop CPU, --preset dcg-me is DCG-ME, --config-file reads a config "
+        "file of the DCRL repository. Options override all three."
+    )
+    original_config_help = (
+        "a Hydra config file of the DCRL-MAP-Elites repository (configs/dcrl_me.yaml, with "
+        "its env and algo defaults read from the folders beside it, or an algo file such as "
+        "configs/algo/dcg_me.yaml); options override it"
+    )
+
+    def read_original_config(self, path: str) -> tuple[dict[str, Any], list[str]]:
+        return read_repository_config(path)
+
+    def make(self, config, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
+        return make_dcrl_me(config, env)
+
+    def env_steps(self, config, evals: int) -> int:
+        iterations = max(0, evals - config.random_init) // config.batch_size
+        return (evals + iterations * config.actor_evals) * config.episode_length
+
+
+register_job(_DCRLMEJob())
+
+
+# ------------------------------------------------ the DCRL repository's Hydra files, as written
+_TOP = {
+    "seed": "seed",
+    "batch_size": "batch_size",
+    "num_init_cvt_samples": "cvt_samples",
+    "num_centroids": "cells",
+    "policy_hidden_layer_sizes": "hidden",
+}
+_ALGO = {
+    **{k: v for k, v in QDAX_NAMES.items() if k not in _TOP},
+    "ai_batch_size": "ai_batch_size",
+    "lengthscale": "lengthscale",
+    "iso_sigma": "iso_sigma",
+    "line_sigma": "line_sigma",
+    "batch_size": "minibatch_size",
+    "discount": "discount",
+    "reward_scaling": "reward_scaling",
+    "noise_clip": "noise_clip",
+    "policy_noise": "policy_noise",
+    "policy_delay": "policy_delay",
+}
+_ALGORITHMS = ("dcrl_me", "dcg_me")
+
+
+def read_repository_config(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
+    """Read a config file of the DCRL-MAP-Elites repository (Hydra YAML) as its `main_*.py`
+    would: a top file (`configs/dcrl_me.yaml`) whose `defaults` name the `env` and `algo`
+    files in the folders beside it, or one `algo` file (`configs/algo/dcrl_me.yaml`).
+
+    **Returns:** the `DCRLMEConfig` keys and values (its `num_iterations` becomes
+    `evaluations`: the initial population of `batch_size`, as the repository's, then that
+    many batches; `ga_batch_size` must be the rest of the batch) and notes for the user (the
+    environment's bounds and version come from our task). An algorithm other than DCRL-ME or
+    DCG-ME, an unknown key or a value that does not fit is a `ValueError` naming it.
+    """
+    import yaml  # a dependency of brax's flax: always installed
+
+    path = os.fspath(path)
+    data = _load_yaml(yaml, path)
+    folder = os.path.dirname(os.path.abspath(path))
+    groups: dict[str, dict] = {"env": {}, "algo": {}}
+    for entry in data.pop("defaults", []) or []:
+        if isinstance(entry, dict):
+            for group, name in entry.items():
+                if group in groups:
+                    groups[group] = _load_yaml(yaml, os.path.join(folder, group, f"{name}.yaml"))
+    hydra = data.pop("hydra", None)
+    del hydra  # the output folder: ours is --out
+    for group in groups:
+        if isinstance(data.get(group), dict):
+            groups[group] = {**groups[group], **data.pop(group)}
+    if not groups["algo"] and "name" in data:  # an algo file alone
+        groups["algo"], data = data, {}
+    algo, env = groups["algo"], groups["env"]
+    name = algo.pop("name", None)
+    if name not in _ALGORITHMS:
+        raise ValueError(
+            f"config file {path!r} configures algorithm {name!r}; this job reads "
+            f"{' and '.join(_ALGORITHMS)} (PGA-ME: eqx-qd run pgame)"
+        )
+    values: dict[str, Any] = {}
+    notes: list[str] = []
+    iterations = data.pop("num_iterations", None)
+    for key, value in data.items():
+        if key not in _TOP:
+            raise ValueError(f"config file {path!r}: unknown key {key!r}")
+        values[_TOP[key]] = tuple(value) if isinstance(value, list) else value
+    if algo.pop("dc_actor", True) is not True:
+        raise ValueError(
+            f"config file {path!r}: dc_actor false (the ablation without a conditioned actor) "
+            "is not built"
+        )
+    ga = algo.pop("ga_batch_size", None)
+    for key, value in algo.items():
+        if key not in _ALGO:
+            raise ValueError(f"config file {path!r}: unknown algo key {key!r}")
+        values[_ALGO[key]] = tuple(value) if isinstance(value, list) else value
+    for key in ("critic_lr", "actor_lr", "pg_lr", "lengthscale", "tau"):
+        if isinstance(values.get(key), str):  # YAML 1.1 reads "3e-4" as a string
+            try:
+                values[key] = float(values[key])
+            except ValueError:
+                raise ValueError(f"config file {path!r}: {key} {values[key]!r} is not a number")
+    if env:
+        if "name" in env:
+            values["env"] = env.pop("name")
+        if "episode_length" in env:
+            values["episode_length"] = env.pop("episode_length")
+        if env:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+            notes.append(f"env: {shown} not read (our task's own bounds and physics apply)")
+    batch = values.get("batch_size", DCRLMEConfig.batch_size)
+    values.setdefault("random_init", batch)
+    values.setdefault("init_batch_size", batch)
+    if iterations is not None:
+        values["evaluations"] = values["random_init"] + int(iterations) * batch
+    if ga is not None:
+        rest = batch - values.get("pg_batch_size", 64) - values.get("ai_batch_size", 64)
+        if ga != rest:
+            raise ValueError(
+                f"config file {path!r}: ga_batch_size {ga} is not the rest of batch_size "
+                f"{batch} ({rest})"
+            )
+    return values, notes
+
+
+def _load_yaml(yaml, path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ValueError(f"cannot read config file {path!r}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ValueError(f"config file {path!r} is not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path!r} does not hold a mapping of keys")
+    return data
