@@ -23,7 +23,9 @@ Usage: python benchmarks/compare.py [--rounds 3] [--only cvt1024,grid,sac,ippo]
 
 Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
 bfloat16 hidden products), sacx2, sacbf16x2 (both sides on 2 host devices, one core each; QDax's
-script patched in the copy to ``jax.pmap`` its train function), pgame, mepbt (QDax); ppo, ippo
+script patched in the copy to ``jax.pmap`` its train function), pgame, dcrl_me (QDax: our
+``peers/qdax_dcrl_me.py``, no peer script covers it; QDax on brax v1 as the pgame row),
+dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mepbt (QDax); ppo, ippo
 (jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax;
 dns, dns_add, dns_add10k (QDax's repository DNS: ``$EQX_QD_QDAX_HEAD``, see ``dns.py``),
 dns_ribs (pyribs' ``DNSArchive``).
@@ -341,6 +343,23 @@ VERSUS = {
         "s/iter", False, "QDax 0.5.0",
         lambda a, s: [sys.executable, os.path.join(HERE, "pga_me.py")],
         lambda a, s: [a.qdax_python, s["bench_pgame.py"]],
+        lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
+        lambda r: r["compile_s"], lambda r: r["compile_time_s"],
+    ),
+    "dcrl_me": _Versus(
+        "DCRL-ME, walker2d_uni, 64 = 32 GA + 16 PG + 16 injected, 300 critic + 100 PG steps",
+        "s/iter", False, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "dcrl_me.py")],
+        lambda a, s: [a.qdax_python, os.path.join(HERE, "peers", "qdax_dcrl_me.py")],
+        lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
+        lambda r: r["compile_s"], lambda r: r["compile_time_s"],
+    ),
+    "dcrl_me_v2": _Versus(
+        "DCRL-ME as above, QDax on brax v2 spring (the physics ours runs)",
+        "s/iter", False, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "dcrl_me.py")],
+        lambda a, s: [a.qdax_python, os.path.join(HERE, "peers", "qdax_dcrl_me.py"),
+                      "--brax", "v2"],
         lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
         lambda r: r["compile_s"], lambda r: r["compile_time_s"],
     ),
