@@ -188,6 +188,9 @@ def test_dcrl_me_folder_names_its_injected_actors_and_counts_the_actor_episodes(
     assert jobs.group_of(whole) == "DCRL-ME on point_maze"
     dcg = dataclasses.replace(whole, config=dataclasses.replace(whole.config, ai_batch_size=0))
     assert jobs.group_of(dcg) == "DCG-ME on point_maze"
+    best = jobs.replay(root / "whole")  # the deterministic maze plays the best elite again
+    assert best.stored_fitness == pytest.approx(float(np.max(whole.repertoire.fitnesses)))
+    assert best.episode_return == pytest.approx(best.stored_fitness, rel=1e-5)
 
 
 def test_a_lengthened_run_equals_the_longer_run(tmp_path):
