@@ -39,7 +39,11 @@ def _emitter(**overrides):
 def scored():
     """Seven random policies, their episodes, and a repertoire that holds them with ids
     10..16 (hand-made descriptors: each policy in its own cell)."""
-    policies = eqx.filter_vmap(lambda k: TD3.init_policy(key=k))(jr.split(jr.key(0), 7))
+    return _scored(TD3)
+
+
+def _scored(td3):
+    policies = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), 7))
     _, _, extra = SCORER(policies, key=jr.key(1))
     descriptors = jnp.stack([jnp.linspace(-0.9, 0.9, 7), jnp.linspace(0.8, -0.8, 7)], axis=1)
     fitnesses = jnp.array([1.0, 2.0, 0.5, 7.0, 3.0, -1.0, 4.0])
@@ -109,7 +113,7 @@ def test_conditioned_critic_loss_and_target_by_hand(scored, getkey):
 def test_injected_actor_acts_as_the_conditioned_actor(scored, getkey, layer_norm):
     td3 = dataclasses.replace(TD3, policy_layer_norm=layer_norm)
     emitter = _emitter(td3=td3)
-    state = _init(emitter, scored, getkey())
+    state = _init(emitter, _scored(td3) if layer_norm else scored, getkey())
     actor = state.td3.policy
     obs = jr.uniform(getkey(), (9, 2), minval=-1.0, maxval=1.0)
     descriptors = jr.uniform(getkey(), (3, 2), minval=-1.0, maxval=1.0)
@@ -249,6 +253,9 @@ def test_bad_batches_are_refused_with_the_reason(scored, getkey):
     wide, _ = q.init_repertoire(three, policies, jnp.zeros((7, 3)), fitnesses)
     with pytest.raises(ValueError, match="3 descriptors"):
         emitter.init(wide, policies, jnp.zeros((7, 3)), fitnesses, extra, key=getkey())
+    wider = dataclasses.replace(TD3, policy_hidden=(9,))
+    with pytest.raises(ValueError, match="shaped as td3.init_policy makes them"):
+        _emitter(td3=wider).init(repertoire, policies, descriptors, fitnesses, extra, key=getkey())
     state = _init(emitter, scored, getkey())
     six = jax.tree.map(lambda x: x[:6], (policies, descriptors, fitnesses, extra))
     _, info = repertoire.add(*six[:3], jnp.zeros(6, jnp.int32))

@@ -283,6 +283,7 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         repertoire.check_candidates(genotypes, descriptors, fitnesses, where="DCRLEmitter.init")
         self._check_extra(extra, "init")
         self._check_descriptors(repertoire)
+        self._check_policies(genotypes)
         agent_key, pick_key = jr.split(key)
         rows, keep = self._rows(extra, descriptors, descriptors)
         buffer = ReplayBuffer.empty(self.buffer_size, tree_take(rows, 0)).insert(rows, mask=keep)
@@ -410,6 +411,23 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
             raise ValueError(
                 f"DCRLEmitter: the repertoire has {repertoire.num_descriptors} descriptors, "
                 f"descriptor_low / descriptor_high {self.num_descriptors}"
+            )
+
+    def _check_policies(self, genotypes) -> None:
+        """Genotypes must be policies shaped as `td3.init_policy` makes them: the injected
+        actors and the policy-gradient children join them in one batch."""
+        one = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, genotypes)
+        want = eqx.filter_eval_shape(lambda: self.td3.init_policy(key=jr.key(0)))
+        is_leaf = lambda x: eqx.is_array(x) or isinstance(x, jax.ShapeDtypeStruct)
+        arrays = lambda t: eqx.filter(t, is_leaf)
+        shapes = lambda t: [x.shape for x in jax.tree.leaves(arrays(t))]
+        same = jax.tree.structure(arrays(one)) == jax.tree.structure(arrays(want))
+        if not same or shapes(one) != shapes(want):
+            raise ValueError(
+                "DCRLEmitter.init: genotypes must be a population of policies shaped as "
+                f"td3.init_policy makes them ({type(want).__name__}, arrays {shapes(want)}), "
+                f"got {type(one).__name__}, arrays {shapes(one)}"
+                + ("" if same else " in another structure (layer normalisation?)")
             )
 
     def _no_targets(self):
