@@ -30,7 +30,8 @@ dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mepbt (QDax); ppo, i
 dns, dns_add, dns_add10k (QDax's repository DNS: ``$EQX_QD_QDAX_HEAD``, see ``dns.py``),
 dns_ribs (pyribs' ``DNSArchive``).
 The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
-(about 105 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s model name),
+(about 105 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s model name,
+family and model number, and its vector flags among avx2, avx512f, avx512_bf16 and amx_bf16),
 the date, then Markdown tables; each RL run's figure goes to stderr as it ends.
 """
 
@@ -117,17 +118,33 @@ def _patch_sac(text: str) -> str | None:
     return text.replace(_SAC_SPLIT_JIT, _SAC_SPLIT_PMAP, 1)
 
 
+_VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+"""The vector extensions whose presence changes which code paths win (`benchmarks/README.md`)."""
+
+
 def _machine() -> str:
+    """``lscpu``'s model name, CPU family and model number, and which of `_VECTOR_FLAGS` the
+    CPU has, so that every figure says which kind of machine it came from."""
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=30).stdout
-        model = next(
-            line.split(":", 1)[1].strip()
-            for line in out.splitlines()
-            if line.startswith("Model name")
-        )
-    except (OSError, StopIteration, subprocess.SubprocessError):
-        model = "unknown CPU"
-    return f"{model}, {os.cpu_count()} logical CPUs"
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    fields = {}
+    for line in out.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(name.strip(), value.strip())
+    model = fields.get("Model name", "unknown CPU")
+    kind = ", ".join(
+        f"{label} {fields[name]}"
+        for name, label in (("CPU family", "family"), ("Model", "model"))
+        if name in fields
+    )
+    flags = set(fields.get("Flags", "").split())
+    vector = " ".join(f for f in _VECTOR_FLAGS if f in flags) or "none of " + "/".join(
+        _VECTOR_FLAGS
+    )
+    return f"{model} ({kind}; {vector}), {os.cpu_count()} logical CPUs"
 
 
 def _peer_copies(folder: str) -> dict[str, str]:
