@@ -130,6 +130,58 @@ def test_population_training_splits_over_the_mesh():
         q.rl.train_population_sharded(AGENT, ENV, pop, 1, mesh=q.device_mesh(3), key=jr.key(0))
 
 
+def test_population_training_does_not_depend_on_the_layout():
+    """Each member trains with the key `train_population` gives it, wherever it lies: over 1,
+    2 or 4 devices, the same population."""
+    pop = q.rl.init_population(AGENT, ENV, None, 4, key=jr.key(5))
+    one, _ = q.rl.train_population(AGENT, ENV, pop, 3, key=jr.key(6))
+    for devices in (2, 4):
+        split, _ = q.rl.train_population_sharded(
+            AGENT, ENV, pop, 3, mesh=q.device_mesh(devices), key=jr.key(6)
+        )
+        for a, b in zip(jax.tree.leaves(eqx.filter(one, eqx.is_array)),
+                        jax.tree.leaves(eqx.filter(split, eqx.is_array))):  # fmt: skip
+            if jnp.issubdtype(a.dtype, jnp.floating):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+            else:
+                np.testing.assert_array_equal(a, b)
+
+
+PBT_JOB = dict(
+    population_size=4, rounds=3, agent="td3", iterations_per_round=3, num_envs=2, hidden=(8,),
+    minibatch_size=8, buffer_size=200, episode_length=20, eval_episodes=2, best_fraction=0.25,
+    worse_fraction=0.25,
+)  # fmt: skip
+
+
+def test_the_pbt_job_over_four_devices_equals_one_device(tmp_path):
+    """`devices = 4`: one member per device, PBT over all of them (a copy moves its whole run);
+    every logged number and the final population as on one device."""
+    from eqx_qd import jobs
+
+    one = jobs.run(jobs.PBTConfig(**PBT_JOB), tmp_path / "one", progress=False, plots=False)
+    four = jobs.run(
+        jobs.PBTConfig(**PBT_JOB, devices=4), tmp_path / "four", progress=False, plots=False
+    )
+    for column in one.progress:
+        if column != "wall_s":
+            np.testing.assert_allclose(one.progress[column], four.progress[column], rtol=1e-5)
+    for column in one.tables["hparams"]:
+        np.testing.assert_allclose(
+            one.tables["hparams"][column], four.tables["hparams"][column], rtol=1e-5
+        )
+    buffer = four.state.buffer.data.obs  # each member's replay buffer on its own device
+    assert len(buffer.sharding.device_set) == 4
+    for a, b in zip(jax.tree.leaves(eqx.filter(one.state, eqx.is_array)),
+                    jax.tree.leaves(eqx.filter(four.state, eqx.is_array))):  # fmt: skip
+        if jnp.issubdtype(a.dtype, jnp.floating):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match=r"devices \(3\) must divide population_size \(4\)"):
+        jobs.PBTConfig(**PBT_JOB, devices=3)
+
+
 TINY = (
     "pg_population_size = 4\nga_population_size = 2\nnum_training_iterations = 2\n"
     "num_envs = 2\nbuffer_size = 200\nhidden = [8]\nminibatch_size = 8\n"

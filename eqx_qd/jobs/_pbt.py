@@ -7,9 +7,11 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from .._validate import fraction, positive_int
 from ..rl._pbt import (
@@ -19,6 +21,7 @@ from ..rl._pbt import (
     PBT,
     population_without_optimiser_states,
     train_population,
+    train_population_sharded,
 )
 from ..rl._spaces import log_uniform_learning_rates, Uniform
 from ._blocks import AgentOptions, default_of, RunOptions, search_spaces
@@ -29,6 +32,7 @@ from ._common import (
     training_env,
 )
 from ._config import option
+from ._distributed import job_mesh
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
 from ._registry import make_env
@@ -68,10 +72,21 @@ class PBTConfig(AgentOptions, RunOptions):
     checkpoint_every: int = option(
         1, "rounds between checkpoints (and one at the end)", check=positive_int
     )
+    devices: int = option(
+        1,
+        "devices to split the population over, population_size / devices members each (on a "
+        "CPU, host devices are made)",
+        check=positive_int,
+    )
 
     def check(self) -> None:
         super().check()  # the agent options
         self.make_pbt(None)  # the counts (and explore), with a message naming the fraction
+        if self.population_size % self.devices:
+            raise ValueError(
+                f"devices ({self.devices}) must divide population_size "
+                f"({self.population_size}): every device trains as many members"
+            )
 
     def make_pbt(self, spaces) -> PBT:
         """The `PBT` of this config's counts over `spaces` (`None`: only the counts are
@@ -108,11 +123,17 @@ class _PBTPlan(typing.NamedTuple):
     round_keys: list[Any]
     names: list[str]
     train_env: Any  # the environment the agents train on (`training_env`)
+    mesh: Any  # the devices the members are split over (`None`: one device)
 
 
 class _PBTJob(LoopJob):
     """Train the population for `rounds` rounds; after each, evaluate every member and apply
     PBT (not after the last).
+
+    With `devices > 1` the members are split over that many devices (each trains its own, its
+    replay buffer on its device); the ranking, exploit and explore see the whole population,
+    and a copied member moves with its buffer. The results are those of one device, up to
+    float rounding (`train_population_sharded`).
 
     The folder holds `config.toml`, `progress.csv` (per round: env steps, `wall_s`
     (seconds spent running, over resumes), mean / max / min return), `hparams.csv` (per
@@ -142,7 +163,8 @@ class _PBTJob(LoopJob):
         # A longer run's first round keys are the same (splits keep their prefix).
         round_keys = [jr.split(k, 3) for k in jr.split(loop_key, config.rounds)]
         names = sorted(eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0))).hparams.names())
-        return _PBTPlan(config, env, agent, pbt, init, round_keys, names, train_env)
+        mesh = job_mesh(config.devices)
+        return _PBTPlan(config, env, agent, pbt, init, round_keys, names, train_env, mesh)
 
     def headers(self, plan: _PBTPlan) -> dict[str, list[str]]:
         hparams = ["round", "member", *plan.names, "return", "next_copied_from"]
@@ -167,7 +189,7 @@ class _PBTJob(LoopJob):
         return pop, source
 
     def start(self, plan: _PBTPlan, clock: RunClock) -> Chunk:
-        return Chunk(plan.init(), 0, {})
+        return Chunk(_placed(plan.init(), plan.mesh), 0, {})
 
     def resumed_state(self, plan: _PBTPlan, resumed) -> Any:
         pop, r = resumed.state, resumed.step
@@ -178,20 +200,31 @@ class _PBTJob(LoopJob):
             pop, source = self._exploit(plan, pop, r, returns)
             for row, s in zip(rows, source.tolist()):
                 row[-1] = s
-        return pop
+        return _placed(pop, plan.mesh)
 
     def advance(self, plan: _PBTPlan, pop, step: int, clock: RunClock) -> Chunk:
         config, r = plan.config, step
         train_key, eval_key, _ = plan.round_keys[r]
         table = hparams_table(pop)  # what this round trains with
-        pop, _ = train_population(
-            plan.agent, plan.train_env, pop, config.iterations_per_round, key=train_key
-        )
+        if plan.mesh is None:
+            pop, _ = train_population(
+                plan.agent, plan.train_env, pop, config.iterations_per_round, key=train_key
+            )
+        else:
+            pop, _ = train_population_sharded(
+                plan.agent,
+                plan.train_env,
+                pop,
+                config.iterations_per_round,
+                mesh=plan.mesh,
+                key=train_key,
+            )
         ev = evaluate_population(plan.agent, plan.env, pop, config.eval_episodes, key=eval_key)
         returns = np.asarray(jnp.mean(ev.returns, axis=1))
         env_steps = int(np.sum(np.asarray(pop.env_steps)))
         wall = clock()
         pop, source = self._exploit(plan, pop, r, returns)
+        pop = _placed(pop, plan.mesh)  # members copied across devices move back to their own
         stats = [returns.mean(), returns.max(), returns.min()]
         progress = [r, env_steps, wall, *[float(v) for v in stats]]
         values = [np.asarray(table[n]).tolist() for n in plan.names]
@@ -251,6 +284,15 @@ class _PBTJob(LoopJob):
             f"done: {result.config.rounds} rounds, final mean return {last['mean_return']:.6g} "
             f"(max {last['max_return']:.6g})"
         )
+
+
+def _placed(pop, mesh):
+    """The population with its members split over `mesh` (as it is with `None`)."""
+    if mesh is None:
+        return pop
+    (axis,) = mesh.axis_names
+    dyn, static = eqx.partition(pop, eqx.is_array)
+    return eqx.combine(jax.device_put(dyn, NamedSharding(mesh, P(axis))), static)
 
 
 register_job(_PBTJob())

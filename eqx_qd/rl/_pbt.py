@@ -267,8 +267,15 @@ def train_population(
 def _train_members(agent, env, population, num_iterations, *, key):
     check.same_sizes(agent, env, "train_population")
     check.positive_int("train_population: num_iterations", num_iterations)
+    return _train_with_keys(
+        agent, env, population, num_iterations, jr.split(key, _population_size(population))
+    )
+
+
+def _train_with_keys(agent, env, population, num_iterations, keys):
+    """Every member trained with its own key (`keys`: one per member)."""
     run = lambda s, k: agent.train(env, s, num_iterations, key=k)
-    return eqx.filter_vmap(run)(population, jr.split(key, _population_size(population)))
+    return eqx.filter_vmap(run)(population, keys)
 
 
 _train_population = jit(_train_members)
@@ -319,24 +326,33 @@ def train_population_sharded(
     mesh: Mesh,
     key: PRNGKey,
 ) -> tuple[AbstractTrainingRun, TrainMetrics]:
-    """`train_population` (`agent`, `env`, `num_iterations`) with the members of
+    """`train_population` (`agent`, `env`, `num_iterations`, `key`) with the members of
     `population` split over the devices of `mesh` (the population size must be a multiple
-    of the device count). On a CPU, `n` host devices (`jax_num_cpu_devices`) and
-    `--xla_cpu_multi_thread_eigen=false` in `XLA_FLAGS` run one shard per core, each
-    product on one thread, which can beat one device's multi-threaded products
-    (`benchmarks/README.md`)."""
+    of the device count). Each member trains with the key `train_population` gives it, on the
+    device that holds it (its replay buffer stays there), so the result does not depend on the
+    layout (up to float rounding where XLA's programs for two batch sizes round apart). On a
+    CPU, `n` host devices (`jax_num_cpu_devices`) and `--xla_cpu_multi_thread_eigen=false` in
+    `XLA_FLAGS` run one shard per core, each product on one thread, which can beat one
+    device's multi-threaded products (`benchmarks/README.md`)."""
     n = _population_size(population)
     devices = mesh.devices.size
     if n % devices:
-        raise ValueError(f"population of {n} does not split over {devices} devices")
+        raise ValueError(
+            f"population of {n} does not split over {devices} devices (a multiple of the "
+            "device count is needed)"
+        )
+    check.same_sizes(agent, env, "train_population_sharded")
+    check.positive_int("train_population_sharded: num_iterations", num_iterations)
     dyn, static = eqx.partition(population, eqx.is_array)
     # Laid out as the call returns it, so that a population from `init_population` (on one
     # device) and one returned by this function meet the same compiled program: otherwise
     # the second call compiled it again (`benchmarks/sac.py --devices 2`: 73-75 s, steady
     # calls 29-33 s).
     (axis,) = mesh.axis_names
-    dyn = jax.device_put(dyn, NamedSharding(mesh, P(axis)))
-    return _train_mapped(agent, env, dyn, static, jr.split(key, devices), num_iterations, mesh)
+    members = NamedSharding(mesh, P(axis))
+    dyn = jax.device_put(dyn, members)
+    keys = jax.device_put(jr.split(key, n), members)
+    return _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh)
 
 
 @jit
@@ -344,9 +360,7 @@ def _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh):
     (axis,) = mesh.axis_names
 
     def body(d, k):
-        pop, metrics = train_population(
-            agent, env, eqx.combine(d, static), num_iterations, key=k[0]
-        )
+        pop, metrics = _train_with_keys(agent, env, eqx.combine(d, static), num_iterations, k)
         return eqx.filter(pop, eqx.is_array), metrics
 
     mapped = jax.shard_map(
