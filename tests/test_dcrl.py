@@ -296,7 +296,7 @@ def test_injected_actors_reach_their_target_cells():
         ) / count
 
     before, _ = reached(state)
-    state = eqx.filter_jit(q.run)(algo, state, 40, key=jr.key(3))[0]
+    state = eqx.filter_jit(q.run)(algo, state, 30, key=jr.key(3))[0]
     after, near = reached(state)
     assert float(before) > 0.5
     assert float(after) < 0.15 and float(near) > 0.8, (float(after), float(near))

@@ -74,8 +74,7 @@ def test_builtin_emitters_keep_every_law(name):
 
 
 def test_the_qd_rl_emitters_keep_every_law():
-    """PGA-ME's (GA + policy gradients + the greedy actor), DCRL-ME's (GA + conditioned policy
-    gradients + injected actors) and ME-PBT's, on policies scored
+    """PGA-ME's (GA + policy gradients + the greedy actor) and ME-PBT's, on policies scored
     by their episodes (tiny sizes: the laws' programs compile once each)."""
     maze = q.envs.PointMaze(walls=False, length=6)
     cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
@@ -88,13 +87,6 @@ def test_the_qd_rl_emitters_keep_every_law():
     policies = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), 6))
     check_emitter(pgame, policies, tessellation=cells, scoring_fn=q.PolicyScorer(maze),
                   max_examples=2)  # fmt: skip
-    dcrl = q.dcrl_emitter(
-        td3=td3, hparams=q.rl.TD3HParams(), descriptor_bounds=maze.descriptor_bounds, num_ga=2,
-        num_pg=1, num_ai=1, num_critic_steps=2, num_pg_steps=2, buffer_size=256,
-        reward_offset=maze.reward_offset,
-    )  # fmt: skip
-    check_emitter(dcrl, policies, tessellation=cells, scoring_fn=q.PolicyScorer(maze),
-                  max_examples=2)  # fmt: skip
     config = q.PBTEmitterConfig(
         pg_population_size=2, ga_population_size=2, num_training_iterations=1,
         fraction_best_to_replace_from=0.5, fraction_to_replace_from_best=0.5,
@@ -104,6 +96,23 @@ def test_the_qd_rl_emitters_keep_every_law():
     genotypes = mepbt.initial_genotypes(6, key=jr.key(1))
     check_emitter(mepbt, genotypes, tessellation=cells,
                   scoring_fn=q.PolicyScorer(maze, agent=td3), max_examples=2)  # fmt: skip
+
+
+def test_dcrl_me_emitter_keeps_every_law():
+    """DCRL-ME's (GA + conditioned policy gradients + injected actors), on policies scored by
+    their episodes (a test of its own: the suite's two workers share the QD x RL laws)."""
+    maze = q.envs.PointMaze(walls=False, length=6)
+    cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
+    td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
+                   minibatch_size=8, num_envs=2, buffer_size=64)  # fmt: skip
+    dcrl = q.dcrl_emitter(
+        td3=td3, hparams=q.rl.TD3HParams(), descriptor_bounds=maze.descriptor_bounds, num_ga=2,
+        num_pg=1, num_ai=1, num_critic_steps=2, num_pg_steps=2, buffer_size=256,
+        reward_offset=maze.reward_offset,
+    )  # fmt: skip
+    policies = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), 6))
+    check_emitter(dcrl, policies, tessellation=cells, scoring_fn=q.PolicyScorer(maze),
+                  max_examples=2)  # fmt: skip
 
 
 def test_the_docs_emitter_keeps_every_law():

@@ -148,7 +148,7 @@ def test_population_training_does_not_depend_on_the_layout():
 
 
 PBT_JOB = dict(
-    population_size=4, rounds=3, agent="td3", iterations_per_round=3, num_envs=2, hidden=(8,),
+    population_size=4, rounds=2, agent="td3", iterations_per_round=3, num_envs=2, hidden=(8,),
     minibatch_size=8, buffer_size=200, episode_length=20, eval_episodes=2, best_fraction=0.25,
     worse_fraction=0.25,
 )  # fmt: skip
