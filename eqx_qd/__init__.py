@@ -71,7 +71,6 @@ from ._qdrl.me_pbt import (
     PBTEmitterState as PBTEmitterState,
 )
 from ._qdrl.pga_me import (
-    episode_transitions as episode_transitions,
     pgame_emitter as pgame_emitter,
     QualityPGEmitter as QualityPGEmitter,
     QualityPGState as QualityPGState,
@@ -79,6 +78,7 @@ from ._qdrl.pga_me import (
 from ._qdrl.scoring import (
     ChunkedScorer as ChunkedScorer,
     DiscardDead as DiscardDead,
+    episode_transitions as episode_transitions,
     PolicyScorer as PolicyScorer,
     reevaluate as reevaluate,
     Reevaluation as Reevaluation,

@@ -31,12 +31,11 @@ from .._misc import f32, filter_scan, tree_concatenate, tree_take
 from .._repertoire import AbstractRepertoire, AddInfo
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation
-from ..envs._rollout import Transition
 from ..rl._buffers import ReplayBuffer
 from ..rl._optim import apply_adam, init_adam
 from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3, TD3HParams, TD3State
-from .scoring import ScoringExtra
+from .scoring import episode_transitions, ScoringExtra
 
 
 class QualityPGState(eqx.Module):
@@ -50,26 +49,6 @@ class QualityPGState(eqx.Module):
 
     td3: TD3State
     buffer: ReplayBuffer
-
-
-def episode_transitions(extra: ScoringExtra) -> tuple[Transition, Float[Array, " rows"]]:
-    """Flatten a scoring extra's episodes to rows of transitions and their validity mask."""
-    if not isinstance(extra, ScoringExtra):
-        raise TypeError(
-            f"episode_transitions: extra must be the ScoringExtra of a PolicyScorer, got "
-            f"{type(extra).__name__}"
-        )
-    t = extra.episodes.transitions
-    flat = lambda x: x.reshape((-1,) + x.shape[2:])
-    rows = Transition(
-        flat(t.obs),
-        flat(t.action),
-        flat(t.reward),
-        flat(t.next_obs),
-        flat(t.terminated),
-        flat(t.truncated),
-    )
-    return rows, flat(extra.episodes.valid)
 
 
 @typing.final

@@ -13,7 +13,7 @@ from jaxtyping import Array, Float
 from .. import _validate as check
 from .._custom_types import PRNGKey
 from ..envs._base import AbstractQDEnv, EnvState
-from ..envs._rollout import Episode, rollout, rollout_states
+from ..envs._rollout import Episode, rollout, rollout_states, Transition
 from ..rl._base import AbstractAgent
 
 
@@ -22,6 +22,26 @@ class ScoringExtra(eqx.Module):
     genotype): the episodes, for replay buffers (use `valid` as the insertion mask)."""
 
     episodes: Episode
+
+
+def episode_transitions(extra: ScoringExtra) -> tuple[Transition, Float[Array, " rows"]]:
+    """Flatten a scoring extra's episodes to rows of transitions and their validity mask."""
+    if not isinstance(extra, ScoringExtra):
+        raise TypeError(
+            f"episode_transitions: extra must be the ScoringExtra of a PolicyScorer, got "
+            f"{type(extra).__name__}"
+        )
+    t = extra.episodes.transitions
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    rows = Transition(
+        flat(t.obs),
+        flat(t.action),
+        flat(t.reward),
+        flat(t.next_obs),
+        flat(t.terminated),
+        flat(t.truncated),
+    )
+    return rows, flat(extra.episodes.valid)
 
 
 @typing.final
