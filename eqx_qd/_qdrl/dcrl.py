@@ -37,7 +37,7 @@ from ..rl._buffers import ReplayBuffer
 from ..rl._optim import apply_adam, init_adam
 from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3, TD3HParams, TD3State
-from .scoring import PolicyScorer, ScoringExtra
+from .scoring import episode_transitions, PolicyScorer, ScoringExtra
 
 
 class DescriptorTransition(eqx.Module):
@@ -442,22 +442,12 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         """Every step of every episode as a `DescriptorTransition` (normalised descriptor and
         target repeated along the episode), and which rows to store: the valid steps of
         episodes whose descriptor and target are finite."""
-        t = extra.episodes.transitions
-        n, steps = extra.episodes.valid.shape
-        flat = lambda x: x.reshape((n * steps,) + x.shape[2:])
+        transitions, valid = episode_transitions(extra)
+        steps = extra.episodes.valid.shape[1]
         repeat = lambda x: jnp.repeat(self.normalise(x), steps, axis=0)
-        rows = DescriptorTransition(
-            Transition(
-                *(
-                    flat(x)
-                    for x in (t.obs, t.action, t.reward, t.next_obs, t.terminated, t.truncated)
-                )
-            ),  # fmt: skip
-            repeat(descriptors),
-            repeat(targets),
-        )
+        rows = DescriptorTransition(transitions, repeat(descriptors), repeat(targets))
         finite = jnp.all(jnp.isfinite(descriptors), -1) & jnp.all(jnp.isfinite(targets), -1)
-        keep = flat(extra.episodes.valid) * jnp.repeat(finite, steps).astype(jnp.float32)
+        keep = valid * jnp.repeat(finite, steps).astype(jnp.float32)
         return rows, keep
 
     def _actor_episodes(self, buffer, state, repertoire, key):

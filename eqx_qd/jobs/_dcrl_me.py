@@ -19,7 +19,7 @@ from ..rl._layers import INITS
 from ..rl._td3 import TD3, TD3HParams
 from ._common import register_job
 from ._config import option
-from ._pgame import _choice, _PGAMEJob, ga_operators, PolicyQDOptions
+from ._pgame import _choice, _PGAMEJob, ga_operators, policy_agent, PolicyQDOptions
 from ._registry import ENVIRONMENTS
 
 
@@ -179,24 +179,8 @@ def make_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, T
     """The algorithm (`MAPElites` with lineage and the `DCRLEmitter`) and the TD3 agent that
     defines the policies (the conditioned actor and critic are it widened by the
     descriptors)."""
-    if config.num_descriptors is not None and config.num_descriptors != env.descriptor_size:
-        raise ValueError(
-            f"num_descriptors is {config.num_descriptors} but {config.env!r} has "
-            f"{env.descriptor_size} descriptors"
-        )
-    td3 = TD3(
-        observation_size=env.observation_size,
-        action_size=env.action_size,
-        policy_hidden=config.hidden,
-        critic_hidden=config.critic_hidden,
-        minibatch_size=config.minibatch_size,
-        policy_delay=config.policy_delay,
-        policy_layer_norm=config.normalise,
-        policy_affine=config.affine,
-        policy_init=config.policy_init,
-        critic_init=config.critic_init,
-        critic_target_every_step=True,  # QDax's DCRL: the target critic after every step
-    )
+    # QDax's DCRL soft-updates the target critic after every critic step.
+    td3 = policy_agent(config, env, critic_target_every_step=True)
     hparams = TD3HParams(
         policy_lr=config.actor_lr,
         critic_lr=config.critic_lr,

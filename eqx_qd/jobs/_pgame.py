@@ -313,14 +313,17 @@ def ga_operators(
     return variation, mutation
 
 
-def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
-    """The algorithm (`MAPElites` with lineage) and the TD3 agent that defines the policies."""
+def policy_agent(
+    config: PolicyQDOptions, env: AbstractQDEnv, *, critic_target_every_step: bool = False
+) -> TD3:
+    """The TD3 agent that defines a policy-search job's policies and critic (after checking
+    `num_descriptors` against `env`)."""
     if config.num_descriptors is not None and config.num_descriptors != env.descriptor_size:
         raise ValueError(
             f"num_descriptors is {config.num_descriptors} but {config.env!r} has "
             f"{env.descriptor_size} descriptors"
         )
-    td3 = TD3(
+    return TD3(
         observation_size=env.observation_size,
         action_size=env.action_size,
         policy_hidden=config.hidden,
@@ -331,7 +334,13 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
         policy_affine=config.affine,
         policy_init=config.policy_init,
         critic_init=config.critic_init,
+        critic_target_every_step=critic_target_every_step,
     )
+
+
+def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
+    """The algorithm (`MAPElites` with lineage) and the TD3 agent that defines the policies."""
+    td3 = policy_agent(config, env)
     scorer = PolicyScorer(env)
     variation, mutation = ga_operators(config)
     if config.gradient_op:
