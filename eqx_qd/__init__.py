@@ -63,7 +63,6 @@ from ._qdrl.dcrl import (
     dcrl_emitter as dcrl_emitter,
     DCRLEmitter as DCRLEmitter,
     DCRLState as DCRLState,
-    DescriptorTransition as DescriptorTransition,
 )
 from ._qdrl.me_pbt import (
     PBTEmitter as PBTEmitter,

@@ -14,7 +14,8 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   and `scan_sharded` (the sharded scan over given keys).
 - **Dominated Novelty Search's score**: `competition_fitness` (the mean distance to the `k`
   nearest fitter solutions, what `DNSRepertoire` keeps its population by), for variants.
-- **DCRL-ME's parts**: `normalise_descriptors` (to the `[-1, 1]` the conditioned networks
+- **DCRL-ME's parts**: `DescriptorTransition` (a row of its replay buffer),
+  `normalise_descriptors` (to the `[-1, 1]` the conditioned networks
   read), `similarity` (the reward's scale), `conditioned_transitions` (what the conditioned
   TD3 agent trains on) and `inject_actor` (a conditioned actor folded at one descriptor into an
   ordinary policy), for variants of `DCRLEmitter`.
@@ -46,6 +47,7 @@ from ._misc import (
 )
 from ._qdrl.dcrl import (
     conditioned_transitions as conditioned_transitions,
+    DescriptorTransition as DescriptorTransition,
     inject_actor as inject_actor,
     normalise_descriptors as normalise_descriptors,
     similarity as similarity,

@@ -84,7 +84,7 @@ def test_conditioned_critic_loss_and_target_by_hand(scored, getkey):
     f = lambda *shape: rng.uniform(-1, 1, shape).astype(np.float32)
     obs, action, next_obs, desc, target = f(n, 2), f(n, 2), f(n, 2), f(n, 2), f(n, 2)
     reward, terminated = f(n), np.array([0, 1, 0, 0, 1, 0], np.float32)
-    rows = q.DescriptorTransition(
+    rows = internal.DescriptorTransition(
         q.envs.Transition(
             *map(jnp.asarray, (obs, action, reward, next_obs, terminated, np.zeros(n, np.float32)))
         ),  # fmt: skip

@@ -122,7 +122,7 @@ class DCRLState(eqx.Module):
 
     - `td3`: the conditioned actor and critic, their targets and optimiser states (a
       `TD3State` of the widened agent).
-    - `buffer`: the replay buffer of `DescriptorTransition` rows.
+    - `buffer`: the replay buffer of `internal.DescriptorTransition` rows.
     - `pg_cells`, `pg_targets`: the next batch's policy-gradient parents (repertoire slots)
       and their descriptors; `ai_targets`: the next injected actors' target descriptors.
       Drawn at the end of `init` / `state_update` from the repertoire that the next `emit`
