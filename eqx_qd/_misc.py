@@ -181,3 +181,26 @@ def filter_while_loop(cond_fun: Callable[[_T], Any], body_fun: Callable[[_T], _T
 
     out = jax.lax.while_loop(lambda d: cond_fun(eqx.combine(d, static)), body, dynamic)
     return eqx.combine(out, static)
+
+
+def place_on(tree: _T, sharding: Any) -> _T:
+    """`tree`'s arrays laid out with `sharding` (a `NamedSharding`), whether they are host
+    values, arrays on one device, or arrays already spread over the mesh. Across processes,
+    every process gives the same values for a host or one-device array and keeps its own
+    devices' parts (`jax.device_put` cannot take those to other processes' devices); typed
+    keys travel as their data."""
+    import numpy as np
+
+    def put(x: Any) -> Any:
+        if not eqx.is_array(x):
+            return x
+        is_key = jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+        data = jax.random.key_data(x) if is_key else x
+        if isinstance(data, jax.Array) and not data.is_fully_addressable:
+            placed = jax.device_put(data, sharding)
+        else:
+            host = np.asarray(data)
+            placed = jax.make_array_from_callback(host.shape, sharding, lambda i: host[i])
+        return jax.random.wrap_key_data(placed, impl=jax.random.key_impl(x)) if is_key else placed
+
+    return jax.tree.map(put, tree)

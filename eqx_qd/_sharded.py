@@ -7,7 +7,6 @@ gathered batches of all devices, so every copy stays equal. Emitter states are p
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -18,7 +17,7 @@ from ._compile import jit
 from ._custom_types import PRNGKey
 from ._map_elites import MAPElites, MAPElitesState
 from ._metrics import QDMetrics
-from ._misc import batch_size_of, filter_scan, is_none
+from ._misc import batch_size_of, filter_scan, is_none, place_on
 from ._repertoire import AbstractRepertoire
 from ._tessellation import AbstractTessellation
 
@@ -163,24 +162,6 @@ def place_sharded(state: MAPElitesState, *, mesh: Mesh) -> MAPElitesState:
                 f"{devices} devices on every array, got shape {leaf.shape}"
             )
 
-    def put(x, spec):
-        if not eqx.is_array(x):
-            return x
-        x = jr.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else x
-        sharding = NamedSharding(mesh, spec)
-        host = np.asarray(x)
-        return jax.make_array_from_callback(host.shape, sharding, lambda i: host[i])
-
-    def place(tree, spec):
-        return jax.tree.map(lambda x: _rewrap(x, put(x, spec)), tree)
-
-    rest = place(rest_dyn, P())
-    es = place(es_dyn, P(axis))
+    rest = place_on(rest_dyn, NamedSharding(mesh, P()))
+    es = place_on(es_dyn, NamedSharding(mesh, P(axis)))
     return _join(eqx.combine(rest, rest_static), eqx.combine(es, es_static))
-
-
-def _rewrap(original, placed):
-    # Typed keys travel as their data and are wrapped again with their implementation.
-    if eqx.is_array(original) and jnp.issubdtype(original.dtype, jax.dtypes.prng_key):
-        return jr.wrap_key_data(placed, impl=jr.key_impl(original))
-    return placed

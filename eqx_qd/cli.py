@@ -342,6 +342,23 @@ def _use_devices(count: int | None, processes: int = 1) -> None:
         pass
 
 
+# What a scheduler's job says its process count is, as jax.distributed reads it.
+_SCHEDULER_COUNTS = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
+
+
+def _process_count(args: argparse.Namespace) -> int | None:
+    """The processes of the run the options ask for (`--num-processes`, or with
+    `--distributed` the scheduler's count from the environment); `None` when unknown."""
+    if args.num_processes is not None:
+        return args.num_processes
+    if args.distributed:
+        for name in _SCHEDULER_COUNTS:
+            value = os.environ.get(name, "")
+            if value.isdigit() and int(value) > 0:
+                return int(value)
+    return None
+
+
 _JOIN_OPTIONS = dict.fromkeys(("num_processes", "process_id", "heartbeat_timeout"))
 
 
@@ -377,11 +394,16 @@ def _check_layout(parser: _Parser, args: argparse.Namespace, job: Any, devices: 
 
         several = ", ".join(n for n, j in JOBS.items() if j.multi_process)
         parser.error(f"{job.name} runs in one process; the multi-process jobs are {several}")
-    processes = args.num_processes
+    processes = _process_count(args)
     if devices is not None and processes is not None and devices % processes:
         given = "--devices" if getattr(args, "devices", None) is not None else "devices"
+        by = (
+            f"--num-processes {processes}"
+            if args.num_processes is not None
+            else f"the scheduler's {processes} processes"
+        )
         parser.error(
-            f"{given} {devices} cannot be shared by --num-processes {processes}: a run of "
+            f"{given} {devices} cannot be shared by {by}: a run of "
             "several processes spans every process's devices, as many on each"
         )
 
@@ -586,7 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Host devices first (each process makes its share), then join: both before JAX starts.
     requested = _requested_devices(args, job)
     _check_layout(parser, args, job, requested)
-    _use_devices(requested, args.num_processes or 1)
+    _use_devices(requested, _process_count(args) or 1)
     _join_processes(parser, args)
     cache = _compile_cache(args)
     _use_compile_cache(cache)

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from .._misc import place_on
 from .._validate import fraction, positive_int
 from ..rl._pbt import (
     evaluate_population,
@@ -32,7 +32,7 @@ from ._common import (
     training_env,
 )
 from ._config import option
-from ._distributed import job_mesh
+from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
 from ._registry import make_env
@@ -149,6 +149,7 @@ class _PBTJob(LoopJob):
     unit = "round"
     step_offset = -1  # round r's rows and checkpoint say r
     help = "PBT over any registered agent (default: 8 SAC agents on the open point maze)"
+    multi_process = True
 
     def best(self, metrics) -> float:
         return float(np.mean(metrics["mean_return"]))
@@ -220,8 +221,12 @@ class _PBTJob(LoopJob):
                 key=train_key,
             )
         ev = evaluate_population(plan.agent, plan.env, pop, config.eval_episodes, key=eval_key)
-        returns = np.asarray(jnp.mean(ev.returns, axis=1))
-        env_steps = int(np.sum(np.asarray(pop.env_steps)))
+        # Gathered from every process's devices in a multi-process run (a collective).
+        table, mean_returns, member_steps = to_host(
+            (table, jnp.mean(ev.returns, axis=1), pop.env_steps)
+        )
+        returns = np.asarray(mean_returns)
+        env_steps = int(np.sum(np.asarray(member_steps)))
         wall = clock()
         pop, source = self._exploit(plan, pop, r, returns)
         pop = _placed(pop, plan.mesh)  # members copied across devices move back to their own
@@ -246,6 +251,7 @@ class _PBTJob(LoopJob):
         shape = (len(logs["progress.csv"]), plan.config.population_size)
         returns = table["return"].astype(np.float32).reshape(shape)
         hparams = {n: table[n].reshape(shape) for n in plan.names}
+        pop = to_host(pop)  # every process, in step
         if folder is not None:
             stored = population_without_optimiser_states(plan.agent, pop).agent_state
             folder.write_eqx("population.eqx", stored)
@@ -291,8 +297,7 @@ def _placed(pop, mesh):
     if mesh is None:
         return pop
     (axis,) = mesh.axis_names
-    dyn, static = eqx.partition(pop, eqx.is_array)
-    return eqx.combine(jax.device_put(dyn, NamedSharding(mesh, P(axis))), static)
+    return place_on(pop, NamedSharding(mesh, P(axis)))
 
 
 register_job(_PBTJob())

@@ -21,7 +21,7 @@ from jaxtyping import Array, Float, Int
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._misc import is_none, tree_scatter, tree_take
+from .._misc import is_none, place_on, tree_scatter, tree_take
 from ._base import (
     AbstractAgent,
     AbstractBaseEnv,
@@ -350,8 +350,8 @@ def train_population_sharded(
     # calls 29-33 s).
     (axis,) = mesh.axis_names
     members = NamedSharding(mesh, P(axis))
-    dyn = jax.device_put(dyn, members)
-    keys = jax.device_put(jr.split(key, n), members)
+    dyn = place_on(dyn, members)
+    keys = place_on(jr.split(key, n), members)
     return _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh)
 
 

@@ -1,8 +1,10 @@
-"""One process of the two-process ME-PBT run of `test_distributed.py` (not a test module).
+"""One process of the two-process runs of `test_distributed.py` (not a test module).
 
 ``python tests/jobs/distributed_worker.py PORT PROCESS_ID OUT ITERATIONS [resume]``: joins the run
-at 127.0.0.1:PORT with two host devices, runs (or resumes) the ME-PBT job in OUT/run, and
-saves this process's view of the final repertoire as OUT/process-<id>.npz.
+at 127.0.0.1:PORT with two host devices, runs (or resumes) the ME-PBT job in OUT/run for
+ITERATIONS iterations and the PBT job in OUT/pbt for ITERATIONS - 1 rounds, and saves this
+process's view of their results as OUT/process-<id>.npz (ME-PBT's repertoire) and
+OUT/pbt-<id>.npz (PBT's logs and final population).
 """
 
 import sys
@@ -25,7 +27,7 @@ from eqx_qd import jobs  # noqa: E402
 
 
 sys.path[:0] = ["tests/jobs", "tests"]  # the test module, and what it imports
-from test_distributed import TINY  # noqa: E402
+from test_distributed import PBT_TINY, saved_run, TINY  # noqa: E402
 
 
 config = jobs.MEPBTConfig(**{**TINY, "iterations": iterations, "devices": 4})
@@ -40,3 +42,7 @@ np.savez(
     devices=len(jax.devices()),
     folder=str(result.folder),
 )
+
+config = jobs.PBTConfig(**{**PBT_TINY, "rounds": iterations - 1, "devices": 4})
+result = jobs.run(config, f"{out}/pbt", progress=False, plots=False, resume=resume)
+np.savez(f"{out}/pbt-{pid}.npz", folder=str(result.folder), **saved_run(result))

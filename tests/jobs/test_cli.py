@@ -235,3 +235,17 @@ def test_a_multi_process_layout_is_refused_before_any_process_joins(capsys, job,
         main([*join, *options, "run", *job])
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2 and err.count("\n") == 0 and message in err, err
+
+
+def test_a_scheduler_s_process_count_is_checked_before_joining(capsys, monkeypatch):
+    """`--distributed` under SLURM: the count comes from `SLURM_NTASKS`, checked before JAX
+    tries to join (nothing listens at the port this job id would give)."""
+    monkeypatch.setenv("SLURM_NTASKS", "2")
+    for name, value in (("SLURM_JOB_ID", "1"), ("SLURM_STEP_NODELIST", "127.0.0.1"),
+                        ("SLURM_PROCID", "0"), ("SLURM_LOCALID", "0")):  # fmt: skip
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exc:
+        main(["--distributed", "run", "map-elites", "--devices", "3"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2, err
+    assert "--devices 3 cannot be shared by the scheduler's 2 processes" in err, err

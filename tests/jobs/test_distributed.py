@@ -1,13 +1,16 @@
 """Two processes on 127.0.0.1 (``jax.distributed``, CPU collectives through gloo) running the
-ME-PBT job over the four devices of both, then resuming it: every process holds the same
-repertoire, only process 0 writes the folder, and the run equals the same job on four
-devices of one process."""
+ME-PBT and PBT jobs over the four devices of both, then resuming them: every process holds the
+same results, only process 0 writes the folders, and the runs equal the same jobs in one
+process (ME-PBT on four devices, bit for bit; PBT on one device, whose results every layout
+gives up to float rounding)."""
 
 import socket
 import subprocess
 import sys
 import time
 
+import equinox as eqx
+import jax
 import numpy as np
 import pytest
 from launched import launched_env
@@ -21,6 +24,25 @@ TINY = dict(
     fraction_to_replace_from_best=0.25, fraction_to_replace_from_samples=0.25, cells=16,
     cvt_samples=1000, episode_length=20, checkpoint_every=2,
 )  # fmt: skip
+
+
+PBT_TINY = dict(
+    population_size=4, agent="td3", iterations_per_round=3, num_envs=2, hidden=(8,),
+    minibatch_size=8, buffer_size=200, episode_length=20, eval_episodes=2, best_fraction=0.25,
+    worse_fraction=0.25,
+)  # fmt: skip
+
+
+def saved_run(result) -> dict[str, np.ndarray]:
+    """A run's logs and final state as flat NumPy arrays (the worker saves them)."""
+    out = {f"progress.{k}": np.asarray(v) for k, v in result.progress.items() if k != "wall_s"}
+    for name, table in result.tables.items():
+        out |= {f"{name}.{k}": np.asarray(v) for k, v in table.items()}
+    leaves = jax.tree.leaves(eqx.filter(result.state, eqx.is_array))
+    for i, leaf in enumerate(leaves):
+        is_key = jax.numpy.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+        out[f"state.{i}"] = np.asarray(jax.random.key_data(leaf) if is_key else leaf)
+    return out
 
 
 def _free_port() -> int:
@@ -58,17 +80,18 @@ def _launch(out, iterations, *extra):
             p.kill()
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-3000:]
-    return [dict(np.load(out / f"process-{i}.npz")) for i in range(2)]
+    views = [dict(np.load(out / f"process-{i}.npz")) for i in range(2)]
+    return views, [dict(np.load(out / f"pbt-{i}.npz")) for i in range(2)]
 
 
 @pytest.mark.slow
-def test_two_processes_hold_one_repertoire_and_resume_to_the_one_process_run(tmp_path):
-    """One test for both claims, as they read the same runs (about two minutes): split over
-    two tests, a module-scoped fixture was built once per pytest-xdist worker."""
+def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
+    """One test for every claim, as they read the same runs (about two minutes): split over
+    several tests, a module-scoped fixture was built once per pytest-xdist worker."""
     out = tmp_path / "distributed"
     out.mkdir()
-    first = _launch(out, 3)
-    second = _launch(out, 4, "resume")  # killed after 3 iterations, say, and lengthened
+    first, first_pbt = _launch(out, 3)
+    second, second_pbt = _launch(out, 4, "resume")  # killed after 3 iterations, say, and lengthened
 
     # Every process holds the same repertoire; only process 0 writes the folder.
     for views in (first, second):
@@ -95,6 +118,27 @@ def test_two_processes_hold_one_repertoire_and_resume_to_the_one_process_run(tmp
     np.testing.assert_array_equal(np.asarray(one.repertoire.fitnesses), second[0]["fitnesses"])
     for column in ("qd_score", "num_filled", "env_steps"):
         np.testing.assert_array_equal(one.progress[column], progress[column])
+
+    # PBT: both processes hold the whole population; the two-process run, stopped after two
+    # rounds and lengthened to three, equals three rounds on one device of one process.
+    for views in (first_pbt, second_pbt):
+        a, b = views
+        assert a.keys() == b.keys() and str(b["folder"]) == "None"
+        for name in a:
+            if name != "folder":
+                np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    assert [c.step for c in jobs.list_checkpoints(out / "pbt")] == [1, 2]
+    single = jobs.run(
+        jobs.PBTConfig(**PBT_TINY, rounds=3), tmp_path / "pbt", progress=False, plots=False
+    )
+    reference = saved_run(single)
+    assert reference.keys() == {k for k in second_pbt[0] if k != "folder"}
+    for name, want in reference.items():
+        got = second_pbt[0][name]
+        if np.issubdtype(want.dtype, np.floating):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 def _cli(port: int, pid: int, *options: str) -> list[str]:
@@ -181,3 +225,52 @@ def test_a_dead_process_stops_the_others_with_one_line_that_names_it_and_resumes
     assert f"from its newest checkpoint, iteration {step}" in logs[0]
     assert jobs.run_status(folder)["status"] == "finished"
     assert jobs.load_run(folder).progress["iteration"].tolist()[-1] == step + 5
+
+
+def _free_slurm_job_id() -> int:
+    """A job id whose port (JAX's SLURM rule: 61440 + id mod 4096) is free here."""
+    for job_id in range(4096):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", 61440 + job_id))
+            except OSError:
+                continue
+            return 1000 * 4096 + job_id
+    raise RuntimeError("no free port in JAX's SLURM range")
+
+
+@pytest.mark.slow
+def test_the_slurm_recipe_runs_two_processes_from_the_environment(tmp_path):
+    """The cluster recipe of `docs/long-runs.md` (`srun eqx-qd --distributed run ...`) under
+    a fake SLURM step: two local processes, each with the variables `srun` sets, joined by
+    JAX's own SLURM detection; the devices are made per process from `SLURM_NTASKS`."""
+    folder = tmp_path / "run"
+    slurm = dict(SLURM_JOB_ID=str(_free_slurm_job_id()), SLURM_STEP_NODELIST="127.0.0.1",
+                 SLURM_NTASKS="2", SLURM_STEP_NUM_NODES="1")  # fmt: skip
+    command = [
+        sys.executable, "-m", "eqx_qd.cli", "--distributed", "--heartbeat-timeout", "5",
+        "--no-compile-cache", "run", "map-elites", "--devices", "4", "--genotype-dim", "4",
+        "--cells", "32", "--cvt-samples", "1000", "--batch-size", "8", "--iterations", "3",
+        "--no-plots", "--no-progress", "--out", str(folder),
+    ]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            command,
+            env=launched_env(
+                JAX_PLATFORMS="cpu", SLURM_PROCID=str(i), SLURM_LOCALID=str(i), **slurm
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for i in range(2)
+    ]
+    try:
+        logs = [p.communicate(timeout=240)[0].decode() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for i, (p, log) in enumerate(zip(procs, logs)):
+        assert p.returncode == 0, log[-3000:]
+        assert f"map-elites on 4 cpu devices, process {i} of 2" in log, log[-3000:]
+    assert jobs.run_status(folder)["status"] == "finished"
+    assert jobs.load_run(folder).progress["iteration"].tolist()[-1] == 3
