@@ -165,3 +165,58 @@ def place_sharded(state: MAPElitesState, *, mesh: Mesh) -> MAPElitesState:
     rest = place_on(rest_dyn, NamedSharding(mesh, P()))
     es = place_on(es_dyn, NamedSharding(mesh, P(axis)))
     return _join(eqx.combine(rest, rest_static), eqx.combine(es, es_static))
+
+
+def init_mapped(fn, genotypes, *args, mesh: Mesh):
+    """Inside a jitted function: `fn(share, *args)` on every device of `mesh`, `share` its
+    part of `genotypes` (split along the leading axis), `args` whole, where `fn` returns
+    `(state, out)`: a
+    `MAPElitesState` of an algorithm on the mesh's axis (replicated repertoire) and anything
+    equal on every device (metrics, re-evaluations). Returns the state laid out as
+    `init_sharded` returns it, and `out`."""
+    (axis,) = mesh.axis_names
+    g_dyn, g_static = eqx.partition(genotypes, eqx.is_array)
+    a_dyn, a_static = eqx.partition(args, eqx.is_array)
+    statics = {}
+
+    def body(g, a):
+        state, out = fn(eqx.combine(g, g_static), *eqx.combine(a, a_static))
+        (rest_dyn, statics["rest"]), (es_dyn, statics["es"]) = _split(state)
+        out_dyn, statics["out"] = eqx.partition(out, eqx.is_array)
+        return rest_dyn, _add_axis(es_dyn), out_dyn
+
+    mapped = jax.shard_map(
+        body, mesh=mesh, in_specs=(P(axis), P()), out_specs=(P(), P(axis), P()), check_vma=False
+    )
+    rest_dyn, es_dyn, out_dyn = mapped(g_dyn, a_dyn)
+    state = _join(eqx.combine(rest_dyn, statics["rest"]), eqx.combine(es_dyn, statics["es"]))
+    return state, eqx.combine(out_dyn, statics["out"])
+
+
+def step_mapped(fn, state: MAPElitesState, *args, mesh: Mesh):
+    """Inside a jitted function: `fn(state, *args)` on every device of `mesh`, `state` laid
+    out as `init_sharded` returns it, `args` whole, where `fn` returns `(new_state, out)`
+    with `out` equal on every device (a scan of `MAPElites.step` on the mesh's axis and its
+    records). Returns the new state in the same layout, and `out`."""
+    (axis,) = mesh.axis_names
+    (rest_dyn, rest_static), (es_dyn, es_static) = _split(state)
+    a_dyn, a_static = eqx.partition(args, eqx.is_array)
+    statics = {}
+
+    def body(rest, es, a):
+        s = _join(eqx.combine(rest, rest_static), eqx.combine(_drop_axis(es), es_static))
+        s, out = fn(s, *eqx.combine(a, a_static))
+        (new_rest, _), (new_es, _) = _split(s)
+        out_dyn, statics["out"] = eqx.partition(out, eqx.is_array)
+        return new_rest, _add_axis(new_es), out_dyn
+
+    mapped = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(P(), P(axis), P()),
+        out_specs=(P(), P(axis), P()),
+        check_vma=False,
+    )
+    rest_dyn, es_dyn, out_dyn = mapped(rest_dyn, es_dyn, a_dyn)
+    state = _join(eqx.combine(rest_dyn, rest_static), eqx.combine(es_dyn, es_static))
+    return state, eqx.combine(out_dyn, statics["out"])

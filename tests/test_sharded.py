@@ -182,6 +182,96 @@ def test_the_pbt_job_over_four_devices_equals_one_device(tmp_path):
         jobs.PBTConfig(**PBT_JOB, devices=3)
 
 
+def test_a_data_parallel_td3_step_is_the_whole_minibatch_s_step():
+    """`TD3.update(axis_name=...)` under `shard_map`, each of 4 devices holding a quarter of a
+    minibatch of 16, is the step on the whole minibatch (smoothing noise off: it is drawn per
+    share) and leaves every device's state equal; without the axis each device steps alone."""
+    h = q.rl.TD3HParams(policy_noise=0.0)
+    state = AGENT.init(h, key=jr.key(0))
+    k = jr.split(jr.key(1), 4)
+    batch = q.envs.Transition(
+        jr.normal(k[0], (16, 2)), jr.uniform(k[1], (16, 2), minval=-1.0, maxval=1.0),
+        jr.normal(k[2], (16,)), jr.normal(k[3], (16, 2)),
+        (jnp.arange(16) % 5 == 0).astype(jnp.float32), jnp.zeros(16),
+    )  # fmt: skip
+    whole, _ = AGENT.update(state, batch, key=jr.key(2))  # critic, policy and targets (step 0)
+    mesh = q.device_mesh(4)
+
+    def on_devices(axis_name):
+        def body(share):
+            s, _ = AGENT.update(state, share, axis_name=axis_name, key=jr.key(2))
+            return jax.tree.map(lambda x: x[None], eqx.filter(s, eqx.is_array))
+
+        mapped = jax.shard_map(body, mesh=mesh, in_specs=P("p"), out_specs=P("p"), check_vma=False)
+        return jax.jit(mapped)(batch)
+
+    synced, alone = on_devices("p"), on_devices(None)
+    pairs = zip(jax.tree.leaves(eqx.filter(whole, eqx.is_array)), jax.tree.leaves(synced))
+    for want, got in pairs:
+        got = np.asarray(got)
+        for device in range(1, 4):
+            np.testing.assert_array_equal(got[device], got[0])
+        np.testing.assert_allclose(got[0], np.asarray(want), rtol=1e-5, atol=1e-6)
+    first_critic_layer = np.asarray(jax.tree.leaves(alone.critic)[0])
+    assert not np.allclose(first_critic_layer[0], first_critic_layer[1])
+
+
+PGAME_TINY = dict(
+    env="point_maze_open", episode_length=20, evaluations=8 + 4 * 8, random_init=8,
+    init_batch_size=2, batch_size=8, cells=16, cvt_samples=1000, hidden=(8,),
+    critic_hidden=(8,), minibatch_size=8, buffer_size=400, critic_steps=4, pg_steps=2,
+    snapshot_every=16, num_reevals=2,
+)  # fmt: skip
+
+
+def test_the_pgame_job_over_four_devices_keeps_one_critic(tmp_path):
+    """`devices = 4`: each device scores and varies its quarter of every batch and keeps its
+    own replay buffer; the critic and the greedy actor stay equal on every device (the
+    data-parallel step), the greedy actor is evaluated once per iteration, and the repertoire
+    holds what the gathered batches gave it."""
+    from eqx_qd import jobs
+
+    result = jobs.run(
+        jobs.PGAMEConfig(**PGAME_TINY, devices=4), tmp_path / "run", progress=False, plots=False
+    )
+    pg = result.state.emitter_state[-1]  # (GA, policy gradient), each with a device axis
+    learner = (pg.td3.critic, pg.td3.policy, pg.td3.target_critic, pg.td3.target_policy)
+    for leaf in jax.tree.leaves(eqx.filter(learner, eqx.is_array)):
+        leaf = np.asarray(leaf)
+        assert leaf.shape[0] == 4
+        for device in range(1, 4):
+            np.testing.assert_array_equal(leaf[device], leaf[0])
+    # Each device's buffer (400 / 4 rows) holds its own episodes: the buffers differ.
+    obs = np.asarray(pg.buffer.data.obs)
+    assert obs.shape[:2] == (4, 100) and not np.array_equal(obs[0], obs[1])
+    progress = result.progress
+    assert progress["evaluations"].tolist() == [8, 16, 24, 32, 40]
+    assert np.all(np.diff(progress["qd_score"]) >= 0)
+    with open(tmp_path / "run" / "actors.csv") as f:
+        kinds = [line.split(",")[8] for line in f.read().splitlines()[1:]]
+    assert kinds.count("greedy") <= 4  # at most one per iteration (4 iterations)
+    rep = result.repertoire
+    filled = np.isfinite(np.asarray(rep.fitnesses))
+    assert filled.sum() == progress["num_filled"][-1]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(batch_size=6), r"devices \(4\) must divide batch_size \(6\)"),
+        (dict(minibatch_size=6), r"devices \(4\) must divide minibatch_size \(6\)"),
+        (dict(buffer_size=402), r"devices \(4\) must divide buffer_size \(402\)"),
+        (dict(batch_size=4, evaluations=40), "2 slots or more on each of the 4 devices"),
+        (dict(init_batch_size=4), r"init_batch_size \(4\) must divide each device's"),
+    ],
+)
+def test_the_pgame_job_refuses_a_batch_the_devices_cannot_share(change, message):
+    from eqx_qd import jobs
+
+    with pytest.raises(ValueError, match=message):
+        jobs.PGAMEConfig(**{**PGAME_TINY, **change}, devices=4)
+
+
 TINY = (
     "pg_population_size = 4\nga_population_size = 2\nnum_training_iterations = 2\n"
     "num_envs = 2\nbuffer_size = 200\nhidden = [8]\nminibatch_size = 8\n"

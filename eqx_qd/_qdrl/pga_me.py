@@ -75,6 +75,15 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     - `critic_warmup`: if true (the original code), `init` also runs `num_critic_steps` TD3
       steps on the initial transitions, so the first policy-gradient batch follows a trained
       critic; QDax's emitter trains nothing before its first batch.
+    - `axis_name`: the mesh axis under `shard_map` (`MAPElites(axis_name=...)`,
+      `run_sharded`), or `None` on one device. With an axis the critic is data parallel: every
+      device keeps its own replay buffer (`buffer_size` rows each) of its own batches'
+      transitions, each TD3 step takes `td3.minibatch_size / devices` rows from every device
+      and averages the gradients over the axis (`TD3.update(axis_name=...)`), so the critic and
+      the greedy actor, started from the first device's, stay equal on every device. Each
+      device varies its own parents (policy-gradient batches of `td3.minibatch_size` from its
+      own buffer); the greedy actor is evaluated once, by the first device, and the others
+      give its slot one more policy-gradient child.
     """
 
     batch_size: int = eqx.field(static=True)
@@ -87,6 +96,7 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
     selector: AbstractSelector = UniformSelector()
     greedy_init: str = eqx.field(default="best", static=True)
     critic_warmup: bool = eqx.field(default=True, static=True)
+    axis_name: str | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check.positive_int("QualityPGEmitter.batch_size", self.batch_size)  # the greedy actor
@@ -131,6 +141,8 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
                 lambda b, g: jnp.where(filled, b, g) if eqx.is_array(b) else b, best, greedy
             )
         td3_state = self.td3.state_from(greedy, self.td3.init_critic(key=critic_key), self.hparams)
+        if self.axis_name is not None:  # every device starts from the first device's learner
+            td3_state = from_first_device(td3_state, self.axis_name)
         state = QualityPGState(td3_state, buffer.insert(rows, mask=valid))
         return self._train_critic(state, key=train_key) if self.critic_warmup else state
 
@@ -143,13 +155,25 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         greedy_lineage = Lineage.of(
             jnp.full((1,), -1, jnp.int32), jnp.full((1,), -1, jnp.int32), Origin.GREEDY
         )
+        if self.axis_name is not None:
+            # The greedy actor is the same on every device: the first evaluates it, the others
+            # fill its slot with one more policy-gradient child.
+            num_pg = self.batch_size
         if num_pg == 0:
             return greedy, greedy_lineage
         elites = repertoire.select(num_pg, key=select_key, selector=self.selector)
         offspring = self.pg_variation(elites.genotypes, state, key=pg_key)
         ids = parent_ids(elites)
         lineage = Lineage.of(ids, jnp.full_like(ids, -1), Origin.GRADIENT)
-        return tree_concatenate([offspring, greedy]), tree_concatenate([lineage, greedy_lineage])
+        if self.axis_name is None:
+            return tree_concatenate([offspring, greedy]), tree_concatenate(
+                [lineage, greedy_lineage]
+            )
+        first = jax.lax.axis_index(self.axis_name) == 0
+        pick = lambda g, o: (
+            jnp.where(first, jnp.concatenate([o[:-1], g]), o) if eqx.is_array(o) else o
+        )
+        return jax.tree.map(pick, greedy, offspring), jax.tree.map(pick, greedy_lineage, lineage)
 
     def pg_variation(
         self, parents: DeterministicPolicy, state: QualityPGState, *, key: PRNGKey
@@ -179,10 +203,20 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         return parents
 
     def _train_critic(self, state: QualityPGState, *, key: PRNGKey) -> QualityPGState:
+        share = self.td3.minibatch_size
+        if self.axis_name is not None:
+            devices = jax.lax.axis_size(self.axis_name)
+            if share % devices:
+                raise ValueError(
+                    f"QualityPGEmitter: td3.minibatch_size ({share}) must split over the "
+                    f"{devices} devices of axis {self.axis_name!r} (a multiple of the count)"
+                )
+            share //= devices
+
         def body(td3_state, k):
             sample_key, update_key = jr.split(k)
-            batch = state.buffer.sample(self.td3.minibatch_size, key=sample_key)
-            return self.td3.update(td3_state, batch, key=update_key)
+            batch = state.buffer.sample(share, key=sample_key)
+            return self.td3.update(td3_state, batch, axis_name=self.axis_name, key=update_key)
 
         td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.num_critic_steps))
         return eqx.tree_at(lambda s: s.td3, state, td3_state)
@@ -257,6 +291,7 @@ def pgame_emitter(
     mutation: AbstractMutation | None = None,
     selector: AbstractSelector = UniformSelector(),
     convention: str = "original",
+    axis_name: str | None = None,
 ) -> ComposedEmitter:
     """The PGA-ME emitter: GA offspring, then `QualityPGEmitter`'s (its last slot is the
     greedy actor), in the proportions of `convention` (`pgame_split`).
@@ -274,7 +309,8 @@ def pgame_emitter(
     **Arguments:** `batch_size`, `proportion_evo`; `iso_sigma`, `line_sigma`,
     `variation`, `mutation` (the GA); `td3`, `hparams`, `num_critic_steps`,
     `num_pg_steps`, `pg_lr`, `buffer_size` (the `QualityPGEmitter` fields); `selector`
-    (shared by both halves); `convention`.
+    (shared by both halves); `convention`; `axis_name` (`QualityPGEmitter`'s, to run over a
+    mesh: `batch_size` and `buffer_size` are then each device's).
     """
     num_evo, num_pg = _split(batch_size, proportion_evo, convention, "pgame_emitter")
     if variation is None and mutation is None:
@@ -296,6 +332,14 @@ def pgame_emitter(
             selector=selector,
             greedy_init="best" if convention == "original" else "first",
             critic_warmup=convention == "original",
+            axis_name=axis_name,
         )
     )
     return ComposedEmitter(members)
+
+
+def from_first_device(tree: typing.Any, axis_name: str) -> typing.Any:
+    """`tree` as the first device along `axis_name` holds it, on every device (inside
+    `shard_map`): one all-gather per array."""
+    take = lambda x: jax.lax.all_gather(x, axis_name)[0] if eqx.is_array(x) else x
+    return jax.tree.map(take, tree)

@@ -220,6 +220,7 @@ class _DCRLMEJob(_PGAMEJob):
     The folder is the `pgame` job's."""
 
     name = "dcrl-me"
+    multi_process = False  # its emitter runs on one device (the PGA-ME job's does not)
     config_cls = DCRLMEConfig
     help = "DCRL-MAP-Elites (default: the paper's ant_omni; --preset local for a laptop)"
     description = (

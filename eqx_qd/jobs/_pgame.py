@@ -29,6 +29,7 @@ from .._misc import filter_scan, tree_take
 from .._qdrl.pga_me import CONVENTIONS, pgame_emitter
 from .._qdrl.scoring import ChunkedScorer, DiscardDead, PolicyScorer, reevaluate
 from .._repertoire import AddStatus, MapElitesRepertoire
+from .._sharded import init_mapped, step_mapped
 from .._tessellation import CVTTessellation
 from .._validate import finite, fraction, non_negative, non_negative_int, one_of, positive_int
 from .._variation import (
@@ -47,6 +48,7 @@ from ..rl._td3 import TD3, TD3HParams
 from ._blocks import RepertoireOptions, RunOptions
 from ._common import read_qd_run, read_repertoire, register_job, repertoire_axes, RunResult
 from ._config import option
+from ._distributed import job_mesh, to_host
 from ._folder import RunFolder, user_cache_dir
 from ._loop import Chunk, LoopJob
 from ._registry import ENVIRONMENTS, make_env
@@ -240,11 +242,34 @@ class PGAMEConfig(PolicyQDOptions):
         "batch split, greedy start and critic warm-up",
         check=_choice(CONVENTIONS),
     )
+    devices: int = option(
+        1,
+        "devices to spread each batch over, batch_size / devices each, with a data-parallel "
+        "critic (on a CPU, host devices are made)",
+        check=positive_int,
+    )
 
     def check(self) -> None:
         super().check()
-        if self.gradient_op and self.batch_size < 2:
-            raise ValueError("with gradient_op, batch_size needs 2 slots or more")
+        n = self.devices
+        shared = {"batch_size": self.batch_size, "random_init": self.random_init}
+        if self.gradient_op:
+            shared |= {"buffer_size": self.buffer_size, "minibatch_size": self.minibatch_size}
+        for name, value in shared.items():
+            if value % n:
+                raise ValueError(
+                    f"devices ({n}) must divide {name} ({value}): every device takes as many"
+                )
+        if n > 1 and (self.random_init // n) % self.init_batch_size:
+            raise ValueError(
+                f"init_batch_size ({self.init_batch_size}) must divide each device's "
+                f"random_init ({self.random_init} / {n} devices)"
+            )
+        if self.gradient_op and self.batch_size // n < 2:
+            raise ValueError(
+                "with gradient_op, batch_size needs 2 slots or more"
+                + (f" on each of the {n} devices" if n > 1 else "")
+            )
         if self.n_species != 1:
             raise ValueError(
                 f"n_species is {self.n_species}: only 1 is supported (the GECCO paper's setting, "
@@ -339,8 +364,12 @@ def policy_agent(
 
 
 def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
-    """The algorithm (`MAPElites` with lineage) and the TD3 agent that defines the policies."""
+    """The algorithm (`MAPElites` with lineage) and the TD3 agent that defines the policies.
+    With `devices > 1`, both run on the mesh axis `"p"`: each device's emitter takes
+    `batch_size / devices` candidates and keeps `buffer_size / devices` transitions."""
     td3 = policy_agent(config, env)
+    n = config.devices
+    axis = "p" if n > 1 else None
     scorer = PolicyScorer(env)
     variation, mutation = ga_operators(config)
     if config.gradient_op:
@@ -353,22 +382,24 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
             noise_clip=config.noise_clip,
         )
         emitter = pgame_emitter(
-            batch_size=config.batch_size,
+            batch_size=config.batch_size // n,
             proportion_evo=config.ga_fraction,
             td3=td3,
             hparams=hparams,
             num_critic_steps=config.critic_steps,
             num_pg_steps=config.pg_steps,
             pg_lr=config.pg_lr,
-            buffer_size=config.buffer_size,
+            buffer_size=config.buffer_size // n,
             variation=variation,
             mutation=mutation,
             convention=config.convention,
+            axis_name=axis,
         )
     else:
-        emitter = ga_emitter(config.batch_size, variation=variation, mutation=mutation)
+        emitter = ga_emitter(config.batch_size // n, variation=variation, mutation=mutation)
     scoring = scorer if config.insert_dead else DiscardDead(scorer)
-    return MAPElites(emitter, scoring, scorer.qd_offset, lineage=True), td3
+    algo = MAPElites(emitter, scoring, scorer.qd_offset, lineage=True, axis_name=axis)
+    return algo, td3
 
 
 def pgame_tessellation(
@@ -448,22 +479,37 @@ def _best_reevaluation(algo: MAPElites, repertoire: MapElitesRepertoire, n: int,
 
 
 @jit(donate="all-except-first")  # the old state's buffers (replay buffer) reused
-def _run_chunk(algo: MAPElites, state: MAPElitesState, keys: jax.Array, num_reevals: int):
+def _run_chunk(
+    algo: MAPElites, state: MAPElitesState, keys: jax.Array, num_reevals: int, mesh: Any = None
+):
     def body(s, k):
         step_key, reeval_key = jr.split(k)
         s, metrics, info = algo.step(s, key=step_key)
         fit, desc = _best_reevaluation(algo, s.elites, num_reevals, reeval_key)
         return s, IterationLog(metrics, info, fit, desc, _plain_qd_score(s.elites))
 
-    return filter_scan(body, state, keys)
+    if mesh is None:
+        return filter_scan(body, state, keys)
+    # Every device steps its share; the records are equal on all of them (gathered batches,
+    # replicated repertoire, the same re-evaluation keys).
+    return step_mapped(lambda s, ks: filter_scan(body, s, ks), state, keys, mesh=mesh)
 
 
 @jit
-def _init(algo, init_algo, genotypes, repertoire, result, key, num_reevals):
+def _init(algo, init_algo, genotypes, repertoire, result, key, num_reevals, mesh=None):
     init_key, reeval_key = jr.split(key)
-    state, metrics = init_algo.init(genotypes, repertoire, key=init_key, result=result)
-    fit, desc = _best_reevaluation(algo, state.elites, num_reevals, reeval_key)
-    return state, metrics, fit, desc, _plain_qd_score(state.elites)
+
+    def init(g, rep, res, k, rk):
+        state, metrics = init_algo.init(g, rep, key=k, result=res)
+        fit, desc = _best_reevaluation(algo, state.elites, num_reevals, rk)
+        return state, (metrics, fit, desc, _plain_qd_score(state.elites))
+
+    args = (repertoire, result, init_key, reeval_key)
+    if mesh is None:
+        state, out = init(genotypes, *args)
+    else:  # each device scores its share of the random policies
+        state, out = init_mapped(init, genotypes, *args, mesh=mesh)
+    return (state, *out)
 
 
 _TYPE_NAMES = {int(t): t.name.lower() for t in Origin}
@@ -563,6 +609,7 @@ class _PGAMEPlan(typing.NamedTuple):
     tessellation: CVTTessellation
     init_args: tuple
     run_keys: jax.Array
+    mesh: Any  # the devices each batch is spread over (`None`: one device)
 
 
 class _PGAMEJob(LoopJob):
@@ -584,6 +631,7 @@ class _PGAMEJob(LoopJob):
     unit = "evals"
     elite_ids = "actors.csv lists every id ever added, archive_<evals>.csv each snapshot's"
     checkpoint_at_start = True  # the random initialisation is costly: keep it
+    multi_process = True
     help = "PGA-MAP-Elites (default: walker2d_uni, 10k evaluations of 100 steps)"
     description = (
         "The defaults are a local run (minutes on a laptop CPU); --preset paper starts from the "
@@ -609,6 +657,7 @@ class _PGAMEJob(LoopJob):
         return make_pgame(config, env)
 
     def plan(self, config: PolicyQDOptions) -> _PGAMEPlan:
+        mesh = job_mesh(getattr(config, "devices", 1))  # before the folder
         env = make_pgame_env(config)
         algo, td3 = self.make(config, env)
         init_algo = MAPElites(
@@ -616,6 +665,7 @@ class _PGAMEJob(LoopJob):
             ChunkedScorer(algo.scoring_fn, config.init_batch_size),
             algo.qd_offset,
             lineage=True,
+            axis_name=algo.axis_name,
         )
         cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
         tessellation = pgame_tessellation(config, env, key=cvt_key)  # (a bad file: no folder)
@@ -624,9 +674,18 @@ class _PGAMEJob(LoopJob):
         )
         repertoire = config.repertoire_for(tessellation, env.descriptor_size)
         result = config.result_for(tessellation)
-        init_args = (algo, init_algo, genotypes, repertoire, result, init_key, config.num_reevals)
+        init_args = (
+            algo,
+            init_algo,
+            genotypes,
+            repertoire,
+            result,
+            init_key,
+            config.num_reevals,
+            mesh,
+        )
         run_keys = jr.split(run_key, config.num_iterations)
-        return _PGAMEPlan(config, env, algo, tessellation, init_args, run_keys)
+        return _PGAMEPlan(config, env, algo, tessellation, init_args, run_keys, mesh)
 
     def headers(self, plan: _PGAMEPlan) -> dict[str, list[str]]:
         d = plan.env.descriptor_size
@@ -644,11 +703,13 @@ class _PGAMEJob(LoopJob):
 
     def start(self, plan: _PGAMEPlan, clock: RunClock) -> Chunk:
         config = plan.config
-        state, metrics, fit, desc, plain = _init(*plan.init_args)
+        state, *out = _init(*plan.init_args)
+        # Gathered onto every process in a multi-process run (a collective).
+        (metrics, fit, desc, plain), rep = to_host((out, state.elites))
         evals = config.random_init
         m = {k: float(v) for k, v in metrics.as_dict().items()}
-        # The random actors that entered the archive: every filled cell holds one.
-        rep = state.elites  # without cells: the passive CVT
+        # The random actors that entered the archive: every filled cell holds one (`rep`:
+        # without cells, the passive CVT).
         ids, fits, descs = (np.asarray(x) for x in (rep.extra, rep.fitnesses, rep.descriptors))
         actors = [
             [evals, int(ids[c]), float(fits[c]), *descs[c].tolist(), int(c)]
@@ -666,8 +727,9 @@ class _PGAMEJob(LoopJob):
         # Chunks end on multiples of `chunk`, wherever the run (re)started.
         n = min(chunk - done % chunk, config.num_iterations - done)
         state, logs = _run_chunk(
-            plan.algo, state, plan.run_keys[done : done + n], config.num_reevals
+            plan.algo, state, plan.run_keys[done : done + n], config.num_reevals, plan.mesh
         )
+        logs = to_host(logs)  # every process, in step
         metrics = {k: np.asarray(v) for k, v in logs.metrics.as_dict().items()}
         lineage = logs.info.emit_extra
         columns = {
@@ -696,25 +758,28 @@ class _PGAMEJob(LoopJob):
             actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
         return Chunk(state, evals, {"progress.csv": progress, "actors.csv": actors})
 
+    def resumed_state(self, plan: _PGAMEPlan, resumed) -> MAPElitesState:
+        return resumed.state_on(plan.mesh)
+
     def after_chunk(self, plan: _PGAMEPlan, folder, state, before: int, step: int) -> None:
         # A snapshot at the first chunk's end past each multiple of snapshot_every, and the end.
         period = plan.config.snapshot_every
-        if folder is not None and (
-            step // period > before // period or step >= self.total(plan.config)
-        ):
-            folder.write_csv(f"archive_{step}.csv", *_archive_rows(state.elites))
+        if step // period > before // period or step >= self.total(plan.config):
+            elites = to_host(state.elites)  # on every process (a collective), written by one
+            if folder is not None:
+                folder.write_csv(f"archive_{step}.csv", *_archive_rows(elites))
 
     def finish(self, plan: _PGAMEPlan, folder, state, logs, plots: bool) -> RunResult:
         header = _progress_header(plan.env.descriptor_size)
         table = np.asarray(logs["progress.csv"], dtype=np.float64)
         prog = {h: table[:, j] for j, h in enumerate(header)}
+        state = to_host(state)  # every process, in step (the whole state on each)
+        elites = state.elites
         if folder is not None:
-            folder.write_eqx("repertoire.eqx", state.elites)
+            folder.write_eqx("repertoire.eqx", elites)
             if plots:
-                _write_plots(folder, state.elites, prog, plan.env)
-        return RunResult(
-            plan.config, None if folder is None else folder.path, prog, state, state.elites
-        )
+                _write_plots(folder, elites, prog, plan.env)
+        return RunResult(plan.config, None if folder is None else folder.path, prog, state, elites)
 
     def scorer(self, config) -> PolicyScorer:
         return PolicyScorer(make_pgame_env(config))

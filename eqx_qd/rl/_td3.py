@@ -258,12 +258,20 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
         return -jnp.mean(state.critic.q1(obs, policy(obs)))
 
     def update(
-        self, state: TD3State, batch: Transition, *, key: PRNGKey
+        self, state: TD3State, batch: Transition, *, axis_name: str | None = None, key: PRNGKey
     ) -> tuple[TD3State, Metrics]:
+        """One TD3 step on `batch`: the critic, then (every `policy_delay` steps) the policy
+        and the target networks.
+
+        With `axis_name` (inside `shard_map` over that mesh axis, data parallel), each device
+        gives its own share of the minibatch, and the gradients and losses are averaged over
+        the axis before the Adam steps: devices that start from the same state stay equal, and
+        the step is that of the whole minibatch (the mean of equal shares' mean losses)."""
         check_batch(self, batch, "TD3.update")
         h = state.hparams
-        critic_loss, grads = eqx.filter_value_and_grad(self.critic_loss)(
-            state.critic, state, batch, key=key
+        mean = (lambda t: t) if axis_name is None else (lambda t: jax.lax.pmean(t, axis_name))
+        critic_loss, grads = mean(
+            eqx.filter_value_and_grad(self.critic_loss)(state.critic, state, batch, key=key)
         )
         critic, critic_opt = apply_adam(state.critic, grads, state.critic_opt_state, h.critic_lr)
         state = eqx.tree_at(lambda s: (s.critic, s.critic_opt_state), state, (critic, critic_opt))
@@ -273,7 +281,9 @@ class TD3(AbstractOffPolicyAgent[TD3State]):
             state = eqx.tree_at(lambda s: s.target_critic, state, target)
 
         def policy_step(state: TD3State) -> tuple[TD3State, Float[Array, ""]]:
-            loss, grads = eqx.filter_value_and_grad(self.policy_loss)(state.policy, state, batch)
+            loss, grads = mean(
+                eqx.filter_value_and_grad(self.policy_loss)(state.policy, state, batch)
+            )
             policy, opt = apply_adam(state.policy, grads, state.policy_opt_state, h.policy_lr)
             target_policy = soft_update(state.target_policy, policy, h.tau)
             target_critic = (

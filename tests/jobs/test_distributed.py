@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 from launched import launched_env
+from test_sharded import PGAME_TINY
 
 from eqx_qd import jobs
 
@@ -26,11 +27,19 @@ TINY = dict(
 )  # fmt: skip
 
 
+JOBS = ("pbt", "pgame")  # saved by the worker as OUT/<job>-<process>.npz, beside ME-PBT's
+
 PBT_TINY = dict(
     population_size=4, agent="td3", iterations_per_round=3, num_envs=2, hidden=(8,),
     minibatch_size=8, buffer_size=200, episode_length=20, eval_episodes=2, best_fraction=0.25,
     worse_fraction=0.25,
 )  # fmt: skip
+
+
+def pgame_config(batches: int, devices: int = 4) -> jobs.PGAMEConfig:
+    """The tiny PGA-ME run of `batches` batches after its random policies."""
+    evaluations = PGAME_TINY["random_init"] + batches * PGAME_TINY["batch_size"]
+    return jobs.PGAMEConfig(**{**PGAME_TINY, "evaluations": evaluations, "devices": devices})
 
 
 def saved_run(result) -> dict[str, np.ndarray]:
@@ -81,7 +90,8 @@ def _launch(out, iterations, *extra):
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-3000:]
     views = [dict(np.load(out / f"process-{i}.npz")) for i in range(2)]
-    return views, [dict(np.load(out / f"pbt-{i}.npz")) for i in range(2)]
+    runs = {job: [dict(np.load(out / f"{job}-{i}.npz")) for i in range(2)] for job in JOBS}
+    return views, runs
 
 
 @pytest.mark.slow
@@ -90,8 +100,8 @@ def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
     several tests, a module-scoped fixture was built once per pytest-xdist worker."""
     out = tmp_path / "distributed"
     out.mkdir()
-    first, first_pbt = _launch(out, 3)
-    second, second_pbt = _launch(out, 4, "resume")  # killed after 3 iterations, say, and lengthened
+    first, first_runs = _launch(out, 3)
+    second, second_runs = _launch(out, 4, "resume")  # stopped after 3 iterations, lengthened
 
     # Every process holds the same repertoire; only process 0 writes the folder.
     for views in (first, second):
@@ -119,26 +129,34 @@ def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
     for column in ("qd_score", "num_filled", "env_steps"):
         np.testing.assert_array_equal(one.progress[column], progress[column])
 
-    # PBT: both processes hold the whole population; the two-process run, stopped after two
-    # rounds and lengthened to three, equals three rounds on one device of one process.
-    for views in (first_pbt, second_pbt):
-        a, b = views
-        assert a.keys() == b.keys() and str(b["folder"]) == "None"
-        for name in a:
-            if name != "folder":
-                np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    # PBT and PGA-ME: both processes hold the whole run, the same on both.
+    for job in JOBS:
+        for a, b in (first_runs[job], second_runs[job]):
+            assert a.keys() == b.keys() and str(b["folder"]) == "None"
+            for name in a:
+                if name != "folder":
+                    np.testing.assert_array_equal(a[name], b[name], err_msg=f"{job} {name}")
     assert [c.step for c in jobs.list_checkpoints(out / "pbt")] == [1, 2]
+    # PBT, stopped after two rounds and lengthened to three, equals three rounds on one device
+    # of one process (every layout gives one device's results, up to float rounding).
     single = jobs.run(
         jobs.PBTConfig(**PBT_TINY, rounds=3), tmp_path / "pbt", progress=False, plots=False
     )
-    reference = saved_run(single)
-    assert reference.keys() == {k for k in second_pbt[0] if k != "folder"}
-    for name, want in reference.items():
-        got = second_pbt[0][name]
-        if np.issubdtype(want.dtype, np.floating):
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5, err_msg=name)
+    _assert_same_run(saved_run(single), second_runs["pbt"][0], rtol=1e-4, atol=1e-5)
+    # PGA-ME, stopped after two batches and lengthened to three, equals three batches on four
+    # devices of one process (its data-parallel critic makes the device count part of the run),
+    # up to float rounding: gloo sums the averaged gradients in another order than one process.
+    four = jobs.run(pgame_config(3), tmp_path / "pgame", progress=False, plots=False)
+    _assert_same_run(saved_run(four), second_runs["pgame"][0], rtol=1e-5, atol=1e-6)
+
+
+def _assert_same_run(want: dict, got: dict, rtol: float, atol: float) -> None:
+    assert want.keys() == {k for k in got if k != "folder"}
+    for name, value in want.items():
+        if np.issubdtype(value.dtype, np.floating):
+            np.testing.assert_allclose(got[name], value, rtol=rtol, atol=atol, err_msg=name)
         else:
-            np.testing.assert_array_equal(got, want, err_msg=name)
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
 def _cli(port: int, pid: int, *options: str) -> list[str]:
