@@ -204,3 +204,25 @@ def place_on(tree: _T, sharding: Any) -> _T:
         return jax.random.wrap_key_data(placed, impl=jax.random.key_impl(x)) if is_key else placed
 
     return jax.tree.map(put, tree)
+
+
+def from_first_device(tree: _T, axis_name: str) -> _T:
+    """`tree` as the first device along `axis_name` holds it, on every device (inside
+    `shard_map`): one all-gather per array."""
+    take = lambda x: jax.lax.all_gather(x, axis_name)[0] if eqx.is_array(x) else x
+    return jax.tree.map(take, tree)
+
+
+def device_share(minibatch_size: int, axis_name: str | None, where: str) -> int:
+    """Each device's rows of a data-parallel minibatch of `minibatch_size` over `axis_name`
+    (inside `shard_map`; all of them without an axis). A size the devices cannot share is
+    refused, naming `where`."""
+    if axis_name is None:
+        return minibatch_size
+    devices = jax.lax.axis_size(axis_name)
+    if minibatch_size % devices:
+        raise ValueError(
+            f"{where}: td3.minibatch_size ({minibatch_size}) must split over the {devices} "
+            f"devices of axis {axis_name!r} (a multiple of the count)"
+        )
+    return minibatch_size // devices

@@ -255,6 +255,30 @@ def test_the_pgame_job_over_four_devices_keeps_one_critic(tmp_path):
     assert filled.sum() == progress["num_filled"][-1]
 
 
+def test_dcg_me_over_four_devices_keeps_one_conditioned_agent(tmp_path):
+    """DCRL-ME's job on 4 devices, with DCG-ME's actor episodes too: each device takes a
+    quarter of the GA, policy-gradient and injected parts and of the actor episodes; the
+    conditioned critic and actor stay equal on every device."""
+    from eqx_qd import jobs
+
+    config = jobs.DCRLMEConfig(
+        **{k: v for k, v in PGAME_TINY.items() if k != "num_reevals"},
+        pg_batch_size=4, ai_batch_size=0, actor_evals=4, reward_offset=2.83, devices=4,
+    )  # fmt: skip
+    result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
+    state = result.state.emitter_state  # a DCRLState with a device axis
+    for leaf in jax.tree.leaves(eqx.filter((state.td3.critic, state.td3.policy), eqx.is_array)):
+        leaf = np.asarray(leaf)
+        assert leaf.shape[0] == 4
+        for device in range(1, 4):
+            np.testing.assert_array_equal(leaf[device], leaf[0])
+    assert np.asarray(state.buffer.data.transition.obs).shape[:2] == (4, 100)
+    # 8 random policies and 4 batches of 8, and 4 actor episodes after each batch, 20 steps each
+    assert result.progress["env_steps"][-1] == (8 + 4 * 8 + 4 * 4) * 20
+    with pytest.raises(ValueError, match=r"devices \(4\) must divide actor_evals \(2\)"):
+        dataclasses.replace(config, actor_evals=2)
+
+
 @pytest.mark.parametrize(
     "change, message",
     [

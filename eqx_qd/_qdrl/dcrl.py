@@ -28,7 +28,7 @@ from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._emitters.base import AbstractEmitter, Lineage, Origin
 from .._emitters.mixing import ga_emitter, MixingEmitter
-from .._misc import f32, filter_scan, tree_concatenate, tree_take
+from .._misc import device_share, f32, filter_scan, from_first_device, tree_concatenate, tree_take
 from .._repertoire import AbstractRepertoire, AddInfo
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation
@@ -169,6 +169,12 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
     - `actor_evals`, `scorer`: DCG-ME's evaluations of the conditioned actor: after every
       batch, `actor_evals` injected actors at targets drawn from the repertoire are played by
       `scorer`; their transitions feed the buffer, the repertoire never sees them.
+    - `axis_name`: the mesh axis under `shard_map` (`MAPElites(axis_name=...)`), or `None`
+      on one device. With an axis, the conditioned agent is data parallel as
+      `QualityPGEmitter`'s critic: each device keeps its own buffer (`buffer_size` rows) of
+      its own batch's (and actor episodes') rows, each TD3 step averages the gradients of
+      `td3.minibatch_size / devices` rows from every device, and the agent starts from the
+      first device's; the split and `actor_evals` are each device's.
     """
 
     num_ga: int = eqx.field(static=True)
@@ -189,6 +195,7 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
     selector: AbstractSelector = UniformSelector()
     actor_evals: int = eqx.field(default=0, static=True)
     scorer: PolicyScorer | None = None
+    axis_name: str | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         where = "DCRLEmitter"
@@ -288,6 +295,8 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         rows, keep = self._rows(extra, descriptors, descriptors)
         buffer = ReplayBuffer.empty(self.buffer_size, tree_take(rows, 0)).insert(rows, mask=keep)
         td3_state = self.conditioned_agent.init(self.hparams, key=agent_key)
+        if self.axis_name is not None:  # every device starts from the first device's agent
+            td3_state = from_first_device(td3_state, self.axis_name)
         return self._pick(DCRLState(td3_state, buffer, *self._no_targets()), repertoire, pick_key)
 
     def emit(
@@ -388,12 +397,13 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         """`num_critic_steps` TD3 steps of the conditioned agent, each on a fresh minibatch of
         `conditioned_transitions`."""
         agent = self.conditioned_agent
+        share = device_share(self.td3.minibatch_size, self.axis_name, "DCRLEmitter")
 
         def body(td3_state, k):
             sample_key, update_key = jr.split(k)
-            rows = state.buffer.sample(self.td3.minibatch_size, key=sample_key)
+            rows = state.buffer.sample(share, key=sample_key)
             batch = conditioned_transitions(rows, self.lengthscale, self.reward_offset)
-            return agent.update(td3_state, batch, key=update_key)
+            return agent.update(td3_state, batch, axis_name=self.axis_name, key=update_key)
 
         td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.num_critic_steps))
         return eqx.tree_at(lambda s: s.td3, state, td3_state)
@@ -504,6 +514,7 @@ def dcrl_emitter(
     selector: AbstractSelector = UniformSelector(),
     actor_evals: int = 0,
     scorer: PolicyScorer | None = None,
+    axis_name: str | None = None,
 ) -> DCRLEmitter:
     """DCRL-ME's emitter with QDax's `DCRLMEConfig` defaults (batch 256 = 128 GA + 64
     policy-gradient + 64 injected actors, 3000 critic steps, 150 policy-gradient steps at
@@ -519,7 +530,9 @@ def dcrl_emitter(
     `reward_offset` (see `DCRLEmitter`), `num_critic_steps`, `num_pg_steps`, `pg_lr`,
     `buffer_size`; the GA: iso+line-DD (`iso_sigma`, `line_sigma`)
     unless `variation` or `mutation` is given (as `pgame_emitter`); `selector`, shared by
-    the GA, the parents and the targets; `actor_evals`, `scorer` (DCG-ME's actor episodes).
+    the GA, the parents and the targets; `actor_evals`, `scorer` (DCG-ME's actor episodes);
+    `axis_name` (to run over a mesh: the split, `actor_evals` and `buffer_size` are then each
+    device's).
     """
     check.non_negative_int("dcrl_emitter: num_ga", num_ga)
     low, high = (np.asarray(b, np.float32) for b in descriptor_bounds)
@@ -551,4 +564,5 @@ def dcrl_emitter(
         selector=selector,
         actor_evals=actor_evals,
         scorer=scorer,
+        axis_name=axis_name,
     )

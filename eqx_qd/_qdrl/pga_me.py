@@ -27,7 +27,7 @@ from .._custom_types import Extra, Genotypes, PRNGKey
 from .._emitters.base import AbstractEmitter, Lineage, Origin, parent_ids
 from .._emitters.composed import ComposedEmitter
 from .._emitters.mixing import ga_emitter
-from .._misc import f32, filter_scan, tree_concatenate, tree_take
+from .._misc import device_share, f32, filter_scan, from_first_device, tree_concatenate, tree_take
 from .._repertoire import AbstractRepertoire, AddInfo
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation
@@ -203,15 +203,7 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         return parents
 
     def _train_critic(self, state: QualityPGState, *, key: PRNGKey) -> QualityPGState:
-        share = self.td3.minibatch_size
-        if self.axis_name is not None:
-            devices = jax.lax.axis_size(self.axis_name)
-            if share % devices:
-                raise ValueError(
-                    f"QualityPGEmitter: td3.minibatch_size ({share}) must split over the "
-                    f"{devices} devices of axis {self.axis_name!r} (a multiple of the count)"
-                )
-            share //= devices
+        share = device_share(self.td3.minibatch_size, self.axis_name, "QualityPGEmitter")
 
         def body(td3_state, k):
             sample_key, update_key = jr.split(k)
@@ -336,10 +328,3 @@ def pgame_emitter(
         )
     )
     return ComposedEmitter(members)
-
-
-def from_first_device(tree: typing.Any, axis_name: str) -> typing.Any:
-    """`tree` as the first device along `axis_name` holds it, on every device (inside
-    `shard_map`): one all-gather per array."""
-    take = lambda x: jax.lax.all_gather(x, axis_name)[0] if eqx.is_array(x) else x
-    return jax.tree.map(take, tree)

@@ -108,6 +108,14 @@ class DCRLMEConfig(PolicyQDOptions):
 
     def check(self) -> None:
         super().check()
+        self.check_devices(
+            {
+                "batch_size": self.batch_size,
+                "pg_batch_size": self.pg_batch_size,
+                "ai_batch_size": self.ai_batch_size,
+                "actor_evals": self.actor_evals,
+            }
+        )
         if self.pg_batch_size + self.ai_batch_size > self.batch_size:
             raise ValueError(
                 f"pg_batch_size ({self.pg_batch_size}) + ai_batch_size ({self.ai_batch_size}) "
@@ -181,6 +189,8 @@ def make_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, T
     descriptors)."""
     # QDax's DCRL soft-updates the target critic after every critic step.
     td3 = policy_agent(config, env, critic_target_every_step=True)
+    n = config.devices  # each device's share of the batch, the buffer and the actor episodes
+    axis = "p" if n > 1 else None
     hparams = TD3HParams(
         policy_lr=config.actor_lr,
         critic_lr=config.critic_lr,
@@ -196,22 +206,24 @@ def make_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, T
         td3=td3,
         hparams=hparams,
         descriptor_bounds=env.descriptor_bounds,
-        num_ga=config.ga_batch_size,
-        num_pg=config.pg_batch_size,
-        num_ai=config.ai_batch_size,
+        num_ga=config.ga_batch_size // n,
+        num_pg=config.pg_batch_size // n,
+        num_ai=config.ai_batch_size // n,
         lengthscale=config.lengthscale,
         reward_offset=config.reward_offset,
         num_critic_steps=config.critic_steps,
         num_pg_steps=config.pg_steps,
         pg_lr=config.pg_lr,
-        buffer_size=config.buffer_size,
+        buffer_size=config.buffer_size // n,
         variation=variation,
         mutation=mutation,
-        actor_evals=config.actor_evals,
+        actor_evals=config.actor_evals // n,
         scorer=scorer if config.actor_evals else None,
+        axis_name=axis,
     )
     scoring = scorer if config.insert_dead else DiscardDead(scorer)
-    return MAPElites(emitter, scoring, scorer.qd_offset, lineage=True), td3
+    algo = MAPElites(emitter, scoring, scorer.qd_offset, lineage=True, axis_name=axis)
+    return algo, td3
 
 
 class _DCRLMEJob(_PGAMEJob):
@@ -220,7 +232,7 @@ class _DCRLMEJob(_PGAMEJob):
     The folder is the `pgame` job's."""
 
     name = "dcrl-me"
-    multi_process = False  # its emitter runs on one device (the PGA-ME job's does not)
+    multi_process = True
     config_cls = DCRLMEConfig
     help = "DCRL-MAP-Elites (default: the paper's ant_omni; --preset local for a laptop)"
     description = (

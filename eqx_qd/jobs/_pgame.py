@@ -155,6 +155,32 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
         check=_choice(INITS),
     )
 
+    devices: int = option(
+        1,
+        "devices to spread each batch over, batch_size / devices each, with a data-parallel "
+        "critic (on a CPU, host devices are made)",
+        check=positive_int,
+    )
+
+    def check_devices(self, counts: Mapping[str, int], learner: bool = True) -> None:
+        """Refuse a device count that does not divide `random_init`, `counts` (the job's
+        batch parts) or, with a `learner`, the replay buffer and the minibatch, or that leaves
+        a device's random policies in part chunks, naming the option."""
+        n = self.devices
+        shared = {"random_init": self.random_init, **counts}
+        if learner:
+            shared |= {"buffer_size": self.buffer_size, "minibatch_size": self.minibatch_size}
+        for name, value in shared.items():
+            if value % n:
+                raise ValueError(
+                    f"devices ({n}) must divide {name} ({value}): every device takes as many"
+                )
+        if n > 1 and (self.random_init // n) % self.init_batch_size:
+            raise ValueError(
+                f"init_batch_size ({self.init_batch_size}) must divide each device's "
+                f"random_init ({self.random_init} / {n} devices)"
+            )
+
     def check(self) -> None:
         super().check()
         if self.repertoire == "grid":
@@ -242,29 +268,11 @@ class PGAMEConfig(PolicyQDOptions):
         "batch split, greedy start and critic warm-up",
         check=_choice(CONVENTIONS),
     )
-    devices: int = option(
-        1,
-        "devices to spread each batch over, batch_size / devices each, with a data-parallel "
-        "critic (on a CPU, host devices are made)",
-        check=positive_int,
-    )
 
     def check(self) -> None:
         super().check()
         n = self.devices
-        shared = {"batch_size": self.batch_size, "random_init": self.random_init}
-        if self.gradient_op:
-            shared |= {"buffer_size": self.buffer_size, "minibatch_size": self.minibatch_size}
-        for name, value in shared.items():
-            if value % n:
-                raise ValueError(
-                    f"devices ({n}) must divide {name} ({value}): every device takes as many"
-                )
-        if n > 1 and (self.random_init // n) % self.init_batch_size:
-            raise ValueError(
-                f"init_batch_size ({self.init_batch_size}) must divide each device's "
-                f"random_init ({self.random_init} / {n} devices)"
-            )
+        self.check_devices({"batch_size": self.batch_size}, learner=self.gradient_op)
         if self.gradient_op and self.batch_size // n < 2:
             raise ValueError(
                 "with gradient_op, batch_size needs 2 slots or more"
