@@ -216,6 +216,81 @@ def test_a_data_parallel_td3_step_is_the_whole_minibatch_s_step():
     assert not np.allclose(first_critic_layer[0], first_critic_layer[1])
 
 
+def test_data_parallel_ppo_epochs_are_the_whole_batch_s():
+    """PPO's actor and critic epochs with `axis_name`, each of 4 devices holding a quarter of
+    the samples (one minibatch, one epoch), take the step of the whole batch: gradients,
+    losses, advantage statistics and KL averaged over the devices. The observation
+    normaliser folds every device's batch in as one."""
+    from eqx_qd.rl._ppo import _actor_epochs, _critic_epochs, _Samples
+
+    agent = q.rl.IPPO.for_env(
+        q.envs.TimeLimit(q.envs.LineTargets(n=2, size=8), 16), shared_params=True,
+        rollout_length=8, num_envs=4, num_minibatches=1, actor_epochs=1, critic_epochs=1,
+    )  # fmt: skip
+    state = agent.init(q.rl.PPOHParams(actor_lr=3e-2, critic_lr=3e-2), key=jr.key(0))
+    k = jr.split(jr.key(1), 5)
+    data = _Samples(
+        jr.normal(k[0], (32, 3)), jr.randint(k[1], (32,), 0, 3), -jr.uniform(k[2], (32,)),
+        jr.normal(k[3], (32,)), jr.normal(k[4], (32,)),
+    )  # fmt: skip
+    h, mesh = state.hparams, q.device_mesh(4)
+    actor = lambda d, axis: _actor_epochs(
+        state.actor, state.actor_opt_state, d, h, num_minibatches=1, max_epochs=1,
+        normalise_advantages=True, axis_name=axis, key=jr.key(2),
+    )[0]  # fmt: skip
+    critic = lambda d, axis: _critic_epochs(
+        state.critic, state.critic_opt_state, d, h, num_minibatches=1, epochs=1,
+        axis_name=axis, key=jr.key(3),
+    )[0]  # fmt: skip
+    normaliser = q.rl.RunningNormaliser.create(3).update(jnp.ones((5, 3)))
+    folded = lambda d, axis: normaliser.update(d.obs, axis_name=axis)
+
+    for fn in (actor, critic, folded):
+        whole = fn(data, None)
+
+        def body(share, fn=fn):
+            return jax.tree.map(lambda x: x[None], eqx.filter(fn(share, "p"), eqx.is_array))
+
+        mapped = jax.shard_map(body, mesh=mesh, in_specs=P("p"), out_specs=P("p"), check_vma=False)
+        split = jax.jit(mapped)(data)
+        for want, got in zip(jax.tree.leaves(eqx.filter(whole, eqx.is_array)),
+                             jax.tree.leaves(split)):  # fmt: skip
+            got = np.asarray(got)
+            for device in range(1, 4):
+                np.testing.assert_array_equal(got[device], got[0])
+            np.testing.assert_allclose(got[0], np.asarray(want), rtol=2e-5, atol=1e-6)
+
+
+IPPO_TINY = dict(
+    num_envs=32, rollout_length=32, num_minibatches=4, iterations=40, eval_frequency=20
+)
+
+
+@pytest.mark.slow
+def test_ippo_learns_data_parallel_over_four_devices_and_resumes_on_two(tmp_path):
+    """The IPPO job with `devices = 4`: each device steps 8 of the 32 environments, the
+    parameters stay equal on every device, and the agents learn (the line task's return rises
+    from about -18); a checkpoint holds every environment, so the run resumes on 2 devices."""
+    from eqx_qd import jobs
+
+    result = jobs.run(
+        jobs.IPPOConfig(**IPPO_TINY, devices=4), tmp_path / "run", progress=False, plots=False
+    )
+    for leaf in jax.tree.leaves(eqx.filter(result.state.agent_state.actor, eqx.is_array)):
+        shards = [np.asarray(s.data) for s in leaf.addressable_shards]
+        assert len(shards) == 4 and all(np.array_equal(shards[0], x) for x in shards[1:])
+    returns = result.progress["mean_return"]
+    assert result.progress["env_steps"].tolist() == [0, 20 * 32 * 32, 40 * 32 * 32]
+    assert returns[-1] > returns[0] + 8.0, returns
+    longer = jobs.IPPOConfig(**{**IPPO_TINY, "iterations": 60}, devices=2)
+    resumed = jobs.run(longer, tmp_path / "run", progress=False, plots=False, resume=True)
+    assert resumed.progress["iterations"].tolist() == [0, 20, 40, 60]
+    with pytest.raises(ValueError, match=r"devices \(3\) must divide num_envs \(32\)"):
+        jobs.IPPOConfig(**IPPO_TINY, devices=3)
+    with pytest.raises(ValueError, match=r"each device's num_envs / 16 = 2 environments"):
+        jobs.IPPOConfig(**IPPO_TINY, devices=16, convention="jaxagents")
+
+
 PGAME_TINY = dict(
     env="point_maze_open", episode_length=20, evaluations=8 + 4 * 8, random_init=8,
     init_batch_size=2, batch_size=8, cells=16, cvt_samples=1000, hidden=(8,),

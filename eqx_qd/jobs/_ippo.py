@@ -21,11 +21,12 @@ from ..envs._multi_agent import AbstractMultiAgentEnv, SingleAgentView
 from ..envs._rollout import EpisodeStats, evaluate_episodes
 from ..rl._base import TrainMetrics
 from ..rl._ippo import IPPO
-from ..rl._ppo import PPO_CONVENTIONS, PPOHParams, PPORun
+from ..rl._ppo import PPO_CONVENTIONS, PPOHParams, PPORun, train_data_parallel
 from ._blocks import _one_of, RunOptions
 from ._checkpoints import list_checkpoints, mean_return, restore_checkpoint, save_checkpoint
 from ._common import register_job, RunResult
 from ._config import option
+from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
 from ._progress import Progress
@@ -89,12 +90,31 @@ class IPPOConfig(RunOptions):
         "newest checkpoint states kept (0: all); every evaluation's record stays",
         check=non_negative_int,
     )
+    devices: int = option(
+        1,
+        "devices to split the environments over, num_envs / devices each, with the gradients "
+        "averaged (on a CPU, host devices are made)",
+        check=positive_int,
+    )
 
     def check(self) -> None:
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"hidden must list positive layer widths, got {list(self.hidden)}")
         self.make_agent()  # names a bad environment option, size or minibatch split now
         self.hparams()  # names a hyperparameter outside its range now
+        if self.num_envs % self.devices:
+            raise ValueError(
+                f"devices ({self.devices}) must divide num_envs ({self.num_envs}): every "
+                "device steps as many environments"
+            )
+        if self.devices > 1:
+            try:  # each device's share must split into the minibatches too
+                dataclasses.replace(self.make_agent(), num_envs=self.num_envs // self.devices)
+            except ValueError as e:
+                raise ValueError(
+                    f"devices ({self.devices}): each device's num_envs / {self.devices} = "
+                    f"{self.num_envs // self.devices} environments: {e}"
+                ) from None
 
     def make_env(self) -> AbstractMultiAgentEnv:
         """The registered environment with this config's options (a single-agent one seen as
@@ -195,10 +215,16 @@ def _evaluation(agent: IPPO, env, run: PPORun, num_episodes: int, deterministic:
     return _evaluate_jit(agent, env, run.agent_state, num_episodes, deterministic, key)
 
 
-def _train_chunk(agent: IPPO, env, run: PPORun, n: int, key) -> tuple[PPORun, TrainMetrics]:
-    """`n` iterations from `run` (one `agent.train` call), keyed by `key` folded with the
-    iteration count it starts from."""
-    return agent.train(env, run, n, key=jr.fold_in(key, int(run.iterations)))
+def _train_chunk(
+    agent: IPPO, env, run: PPORun, n: int, key, mesh: Any = None, start: int | None = None
+) -> tuple[PPORun, TrainMetrics]:
+    """`n` iterations from `run` (one `agent.train` call, or `train_data_parallel` over
+    `mesh`), keyed by `key` folded with the iteration count it starts from (`start`, read
+    from `run` by default)."""
+    key = jr.fold_in(key, int(run.iterations) if start is None else start)
+    if mesh is None:
+        return agent.train(env, run, n, key=key)
+    return train_data_parallel(agent, env, run, n, mesh=mesh, key=key)
 
 
 def _record(result: EpisodeStats, run: PPORun, wall: float) -> dict[str, Any]:
@@ -328,6 +354,7 @@ class _IPPOPlan(typing.NamedTuple):
     init_key: PRNGKey
     train_key: PRNGKey
     eval_key: PRNGKey
+    mesh: Any  # the devices the environments are split over (`None`: one device)
 
 
 class _IPPOJob(LoopJob):
@@ -341,6 +368,10 @@ class _IPPOJob(LoopJob):
     `learning_curve.png`. With `resume`, training continues from the latest checkpoint in
     `out_dir` (the config must describe the same agent; its hyperparameters apply from there
     on). Without it, a folder that already holds a run is refused.
+
+    With `devices > 1` the environments are split over the devices and the gradients
+    averaged (`rl.train_data_parallel`); a checkpoint holds every environment, so a resumed
+    run may take another device count (the environments split anew).
     """
 
     name = "ippo"
@@ -350,6 +381,7 @@ class _IPPOJob(LoopJob):
     unit = "iteration"
     checkpoint_at_start = True  # the fresh run's evaluation is a checkpoint, as every other
     help = "independent PPO (default: 4 agents on the discrete LineTargets task)"
+    multi_process = True
 
     def best(self, metrics) -> float:
         return mean_return(metrics)
@@ -365,7 +397,8 @@ class _IPPOJob(LoopJob):
         agent = config.make_agent(env)
         init_key, key = jr.split(jr.key(config.seed))
         train_key, eval_key = jr.split(key)  # as `train_ippo` splits its key
-        return _IPPOPlan(config, env, agent, init_key, train_key, eval_key)
+        mesh = job_mesh(config.devices)
+        return _IPPOPlan(config, env, agent, init_key, train_key, eval_key, mesh)
 
     def headers(self, plan: _IPPOPlan) -> dict[str, list[str]]:
         return {"progress.csv": list(PROGRESS_COLUMNS)}
@@ -391,10 +424,13 @@ class _IPPOJob(LoopJob):
 
     def _evaluated(self, plan: _IPPOPlan, run: PPORun, clock: RunClock) -> Chunk:
         config = plan.config
-        result = _evaluation(plan.agent, plan.env, run, config.eval_episodes, True, plan.eval_key)
-        wall = clock()
-        row = _progress_row(run, result, wall)
-        return Chunk(run, int(run.iterations), {"progress.csv": [row]}, _record(result, run, wall))
+        # The counts on every process of a multi-process run (a collective), for the rows.
+        counts = to_host((run.iterations, run.env_steps))
+        seen = eqx.tree_at(lambda r: (r.iterations, r.env_steps), run, counts)
+        result = _evaluation(plan.agent, plan.env, seen, config.eval_episodes, True, plan.eval_key)
+        result, wall = to_host(result), clock()
+        row = _progress_row(seen, result, wall)
+        return Chunk(run, int(counts[0]), {"progress.csv": [row]}, _record(result, seen, wall))
 
     def start(self, plan: _IPPOPlan, clock: RunClock) -> Chunk:
         run = self._fresh(plan.config, plan.env, plan.agent, plan.init_key)
@@ -407,10 +443,11 @@ class _IPPOJob(LoopJob):
 
     def advance(self, plan: _IPPOPlan, run: PPORun, step: int, clock: RunClock) -> Chunk:
         n = min(plan.config.eval_frequency, plan.config.iterations - step)
-        run, _ = _train_chunk(plan.agent, plan.env, run, n, plan.train_key)
+        run, _ = _train_chunk(plan.agent, plan.env, run, n, plan.train_key, plan.mesh, step)
         return self._evaluated(plan, run, clock)
 
     def finish(self, plan: _IPPOPlan, folder, run: PPORun, logs, plots: bool) -> RunResult:
+        run = to_host(run)  # every process, in step
         rows = np.asarray(logs["progress.csv"], np.float64).reshape(-1, len(PROGRESS_COLUMNS))
         table = {c: rows[:, j] for j, c in enumerate(PROGRESS_COLUMNS)}
         if folder is not None and plots:

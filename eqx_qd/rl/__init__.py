@@ -69,6 +69,7 @@ from ._ppo import (
     PPOHParams as PPOHParams,
     PPORun as PPORun,
     PPOState as PPOState,
+    train_data_parallel as train_data_parallel,
 )
 from ._sac import (
     SAC as SAC,

@@ -3,6 +3,7 @@
 import typing
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -39,12 +40,23 @@ class RunningNormaliser(eqx.Module):
         check.positive_int("RunningNormaliser.create: dim", dim)
         return cls(jnp.zeros(dim, jnp.float32), jnp.ones(dim, jnp.float32), 0.0, eps, clip)
 
-    def update(self, batch: Float[Array, "batch dim"]) -> "RunningNormaliser":
-        """Fold a batch of vectors (`(batch, *mean.shape)`) into the statistics."""
+    def update(
+        self, batch: Float[Array, "batch dim"], *, axis_name: str | None = None
+    ) -> "RunningNormaliser":
+        """Fold a batch of vectors (`(batch, *mean.shape)`) into the statistics. With
+        `axis_name` (inside `shard_map`), the batch is every device's along that mesh axis
+        together, and every device gets the same statistics."""
         check.rows("RunningNormaliser.update: batch", batch, self.mean.shape)
         n = jnp.asarray(batch.shape[0], jnp.float32)
-        batch_mean = jnp.mean(batch, axis=0)
-        batch_var = jnp.var(batch, axis=0)
+        if axis_name is None:
+            batch_mean = jnp.mean(batch, axis=0)
+            batch_var = jnp.var(batch, axis=0)
+        else:
+            n = jax.lax.psum(n, axis_name)
+            batch_mean = jax.lax.psum(jnp.sum(batch, axis=0), axis_name) / n
+            batch_var = (
+                jax.lax.psum(jnp.sum((batch - batch_mean[None]) ** 2, axis=0), axis_name) / n
+            )
         total = self.count + n
         delta = batch_mean - self.mean
         mean = self.mean + delta * (n / total)

@@ -16,6 +16,7 @@ so a hyperparameter sweep is `eqx.filter_vmap` over states and a new value never
 """
 
 import abc
+import dataclasses
 import typing
 from collections.abc import Sequence
 
@@ -23,12 +24,21 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._misc import filter_scan, filter_while_loop, i32, is_none, random_permutation, tree_take
+from .._misc import (
+    filter_scan,
+    filter_while_loop,
+    i32,
+    is_none,
+    place_on,
+    random_permutation,
+    tree_take,
+)
 from ..envs._base import (
     AbstractBaseEnv,
     AbstractEnv,
@@ -204,15 +214,31 @@ def _trajectory_minibatches(
     return idx.reshape(count, -1).astype(jnp.int32)
 
 
-def _standardise(adv: Array, group: int | None) -> Array:
+def _over(axis_name: str | None, reduce=jax.lax.pmean):
+    """`reduce` over the mesh axis `axis_name` (data-parallel training), or nothing."""
+    return (lambda t: t) if axis_name is None else (lambda t: reduce(t, axis_name))
+
+
+def _standardise(adv: Array, group: int | None, axis_name: str | None = None) -> Array:
     """`adv` standardised over all its samples (`group=None`), or over each run of `group`
     consecutive samples (one time step of one agent: the jaxagents convention), per agent
-    where `adv` has an agent axis after the samples."""
+    where `adv` has an agent axis after the samples. With `axis_name`, the statistics are
+    those of every device's samples together (equal shares)."""
+    if axis_name is None:
+        if group is None:
+            return (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
+        rows = adv.reshape(-1, group, *adv.shape[1:])
+        mean = jnp.mean(rows, axis=1, keepdims=True)
+        std = jnp.std(rows, axis=1, keepdims=True)
+        return ((rows - mean) / (std + 1e-8)).reshape(adv.shape)
+    mean_all = _over(axis_name)
     if group is None:
-        return (adv - jnp.mean(adv)) / (jnp.std(adv) + 1e-8)
+        mean = mean_all(jnp.mean(adv))
+        std = jnp.sqrt(mean_all(jnp.mean((adv - mean) ** 2)))
+        return (adv - mean) / (std + 1e-8)
     rows = adv.reshape(-1, group, *adv.shape[1:])
-    mean = jnp.mean(rows, axis=1, keepdims=True)
-    std = jnp.std(rows, axis=1, keepdims=True)
+    mean = mean_all(jnp.mean(rows, axis=1, keepdims=True))
+    std = jnp.sqrt(mean_all(jnp.mean((rows - mean) ** 2, axis=1, keepdims=True)))
     return ((rows - mean) / (std + 1e-8)).reshape(adv.shape)
 
 
@@ -227,17 +253,18 @@ def _actor_loss(
     *,
     normalise_advantages: bool,
     group: int | None = None,
+    axis_name: str | None = None,
 ) -> tuple[Float[Array, ""], tuple[Float[Array, ""], Float[Array, ""]]]:
     """The clipped surrogate with an entropy bonus (to minimise) of `actor` on `batch`, the
     mean entropy and the sum of `-log ratio` over the batch (jaxagents' KL statistic).
     Advantages are standardised (`_standardise`, over runs of `group` samples if given) when
-    `normalise_advantages`."""
+    `normalise_advantages` (over every device's samples with `axis_name`)."""
     log_probs, entropies = jax.vmap(actor.log_prob_and_entropy)(batch.obs, batch.actions)
     log_ratio = log_probs - batch.log_probs
     ratio = jnp.exp(log_ratio)
     adv = batch.advantages
     if normalise_advantages:
-        adv = _standardise(adv, group)
+        adv = _standardise(adv, group, axis_name)
     clipped = jnp.clip(ratio, 1.0 - h.clip_eps, 1.0 + h.clip_eps)
     surrogate = jnp.mean(jnp.minimum(ratio * adv, clipped * adv))
     entropy = jnp.mean(entropies)
@@ -263,6 +290,7 @@ def _actor_epochs(
     fixed: Int[Array, "count size"] | None = None,
     group: int | None = None,
     adam_eps: float = 1e-5,
+    axis_name: str | None = None,
     key: PRNGKey,
 ) -> tuple[AbstractActor, PyTree, Metrics]:
     """Up to `max_epochs` epochs of `_actor_loss` of `actor` over `data` in
@@ -271,16 +299,25 @@ def _actor_epochs(
 
     With `fixed` minibatch indices (the jaxagents convention), every epoch takes them in that
     order, advantages are standardised over runs of `group` samples, and the stop reads the
-    last minibatch's sum of `-log ratio` instead."""
+    last minibatch's sum of `-log ratio` instead.
+
+    With `axis_name` (data parallel, inside `shard_map`), `data` is this device's share, each
+    minibatch is every device's together: gradients, losses and the KL are averaged over the
+    axis (the sum of `-log ratio` summed), so every device takes the same steps."""
     n = data.obs.shape[0]
+    mean, total = _over(axis_name), _over(axis_name, jax.lax.psum)
     grad_fn = eqx.filter_value_and_grad(
-        lambda a, b: _actor_loss(a, b, h, normalise_advantages=normalise_advantages, group=group),
+        lambda a, b: _actor_loss(
+            a, b, h, normalise_advantages=normalise_advantages, group=group, axis_name=axis_name
+        ),
         has_aux=True,
     )
 
     def minibatch(carry, idx):
         actor, opt_state = carry
         (loss, (entropy, minus_log_ratio)), grads = grad_fn(actor, tree_take(data, idx))
+        loss, entropy, grads = mean((loss, entropy, grads))
+        minus_log_ratio = total(minus_log_ratio)
         actor, opt_state = apply_clipped_adam(
             actor, grads, opt_state, h.actor_lr, h.max_grad_norm, adam_eps
         )
@@ -294,7 +331,7 @@ def _actor_epochs(
             minibatch, (actor, opt_state), idx
         )
         actor, opt_state = carry
-        kl = _approx_kl(actor, data) if fixed is None else minus_log_ratios[-1]
+        kl = mean(_approx_kl(actor, data)) if fixed is None else minus_log_ratios[-1]
         return actor, opt_state, key, count + 1, kl, jnp.mean(losses), jnp.mean(entropies)
 
     def keep_going(carry):
@@ -318,13 +355,16 @@ def _critic_epochs(
     epochs: int,
     fixed: Int[Array, "count size"] | None = None,
     adam_eps: float = 1e-5,
+    axis_name: str | None = None,
     key: PRNGKey,
 ) -> tuple[eqx.Module, PyTree, Metrics]:
     """`epochs` epochs of value regression of `critic` (any module `obs -> value`;
     `h.vf_coef` x squared error to the GAE targets) over `data` in `num_minibatches`
     minibatches (a fresh shuffle each epoch, or the `fixed` indices every epoch), with
-    clipped Adam from `opt_state`."""
+    clipped Adam from `opt_state`. With `axis_name`, as `_actor_epochs`: the gradients and
+    losses averaged over every device's share."""
     n = data.obs.shape[0]
+    mean = _over(axis_name)
 
     def loss_fn(critic, batch):
         values = jax.vmap(critic)(batch.obs)
@@ -332,7 +372,7 @@ def _critic_epochs(
 
     def minibatch(carry, idx):
         critic, opt_state = carry
-        loss, grads = eqx.filter_value_and_grad(loss_fn)(critic, tree_take(data, idx))
+        loss, grads = mean(eqx.filter_value_and_grad(loss_fn)(critic, tree_take(data, idx)))
         critic, opt_state = apply_clipped_adam(
             critic, grads, opt_state, h.critic_lr, h.max_grad_norm, adam_eps
         )
@@ -610,8 +650,16 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         )
         return idx, self.num_envs // self.num_minibatches
 
-    def _epochs(self, state: PPOState, data: _Samples, actor_key: PRNGKey, critic_key: PRNGKey):
-        """The actor's and the critic's epochs on `data`, pooled as `pooling` says."""
+    def _epochs(
+        self,
+        state: PPOState,
+        data: _Samples,
+        actor_key: PRNGKey,
+        critic_key: PRNGKey,
+        axis_name: str | None = None,
+    ):
+        """The actor's and the critic's epochs on `data`, pooled as `pooling` says (data
+        parallel over `axis_name` if given)."""
         h = state.hparams
         fixed, group = self._fixed_minibatches()
         actor_update = lambda a, o, d, k: _actor_epochs(
@@ -625,6 +673,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
             fixed=fixed,
             group=group,
             adam_eps=self.adam_eps,
+            axis_name=axis_name,
             key=k,
         )
         critic_update = lambda c, o, d, k: _critic_epochs(
@@ -636,6 +685,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
             epochs=self.critic_epochs,
             fixed=fixed,
             adam_eps=self.adam_eps,
+            axis_name=axis_name,
             key=k,
         )
         if self.pooling == "independent":  # vmapped over agents
@@ -657,16 +707,27 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         return actor, critic
 
     def _iteration(
-        self, team: AbstractMultiAgentEnv, run: PPORun, key: PRNGKey
+        self,
+        team: AbstractMultiAgentEnv,
+        run: PPORun,
+        key: PRNGKey,
+        axis_name: str | None = None,
     ) -> tuple[PPORun, Metrics]:
         """One rollout and the epochs on it. **Returns:** the run and metrics per agent
-        `(num_agents,)`."""
+        `(num_agents,)`.
+
+        With `axis_name` (inside `shard_map`; `train_data_parallel`), this agent's
+        `num_envs` are one device's environments: each device rolls out its own, the
+        epochs average every device's gradients, the normaliser sees every device's
+        observations, and the step count and metrics are the whole mesh's."""
+        if axis_name is not None:  # each device's environments, shuffles and actions its own
+            key = jr.fold_in(key, jax.lax.axis_index(axis_name))
         rollout_key, actor_key, critic_key = jr.split(key, 3)
         env_state, traj = self._rollout(team, run, rollout_key)
         state = run.agent_state
         data = self._samples(state, traj)
         (actor, actor_opt, actor_metrics), (critic, critic_opt, critic_metrics) = self._epochs(
-            state, data, actor_key, critic_key
+            state, data, actor_key, critic_key, axis_name
         )
         state = eqx.tree_at(
             lambda s: (s.actor, s.critic, s.actor_opt_state, s.critic_opt_state),
@@ -675,20 +736,27 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         )
         if state.normaliser is not None:  # the next rollout sees this one's statistics too
             obs = jnp.moveaxis(traj.obs, 2, 0).reshape(self.num_agents, -1, traj.obs.shape[-1])
+            fold = lambda n, o: n.update(o, axis_name=axis_name)
             if self.pooling == "shared":
-                normaliser = state.normaliser.update(obs.reshape(-1, obs.shape[-1]))
+                normaliser = fold(state.normaliser, obs.reshape(-1, obs.shape[-1]))
             else:
-                normaliser = eqx.filter_vmap(lambda n, o: n.update(o))(state.normaliser, obs)
+                normaliser = eqx.filter_vmap(fold)(state.normaliser, obs)
             state = eqx.tree_at(lambda s: s.normaliser, state, normaliser)
-        steps = self.rollout_length * self.num_envs
+        devices = 1 if axis_name is None else jax.lax.axis_size(axis_name)
+        steps = self.rollout_length * self.num_envs * devices
         run = PPORun(state, env_state, run.env_steps + steps, run.iterations + 1)
         metrics = {
             k: jnp.broadcast_to(v, (self.num_agents,)).astype(jnp.float32)
             for k, v in {**actor_metrics, **critic_metrics}.items()
         }
-        metrics["mean_reward"] = jnp.mean(traj.rewards, axis=(0, 1))
+        metrics["mean_reward"] = _over(axis_name)(jnp.mean(traj.rewards, axis=(0, 1)))
         finished = jnp.moveaxis(traj.finished_returns, -1, 0)  # (agents, time, batch)
-        metrics["episode_return"], metrics["episodes_done"] = jax.vmap(finished_episodes)(finished)
+        returns, done = jax.vmap(finished_episodes)(finished)
+        if axis_name is not None:  # the mean over every device's finished episodes
+            total = _over(axis_name, jax.lax.psum)
+            summed, done = total(jnp.where(done > 0, returns * done, 0.0)), total(done)
+            returns = jnp.where(done > 0, summed / jnp.maximum(done, 1.0), jnp.nan)
+        metrics["episode_return"], metrics["episodes_done"] = returns, done
         return run, metrics
 
     def train(
@@ -701,14 +769,88 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         team = self._team(env, "train")
         check.non_negative_int(f"{type(self).__name__}.train: num_iterations", num_iterations)
         run, metrics = _train(self, team, run, num_iterations, key=key)
-        per_agent = ("mean_reward", "episodes_done", "episode_return")
-        losses = {k: jnp.mean(v, axis=-1) for k, v in metrics.items() if k not in per_agent}
-        return run, TrainMetrics(
-            jnp.mean(metrics["mean_reward"], axis=-1),
-            jnp.sum(metrics["episode_return"], axis=-1),
-            metrics["episodes_done"][:, 0],
-            losses,
+        return run, _team_metrics(metrics)
+
+
+def _team_metrics(metrics: Metrics) -> TrainMetrics:
+    """The team's `TrainMetrics` from per-agent iteration metrics (`_PPOLearner.train`)."""
+    per_agent = ("mean_reward", "episodes_done", "episode_return")
+    losses = {k: jnp.mean(v, axis=-1) for k, v in metrics.items() if k not in per_agent}
+    return TrainMetrics(
+        jnp.mean(metrics["mean_reward"], axis=-1),
+        jnp.sum(metrics["episode_return"], axis=-1),
+        metrics["episodes_done"][:, 0],
+        losses,
+    )
+
+
+def train_data_parallel(
+    agent: _PPOLearner,
+    env: AbstractBaseEnv,
+    run: PPORun,
+    num_iterations: int,
+    *,
+    mesh: Mesh,
+    key: PRNGKey,
+) -> tuple[PPORun, TrainMetrics]:
+    """`agent.train(env, run, num_iterations, key=key)` (`PPO` or `IPPO`) with its
+    `num_envs` environments split over the devices of `mesh` (`num_envs / devices` each; each
+    device's rollout must split into the minibatches too):
+    each device steps its environments, and every minibatch's gradients, losses, KL and
+    advantage statistics are averaged over the devices, so one set of parameters stays equal on
+    all of them (data parallel, as brax's PPO trainer over devices). The result depends on the
+    device count (each device shuffles and samples its own share), not on how the devices are
+    spread over processes, up to float rounding. `run` (from `agent.init_run`, or this
+    function) comes back with its environments split over the mesh."""
+    n = mesh.devices.size
+    name = f"train_data_parallel ({type(agent).__name__})"
+    if agent.num_envs % n:
+        raise ValueError(
+            f"{name}: num_envs ({agent.num_envs}) must split over the mesh's {n} devices"
         )
+    try:  # each device's agent: its share of the environments
+        local = dataclasses.replace(agent, num_envs=agent.num_envs // n)
+    except ValueError as e:
+        raise ValueError(f"{name}: each of the {n} devices runs num_envs / {n}: {e}") from None
+    team = agent._team(env, "train_data_parallel")
+    check.non_negative_int(f"{name}: num_iterations", num_iterations)
+    (axis,) = mesh.axis_names
+    state_dyn, state_static = eqx.partition(run.agent_state, eqx.is_array)
+    env_dyn, env_static = eqx.partition(run.env_state, eqx.is_array)
+    state_dyn = place_on(state_dyn, NamedSharding(mesh, P()))
+    env_dyn = place_on(env_dyn, NamedSharding(mesh, P(axis)))
+    statics = (state_static, env_static)
+    out = _train_mapped(
+        local, team, state_dyn, env_dyn, (run.env_steps, run.iterations), statics,
+        num_iterations, mesh, key,
+    )  # fmt: skip
+    state_dyn, env_dyn, (steps, iterations), metrics = out
+    run = PPORun(
+        eqx.combine(state_dyn, state_static), eqx.combine(env_dyn, env_static), steps, iterations
+    )
+    return run, _team_metrics(metrics)
+
+
+@jit(package_options=False)
+def _train_mapped(agent, team, state_dyn, env_dyn, counters, statics, num_iterations, mesh, key):
+    (axis,) = mesh.axis_names
+    state_static, env_static = statics
+
+    def body(s_dyn, e_dyn, counts, k):
+        run = PPORun(eqx.combine(s_dyn, state_static), eqx.combine(e_dyn, env_static), *counts)
+        step = lambda r, kk: agent._iteration(team, r, kk, axis)
+        run, metrics = filter_scan(step, run, jr.split(k, num_iterations))
+        new = (eqx.filter(run.agent_state, eqx.is_array), eqx.filter(run.env_state, eqx.is_array))
+        return *new, (run.env_steps, run.iterations), metrics
+
+    mapped = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(P(), P(axis), P(), P()),
+        out_specs=(P(), P(axis), P(), P()),
+        check_vma=False,
+    )
+    return mapped(state_dyn, env_dyn, counters, key)
 
 
 @jit(package_options=False)  # XLA's fusion emitters: see `eqx_qd._compile`

@@ -2,10 +2,10 @@
 
 ``python tests/jobs/distributed_worker.py PORT PROCESS_ID OUT ITERATIONS [resume]``: joins the run
 at 127.0.0.1:PORT with two host devices, runs (or resumes) the ME-PBT job in OUT/run for
-ITERATIONS iterations, the PBT job in OUT/pbt for ITERATIONS - 1 rounds and the PGA-ME job in
-OUT/pgame for ITERATIONS - 1 batches, and saves this process's view of their results as
-OUT/process-<id>.npz (ME-PBT's repertoire), OUT/pbt-<id>.npz and OUT/pgame-<id>.npz (logs and
-final states).
+ITERATIONS iterations, the PBT job in OUT/pbt for ITERATIONS - 1 rounds, the PGA-ME job in
+OUT/pgame for ITERATIONS - 1 batches and the IPPO job in OUT/ippo for ITERATIONS - 1
+iterations, and saves this process's view of their results as OUT/process-<id>.npz (ME-PBT's
+repertoire) and OUT/<job>-<id>.npz (logs and final states).
 """
 
 import sys
@@ -28,7 +28,7 @@ from eqx_qd import jobs  # noqa: E402
 
 
 sys.path[:0] = ["tests/jobs", "tests"]  # the test module, and what it imports
-from test_distributed import PBT_TINY, pgame_config, saved_run, TINY  # noqa: E402
+from test_distributed import ippo_config, PBT_TINY, pgame_config, saved_run, TINY  # noqa: E402
 
 
 config = jobs.MEPBTConfig(**{**TINY, "iterations": iterations, "devices": 4})
@@ -51,3 +51,7 @@ np.savez(f"{out}/pbt-{pid}.npz", folder=str(result.folder), **saved_run(result))
 config = pgame_config(iterations - 1)
 result = jobs.run(config, f"{out}/pgame", progress=False, plots=False, resume=resume)
 np.savez(f"{out}/pgame-{pid}.npz", folder=str(result.folder), **saved_run(result))
+
+config = ippo_config(iterations - 1)
+result = jobs.run(config, f"{out}/ippo", progress=False, plots=False, resume=resume)
+np.savez(f"{out}/ippo-{pid}.npz", folder=str(result.folder), **saved_run(result))

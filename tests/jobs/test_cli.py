@@ -223,7 +223,7 @@ def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
     "job, options, message",
     [
         (["map-elites", "--devices", "3"], [], "--devices 3 cannot be shared by --num-processes 2"),
-        (["ippo"], [], "ippo runs in one process; the multi-process jobs are"),
+        (["external"], [], "external runs in one process; the multi-process jobs are"),
         (["map-elites", "--devices", "2"], ["--heartbeat-timeout", "0"],
          "--heartbeat-timeout must be at least 1 second, got 0"),
     ],

@@ -27,7 +27,7 @@ TINY = dict(
 )  # fmt: skip
 
 
-JOBS = ("pbt", "pgame")  # saved by the worker as OUT/<job>-<process>.npz, beside ME-PBT's
+JOBS = ("pbt", "pgame", "ippo")  # saved by the worker as OUT/<job>-<process>.npz, beside ME-PBT's
 
 PBT_TINY = dict(
     population_size=4, agent="td3", iterations_per_round=3, num_envs=2, hidden=(8,),
@@ -40,6 +40,14 @@ def pgame_config(batches: int, devices: int = 4) -> jobs.PGAMEConfig:
     """The tiny PGA-ME run of `batches` batches after its random policies."""
     evaluations = PGAME_TINY["random_init"] + batches * PGAME_TINY["batch_size"]
     return jobs.PGAMEConfig(**{**PGAME_TINY, "evaluations": evaluations, "devices": devices})
+
+
+def ippo_config(iterations: int, devices: int = 4) -> jobs.IPPOConfig:
+    """The tiny IPPO run of `iterations` iterations, evaluated after each."""
+    return jobs.IPPOConfig(
+        num_envs=8, rollout_length=8, num_minibatches=2, hidden=(8,), iterations=iterations,
+        eval_frequency=1, eval_episodes=4, devices=devices,
+    )  # fmt: skip
 
 
 def saved_run(result) -> dict[str, np.ndarray]:
@@ -148,6 +156,9 @@ def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
     # up to float rounding: gloo sums the averaged gradients in another order than one process.
     four = jobs.run(pgame_config(3), tmp_path / "pgame", progress=False, plots=False)
     _assert_same_run(saved_run(four), second_runs["pgame"][0], rtol=1e-5, atol=1e-6)
+    # IPPO likewise (data parallel over the environments), after two iterations and three.
+    four = jobs.run(ippo_config(3), tmp_path / "ippo", progress=False, plots=False)
+    _assert_same_run(saved_run(four), second_runs["ippo"][0], rtol=1e-5, atol=1e-6)
 
 
 def _assert_same_run(want: dict, got: dict, rtol: float, atol: float) -> None:
