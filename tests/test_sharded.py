@@ -156,24 +156,35 @@ PBT_JOB = dict(
 
 def test_the_pbt_job_over_four_devices_equals_one_device(tmp_path):
     """`devices = 4`: one member per device, PBT over all of them (a copy moves its whole run);
-    every logged number and the final population as on one device."""
+    every logged number and the final population as on one device. The run, resumed on 2
+    devices for a third round (the population splits anew), still is one device's."""
     from eqx_qd import jobs
 
-    one = jobs.run(jobs.PBTConfig(**PBT_JOB), tmp_path / "one", progress=False, plots=False)
+    one = jobs.run(
+        jobs.PBTConfig(**{**PBT_JOB, "rounds": 3}), tmp_path / "one", progress=False, plots=False
+    )
     four = jobs.run(
         jobs.PBTConfig(**PBT_JOB, devices=4), tmp_path / "four", progress=False, plots=False
     )
-    for column in one.progress:
-        if column != "wall_s":
-            np.testing.assert_allclose(one.progress[column], four.progress[column], rtol=1e-5)
-    for column in one.tables["hparams"]:
-        np.testing.assert_allclose(
-            one.tables["hparams"][column], four.tables["hparams"][column], rtol=1e-5
-        )
     buffer = four.state.buffer.data.obs  # each member's replay buffer on its own device
     assert len(buffer.sharding.device_set) == 4
+    assert len(four.progress["round"]) == 2
+    two = jobs.run(
+        jobs.PBTConfig(**{**PBT_JOB, "rounds": 3}, devices=2),
+        tmp_path / "four",
+        progress=False,
+        plots=False,
+        resume=True,
+    )
+    for column in one.progress:
+        if column != "wall_s":
+            np.testing.assert_allclose(one.progress[column], two.progress[column], rtol=1e-5)
+    for column in one.tables["hparams"]:
+        np.testing.assert_allclose(
+            one.tables["hparams"][column], two.tables["hparams"][column], rtol=1e-5
+        )
     for a, b in zip(jax.tree.leaves(eqx.filter(one.state, eqx.is_array)),
-                    jax.tree.leaves(eqx.filter(four.state, eqx.is_array))):  # fmt: skip
+                    jax.tree.leaves(eqx.filter(two.state, eqx.is_array))):  # fmt: skip
         if jnp.issubdtype(a.dtype, jnp.floating):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
         else:

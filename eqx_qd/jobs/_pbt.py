@@ -139,13 +139,14 @@ class _PBTJob(LoopJob):
     (seconds spent running, over resumes), mean / max / min return), `hparams.csv` (per
     round and member: its hyperparameters, return, and the member it was copied from next),
     `population.eqx` (the final agent states without optimiser states), `returns.png` and
-    `hparams.png`. `RunResult.state` is the final population.
+    `hparams.png`. `RunResult.state` is the final population. A checkpoint holds the whole
+    population, so a run resumes on another device count (the members split anew).
     """
 
     name = "pbt"
     config_cls = PBTConfig
     logs = {"progress.csv": "round", "hparams.csv": "round"}
-    resume_may_change = ("rounds",)
+    resume_may_change = ("rounds", "devices")  # a checkpoint holds the whole population
     unit = "round"
     step_offset = -1  # round r's rows and checkpoint say r
     help = "PBT over any registered agent (default: 8 SAC agents on the open point maze)"
