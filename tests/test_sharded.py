@@ -412,8 +412,6 @@ def test_me_pbt_command_on_two_devices_in_process(tmp_path, capsys):
 def test_the_command_makes_host_devices_and_never_picks_the_platform(tmp_path):
     """A fresh process without JAX_PLATFORMS: ``--devices 2`` gets its devices on a CPU-only
     machine, and the command leaves the environment variable unset."""
-    config = tmp_path / "tiny.toml"
-    config.write_text(TINY)
     env = launched_env()
     env.pop("JAX_PLATFORMS", None)
     script = (
@@ -421,13 +419,14 @@ def test_the_command_makes_host_devices_and_never_picks_the_platform(tmp_path):
         "print('JAX_PLATFORMS' in os.environ); sys.exit(code)"
     )
     out = str(tmp_path / "run")
-    cmd = [sys.executable, "-c", script, "run", "me-pbt", "--config", str(config),
-           "--devices", "2", "--out", out, "--no-progress", "--no-plots"]  # fmt: skip
+    cmd = [sys.executable, "-c", script, "run", "map-elites", "--genotype-dim", "4", "--cells",
+           "32", "--cvt-samples", "1000", "--batch-size", "8", "--iterations", "2", "--devices",
+           "2", "--out", out, "--no-progress", "--no-plots"]  # fmt: skip
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
-    assert lines[0].startswith("eqx-qd: me-pbt on 2 cpu devices"), lines
-    assert "done: 36 evaluations" in done.stdout
+    assert lines[0].startswith("eqx-qd: map-elites on 2 cpu devices"), lines
+    assert "done: 48 evaluations" in done.stdout, done.stdout  # 2 devices x 8 x (1 + 2)
     assert lines[-1] == "False"  # the command set no JAX_PLATFORMS
 
 

@@ -2,10 +2,11 @@
 
 ``python tests/jobs/distributed_worker.py PORT PROCESS_ID OUT ITERATIONS [resume]``: joins the run
 at 127.0.0.1:PORT with two host devices, runs (or resumes) the ME-PBT job in OUT/run for
-ITERATIONS iterations, the PBT job in OUT/pbt for ITERATIONS - 1 rounds, the PGA-ME job in
-OUT/pgame for ITERATIONS - 1 batches and the IPPO job in OUT/ippo for ITERATIONS - 1
-iterations, and saves this process's view of their results as OUT/process-<id>.npz (ME-PBT's
-repertoire) and OUT/<job>-<id>.npz (logs and final states).
+ITERATIONS iterations and the PBT job in OUT/pbt for ITERATIONS - 1 rounds (and, when
+resuming, runs the PGA-ME job in OUT/pgame for ITERATIONS - 1 batches and the IPPO job in
+OUT/ippo for ITERATIONS - 1 iterations, afresh), and saves this process's view of their
+results as OUT/process-<id>.npz (ME-PBT's repertoire) and OUT/<job>-<id>.npz (logs and final
+states).
 """
 
 import sys
@@ -48,10 +49,11 @@ config = jobs.PBTConfig(**{**PBT_TINY, "rounds": iterations - 1, "devices": 4})
 result = jobs.run(config, f"{out}/pbt", progress=False, plots=False, resume=resume)
 np.savez(f"{out}/pbt-{pid}.npz", folder=str(result.folder), **saved_run(result))
 
-config = pgame_config(iterations - 1)
-result = jobs.run(config, f"{out}/pgame", progress=False, plots=False, resume=resume)
-np.savez(f"{out}/pgame-{pid}.npz", folder=str(result.folder), **saved_run(result))
+if resume:  # PGA-ME and IPPO run once, fresh (ME-PBT and PBT try the resume across processes)
+    config = pgame_config(iterations - 1)
+    result = jobs.run(config, f"{out}/pgame", progress=False, plots=False)
+    np.savez(f"{out}/pgame-{pid}.npz", folder=str(result.folder), **saved_run(result))
 
-config = ippo_config(iterations - 1)
-result = jobs.run(config, f"{out}/ippo", progress=False, plots=False, resume=resume)
-np.savez(f"{out}/ippo-{pid}.npz", folder=str(result.folder), **saved_run(result))
+    config = ippo_config(iterations - 1)
+    result = jobs.run(config, f"{out}/ippo", progress=False, plots=False)
+    np.savez(f"{out}/ippo-{pid}.npz", folder=str(result.folder), **saved_run(result))

@@ -98,7 +98,8 @@ def _launch(out, iterations, *extra):
     for p, log in zip(procs, logs):
         assert p.returncode == 0, log[-3000:]
     views = [dict(np.load(out / f"process-{i}.npz")) for i in range(2)]
-    runs = {job: [dict(np.load(out / f"{job}-{i}.npz")) for i in range(2)] for job in JOBS}
+    saved = [job for job in JOBS if (out / f"{job}-0.npz").exists()]
+    runs = {job: [dict(np.load(out / f"{job}-{i}.npz")) for i in range(2)] for job in saved}
     return views, runs
 
 
@@ -137,9 +138,10 @@ def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
     for column in ("qd_score", "num_filled", "env_steps"):
         np.testing.assert_array_equal(one.progress[column], progress[column])
 
-    # PBT and PGA-ME: both processes hold the whole run, the same on both.
+    # PBT, PGA-ME and IPPO: both processes hold the whole run, the same on both.
+    assert list(first_runs) == ["pbt"] and list(second_runs) == list(JOBS)
     for job in JOBS:
-        for a, b in (first_runs[job], second_runs[job]):
+        for a, b in [runs[job] for runs in (first_runs, second_runs) if job in runs]:
             assert a.keys() == b.keys() and str(b["folder"]) == "None"
             for name in a:
                 if name != "folder":
@@ -151,12 +153,12 @@ def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
         jobs.PBTConfig(**PBT_TINY, rounds=3), tmp_path / "pbt", progress=False, plots=False
     )
     _assert_same_run(saved_run(single), second_runs["pbt"][0], rtol=1e-4, atol=1e-5)
-    # PGA-ME, stopped after two batches and lengthened to three, equals three batches on four
-    # devices of one process (its data-parallel critic makes the device count part of the run),
-    # up to float rounding: gloo sums the averaged gradients in another order than one process.
+    # PGA-ME's three batches equal three batches on four devices of one process (its
+    # data-parallel critic makes the device count part of the run), up to float rounding: gloo
+    # sums the averaged gradients in another order than one process.
     four = jobs.run(pgame_config(3), tmp_path / "pgame", progress=False, plots=False)
     _assert_same_run(saved_run(four), second_runs["pgame"][0], rtol=1e-5, atol=1e-6)
-    # IPPO likewise (data parallel over the environments), after two iterations and three.
+    # IPPO likewise (data parallel over the environments).
     four = jobs.run(ippo_config(3), tmp_path / "ippo", progress=False, plots=False)
     _assert_same_run(saved_run(four), second_runs["ippo"][0], rtol=1e-5, atol=1e-6)
 

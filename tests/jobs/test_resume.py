@@ -330,6 +330,8 @@ def test_cli_resumes_and_forks(tmp_path, capsys):
         (["--resume", str(out), "--from", "9", "--out", str(tmp_path / "x")], "no checkpoint at"),
         (["--from", "8"], "--from STEP forks a run"),
         (["--resume", str(out), "--batch-size", "4"], "cannot resume"),
+        # A layout change: the emitter states are per device (PBT and IPPO may re-split).
+        (["--resume", str(out), "--devices", "2"], "devices (1 in the run, 2 now)"),
     ):
         with pytest.raises(SystemExit) as e:
             main(["run", "map-elites", *args, "--no-progress"])
