@@ -2,11 +2,10 @@
 
 ``python tests/jobs/distributed_worker.py PORT PROCESS_ID OUT ITERATIONS [resume]``: joins the run
 at 127.0.0.1:PORT with two host devices, runs (or resumes) the ME-PBT job in OUT/run for
-ITERATIONS iterations and the PBT job in OUT/pbt for ITERATIONS - 1 rounds (and, when
-resuming, runs the PGA-ME job in OUT/pgame for ITERATIONS - 1 batches and the IPPO job in
-OUT/ippo for ITERATIONS - 1 iterations, afresh), and saves this process's view of their
-results as OUT/process-<id>.npz (ME-PBT's repertoire) and OUT/<job>-<id>.npz (logs and final
-states).
+ITERATIONS iterations (and, when resuming, runs the PBT, MAP-Elites, PGA-ME and IPPO jobs in
+OUT/<job> for ITERATIONS - 1 rounds, iterations, batches and iterations, afresh), and saves
+this process's view of their results as OUT/process-<id>.npz (ME-PBT's repertoire) and
+OUT/<job>-<id>.npz (logs and final states).
 """
 
 import sys
@@ -29,7 +28,14 @@ from eqx_qd import jobs  # noqa: E402
 
 
 sys.path[:0] = ["tests/jobs", "tests"]  # the test module, and what it imports
-from test_distributed import ippo_config, PBT_TINY, pgame_config, saved_run, TINY  # noqa: E402
+from test_distributed import (  # noqa: E402
+    ippo_config,
+    map_elites_config,
+    PBT_TINY,
+    pgame_config,
+    saved_run,
+    TINY,
+)
 
 
 config = jobs.MEPBTConfig(**{**TINY, "iterations": iterations, "devices": 4})
@@ -45,11 +51,14 @@ np.savez(
     folder=str(result.folder),
 )
 
-config = jobs.PBTConfig(**{**PBT_TINY, "rounds": iterations - 1, "devices": 4})
-result = jobs.run(config, f"{out}/pbt", progress=False, plots=False, resume=resume)
-np.savez(f"{out}/pbt-{pid}.npz", folder=str(result.folder), **saved_run(result))
+if resume:  # the others run once, fresh (ME-PBT tries the resume across processes)
+    config = jobs.PBTConfig(**{**PBT_TINY, "rounds": iterations - 1, "devices": 4})
+    result = jobs.run(config, f"{out}/pbt", progress=False, plots=False)
+    np.savez(f"{out}/pbt-{pid}.npz", folder=str(result.folder), **saved_run(result))
+    config = map_elites_config(iterations - 1)
+    result = jobs.run(config, f"{out}/map-elites", progress=False, plots=False)
+    np.savez(f"{out}/map-elites-{pid}.npz", folder=str(result.folder), **saved_run(result))
 
-if resume:  # PGA-ME and IPPO run once, fresh (ME-PBT and PBT try the resume across processes)
     config = pgame_config(iterations - 1)
     result = jobs.run(config, f"{out}/pgame", progress=False, plots=False)
     np.savez(f"{out}/pgame-{pid}.npz", folder=str(result.folder), **saved_run(result))

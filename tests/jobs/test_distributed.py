@@ -1,8 +1,8 @@
 """Two processes on 127.0.0.1 (``jax.distributed``, CPU collectives through gloo) running the
-ME-PBT and PBT jobs over the four devices of both, then resuming them: every process holds the
-same results, only process 0 writes the folders, and the runs equal the same jobs in one
-process (ME-PBT on four devices, bit for bit; PBT on one device, whose results every layout
-gives up to float rounding)."""
+jobs over the four devices of both (ME-PBT stopped and resumed): every process holds the same
+results, only process 0 writes the folders, and the runs equal the same jobs in one process
+(ME-PBT and MAP-Elites on four devices, bit for bit; PGA-ME and IPPO on four devices, PBT on
+one, up to float rounding); the SLURM recipe; a dead process."""
 
 import socket
 import subprocess
@@ -27,13 +27,26 @@ TINY = dict(
 )  # fmt: skip
 
 
-JOBS = ("pbt", "pgame", "ippo")  # saved by the worker as OUT/<job>-<process>.npz, beside ME-PBT's
+JOBS = (
+    "pbt",
+    "map-elites",
+    "pgame",
+    "ippo",
+)  # saved by the worker as OUT/<job>-<process>.npz, beside ME-PBT's
 
 PBT_TINY = dict(
     population_size=4, agent="td3", iterations_per_round=3, num_envs=2, hidden=(8,),
     minibatch_size=8, buffer_size=200, episode_length=20, eval_episodes=2, best_fraction=0.25,
     worse_fraction=0.25,
 )  # fmt: skip
+
+
+def map_elites_config(iterations: int, devices: int = 4) -> jobs.MapElitesConfig:
+    """The tiny MAP-Elites run (rastrigin, 4 genes, 32 cells) of `iterations` batches of 8."""
+    return jobs.MapElitesConfig(
+        genotype_dim=4, cells=32, cvt_samples=1000, batch_size=8, iterations=iterations,
+        devices=devices,
+    )  # fmt: skip
 
 
 def pgame_config(batches: int, devices: int = 4) -> jobs.PGAMEConfig:
@@ -137,18 +150,19 @@ def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
     np.testing.assert_array_equal(np.asarray(one.repertoire.fitnesses), second[0]["fitnesses"])
     for column in ("qd_score", "num_filled", "env_steps"):
         np.testing.assert_array_equal(one.progress[column], progress[column])
+    with open(folder / "hparams.csv") as f:  # every iteration, 4 devices x 4 agents
+        assert len(f.read().strip().splitlines()) == 1 + 5 * 16
 
-    # PBT, PGA-ME and IPPO: both processes hold the whole run, the same on both.
-    assert list(first_runs) == ["pbt"] and list(second_runs) == list(JOBS)
+    # PBT, MAP-Elites, PGA-ME and IPPO: both processes hold the whole run, the same on both.
+    assert not first_runs and list(second_runs) == list(JOBS)
     for job in JOBS:
         for a, b in [runs[job] for runs in (first_runs, second_runs) if job in runs]:
             assert a.keys() == b.keys() and str(b["folder"]) == "None"
             for name in a:
                 if name != "folder":
                     np.testing.assert_array_equal(a[name], b[name], err_msg=f"{job} {name}")
-    assert [c.step for c in jobs.list_checkpoints(out / "pbt")] == [1, 2]
-    # PBT, stopped after two rounds and lengthened to three, equals three rounds on one device
-    # of one process (every layout gives one device's results, up to float rounding).
+    # PBT's three rounds equal three rounds on one device of one process (every layout gives
+    # one device's results, up to float rounding).
     single = jobs.run(
         jobs.PBTConfig(**PBT_TINY, rounds=3), tmp_path / "pbt", progress=False, plots=False
     )
@@ -158,7 +172,23 @@ def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
     # sums the averaged gradients in another order than one process.
     four = jobs.run(pgame_config(3), tmp_path / "pgame", progress=False, plots=False)
     _assert_same_run(saved_run(four), second_runs["pgame"][0], rtol=1e-5, atol=1e-6)
-    # IPPO likewise (data parallel over the environments).
+    # Its critic and greedy actor are equal on every device; each device's buffer (400 / 4
+    # rows) holds its own episodes; the greedy actor is evaluated once per batch.
+    pg = four.state.emitter_state[-1]  # (GA, policy gradient), each with a device axis
+    learner = (pg.td3.critic, pg.td3.policy, pg.td3.target_critic, pg.td3.target_policy)
+    for leaf in jax.tree.leaves(eqx.filter(learner, eqx.is_array)):
+        leaf = np.asarray(leaf)
+        assert leaf.shape[0] == 4 and all(np.array_equal(leaf[i], leaf[0]) for i in range(4))
+    obs = np.asarray(pg.buffer.data.obs)
+    assert obs.shape[:2] == (4, 100) and not np.array_equal(obs[0], obs[1])
+    assert four.progress["evaluations"].tolist() == [8, 16, 24, 32]
+    with open(tmp_path / "pgame" / "actors.csv") as f:
+        kinds = [line.split(",")[8] for line in f.read().splitlines()[1:]]
+    assert kinds.count("greedy") <= 3  # at most one per batch
+    # MAP-Elites' run equals four devices of one process bit for bit (only gathers cross).
+    four = jobs.run(map_elites_config(3), tmp_path / "me", progress=False, plots=False)
+    _assert_same_run(saved_run(four), second_runs["map-elites"][0], rtol=0, atol=0)
+    # IPPO within float rounding, as PGA-ME (data parallel over the environments).
     four = jobs.run(ippo_config(3), tmp_path / "ippo", progress=False, plots=False)
     _assert_same_run(saved_run(four), second_runs["ippo"][0], rtol=1e-5, atol=1e-6)
 
