@@ -273,15 +273,26 @@ def test_data_parallel_ppo_epochs_are_the_whole_batch_s():
 
 
 IPPO_TINY = dict(
-    num_envs=32, rollout_length=32, num_minibatches=4, iterations=40, eval_frequency=20
-)
+    num_agents=2,
+    size=8,
+    episode_length=16,
+    num_envs=32,
+    rollout_length=32,
+    num_minibatches=4,
+    iterations=40,
+    eval_frequency=20,
+    eval_episodes=32,
+    actor_lr=3e-3,
+    critic_lr=3e-3,
+)  # fmt: skip (test_ppo.py's line task and sizes)
 
 
 @pytest.mark.slow
 def test_ippo_learns_data_parallel_over_four_devices_and_resumes_on_two(tmp_path):
     """The IPPO job with `devices = 4`: each device steps 8 of the 32 environments, the
-    parameters stay equal on every device, and the agents learn (the line task's return rises
-    from about -18); a checkpoint holds every environment, so the run resumes on 2 devices."""
+    parameters stay equal on every device, and the agents learn (untrained ones wander, about
+    -6; trained ones walk to their targets, about +0.5); a checkpoint holds every
+    environment, so the run resumes on 2 devices."""
     from eqx_qd import jobs
 
     result = jobs.run(
@@ -292,7 +303,7 @@ def test_ippo_learns_data_parallel_over_four_devices_and_resumes_on_two(tmp_path
         assert len(shards) == 4 and all(np.array_equal(shards[0], x) for x in shards[1:])
     returns = result.progress["mean_return"]
     assert result.progress["env_steps"].tolist() == [0, 20 * 32 * 32, 40 * 32 * 32]
-    assert returns[-1] > returns[0] + 8.0, returns
+    assert returns[0] < -4.0 and returns[-1] > 0.3, returns
     longer = jobs.IPPOConfig(**{**IPPO_TINY, "iterations": 60}, devices=2)
     resumed = jobs.run(longer, tmp_path / "run", progress=False, plots=False, resume=True)
     assert resumed.progress["iterations"].tolist() == [0, 20, 40, 60]
