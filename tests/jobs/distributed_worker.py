@@ -1,11 +1,11 @@
 """One process of the two-process runs of `test_distributed.py` (not a test module).
 
 ``python tests/jobs/distributed_worker.py PORT PROCESS_ID OUT ITERATIONS [resume]``: joins the run
-at 127.0.0.1:PORT with two host devices, runs (or resumes) the ME-PBT job in OUT/run for
-ITERATIONS iterations (and, when resuming, runs the PBT, MAP-Elites, PGA-ME and IPPO jobs in
-OUT/<job> for ITERATIONS - 1 rounds, iterations, batches and iterations, afresh), and saves
-this process's view of their results as OUT/process-<id>.npz (ME-PBT's repertoire) and
-OUT/<job>-<id>.npz (logs and final states).
+at 127.0.0.1:PORT with two host devices, runs the MAP-Elites job in OUT/map-elites for
+ITERATIONS - 2 iterations, or with ``resume`` resumes it to ITERATIONS - 1 and runs the ME-PBT
+job in OUT/run for ITERATIONS iterations and the PBT, PGA-ME and IPPO jobs in OUT/<job> for
+ITERATIONS - 1 rounds, batches and iterations, and saves this process's view of their results
+as OUT/process-<id>.npz (ME-PBT's repertoire) and OUT/<job>-<id>.npz (logs and final states).
 """
 
 import sys
@@ -38,26 +38,28 @@ from test_distributed import (  # noqa: E402
 )
 
 
-config = jobs.MEPBTConfig(**{**TINY, "iterations": iterations, "devices": 4})
-result = jobs.run(config, f"{out}/run", progress=False, plots=False, resume=resume)
-rep = result.repertoire  # gathered onto every process by the job
-np.savez(
-    f"{out}/process-{pid}.npz",
-    fitnesses=np.asarray(rep.fitnesses),
-    descriptors=np.asarray(rep.descriptors),
-    ids=np.asarray(rep.extra),
-    processes=jax.process_count(),
-    devices=len(jax.devices()),
-    folder=str(result.folder),
-)
+# MAP-Elites is stopped after ITERATIONS - 2 iterations and resumed to ITERATIONS - 1.
+config = map_elites_config(iterations - (1 if resume else 2))
+result = jobs.run(config, f"{out}/map-elites", progress=False, plots=False, resume=resume)
+np.savez(f"{out}/map-elites-{pid}.npz", folder=str(result.folder), **saved_run(result))
 
-if resume:  # the others run once, fresh (ME-PBT tries the resume across processes)
+if resume:  # the others run once, fresh
+    config = jobs.MEPBTConfig(**{**TINY, "iterations": iterations, "devices": 4})
+    result = jobs.run(config, f"{out}/run", progress=False, plots=False)
+    rep = result.repertoire  # gathered onto every process by the job
+    np.savez(
+        f"{out}/process-{pid}.npz",
+        fitnesses=np.asarray(rep.fitnesses),
+        descriptors=np.asarray(rep.descriptors),
+        ids=np.asarray(rep.extra),
+        processes=jax.process_count(),
+        devices=len(jax.devices()),
+        folder=str(result.folder),
+    )
+
     config = jobs.PBTConfig(**{**PBT_TINY, "rounds": iterations - 1, "devices": 4})
     result = jobs.run(config, f"{out}/pbt", progress=False, plots=False)
     np.savez(f"{out}/pbt-{pid}.npz", folder=str(result.folder), **saved_run(result))
-    config = map_elites_config(iterations - 1)
-    result = jobs.run(config, f"{out}/map-elites", progress=False, plots=False)
-    np.savez(f"{out}/map-elites-{pid}.npz", folder=str(result.folder), **saved_run(result))
 
     config = pgame_config(iterations - 1)
     result = jobs.run(config, f"{out}/pgame", progress=False, plots=False)
