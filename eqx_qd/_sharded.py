@@ -70,28 +70,15 @@ def init_sharded(
     repertoire given there, with the optional passive `result` grid as in `MAPElites.init`)
     holds every device's initial population. The returned state's emitter state has a
     leading device axis. `algo` (and its emitter) must use the mesh's axis name."""
-    axis = _check(algo, mesh)
+    _check(algo, mesh)
     n, devices = batch_size_of(genotypes), mesh.devices.size
     if n % devices:
         raise ValueError(
             f"init_sharded: genotypes must have a leading axis divisible by the mesh's "
             f"{devices} devices, got {n}"
         )
-    g_dyn, g_static = eqx.partition(genotypes, eqx.is_array)
-    statics = {}
-
-    def body(g, k):
-        state, metrics = algo.init(eqx.combine(g, g_static), tessellation, key=k, result=result)
-        (rest_dyn, rest_static), (es_dyn, es_static) = _split(state)
-        statics["rest"], statics["es"] = rest_static, es_static
-        return rest_dyn, _add_axis(es_dyn), metrics
-
-    mapped = jax.shard_map(
-        body, mesh=mesh, in_specs=(P(axis), P()), out_specs=(P(), P(axis), P()), check_vma=False
-    )
-    rest_dyn, es_dyn, metrics = jit(mapped)(g_dyn, key)
-    state = _join(eqx.combine(rest_dyn, statics["rest"]), eqx.combine(es_dyn, statics["es"]))
-    return state, metrics
+    init = lambda share, k: algo.init(share, tessellation, key=k, result=result)
+    return jit(lambda g, k: init_mapped(init, g, k, mesh=mesh))(genotypes, key)
 
 
 def run_sharded(
@@ -170,10 +157,10 @@ def place_sharded(state: MAPElitesState, *, mesh: Mesh) -> MAPElitesState:
 def init_mapped(fn, genotypes, *args, mesh: Mesh):
     """Inside a jitted function: `fn(share, *args)` on every device of `mesh`, `share` its
     part of `genotypes` (split along the leading axis), `args` whole, where `fn` returns
-    `(state, out)`: a
-    `MAPElitesState` of an algorithm on the mesh's axis (replicated repertoire) and anything
-    equal on every device (metrics, re-evaluations). Returns the state laid out as
-    `init_sharded` returns it, and `out`."""
+    `(state, out)`: a `MAPElitesState` of an algorithm on the mesh's axis (replicated
+    repertoire) and anything equal on every device (metrics, re-evaluations). Returns the
+    state laid out as `init_sharded` returns it, and `out` (`init_sharded` is this with
+    `algo.init`)."""
     (axis,) = mesh.axis_names
     g_dyn, g_static = eqx.partition(genotypes, eqx.is_array)
     a_dyn, a_static = eqx.partition(args, eqx.is_array)
