@@ -19,7 +19,15 @@ its own k-means (except in the ``kmeans`` workload, which times that k-means).
 
 Usage: python benchmarks/compare.py [--rounds 3] [--only cvt1024,grid,sac,ippo]
        [--qdax-python /tmp/qdax_venv/bin/python] [--ribs-python /tmp/ribs_venv/bin/python]
-       [--jaxagents-python /tmp/jaxagents_venv/bin/python]
+       [--jaxagents-python /tmp/jaxagents_venv/bin/python] [--platform cpu|cuda|default]
+       [--peers pyribs,QDax,jaxagents|none] [--jsonl runs.jsonl] [--tables-from a.jsonl ...]
+
+``--platform`` (default cpu) is where JAX runs, for every side. ``--peers`` runs only the peers
+named (a row whose peer is left out gets ours alone): on a GPU machine where only pyribs
+installs, ``--platform default --peers pyribs``. ``--jsonl`` appends every run's result as it
+ends, so a run cut short keeps what it measured; ``--tables-from a.jsonl [b.jsonl ...]`` prints
+the tables of such files and runs nothing. ``EQX_QD_SHARED_BENCH`` names a copy of
+``../shared/bench`` where that folder is not beside the checkout.
 
 Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
 bfloat16 hidden products), sacx2, sacbf16x2 (both sides on 2 host devices, one core each; QDax's
@@ -48,7 +56,9 @@ import typing
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "bench"))
+SHARED = os.environ.get(  # the peers' scripts and centroids (a copy, where ../shared is not)
+    "EQX_QD_SHARED_BENCH", os.path.normpath(os.path.join(HERE, "..", "..", "shared", "bench"))
+)
 
 # MAP-Elites: name -> (row title, centroids file or None for the grid, cells)
 WORKLOADS = {
@@ -147,6 +157,18 @@ def _machine() -> str:
     return f"{model} ({kind}; {vector}), {os.cpu_count()} logical CPUs"
 
 
+def _accelerator() -> str:
+    """The GPU's name as ``nvidia-smi`` gives it (empty where there is none)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return f" ({out.splitlines()[0]})" if out else ""
+
+
 def _peer_copies(folder: str) -> dict[str, str]:
     """The peers' scripts copied into ``folder`` (QDax's MAP-Elites patched there), with the
     centroids. The k-means workload gets a copy of its own: QDax's script saves the centroids
@@ -186,9 +208,17 @@ def _peer_copies(folder: str) -> dict[str, str]:
     return scripts
 
 
-def _run(cmd: list[str], timeout: int, env: dict[str, str] | None = None) -> dict | None:
-    """The script's result: its last ``JSON {...}`` line, or a last line that is JSON."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})}
+def _run(
+    cmd: list[str], timeout: int, env: dict[str, str] | None = None, platform: str = "cpu"
+) -> dict | None:
+    """The script's result: its last ``JSON {...}`` line, or a last line that is JSON. JAX runs
+    on `platform` (``JAX_PLATFORMS``; ``default``: JAX's own choice, a GPU where there is one)."""
+    base = dict(os.environ)
+    if platform == "default":
+        base.pop("JAX_PLATFORMS", None)
+    else:
+        base["JAX_PLATFORMS"] = platform
+    env = {**base, **(env or {})}
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
@@ -471,6 +501,31 @@ def _print_versus(chosen: list[str], results: dict) -> None:
               f"| {compile_} |")  # fmt: skip
 
 
+def _print_tables(chosen: list[str], results: dict) -> None:
+    map_elites = [w for w in chosen if w in WORKLOADS]
+    versus = [w for w in chosen if w in VERSUS]
+    if map_elites:
+        print()
+        _print_map_elites(map_elites, results)
+    if versus:
+        print()
+        _print_versus(versus, results)
+
+
+def _tables_from(paths: list[str]) -> None:
+    """The tables of runs saved by ``--jsonl`` (workloads in the order they first ran)."""
+    results: dict[str, dict[str, list[dict]]] = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    results.setdefault(row["workload"], {}).setdefault(row["who"], [])
+                    results[row["workload"]][row["who"]].append(row["result"])
+    print(f"runs of {', '.join(paths)}: medians over the runs of each side")
+    _print_tables([w for w in results if w in WORKLOADS or w in VERSUS], results)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
@@ -479,22 +534,33 @@ def main() -> None:
     p.add_argument("--ribs-python", default="/tmp/ribs_venv/bin/python")
     p.add_argument("--jaxagents-python", default="/tmp/jaxagents_venv/bin/python")
     p.add_argument("--timeout", type=int, default=900, help="seconds per script run")
+    p.add_argument("--platform", default="cpu", help="JAX_PLATFORMS for every run, or default")
+    p.add_argument("--peers", default="pyribs,QDax,jaxagents", help="peers to run, or none")
+    p.add_argument("--jsonl", help="append each run's result to this file as it ends")
+    p.add_argument("--tables-from", nargs="+", help="print the tables of --jsonl files only")
     args = p.parse_args()
+    if args.tables_from:
+        _tables_from(args.tables_from)
+        return
+    peer_names = {"pyribs", "QDax", "jaxagents"}
+    wanted = set() if args.peers == "none" else {x.strip() for x in args.peers.split(",") if x}
+    if wanted - peer_names:
+        p.error(f"unknown peers {sorted(wanted - peer_names)}; known: {sorted(peer_names)}")
     known = [*WORKLOADS, *VERSUS]
     chosen = known if args.only == "all" else [w.strip() for w in args.only.split(",") if w]
     unknown = [w for w in chosen if w not in known]
     if unknown:
         p.error(f"unknown workloads {unknown}; known: {known} (or all)")
     needs = {}  # only the peers of the chosen workloads
-    if any(w in WORKLOADS for w in chosen) or any(
-        VERSUS[w].peer.startswith("pyribs") for w in chosen if w in VERSUS
-    ):
-        needs["pyribs"] = args.ribs_python
     peers = {VERSUS[w].peer.split()[0] for w in chosen if w in VERSUS}  # "QDax", "jaxagents"
-    if any(w in WORKLOADS for w in chosen) or "QDax" in peers:
-        needs["QDax"] = args.qdax_python
-    if "jaxagents" in peers:
-        needs["jaxagents"] = args.jaxagents_python
+    if any(w in WORKLOADS for w in chosen):
+        peers |= {"pyribs", "QDax"}
+    for who, python in (
+        ("pyribs", args.ribs_python), ("QDax", args.qdax_python),
+        ("jaxagents", args.jaxagents_python),
+    ):  # fmt: skip
+        if who in peers & wanted:
+            needs[who] = python
     for who, python in needs.items():
         if not os.path.exists(python):
             p.error(
@@ -515,25 +581,26 @@ def main() -> None:
         for r in range(args.rounds):
             for w in chosen:
                 make = _map_elites_commands if w in WORKLOADS else _versus_commands
-                commands = list(make(w, args, scripts).items())
+                commands = [
+                    (who, c) for who, c in make(w, args, scripts).items()
+                    if who == "eqx_qd" or who.split()[0] in wanted
+                ]  # fmt: skip
                 if r % 2:  # alternate who goes first
                     commands.reverse()
                 for who, (cmd, env) in commands:
                     print(f"round {r + 1}/{args.rounds}: {w} {who}", file=sys.stderr, flush=True)
-                    res = _run(cmd, args.timeout, env)
+                    res = _run(cmd, args.timeout, env, args.platform)
                     if res is not None:
                         results[w].setdefault(who, []).append(res)
                         _print_run(w, who, res)
+                        if args.jsonl:
+                            with open(args.jsonl, "a") as f:
+                                row = {"round": r + 1, "workload": w, "who": who, "result": res}
+                                f.write(json.dumps(row) + "\n")
 
-    print(f"{started}, {_machine()}; medians of {args.rounds} rounds, back to back")
-    map_elites = [w for w in chosen if w in WORKLOADS]
-    versus = [w for w in chosen if w in VERSUS]
-    if map_elites:
-        print()
-        _print_map_elites(map_elites, results)
-    if versus:
-        print()
-        _print_versus(versus, results)
+    where = "" if args.platform == "cpu" else f", JAX_PLATFORMS={args.platform}{_accelerator()}"
+    print(f"{started}, {_machine()}{where}; medians of {args.rounds} rounds, back to back")
+    _print_tables(chosen, results)
 
 
 if __name__ == "__main__":

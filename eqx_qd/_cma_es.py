@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, ScalarLike
 
 from . import _validate as check
+from ._compile import batched_decompositions
 from ._custom_types import PRNGKey
 from ._misc import f32, i32
 
@@ -231,10 +232,31 @@ class CMAES(eqx.Module):
         due = (state.evaluations - state.updated_at).astype(jnp.float32) > self.lazy_gap_evals
         return jax.lax.cond(due, lambda s: self._decompose(s), lambda s: s, state)
 
-    def refresh_many(self, states: CMAESState) -> CMAESState:
-        """`refresh` over a population (a leading axis on every field), one strategy after
-        another (`lax.map`), so that only the due ones pay for the eigendecomposition."""
-        return jax.lax.map(lambda s: self.refresh(s), states)
+    def refresh_many(self, states: CMAESState, *, batched: bool | None = None) -> CMAESState:
+        """`refresh` over a population (a leading axis on every field): the same states either
+        way, two ways to get them, and which is faster depends on the machine.
+
+        - `batched=False`: one strategy after another (`lax.map`) under a real `cond`, so only
+          the due ones pay for their eigendecomposition. On a CPU this is 1.8x faster than
+          decomposing all (`benchmarks/README.md`, the CMA family).
+        - `batched=True`: every strategy's decomposition in one batched `eigh`, kept where due
+          (a select). On a GPU one batched call beats a row of small sequential ones, each a
+          launch of its own: QDax's CMA-ME, which decomposes all its strategies every
+          iteration, ran 2.3x faster than the sequential path on an H100.
+        - `None` (the default): batched unless JAX's default backend is the CPU (a job's log
+          says which it took).
+        """
+        if batched is None:
+            batched = batched_decompositions()
+        if not batched:
+            return jax.lax.map(lambda s: self.refresh(s), states)
+        due = (states.evaluations - states.updated_at).astype(jnp.float32) > self.lazy_gap_evals
+        fresh = jax.vmap(self._decompose)(states)
+
+        def keep(new, old):
+            return jnp.where(due.reshape(due.shape + (1,) * (new.ndim - 1)), new, old)
+
+        return jax.tree.map(keep, fresh, states)
 
     def _decompose(self, s: CMAESState) -> CMAESState:
         cov = jnp.maximum(s.cov, s.cov.T)

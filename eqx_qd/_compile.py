@@ -110,3 +110,25 @@ def jit(fn: Callable | None = None, *, donate: str = "none", package_options: bo
     if fn is None:
         return lambda f: _Jit(f, donate, package_options)
     return _Jit(fn, donate, package_options)
+
+
+def batched_decompositions() -> bool:
+    """Whether a population of CMA-ES strategies decomposes its covariances in one batched
+    call (`CMAES.refresh_many`'s default): everywhere but on a CPU, read from JAX's default
+    backend."""
+    return jax.default_backend() != "cpu"
+
+
+def machine_choices() -> str:
+    """What the package picked for this machine where the faster code path depends on it, in
+    words for a job's log: the XLA CPU fusion generator (`compiler_options`) and how CMA-ES
+    populations decompose (`batched_decompositions`)."""
+    picks = []
+    if jax.default_backend() == "cpu":
+        if any(name in os.environ.get("XLA_FLAGS", "") for name in _OPTIONS):
+            picks.append("CPU fusion emitters as XLA_FLAGS sets them")
+        else:  # the installed XLA may no longer know the option
+            picks.append(f"{'older' if compiler_options() else 'XLA default'} CPU fusion emitters")
+    each = "batched" if batched_decompositions() else "one strategy at a time"
+    picks.append(f"CMA eigendecompositions {each}")
+    return ", ".join(picks)

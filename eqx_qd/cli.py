@@ -590,6 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _replay(parser, args)
     if args.command == "status":
         return _status(parser, args)
+    from ._compile import machine_choices
     from .jobs import JOBS, run
     from .jobs._distributed import process_count as jax_processes, set_resume_hint
 
@@ -623,6 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = _seeded_runs(parser, args, job, config, resume)
     where = f"compile cache {cache}" if cache else "no compile cache"
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
+    print(f"eqx-qd: for this machine: {machine_choices()}", flush=True)
     typed = {k: v for k in job.config_cls.keys() if (v := getattr(args, k, None)) is not None}
     for config, out in runs:
         if jax_processes() > 1:

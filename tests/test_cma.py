@@ -2,6 +2,7 @@
 emitter's rules and learning on the projected sphere."""
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -99,6 +100,31 @@ def test_refresh_recomputes_the_eigensystem_after_the_lazy_gap(getkey):
     assert bool(jnp.all(ES.refresh(early).eigenvalues == state.eigenvalues))
     late = eqx.tree_at(lambda s: s.evaluations, moved, jnp.int32(int(gap) + 1))
     np.testing.assert_allclose(ES.refresh(late).eigenvalues, 2 * state.eigenvalues, rtol=1e-4)
+
+
+def test_refresh_many_batched_or_one_by_one_gives_the_same_states(getkey):
+    # Four strategies, two due (past the lazy gap) and two not, covariances moved since their
+    # last decomposition: both ways decompose exactly the due ones.
+    gap = int(ES.lazy_gap_evals)
+    states = [_random_state(getkey()) for _ in range(4)]
+    states = [
+        eqx.tree_at(lambda s: (s.cov, s.evaluations), st, (st.cov * (2.0 + i), jnp.int32(e)))
+        for i, (st, e) in enumerate(zip(states, (gap + 1, gap, gap + 9, 0)))
+    ]
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *states)
+    one_by_one = ES.refresh_many(stacked, batched=False)
+    batched = ES.refresh_many(stacked, batched=True)
+    for a, b in zip(jax.tree.leaves(one_by_one), jax.tree.leaves(batched)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    moved = one_by_one.updated_at != stacked.updated_at
+    assert moved.tolist() == [True, False, True, False]
+    for i in (1, 3):  # not due: the eigensystem is the one they had
+        assert bool(jnp.all(batched.eigenvalues[i] == stacked.eigenvalues[i]))
+    # The default is read from the backend: one by one on the CPU these tests run on.
+    assert jax.default_backend() == "cpu"
+    default = ES.refresh_many(stacked)
+    for a, b in zip(jax.tree.leaves(one_by_one), jax.tree.leaves(default)):
+        assert bool(jnp.all(a == b))
 
 
 def test_sampling_stays_in_bounds_and_follows_the_distribution(getkey):

@@ -3,6 +3,7 @@ small stand-in for that script (the real one needs QDax and ../shared, which CI 
 
 import argparse
 import importlib.util
+import json
 import os
 import sys
 
@@ -100,3 +101,30 @@ def test_patched_script_splits_over_devices_and_agrees(compare, tmp_path):
     assert inert == plain
     assert split["s"] == pytest.approx(plain["s"], rel=1e-6)
     assert split["w"] == plain["w"]
+
+
+def test_tables_from_saved_runs_and_the_platform_each_run_gets(compare, tmp_path, capsys):
+    # Runs saved by --jsonl (one cut short: the CMA row has ours alone) print as tables.
+    runs = [
+        {"round": 1, "workload": "cvt1024", "who": "eqx_qd",
+         "result": {"evals_per_s": 400.0, "max_fitness": -1.0}},
+        {"round": 1, "workload": "cvt1024", "who": "pyribs f32",
+         "result": {"evals_per_s": 100.0, "max_fitness": -2.0}},
+        {"round": 1, "workload": "cma_me", "who": "eqx_qd",
+         "result": {"seconds": 2.0, "compile_s": 1.0}},
+    ]  # fmt: skip
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in runs))
+    compare._tables_from([str(path)])
+    out = capsys.readouterr().out
+    assert "| CVT 1,024 (QDax's centroids) | 400 | 100 | failed | **4.00x** |" in out
+    assert "| CMA-ME, 100-D projected sphere, 100 x 100, 15 x 36 | s / 500 iterations | 2 |" in out
+    assert "| n/a |" in out  # no peer run: no ratio
+    # Each run's JAX_PLATFORMS: pinned (cpu by default), or left to JAX with "default".
+    script = tmp_path / "platform.py"
+    script.write_text(
+        'import json, os\nprint(json.dumps({"p": os.environ.get("JAX_PLATFORMS")}))\n'
+    )
+    assert compare._run([sys.executable, str(script)], timeout=60) == {"p": "cpu"}
+    assert compare._run([sys.executable, str(script)], 60, platform="cuda") == {"p": "cuda"}
+    assert compare._run([sys.executable, str(script)], 60, platform="default") == {"p": None}

@@ -215,7 +215,13 @@ def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
     run("--compile-cache", str(cache), out="second")
     assert sorted(p.name for p in cache.iterdir()) == stored
     env["EQX_QD_COMPILE_CACHE"] = str(tmp_path / "from_env")
-    assert "(no compile cache)" in run("--no-compile-cache", out="third")
+    third = run("--no-compile-cache", out="third")
+    assert "(no compile cache)" in third
+    # The code paths picked for this machine (a CPU here), in the log's second line.
+    assert third.splitlines()[1] == (
+        "eqx-qd: for this machine: older CPU fusion emitters, "
+        "CMA eigendecompositions one strategy at a time"
+    )
     assert not (tmp_path / "from_env").exists()
 
 
