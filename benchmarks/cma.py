@@ -5,9 +5,12 @@ The protocol of pyribs' `examples/sphere.py`: the 100-D projected sphere, a 100 
 `+-256`, 15 emitters x 36 candidates per iteration (CMA-MEGA: 35 branches and `theta`),
 CMA-MAE's archive learning rate 0.01 and threshold 0, x0 = 0. Prints one JSON line: the
 algorithm, the seconds of the timed iterations (compile apart for ours), QD-score and coverage.
+With `--out`, pyribs' run is also written as a peer run folder (its result archive every 50
+iterations and at the end) that `eqx-qd report` compares with the jobs' runs
+(`benchmarks/cma_seeds.sh`).
 
 Usage: python benchmarks/cma.py [cma_me|cma_mae|cma_mega] [--iterations 500] [--seed 0]
-       /tmp/ribs_venv/bin/python benchmarks/cma.py cma_me --peer ribs
+       /tmp/ribs_venv/bin/python benchmarks/cma.py cma_me --peer ribs [--out FOLDER]
        JAX_PLATFORMS=cpu /tmp/qdax_venv/bin/python benchmarks/cma.py cma_me --peer qdax
 """
 
@@ -80,7 +83,28 @@ def _sphere(x):
     return objective, measures, jac
 
 
-def ribs(algorithm: str, iterations: int, seed: int) -> dict:
+LOG_PERIOD = 50  # the jobs' CMA presets log every 50 iterations too
+_NAMES = {"cma_me": "CMA-ME", "cma_mae": "CMA-MAE", "cma_mega": "CMA-MEGA"}
+
+
+def _write_peer_run(out: str, library: str, algorithm: str, rows: list, fitnesses) -> None:
+    """A peer run folder that `eqx-qd report` reads beside the jobs' runs
+    (`eqx_qd.jobs.read_peer_run`): peer.json, progress.csv, fitnesses.npy."""
+    import csv
+    import os
+
+    os.makedirs(out, exist_ok=True)
+    about = {"library": library, "algorithm": _NAMES[algorithm], "task": "projected_sphere"}
+    with open(os.path.join(out, "peer.json"), "w") as f:
+        json.dump(about, f)
+    with open(os.path.join(out, "progress.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["evaluations", "qd_score", "coverage", "max_fitness"])
+        writer.writerows([[int(e), float(q), float(c), float(m)] for e, q, c, m in rows])
+    np.save(os.path.join(out, "fitnesses.npy"), np.asarray(fitnesses, np.float64))
+
+
+def ribs(algorithm: str, iterations: int, seed: int, out: str | None = None) -> dict:
     from ribs.archives import GridArchive
     from ribs.emitters import EvolutionStrategyEmitter, GradientArborescenceEmitter
     from ribs.schedulers import Scheduler
@@ -109,8 +133,9 @@ def ribs(algorithm: str, iterations: int, seed: int) -> dict:
             for s in seeds
         ]  # fmt: skip
     scheduler = Scheduler(archive, emitters, result)
+    rows = []  # the --out folder's progress: evaluations, qd_score, coverage, max_fitness
     t0 = time.perf_counter()
-    for _ in range(iterations):
+    for i in range(iterations):
         if algorithm == "cma_mega":
             x = scheduler.ask_dqd()
             objective, measures, jac = _sphere(x)
@@ -118,8 +143,18 @@ def ribs(algorithm: str, iterations: int, seed: int) -> dict:
         x = scheduler.ask()
         objective, measures, _ = _sphere(x)
         scheduler.tell(objective, measures)
+        if out and ((i + 1) % LOG_PERIOD == 0 or i + 1 == iterations):
+            st = scheduler.result_archive.stats
+            rows.append((EMITTERS * BATCH * (i + 1), st.qd_score, st.coverage, st.obj_max))
     seconds = time.perf_counter() - t0
     stats = scheduler.result_archive.stats
+    if out:
+        import ribs
+
+        data = scheduler.result_archive.data(["index", "objective"])
+        fitnesses = np.full(CELLS[0] * CELLS[1], -np.inf)
+        fitnesses[data["index"]] = data["objective"]
+        _write_peer_run(out, f"pyribs {ribs.__version__}", algorithm, rows, fitnesses)
     return dict(
         side="pyribs", algorithm=algorithm, iterations=iterations, seconds=seconds,
         qd_score=float(stats.qd_score), coverage=float(stats.coverage),
@@ -185,8 +220,14 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peer", choices=["ribs", "qdax"], default=None)
+    parser.add_argument("--out", help="pyribs' run as a peer run folder for eqx-qd report")
     args = parser.parse_args()
-    run = {"ribs": ribs, "qdax": qdax, None: ours}[args.peer]
+    if args.out and args.peer != "ribs":
+        parser.error("--out writes pyribs' runs (ours: eqx-qd run map-elites --preset cma-me)")
+    if args.peer == "ribs":
+        print(json.dumps(ribs(args.algorithm, args.iterations, args.seed, args.out)))
+        return
+    run = {"qdax": qdax, None: ours}[args.peer]
     print(json.dumps(run(args.algorithm, args.iterations, args.seed)))
 
 

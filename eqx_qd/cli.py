@@ -146,9 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare QD run folders over seeds (medians, quartiles, p-values, plots)",
         description="Group QD run folders by algorithm and task, and write the curves' median and "
         "interquartile range over seeds, the cumulative fitness density averaged over seeds, "
-        "a table of final medians and two-sided Mann-Whitney U p-values between groups.",
+        "a table of final medians and two-sided Mann-Whitney U p-values between groups. "
+        "Another library's runs take part as peer run folders (peer.json, progress.csv, "
+        "fitnesses.npy: see eqx_qd.jobs.read_peer_run).",
     )
-    report.add_argument("folders", nargs="+", metavar="RUN_FOLDER", help="finished QD runs")
+    report.add_argument(
+        "folders", nargs="+", metavar="RUN_FOLDER", help="finished QD runs, or peer run folders"
+    )
     report.add_argument(
         "--out",
         metavar="FOLDER",

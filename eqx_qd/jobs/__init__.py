@@ -70,6 +70,7 @@ from ._replay import Replay as Replay, replay as replay
 from ._report import (
     group_of as group_of,
     mann_whitney as mann_whitney,
+    read_peer_run as read_peer_run,
     read_run as read_run,
     Report as Report,
     report as report,

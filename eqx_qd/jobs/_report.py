@@ -4,6 +4,7 @@ averaged over seeds, a table of final medians, and two-sided Mann-Whitney U p-va
 algorithms.
 
 Runs are grouped by algorithm and task (`group_of`); within a group, runs differ by seed.
+Another library's runs take part as peer run folders (`read_peer_run`), one group per library.
 """
 
 import dataclasses
@@ -104,10 +105,65 @@ class RunCurves:
         return float(100.0 * (best - again) / abs(best)) if best != 0 else float("nan")
 
 
-def read_run(folder: str | os.PathLike) -> RunCurves:
-    """A QD run folder's curves and final fitnesses. A folder that is not a finished QD run
-    is a `ValueError` naming it."""
+PEER_FILE = "peer.json"
+"""The file that makes a folder a run of another library (`read_peer_run`)."""
+
+
+def read_peer_run(folder: str | os.PathLike) -> RunCurves:
+    """A run of another library (pyribs, QDax, your own code), in the form a report reads
+    beside the jobs' run folders:
+
+    - `peer.json`: `{"library": ..., "algorithm": ..., "task": ...}`; the group is
+      `"<algorithm> on <task> (<library>)"`, so the same algorithm from two libraries is two
+      groups that the report tests against each other.
+    - `progress.csv`: an `evaluations` column and any of `REPORT_METRICS`, one row per logged
+      step, on the jobs' scales (`coverage` a fraction).
+    - `fitnesses.npy`: the final archive's fitness per cell, `-inf` (or NaN) where empty.
+
+    A missing file, key or column is a `ValueError` naming it."""
+    import json
+
     folder = os.fspath(folder)
+    run = RunFolder(folder)
+    for name in (PEER_FILE, "progress.csv", "fitnesses.npy"):
+        if not os.path.isfile(run.file(name)):
+            raise ValueError(f"peer run folder {folder!r} has no {name}")
+    with open(run.file(PEER_FILE)) as f:
+        try:
+            about = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"peer run folder {folder!r}: {PEER_FILE} is not JSON ({e})") from e
+    missing = [k for k in ("library", "algorithm", "task") if not isinstance(about.get(k), str)]
+    if missing:
+        raise ValueError(f"peer run folder {folder!r}: {PEER_FILE} lacks {missing} (strings)")
+    progress = run.read_columns("progress.csv")
+    evaluations = progress.get("evaluations")
+    if evaluations is None or evaluations.dtype.kind != "f" or len(evaluations) == 0:
+        raise ValueError(
+            f"peer run folder {folder!r}: progress.csv needs a numeric evaluations column "
+            "with at least one row"
+        )
+    curves = {
+        name: np.asarray(progress[name], np.float64)
+        for name in REPORT_METRICS
+        if name in progress and progress[name].dtype.kind == "f"
+    }
+    if not curves:
+        raise ValueError(
+            f"peer run folder {folder!r}: progress.csv has none of {list(REPORT_METRICS)}"
+        )
+    fitnesses = np.asarray(np.load(run.file("fitnesses.npy")), np.float64).reshape(-1)
+    group = f"{about['algorithm']} on {about['task']} ({about['library']})"
+    return RunCurves(group, folder, evaluations, curves, np.nan_to_num(fitnesses, nan=-np.inf))
+
+
+def read_run(folder: str | os.PathLike) -> RunCurves:
+    """A QD run folder's curves and final fitnesses: a job's, or another library's run
+    (`read_peer_run`, a folder with `peer.json`). A folder that is neither a finished QD run
+    nor a peer run is a `ValueError` naming it."""
+    folder = os.fspath(folder)
+    if os.path.isfile(os.path.join(folder, PEER_FILE)):
+        return read_peer_run(folder)
     status = run_status(folder).get("status")
     if status not in ("finished", "unknown"):
         raise ValueError(f"run folder {folder!r} is {status}, not finished")

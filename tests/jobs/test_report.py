@@ -233,3 +233,50 @@ def test_half_written_folders_are_refused_naming_the_file(folders, tmp_path, cap
     result = jobs.report([str(cut_row)], None)
     rows = len(jobs.load_run(folders["sphere"][0]).progress["evaluations"])
     assert len(result.groups[0].x) == rows - 1
+
+
+def _peer_folder(folder, about, progress, fitnesses):
+    import json
+
+    os.makedirs(folder, exist_ok=True)
+    (folder / "peer.json").write_text(json.dumps(about))
+    with open(folder / "progress.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(list(progress))
+        writer.writerows(zip(*progress.values()))
+    np.save(folder / "fitnesses.npy", fitnesses)
+
+
+def test_peer_runs_are_their_own_group_beside_the_jobs_runs(folders, tmp_path, capsys):
+    # Another library's runs of the same algorithm on the same task: the sphere runs' curves,
+    # QD-scores halved, written as peer run folders; a group of their own, tested against ours.
+    about = {"library": "otherlib 1.0", "algorithm": "MAP-Elites", "task": "sphere"}
+    peers = []
+    for i, folder in enumerate(folders["sphere"]):
+        run = jobs.load_run(folder)
+        progress = {k: run.progress[k] for k in ("evaluations", "qd_score", "coverage")}
+        progress["qd_score"] = progress["qd_score"] / 2
+        fitnesses = np.asarray(run.repertoire.fitnesses, np.float64)
+        _peer_folder(tmp_path / f"peer-{i}", about, progress, np.where(
+            np.isfinite(fitnesses), fitnesses, np.nan))  # fmt: skip
+        peers.append(str(tmp_path / f"peer-{i}"))
+    result = jobs.report(folders["sphere"] + peers, tmp_path / "r")
+    ours, theirs = result.groups
+    assert theirs.name == "MAP-Elites on sphere (otherlib 1.0)" and len(theirs.runs) == 3
+    np.testing.assert_allclose(theirs.finals["qd_score"], ours.finals["qd_score"] / 2)
+    assert "max_fitness" not in theirs.finals  # not logged: not compared
+    expected = mannwhitneyu(ours.finals["qd_score"], theirs.finals["qd_score"],
+                            alternative="two-sided").pvalue  # fmt: skip
+    assert result.p_values["qd_score"][(ours.name, theirs.name)] == pytest.approx(expected)
+    assert np.all(theirs.runs[0].fitnesses[~np.isfinite(ours.runs[0].fitnesses)] == -np.inf)
+    assert main(["report", *peers, "--out", str(tmp_path / "cli"), "--no-plots"]) == 0
+    # Bad peer folders: one line naming the folder and what is missing.
+    os.remove(tmp_path / "peer-2" / "fitnesses.npy")
+    with pytest.raises(ValueError, match="peer-2' has no fitnesses.npy"):
+        jobs.read_run(peers[2])
+    (tmp_path / "peer-1" / "peer.json").write_text('{"library": "otherlib 1.0"}')
+    with pytest.raises(ValueError, match=r"peer.json lacks \['algorithm', 'task'\]"):
+        jobs.read_run(peers[1])
+    _peer_folder(tmp_path / "peer-0", about, {"evaluations": [1.0], "other": [2.0]}, np.zeros(4))
+    with pytest.raises(ValueError, match="progress.csv has none of"):
+        jobs.read_run(peers[0])
