@@ -12,19 +12,11 @@ os.environ["EQX_QD_COMPILE_CACHE"] = "off"
 # the tests launch inherit it (`launched.py`); the notebooks' kernels do not (notebooks/
 # conftest.py: their brax training ran past nbmake's 300 s per cell at level 0). XLA_FLAGS
 # naming the level keeps its choice: ``XLA_FLAGS=--xla_backend_optimization_level=3 pytest``.
-# Likewise one Eigen thread per process (``--xla_cpu_multi_thread_eigen=false``): the suite runs
-# two pytest-xdist workers on two cores, and its programs are too small to gain from splitting
-# an operation over threads that the other worker needs (a third of the suite ran 12-13% faster,
-# 2026-11-27). The notebooks' kernels keep the user's threads, as they keep the level.
-_SUITE_FLAGS = {
-    "xla_backend_optimization_level": "--xla_backend_optimization_level=0",
-    "xla_cpu_multi_thread_eigen": "--xla_cpu_multi_thread_eigen=false",
-}
-_user_flags = os.environ.get("XLA_FLAGS", "")
-_added = [flag for name, flag in _SUITE_FLAGS.items() if name not in _user_flags]
-if _added:
-    os.environ["EQX_QD_USER_XLA_FLAGS"] = _user_flags
-    os.environ["XLA_FLAGS"] = " ".join([_user_flags, *_added]).strip()
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["EQX_QD_USER_XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+    ).strip()
 
 
 import equinox as eqx
