@@ -240,9 +240,10 @@ class CMAES(eqx.Module):
           the due ones pay for their eigendecomposition. On a CPU this is 1.8x faster than
           decomposing all (`benchmarks/README.md`, the CMA family).
         - `batched=True`: every strategy's decomposition in one batched `eigh`, kept where due
-          (a select). On a GPU one batched call beats a row of small sequential ones, each a
-          launch of its own: QDax's CMA-ME, which decomposes all its strategies every
-          iteration, ran 2.3x faster than the sequential path on an H100.
+          (a select). On a GPU a row of small sequential calls costs a launch each: on an H100
+          our CMA-ME with the one-by-one path took 2.3x the time of QDax's, which decomposes
+          all its strategies every iteration in one call (the batched path there is not yet
+          measured).
         - `None` (the default): batched unless JAX's default backend is the CPU (a job's log
           says which it took).
         """
