@@ -542,25 +542,20 @@ def main() -> None:
     if args.tables_from:
         _tables_from(args.tables_from)
         return
-    peer_names = {"pyribs", "QDax", "jaxagents"}
+    pythons = {"pyribs": args.ribs_python, "QDax": args.qdax_python,
+               "jaxagents": args.jaxagents_python}  # fmt: skip
     wanted = set() if args.peers == "none" else {x.strip() for x in args.peers.split(",") if x}
-    if wanted - peer_names:
-        p.error(f"unknown peers {sorted(wanted - peer_names)}; known: {sorted(peer_names)}")
+    if wanted - set(pythons):
+        p.error(f"unknown peers {sorted(wanted - set(pythons))}; known: {sorted(pythons)}")
     known = [*WORKLOADS, *VERSUS]
     chosen = known if args.only == "all" else [w.strip() for w in args.only.split(",") if w]
     unknown = [w for w in chosen if w not in known]
     if unknown:
         p.error(f"unknown workloads {unknown}; known: {known} (or all)")
-    needs = {}  # only the peers of the chosen workloads
     peers = {VERSUS[w].peer.split()[0] for w in chosen if w in VERSUS}  # "QDax", "jaxagents"
     if any(w in WORKLOADS for w in chosen):
         peers |= {"pyribs", "QDax"}
-    for who, python in (
-        ("pyribs", args.ribs_python), ("QDax", args.qdax_python),
-        ("jaxagents", args.jaxagents_python),
-    ):  # fmt: skip
-        if who in peers & wanted:
-            needs[who] = python
+    needs = {who: pythons[who] for who in peers & wanted}  # the chosen workloads' peers only
     for who, python in needs.items():
         if not os.path.exists(python):
             p.error(

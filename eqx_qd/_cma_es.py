@@ -229,8 +229,12 @@ class CMAES(eqx.Module):
 
         Under `vmap` the test becomes a select and every strategy decomposes; for a population
         use `refresh_many`, which decomposes only the strategies that are due."""
-        due = (state.evaluations - state.updated_at).astype(jnp.float32) > self.lazy_gap_evals
-        return jax.lax.cond(due, lambda s: self._decompose(s), lambda s: s, state)
+        return jax.lax.cond(self._due(state), lambda s: self._decompose(s), lambda s: s, state)
+
+    def _due(self, state: CMAESState) -> Bool[Array, "..."]:
+        """Whether more than `lazy_gap_evals` evaluations passed since the last decomposition
+        (any leading axes of `state`)."""
+        return (state.evaluations - state.updated_at).astype(jnp.float32) > self.lazy_gap_evals
 
     def refresh_many(self, states: CMAESState, *, batched: bool | None = None) -> CMAESState:
         """`refresh` over a population (a leading axis on every field): the same states either
@@ -251,7 +255,7 @@ class CMAES(eqx.Module):
             batched = batched_decompositions()
         if not batched:
             return jax.lax.map(lambda s: self.refresh(s), states)
-        due = (states.evaluations - states.updated_at).astype(jnp.float32) > self.lazy_gap_evals
+        due = self._due(states)
         fresh = jax.vmap(self._decompose)(states)
 
         def keep(new, old):

@@ -49,9 +49,14 @@ def compiler_options() -> dict[str, Any]:
     and where the installed XLA no longer knows it (found once per process by compiling a
     one-line program).
     """
-    if any(name in os.environ.get("XLA_FLAGS", "") for name in _OPTIONS):
+    if _set_in_xla_flags():
         return {}
     return dict(_OPTIONS) if _accepted() else {}
+
+
+def _set_in_xla_flags() -> bool:
+    """Whether `XLA_FLAGS` names one of the package's options (the user's choice stands)."""
+    return any(name in os.environ.get("XLA_FLAGS", "") for name in _OPTIONS)
 
 
 def _traced(args: tuple, kwargs: dict) -> bool:
@@ -125,7 +130,7 @@ def machine_choices() -> str:
     populations decompose (`batched_decompositions`)."""
     picks = []
     if jax.default_backend() == "cpu":
-        if any(name in os.environ.get("XLA_FLAGS", "") for name in _OPTIONS):
+        if _set_in_xla_flags():
             picks.append("CPU fusion emitters as XLA_FLAGS sets them")
         else:  # the installed XLA may no longer know the option
             picks.append(f"{'older' if compiler_options() else 'XLA default'} CPU fusion emitters")
