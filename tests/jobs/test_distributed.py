@@ -182,6 +182,9 @@ def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
     obs = np.asarray(pg.buffer.data.obs)
     assert obs.shape[:2] == (4, 100) and not np.array_equal(obs[0], obs[1])
     assert four.progress["evaluations"].tolist() == [8, 16, 24, 32]
+    assert np.all(np.diff(four.progress["qd_score"]) >= 0)
+    filled = np.isfinite(np.asarray(four.repertoire.fitnesses))
+    assert filled.sum() == four.progress["num_filled"][-1]
     with open(tmp_path / "pgame" / "actors.csv") as f:
         kinds = [line.split(",")[8] for line in f.read().splitlines()[1:]]
     assert kinds.count("greedy") <= 3  # at most one per batch
