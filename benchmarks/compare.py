@@ -21,13 +21,16 @@ Usage: python benchmarks/compare.py [--rounds 3] [--only cvt1024,grid,sac,ippo]
        [--qdax-python /tmp/qdax_venv/bin/python] [--ribs-python /tmp/ribs_venv/bin/python]
        [--jaxagents-python /tmp/jaxagents_venv/bin/python] [--platform cpu|cuda|default]
        [--peers pyribs,QDax,jaxagents|none] [--jsonl runs.jsonl] [--tables-from a.jsonl ...]
+       [--background-load [N]]
 
 ``--platform`` (default cpu) is where JAX runs, for every side. ``--peers`` runs only the peers
 named (a row whose peer is left out gets ours alone): on a GPU machine where only pyribs
 installs, ``--platform default --peers pyribs``. ``--jsonl`` appends every run's result as it
 ends, so a run cut short keeps what it measured; ``--tables-from a.jsonl [b.jsonl ...]`` prints
 the tables of such files and runs nothing. ``EQX_QD_SHARED_BENCH`` names a copy of
-``../shared/bench`` where that folder is not beside the checkout.
+``../shared/bench`` where that folder is not beside the checkout. ``--background-load`` runs
+every side beside N busy processes at nice 19 (bare: 1), started before each run and killed
+after it: how a default fares on a shared node, beside low-priority jobs.
 
 Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
 bfloat16 hidden products), sacx2, sacbf16x2 (both sides on 2 host devices, one core each; QDax's
@@ -44,6 +47,7 @@ the date, then Markdown tables; each RL run's figure goes to stderr as it ends.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -208,11 +212,41 @@ def _peer_copies(folder: str) -> dict[str, str]:
     return scripts
 
 
+_BUSY = "while True:\n    pass\n"
+
+
+@contextlib.contextmanager
+def _background_load(processes: int, niceness: int = 19):
+    """``processes`` busy Python loops at ``niceness`` for the length of the block: the
+    low-priority jobs (test runs, data loaders) beside which researchers run on shared nodes."""
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-c", _BUSY],
+            preexec_fn=lambda: os.nice(niceness),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(processes)
+    ]
+    try:
+        yield
+    finally:
+        for proc in started:
+            proc.kill()
+        for proc in started:
+            proc.wait()
+
+
 def _run(
-    cmd: list[str], timeout: int, env: dict[str, str] | None = None, platform: str = "cpu"
+    cmd: list[str],
+    timeout: int,
+    env: dict[str, str] | None = None,
+    platform: str = "cpu",
+    background: int = 0,
 ) -> dict | None:
     """The script's result: its last ``JSON {...}`` line, or a last line that is JSON. JAX runs
-    on `platform` (``JAX_PLATFORMS``; ``default``: JAX's own choice, a GPU where there is one)."""
+    on `platform` (``JAX_PLATFORMS``; ``default``: JAX's own choice, a GPU where there is one),
+    beside ``background`` busy processes at the lowest priority (`_background_load`)."""
     base = dict(os.environ)
     if platform == "default":
         base.pop("JAX_PLATFORMS", None)
@@ -220,7 +254,8 @@ def _run(
         base["JAX_PLATFORMS"] = platform
     env = {**base, **(env or {})}
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        with _background_load(background):
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         print(f"  timed out: {' '.join(cmd[:3])} ...", file=sys.stderr)
         return None
@@ -537,6 +572,10 @@ def main() -> None:
     p.add_argument("--platform", default="cpu", help="JAX_PLATFORMS for every run, or default")
     p.add_argument("--peers", default="pyribs,QDax,jaxagents", help="peers to run, or none")
     p.add_argument("--jsonl", help="append each run's result to this file as it ends")
+    p.add_argument(
+        "--background-load", type=int, nargs="?", const=1, default=0, metavar="N",
+        help="N busy processes at nice 19 beside every run, ours and the peers' (bare: 1)",
+    )  # fmt: skip
     p.add_argument("--tables-from", nargs="+", help="print the tables of --jsonl files only")
     args = p.parse_args()
     if args.tables_from:
@@ -584,16 +623,19 @@ def main() -> None:
                     commands.reverse()
                 for who, (cmd, env) in commands:
                     print(f"round {r + 1}/{args.rounds}: {w} {who}", file=sys.stderr, flush=True)
-                    res = _run(cmd, args.timeout, env, args.platform)
+                    res = _run(cmd, args.timeout, env, args.platform, args.background_load)
                     if res is not None:
                         results[w].setdefault(who, []).append(res)
                         _print_run(w, who, res)
                         if args.jsonl:
                             with open(args.jsonl, "a") as f:
-                                row = {"round": r + 1, "workload": w, "who": who, "result": res}
+                                row = {"round": r + 1, "workload": w, "who": who, "result": res,
+                                       "background_load": args.background_load}  # fmt: skip
                                 f.write(json.dumps(row) + "\n")
 
     where = "" if args.platform == "cpu" else f", JAX_PLATFORMS={args.platform}{_accelerator()}"
+    if args.background_load:
+        where += f", beside {args.background_load} busy process(es) at nice 19"
     print(f"{started}, {_machine()}{where}; medians of {args.rounds} rounds, back to back")
     _print_tables(chosen, results)
 

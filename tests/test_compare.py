@@ -128,3 +128,32 @@ def test_tables_from_saved_runs_and_the_platform_each_run_gets(compare, tmp_path
     assert compare._run([sys.executable, str(script)], timeout=60) == {"p": "cpu"}
     assert compare._run([sys.executable, str(script)], 60, platform="cuda") == {"p": "cuda"}
     assert compare._run([sys.executable, str(script)], 60, platform="default") == {"p": None}
+
+
+def test_background_load_runs_beside_the_script_at_lowest_priority(compare, tmp_path):
+    # The script sees the busy processes compare.py started (children of compare.py's process,
+    # at nice 19) while it runs; none is left once the run is over.
+    script = tmp_path / "siblings.py"
+    script.write_text(
+        "import json, os, subprocess\n"
+        "me, parent = os.getpid(), os.getppid()\n"
+        "out = subprocess.run(['ps', '-o', 'pid=,ppid=,ni=', '--ppid', str(parent)],\n"
+        "                     capture_output=True, text=True).stdout.split()\n"
+        "rows = [out[i:i + 3] for i in range(0, len(out), 3)]\n"
+        "nice = sorted(int(n) for pid, _, n in rows if int(pid) != me)\n"
+        "print(json.dumps({'nice': nice}))\n"
+    )
+    children = set(os.listdir("/proc"))
+    assert compare._run([sys.executable, str(script)], 60, background=2) == {"nice": [19, 19]}
+    assert compare._run([sys.executable, str(script)], 60) == {"nice": []}
+    left = {p for p in set(os.listdir("/proc")) - children if p.isdigit()}
+    busy = [p for p in left if "while True" in _cmdline(p)]
+    assert busy == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read()
+    except OSError:
+        return ""
