@@ -219,16 +219,17 @@ _BUSY = "while True:\n    pass\n"
 def _background_load(processes: int, niceness: int = 19):
     """``processes`` busy Python loops at ``niceness`` for the length of the block: the
     low-priority jobs (test runs, data loaders) beside which researchers run on shared nodes."""
-    started = [
-        subprocess.Popen(
-            [sys.executable, "-c", _BUSY],
-            preexec_fn=lambda: os.nice(niceness),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        for _ in range(processes)
-    ]
+    started = []
     try:
+        for _ in range(processes):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _BUSY],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            started.append(proc)
+            # From here, not in the child (``preexec_fn``): a fork under JAX's threads warns.
+            os.setpriority(os.PRIO_PROCESS, proc.pid, niceness)
         yield
     finally:
         for proc in started:
@@ -550,14 +551,18 @@ def _print_tables(chosen: list[str], results: dict) -> None:
 def _tables_from(paths: list[str]) -> None:
     """The tables of runs saved by ``--jsonl`` (workloads in the order they first ran)."""
     results: dict[str, dict[str, list[dict]]] = {}
+    rows = []
     for path in paths:
         with open(path) as f:
-            for line in f:
-                if line.strip():
-                    row = json.loads(line)
-                    results.setdefault(row["workload"], {}).setdefault(row["who"], [])
-                    results[row["workload"]][row["who"]].append(row["result"])
-    print(f"runs of {', '.join(paths)}: medians over the runs of each side")
+            rows += [json.loads(line) for line in f if line.strip()]
+    for row in rows:
+        results.setdefault(row["workload"], {}).setdefault(row["who"], [])
+        results[row["workload"]][row["who"]].append(row["result"])
+    loads = sorted({row.get("background_load", 0) for row in rows})
+    beside = "" if loads == [0] else f", beside {'/'.join(map(str, loads))} busy process(es)"
+    if len(loads) > 1:
+        beside += " (such runs pooled)"
+    print(f"runs of {', '.join(paths)}: medians over the runs of each side{beside}")
     _print_tables([w for w in results if w in WORKLOADS or w in VERSUS], results)
 
 
@@ -578,6 +583,8 @@ def main() -> None:
     )  # fmt: skip
     p.add_argument("--tables-from", nargs="+", help="print the tables of --jsonl files only")
     args = p.parse_args()
+    if args.background_load < 0:
+        p.error(f"--background-load must be 0 or more busy processes, got {args.background_load}")
     if args.tables_from:
         _tables_from(args.tables_from)
         return

@@ -130,7 +130,7 @@ def test_tables_from_saved_runs_and_the_platform_each_run_gets(compare, tmp_path
     assert compare._run([sys.executable, str(script)], 60, platform="default") == {"p": None}
 
 
-def test_background_load_runs_beside_the_script_at_lowest_priority(compare, tmp_path):
+def test_background_load_runs_beside_the_script_at_lowest_priority(compare, tmp_path, capsys):
     # The script sees the busy processes compare.py started (children of compare.py's process,
     # at nice 19) while it runs; none is left once the run is over.
     script = tmp_path / "siblings.py"
@@ -149,6 +149,14 @@ def test_background_load_runs_beside_the_script_at_lowest_priority(compare, tmp_
     left = {p for p in set(os.listdir("/proc")) - children if p.isdigit()}
     busy = [p for p in left if "while True" in _cmdline(p)]
     assert busy == []
+    # Saved runs say what ran beside them.
+    row = {"round": 1, "workload": "cma_me", "who": "eqx_qd", "result": {"seconds": 2.0},
+           "background_load": 1}  # fmt: skip
+    path = tmp_path / "loaded.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    compare._tables_from([str(path)])
+    out = capsys.readouterr().out
+    assert "medians over the runs of each side, beside 1 busy process(es)\n" in out
 
 
 def _cmdline(pid: str) -> str:
