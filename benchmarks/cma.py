@@ -149,12 +149,12 @@ def ribs(algorithm: str, iterations: int, seed: int, out: str | None = None) -> 
     seconds = time.perf_counter() - t0
     stats = scheduler.result_archive.stats
     if out:
-        import ribs
+        from ribs import __version__ as ribs_version
 
         data = scheduler.result_archive.data(["index", "objective"])
         fitnesses = np.full(CELLS[0] * CELLS[1], -np.inf)
         fitnesses[data["index"]] = data["objective"]
-        _write_peer_run(out, f"pyribs {ribs.__version__}", algorithm, rows, fitnesses)
+        _write_peer_run(out, f"pyribs {ribs_version}", algorithm, rows, fitnesses)
     return dict(
         side="pyribs", algorithm=algorithm, iterations=iterations, seconds=seconds,
         qd_score=float(stats.qd_score), coverage=float(stats.coverage),

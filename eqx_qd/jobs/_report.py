@@ -121,18 +121,12 @@ def read_peer_run(folder: str | os.PathLike) -> RunCurves:
     - `fitnesses.npy`: the final archive's fitness per cell, `-inf` (or NaN) where empty.
 
     A missing file, key or column is a `ValueError` naming it."""
-    import json
-
     folder = os.fspath(folder)
     run = RunFolder(folder)
     for name in (PEER_FILE, "progress.csv", "fitnesses.npy"):
         if not os.path.isfile(run.file(name)):
             raise ValueError(f"peer run folder {folder!r} has no {name}")
-    with open(run.file(PEER_FILE)) as f:
-        try:
-            about = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"peer run folder {folder!r}: {PEER_FILE} is not JSON ({e})") from e
+    about = run.read_json(PEER_FILE)  # not JSON: a ValueError naming the file
     missing = [k for k in ("library", "algorithm", "task") if not isinstance(about.get(k), str)]
     if missing:
         raise ValueError(f"peer run folder {folder!r}: {PEER_FILE} lacks {missing} (strings)")
@@ -152,7 +146,7 @@ def read_peer_run(folder: str | os.PathLike) -> RunCurves:
         raise ValueError(
             f"peer run folder {folder!r}: progress.csv has none of {list(REPORT_METRICS)}"
         )
-    fitnesses = np.asarray(np.load(run.file("fitnesses.npy")), np.float64).reshape(-1)
+    fitnesses = np.asarray(run.read_npy("fitnesses.npy"), np.float64).reshape(-1)
     group = f"{about['algorithm']} on {about['task']} ({about['library']})"
     return RunCurves(group, folder, evaluations, curves, np.nan_to_num(fitnesses, nan=-np.inf))
 
