@@ -122,7 +122,7 @@ def read_peer_run(folder: str | os.PathLike) -> RunCurves:
 
     A missing file, key or column is a `ValueError` naming it."""
     folder = os.fspath(folder)
-    run = RunFolder(folder)
+    run = RunFolder(folder, create=False)  # a reader: makes no folder, removes no file
     for name in (PEER_FILE, "progress.csv", "fitnesses.npy"):
         if not os.path.isfile(run.file(name)):
             raise ValueError(f"peer run folder {folder!r} has no {name}")

@@ -280,3 +280,6 @@ def test_peer_runs_are_their_own_group_beside_the_jobs_runs(folders, tmp_path, c
     _peer_folder(tmp_path / "peer-0", about, {"evaluations": [1.0], "other": [2.0]}, np.zeros(4))
     with pytest.raises(ValueError, match="progress.csv has none of"):
         jobs.read_run(peers[0])
+    with pytest.raises(ValueError, match="has no peer.json"):  # reading makes no folder
+        jobs.read_peer_run(tmp_path / "no-such-run")
+    assert not os.path.exists(tmp_path / "no-such-run")
