@@ -27,15 +27,43 @@ from ._misc import f32, i32
 RESAMPLE_TRIES = 100
 """Draws per candidate before an out-of-bounds candidate is clipped into the bounds."""
 
+NEWTON_STEPS = 2
+"""Newton-Schulz steps a `square_roots="newton"` refresh takes from the previous `C^-1/2`."""
+
+NEWTON_TOLERANCE = 1e-5
+"""The largest `|X C X - I|` entry a Newton refresh accepts for `X = C^-1/2`; above it (or
+on NaN) the strategy is decomposed instead."""
+
+NEWTON_CONDITION_LIMIT = 4.0
+"""Newton steps are tried only on a covariance whose last known condition number is at most
+this: the steps shrink the part of the error that does not commute with C by a factor
+`(r^1/4 - r^-1/4)^2 / 4` for eigenvalue ratios `r`, fast only for a nearly round C."""
+
+UNCERTAINTY_LIMIT = 10.0
+"""The most `CMAESState.uncertainty` may grow through Newton refreshes before one decomposes."""
+
+CONDITION_LIMIT = 1e14
+"""A covariance whose condition number passes this restarts its strategy (pycma's tolerance)."""
+
+AREA_LIMIT = 1e-11
+"""A strategy whose extent `sigma * sqrt(max eigenvalue)` falls below this restarts."""
+
+SQUARE_ROOTS = ("newton", "eigh")
+"""The ways a refresh may compute the square roots (`CMAES.square_roots`)."""
+
 
 class CMAESState(eqx.Module):
     """One CMA-ES's search distribution and its evolution paths.
 
     **Fields:** `mean` `(dim,)`; step size `sigma`; evolution paths `pc` and `ps` `(dim,)`;
-    covariance `cov` `(dim, dim)` and the eigensystem sampling uses (`eigenbasis`,
-    `eigenvalues`, `invsqrt` = C^-1/2, `condition`), refreshed lazily; `evaluations`, the
-    candidates told so far, and `updated_at`, the count when the eigensystem was last
-    refreshed.
+    covariance `cov` `(dim, dim)`; what the last refresh computed from it (pyribs' lazy
+    eigensystem): `sqrt` = C^1/2 and `invsqrt` = C^-1/2 `(dim, dim)`, both symmetric (sampling
+    draws `mean + sigma * sqrt @ z`, the path update reads `invsqrt`); `max_eigenvalue` and
+    `condition`, C's largest eigenvalue and condition number at the last eigendecomposition,
+    and `uncertainty` `u >= 1`: at the last refresh they were within a factor `u` (the
+    eigenvalue) and `u^2` (the condition number) of these (1 when that refresh decomposed;
+    see `CMAES.square_roots`); `evaluations`, the candidates told so far, and `updated_at`,
+    the count at the last refresh.
     """
 
     mean: Float[Array, " dim"]
@@ -43,10 +71,11 @@ class CMAESState(eqx.Module):
     pc: Float[Array, " dim"]
     ps: Float[Array, " dim"]
     cov: Float[Array, "dim dim"]
-    eigenbasis: Float[Array, "dim dim"]
-    eigenvalues: Float[Array, " dim"]
+    sqrt: Float[Array, "dim dim"]
     invsqrt: Float[Array, "dim dim"]
+    max_eigenvalue: Float[Array, ""]
     condition: Float[Array, ""]
+    uncertainty: Float[Array, ""]
     evaluations: Int[Array, ""]
     updated_at: Int[Array, ""]
 
@@ -71,9 +100,9 @@ class CMAES(eqx.Module):
 
     The update is the one of pyribs 0.12's `CMAEvolutionStrategy` (itself after pycma's
     `purecma`): weights and learning rates from the generation's number of parents; the
-    eigensystem refreshed once `lazy_gap_evals` evaluations have passed; `sigma` multiplied by
-    `exp(min(1, cs / damps * (|ps|^2 / dim - 1) / 2))`. Candidates outside `lower` /
-    `upper` are redrawn (`RESAMPLE_TRIES` times, then clipped).
+    square roots of the covariance refreshed once `lazy_gap_evals` evaluations have passed;
+    `sigma` multiplied by `exp(min(1, cs / damps * (|ps|^2 / dim - 1) / 2))`. Candidates
+    outside `lower` / `upper` are redrawn (`RESAMPLE_TRIES` times, then clipped).
 
     **Fields:**
 
@@ -81,6 +110,20 @@ class CMAES(eqx.Module):
     - `sigma0`: the initial step size (float32 leaf, positive).
     - `lower`, `upper`: `(dim,)` bounds of the search space (`-inf` / `inf`: none).
     - `bounded`: static, whether any bound is finite (the redraw loop is compiled only then).
+    - `square_roots`: static, how a refresh gets `C^1/2` and `C^-1/2` of the covariance.
+      `"eigh"`: pyribs' way, an eigendecomposition. `"newton"` (the default): where C is
+      nearly round (`NEWTON_CONDITION_LIMIT`), `NEWTON_STEPS` Newton-Schulz steps from the
+      previous refresh's `C^-1/2`, matrix products only. Between two refreshes C moves little,
+      and on pyribs' sphere protocol the steps reach the float32 eigendecomposition's own
+      error against a float64 one, at a third of its cost (`benchmarks/README.md`). A strategy
+      is decomposed instead where the steps miss `NEWTON_TOLERANCE`, where the eigenvalue
+      bounds they carry (`CMAESState.uncertainty`, from Ostrowski's theorem: C's eigenvalues
+      are those of the previous `C^-1/2`'s inverse square scaled by factors within the
+      eigenvalues of `X C X`) pass `UNCERTAINTY_LIMIT`, and where a stop tolerance
+      (`CONDITION_LIMIT`, `AREA_LIMIT`) could come out otherwise with the exact eigenvalues
+      before the next refresh, so `should_stop` decides as pyribs' does. Sampling through the
+      symmetric `C^1/2` draws from the same distribution as pyribs' `B D^1/2`, not the same
+      points.
     """
 
     dim: int = eqx.field(static=True)
@@ -89,6 +132,7 @@ class CMAES(eqx.Module):
     lower: Float[Array, " dim"]
     upper: Float[Array, " dim"]
     bounded: bool = eqx.field(static=True)
+    square_roots: str = eqx.field(static=True)
 
     def __init__(
         self,
@@ -97,8 +141,10 @@ class CMAES(eqx.Module):
         sigma0: ScalarLike = 1.0,
         lower: ScalarLike | Float[Array, " dim"] = -jnp.inf,
         upper: ScalarLike | Float[Array, " dim"] = jnp.inf,
+        square_roots: str = "newton",
     ):
         check.positive_int("CMAES.dim", dim)
+        check.one_of("CMAES.square_roots", square_roots, SQUARE_ROOTS)
         if batch_size is None:
             batch_size = 4 + int(3 * math.log(dim))
         check.integer("CMAES.batch_size", batch_size, minimum=2)
@@ -106,6 +152,7 @@ class CMAES(eqx.Module):
         self.dim = dim
         self.batch_size = batch_size
         self.sigma0 = sigma0
+        self.square_roots = square_roots
         self.lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (dim,))
         self.upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (dim,))
         if check.is_concrete(self.lower) and check.is_concrete(self.upper):
@@ -136,21 +183,22 @@ class CMAES(eqx.Module):
             pc=jnp.zeros(n, jnp.float32),
             ps=jnp.zeros(n, jnp.float32),
             cov=eye,
-            eigenbasis=eye,
-            eigenvalues=jnp.ones(n, jnp.float32),
+            sqrt=eye,
             invsqrt=eye,
+            max_eigenvalue=jnp.float32(1.0),
             condition=jnp.float32(1.0),
+            uncertainty=jnp.float32(1.0),
             evaluations=i32(0),
             updated_at=i32(0),
         )
 
     def sample(self, state: CMAESState, *, key: PRNGKey) -> Float[Array, "batch dim"]:
-        """`batch_size` candidates from N(mean, sigma^2 C), redrawn until inside the bounds."""
-        transform = state.eigenbasis * jnp.sqrt(state.eigenvalues)[None, :]
+        """`batch_size` candidates from N(mean, sigma^2 C), redrawn until inside the bounds
+        (C as of the last refresh)."""
 
         def draw(k):
             z = state.sigma * jr.normal(k, (self.batch_size, self.dim))
-            return z @ transform.T + state.mean[None, :]
+            return z @ state.sqrt.T + state.mean[None, :]
 
         def outside(x) -> Bool[Array, " batch"]:
             return jnp.any((x < self.lower[None, :]) | (x > self.upper[None, :]), axis=-1)
@@ -224,30 +272,48 @@ class CMAES(eqx.Module):
         return jax.tree.map(lambda a, b: jnp.where(num_parents > 0, a, b), told, counted)
 
     def refresh(self, state: CMAESState) -> CMAESState:
-        """The eigensystem recomputed if more than `lazy_gap_evals` evaluations passed since
-        the last time (pyribs does this at the start of its next `ask`: the same values).
+        """`C^1/2`, `C^-1/2` and the eigenvalue figures recomputed if more than
+        `lazy_gap_evals` evaluations passed since the last time (pyribs does this at the
+        start of its next `ask`: the same schedule).
 
-        Under `vmap` the test becomes a select and every strategy decomposes; for a population
-        use `refresh_many`, which decomposes only the strategies that are due."""
-        return jax.lax.cond(self._due(state), lambda s: self._decompose(s), lambda s: s, state)
+        Under `vmap` the tests become selects and both sides are computed; for a population
+        use `refresh_many`, which pays only for the strategies that need it."""
+        return jax.lax.cond(self._due(state), lambda s: self._renew(s), lambda s: s, state)
 
     def _due(self, state: CMAESState) -> Bool[Array, "..."]:
-        """Whether more than `lazy_gap_evals` evaluations passed since the last decomposition
-        (any leading axes of `state`)."""
+        """Whether more than `lazy_gap_evals` evaluations passed since the last refresh (any
+        leading axes of `state`)."""
         return (state.evaluations - state.updated_at).astype(jnp.float32) > self.lazy_gap_evals
 
-    def refresh_many(self, states: CMAESState, *, batched: bool | None = None) -> CMAESState:
-        """`refresh` over a population (a leading axis on every field): the same states either
-        way, two ways to get them, and which is faster depends on the machine.
+    def _tries_newton(self, state: CMAESState) -> Bool[Array, "..."]:
+        """Whether a refresh tries Newton steps first (any leading axes of `state`)."""
+        if self.square_roots == "eigh":
+            return jnp.zeros(state.condition.shape, bool)
+        return state.condition <= NEWTON_CONDITION_LIMIT
 
-        - `batched=False`: one strategy after another (`lax.map`) under a real `cond`, so only
-          the due ones pay for their eigendecomposition. On a CPU this is 1.8x faster than
-          decomposing all (`benchmarks/README.md`, the CMA family).
-        - `batched=True`: every strategy's decomposition in one batched `eigh`, kept where due
-          (a select). On a GPU a row of small sequential calls costs a launch each: on an H100
-          our CMA-ME with the one-by-one path took 2.3x the time of QDax's, which decomposes
-          all its strategies every iteration in one call (the batched path there is not yet
-          measured).
+    def _renew(self, s: CMAESState) -> CMAESState:
+        """One strategy refreshed now, by `square_roots`."""
+
+        def newton(s):
+            fresh, exact = self._newton(s)
+            return jax.lax.cond(exact, lambda t: self._decompose(t), lambda _: fresh, s)
+
+        if self.square_roots == "eigh":
+            return self._decompose(s)
+        return jax.lax.cond(self._tries_newton(s), newton, lambda t: self._decompose(t), s)
+
+    def refresh_many(self, states: CMAESState, *, batched: bool | None = None) -> CMAESState:
+        """`refresh` over a population (a leading axis on every field): the same states
+        either way, two ways to get them, and which is faster depends on the machine.
+
+        - `batched=False`: one strategy after another (`lax.map`) under real `cond`s, so only
+          the due strategies pay for a refresh, and only those that need one for an
+          eigendecomposition. The faster way on a CPU, most of all when the strategies are
+          out of step, as CMA-ME's are (each restarts on its own): `benchmarks/README.md`,
+          the CMA family.
+        - `batched=True`: the Newton steps of every strategy in one batched product, and every
+          decomposition in one batched `eigh`, each run if any strategy needs it and kept
+          where due (a select). On a GPU a row of small sequential calls costs a launch each.
         - `None` (the default): batched unless JAX's default backend is the CPU (a job's log
           says which it took).
         """
@@ -256,42 +322,121 @@ class CMAES(eqx.Module):
         if not batched:
             return jax.lax.map(lambda s: self.refresh(s), states)
         due = self._due(states)
-        fresh = jax.vmap(self._decompose)(states)
-
-        def keep(new, old):
-            return jnp.where(due.reshape(due.shape + (1,) * (new.ndim - 1)), new, old)
-
-        return jax.tree.map(keep, fresh, states)
+        if self.square_roots == "eigh":
+            return _where(due, jax.vmap(self._decompose)(states), states)
+        trying = due & self._tries_newton(states)
+        fresh, exact = jax.lax.cond(
+            jnp.any(trying),
+            lambda s: self._newton(s),
+            lambda s: (s, jnp.ones(due.shape, bool)),
+            states,
+        )
+        exact = due & (exact | ~trying)
+        fresh = _where(due & ~exact, fresh, states)
+        return jax.lax.cond(
+            jnp.any(exact),
+            lambda s: _where(exact, jax.vmap(self._decompose)(s), s),
+            lambda s: s,
+            fresh,
+        )
 
     def _decompose(self, s: CMAESState) -> CMAESState:
+        """pyribs' refresh: the eigendecomposition of the (symmetrised) covariance."""
         cov = jnp.maximum(s.cov, s.cov.T)
         values, basis = jnp.linalg.eigh(cov, symmetrize_input=False)  # symmetric: see above
         values = jnp.abs(values)
-        invsqrt = (basis * (1.0 / jnp.sqrt(values))[None, :]) @ basis.T
-        invsqrt = jnp.maximum(invsqrt, invsqrt.T)
+        root = jnp.sqrt(values)
+        sqrt = (basis * root[None, :]) @ basis.T
+        invsqrt = (basis * (1.0 / root)[None, :]) @ basis.T
         return eqx.tree_at(
             lambda t: (
                 t.cov,
-                t.eigenbasis,
-                t.eigenvalues,
+                t.sqrt,
                 t.invsqrt,
+                t.max_eigenvalue,
                 t.condition,
+                t.uncertainty,
                 t.updated_at,
             ),
             s,
-            (cov, basis, values, invsqrt, jnp.max(values) / jnp.min(values), s.evaluations),
+            (
+                cov,
+                jnp.maximum(sqrt, sqrt.T),
+                jnp.maximum(invsqrt, invsqrt.T),
+                jnp.max(values),
+                jnp.max(values) / jnp.min(values),
+                jnp.float32(1.0),
+                s.evaluations,
+            ),
         )
+
+    def _newton(self, s: CMAESState) -> tuple[CMAESState, Bool[Array, "..."]]:
+        """The refresh by Newton-Schulz steps from the previous `C^-1/2` (any leading axes of
+        `s`), and where it must be decomposed instead."""
+        swap = lambda a: jnp.swapaxes(a, -1, -2)
+        frobenius = lambda a: jnp.sqrt(jnp.sum(a**2, axis=(-2, -1)))
+        cov = jnp.maximum(s.cov, swap(s.cov))
+        eye = jnp.broadcast_to(jnp.eye(self.dim, dtype=jnp.float32), cov.shape)
+        x = s.invsqrt
+        for step in range(NEWTON_STEPS):  # X <- (3 I - X C X) X / 2, kept symmetric
+            m = x @ (cov @ x)
+            m = 0.5 * (m + swap(m))
+            if step == 0:
+                # C = X0^-1 M X0^-1: by Ostrowski, C's k-th eigenvalue is X0^-2's times a
+                # factor within M's eigenvalues, so within 1 +- |M - I|_2 <= |M - I|_F.
+                moved = frobenius(m - eye)
+            x = 0.5 * (3.0 * eye - m) @ x
+            x = 0.5 * (x + swap(x))
+        sqrt = cov @ x
+        sqrt = 0.5 * (sqrt + swap(sqrt))
+        residual = x @ sqrt - eye
+        left = frobenius(residual)  # and X^-2's within 1 +- this of C's
+        uncertainty = s.uncertainty * (1 + moved) / (1 - moved) * (1 + left) / (1 - left)
+        # The checks before the next refresh see sigma after 1 .. J more generations, each of
+        # which multiplies it by a factor in [exp(-1/2), e] (cs / damps < 1, the cap at 1).
+        j = math.floor(self.lazy_gap_evals / self.batch_size) + 1
+        top_low, top_high = s.max_eigenvalue / uncertainty, s.max_eigenvalue * uncertainty
+        area_low = s.sigma * math.exp(-j / 2) * jnp.sqrt(top_low)
+        area_high = s.sigma * math.exp(j) * jnp.sqrt(top_high)
+        cond_low, cond_high = s.condition / uncertainty**2, s.condition * uncertainty**2
+        undecided = ((area_low < AREA_LIMIT) & (area_high >= AREA_LIMIT)) | (
+            (cond_low <= CONDITION_LIMIT) & (cond_high > CONDITION_LIMIT)
+        )
+        accepted = (
+            (jnp.max(jnp.abs(residual), axis=(-2, -1)) <= NEWTON_TOLERANCE)  # False on NaN
+            & (moved < 0.5)
+            & (left < 0.5)
+            & (uncertainty <= UNCERTAINTY_LIMIT)
+        )
+        fresh = eqx.tree_at(
+            lambda t: (t.cov, t.sqrt, t.invsqrt, t.uncertainty, t.updated_at),
+            s,
+            (cov, sqrt, x, uncertainty, s.evaluations),
+        )
+        return fresh, ~accepted | undecided
 
     def should_stop(
         self, state: CMAESState, sorted_values: Float[Array, "batch ..."]
     ) -> Bool[Array, ""]:
         """Whether `state` should restart, by pycma's tolerances as pyribs checks them:
-        condition number above 1e14, the distribution's extent `sigma * sqrt(max eigenvalue)`
-        below 1e-11, or a flat ranking (the best and worst ranking values closer than
-        1e-12). `sorted_values` are the ranking values, best first."""
-        area = state.sigma * jnp.sqrt(jnp.max(state.eigenvalues))
+        condition number above `CONDITION_LIMIT` (1e14), the distribution's extent
+        `sigma * sqrt(max eigenvalue)` below `AREA_LIMIT` (1e-11), or a flat ranking (the
+        best and worst ranking values closer than 1e-12). `sorted_values` are the ranking
+        values, best first. The eigenvalue figures are the state's; after a Newton refresh
+        they are not exact, but the refresh decomposed wherever the exact ones could decide
+        otherwise."""
+        area = state.sigma * jnp.sqrt(state.max_eigenvalue)
         spread = jnp.linalg.norm(jnp.atleast_1d(sorted_values[0] - sorted_values[-1]))
-        return (state.condition > 1e14) | (area < 1e-11) | (spread < 1e-12)
+        return (state.condition > CONDITION_LIMIT) | (area < AREA_LIMIT) | (spread < 1e-12)
+
+
+def _where(which: Bool[Array, " population"], new: CMAESState, old: CMAESState) -> CMAESState:
+    """`new`'s strategies where `which`, `old`'s elsewhere."""
+
+    def pick(a, b):
+        return jnp.where(which.reshape(which.shape + (1,) * (a.ndim - which.ndim)), a, b)
+
+    return jax.tree.map(pick, new, old)
 
 
 def _rates(weights, dim: int, xp: types.ModuleType = jnp):

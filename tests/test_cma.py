@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
+from eqx_qd._cma_es import NEWTON_CONDITION_LIMIT
 
 
 # --- CMA-ES: one generation against pyribs' update, written out in NumPy (float64) ----------
@@ -45,7 +46,8 @@ def _numpy_tell(state, solutions, order, mu, batch, dim):
 
 
 DIM, BATCH = 5, 8
-ES = q.CMAES(DIM, BATCH, sigma0=0.7)
+ES = NEWTON = q.CMAES(DIM, BATCH, sigma0=0.7)
+EIGH = q.CMAES(DIM, BATCH, sigma0=0.7, square_roots="eigh")
 TELL = eqx.filter_jit(lambda es, s, x, o, m: es.tell(s, x, o, m))
 
 
@@ -65,8 +67,8 @@ def _random_state(key) -> q.CMAESState:
             3 * BATCH,
         ),
     )
-    # The eigensystem of that covariance, as `refresh` computes it.
-    return eqx.tree_at(lambda s: s.updated_at, ES.refresh(state), jnp.int32(0))
+    # The square roots of that covariance, as a decomposing `refresh` computes them.
+    return eqx.tree_at(lambda s: s.updated_at, EIGH.refresh(state), jnp.int32(0))
 
 
 @pytest.mark.parametrize("mu", [0, 1, 3, 4, 8])
@@ -85,46 +87,207 @@ def test_cma_es_generation_matches_numpy_reference(mu, getkey):
     assert int(new.evaluations) == want["evaluations"]
 
 
-def test_refresh_recomputes_the_eigensystem_after_the_lazy_gap(getkey):
-    state = _random_state(getkey())
-    cov = np.asarray(state.cov, np.float64)
-    values, basis = np.linalg.eigh(cov)
-    np.testing.assert_allclose(np.asarray(state.eigenvalues), values, rtol=1e-4)
-    invsqrt = basis @ np.diag(values**-0.5) @ basis.T
-    np.testing.assert_allclose(np.asarray(state.invsqrt), invsqrt, rtol=1e-3, atol=1e-4)
-    assert float(state.condition) == pytest.approx(values.max() / values.min(), rel=1e-4)
-    # Not due: the eigensystem stays; due (more than lazy_gap_evals since): recomputed.
-    gap = ES.lazy_gap_evals
-    moved = eqx.tree_at(lambda s: s.cov, state, state.cov * 2.0)
-    early = eqx.tree_at(lambda s: s.evaluations, moved, jnp.int32(int(gap)))
-    assert bool(jnp.all(ES.refresh(early).eigenvalues == state.eigenvalues))
-    late = eqx.tree_at(lambda s: s.evaluations, moved, jnp.int32(int(gap) + 1))
-    np.testing.assert_allclose(ES.refresh(late).eigenvalues, 2 * state.eigenvalues, rtol=1e-4)
+def _exact(cov):
+    """C^1/2, C^-1/2, largest eigenvalue and condition number of `cov`, in float64."""
+    values, basis = np.linalg.eigh(np.asarray(cov, np.float64))
+    return (
+        basis @ np.diag(values**0.5) @ basis.T,
+        basis @ np.diag(values**-0.5) @ basis.T,
+        values.max(),
+        values.max() / values.min(),
+    )
 
 
-def test_refresh_many_batched_or_one_by_one_gives_the_same_states(getkey):
-    # Four strategies, two due (past the lazy gap) and two not, covariances moved since their
-    # last decomposition: both ways decompose exactly the due ones.
-    gap = int(ES.lazy_gap_evals)
-    states = [_random_state(getkey()) for _ in range(4)]
-    states = [
-        eqx.tree_at(lambda s: (s.cov, s.evaluations), st, (st.cov * (2.0 + i), jnp.int32(e)))
-        for i, (st, e) in enumerate(zip(states, (gap + 1, gap, gap + 9, 0)))
-    ]
+def _moved(state, cov, evaluations):
+    return eqx.tree_at(lambda s: (s.cov, s.evaluations), state, (cov, jnp.int32(evaluations)))
+
+
+def _round_state(key, sigma=0.9):
+    """A state with a nearly round covariance (condition about 1.5: Newton steps are tried),
+    its square roots from a decomposition, last refreshed at 0 evaluations."""
+    k1, k2 = jr.split(key)
+    a = jr.normal(k1, (DIM, DIM))
+    cov = 2.0 * jnp.eye(DIM) + 0.15 * (a + a.T) / 2
+    state = eqx.tree_at(lambda s: (s.cov, s.sigma), ES.init(jr.normal(k2, (DIM,))), (cov, sigma))
+    state = eqx.tree_at(lambda s: s.evaluations, state, jnp.int32(3 * BATCH))
+    return eqx.tree_at(lambda s: s.updated_at, EIGH.refresh(state), jnp.int32(0))
+
+
+def _nudge(state, key, size=0.005):
+    """`state`'s covariance moved by a random symmetric `size` of itself (between two
+    refreshes a covariance moves by about 1 / (2 dim) of itself; this one by less, the
+    Newton test's dimension being small)."""
+    a = jr.normal(key, (DIM, DIM))
+    return state.cov + size * (a + a.T) / 2 * jnp.mean(jnp.diag(state.cov))
+
+
+def _within_bounds(state, cov):
+    """The exact largest eigenvalue and condition number of `cov` lie in `state`'s bounds."""
+    _, _, top, condition = _exact(cov)
+    u = float(state.uncertainty)
+    assert u >= 1.0
+    assert float(state.max_eigenvalue) / u <= top * (1 + 1e-5)
+    assert top <= float(state.max_eigenvalue) * u * (1 + 1e-5)
+    assert float(state.condition) / u**2 <= condition * (1 + 1e-5)
+    assert condition <= float(state.condition) * u**2 * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("es", [NEWTON, EIGH], ids=["newton", "eigh"])
+def test_refresh_recomputes_the_square_roots_after_the_lazy_gap(es, getkey):
+    # From the identity's roots to a random covariance: too far for Newton steps, so both
+    # ways decompose, and every figure is exact.
+    eye = jnp.eye(DIM)
+    state = eqx.tree_at(lambda s: (s.sqrt, s.invsqrt), _random_state(getkey()), (eye, eye))
+    state = eqx.tree_at(lambda s: s.updated_at, es.refresh(state), 0)
+    sqrt, invsqrt, top, condition = _exact(state.cov)
+    np.testing.assert_allclose(np.asarray(state.sqrt), sqrt, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(state.invsqrt), invsqrt, rtol=1e-4, atol=1e-5)
+    assert float(state.max_eigenvalue) == pytest.approx(top, rel=1e-5)
+    assert float(state.condition) == pytest.approx(condition, rel=1e-4)
+    assert float(state.uncertainty) == 1.0
+    # Not due: the roots stay; due (more than lazy_gap_evals since): recomputed.
+    gap = int(es.lazy_gap_evals)
+    early = es.refresh(_moved(state, state.cov * 2.0, gap))
+    assert bool(jnp.all(early.invsqrt == state.invsqrt)) and int(early.updated_at) == 0
+    late = es.refresh(_moved(state, state.cov * 2.0, gap + 1))
+    np.testing.assert_allclose(late.invsqrt, invsqrt / np.sqrt(2.0), rtol=1e-4, atol=1e-5)
+    assert float(late.max_eigenvalue) == pytest.approx(2 * top, rel=1e-5)  # decomposed
+    assert int(late.updated_at) == gap + 1
+
+
+def test_newton_refresh_reaches_the_decomposition_s_accuracy(getkey):
+    # A nearly round covariance moved as between two refreshes: the Newton steps from the
+    # previous C^-1/2 reach C^-1/2 and C^1/2 as closely as the float32 eigendecomposition
+    # does; the eigenvalue figures stay the last decomposition's, with bounds that hold.
+    gap = int(NEWTON.lazy_gap_evals)
+    for _ in range(5):
+        state = _round_state(getkey())
+        cov = _nudge(state, getkey())
+        newton = NEWTON.refresh(_moved(state, cov, gap + 1))
+        eigh = EIGH.refresh(_moved(state, cov, gap + 1))
+        assert float(newton.uncertainty) > 1.0  # the Newton steps stood
+        sqrt, invsqrt, top, condition = _exact(newton.cov)
+        for name, want in (("sqrt", sqrt), ("invsqrt", invsqrt)):
+            ours = np.asarray(getattr(newton, name), np.float64)
+            error = np.linalg.norm(ours - want) / np.linalg.norm(want)
+            floor = np.linalg.norm(np.asarray(getattr(eigh, name)) - want) / np.linalg.norm(want)
+            assert error < max(4 * floor, 1e-6), (name, error, floor)
+        assert float(newton.max_eigenvalue) == float(state.max_eigenvalue)
+        assert float(newton.condition) == float(state.condition)
+        _within_bounds(newton, newton.cov)
+        assert float(eigh.max_eigenvalue) == pytest.approx(top, rel=1e-5)
+        assert float(eigh.condition) == pytest.approx(condition, rel=1e-4)
+
+
+def test_newton_refresh_is_not_tried_on_an_elongated_covariance(getkey):
+    # Condition above NEWTON_CONDITION_LIMIT: decomposed, even for a small move.
+    gap = int(NEWTON.lazy_gap_evals)
+    state = _round_state(getkey())
+    scale = jnp.sqrt(jnp.linspace(1.0, 10.0, DIM))
+    state = EIGH.refresh(_moved(state, state.cov * scale[:, None] * scale[None, :], gap + 1))
+    assert float(state.condition) > NEWTON_CONDITION_LIMIT
+    state = eqx.tree_at(lambda s: s.updated_at, state, 0)
+    newton = NEWTON.refresh(_moved(state, _nudge(state, getkey(), 1e-4), gap + 1))
+    assert float(newton.uncertainty) == 1.0
+    assert float(newton.max_eigenvalue) == pytest.approx(_exact(newton.cov)[2], rel=1e-5)
+
+
+@pytest.mark.parametrize("sigma", [1e-13, 3e-12, 1e-11, 3e-11, 1e-10, 1e-9, 1e-8, 1.0])
+def test_newton_refresh_decides_the_stop_tests_as_the_eigenvalues_do(sigma, getkey):
+    # Whatever sigma does in the generations until the next refresh (each multiplies it by a
+    # factor in [exp(-1/2), e]), should_stop after a Newton refresh says what it says after
+    # an exact one: near the tolerance the refresh decomposes.
+    gap = int(NEWTON.lazy_gap_evals)
+    state = _round_state(getkey(), sigma=sigma)
+    cov = _nudge(state, getkey())
+    newton = NEWTON.refresh(_moved(state, cov, gap + 1))
+    eigh = EIGH.refresh(_moved(state, cov, gap + 1))
+    spread = jnp.asarray([3.0, 2.0, 1.0])
+    generations = gap // BATCH + 1
+    for factor in np.exp(np.linspace(-0.5, 1.0, 7)):
+        for j in range(1, generations + 1):
+            moved = lambda s: eqx.tree_at(lambda t: t.sigma, s, s.sigma * factor**j)
+            assert bool(NEWTON.should_stop(moved(newton), spread)) == bool(
+                EIGH.should_stop(moved(eigh), spread)
+            ), (sigma, factor, j)
+    if sigma in (3e-12, 1e-11):  # near the extent's tolerance: decomposed
+        assert float(newton.uncertainty) == 1.0
+    if sigma == 1.0:  # far from it: the Newton steps stand
+        assert float(newton.uncertainty) > 1.0
+
+
+@pytest.mark.parametrize("es", [NEWTON, EIGH], ids=["newton", "eigh"])
+def test_refresh_many_batched_or_one_by_one_gives_the_same_states(es, getkey):
+    # Six strategies: due with a covariance nudged (Newton steps suffice), due with it doubled
+    # (decomposed), due at a tiny sigma (decomposed: the extent tolerance), not due, not due
+    # with a stale covariance, and due with an elongated one (decomposed, no Newton steps).
+    # Both ways, and `refresh` one by one, give the same states.
+    gap = int(es.lazy_gap_evals)
+    states = []
+    for i, e in enumerate((gap + 1, gap + 9, gap + 1, gap, 0, gap + 1)):
+        st = _round_state(getkey(), sigma=1e-11 if i == 2 else 0.9)
+        cov = 2.0 * st.cov if i == 1 else _nudge(st, getkey())
+        if i == 5:
+            st = eqx.tree_at(lambda s: s.condition, st, jnp.float32(50.0))
+        states.append(_moved(st, cov, e))
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *states)
-    one_by_one = ES.refresh_many(stacked, batched=False)
-    batched = ES.refresh_many(stacked, batched=True)
-    for a, b in zip(jax.tree.leaves(one_by_one), jax.tree.leaves(batched)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    one_by_one = es.refresh_many(stacked, batched=False)
+    batched = es.refresh_many(stacked, batched=True)
+    single = jax.tree.map(lambda *x: jnp.stack(x), *(es.refresh(st) for st in states))
+    for other in (batched, single):
+        for a, b in zip(jax.tree.leaves(one_by_one), jax.tree.leaves(other)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     moved = one_by_one.updated_at != stacked.updated_at
-    assert moved.tolist() == [True, False, True, False]
-    for i in (1, 3):  # not due: the eigensystem is the one they had
-        assert bool(jnp.all(batched.eigenvalues[i] == stacked.eigenvalues[i]))
+    assert moved.tolist() == [True, True, True, False, False, True]
+    for i in (3, 4):  # not due: the roots are the ones they had
+        assert bool(jnp.all(batched.invsqrt[i] == stacked.invsqrt[i]))
+    newton = [i for i in range(6) if float(one_by_one.uncertainty[i]) > 1.0]
+    assert newton == ([0] if es is NEWTON else [])
+    for i in (1, 2, 5):  # decomposed: the exact largest eigenvalue
+        top = _exact(one_by_one.cov[i])[2]
+        assert float(one_by_one.max_eigenvalue[i]) == pytest.approx(top, rel=1e-5)
     # The default is read from the backend: one by one on the CPU these tests run on.
     assert jax.default_backend() == "cpu"
-    default = ES.refresh_many(stacked)
+    default = es.refresh_many(stacked)
     for a, b in zip(jax.tree.leaves(one_by_one), jax.tree.leaves(default)):
         assert bool(jnp.all(a == b))
+
+
+def test_newton_and_eigh_strategies_run_the_same_course():
+    # The two ways sample through the same symmetric C^1/2 (to rounding), so one strategy on a
+    # sphere, told its best half, follows the same course; at every Newton refresh the true
+    # eigenvalue figures lie within the carried bounds.
+    dim, batch = 40, 16
+    runs, newton_refreshes = {}, 0
+    for way in ("newton", "eigh"):
+        es = q.CMAES(dim, batch, sigma0=0.3, square_roots=way)
+        state = es.init(jnp.full((dim,), 1.0))
+        key = jr.key(7)
+        for _ in range(150):
+            key, sub = jr.split(key)
+            before = state.updated_at
+            state = _REFRESH(es, state, sub)
+            refreshed = int(state.updated_at) != int(before)
+            if way == "newton" and refreshed and float(state.uncertainty) > 1.0:
+                newton_refreshes += 1
+                _within_bounds(state, state.cov)
+            state = _TELL_SPHERE(es, state, es.sample(state, key=sub))
+        runs[way] = state
+    assert newton_refreshes > 20
+    for name in ("mean", "sigma", "cov"):
+        np.testing.assert_allclose(
+            np.asarray(getattr(runs["newton"], name)),
+            np.asarray(getattr(runs["eigh"], name)),
+            rtol=1e-3, atol=1e-5,
+        )  # fmt: skip
+
+
+_REFRESH = eqx.filter_jit(lambda es, state, key: es.refresh(state))
+_TELL_SPHERE = eqx.filter_jit(
+    lambda es, state, x: es.tell(
+        state, x, jnp.argsort(jnp.sum(x**2, 1)), jnp.int32(es.batch_size // 2)
+    )
+)
 
 
 def test_sampling_stays_in_bounds_and_follows_the_distribution(getkey):
@@ -287,6 +450,8 @@ def test_cma_me_and_cma_mae_learn_and_mae_covers_more(getkey):
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"EvolutionStrategyEmitter: sigma0 must be positive"):
         q.EvolutionStrategyEmitter(jnp.zeros(3), 0.0)
+    with pytest.raises(ValueError, match=r"EvolutionStrategyEmitter: square_roots must be one"):
+        q.EvolutionStrategyEmitter(jnp.zeros(3), 0.5, square_roots="cholesky")
     with pytest.raises(ValueError, match=r"emitter_batch_size must be an integer >= 2"):
         q.EvolutionStrategyEmitter(jnp.zeros(3), 0.5, emitter_batch_size=1)
     with pytest.raises(ValueError, match=r"selection_rule"):

@@ -112,7 +112,8 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
     **Fields:**
 
     - `es`: the `CMAES` (its `dim`, per-emitter `batch_size` from `emitter_batch_size`,
-      `sigma0`, and the bounds `lower` / `upper` of the genotypes).
+      `sigma0`, the bounds `lower` / `upper` of the genotypes, and `square_roots`: how it
+      refreshes `C^1/2` and `C^-1/2`, `"newton"` by default or pyribs' `"eigh"`).
     - `num_emitters`: strategies side by side (static).
     - `x0`: `(dim,)`, every strategy's first mean.
     - `ranker`: an `AbstractRanker`.
@@ -143,6 +144,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
         restart_rule: "str | int" = "no_improvement",
         lower: ScalarLike | Float[Array, " dim"] = -jnp.inf,
         upper: ScalarLike | Float[Array, " dim"] = jnp.inf,
+        square_roots: str = "newton",
     ):
         x0 = jnp.asarray(x0, jnp.float32)
         if x0.ndim != 1:
@@ -150,7 +152,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
         check.positive_int("EvolutionStrategyEmitter.num_emitters", num_emitters)
         check_rules("EvolutionStrategyEmitter", selection_rule, restart_rule)
         try:
-            self.es = CMAES(x0.shape[0], emitter_batch_size, sigma0, lower, upper)
+            self.es = CMAES(x0.shape[0], emitter_batch_size, sigma0, lower, upper, square_roots)
         except ValueError as e:
             named = str(e).replace("CMAES.batch_size", "emitter_batch_size").replace("CMAES.", "")
             raise ValueError(f"EvolutionStrategyEmitter: {named}") from None
@@ -232,7 +234,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
             )  # fmt: skip
             pick_key, direction_key = jr.split(k)
             x0 = repertoire.select(1, key=pick_key).genotypes[0]
-            fresh = self.es.init(x0)  # (never due: its eigensystem is the identity's)
+            fresh = self.es.init(x0)  # (never due: its square roots are the identity's)
             es_state = jax.tree.map(lambda a, c: jnp.where(stop, a, c), fresh, es_state)
             direction = jnp.where(
                 stop, self.ranker.direction(lower, upper, key=direction_key), direction

@@ -69,7 +69,7 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
     - `scoring_fn`: the differentiable task, `(genotypes, *, key) -> (fitnesses, descriptors,
       extra)`; `J` is the Jacobian of `(fitness, descriptors)` at `theta`.
     - `es`: the coefficients' `CMAES` (dim `num_descriptors + 1`, `branches` per batch,
-      `sigma0`).
+      `sigma0`; refreshed by eigendecomposition, pyribs' way, the cheaper one at that size).
     - `x0`: `(dim,)`, the first `theta`.
     - `lr`, `beta1`, `beta2`, `adam_epsilon`: the optimiser's float32 hyperparameters.
     - `optimizer`: `"gradient_ascent"` (`theta += lr * step`) or `"adam"` (pyribs' Adam).
@@ -130,7 +130,9 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
         check.positive(f"{owner}.epsilon", epsilon)
         check.positive(f"{owner}.adam_epsilon", adam_epsilon)
         try:
-            self.es = CMAES(num_descriptors + 1, branches, sigma0)
+            # A CMA-ES over num_descriptors + 1 coefficients: its decomposition is cheaper than
+            # Newton steps would be, and it is refreshed inside the strategies' vmap.
+            self.es = CMAES(num_descriptors + 1, branches, sigma0, square_roots="eigh")
         except ValueError as e:
             named = str(e).replace("CMAES.batch_size", "branches").replace("CMAES.", "")
             raise ValueError(f"{owner}: {named}") from None

@@ -272,13 +272,15 @@ class RunFolder:
 
     def read_eqx(self, name: str, like: Any) -> Any:
         """What `write_eqx` wrote to file `name`; `like` gives the structure (arrays, or
-        shape structs from `eqx.filter_eval_shape`). A truncated or corrupt file is a
+        shape structs from `eqx.filter_eval_shape`). A truncated or corrupt file, or one of
+        another structure (written by an eqx_qd whose states had other fields), is a
         `ValueError` naming it."""
         with open(self.file(name), "rb") as f:
             try:
                 return deserialise(f, like)
             except (ValueError, TypeError, EOFError, OSError, RuntimeError) as e:
                 raise ValueError(
-                    f"{self.file(name)!r} is truncated or corrupt (a write killed midway, or "
-                    f"another run's file): {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                    f"{self.file(name)!r} is truncated or corrupt (a write killed midway, "
+                    "another run's file, or one an eqx_qd whose states differ wrote: see "
+                    f"CHANGELOG.md): {type(e).__name__}: {str(e).splitlines()[0][:200]}"
                 ) from e

@@ -422,3 +422,15 @@ def test_a_run_without_cells_refuses_annealing():
         jobs.MapElitesConfig(repertoire="dns", archive_learning_rate=0.1, threshold_min=0.0)
     with pytest.raises(ValueError, match="repertoire: unknown 'tree'"):
         jobs.MapElitesConfig(repertoire="tree")
+
+
+def test_a_checkpoint_of_another_structure_is_refused_by_name(tmp_path):
+    # A file written when the state had other fields (as CMA-ES states had before their
+    # square roots replaced the eigensystem): an error naming the file and that cause.
+    folder = jobs.RunFolder(tmp_path)
+    older = eqx_qd.CMAES(3, 4).init(jax.numpy.zeros(3))
+    older = (older.cov, older.sqrt[0], older.condition)  # a matrix, a vector, a scalar
+    folder.write_eqx("state.eqx", older)
+    like = eqx_qd.CMAES(3, 4).init(jax.numpy.zeros(3))
+    with pytest.raises(ValueError, match=r"state.eqx' is truncated or corrupt .* an eqx_qd whose"):
+        folder.read_eqx("state.eqx", like)
