@@ -118,8 +118,8 @@ class CMAES(eqx.Module):
       error against a float64 one, at a third of its cost (`benchmarks/README.md`). A strategy
       is decomposed instead where the steps miss `NEWTON_TOLERANCE`, where the eigenvalue
       bounds they carry (`CMAESState.uncertainty`, from Ostrowski's theorem: C's eigenvalues
-      are those of the previous `C^-1/2`'s inverse square scaled by factors within the
-      eigenvalues of `X C X`) pass `UNCERTAINTY_LIMIT`, and where a stop tolerance
+      are those of `X^-2`, X the previous `C^-1/2`, scaled by factors within the eigenvalues
+      of `X C X`) pass `UNCERTAINTY_LIMIT`, and where a stop tolerance
       (`CONDITION_LIMIT`, `AREA_LIMIT`) could come out otherwise with the exact eigenvalues
       before the next refresh, so `should_stop` decides as pyribs' does. Sampling through the
       symmetric `C^1/2` draws from the same distribution as pyribs' `B D^1/2`, not the same
@@ -387,10 +387,11 @@ class CMAES(eqx.Module):
                 moved = frobenius(m - eye)
             x = 0.5 * (3.0 * eye - m) @ x
             x = 0.5 * (x + swap(x))
-        sqrt = cov @ x
-        sqrt = 0.5 * (sqrt + swap(sqrt))
-        residual = x @ sqrt - eye
-        left = frobenius(residual)  # and X^-2's within 1 +- this of C's
+        product = cov @ x
+        sqrt = 0.5 * (product + swap(product))  # C X = C^1/2
+        residual = x @ product - eye
+        residual = 0.5 * (residual + swap(residual))
+        left = frobenius(residual)  # and X^-2's eigenvalues within 1 +- this of C's
         uncertainty = s.uncertainty * (1 + moved) / (1 - moved) * (1 + left) / (1 - left)
         # The checks before the next refresh see sigma after 1 .. J more generations, each of
         # which multiplies it by a factor in [exp(-1/2), e] (cs / damps < 1, the cap at 1).
