@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+from hypothesis import event, given, strategies as st
 
 import eqx_qd as q
 from eqx_qd._cma_es import NEWTON_CONDITION_LIMIT
@@ -190,6 +191,42 @@ def test_newton_refresh_is_not_tried_on_an_elongated_covariance(getkey):
     newton = NEWTON.refresh(_moved(state, _nudge(state, getkey(), 1e-4), gap + 1))
     assert float(newton.uncertainty) == 1.0
     assert float(newton.max_eigenvalue) == pytest.approx(_exact(newton.cov)[2], rel=1e-5)
+
+
+_NEWTON_REFRESH = eqx.filter_jit(lambda s: NEWTON.refresh(s))
+
+
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    spread=st.floats(0.0, 0.4),
+    size=st.floats(0.0, 0.05),
+    scale=st.floats(1e-3, 1e3),
+)
+def test_a_newton_refresh_is_exact_or_decomposes(seed, spread, size, scale):
+    # Any nearly round covariance (eigenvalues spread by up to 0.4 around `scale`), moved by up
+    # to 5% of itself: the refresh either decomposes (exact figures) or its roots are within
+    # 1e-4 of float64's and the carried bounds hold the true largest eigenvalue and condition.
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.normal(size=(DIM, DIM)))[0]
+    values = scale * (1 + spread * rng.uniform(-1, 1, DIM))
+    cov = (basis * values) @ basis.T
+    state = eqx.tree_at(lambda s: s.cov, NEWTON.init(jnp.zeros(DIM)), jnp.float32(cov))
+    state = eqx.tree_at(lambda s: s.evaluations, state, jnp.int32(3 * BATCH))
+    state = eqx.tree_at(lambda s: s.updated_at, EIGH.refresh(state), jnp.int32(0))
+    e = rng.normal(size=(DIM, DIM))
+    moved = cov + size * scale * (e + e.T) / 2
+    if np.linalg.eigvalsh(moved).min() <= 0:
+        return
+    new = _NEWTON_REFRESH(_moved(state, jnp.float32(moved), 3 * BATCH))
+    sqrt, invsqrt, top, condition = _exact(new.cov)
+    event("decomposed" if float(new.uncertainty) == 1.0 else "Newton steps")
+    if float(new.uncertainty) == 1.0:  # decomposed
+        assert float(new.max_eigenvalue) == pytest.approx(top, rel=1e-4)
+    tolerance = 1e-4 if float(new.uncertainty) > 1.0 else 1e-5
+    for ours, want in ((new.sqrt, sqrt), (new.invsqrt, invsqrt)):
+        error = np.linalg.norm(np.float64(ours) - want) / np.linalg.norm(want)
+        assert error < tolerance, (error, float(new.uncertainty))
+    _within_bounds(new, new.cov)
 
 
 @pytest.mark.parametrize("sigma", [1e-13, 3e-12, 1e-11, 3e-11, 1e-10, 1e-9, 1e-8, 1.0])
