@@ -286,9 +286,8 @@ class CMAES(eqx.Module):
         return (state.evaluations - state.updated_at).astype(jnp.float32) > self.lazy_gap_evals
 
     def _tries_newton(self, state: CMAESState) -> Bool[Array, "..."]:
-        """Whether a refresh tries Newton steps first (any leading axes of `state`)."""
-        if self.square_roots == "eigh":
-            return jnp.zeros(state.condition.shape, bool)
+        """Whether a `square_roots="newton"` refresh tries Newton steps first (any leading
+        axes of `state`); the `"eigh"` paths never ask."""
         return state.condition <= NEWTON_CONDITION_LIMIT
 
     def _renew(self, s: CMAESState) -> CMAESState:

@@ -193,7 +193,12 @@ def test_newton_refresh_is_not_tried_on_an_elongated_covariance(getkey):
     assert float(newton.max_eigenvalue) == pytest.approx(_exact(newton.cov)[2], rel=1e-5)
 
 
-_NEWTON_REFRESH = eqx.filter_jit(lambda s: NEWTON.refresh(s))
+_REFRESH = eqx.filter_jit(lambda es, state: es.refresh(state))
+_TELL_SPHERE = eqx.filter_jit(
+    lambda es, state, x: es.tell(
+        state, x, jnp.argsort(jnp.sum(x**2, 1)), jnp.int32(es.batch_size // 2)
+    )
+)
 
 
 @given(
@@ -217,7 +222,7 @@ def test_a_newton_refresh_is_exact_or_decomposes(seed, spread, size, scale):
     moved = cov + size * scale * (e + e.T) / 2
     if np.linalg.eigvalsh(moved).min() <= 0:
         return
-    new = _NEWTON_REFRESH(_moved(state, jnp.float32(moved), 3 * BATCH))
+    new = _REFRESH(NEWTON, _moved(state, jnp.float32(moved), 3 * BATCH))
     sqrt, invsqrt, top, condition = _exact(new.cov)
     event("decomposed" if float(new.uncertainty) == 1.0 else "Newton steps")
     if float(new.uncertainty) == 1.0:  # decomposed
@@ -303,7 +308,7 @@ def test_newton_and_eigh_strategies_run_the_same_course():
         for _ in range(150):
             key, sub = jr.split(key)
             before = state.updated_at
-            state = _REFRESH(es, state, sub)
+            state = _REFRESH(es, state)
             refreshed = int(state.updated_at) != int(before)
             if way == "newton" and refreshed and float(state.uncertainty) > 1.0:
                 newton_refreshes += 1
@@ -317,14 +322,6 @@ def test_newton_and_eigh_strategies_run_the_same_course():
             np.asarray(getattr(runs["eigh"], name)),
             rtol=1e-3, atol=1e-5,
         )  # fmt: skip
-
-
-_REFRESH = eqx.filter_jit(lambda es, state, key: es.refresh(state))
-_TELL_SPHERE = eqx.filter_jit(
-    lambda es, state, x: es.tell(
-        state, x, jnp.argsort(jnp.sum(x**2, 1)), jnp.int32(es.batch_size // 2)
-    )
-)
 
 
 def test_sampling_stays_in_bounds_and_follows_the_distribution(getkey):
