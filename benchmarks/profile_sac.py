@@ -245,13 +245,12 @@ def main() -> None:
     trace_s = timers["/jax/core/compile/jaxpr_trace_duration"]
     lower_s = timers["/jax/core/compile/jaxpr_to_mlir_module_duration"]
 
-    run = lambda s, k: compiled(s, k)
     for i in range(2):
-        state = jax.block_until_ready(run(state, jr.key(3 + i)))
+        state = jax.block_until_ready(compiled(state, jr.key(3 + i)))
     with tempfile.TemporaryDirectory() as folder:
         jax.profiler.start_trace(folder, create_perfetto_trace=True)
         t0 = time.perf_counter()
-        state = jax.block_until_ready(run(state, jr.key(9)))
+        state = jax.block_until_ready(compiled(state, jr.key(9)))
         wall = time.perf_counter() - t0
         jax.profiler.stop_trace()
         summary = summarise(load_trace(folder), wall * 1e6, steps)
