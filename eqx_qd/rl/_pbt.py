@@ -331,9 +331,9 @@ def train_population_sharded(
     of the device count). Each member trains with the key `train_population` gives it, on the
     device that holds it (its replay buffer stays there), so the result does not depend on the
     layout (up to float rounding where XLA's programs for two batch sizes round apart). On a
-    CPU, `n` host devices (`jax_num_cpu_devices`) and `--xla_cpu_multi_thread_eigen=false` in
-    `XLA_FLAGS` run one shard per core, each product on one thread, which can beat one
-    device's multi-threaded products (`benchmarks/README.md`)."""
+    CPU, `n` host devices (`jax_num_cpu_devices`) run one shard per core, which can beat one
+    device's multi-threaded products and keeps its pace beside other processes
+    (`benchmarks/README.md`)."""
     n = _population_size(population)
     devices = mesh.devices.size
     if n % devices:
