@@ -59,7 +59,8 @@ def _thread_names(trace: dict) -> dict:
 
 def operation_events(trace: dict) -> dict[tuple, list[dict]]:
     """Complete events (``ph == "X"``) of operations, by thread, for every thread but Python's:
-    XLA's pool threads. Wrapper and marker events (`_WRAPPERS`) are left out."""
+    XLA's pool threads. Wrapper and marker events (`_WRAPPERS`) and Python frames (``$...``)
+    are left out."""
     names = _thread_names(trace)
     threads: dict[tuple, list[dict]] = collections.defaultdict(list)
     for e in trace["traceEvents"]:
@@ -137,6 +138,19 @@ def compile_events(trace: dict) -> dict[str, float]:
             if pattern.match(e["name"]):
                 out[stage] += e["dur"] / 1e6
     return dict(out)
+
+
+def _traced(fn):
+    """`fn()` under `jax.profiler`: its value, its seconds, and the trace it left."""
+    import jax
+
+    with tempfile.TemporaryDirectory() as folder:
+        jax.profiler.start_trace(folder, create_perfetto_trace=True)
+        t0 = time.perf_counter()
+        value = fn()
+        seconds = time.perf_counter() - t0
+        jax.profiler.stop_trace()
+        return value, seconds, load_trace(folder)
 
 
 def _product_rate(P: int, batch: int, h: int) -> float:
@@ -235,29 +249,20 @@ def main() -> None:
     state = jax.block_until_ready(state)
     timers.clear()
     lowered = eqx.filter_jit(call).lower(state, jr.key(2))
-    with tempfile.TemporaryDirectory() as folder:
-        jax.profiler.start_trace(folder, create_perfetto_trace=True)
-        t0 = time.perf_counter()
-        compiled = lowered.compile(compiler_options=compiler_options())
-        t_xla = time.perf_counter() - t0
-        jax.profiler.stop_trace()
-        stages = compile_events(load_trace(folder))
+    compiled, t_xla, trace = _traced(lambda: lowered.compile(compiler_options=compiler_options()))
+    stages = compile_events(trace)
     trace_s = timers["/jax/core/compile/jaxpr_trace_duration"]
     lower_s = timers["/jax/core/compile/jaxpr_to_mlir_module_duration"]
 
     for i in range(2):
         state = jax.block_until_ready(compiled(state, jr.key(3 + i)))
-    with tempfile.TemporaryDirectory() as folder:
-        jax.profiler.start_trace(folder, create_perfetto_trace=True)
-        t0 = time.perf_counter()
-        state = jax.block_until_ready(compiled(state, jr.key(9)))
-        wall = time.perf_counter() - t0
-        jax.profiler.stop_trace()
-        summary = summarise(load_trace(folder), wall * 1e6, steps)
+    state, wall, trace = _traced(lambda: jax.block_until_ready(compiled(state, jr.key(9))))
+    summary = summarise(trace, wall * 1e6, steps)
     rate = _product_rate(P, a.batch, a.hidden)
 
     what = "SAC.update alone" if a.update_only else "SAC population training call"
-    print(f"{_machine()}; jax {jax.__version__}")
+    machine = _machine()
+    print(f"{machine}; jax {jax.__version__}")
     sizes = f"hidden ({a.hidden}, {a.hidden}), batch {a.batch}"
     print(f"{what}: {a.env}, {P} agents x {B} envs, {sizes}")
     parts = ", ".join(f"{k} {v:.2f} s" for k, v in stages.items())
@@ -277,7 +282,7 @@ def main() -> None:
         print(f"  {us / 1e3:8.3f} ms  {100 * us / total:5.1f}%  {kind}")
     if a.json:
         res = {
-            "bench": "profile_sac", "update_only": a.update_only, "machine": _machine(),
+            "bench": "profile_sac", "update_only": a.update_only, "machine": machine,
             "jax": jax.__version__, "trace_s": trace_s, "lower_s": lower_s, "xla_s": t_xla,
             "compile_stages_s": stages, "call_s": wall, "steps": steps, "pop": P,
             "product_gflops": rate, **summary,
