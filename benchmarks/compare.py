@@ -34,8 +34,10 @@ after it: how a default fares on a shared node, beside low-priority jobs.
 
 Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
 bfloat16 hidden products), sacx2, sacbf16x2 (both sides on 2 host devices, one core each; QDax's
-script patched in the copy to ``jax.pmap`` its train function), pgame, dcrl_me (QDax: our
-``peers/qdax_dcrl_me.py``, no peer script covers it; QDax on brax v1 as the pgame row),
+script patched in the copy to ``jax.pmap`` its train function), sac_job (ours split as the PBT
+job splits a population by default, one host device per core; QDax as it ships), pgame,
+dcrl_me (QDax: our ``peers/qdax_dcrl_me.py``, no peer script covers it; QDax on brax v1 as
+the pgame row),
 dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mepbt (QDax); ppo, ippo
 (jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax;
 dns, dns_add, dns_add10k (QDax's repository DNS: ``$EQX_QD_QDAX_HEAD``, see ``dns.py``),
@@ -344,14 +346,18 @@ def _ppo(task: str, agent: str, title: str) -> _Versus:
 _SPLIT_FLAGS = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}  # one core per device
 
 
-def _sac(title: str, dtype: str, devices: int = 1) -> _Versus:
+def _sac(title: str, dtype: str, devices: int | str = 1) -> _Versus:
     """A SAC row: our ``sac.py`` with its hidden products in ``dtype`` against QDax's
     ``bench_pbt_sac.py`` (float32). With ``devices`` > 1 both sides split the 8 agents over that
     many host devices (ours: shard_map; QDax: its train function under ``jax.pmap``, the patched
-    copy), Eigen's threads off on both so that each device has one core."""
+    copy), Eigen's threads off on both so that each device has one core. With ``"auto"`` ours
+    splits them as the PBT job does by default (one host device per core) and QDax runs its
+    script as it ships, on one device."""
     ours = [os.path.join(HERE, "sac.py"), "--matmul-dtype", dtype]
     script, ours_env, peer_env = "bench_pbt_sac.py", {}, {}
-    if devices > 1:
+    if devices == "auto":
+        ours += ["--devices", "auto"]
+    elif devices > 1:
         ours += ["--devices", str(devices)]
         script, ours_env = "bench_pbt_sac_split.py", _SPLIT_FLAGS
         peer_env = {**_SPLIT_FLAGS, "EQX_QD_COMPARE_DEVICES": str(devices)}
@@ -420,6 +426,12 @@ VERSUS = {
         "SAC population as above, our hidden products in bfloat16 (QDax: float32)", "bfloat16"
     ),
     "sacx2": _sac(_SPLIT_TITLE.format("float32"), "float32", devices=2),
+    "sac_job": _sac(
+        "SAC population as above, ours over one host device per core as `eqx-qd run pbt` "
+        "splits it (QDax: one device, its script as it ships)",
+        "float32",
+        devices="auto",
+    ),
     "sacbf16x2": _sac(_SPLIT_TITLE.format("bfloat16"), "bfloat16", devices=2),
     "pgame": _Versus(
         "PGA-ME, walker2d_uni, 64 offspring, 300 critic + 100 PG steps per iteration",

@@ -5,13 +5,15 @@ episode 100), networks (256, 256), SAC batch 256, buffer 1e5 per agent, one grad
 environment step (16 per iteration), 100 iterations (1,600 env steps per agent) per train call.
 The first call compiles; the others are timed (median). A deterministic evaluation (1 episode x
 16 envs per agent) follows each call. No PBT selection here. ``--devices 2`` splits the agents
-over 2 host devices (one per core) with `train_population_sharded`. ``--matmul-dtype bfloat16``
+over 2 host devices (one per core) with `train_population_sharded`; ``--devices auto`` as
+``eqx-qd run pbt`` splits them by default (the most devices, at most one per core, that divide
+the population). ``--matmul-dtype bfloat16``
 runs the networks' hidden products with bfloat16 inputs (`SAC`'s ``matmul_dtype``). The JSON
 line holds every call's evaluation returns per agent, so that a long run (``--calls 26``) is a
 learning curve; the agents' keys and initial weights do not depend on ``--matmul-dtype``, so two
 runs differ only by it.
 
-Usage: python benchmarks/sac.py [--env hopper_uni] [--pop 8] [--calls 3] [--devices 2]
+Usage: python benchmarks/sac.py [--env hopper_uni] [--pop 8] [--calls 3] [--devices 2|auto]
        [--matmul-dtype bfloat16]
 """
 
@@ -34,9 +36,18 @@ def main():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--buffer", type=int, default=100_000)
     p.add_argument("--episode-length", type=int, default=100)
-    p.add_argument("--devices", type=int, default=1, help="host devices to split agents over")
+    p.add_argument(
+        "--devices",
+        type=lambda t: t if t == "auto" else int(t),
+        default=1,
+        help="host devices to split agents over; auto: as the PBT job picks them (the most, "
+        "at most one per core, that divide --pop)",
+    )
     p.add_argument("--matmul-dtype", default="float32", choices=["float32", "bfloat16"])
     a = p.parse_args(sys.argv[1:])
+    if a.devices == "auto":
+        cores = len(os.sched_getaffinity(0))
+        a.devices = max(d for d in range(1, min(cores, a.pop) + 1) if a.pop % d == 0)
     if a.devices > 1:  # must be set before JAX starts its CPU backend
         flags = os.environ.get("XLA_FLAGS", "")  # kept: e.g. --xla_cpu_multi_thread_eigen=false
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={a.devices}"

@@ -346,6 +346,32 @@ def _use_devices(count: int | None, processes: int = 1) -> None:
         pass
 
 
+def _automatic_devices(args: argparse.Namespace, job: Any, requested: int | None) -> bool:
+    """Whether the job picks its device count itself (its `devices` defaults to none and
+    neither the options nor the config file give one) on one process."""
+    from .jobs._distributed import wants_distributed
+
+    fields = {f.name: f for f in dataclasses.fields(job.config_cls)}
+    return (
+        requested is None
+        and "devices" in fields
+        and fields["devices"].default is None
+        and not (args.distributed or wants_distributed(args.coordinator, args.num_processes))
+    )
+
+
+def _host_devices_per_core() -> None:
+    """One host device per usable core (a CPU platform only; before JAX starts), unless
+    `XLA_FLAGS` or `JAX_NUM_CPU_DEVICES` already say how many."""
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    if os.environ.get("JAX_NUM_CPU_DEVICES"):
+        return
+    from .jobs._distributed import usable_cores
+
+    _use_devices(usable_cores())
+
+
 # What a scheduler's job says its process count is, as jax.distributed reads it.
 _SCHEDULER_COUNTS = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
 
@@ -494,6 +520,22 @@ def _describe_devices() -> str:
     return text
 
 
+def _split_line(config: Any) -> str:
+    """What the job's automatic device count came to, for its log."""
+    import jax
+
+    from .jobs._distributed import population_devices, usable_cores
+
+    n = population_devices(None, config.population_size)
+    where = jax.default_backend()
+    per = f", at most one per core of {usable_cores()}" if where == "cpu" else ""
+    return (
+        f"population of {config.population_size} split over {n} {where} device"
+        f"{'s' if n > 1 else ''} (devices none: as many as divide it{per}; --devices 1 for "
+        "one device's numbers)"
+    )
+
+
 def _listing() -> str:
     """What `eqx-qd list` prints: every job and every registered name, with help and options."""
     from .jobs import AGENTS, EMITTERS, ENVIRONMENTS, JOBS, TASKS
@@ -614,6 +656,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     requested = _requested_devices(args, job)
     _check_layout(parser, args, job, requested)
     _use_devices(requested, _process_count(args) or 1)
+    automatic = _automatic_devices(args, job, requested)
+    if automatic:
+        _host_devices_per_core()
     _join_processes(parser, args)
     cache = _compile_cache(args)
     _use_compile_cache(cache)
@@ -629,6 +674,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = f"compile cache {cache}" if cache else "no compile cache"
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
     print(f"eqx-qd: for this machine: {machine_choices()}", flush=True)
+    if automatic and getattr(runs[0][0], "devices", 0) is None:
+        print(f"eqx-qd: {_split_line(runs[0][0])}", flush=True)
     typed = {k: v for k in job.config_cls.keys() if (v := getattr(args, k, None)) is not None}
     for config, out in runs:
         if jax_processes() > 1:

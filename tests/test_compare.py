@@ -68,6 +68,7 @@ def test_sac_rows_commands(compare):
             "/c/split.py",
             {**one, "EQX_QD_COMPARE_DEVICES": "2"},
         ),
+        "sac_job": ([sac, "--matmul-dtype", "float32", "--devices", "auto"], {}, "/c/plain.py", {}),
     }
     for name, (ours, ours_env, script, peer_env) in expected.items():
         commands = compare._versus_commands(name, args, scripts)

@@ -5,6 +5,7 @@ subprocess is needed: the device count is fixed when JAX starts)."""
 import dataclasses
 import subprocess
 import sys
+from unittest import mock
 
 import equinox as eqx
 import jax
@@ -13,6 +14,7 @@ import jax.random as jr
 import jaxtyping
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 from jax.sharding import PartitionSpec as P
 from launched import launched_env
 
@@ -154,28 +156,37 @@ PBT_JOB = dict(
 )  # fmt: skip
 
 
-def test_the_pbt_job_over_four_devices_equals_one_device(tmp_path):
+def test_the_pbt_job_over_four_devices_equals_one_device(tmp_path, monkeypatch):
     """`devices = 4`: one member per device, PBT over all of them (a copy moves its whole run);
-    every logged number and the final population as on one device. The run, resumed on 2
-    devices for a third round (the population splits anew), still is one device's."""
+    every logged number and the final population as on one device. The run, resumed for a
+    third round with the device count left to the job on a machine of 2 cores (2 devices: the
+    population splits anew), still is one device's."""
     from eqx_qd import jobs
+    from eqx_qd.jobs import _distributed
 
     one = jobs.run(
-        jobs.PBTConfig(**{**PBT_JOB, "rounds": 3}), tmp_path / "one", progress=False, plots=False
+        jobs.PBTConfig(**{**PBT_JOB, "rounds": 3}, devices=1),
+        tmp_path / "one",
+        progress=False,
+        plots=False,
     )
+    assert len(one.state.buffer.data.obs.sharding.device_set) == 1
     four = jobs.run(
         jobs.PBTConfig(**PBT_JOB, devices=4), tmp_path / "four", progress=False, plots=False
     )
     buffer = four.state.buffer.data.obs  # each member's replay buffer on its own device
     assert len(buffer.sharding.device_set) == 4
     assert len(four.progress["round"]) == 2
+    monkeypatch.setattr(_distributed, "usable_cores", lambda: 2)
     two = jobs.run(
-        jobs.PBTConfig(**{**PBT_JOB, "rounds": 3}, devices=2),
+        jobs.PBTConfig(**{**PBT_JOB, "rounds": 3}),
         tmp_path / "four",
         progress=False,
         plots=False,
         resume=True,
     )
+    assert two.config.devices is None
+    assert len(two.state.buffer.data.obs.sharding.device_set) == 2
     for column in one.progress:
         if column != "wall_s":
             np.testing.assert_allclose(one.progress[column], two.progress[column], rtol=1e-5)
@@ -191,6 +202,29 @@ def test_the_pbt_job_over_four_devices_equals_one_device(tmp_path):
             np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match=r"devices \(3\) must divide population_size \(4\)"):
         jobs.PBTConfig(**PBT_JOB, devices=3)
+
+
+@given(
+    population=st.integers(1, 64), devices=st.integers(1, 8), cores=st.integers(1, 16),
+    requested=st.none() | st.integers(1, 8),
+)  # fmt: skip
+def test_a_population_job_takes_the_most_devices_that_divide_it(
+    population, devices, cores, requested
+):
+    """`population_devices`: a count given is kept; left to the job, the largest divisor of
+    the population among the run's devices, at most one per core on a CPU."""
+    from eqx_qd.jobs import _distributed
+
+    with (
+        mock.patch.object(_distributed, "usable_cores", lambda: cores),
+        mock.patch.object(_distributed.jax, "device_count", lambda: devices),
+    ):
+        n = _distributed.population_devices(requested, population)
+    if requested is not None:
+        assert n == requested
+    else:
+        fits = [d for d in range(1, min(devices, cores) + 1) if population % d == 0]
+        assert n == max(fits) and population % n == 0
 
 
 def test_a_data_parallel_td3_step_is_the_whole_minibatch_s_step():

@@ -239,6 +239,38 @@ def to_host(tree: Any) -> Any:
     return jax.tree.map(_host, tree)
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def population_devices(requested: int | None, population_size: int) -> int:
+    """The device count a population job splits its members over: `requested` when given;
+    else (`None`, automatic) every device of a multi-process run, or on one process the most
+    devices, at most one per core on a CPU, that divide `population_size`.
+
+    Why one per core on a CPU: XLA's CPU runtime runs one program's operations on a thread
+    pool, and a training step's chains of small products leave those threads idle a quarter
+    of the time, time a busy machine's other processes take; one program per core keeps
+    each core on its own members (`benchmarks/README.md`, "SAC on this kind")."""
+    if requested is not None:
+        return requested
+    available = jax.device_count()
+    if jax.process_count() > 1:
+        if population_size % available:
+            raise ValueError(
+                f"population_size ({population_size}) must be a multiple of the run's "
+                f"{available} devices (every process's) to split the members over them; "
+                "or give devices"
+            )
+        return available
+    if jax.default_backend() == "cpu":
+        available = min(available, usable_cores())
+    return max(d for d in range(1, available + 1) if population_size % d == 0)
+
+
 def job_mesh(devices: int) -> Any:
     """The mesh of a job's `devices` option: `None` for one device; across processes it
     must hold every process's devices (`jax.device_count()`)."""

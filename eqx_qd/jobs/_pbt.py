@@ -32,7 +32,7 @@ from ._common import (
     training_env,
 )
 from ._config import option
-from ._distributed import job_mesh, to_host
+from ._distributed import job_mesh, population_devices, to_host
 from ._folder import RunFolder
 from ._loop import Chunk, LoopJob
 from ._registry import make_env
@@ -72,17 +72,18 @@ class PBTConfig(AgentOptions, RunOptions):
     checkpoint_every: int = option(
         1, "rounds between checkpoints (and one at the end)", check=positive_int
     )
-    devices: int = option(
-        1,
+    devices: int | None = option(
+        None,
         "devices to split the population over, population_size / devices members each (on a "
-        "CPU, host devices are made)",
+        "CPU, host devices are made); none: as many as divide population_size, at most one per "
+        "CPU core",
         check=positive_int,
     )
 
     def check(self) -> None:
         super().check()  # the agent options
         self.make_pbt(None)  # the counts (and explore), with a message naming the fraction
-        if self.population_size % self.devices:
+        if self.devices is not None and self.population_size % self.devices:
             raise ValueError(
                 f"devices ({self.devices}) must divide population_size "
                 f"({self.population_size}): every device trains as many members"
@@ -130,10 +131,13 @@ class _PBTJob(LoopJob):
     """Train the population for `rounds` rounds; after each, evaluate every member and apply
     PBT (not after the last).
 
-    With `devices > 1` the members are split over that many devices (each trains its own, its
-    replay buffer on its device); the ranking, exploit and explore see the whole population,
-    and a copied member moves with its buffer. The results are those of one device, up to
-    float rounding (`train_population_sharded`).
+    The members are split over `devices` devices (each trains its own, its replay buffer on
+    its device); the ranking, exploit and explore see the whole population, and a copied
+    member moves with its buffer. By default (`devices` none) the job takes as many devices as
+    divide `population_size`, at most one per CPU core (`population_devices`; `eqx-qd` makes a
+    host device per core). The results are those of one device up to float rounding
+    (`train_population_sharded`), which training amplifies over a run: `devices = 1` gives one
+    device's numbers on any machine.
 
     The folder holds `config.toml`, `progress.csv` (per round: env steps, `wall_s`
     (seconds spent running, over resumes), mean / max / min return), `hparams.csv` (per
@@ -165,7 +169,7 @@ class _PBTJob(LoopJob):
         # A longer run's first round keys are the same (splits keep their prefix).
         round_keys = [jr.split(k, 3) for k in jr.split(loop_key, config.rounds)]
         names = sorted(eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0))).hparams.names())
-        mesh = job_mesh(config.devices)
+        mesh = job_mesh(population_devices(config.devices, config.population_size))
         return _PBTPlan(config, env, agent, pbt, init, round_keys, names, train_env, mesh)
 
     def headers(self, plan: _PBTPlan) -> dict[str, list[str]]:

@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pytest
+from launched import launched_env
 
 import eqx_qd as q
 from eqx_qd import jobs
@@ -255,3 +256,38 @@ def test_a_scheduler_s_process_count_is_checked_before_joining(capsys, monkeypat
     err = capsys.readouterr().err.strip()
     assert exc.value.code == 2, err
     assert "--devices 3 cannot be shared by the scheduler's 2 processes" in err, err
+
+
+PBT_TINY = [
+    "run", "pbt", "--population-size", "4", "--rounds", "1", "--agent", "td3",
+    "--iterations-per-round", "3", "--num-envs", "2", "--hidden", "8", "--minibatch-size", "8",
+    "--buffer-size", "200", "--episode-length", "20", "--eval-episodes", "2",
+    "--best-fraction", "0.25", "--worse-fraction", "0.25", "--no-progress", "--no-plots",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_pbt_job_takes_one_host_device_per_core_unless_told(tmp_path):
+    """`eqx-qd run pbt` without `--devices` on a CPU: one host device per core, the
+    population split over as many as divide it, said in the log; the run folder's config
+    leaves the count to the machine it resumes on. `XLA_FLAGS` naming a host device count
+    keeps it."""
+    cores = len(os.sched_getaffinity(0))
+    split = max(d for d in range(1, min(cores, 4) + 1) if 4 % d == 0)
+
+    def run(out, flags=""):
+        cmd = [sys.executable, "-m", "eqx_qd.cli", *PBT_TINY, "--out", str(tmp_path / out)]
+        env = launched_env()
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flags}".strip()
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return [line for line in done.stdout.splitlines() if line.startswith("eqx-qd:")]
+
+    lines = run("auto")
+    assert lines[0].startswith(f"eqx-qd: pbt on {cores} cpu device"), lines
+    assert lines[2].startswith(f"eqx-qd: population of 4 split over {split} cpu device"), lines
+    assert f"at most one per core of {cores};" in lines[2]
+    assert "devices" not in (tmp_path / "auto" / "config.toml").read_text()
+    lines = run("flag", "--xla_force_host_platform_device_count=3")
+    assert lines[0].startswith("eqx-qd: pbt on 3 cpu devices"), lines
+    assert lines[2].startswith(f"eqx-qd: population of 4 split over {min(split, 2)} cpu"), lines
