@@ -32,6 +32,7 @@ from ._common import (
 )
 from ._config import JobConfig as JobConfig, option as option
 from ._dcrl_me import DCRLMEConfig as DCRLMEConfig
+from ._distributed import population_devices as population_devices
 from ._external import ExternalConfig as ExternalConfig
 from ._folder import (
     atomic_write as atomic_write,
