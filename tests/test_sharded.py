@@ -227,6 +227,20 @@ def test_a_population_job_takes_the_most_devices_that_divide_it(
         assert n == max(fits) and population % n == 0
 
 
+def test_a_multi_process_population_job_takes_every_device_or_names_the_mismatch():
+    from eqx_qd.jobs import _distributed
+
+    with (
+        mock.patch.object(_distributed.jax, "process_count", lambda: 2),
+        mock.patch.object(_distributed.jax, "device_count", lambda: 3),
+    ):
+        assert _distributed.population_devices(None, 6) == 3
+        assert _distributed.population_devices(2, 8) == 2  # given: job_mesh checks it
+        with pytest.raises(ValueError, match=r"population_size \(8\) must be a multiple of "
+                           r"the run's 3 devices: a run of several processes"):  # fmt: skip
+            _distributed.population_devices(None, 8)
+
+
 def test_a_data_parallel_td3_step_is_the_whole_minibatch_s_step():
     """`TD3.update(axis_name=...)` under `shard_map`, each of 4 devices holding a quarter of a
     minibatch of 16, is the step on the whole minibatch (smoothing noise off: it is drawn per

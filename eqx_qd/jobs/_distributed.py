@@ -262,8 +262,8 @@ def population_devices(requested: int | None, population_size: int) -> int:
         if population_size % available:
             raise ValueError(
                 f"population_size ({population_size}) must be a multiple of the run's "
-                f"{available} devices (every process's) to split the members over them; "
-                "or give devices"
+                f"{available} devices: a run of several processes splits the members over "
+                "every process's devices"
             )
         return available
     if jax.default_backend() == "cpu":
