@@ -177,7 +177,8 @@ def test_the_on_policy_training_programs_compile_with_xla_defaults(monkeypatch):
 
 def test_train_population_compiles_ppo_with_xla_defaults(monkeypatch):
     # PPO populations ran 1.3x faster with XLA's default fusion emitters; the off-policy
-    # agents keep the package's options (level speed, half the compile time for SAC).
+    # agents keep the package's options (level speed, half the compile time for SAC). The
+    # same split over devices (the PBT job's default on a CPU of several cores).
     from eqx_qd.rl import _pbt as pbt
 
     class Picked(Exception):
@@ -191,6 +192,8 @@ def test_train_population_compiles_ppo_with_xla_defaults(monkeypatch):
 
     monkeypatch.setattr(pbt, "_train_population", picks("package"))
     monkeypatch.setattr(pbt, "_train_population_xla", picks("xla"))
+    monkeypatch.setattr(pbt, "_train_mapped", picks("package"))
+    monkeypatch.setattr(pbt, "_train_mapped_xla", picks("xla"))
     env, key = q.envs.PointMaze(walls=False), jax.random.key(0)
     small = dict(observation_size=2, action_size=2, num_envs=2)
     for agent, picked in (
@@ -201,4 +204,7 @@ def test_train_population_compiles_ppo_with_xla_defaults(monkeypatch):
         run = agent.init_run(env, agent.init(key=key), key=key)
         with pytest.raises(Picked, match=f"^{picked}$"):
             q.rl.train_population(agent, env, run, 1, key=key)
+        pair = q.rl.init_population(agent, env, None, 2, key=key)
+        with pytest.raises(Picked, match=f"^{picked}$"):
+            q.rl.train_population_sharded(agent, env, pair, 1, mesh=q.device_mesh(2), key=key)
     assert not hasattr(q.rl.AbstractAgent, "package_compiler_options")  # not in the contract

@@ -330,7 +330,9 @@ def train_population_sharded(
     `population` split over the devices of `mesh` (the population size must be a multiple
     of the device count). Each member trains with the key `train_population` gives it, on the
     device that holds it (its replay buffer stays there), so the result does not depend on the
-    layout (up to float rounding where XLA's programs for two batch sizes round apart). On a
+    layout (up to float rounding where XLA's programs for two batch sizes round apart); the
+    program compiles with `train_population`'s options (XLA's own for a `PPO` or `IPPO`
+    population). On a
     CPU, `n` host devices (`jax_num_cpu_devices`) run one shard per core, which can beat one
     device's multi-threaded products and keeps its pace beside other processes
     (`benchmarks/README.md`)."""
@@ -352,11 +354,11 @@ def train_population_sharded(
     members = NamedSharding(mesh, P(axis))
     dyn = place_on(dyn, members)
     keys = place_on(jr.split(key, n), members)
-    return _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh)
+    train = _train_mapped_xla if isinstance(agent, _PPOLearner) else _train_mapped
+    return train(agent, env, dyn, static, keys, num_iterations, mesh)
 
 
-@jit
-def _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh):
+def _train_shards(agent, env, dyn, static, keys, num_iterations, mesh):
     (axis,) = mesh.axis_names
 
     def body(d, k):
@@ -372,3 +374,8 @@ def _train_mapped(agent, env, dyn, static, keys, num_iterations, mesh):
     )
     new_dyn, metrics = mapped(dyn, keys)
     return eqx.combine(new_dyn, static), metrics
+
+
+# The compile options of `train_population`'s two programs (a PPO population: XLA's own).
+_train_mapped = jit(_train_shards)
+_train_mapped_xla = jit(_train_shards, package_options=False)
