@@ -87,6 +87,17 @@ def test_nan_returns_rank_last(population, pbt_update):
     assert 1 in np.asarray(info.replaced).tolist()
 
 
+def test_the_pbt_job_s_compiled_step_is_the_eager_update(population):
+    """The job runs `PBT.update` as one program (eagerly it was most of a short round): the
+    same population, the same record, bit for bit."""
+    from eqx_qd.jobs._pbt import _pbt_step
+
+    pbt = q.rl.PBT(POP, 2, 3, AGENT.hparam_spaces)
+    returns = np.asarray([3.0, 1.0, 4.0, 1.5, 5.0, 9.0], np.float32)
+    eager = pbt.update(population, jnp.asarray(returns), key=jr.key(3))
+    assert bool(eqx.tree_equal(_pbt_step(pbt, population, returns, key=jr.key(3)), eager))
+
+
 def test_pbt_validation_says_what_is_wrong():
     with pytest.raises(ValueError, match="best_fraction=0.1 of 4 members rounds to 0 members"):
         q.rl.PBT.from_fractions(4, 0.1, 0.4, q.rl.TD3_SPACES)

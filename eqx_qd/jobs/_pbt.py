@@ -12,6 +12,7 @@ import jax.random as jr
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from .._compile import jit
 from .._misc import place_on
 from .._validate import fraction, positive_int
 from ..rl._pbt import (
@@ -190,7 +191,7 @@ class _PBTJob(LoopJob):
         member comes from."""
         source = np.arange(plan.config.population_size)
         if r < plan.config.rounds - 1:
-            pop, info = plan.pbt.update(pop, jnp.asarray(returns), key=plan.round_keys[r][2])
+            pop, info = _pbt_step(plan.pbt, pop, returns, key=plan.round_keys[r][2])
             source[np.asarray(info.replaced)] = np.asarray(info.sources)
         return pop, source
 
@@ -295,6 +296,14 @@ class _PBTJob(LoopJob):
             f"done: {result.config.rounds} rounds, final mean return {last['mean_return']:.6g} "
             f"(max {last['max_return']:.6g})"
         )
+
+
+@jit
+def _pbt_step(pbt: PBT, pop, returns, *, key):
+    """`pbt.update` as one program: run eagerly, its copies of whole runs (buffers included)
+    are hundreds of small dispatches, 0.07 s a round on one device and 0.14 s on two host
+    devices, against 0.002 and 0.013 s compiled (the same population)."""
+    return pbt.update(pop, jnp.asarray(returns), key=key)
 
 
 def _placed(pop, mesh):
