@@ -301,8 +301,8 @@ class _PBTJob(LoopJob):
 @jit
 def _pbt_step(pbt: PBT, pop, returns, *, key):
     """`pbt.update` as one program: run eagerly, its copies of whole runs (buffers included)
-    are hundreds of small dispatches, 0.07 s a round on one device and 0.14 s on two host
-    devices, against 0.002 and 0.013 s compiled (the same population)."""
+    are hundreds of small dispatches, most of a short round (`benchmarks/README.md`, "The
+    PBT job on one host device per core by default")."""
     return pbt.update(pop, jnp.asarray(returns), key=key)
 
 
