@@ -45,9 +45,10 @@ def main():
     )
     p.add_argument("--matmul-dtype", default="float32", choices=["float32", "bfloat16"])
     a = p.parse_args(sys.argv[1:])
-    if a.devices == "auto":
-        cores = len(os.sched_getaffinity(0))
-        a.devices = max(d for d in range(1, min(cores, a.pop) + 1) if a.pop % d == 0)
+    if a.devices == "auto":  # the PBT job's rule; JAX is imported, not started
+        from eqx_qd.jobs._distributed import most_dividing, usable_cores
+
+        a.devices = most_dividing(a.pop, usable_cores())
     if a.devices > 1:  # must be set before JAX starts its CPU backend
         flags = os.environ.get("XLA_FLAGS", "")  # kept: e.g. --xla_cpu_multi_thread_eigen=false
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={a.devices}"

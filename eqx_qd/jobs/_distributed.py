@@ -246,6 +246,12 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def most_dividing(population_size: int, limit: int) -> int:
+    """The largest count of at most `limit` devices that divides `population_size` (the
+    rule of `population_devices`, for callers that must know it before JAX starts)."""
+    return max(d for d in range(1, min(limit, population_size) + 1) if population_size % d == 0)
+
+
 def population_devices(requested: int | None, population_size: int) -> int:
     """The device count a population job splits its members over: `requested` when given;
     else (`None`, automatic) every device of a multi-process run, or on one process the most
@@ -268,7 +274,7 @@ def population_devices(requested: int | None, population_size: int) -> int:
         return available
     if jax.default_backend() == "cpu":
         available = min(available, usable_cores())
-    return max(d for d in range(1, available + 1) if population_size % d == 0)
+    return most_dividing(population_size, available)
 
 
 def job_mesh(devices: int) -> Any:
