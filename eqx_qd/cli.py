@@ -346,17 +346,22 @@ def _use_devices(count: int | None, processes: int = 1) -> None:
         pass
 
 
+def _multi_process(args: argparse.Namespace) -> bool:
+    """Whether the options or the environment ask for a run of several processes."""
+    from .jobs._distributed import wants_distributed
+
+    return args.distributed or wants_distributed(args.coordinator, args.num_processes)
+
+
 def _automatic_devices(args: argparse.Namespace, job: Any, requested: int | None) -> bool:
     """Whether the job picks its device count itself (its `devices` defaults to none and
     neither the options nor the config file give one) on one process."""
-    from .jobs._distributed import wants_distributed
-
     fields = {f.name: f for f in dataclasses.fields(job.config_cls)}
     return (
         requested is None
         and "devices" in fields
         and fields["devices"].default is None
-        and not (args.distributed or wants_distributed(args.coordinator, args.num_processes))
+        and not _multi_process(args)
     )
 
 
@@ -395,9 +400,9 @@ _JOIN_OPTIONS = dict.fromkeys(("num_processes", "process_id", "heartbeat_timeout
 def _join_processes(parser: _Parser, args: argparse.Namespace) -> None:
     """Join the multi-process run the options or the environment ask for (before JAX starts
     its backends)."""
-    from .jobs._distributed import initialize, wants_distributed
+    from .jobs._distributed import initialize
 
-    if not (args.distributed or wants_distributed(args.coordinator, args.num_processes)):
+    if not _multi_process(args):
         if args.process_id is not None:
             parser.error("--process-id needs a multi-process run (--coordinator, --num-processes)")
         return
@@ -415,9 +420,7 @@ def _join_processes(parser: _Parser, args: argparse.Namespace) -> None:
 def _check_layout(parser: _Parser, args: argparse.Namespace, job: Any, devices: int | None) -> None:
     """Refuse, before any process joins, a multi-process run of a one-process job, or a
     device count the processes cannot share."""
-    from .jobs._distributed import wants_distributed
-
-    if not (args.distributed or wants_distributed(args.coordinator, args.num_processes)):
+    if not _multi_process(args):
         return
     if not job.multi_process:
         from .jobs import JOBS
