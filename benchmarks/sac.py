@@ -7,11 +7,10 @@ The first call compiles; the others are timed (median). A deterministic evaluati
 16 envs per agent) follows each call. No PBT selection here. ``--devices 2`` splits the agents
 over 2 host devices (one per core) with `train_population_sharded`; ``--devices auto`` as
 ``eqx-qd run pbt`` splits them by default (the most devices, at most one per core, that divide
-the population). ``--matmul-dtype bfloat16``
-runs the networks' hidden products with bfloat16 inputs (`SAC`'s ``matmul_dtype``). The JSON
-line holds every call's evaluation returns per agent, so that a long run (``--calls 26``) is a
-learning curve; the agents' keys and initial weights do not depend on ``--matmul-dtype``, so two
-runs differ only by it.
+the population). ``--matmul-dtype bfloat16`` runs the networks' hidden products with bfloat16
+inputs (`SAC`'s ``matmul_dtype``). The JSON line holds every call's evaluation returns per agent,
+so that a long run (``--calls 26``) is a learning curve; the agents' keys and initial weights do
+not depend on ``--matmul-dtype``, so two runs differ only by it.
 
 Usage: python benchmarks/sac.py [--env hopper_uni] [--pop 8] [--calls 3] [--devices 2|auto]
        [--matmul-dtype bfloat16]

@@ -303,7 +303,7 @@ def _pbt_step(pbt: PBT, pop, returns, *, key):
     """`pbt.update` as one program: run eagerly, its copies of whole runs (buffers included)
     are hundreds of small dispatches, most of a short round (`benchmarks/README.md`, "The
     PBT job on one host device per core by default")."""
-    return pbt.update(pop, jnp.asarray(returns), key=key)
+    return pbt.update(pop, returns, key=key)
 
 
 def _placed(pop, mesh):

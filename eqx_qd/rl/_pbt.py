@@ -332,10 +332,9 @@ def train_population_sharded(
     device that holds it (its replay buffer stays there), so the result does not depend on the
     layout (up to float rounding where XLA's programs for two batch sizes round apart); the
     program compiles with `train_population`'s options (XLA's own for a `PPO` or `IPPO`
-    population). On a
-    CPU, `n` host devices (`jax_num_cpu_devices`) run one shard per core, which can beat one
-    device's multi-threaded products and keeps its pace beside other processes
-    (`benchmarks/README.md`)."""
+    population). On a CPU, `n` host devices (`jax_num_cpu_devices`) run one shard per core,
+    which can beat one device's multi-threaded products and keeps its pace beside other
+    processes (`benchmarks/README.md`)."""
     n = _population_size(population)
     devices = mesh.devices.size
     if n % devices:
