@@ -6,6 +6,7 @@ import csv
 import glob
 import json
 import os
+import re
 import struct
 
 import numpy as np
@@ -139,7 +140,10 @@ def test_wandb_offline_gets_every_row_and_a_resume_continues_its_run(tmp_path, m
     jobs.resume(tmp_path / "run", iterations=10, progress=False, plots=False, log=["wandb"])
     assert (tmp_path / "run" / "wandb_id.txt").read_text().strip() == run_id
     runs = glob.glob(str(tmp_path / "run" / "wandb" / "offline-run-*"))
-    assert len(runs) == 2 and all(r.endswith(run_id) for r in runs)
+    # Both folders hold the one run id; W&B appends "-1" to the second folder's name when the
+    # resume starts within the same second as the run (a name taken already).
+    named = re.compile(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(run_id)}(-\d+)?")
+    assert len(runs) == 2 and all(named.fullmatch(os.path.basename(r)) for r in runs), runs
     assert [r["iteration"] for r in _wandb_rows(tmp_path / "run")][-2:] == [8, 10]
 
 
