@@ -211,6 +211,7 @@ def main() -> None:
         num_envs=a.env_batch,
         buffer_size=100_000,
         grad_updates_per_step=1.0,
+        same_start=True,  # sac.py's default starts, QDax's
     )
     P, B = a.pop, a.env_batch
     steps = a.iterations * B  # gradient steps of every agent in one call

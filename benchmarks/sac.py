@@ -3,17 +3,23 @@
 Workload of ``shared/bench/qdax/bench_pbt_sac.py``: 8 agents x 16 envs on hopper (brax spring,
 episode 100), networks (256, 256), SAC batch 256, buffer 1e5 per agent, one gradient step per
 environment step (16 per iteration), 100 iterations (1,600 env steps per agent) per train call.
-The first call compiles; the others are timed (median). A deterministic evaluation (1 episode x
-16 envs per agent) follows each call. No PBT selection here. ``--devices 2`` splits the agents
-over 2 host devices (one per core) with `train_population_sharded`; ``--devices auto`` as
-``eqx-qd run pbt`` splits them by default (the most devices, at most one per core, that divide
-the population). ``--matmul-dtype bfloat16`` runs the networks' hidden products with bfloat16
-inputs (`SAC`'s ``matmul_dtype``). The JSON line holds every call's evaluation returns per agent,
-so that a long run (``--calls 26``) is a learning curve; the agents' keys and initial weights do
-not depend on ``--matmul-dtype``, so two runs differ only by it.
+Each training environment draws a random first state (the task's reset noise) and restarts every
+episode there, as QDax's (brax's auto-reset keeps the first state): ``SAC(same_start=True)``.
+``--starts fresh`` draws a fresh random state at every episode instead (a reset computed at every
+step: about 4 s more compile on hopper, `benchmarks/README.md`). The first call compiles; the
+others are timed (median). The compile is the time from the first call's start to the end of the
+last XLA compile in it (JAX's own compile event): tracing, lowering and XLA, as QDax's script
+times its ahead-of-time ``lower().compile()``. A deterministic evaluation (1 episode x 16 envs per
+agent) follows each call. No PBT selection here. ``--devices 2`` splits the agents over 2 host
+devices (one per core) with `train_population_sharded`; ``--devices auto`` as ``eqx-qd run pbt``
+splits them by default (the most devices, at most one per core, that divide the population).
+``--matmul-dtype bfloat16`` runs the networks' hidden products with bfloat16 inputs (`SAC`'s
+``matmul_dtype``). The JSON line holds every call's evaluation returns per agent, so that a long
+run (``--calls 26``) is a learning curve; the agents' keys and initial weights do not depend on
+``--matmul-dtype``, so two runs differ only by it.
 
 Usage: python benchmarks/sac.py [--env hopper_uni] [--pop 8] [--calls 3] [--devices 2|auto]
-       [--matmul-dtype bfloat16]
+       [--matmul-dtype bfloat16] [--starts same|fresh]
 """
 
 import argparse
@@ -43,6 +49,13 @@ def main():
         "at most one per core, that divide --pop)",
     )
     p.add_argument("--matmul-dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument(
+        "--starts",
+        default="same",
+        choices=["same", "fresh"],
+        help="same: each environment restarts every episode from its own random first state "
+        "(QDax's); fresh: a new random state every episode",
+    )
     a = p.parse_args(sys.argv[1:])
     if a.devices == "auto":  # the PBT job's rule; JAX is imported, not started
         from eqx_qd.jobs._distributed import most_dividing, usable_cores
@@ -69,6 +82,7 @@ def main():
         buffer_size=a.buffer,
         grad_updates_per_step=1.0,
         matmul_dtype=a.matmul_dtype,
+        same_start=a.starts == "same",
     )
     P, B = a.pop, a.env_batch
     iters = a.steps_per_call // B
@@ -91,6 +105,13 @@ def main():
         eqx.filter_vmap(lambda s, k: agent.evaluate(env, s.agent_state, B, key=k))
     )
 
+    compiled_at = []  # when each XLA compile ended (JAX's event fires as one does)
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **kw: (
+            name == "/jax/core/compile/backend_compile_duration"
+            and compiled_at.append(time.perf_counter())
+        )
+    )
     key = jr.key(1)
     train_times, eval_times, returns = [], [], []
     for i in range(a.calls):  # call 0 compiles: it is reported apart
@@ -98,6 +119,8 @@ def main():
         t0 = time.perf_counter()
         pop, metrics = jax.block_until_ready(train(pop, k1))
         train_times.append(time.perf_counter() - t0)
+        if i == 0:  # tracing, lowering and XLA: to the end of the call's last compile
+            t_compile = max(t for t in compiled_at if t >= t0) - t0
         t0 = time.perf_counter()
         ev = jax.block_until_ready(evaluate(pop, jr.split(k2, P)))
         eval_times.append(time.perf_counter() - t0)
@@ -106,17 +129,18 @@ def main():
             f"call {i}: train {train_times[-1]:.2f} s, eval {eval_times[-1]:.2f} s, "
             f"mean return {float(jnp.mean(ev.returns)):.1f}, max {float(jnp.max(ev.returns)):.1f}"
         )
-    t_compile = train_times[0] - statistics.median(train_times[1:] or train_times)
+    t_estimate = train_times[0] - statistics.median(train_times[1:] or train_times)
 
     steady = train_times[1:] if len(train_times) > 1 else train_times
     t = statistics.median(steady)
     grad_steps = P * iters * B
     print(
         f"jax {jax.__version__} | {a.env} | {P} agents x {B} envs | "
-        f"hidden {a.hidden} batch {a.batch} | matmul {a.matmul_dtype}"
+        f"hidden {a.hidden} batch {a.batch} | matmul {a.matmul_dtype} | starts {a.starts}"
     )
     print(
-        f"init {t_init:.2f} s | train compile ~{t_compile:.2f} s (first call minus a steady one)"
+        f"init {t_init:.2f} s | train compile {t_compile:.2f} s (first call minus a steady one: "
+        f"{t_estimate:.2f} s)"
         f" | train call median {t:.2f} s | devices {a.devices}"
     )
     print(
@@ -129,9 +153,11 @@ def main():
     res = {
         "bench": "sac_population", "env": a.env, "pop": P, "env_batch": B,
         "steps_per_call": a.steps_per_call, "hidden": a.hidden, "batch": a.batch,
-        "devices": a.devices, "matmul_dtype": a.matmul_dtype, "jax": jax.__version__,
+        "devices": a.devices, "matmul_dtype": a.matmul_dtype, "starts": a.starts,
+        "jax": jax.__version__,
         "init_s": t_init, "eval_returns_per_call": returns,
-        "train_compile_s": t_compile, "train_call_s": train_times,
+        "train_compile_s": t_compile, "train_compile_estimate_s": t_estimate,
+        "train_call_s": train_times,
         "grad_steps_per_s": grad_steps / t, "eval_env_steps_per_s": eval_rate,
     }  # fmt: skip
     print("JSON " + json.dumps(res))
