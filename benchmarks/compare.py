@@ -35,7 +35,9 @@ after it: how a default fares on a shared node, beside low-priority jobs.
 Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
 bfloat16 hidden products), sacx2, sacbf16x2 (both sides on 2 host devices, one core each; QDax's
 script patched in the copy to ``jax.pmap`` its train function), sac_job (ours split as the PBT
-job splits a population by default, one host device per core; QDax as it ships), pgame,
+job splits a population by default, one host device per core; QDax as it ships), sac_v2 (QDax's
+SAC script on brax v2 spring, the physics ours runs: its copy imports ``qdax.tasks.brax.v2``
+instead of ``v1``), pgame,
 dcrl_me (QDax: our ``peers/qdax_dcrl_me.py``, no peer script covers it; QDax on brax v1 as
 the pgame row),
 dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mepbt (QDax); ppo, ippo
@@ -124,6 +126,18 @@ _SAC_SPLIT_PMAP = (
 )
 
 
+# QDax's SAC script on brax v2's spring pipeline (the physics ours runs) instead of the legacy
+# brax v1 engine it ships with: QDax's v2 task module has the same ``create`` (brax v2's
+# auto-reset also restarts each sub-environment from its own random first state).
+_SAC_V1 = "import qdax.tasks.brax.v1 as environments\n"
+_SAC_V2 = "import qdax.tasks.brax.v2 as environments  # compare.py: brax v2 spring\n"
+
+
+def _patch_sac_v2(text: str) -> str | None:
+    """QDax's SAC script on brax v2 spring, or None where it no longer imports its v1 tasks."""
+    return text.replace(_SAC_V1, _SAC_V2, 1) if _SAC_V1 in text else None
+
+
 def _patch_sac(text: str) -> str | None:
     """QDax's SAC script with the device split added, or None where the script no longer has
     the lines the change goes into."""
@@ -189,7 +203,8 @@ def _peer_copies(folder: str) -> dict[str, str]:
     for name in os.listdir(os.path.join(SHARED, "pyribs")):
         if name.endswith(".npy"):
             shutil.copy(os.path.join(SHARED, "pyribs", name), qdax)  # QDax loads them too
-    text = open(os.path.join(SHARED, "qdax", "bench_me.py")).read()
+    with open(os.path.join(SHARED, "qdax", "bench_me.py")) as f:
+        text = f.read()
     if _QDAX_PATCH_AT in text:
         text = text.replace(_QDAX_PATCH_AT, _QDAX_PATCH + _QDAX_PATCH_AT, 1)
     if "import jax.numpy as jnp" not in text:
@@ -202,11 +217,14 @@ def _peer_copies(folder: str) -> dict[str, str]:
         shutil.copy(os.path.join(SHARED, "qdax", name), qdax)
         scripts[name] = os.path.join(qdax, name)
     with open(scripts["bench_pbt_sac.py"]) as f:
-        text = _patch_sac(f.read())
-    if text is not None:  # else main refuses the split rows
-        scripts["bench_pbt_sac_split.py"] = os.path.join(qdax, "bench_pbt_sac_split.py")
-        with open(scripts["bench_pbt_sac_split.py"], "w") as f:
-            f.write(text)
+        original = f.read()
+    patched = {"bench_pbt_sac_split.py": _patch_sac(original),
+               "bench_pbt_sac_v2.py": _patch_sac_v2(original)}  # fmt: skip
+    for name, text in patched.items():
+        if text is not None:  # else main refuses the rows that need it
+            scripts[name] = os.path.join(qdax, name)
+            with open(scripts[name], "w") as f:
+                f.write(text)
     scripts["pyribs"] = os.path.join(ribs, "bench_ribs.py")
     scripts["qdax"] = os.path.join(qdax, "bench_me.py")
     scripts["qdax_kmeans"] = os.path.join(kmeans, "bench_me.py")
@@ -346,15 +364,18 @@ def _ppo(task: str, agent: str, title: str) -> _Versus:
 _SPLIT_FLAGS = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}  # one core per device
 
 
-def _sac(title: str, dtype: str, devices: int | str = 1) -> _Versus:
+def _sac(
+    title: str, dtype: str, devices: int | str = 1, script: str = "bench_pbt_sac.py"
+) -> _Versus:
     """A SAC row: our ``sac.py`` with its hidden products in ``dtype`` against QDax's
     ``bench_pbt_sac.py`` (float32). With ``devices`` > 1 both sides split the 8 agents over that
     many host devices (ours: shard_map; QDax: its train function under ``jax.pmap``, the patched
     copy), Eigen's threads off on both so that each device has one core. With ``"auto"`` ours
     splits them as the PBT job does by default (one host device per core) and QDax runs its
-    script as it ships, on one device."""
+    script as it ships, on one device. ``script`` names QDax's (``bench_pbt_sac_v2.py``: its
+    copy on brax v2 spring)."""
     ours = [os.path.join(HERE, "sac.py"), "--matmul-dtype", dtype]
-    script, ours_env, peer_env = "bench_pbt_sac.py", {}, {}
+    ours_env, peer_env = {}, {}
     if devices == "auto":
         ours += ["--devices", "auto"]
     elif devices > 1:
@@ -433,6 +454,12 @@ VERSUS = {
         devices="auto",
     ),
     "sacbf16x2": _sac(_SPLIT_TITLE.format("bfloat16"), "bfloat16", devices=2),
+    "sac_v2": _sac(
+        "SAC population as above, QDax on brax v2 spring (the physics ours runs; QDax's script "
+        "ships on the legacy brax v1 engine)",
+        "float32",
+        script="bench_pbt_sac_v2.py",
+    ),
     "pgame": _Versus(
         "PGA-ME, walker2d_uni, 64 offspring, 300 critic + 100 PG steps per iteration",
         "s/iter", False, "QDax 0.5.0",
@@ -631,6 +658,8 @@ def main() -> None:
                 f"{split}: QDax's bench_pbt_sac.py no longer has the lines compare.py changes to "
                 "split it over devices"
             )
+        if "sac_v2" in versus and "bench_pbt_sac_v2.py" not in scripts:
+            p.error("sac_v2: QDax's bench_pbt_sac.py no longer imports qdax.tasks.brax.v1")
         for r in range(args.rounds):
             for w in chosen:
                 make = _map_elites_commands if w in WORKLOADS else _versus_commands

@@ -50,7 +50,11 @@ if __name__ == "__main__":
 
 def test_sac_rows_commands(compare):
     args = argparse.Namespace(qdax_python="/peer/python")
-    scripts = {"bench_pbt_sac.py": "/c/plain.py", "bench_pbt_sac_split.py": "/c/split.py"}
+    scripts = {
+        "bench_pbt_sac.py": "/c/plain.py",
+        "bench_pbt_sac_split.py": "/c/split.py",
+        "bench_pbt_sac_v2.py": "/c/v2.py",
+    }
     sac = os.path.join(compare.HERE, "sac.py")
     one = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
     expected = {
@@ -69,6 +73,7 @@ def test_sac_rows_commands(compare):
             {**one, "EQX_QD_COMPARE_DEVICES": "2"},
         ),
         "sac_job": ([sac, "--matmul-dtype", "float32", "--devices", "auto"], {}, "/c/plain.py", {}),
+        "sac_v2": ([sac, "--matmul-dtype", "float32"], {}, "/c/v2.py", {}),
     }
     for name, (ours, ours_env, script, peer_env) in expected.items():
         commands = compare._versus_commands(name, args, scripts)
@@ -86,6 +91,42 @@ def test_patch_sac_refuses_a_script_without_its_lines(compare):
     assert compare._patch_sac(STAND_IN.replace("def main():", "def run():")) is None
     # The helper goes in place of the two blank lines before main: a script without them too.
     assert compare._patch_sac(STAND_IN.replace("\n\ndef main():", "def main():")) is None
+
+
+def test_sac_v2_copy_imports_brax_v2_tasks_in_place_of_v1(compare):
+    script = "import argparse\nimport qdax.tasks.brax.v1 as environments\nenv = environments\n"
+    patched = compare._patch_sac_v2(script)
+    assert patched is not None
+    assert "qdax.tasks.brax.v1" not in patched
+    assert patched.splitlines()[1].startswith("import qdax.tasks.brax.v2 as environments")
+    assert patched.splitlines()[0] == "import argparse" and patched.endswith("env = environments\n")
+    assert compare._patch_sac_v2(script.replace(".v1 ", ".v0 ")) is None
+
+
+def test_peer_copies_hold_the_patched_sac_scripts(compare, tmp_path, monkeypatch):
+    # A stand-in of ../shared/bench with the files _peer_copies reads.
+    shared = tmp_path / "shared"
+    for d in ("pyribs", "qdax"):
+        (shared / d).mkdir(parents=True)
+    (shared / "pyribs" / "bench_ribs.py").write_text("")
+    (shared / "qdax" / "bench_me.py").write_text("import jax\n")
+    (shared / "qdax" / "centroids_cvt1024_2d.npy").write_text("")
+    for name in ("bench_pgame.py", "bench_mepbt.py"):
+        (shared / "qdax" / name).write_text("")
+    sac = STAND_IN.replace(
+        "import json\n", "import json\nimport qdax.tasks.brax.v1 as environments\n"
+    )
+    (shared / "qdax" / "bench_pbt_sac.py").write_text(sac)
+    monkeypatch.setattr(compare, "SHARED", str(shared))
+    out = tmp_path / "copies"
+    out.mkdir()
+    scripts = compare._peer_copies(str(out))
+    with open(scripts["bench_pbt_sac_v2.py"]) as f:
+        assert f.read() == compare._patch_sac_v2(sac)
+    with open(scripts["bench_pbt_sac_split.py"]) as f:
+        assert f.read() == compare._patch_sac(sac)
+    with open(scripts["bench_pbt_sac.py"]) as f:
+        assert f.read() == sac
 
 
 def test_patched_script_splits_over_devices_and_agrees(compare, tmp_path):
