@@ -45,7 +45,7 @@ dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mepbt (QDax); ppo, i
 dns, dns_add, dns_add10k (QDax's repository DNS: ``$EQX_QD_QDAX_HEAD``, see ``dns.py``),
 dns_ribs (pyribs' ``DNSArchive``).
 The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
-(about 105 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s model name,
+(about 120 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s model name,
 family and model number, and its vector flags among avx2, avx512f, avx512_bf16 and amx_bf16),
 the date, then Markdown tables; each RL run's figure goes to stderr as it ends.
 """
