@@ -129,10 +129,9 @@ def main():
             f"call {i}: train {train_times[-1]:.2f} s, eval {eval_times[-1]:.2f} s, "
             f"mean return {float(jnp.mean(ev.returns)):.1f}, max {float(jnp.max(ev.returns)):.1f}"
         )
-    t_estimate = train_times[0] - statistics.median(train_times[1:] or train_times)
-
     steady = train_times[1:] if len(train_times) > 1 else train_times
     t = statistics.median(steady)
+    t_estimate = train_times[0] - t
     grad_steps = P * iters * B
     print(
         f"jax {jax.__version__} | {a.env} | {P} agents x {B} envs | "
