@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
+from .._machine import usable_cores as usable_cores
+
 
 EXIT_PEER_STOPPED = os.EX_TEMPFAIL if hasattr(os, "EX_TEMPFAIL") else 75
 """The exit status of a process whose run stopped because another process of it stopped."""
@@ -237,13 +239,6 @@ def to_host(tree: Any) -> Any:
     if jax.process_count() == 1:
         return tree
     return jax.tree.map(_host, tree)
-
-
-def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity where the system tells it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def most_dividing(population_size: int, limit: int) -> int:
