@@ -27,6 +27,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ._machine import machine, resolve_matmul_dtype
+
 
 _OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
 
@@ -126,8 +128,9 @@ def batched_decompositions() -> bool:
 
 def machine_choices() -> str:
     """What the package picked for this machine where the faster code path depends on it, in
-    words for a job's log: the XLA CPU fusion generator (`compiler_options`) and how CMA-ES
-    populations decompose (`batched_decompositions`)."""
+    words for a job's log: the XLA CPU fusion generator (`compiler_options`), how CMA-ES
+    populations decompose (`batched_decompositions`) and what `matmul_dtype="auto"` takes
+    (`resolve_matmul_dtype`)."""
     picks = []
     if jax.default_backend() == "cpu":
         if _set_in_xla_flags():
@@ -136,4 +139,7 @@ def machine_choices() -> str:
             picks.append(f"{'older' if compiler_options() else 'XLA default'} CPU fusion emitters")
     each = "batched" if batched_decompositions() else "one strategy at a time"
     picks.append(f"CMA eigendecompositions {each}")
+    here = machine()
+    why = "AVX-512 BF16 / AMX-BF16" if here.fast_bfloat16 else "bfloat16 products not faster here"
+    picks.append(f"matmul_dtype auto takes {resolve_matmul_dtype('auto')} ({why})")
     return ", ".join(picks)

@@ -1,6 +1,15 @@
-"""The machine the package computes on."""
+"""The machine the package computes on (`machine`): JAX's backend, the CPU and its vector
+features, read at run time, for the choices whose faster code path depends on the machine
+(`matmul_dtype="auto"`; `_compile.machine_choices` says every such pick in a job's log) and
+for the record a run folder keeps of where it ran."""
 
+import dataclasses
+import functools
 import os
+import platform
+from typing import Any
+
+import jax
 
 
 def usable_cores() -> int:
@@ -8,3 +17,106 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "sve", "bf16")
+"""The CPU features whose presence changes which code path wins (x86: AVX2, AVX-512,
+AVX-512 BF16, AMX-BF16; Arm: SVE, BF16), as `/proc/cpuinfo` names them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Machine:
+    """The machine the package computes on, as far as its per-machine choices need it.
+
+    **Fields:** `backend` (JAX's default backend: `"cpu"`, `"gpu"`, `"tpu"`), `device` (its
+    first device's kind), `cpu` (the CPU's model name), `arch` (`platform.machine()`),
+    `family` and `model` (the x86 CPU family and model numbers; `None` elsewhere), `flags`
+    (which of `VECTOR_FLAGS` the CPU has) and `cores` (the CPU cores this process may use).
+    `str(machine)` is one line for a log.
+    """
+
+    backend: str
+    device: str
+    cpu: str
+    arch: str
+    family: int | None
+    model: int | None
+    flags: tuple[str, ...]
+    cores: int
+
+    @property
+    def fast_bfloat16(self) -> bool:
+        """Whether products with bfloat16 inputs run faster here than float32 ones: on a CPU
+        with AVX-512 BF16 or AMX-BF16 (the SAC population 1.29x float32's speed). Not on an
+        AVX2 CPU (the products took 0.74x float32's speed) nor on the GPU measured (an H100:
+        0.95x); not on other kinds, which are unmeasured (`benchmarks/README.md`)."""
+        return self.backend == "cpu" and bool({"avx512_bf16", "amx_bf16"} & set(self.flags))
+
+    def __str__(self) -> str:
+        kind = f"{self.arch}"
+        if self.family is not None:
+            kind += f" family {self.family} model {self.model}"
+        flags = " ".join(self.flags) or "none of " + " ".join(VECTOR_FLAGS)
+        where = self.backend if self.backend == "cpu" else f"{self.backend} ({self.device})"
+        return f"{self.cpu} ({kind}; {flags}; {self.cores} cores), JAX {jax.__version__} on {where}"
+
+
+def _parse_cpuinfo(text: str) -> dict[str, Any]:
+    """The first processor's model name, family, model and `VECTOR_FLAGS` in `/proc/cpuinfo`'s
+    text (x86: `model name`, `cpu family`, `model`, `flags`; Arm: `Features`)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(name.strip().lower(), value.strip())
+
+    def number(name: str) -> int | None:
+        value = fields.get(name, "")
+        return int(value) if value.isdigit() else None
+
+    have = set((fields.get("flags") or fields.get("features") or "").split())
+    return {
+        "cpu": fields.get("model name") or fields.get("hardware") or "",
+        "family": number("cpu family"),
+        "model": number("model"),
+        "flags": tuple(f for f in VECTOR_FLAGS if f in have),
+    }
+
+
+@functools.cache
+def _cpu() -> dict[str, Any]:
+    """`_parse_cpuinfo` of this machine's `/proc/cpuinfo` (Linux; elsewhere the model name
+    `platform` gives and no flags), read once per process."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            found = _parse_cpuinfo(f.read())
+    except OSError:
+        found = {"cpu": "", "family": None, "model": None, "flags": ()}
+    if not found["cpu"]:
+        found["cpu"] = platform.processor() or "unknown CPU"
+    return found
+
+
+def machine() -> Machine:
+    """This machine (`Machine`): JAX's default backend and device, the CPU and its vector
+    features. Starts JAX's backend if it has not started."""
+    return Machine(
+        backend=jax.default_backend(),
+        device=jax.devices()[0].device_kind,
+        arch=platform.machine() or "unknown",
+        cores=usable_cores(),
+        **_cpu(),
+    )
+
+
+MATMUL_DTYPES = ("float32", "bfloat16", "auto")
+"""The `matmul_dtype` values networks accept: the inputs' type of their hidden products, or
+`"auto"`: bfloat16 where `Machine.fast_bfloat16`, float32 elsewhere."""
+
+
+def resolve_matmul_dtype(matmul_dtype: str) -> str:
+    """`matmul_dtype` with `"auto"` replaced by what this machine runs faster
+    (`Machine.fast_bfloat16`); `"float32"` and `"bfloat16"` are returned as they are."""
+    if matmul_dtype != "auto":
+        return matmul_dtype
+    return "bfloat16" if machine().fast_bfloat16 else "float32"

@@ -640,6 +640,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "status":
         return _status(parser, args)
     from ._compile import machine_choices
+    from ._machine import machine
     from .jobs import JOBS, run
     from .jobs._distributed import process_count as jax_processes, set_resume_hint
 
@@ -676,6 +677,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = _seeded_runs(parser, args, job, config, resume)
     where = f"compile cache {cache}" if cache else "no compile cache"
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
+    print(f"eqx-qd: machine: {machine()}", flush=True)
     print(f"eqx-qd: for this machine: {machine_choices()}", flush=True)
     if automatic and getattr(runs[0][0], "devices", 0) is None:
         print(f"eqx-qd: {_split_line(runs[0][0])}", flush=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from .._machine import MATMUL_DTYPES
 from .._repertoire import AbstractRepertoire, DNSRepertoire, UnstructuredRepertoire
 from .._tessellation import AbstractTessellation
 from .._validate import non_negative, positive, positive_int
@@ -22,6 +23,15 @@ def default_of(block: type, name: str, default: Any) -> Any:
     `default`: `num_envs: int = default_of(AgentOptions, "num_envs", 8)`."""
     field = block.__dataclass_fields__[name]  # type: ignore[attr-defined]
     return dataclasses.field(default=default, metadata=field.metadata)
+
+
+def _one_of(*choices: str):
+    def check(key: str, value: Any) -> None:
+        if value not in choices:
+            raise ValueError(f"{key}: unknown {value!r}; choose one of {', '.join(choices)}")
+
+    check.known = lambda: list(choices)  # type: ignore[attr-defined]
+    return check
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +48,8 @@ class AgentOptions(JobConfig):
     """What a job that trains a registered agent passes it: the `agent` and its `env`, and
     the options the agent's factory takes among `hidden`, `minibatch_size`, `num_envs`,
     `buffer_size`, `grad_updates_per_step`, `rollout_length`, `target_entropy_scale`,
-    `critic_target_every_step` and `same_start` (setting one the agent does not take is an
-    error naming it)."""
+    `critic_target_every_step`, `same_start` and `matmul_dtype` (setting one the agent does
+    not take is an error naming it)."""
 
     agent: str = option("td3", "registered agent", check=AGENTS.check())
     env: str = option("point_maze", "registered QD environment", check=ENVIRONMENTS.check("qd"))
@@ -68,6 +78,13 @@ class AgentOptions(JobConfig):
         "restarting every episode from the random first state it drew, as QDax's (scoring "
         "stays on the task)",
     )
+    matmul_dtype: str = option(
+        "float32",
+        "td3 / sac: the hidden products' inputs: float32 | bfloat16 (rounded; faster on CPUs "
+        "with AVX-512 BF16) | auto (bfloat16 where faster, float32 elsewhere; the log says "
+        "which)",
+        check=_one_of(*MATMUL_DTYPES),
+    )
     fixed_hparams: str = option(
         "",
         "hyperparameters PBT leaves at the agent's default, comma-separated (QDax's PBT-TD3 "
@@ -90,15 +107,6 @@ class AgentOptions(JobConfig):
                 f"same_start: environment {self.env!r} takes no reset_noise option, so its "
                 "training environments cannot draw random first states"
             )
-
-
-def _one_of(*choices: str):
-    def check(key: str, value: Any) -> None:
-        if value not in choices:
-            raise ValueError(f"{key}: unknown {value!r}; choose one of {', '.join(choices)}")
-
-    check.known = lambda: list(choices)  # type: ignore[attr-defined]
-    return check
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from .._machine import machine
 from .._qdrl.scoring import PolicyScorer
 from .._repertoire import MapElitesRepertoire
 from .._tessellation import AbstractTessellation, CVTTessellation
@@ -256,8 +257,8 @@ class _Heartbeat:
 def write_status(folder: RunFolder, status: str, **details: Any) -> None:
     """Record in `status.json` where the run stands: `running` (written with the folder and
     on resume, so a killed run never looks finished; with the process that runs it, so
-    `run_status` tells a killed one), `finished`, `failed` or `interrupted` (with the
-    error). Earlier details are kept."""
+    `run_status` tells a killed one, and the machine it runs on, `str(eqx_qd.machine())`),
+    `finished`, `failed` or `interrupted` (with the error). Earlier details are kept."""
     with _STATUS_LOCK:
         previous = _read_status(folder) or {}
         record = {**previous, **details, "status": status, "updated": _now()}
@@ -266,6 +267,7 @@ def write_status(folder: RunFolder, status: str, **details: Any) -> None:
             record.pop("error", None)
             record.update(
                 host=socket.gethostname(),
+                machine=str(machine()),
                 pid=os.getpid(),
                 pid_started=_started(os.getpid()),
                 heartbeat=_utc(),
@@ -557,6 +559,7 @@ AGENT_OPTIONS = (
     "target_entropy_scale",
     "critic_target_every_step",
     "same_start",
+    "matmul_dtype",
 )
 """The config fields a job passes to its agent's factory (those the factory takes)."""
 

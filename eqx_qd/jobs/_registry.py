@@ -281,6 +281,7 @@ def _off_policy(cls: type[AbstractOffPolicyAgent], **fixed: Any) -> Callable[...
         buffer_size: int = 100_000,
         grad_updates_per_step: float = 1.0,
         same_start: bool = False,
+        matmul_dtype: str = "float32",
     ) -> AbstractAgent:
         return cls(
             observation_size=env.observation_size,
@@ -292,6 +293,7 @@ def _off_policy(cls: type[AbstractOffPolicyAgent], **fixed: Any) -> Callable[...
             buffer_size=buffer_size,
             grad_updates_per_step=grad_updates_per_step,
             same_start=same_start,
+            matmul_dtype=matmul_dtype,
             **fixed,
         )
 
@@ -308,6 +310,7 @@ def _sac(
     grad_updates_per_step: float = 1.0,
     target_entropy_scale: float = 1.0,
     same_start: bool = False,
+    matmul_dtype: str = "float32",
 ) -> AbstractAgent:
     make = _off_policy(SAC, target_entropy_scale=target_entropy_scale)
     return make(
@@ -318,6 +321,7 @@ def _sac(
         buffer_size=buffer_size,
         grad_updates_per_step=grad_updates_per_step,
         same_start=same_start,
+        matmul_dtype=matmul_dtype,
     )
 
 
@@ -356,6 +360,7 @@ def _td3(
     grad_updates_per_step: float = 1.0,
     critic_target_every_step: bool = False,
     same_start: bool = False,
+    matmul_dtype: str = "float32",
 ) -> AbstractAgent:
     make = _off_policy(TD3, critic_target_every_step=critic_target_every_step)
     return make(
@@ -366,6 +371,7 @@ def _td3(
         buffer_size=buffer_size,
         grad_updates_per_step=grad_updates_per_step,
         same_start=same_start,
+        matmul_dtype=matmul_dtype,
     )
 
 

@@ -29,6 +29,7 @@ from ._ippo import IPPO as IPPO
 from ._layers import (
     Dense as Dense,
     INITS as INITS,
+    MATMUL_DTYPES as MATMUL_DTYPES,
     MLP as MLP,
     reinitialise as reinitialise,
 )

@@ -16,6 +16,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
+from .._machine import MATMUL_DTYPES as MATMUL_DTYPES, resolve_matmul_dtype
 from .._misc import is_none
 
 
@@ -40,10 +41,6 @@ def _check_last_axis(name: str, x: Array, size: int) -> None:
     axes)."""
     if np.ndim(x) == 0 or np.shape(x)[-1] != size:
         raise ValueError(f"{name} must have shape ({size},) or (..., {size}), got {np.shape(x)}")
-
-
-MATMUL_DTYPES = ("float32", "bfloat16")
-"""The `matmul_dtype` values networks accept: the inputs' type of their hidden products."""
 
 
 def _check_matmul_dtype(owner: str, matmul_dtype: str) -> None:
@@ -98,7 +95,9 @@ class Dense(eqx.Module):
     accumulates it in float32 (the output, the stored weights and the optimiser stay float32);
     both gradients are such products too (of the rounded cotangent with the rounded weight, and
     with the rounded input). These products are faster on CPUs with AVX-512 BF16, slower on
-    others (`benchmarks/README.md`).
+    others (`benchmarks/README.md`); `matmul_dtype="auto"` takes bfloat16 where they are
+    faster (`eqx_qd.Machine.fast_bfloat16`, read when the layer is built) and float32
+    elsewhere, and the layer keeps what it took.
     Called on a batch (`x` of shape `(..., in)`), the weight's gradient is one product over
     the batch; called on single inputs under `vmap`, it is a sum of per-input outer products,
     no faster than float32. Reverse mode only (a custom VJP: no `jax.jvp` / `jax.jacfwd`
@@ -122,6 +121,7 @@ class Dense(eqx.Module):
         key: PRNGKey,
     ):
         _check_matmul_dtype("Dense", matmul_dtype)
+        matmul_dtype = resolve_matmul_dtype(matmul_dtype)
         wkey, bkey = jr.split(key)
         lim = 1.0 / math.sqrt(in_size)
         self.weight = jr.uniform(wkey, (in_size, out_size), minval=-lim, maxval=lim)
@@ -200,7 +200,8 @@ class MLP(eqx.Module):
     (with `layer_norm`: learned scale and shift in the normalisations, and no biases in the
     layers, as the PGA-MAP-Elites repository's `--normalise --affine`), `matmul_dtype`
     (`"bfloat16"`: the products between hidden layers take bfloat16 inputs, as `Dense`'s; the
-    first layer, which reads raw inputs, and the last, which gives the outputs, stay float32),
+    first layer, which reads raw inputs, and the last, which gives the outputs, stay float32;
+    `"auto"`: bfloat16 where this machine runs it faster, as `Dense`'s),
     `key`.
     """
 

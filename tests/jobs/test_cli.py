@@ -218,10 +218,16 @@ def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
     env["EQX_QD_COMPILE_CACHE"] = str(tmp_path / "from_env")
     third = run("--no-compile-cache", out="third")
     assert "(no compile cache)" in third
-    # The code paths picked for this machine (a CPU here), in the log's second line.
-    assert third.splitlines()[1] == (
+    # The machine (a CPU here), then the code paths picked for it.
+    assert third.splitlines()[1] == f"eqx-qd: machine: {q.machine()}"
+    auto = (
+        "bfloat16 (AVX-512 BF16 / AMX-BF16)"
+        if q.machine().fast_bfloat16
+        else ("float32 (bfloat16 products not faster here)")
+    )
+    assert third.splitlines()[2] == (
         "eqx-qd: for this machine: older CPU fusion emitters, "
-        "CMA eigendecompositions one strategy at a time"
+        f"CMA eigendecompositions one strategy at a time, matmul_dtype auto takes {auto}"
     )
     assert not (tmp_path / "from_env").exists()
 
@@ -285,9 +291,9 @@ def test_the_pbt_job_takes_one_host_device_per_core_unless_told(tmp_path):
 
     lines = run("auto")
     assert lines[0].startswith(f"eqx-qd: pbt on {cores} cpu device"), lines
-    assert lines[2].startswith(f"eqx-qd: population of 4 split over {split} cpu device"), lines
-    assert f"at most one per core of {cores};" in lines[2]
+    assert lines[3].startswith(f"eqx-qd: population of 4 split over {split} cpu device"), lines
+    assert f"at most one per core of {cores};" in lines[3]
     assert "devices" not in (tmp_path / "auto" / "config.toml").read_text()
     lines = run("flag", "--xla_force_host_platform_device_count=3")
     assert lines[0].startswith("eqx-qd: pbt on 3 cpu devices"), lines
-    assert lines[2].startswith(f"eqx-qd: population of 4 split over {min(split, 2)} cpu"), lines
+    assert lines[3].startswith(f"eqx-qd: population of 4 split over {min(split, 2)} cpu"), lines

@@ -163,6 +163,21 @@ def test_unknown_names_and_options_are_named():
     )
 
 
+def test_the_agent_options_take_the_hidden_products_type():
+    from eqx_qd.jobs._common import build_agent
+
+    env = q.envs.PointMaze()
+    for agent in ("sac", "td3"):
+        for dtype in q.rl.MATMUL_DTYPES:
+            config = jobs.PBTConfig(agent=agent, matmul_dtype=dtype)
+            assert build_agent(config, env).matmul_dtype == dtype
+    assert jobs.PBTConfig().matmul_dtype == "float32"  # QDax's products
+    with pytest.raises(ValueError, match="matmul_dtype: agent 'ppo' takes no option matmul_dtype"):
+        jobs.PBTConfig(agent="ppo", matmul_dtype="auto")
+    with pytest.raises(ValueError, match="matmul_dtype: unknown 'half'; choose one of float32, "):
+        jobs.MEPBTConfig(matmul_dtype="half")
+
+
 def test_a_registered_task_runs_through_the_job(tmp_path):
     @jobs.TASKS.register("ring", help="a ring of good genotypes")
     def _ring(*, genotype_dim: int = 4):
@@ -226,6 +241,7 @@ def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch, capsys):
     status = jobs.run_status(done)
     assert status["status"] == "finished" and status["job"] == "map-elites"
     assert status["started"] <= status["updated"]
+    assert status["machine"] == str(q.machine())  # where it ran: CPU, vector features, JAX
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")
