@@ -14,12 +14,13 @@ agent) follows each call. No PBT selection here. ``--devices 2`` splits the agen
 devices (one per core) with `train_population_sharded`; ``--devices auto`` as ``eqx-qd run pbt``
 splits them by default (the most devices, at most one per core, that divide the population).
 ``--matmul-dtype bfloat16`` runs the networks' hidden products with bfloat16 inputs (`SAC`'s
-``matmul_dtype``). The JSON line holds every call's evaluation returns per agent, so that a long
-run (``--calls 26``) is a learning curve; the agents' keys and initial weights do not depend on
-``--matmul-dtype``, so two runs differ only by it.
+``matmul_dtype``; ``auto``: bfloat16 where ``eqx_qd.machine()`` says they are faster, the
+JSON's ``matmul_dtype_taken``). The JSON line holds every call's evaluation returns per agent,
+so that a long run (``--calls 26``) is a learning curve; the agents' keys and initial weights
+do not depend on ``--matmul-dtype``, so two runs differ only by it.
 
 Usage: python benchmarks/sac.py [--env hopper_uni] [--pop 8] [--calls 3] [--devices 2|auto]
-       [--matmul-dtype bfloat16] [--starts same|fresh]
+       [--matmul-dtype bfloat16|auto] [--starts same|fresh]
 """
 
 import argparse
@@ -48,7 +49,7 @@ def main():
         help="host devices to split agents over; auto: as the PBT job picks them (the most, "
         "at most one per core, that divide --pop)",
     )
-    p.add_argument("--matmul-dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--matmul-dtype", default="float32", choices=["float32", "bfloat16", "auto"])
     p.add_argument(
         "--starts",
         default="same",
@@ -70,6 +71,7 @@ def main():
     import jax.random as jr
 
     import eqx_qd as q
+    from eqx_qd._machine import resolve_matmul_dtype
 
     env = q.envs.BraxQDEnv(a.env, episode_length=a.episode_length, reset_noise=True)
     agent = q.rl.SAC(
@@ -153,6 +155,7 @@ def main():
         "bench": "sac_population", "env": a.env, "pop": P, "env_batch": B,
         "steps_per_call": a.steps_per_call, "hidden": a.hidden, "batch": a.batch,
         "devices": a.devices, "matmul_dtype": a.matmul_dtype, "starts": a.starts,
+        "matmul_dtype_taken": resolve_matmul_dtype(a.matmul_dtype),
         "jax": jax.__version__,
         "init_s": t_init, "eval_returns_per_call": returns,
         "train_compile_s": t_compile, "train_compile_estimate_s": t_estimate,
