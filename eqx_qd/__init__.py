@@ -45,7 +45,11 @@ from ._emitters.gradient_arborescence import (
 from ._emitters.mixing import MixingEmitter as MixingEmitter
 from ._emitters.rankers import AbstractRanker as AbstractRanker, ranker as ranker
 from ._kmeans import cvt_centroids as cvt_centroids
-from ._machine import Machine as Machine, machine as machine
+from ._machine import (
+    host_devices_per_core as host_devices_per_core,
+    Machine as Machine,
+    machine as machine,
+)
 from ._map_elites import (
     Asked as Asked,
     MAPElites as MAPElites,

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import os
 import platform
+import re
 from typing import Any
 
 import jax
@@ -17,6 +18,46 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def _count_in_environment() -> int | None:
+    """The CPU device count `XLA_FLAGS` (`--xla_force_host_platform_device_count`) or
+    `JAX_NUM_CPU_DEVICES` gives, if either does."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    found = re.search(r"xla_force_host_platform_device_count=(\d+)", flags)
+    if found:
+        return int(found.group(1))
+    value = os.environ.get("JAX_NUM_CPU_DEVICES", "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def host_devices_per_core() -> int:
+    """Give JAX one CPU device per usable core, the layout `eqx-qd run pbt` takes on a CPU, so
+    that a population splits over the cores from Python too: `rl.train_population_sharded`
+    over `device_mesh()`, or `jobs.run` of a `PBTConfig` (whose `devices` none takes as many as
+    divide the population). Returns the CPU device count JAX will have.
+
+    Call it first, before anything runs on JAX: JAX fixes its devices when its backends start,
+    which is why `rl.train_population` cannot choose them itself. A count that `XLA_FLAGS`
+    (`--xla_force_host_platform_device_count`) or `JAX_NUM_CPU_DEVICES` gives stands. Called
+    after the backends started with another count, it raises, saying so. On a GPU machine the
+    CPU devices are made, and computations stay on the GPU.
+    """
+    given = _count_in_environment()
+    if given is not None:
+        return given
+    cores = usable_cores()
+    try:
+        jax.config.update("jax_num_cpu_devices", cores)
+    except RuntimeError:  # the backends have started: fine if they already have the count
+        have = len(jax.devices("cpu"))
+        if have != cores:
+            raise RuntimeError(
+                f"host_devices_per_core: JAX has started with {have} CPU device(s); call it "
+                f"before anything runs on JAX (right after the imports) to get {cores}, one "
+                "per core"
+            ) from None
+    return cores
 
 
 VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "sve", "bf16")

@@ -367,14 +367,13 @@ def _automatic_devices(args: argparse.Namespace, job: Any, requested: int | None
 
 def _host_devices_per_core() -> None:
     """One host device per usable core (a CPU platform only; before JAX starts), unless
-    `XLA_FLAGS` or `JAX_NUM_CPU_DEVICES` already say how many."""
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-        return
-    if os.environ.get("JAX_NUM_CPU_DEVICES"):
-        return
-    from .jobs._distributed import usable_cores
+    `XLA_FLAGS` or `JAX_NUM_CPU_DEVICES` already say how many (`host_devices_per_core`)."""
+    from ._machine import host_devices_per_core
 
-    _use_devices(usable_cores())
+    try:
+        host_devices_per_core()
+    except RuntimeError:  # backends already running (called from Python): use what is there
+        pass
 
 
 # What a scheduler's job says its process count is, as jax.distributed reads it.

@@ -2,10 +2,13 @@
 `matmul_dtype="auto"`."""
 
 import dataclasses
+import subprocess
+import sys
 
 import jax.random as jr
 import pytest
 from hypothesis import given, strategies as st
+from launched import launched_env
 
 import eqx_qd as q
 from eqx_qd import _machine
@@ -115,3 +118,32 @@ def test_this_machine_is_described_in_one_line():
     gpu = dataclasses.replace(_kind("gpu"), family=None, model=None)
     assert str(gpu).startswith("AMD EPYC (x86_64; avx2; 2 cores), JAX ")
     assert str(gpu).endswith(" on gpu (NVIDIA H100 80GB HBM3)")
+
+
+def test_host_devices_per_core_in_a_fresh_process_and_where_a_count_is_given():
+    script = (
+        "import eqx_qd as q, jax; n = q.host_devices_per_core(); "
+        "print(n, len(jax.devices()), q.machine().cores)"
+    )
+
+    def run(**given):
+        env = {**launched_env(), **given}  # (launched_env keeps only XLA's level of XLA_FLAGS)
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return [int(x) for x in done.stdout.split()]
+
+    count, devices, cores = run()
+    assert count == devices == cores  # one CPU device per core
+    assert run(XLA_FLAGS="--xla_force_host_platform_device_count=3")[:2] == [3, 3]
+    assert run(JAX_NUM_CPU_DEVICES="5")[:2] == [5, 5]
+
+
+def test_host_devices_per_core_after_jax_started_says_so():
+    # The suite's process started JAX with 4 CPU devices (conftest).
+    cores = _machine.usable_cores()
+    if cores == 4:
+        assert q.host_devices_per_core() == 4
+    else:
+        with pytest.raises(RuntimeError, match=r"JAX has started with 4 CPU device\(s\); call it"):
+            q.host_devices_per_core()
