@@ -20,15 +20,16 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _count_in_environment() -> int | None:
-    """The CPU device count `XLA_FLAGS` (`--xla_force_host_platform_device_count`) or
-    `JAX_NUM_CPU_DEVICES` gives, if either does."""
+def _count_given() -> int | None:
+    """The CPU device count already asked for, if one is: by `XLA_FLAGS`
+    (`--xla_force_host_platform_device_count`), or by JAX's `jax_num_cpu_devices` (set from
+    Python or by `JAX_NUM_CPU_DEVICES`)."""
     flags = os.environ.get("XLA_FLAGS", "")
     found = re.search(r"xla_force_host_platform_device_count=(\d+)", flags)
     if found:
         return int(found.group(1))
-    value = os.environ.get("JAX_NUM_CPU_DEVICES", "").strip()
-    return int(value) if value.isdigit() else None
+    value = jax.config.jax_num_cpu_devices  # type: ignore[attr-defined]
+    return value if value > 0 else None
 
 
 def host_devices_per_core() -> int:
@@ -38,12 +39,13 @@ def host_devices_per_core() -> int:
     divide the population). Returns the CPU device count JAX will have.
 
     Call it first, before anything runs on JAX: JAX fixes its devices when its backends start,
-    which is why `rl.train_population` cannot choose them itself. A count that `XLA_FLAGS`
-    (`--xla_force_host_platform_device_count`) or `JAX_NUM_CPU_DEVICES` gives stands. Called
+    which is why `rl.train_population` cannot choose them itself. A count already asked for
+    stands: `XLA_FLAGS`' `--xla_force_host_platform_device_count`, `JAX_NUM_CPU_DEVICES`, or
+    `jax.config.update("jax_num_cpu_devices", n)`. Called
     after the backends started with another count, it raises, saying so. On a GPU machine the
     CPU devices are made, and computations stay on the GPU.
     """
-    given = _count_in_environment()
+    given = _count_given()
     if given is not None:
         return given
     cores = usable_cores()

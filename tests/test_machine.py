@@ -121,29 +121,38 @@ def test_this_machine_is_described_in_one_line():
 
 
 def test_host_devices_per_core_in_a_fresh_process_and_where_a_count_is_given():
-    script = (
-        "import eqx_qd as q, jax; n = q.host_devices_per_core(); "
-        "print(n, len(jax.devices()), q.machine().cores)"
-    )
+    plain = "import eqx_qd as q, jax; "
+    in_python = "import jax, eqx_qd as q; jax.config.update('jax_num_cpu_devices', 3); "
+    then = "n = q.host_devices_per_core(); print(n, len(jax.devices()), q.machine().cores)"
 
-    def run(**given):
+    def run(script, **given):
         env = {**launched_env(), **given}  # (launched_env keeps only XLA's level of XLA_FLAGS)
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+        done = subprocess.run([sys.executable, "-c", script + then], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
         assert done.returncode == 0, done.stderr
         return [int(x) for x in done.stdout.split()]
 
-    count, devices, cores = run()
+    count, devices, cores = run(plain)
     assert count == devices == cores  # one CPU device per core
-    assert run(XLA_FLAGS="--xla_force_host_platform_device_count=3")[:2] == [3, 3]
-    assert run(JAX_NUM_CPU_DEVICES="5")[:2] == [5, 5]
+    # A count already asked for stands: XLA_FLAGS, JAX_NUM_CPU_DEVICES, JAX's config.
+    assert run(plain, XLA_FLAGS="--xla_force_host_platform_device_count=3")[:2] == [3, 3]
+    assert run(plain, JAX_NUM_CPU_DEVICES="5")[:2] == [5, 5]
+    assert run(in_python)[:2] == [3, 3]
 
 
 def test_host_devices_per_core_after_jax_started_says_so():
-    # The suite's process started JAX with 4 CPU devices (conftest).
+    # The suite's process asked for 4 CPU devices (conftest): that count stands.
+    assert q.host_devices_per_core() == 4
+    # A process where JAX started with its one CPU device, on a machine of more cores: too late.
+    script = "import jax, eqx_qd as q; jax.devices(); print(q.host_devices_per_core())"
+    done = subprocess.run([sys.executable, "-c", script], env=launched_env(),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
     cores = _machine.usable_cores()
-    if cores == 4:
-        assert q.host_devices_per_core() == 4
+    if cores == 1:
+        assert done.returncode == 0 and done.stdout.split() == ["1"], done.stderr
     else:
-        with pytest.raises(RuntimeError, match=r"JAX has started with 4 CPU device\(s\); call it"):
-            q.host_devices_per_core()
+        assert done.returncode != 0
+        assert (
+            f"host_devices_per_core: JAX has started with 1 CPU device(s); call it before "
+            f"anything runs on JAX (right after the imports) to get {cores}, one per core"
+        ) in done.stderr
