@@ -178,6 +178,41 @@ def test_the_agent_options_take_the_hidden_products_type():
         jobs.MEPBTConfig(matmul_dtype="half")
 
 
+@pytest.mark.slow
+def test_a_run_with_auto_products_resumes_with_the_resuming_machines_pick(tmp_path, monkeypatch):
+    # A run asked for "auto" on a CPU with AVX-512 BF16 continues, on a CPU without it, in
+    # float32: the folder keeps "auto", each machine takes its own (docs/algorithms.md).
+    import jax
+
+    from eqx_qd import _machine
+    from eqx_qd.jobs import _common
+
+    real = _machine.machine()
+    config = jobs.PBTConfig(
+        population_size=4, agent="td3", rounds=1, iterations_per_round=3, num_envs=2,
+        hidden=(8, 8), minibatch_size=8, buffer_size=200, episode_length=20, eval_episodes=2,
+        best_fraction=0.25, worse_fraction=0.25, matmul_dtype="auto", devices=1,
+    )  # fmt: skip
+
+    def products(result):  # the matmul_dtype of every hidden product of every network
+        dense = lambda x: isinstance(x, q.rl.Dense)  # noqa: E731
+        layers = [x for x in jax.tree.leaves(result.state, is_leaf=dense) if dense(x)]
+        return {layer.matmul_dtype for layer in layers if layer.weight.shape[-2:] == (8, 8)}
+
+    bf16 = dataclasses.replace(real, backend="cpu", flags=("avx2", "avx512f", "avx512_bf16"))
+    monkeypatch.setattr(_machine, "machine", lambda: bf16)
+    first = jobs.run(config, tmp_path / "run", progress=False, plots=False)
+    assert products(first) == {"bfloat16"}
+    avx2 = dataclasses.replace(bf16, flags=("avx2",))
+    monkeypatch.setattr(_machine, "machine", lambda: avx2)
+    monkeypatch.setattr(_common, "machine", lambda: avx2)  # what status.json records
+    again = jobs.resume(tmp_path / "run", progress=False, plots=False, rounds=2)
+    assert products(again) == {"float32"}
+    assert again.progress["round"].tolist() == [0, 1]  # the second round ran on the "AVX2" CPU
+    assert 'matmul_dtype = "auto"' in (tmp_path / "run" / "config.toml").read_text()
+    assert jobs.run_status(tmp_path / "run")["machine"] == str(avx2)  # where it ran last
+
+
 def test_a_registered_task_runs_through_the_job(tmp_path):
     @jobs.TASKS.register("ring", help="a ring of good genotypes")
     def _ring(*, genotype_dim: int = 4):
