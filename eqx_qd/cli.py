@@ -367,7 +367,8 @@ def _automatic_devices(args: argparse.Namespace, job: Any, requested: int | None
 
 def _host_devices_per_core() -> None:
     """One host device per usable core (a CPU platform only; before JAX starts), unless
-    `XLA_FLAGS` or `JAX_NUM_CPU_DEVICES` already say how many (`host_devices_per_core`)."""
+    `XLA_FLAGS`, `JAX_NUM_CPU_DEVICES` or JAX's config already say how many
+    (`host_devices_per_core`)."""
     from ._machine import host_devices_per_core
 
     try:
