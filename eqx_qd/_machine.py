@@ -20,6 +20,12 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def most_dividing(population_size: int, limit: int) -> int:
+    """The largest count of at most `limit` devices that divides `population_size` (the
+    rule of `population_devices`, for callers that must know it before JAX starts)."""
+    return max(d for d in range(1, min(limit, population_size) + 1) if population_size % d == 0)
+
+
 def _count_given() -> int | None:
     """The CPU device count already asked for, if one is: by `XLA_FLAGS`
     (`--xla_force_host_platform_device_count`), or by JAX's `jax_num_cpu_devices` (set from

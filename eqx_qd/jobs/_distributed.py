@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._machine import usable_cores as usable_cores
+from .._machine import most_dividing as most_dividing, usable_cores as usable_cores
 
 
 EXIT_PEER_STOPPED = os.EX_TEMPFAIL if hasattr(os, "EX_TEMPFAIL") else 75
@@ -239,12 +239,6 @@ def to_host(tree: Any) -> Any:
     if jax.process_count() == 1:
         return tree
     return jax.tree.map(_host, tree)
-
-
-def most_dividing(population_size: int, limit: int) -> int:
-    """The largest count of at most `limit` devices that divides `population_size` (the
-    rule of `population_devices`, for callers that must know it before JAX starts)."""
-    return max(d for d in range(1, min(limit, population_size) + 1) if population_size % d == 0)
 
 
 def population_devices(requested: int | None, population_size: int) -> int:
