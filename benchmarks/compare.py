@@ -32,11 +32,12 @@ the tables of such files and runs nothing. ``EQX_QD_SHARED_BENCH`` names a copy 
 every side beside N busy processes at nice 19 (bare: 1), started before each run and killed
 after it: how a default fares on a shared node, beside low-priority jobs.
 
-Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sacbf16 (ours with
-bfloat16 hidden products), sacx2, sacbf16x2 (both sides on 2 host devices, one core each; QDax's
-script patched in the copy to ``jax.pmap`` its train function), sac_job (ours split as the PBT
-job splits a population by default, one host device per core; QDax as it ships), sac_v2 (QDax's
-SAC script on brax v2 spring, the physics ours runs: its copy imports ``qdax.tasks.brax.v2``
+Workloads: cvt1024, grid, cvt4096, cvt10000 (MAP-Elites); kmeans; sac, sac_one (ours as one
+program, ``train_population(groups=1)``), sacbf16 (ours with bfloat16 hidden products), sacx2,
+sacbf16x2 (both sides on 2 host devices, one core each; QDax's script patched in the copy to
+``jax.pmap`` its train function), sac_job (ours split as the PBT job splits a population by
+default, one host device per core; QDax as it ships), sac_v2 (QDax's SAC script on brax v2
+spring, the physics ours runs: its copy imports ``qdax.tasks.brax.v2``
 instead of ``v1``), pgame,
 dcrl_me (QDax: our ``peers/qdax_dcrl_me.py``, no peer script covers it; QDax on brax v1 as
 the pgame row),
@@ -365,7 +366,11 @@ _SPLIT_FLAGS = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}  # one core p
 
 
 def _sac(
-    title: str, dtype: str, devices: int | str = 1, script: str = "bench_pbt_sac.py"
+    title: str,
+    dtype: str,
+    devices: int | str = 1,
+    script: str = "bench_pbt_sac.py",
+    groups: int | None = None,
 ) -> _Versus:
     """A SAC row: our ``sac.py`` with its hidden products in ``dtype`` against QDax's
     ``bench_pbt_sac.py`` (float32). With ``devices`` > 1 both sides split the 8 agents over that
@@ -373,8 +378,11 @@ def _sac(
     copy), Eigen's threads off on both so that each device has one core. With ``"auto"`` ours
     splits them as the PBT job does by default (one host device per core) and QDax runs its
     script as it ships, on one device. ``script`` names QDax's (``bench_pbt_sac_v2.py``: its
-    copy on brax v2 spring)."""
+    copy on brax v2 spring). ``groups`` passes ours ``--groups`` (``train_population``'s groups
+    on one device; its default: one per core that divides the population)."""
     ours = [os.path.join(HERE, "sac.py"), "--matmul-dtype", dtype]
+    if groups is not None:
+        ours += ["--groups", str(groups)]
     ours_env, peer_env = {}, {}
     if devices == "auto":
         ours += ["--devices", "auto"]
@@ -443,6 +451,12 @@ VERSUS = {
         {"EQX_QD_COMPARE_KMEANS": "1"},
     ),
     "sac": _sac("SAC population, hopper, 8 agents x 16 envs, (256, 256), batch 256", "float32"),
+    "sac_one": _sac(
+        "SAC population as above, ours in one program (`train_population(groups=1)`; its "
+        "default trains one group per core side by side)",
+        "float32",
+        groups=1,
+    ),
     "sacbf16": _sac(
         "SAC population as above, our hidden products in bfloat16 (QDax: float32)", "bfloat16"
     ),

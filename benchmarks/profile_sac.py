@@ -245,7 +245,7 @@ def main() -> None:
             return agent.init_run(env, agent.init(key=k1), key=k2)
 
         state = eqx.filter_jit(eqx.filter_vmap(start))(jr.split(jr.key(0), P))
-        call = lambda s, k: q.rl.train_population(agent, env, s, a.iterations, key=k)[0]
+        call = lambda s, k: q.rl.train_population(agent, env, s, a.iterations, groups=1, key=k)[0]
 
     state = jax.block_until_ready(state)
     timers.clear()

@@ -127,14 +127,20 @@ def _law_agent_retrace(ctx: _AgentContext) -> None:
 
 def _law_agent_population(ctx: _AgentContext) -> None:
     """A population trained together (`train_population`, `filter_vmap`) equals its members
-    trained alone with the same keys."""
-    together, _ = train_population(ctx.agent, ctx.env, ctx.population, 1, key=ctx.train_key)
+    trained alone with the same keys, and trained in two groups side by side (its default on
+    a CPU of two cores or more)."""
+    train = lambda groups: train_population(
+        ctx.agent, ctx.env, ctx.population, 1, groups=groups, key=ctx.train_key
+    )[0]
+    together = train(1)
     keys = jr.split(ctx.train_key, 2)
     for i in range(2):
         alone = _train(ctx.agent, ctx.env, tree_take(ctx.population, i), keys[i])
         mine = eqx.filter(tree_take(together, i), eqx.is_array)
         if not _close(mine, eqx.filter(alone, eqx.is_array)):
             raise _Broken(f"member {i} trained in the population differs from it trained alone")
+    if not _close(eqx.filter(train(2), eqx.is_array), eqx.filter(together, eqx.is_array)):
+        raise _Broken("the population trained in two groups differs from it trained together")
 
 
 def _law_agent_pbt(ctx: _AgentContext) -> None:

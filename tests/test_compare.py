@@ -59,6 +59,7 @@ def test_sac_rows_commands(compare):
     one = {"XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false"}
     expected = {
         "sac": ([sac, "--matmul-dtype", "float32"], {}, "/c/plain.py", {}),
+        "sac_one": ([sac, "--matmul-dtype", "float32", "--groups", "1"], {}, "/c/plain.py", {}),
         "sacbf16": ([sac, "--matmul-dtype", "bfloat16"], {}, "/c/plain.py", {}),
         "sacx2": (
             [sac, "--matmul-dtype", "float32", "--devices", "2"],

@@ -192,6 +192,8 @@ def test_train_population_compiles_ppo_with_xla_defaults(monkeypatch):
 
     monkeypatch.setattr(pbt, "_train_population", picks("package"))
     monkeypatch.setattr(pbt, "_train_population_xla", picks("xla"))
+    monkeypatch.setattr(pbt, "_train_group", picks("package"))
+    monkeypatch.setattr(pbt, "_train_group_xla", picks("xla"))
     monkeypatch.setattr(pbt, "_train_mapped", picks("package"))
     monkeypatch.setattr(pbt, "_train_mapped_xla", picks("xla"))
     env, key = q.envs.PointMaze(walls=False), jax.random.key(0)
@@ -201,10 +203,10 @@ def test_train_population_compiles_ppo_with_xla_defaults(monkeypatch):
         (q.rl.SAC(**small, policy_hidden=(4,), critic_hidden=(4,), buffer_size=8), "package"),
         (q.rl.TD3(**small, policy_hidden=(4,), critic_hidden=(4,), buffer_size=8), "package"),
     ):
-        run = agent.init_run(env, agent.init(key=key), key=key)
-        with pytest.raises(Picked, match=f"^{picked}$"):
-            q.rl.train_population(agent, env, run, 1, key=key)
         pair = q.rl.init_population(agent, env, None, 2, key=key)
+        for groups in (1, 2):  # one program, or two side by side
+            with pytest.raises(Picked, match=f"^{picked}$"):
+                q.rl.train_population(agent, env, pair, 1, groups=groups, key=key)
         with pytest.raises(Picked, match=f"^{picked}$"):
             q.rl.train_population_sharded(agent, env, pair, 1, mesh=q.device_mesh(2), key=key)
     assert not hasattr(q.rl.AbstractAgent, "package_compiler_options")  # not in the contract

@@ -279,3 +279,97 @@ def test_fixed_hparams_keep_qdax_s_discount_and_the_td3_option_reaches_the_agent
         make_pbt_run(jobs.PBTConfig(agent="td3", fixed_hparams="gamma"))
     with pytest.raises(ValueError, match="takes no option critic_target_every_step"):
         jobs.PBTConfig(agent="sac", critic_target_every_step=True)
+
+
+def _arrays(tree):
+    return jax.tree.leaves(eqx.filter(tree, eqx.is_array))
+
+
+def test_population_trains_in_groups_side_by_side(population):
+    """`train_population`'s groups: each member trains with its own key in any grouping (the
+    numbers equal one program's up to float rounding), and the groups run side by side on
+    threads give the numbers they give one after another, bit for bit."""
+    train = lambda groups: q.rl.train_population(AGENT, ENV, population, 2, groups=groups,
+                                                 key=jr.key(3))  # fmt: skip
+    one, one_metrics = train(1)
+    for groups in (2, 3, 6):
+        pop, metrics = train(groups)
+        assert jax.tree.structure(pop) == jax.tree.structure(one)
+        assert metrics.reward.shape == one_metrics.reward.shape == (POP, 2)
+        for a, b in zip(_arrays((pop, metrics)), _arrays((one, one_metrics))):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            if jnp.issubdtype(a.dtype, jnp.floating):
+                np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+            else:
+                np.testing.assert_array_equal(a, b)
+    # Three groups, side by side, against the same three programs run in turn.
+    side_by_side = train(3)
+    in_turn = _pbt._joined([
+        _pbt._train_group(AGENT, ENV, population, 2, 2, jnp.int32(start), key=jr.key(3))
+        for start in (0, 2, 4)
+    ])  # fmt: skip
+    for a, b in zip(_arrays(side_by_side), _arrays(in_turn), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # The input population is left as it was (no donation).
+    np.testing.assert_array_equal(population.env_steps, _population().env_steps)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(1, 64),
+    cores=st.integers(1, 32),
+    backend=st.sampled_from(["cpu", "gpu", "tpu"]),
+    traced=st.booleans(),
+    devices=st.integers(1, 4),
+)
+def test_auto_groups_are_the_most_that_divide_at_one_per_core(
+    size, cores, backend, traced, devices
+):
+    g = _pbt._auto_groups(size, backend=backend, cores=cores, traced=traced, devices=devices)
+    if backend != "cpu" or traced or devices > 1:
+        assert g == 1
+    else:
+        assert 1 <= g <= min(cores, size) and size % g == 0
+        assert not any(size % d == 0 for d in range(g + 1, min(cores, size) + 1))
+
+
+def test_groups_auto_on_this_machine_and_inside_transformations(population):
+    cores = q.machine().cores
+    expected = _pbt._auto_groups(POP, backend=jax.default_backend(), cores=cores)
+    assert q.rl.population_groups(population) == expected
+    assert q.rl.population_groups(population, 3) == 3
+    # Inside jit the call is part of the outer program: "auto" takes one group.
+    seen = []
+    jax.jit(lambda p: seen.append(q.rl.population_groups(p)) or p.env_steps)(population)
+    assert seen == [1]
+    inside, _ = eqx.filter_jit(lambda p: q.rl.train_population(AGENT, ENV, p, 2, key=jr.key(3)))(
+        population
+    )
+    outside, _ = q.rl.train_population(AGENT, ENV, population, 2, groups=1, key=jr.key(3))
+    np.testing.assert_allclose(inside.env_steps, outside.env_steps)
+
+
+@pytest.mark.parametrize(
+    "groups, match",
+    [
+        (0, "groups must be a positive int or 'auto', got 0"),
+        (-2, "got -2"),
+        (True, "got True"),
+        (2.0, "got 2.0"),
+        ("many", "got 'many'"),
+        (4, "groups=4 does not divide the population of 6 members"),
+    ],
+)
+def test_train_population_refuses_bad_groups_by_name(population, groups, match):
+    # Under the suite's type checker (beartype) a float or another string fails its check
+    # first, naming the argument; without it the package's own message says the same.
+    if isinstance(groups, (float, str)):
+        match = "groups"
+    with pytest.raises((ValueError, TypeError), match=match):
+        q.rl.train_population(AGENT, ENV, population, 1, groups=groups, key=jr.key(0))
+
+
+def test_groups_inside_jit_are_refused_with_the_way_out(population):
+    call = lambda p: q.rl.train_population(AGENT, ENV, p, 1, groups=2, key=jr.key(0))
+    with pytest.raises(ValueError, match="groups=2 runs programs side by side.*groups=1"):
+        eqx.filter_jit(call)(population)

@@ -111,3 +111,16 @@ def test_a_real_trace_of_a_product(prof, tmp_path):
     assert any(k == "dot" or "_fusion" in k for k in kinds), kinds
     assert all(v >= 0 for v in kinds.values())
     assert summary["busy_share"] and all(0 < v < 1 for v in summary["busy_share"].values())
+
+
+def test_sac_s_compile_is_the_training_program_s_and_what_compiles_after_it():
+    # benchmarks/sac.py's first call: the training program's XLA compile ends at 8 s (started
+    # at 0), then the groups run and the small join programs compile at 30 s.
+    path = os.path.join(BENCH, "sac.py")
+    spec = importlib.util.spec_from_file_location("sac_bench", path)
+    sac = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sac)
+    compiles = [(1.0, 0.2), (8.0, 5.5), (30.0, 0.01), (30.1, 0.02)]
+    assert sac._compile_seconds(compiles, 0.0) == pytest.approx(8.03)
+    assert sac._compile_seconds([(9.0, 6.0)], 1.0) == pytest.approx(8.0)
+    assert sac._compile_seconds([], 3.0) == 0.0

@@ -214,8 +214,15 @@ class _PBTJob(LoopJob):
         train_key, eval_key, _ = plan.round_keys[r]
         table = hparams_table(pop)  # what this round trains with
         if plan.mesh is None:
+            # One program: the job splits a population by devices (`--devices`), and one
+            # device's numbers are what `--devices 1` asks for.
             pop, _ = train_population(
-                plan.agent, plan.train_env, pop, config.iterations_per_round, key=train_key
+                plan.agent,
+                plan.train_env,
+                pop,
+                config.iterations_per_round,
+                groups=1,
+                key=train_key,
             )
         else:
             pop, _ = train_population_sharded(

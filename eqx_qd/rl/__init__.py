@@ -54,6 +54,7 @@ from ._pbt import (
     init_population as init_population,
     PBT as PBT,
     PBTInfo as PBTInfo,
+    population_groups as population_groups,
     train_population as train_population,
     train_population_sharded as train_population_sharded,
 )

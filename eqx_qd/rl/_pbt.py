@@ -9,6 +9,7 @@ vmapped program.
 
 import math
 import typing
+from concurrent.futures import ThreadPoolExecutor
 
 import equinox as eqx
 import jax
@@ -21,6 +22,7 @@ from jaxtyping import Array, Float, Int
 from .. import _validate as check
 from .._compile import jit
 from .._custom_types import PRNGKey
+from .._machine import most_dividing, usable_cores
 from .._misc import is_none, place_on, tree_scatter, tree_take
 from ._base import (
     AbstractAgent,
@@ -255,18 +257,110 @@ def train_population(
     population: AbstractTrainingRun,
     num_iterations: int,
     *,
+    groups: int | typing.Literal["auto"] = "auto",
     key: PRNGKey,
 ) -> tuple[AbstractTrainingRun, TrainMetrics]:
     """`agent.train` (on `env`, `num_iterations` iterations) of every member of
-    `population`, vmapped; the metrics get a leading population axis. One compiled program
-    (with XLA's default options for a `PPO` or `IPPO` population: `eqx_qd._compile`)."""
-    train = _train_population_xla if isinstance(agent, _PPOLearner) else _train_population
-    return train(agent, env, population, num_iterations, key=key)
+    `population`, vmapped; the metrics get a leading population axis. Member `i` trains with
+    `jr.split(key, population_size)[i]` whatever the grouping.
+
+    The members train as `groups` groups of consecutive members, each group one compiled
+    program (all groups the same program), run side by side on threads; the groups' results
+    are joined in order. `"auto"` (the default, `population_groups`): on a CPU, the most
+    groups, at most one per usable core, that divide the population (8 members on 2 cores:
+    2 groups of 4); one group on a GPU or TPU, inside a JAX transformation (the call is then
+    part of the outer program) and for a population spread over several devices. `1`: the
+    whole population in one program.
+
+    Why on a CPU: XLA's CPU runtime runs a program's operations on a pool of threads, and a
+    training step's chains of small products keep them busy only part of the time; a second
+    program beside it fills those gaps (`benchmarks/README.md`, "The population in groups").
+    The results do not depend on the threads' timing; they equal one program's up to float
+    rounding (XLA's programs for two batch sizes can round apart, and training amplifies it),
+    so a seed's numbers depend on the group count: pass `groups` for numbers that do not
+    depend on the machine's cores. Memory: each group's result is made apart and joined leaf
+    by leaf, about one population more than one program needs at the peak (one leaf).
+
+    Compiled with the package's XLA options (XLA's default options for a `PPO` or `IPPO`
+    population: `eqx_qd._compile`).
+    """
+    check.same_sizes(agent, env, "train_population")
+    check.positive_int("train_population: num_iterations", num_iterations)
+    g = population_groups(population, groups, where="train_population")
+    ppo = isinstance(agent, _PPOLearner)
+    if g == 1:
+        train = _train_population_xla if ppo else _train_population
+        return train(agent, env, population, num_iterations, key=key)
+    train_group = _train_group_xla if ppo else _train_group
+    size = _population_size(population) // g
+
+    def one(i: int):
+        start = jnp.asarray(i * size, jnp.int32)
+        result = train_group(agent, env, population, num_iterations, size, start, key=key)
+        return jax.block_until_ready(result)
+
+    with ThreadPoolExecutor(max_workers=g, thread_name_prefix="eqx_qd-train") as pool:
+        parts = list(pool.map(one, range(g)))
+    return _joined(parts)
+
+
+def population_groups(
+    population: AbstractTrainingRun,
+    groups: int | typing.Literal["auto"] = "auto",
+    *,
+    where: str = "population_groups",
+) -> int:
+    """How many groups `train_population` trains `population` in for `groups` (its
+    argument): `groups` itself when an int (checked: positive, dividing the population,
+    and 1 inside a JAX transformation); for `"auto"`, on a CPU backend, outside JAX
+    transformations and for a population on one device, the most groups, at most one per
+    usable core, that divide the population; 1 otherwise."""
+    _check_population(where, population)
+    n = _population_size(population)
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(population))
+    if isinstance(groups, str):
+        if groups != "auto":
+            raise ValueError(f"{where}: groups must be a positive int or 'auto', got {groups!r}")
+        devices = 1 if traced else _device_count(population)
+        return _auto_groups(
+            n, backend=jax.default_backend(), cores=usable_cores(), traced=traced, devices=devices
+        )
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"{where}: groups must be a positive int or 'auto', got {groups!r}")
+    if n % groups:
+        raise ValueError(
+            f"{where}: groups={groups} does not divide the population of {n} members (each "
+            "group must have as many)"
+        )
+    if traced and groups > 1:
+        raise ValueError(
+            f"{where}: groups={groups} runs programs side by side, which needs the "
+            "population's arrays; inside jit, vmap or grad the call is part of the outer "
+            "program: pass groups=1 (or 'auto')"
+        )
+    return groups
+
+
+def _auto_groups(
+    population_size: int, *, backend: str, cores: int, traced: bool = False, devices: int = 1
+) -> int:
+    """What `groups="auto"` takes: on the `"cpu"` backend, outside JAX transformations
+    (`traced` false) and for a population on one device, the most groups, at most `cores`,
+    that divide `population_size`; 1 otherwise."""
+    if backend != "cpu" or traced or devices != 1:
+        return 1
+    return most_dividing(population_size, cores)
+
+
+def _device_count(population: AbstractTrainingRun) -> int:
+    """The devices the population's arrays are on, together."""
+    found: set = set()
+    for x in jax.tree.leaves(eqx.filter(population, eqx.is_array)):
+        found |= set(x.sharding.device_set)
+    return max(len(found), 1)
 
 
 def _train_members(agent, env, population, num_iterations, *, key):
-    check.same_sizes(agent, env, "train_population")
-    check.positive_int("train_population: num_iterations", num_iterations)
     return _train_with_keys(
         agent, env, population, num_iterations, jr.split(key, _population_size(population))
     )
@@ -278,8 +372,38 @@ def _train_with_keys(agent, env, population, num_iterations, keys):
     return eqx.filter_vmap(run)(population, keys)
 
 
+def _train_slice(agent, env, population, num_iterations, size, start, *, key):
+    """Members `start` to `start + size` of `population` trained with their keys (those
+    `_train_members` gives them): one group of `train_population`. The slice is taken inside
+    the program, so the population is not copied before the call."""
+    keys = jr.split(key, _population_size(population))
+    take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, size)
+    dyn, static = eqx.partition(population, eqx.is_array)
+    part = eqx.combine(jax.tree.map(take, dyn), static)
+    return _train_with_keys(agent, env, part, num_iterations, take(keys))
+
+
+def _joined(parts: list) -> tuple:
+    """The groups' results, `(population, metrics)` each, joined on the member axis. Leaf
+    by leaf, each group's leaf dropped once joined, so that the peak holds one joined leaf
+    beside the groups' results rather than a second population."""
+    trees = [eqx.filter(part, eqx.is_array) for part in parts]
+    static = eqx.filter(parts[0], eqx.is_array, inverse=True)
+    del parts
+    treedef = jax.tree.structure(trees[0])
+    columns = [list(c) for c in zip(*(jax.tree.leaves(t) for t in trees))]
+    del trees
+    joined = []
+    for i in range(len(columns)):
+        joined.append(jnp.concatenate(columns[i]))
+        columns[i] = None  # this leaf's groups freed
+    return eqx.combine(jax.tree.unflatten(treedef, joined), static)
+
+
 _train_population = jit(_train_members)
 _train_population_xla = jit(_train_members, package_options=False)
+_train_group = jit(_train_slice)
+_train_group_xla = jit(_train_slice, package_options=False)
 
 
 @jit
