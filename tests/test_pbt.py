@@ -338,6 +338,9 @@ def test_groups_auto_on_this_machine_and_inside_transformations(population):
     expected = _pbt._auto_groups(POP, backend=jax.default_backend(), cores=cores)
     assert q.rl.population_groups(population) == expected
     assert q.rl.population_groups(population, 3) == 3
+    # NumPy leaves (a population read back from files) are on no device: "auto" as on one.
+    as_numpy = lambda x: x if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else np.asarray(x)
+    assert q.rl.population_groups(jax.tree.map(as_numpy, population)) == expected
     # Inside jit the call is part of the outer program: "auto" takes one group.
     seen = []
     jax.jit(lambda p: seen.append(q.rl.population_groups(p)) or p.env_steps)(population)

@@ -353,10 +353,12 @@ def _auto_groups(
 
 
 def _device_count(population: AbstractTrainingRun) -> int:
-    """The devices the population's arrays are on, together."""
+    """The devices the population's JAX arrays are on, together (NumPy arrays: none)."""
     found: set = set()
     for x in jax.tree.leaves(eqx.filter(population, eqx.is_array)):
-        found |= set(x.sharding.device_set)
+        sharding = getattr(x, "sharding", None)
+        if sharding is not None:
+            found |= set(sharding.device_set)
     return max(len(found), 1)
 
 
