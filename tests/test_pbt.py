@@ -376,3 +376,27 @@ def test_groups_inside_jit_are_refused_with_the_way_out(population):
     call = lambda p: q.rl.train_population(AGENT, ENV, p, 1, groups=2, key=jr.key(0))
     with pytest.raises(ValueError, match="groups=2 runs programs side by side.*groups=1"):
         eqx.filter_jit(call)(population)
+
+
+def test_joining_the_groups_frees_each_leaf_as_it_goes(monkeypatch):
+    """The groups' results are joined leaf by leaf, each group's leaf freed once joined: the
+    live bytes never exceed the groups' results plus one joined leaf."""
+    mib = 2**18  # float32 elements in a MiB
+    make = lambda: ({"a": jnp.ones((2, mib)), "b": jnp.ones((2, 2 * mib)),
+                     "c": jnp.ones((2, mib))}, jnp.zeros((2, 3)))  # fmt: skip
+    parts = [make(), make()]
+    live = lambda: sum(x.nbytes for x in jax.live_arrays())
+    start, peaks = live(), []
+    concatenate = jnp.concatenate
+
+    def watched(arrays):
+        out = concatenate(arrays)
+        peaks.append(live())
+        return out
+
+    monkeypatch.setattr(jnp, "concatenate", watched)
+    (joined, metrics) = _pbt._joined(parts)
+    assert parts == [] and joined["b"].shape == (4, 2 * mib) and metrics.shape == (4, 3)
+    # Leaf "b" joined is 4 x 2 MiB = 8 MiB (the largest): the whole population is 16 MiB more.
+    assert max(peaks) <= start + 8 * 2**20 + 2**10
+    assert live() <= start + 2**10

@@ -278,8 +278,8 @@ def train_population(
     The results do not depend on the threads' timing; they equal one program's up to float
     rounding (XLA's programs for two batch sizes can round apart, and training amplifies it),
     so a seed's numbers depend on the group count: pass `groups` for numbers that do not
-    depend on the machine's cores. Memory: each group's result is made apart and joined leaf
-    by leaf, about one population more than one program needs at the peak (one leaf).
+    depend on the machine's cores. Memory: the groups' results are joined leaf by leaf, each
+    group's leaf freed once joined, so the peak is one program's plus one leaf.
 
     Compiled with the package's XLA options (XLA's default options for a `PPO` or `IPPO`
     population: `eqx_qd._compile`).
@@ -386,12 +386,13 @@ def _train_slice(agent, env, population, num_iterations, size, start, *, key):
 
 
 def _joined(parts: list) -> tuple:
-    """The groups' results, `(population, metrics)` each, joined on the member axis. Leaf
-    by leaf, each group's leaf dropped once joined, so that the peak holds one joined leaf
-    beside the groups' results rather than a second population."""
+    """The groups' results, `(population, metrics)` each, joined on the member axis. Takes
+    them out of `parts` (emptied) and joins leaf by leaf, each group's leaf dropped once
+    joined, so that the peak holds one joined leaf beside the groups' results rather than a
+    second population."""
     trees = [eqx.filter(part, eqx.is_array) for part in parts]
     static = eqx.filter(parts[0], eqx.is_array, inverse=True)
-    del parts
+    parts.clear()  # the caller's list too: its groups' arrays now live in `columns` only
     treedef = jax.tree.structure(trees[0])
     columns = [list(c) for c in zip(*(jax.tree.leaves(t) for t in trees))]
     del trees
