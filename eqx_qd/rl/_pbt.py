@@ -286,7 +286,7 @@ def train_population(
     """
     check.same_sizes(agent, env, "train_population")
     check.positive_int("train_population: num_iterations", num_iterations)
-    g = population_groups(population, groups, where="train_population")
+    g = _groups(population, groups, "train_population")
     ppo = isinstance(agent, _PPOLearner)
     if g == 1:
         train = _train_population_xla if ppo else _train_population
@@ -305,16 +305,18 @@ def train_population(
 
 
 def population_groups(
-    population: AbstractTrainingRun,
-    groups: int | typing.Literal["auto"] = "auto",
-    *,
-    where: str = "population_groups",
+    population: AbstractTrainingRun, groups: int | typing.Literal["auto"] = "auto"
 ) -> int:
     """How many groups `train_population` trains `population` in for `groups` (its
     argument): `groups` itself when an int (checked: positive, dividing the population,
     and 1 inside a JAX transformation); for `"auto"`, on a CPU backend, outside JAX
     transformations and for a population on one device, the most groups, at most one per
     usable core, that divide the population; 1 otherwise."""
+    return _groups(population, groups, "population_groups")
+
+
+def _groups(population: AbstractTrainingRun, groups: int | str, where: str) -> int:
+    """`population_groups`, its errors naming `where`."""
     _check_population(where, population)
     n = _population_size(population)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(population))
