@@ -21,8 +21,9 @@ def usable_cores() -> int:
 
 
 def most_dividing(population_size: int, limit: int) -> int:
-    """The largest count of at most `limit` devices that divides `population_size` (the
-    rule of `population_devices`, for callers that must know it before JAX starts)."""
+    """The largest count, at most `limit`, that divides `population_size`: the rule of
+    `population_devices` (devices; callers that must know it before JAX starts) and of
+    `rl.train_population`'s groups."""
     return max(d for d in range(1, min(limit, population_size) + 1) if population_size % d == 0)
 
 

@@ -319,7 +319,7 @@ def _groups(population: AbstractTrainingRun, groups: int | str, where: str) -> i
     """`population_groups`, its errors naming `where`."""
     _check_population(where, population)
     n = _population_size(population)
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(population))
+    traced = not all(check.is_concrete(x) for x in jax.tree.leaves(population))
     if isinstance(groups, str):
         if groups != "auto":
             raise ValueError(f"{where}: groups must be a positive int or 'auto', got {groups!r}")
