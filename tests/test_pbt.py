@@ -378,6 +378,34 @@ def test_groups_inside_jit_are_refused_with_the_way_out(population):
         eqx.filter_jit(call)(population)
 
 
+def test_population_evaluates_in_groups_side_by_side(population):
+    """`evaluate_population`'s groups as `train_population`'s: each member plays with its own
+    key in any grouping (the returns and descriptors equal one program's up to float
+    rounding), the groups side by side give what they give one after another, bit for bit,
+    and a grouping that does not divide the population is refused by name."""
+    evaluate = lambda groups: q.rl.evaluate_population(AGENT, ENV, population, 2, groups=groups,
+                                                       key=jr.key(4))  # fmt: skip
+    one = evaluate(1)
+    assert one.returns.shape == (POP, 2)
+    for groups in (2, 3):
+        grouped = evaluate(groups)
+        assert jax.tree.structure(grouped) == jax.tree.structure(one)
+        for a, b in zip(_arrays(grouped), _arrays(one), strict=True):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    in_turn = _pbt._joined([
+        _pbt._evaluate_group(AGENT, ENV, population, 2, 3, jnp.int32(start), key=jr.key(4))
+        for start in (0, 3)
+    ])  # fmt: skip
+    for a, b in zip(_arrays(evaluate(2)), _arrays(in_turn), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # The members' returns differ, so a grouping that put a member's result in another's
+    # row would fail the comparison above.
+    assert len({tuple(r) for r in np.asarray(one.returns).tolist()}) > 1
+    with pytest.raises(ValueError, match="evaluate_population: groups=4 does not divide"):
+        q.rl.evaluate_population(AGENT, ENV, population, 1, groups=4, key=jr.key(0))
+
+
 def test_joining_the_groups_frees_each_leaf_as_it_goes(monkeypatch):
     """The groups' results are joined leaf by leaf, each group's leaf freed once joined: the
     live bytes never exceed the groups' results plus one joined leaf."""

@@ -233,7 +233,9 @@ class _PBTJob(LoopJob):
                 mesh=plan.mesh,
                 key=train_key,
             )
-        ev = evaluate_population(plan.agent, plan.env, pop, config.eval_episodes, key=eval_key)
+        ev = evaluate_population(
+            plan.agent, plan.env, pop, config.eval_episodes, groups=1, key=eval_key
+        )
         # Gathered from every process's devices in a multi-process run (a collective).
         table, mean_returns, member_steps = to_host(
             (table, jnp.mean(ev.returns, axis=1), pop.env_steps)

@@ -293,25 +293,18 @@ def train_population(
         return train(agent, env, population, num_iterations, key=key)
     train_group = _train_group_xla if ppo else _train_group
     size = _population_size(population) // g
-
-    def one(i: int):
-        start = jnp.asarray(i * size, jnp.int32)
-        result = train_group(agent, env, population, num_iterations, size, start, key=key)
-        return jax.block_until_ready(result)
-
-    with ThreadPoolExecutor(max_workers=g, thread_name_prefix="eqx_qd-train") as pool:
-        parts = list(pool.map(one, range(g)))
-    return _joined(parts)
+    group = lambda start: train_group(agent, env, population, num_iterations, size, start, key=key)
+    return _side_by_side(group, g, size)
 
 
 def population_groups(
     population: AbstractTrainingRun, groups: int | typing.Literal["auto"] = "auto"
 ) -> int:
-    """How many groups `train_population` trains `population` in for `groups` (its
-    argument): `groups` itself when an int (checked: positive, dividing the population,
-    and 1 inside a JAX transformation); for `"auto"`, on a CPU backend, outside JAX
-    transformations and for a population on one device, the most groups, at most one per
-    usable core, that divide the population; 1 otherwise."""
+    """How many groups `train_population` (and `evaluate_population`) runs `population` in
+    for `groups` (its argument): `groups` itself when an int (checked: positive, dividing
+    the population, and 1 inside a JAX transformation); for `"auto"`, on a CPU backend,
+    outside JAX transformations and for a population on one device, the most groups, at
+    most one per usable core, that divide the population; 1 otherwise."""
     return _groups(population, groups, "population_groups")
 
 
@@ -378,20 +371,38 @@ def _train_with_keys(agent, env, population, num_iterations, keys):
 
 def _train_slice(agent, env, population, num_iterations, size, start, *, key):
     """Members `start` to `start + size` of `population` trained with their keys (those
-    `_train_members` gives them): one group of `train_population`. The slice is taken inside
-    the program, so the population is not copied before the call."""
-    keys = jr.split(key, _population_size(population))
+    `_train_members` gives them): one group of `train_population`."""
+    part, keys = _group_of(population, key, size, start)
+    return _train_with_keys(agent, env, part, num_iterations, keys)
+
+
+def _group_of(population, key, size, start):
+    """Members `start` to `start + size` of `population` and their keys, `jr.split(key,
+    population_size)`'s rows for them. Taken inside the group's program (`start` traced: one
+    program for every group), so the population is not copied before the call."""
     take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, size)
     dyn, static = eqx.partition(population, eqx.is_array)
-    part = eqx.combine(jax.tree.map(take, dyn), static)
-    return _train_with_keys(agent, env, part, num_iterations, take(keys))
+    keys = take(jr.split(key, _population_size(population)))
+    return eqx.combine(jax.tree.map(take, dyn), static), keys
 
 
-def _joined(parts: list) -> tuple:
-    """The groups' results, `(population, metrics)` each, joined on the member axis. Takes
-    them out of `parts` (emptied) and joins leaf by leaf, each group's leaf dropped once
-    joined, so that the peak holds one joined leaf beside the groups' results rather than a
-    second population."""
+def _side_by_side(group, groups: int, size: int):
+    """`group(start)` for each group of `size` consecutive members (`start` its first, an
+    int32 scalar), each call on its own thread, the results joined in order (`_joined`)."""
+
+    def one(i: int):
+        return jax.block_until_ready(group(jnp.asarray(i * size, jnp.int32)))
+
+    with ThreadPoolExecutor(max_workers=groups, thread_name_prefix="eqx_qd-group") as pool:
+        parts = list(pool.map(one, range(groups)))
+    return _joined(parts)
+
+
+def _joined(parts: list):
+    """The groups' results (any pytree with the member axis first: a population and metrics,
+    evaluation metrics) joined on the member axis. Takes them out of `parts` (emptied) and
+    joins leaf by leaf, each group's leaf dropped once joined, so that the peak holds one
+    joined leaf beside the groups' results rather than a second population."""
     trees = [eqx.filter(part, eqx.is_array) for part in parts]
     static = eqx.filter(parts[0], eqx.is_array, inverse=True)
     parts.clear()  # the caller's list too: its groups' arrays now live in `columns` only
@@ -411,22 +422,57 @@ _train_group = jit(_train_slice)
 _train_group_xla = jit(_train_slice, package_options=False)
 
 
-@jit
 def evaluate_population(
     agent: AbstractAgent,
     env: AbstractBaseEnv,
     population: AbstractTrainingRun,
     num_episodes: int,
     *,
+    groups: int | typing.Literal["auto"] = "auto",
     key: PRNGKey,
 ) -> EvalMetrics:
     """`agent.evaluate` (`num_episodes` episodes of `env` with the deterministic policy)
     of every member of `population`; with a QD environment the metrics also hold each
-    episode's descriptor (QDax's `eval_qd`)."""
+    episode's descriptor (QDax's `eval_qd`). Member `i` plays with `jr.split(key,
+    population_size)[i]` whatever the grouping.
+
+    `groups` as `train_population`'s (`population_groups`): on a CPU by default one group of
+    members per usable core that divides the population, each group the same compiled
+    program, run side by side on threads and joined in order; `1`: one program. A rollout's
+    physics is many small element-wise operations that leave a CPU's second core idle, which
+    a second program fills (`benchmarks/README.md`, "The population in groups"). The returns
+    equal one program's up to float rounding.
+    """
     check.same_sizes(agent, env, "evaluate_population")
     check.positive_int("evaluate_population: num_episodes", num_episodes)
+    g = _groups(population, groups, "evaluate_population")
+    if g == 1:
+        return _evaluate_population(agent, env, population, num_episodes, key=key)
+    size = _population_size(population) // g
+    group = lambda start: _evaluate_group(
+        agent, env, population, num_episodes, size, start, key=key
+    )
+    return _side_by_side(group, g, size)
+
+
+def _evaluate_with_keys(agent, env, population, num_episodes, keys) -> EvalMetrics:
     run = lambda s, k: agent.evaluate(env, s.agent_state, num_episodes, key=k)
-    return eqx.filter_vmap(run)(population, jr.split(key, _population_size(population)))
+    return eqx.filter_vmap(run)(population, keys)
+
+
+def _evaluate_members(agent, env, population, num_episodes, *, key) -> EvalMetrics:
+    keys = jr.split(key, _population_size(population))
+    return _evaluate_with_keys(agent, env, population, num_episodes, keys)
+
+
+def _evaluate_slice(agent, env, population, num_episodes, size, start, *, key) -> EvalMetrics:
+    """One group of `evaluate_population`: members `start` to `start + size`."""
+    part, keys = _group_of(population, key, size, start)
+    return _evaluate_with_keys(agent, env, part, num_episodes, keys)
+
+
+_evaluate_population = jit(_evaluate_members)
+_evaluate_group = jit(_evaluate_slice)
 
 
 def population_without_optimiser_states(
