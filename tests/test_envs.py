@@ -196,6 +196,56 @@ def test_user_environment_works_with_the_scorer(getkey):
     assert scorer.qd_offset == 4.0
 
 
+def _rollout_of_each(scorer, policies, key):
+    """`rollout` vmapped over the genotypes, each with its key: what scoring plays."""
+
+    def play(genotype, k):
+        policy = genotype
+        if scorer.agent is not None:
+            policy = lambda obs: scorer.agent.act(genotype, obs, key=k, deterministic=True)
+        return q.envs.rollout(scorer.env, policy, key=k)
+
+    return eqx.filter_vmap(play)(policies, jr.split(key, _pop(policies)))
+
+
+def _pop(tree):
+    return jax.tree.leaves(eqx.filter(tree, eqx.is_array))[0].shape[0]
+
+
+@pytest.mark.parametrize("task", ["noisy maze", "hopper_uni", "agent"])
+def test_scoring_plays_each_genotype_as_rollout_does(task, getkey):
+    """The scorer's time loop runs outside the batch (one scan of the batched step): its
+    episodes are `rollout`'s of each genotype with its key, bit for bit: with noise and
+    episodes that end early (the maze), brax's physics, an agent's training states."""
+    if task == "noisy maze":  # open: some points reach the goal early; noisy: keys matter
+        env = q.envs.PointMaze(walls=False, length=30, reset_noise=0.01, obs_noise=0.01)
+    else:
+        env = q.envs.BraxQDEnv("hopper_uni", episode_length=8) if task == "hopper_uni" else (
+            q.envs.PointMaze(length=12))  # fmt: skip
+    make = lambda k: q.rl.DeterministicPolicy(env.observation_size, env.action_size, (8,), key=k)
+    agent = None
+    policies = eqx.filter_vmap(make)(jr.split(getkey(), 5))
+    if task == "noisy maze":  # the first two head for the goal
+        actions = jnp.array([[0.0, 1.0], [0.1, 1.0], [1.0, 0.0], [-1.0, 0.2], [0.0, -1.0]])
+        policies = eqx.filter_vmap(_constant_policy)(actions)
+    if task == "agent":
+        agent = q.rl.TD3(observation_size=env.observation_size, action_size=env.action_size,
+                         policy_hidden=(8,), critic_hidden=(8,), minibatch_size=4, num_envs=1,
+                         buffer_size=8)  # fmt: skip
+        policies = eqx.filter_vmap(lambda k: agent.init(key=k))(jr.split(getkey(), 5))
+    scorer = q.PolicyScorer(env, agent=agent)
+    key = getkey()
+    ours = eqx.filter_jit(lambda p, k: scorer.episodes(p, key=k))(policies, key)
+    each = eqx.filter_jit(lambda p, k: _rollout_of_each(scorer, p, k))(policies, key)
+    assert ours.valid.shape == (5, env.episode_length)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(each), strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    if task == "noisy maze":  # not all the same episode, and some ended before the limit
+        assert len(set(np.asarray(ours.returns).tolist())) == 5
+        assert float(jnp.min(ours.lengths)) < env.episode_length
+
+
 def test_reevaluation_statistics(getkey):
     env = q.envs.PointMaze(walls=False, obs_noise=0.0, reset_noise=0.1)
     scorer = q.PolicyScorer(env)

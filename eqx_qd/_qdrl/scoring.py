@@ -13,7 +13,7 @@ from jaxtyping import Array, Float
 from .. import _validate as check
 from .._custom_types import PRNGKey
 from ..envs._base import AbstractQDEnv, EnvState
-from ..envs._rollout import Episode, rollout, rollout_states, Transition
+from ..envs._rollout import _play_many, Episode, rollout_states, Transition
 from ..rl._base import AbstractAgent
 
 
@@ -75,17 +75,17 @@ class PolicyScorer(eqx.Module):
 
     def episodes(self, policies, *, key: PRNGKey) -> Episode:
         """One episode per genotype of `policies` (a stacked population), each with its own
-        key; the `Episode` fields get a leading population axis."""
+        key; the `Episode` fields get a leading population axis. Genotype `i`'s episode is
+        `rollout`'s with `jr.split(key, population)[i]`, played as one scan of the batched step
+        (JAX traces that once; a vmapped `rollout` it traces, then batches again)."""
         n = _population_size(policies)
         agent = self.agent
-
-        def play(genotype, k):
-            if agent is None:
-                return rollout(self.env, genotype, key=k)
-            policy = lambda obs: agent.act(genotype, obs, key=k, deterministic=True)
-            return rollout(self.env, policy, key=k)
-
-        return eqx.filter_vmap(play)(policies, jr.split(key, n))
+        if agent is None:
+            act = lambda genotype, k, obs: genotype(obs)
+        else:
+            act = lambda genotype, k, obs: agent.act(genotype, obs, key=k, deterministic=True)
+        # `rollout` of each genotype with its key, the time loop outside the batch.
+        return _play_many(self.env, act, policies, jr.split(key, n))
 
     def replay(self, genotype, *, key: PRNGKey) -> tuple[Episode, EnvState]:
         """One genotype (not stacked) played as scoring plays it, with the environment's

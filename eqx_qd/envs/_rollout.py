@@ -116,19 +116,7 @@ def _play(env, policy, key, keep_states: bool):
 
     def body(carry, step_key):
         state, alive = carry
-        action = policy(state.obs)
-        check.shape("rollout: the policy's action", action, env.action_shape)
-        nxt = env.step(state, action, key=step_key)
-        transition = QDTransition(
-            obs=state.obs,
-            action=action,
-            reward=nxt.reward,
-            next_obs=nxt.obs,
-            terminated=nxt.terminated,
-            truncated=jnp.zeros((), jnp.float32),
-            state_desc=state.state_desc,
-            next_state_desc=nxt.state_desc,
-        )
+        nxt, transition = _step(env, policy, state, step_key)
         out = (transition, alive, nxt) if keep_states else (transition, alive, None)
         return (nxt, alive * (1.0 - nxt.terminated)), out
 
@@ -136,20 +124,73 @@ def _play(env, policy, key, keep_states: bool):
     _, (transitions, valid, states) = jax.lax.scan(
         body, (first, alive0), jr.split(steps_key, length)
     )
-    # Steps past termination may hold garbage (NaN physics): zero what is reported.
-    transitions = eqx.tree_at(
+    if keep_states:
+        states = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, states)
+    return Episode(_masked(transitions, valid, length), valid), states
+
+
+def _step(env, policy, state: EnvState, step_key: PRNGKey) -> tuple[EnvState, QDTransition]:
+    """One step of `policy` in `env` from `state`: the next state and the transition."""
+    action = policy(state.obs)
+    check.shape("rollout: the policy's action", action, env.action_shape)
+    nxt = env.step(state, action, key=step_key)
+    transition = QDTransition(
+        obs=state.obs,
+        action=action,
+        reward=nxt.reward,
+        next_obs=nxt.obs,
+        terminated=nxt.terminated,
+        truncated=jnp.zeros((), jnp.float32),
+        state_desc=state.state_desc,
+        next_state_desc=nxt.state_desc,
+    )
+    return nxt, transition
+
+
+def _masked(transitions: QDTransition, valid, length: int) -> QDTransition:
+    """Steps past termination may hold garbage (NaN physics): their rewards zeroed, and the
+    last step marked `truncated` where the time limit, not termination, ended the episode
+    (time the last axis)."""
+    return eqx.tree_at(
         lambda t: (t.reward, t.truncated),
         transitions,
         (
             jnp.where(valid > 0, transitions.reward, 0.0),
-            (jnp.arange(length) == length - 1).astype(jnp.float32)
+            jnp.broadcast_to(jnp.arange(length) == length - 1, valid.shape).astype(jnp.float32)
             * valid
             * (1.0 - transitions.terminated),
         ),
     )
-    if keep_states:
-        states = jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, states)
-    return Episode(transitions, valid), states
+
+
+def _play_many(env, act, members, keys) -> Episode:
+    """The episodes of `jax.vmap` of `rollout` over a batch: episode `i` is `rollout(env,
+    lambda obs: act(members[i], keys[i], obs), key=keys[i])` (`members` a stacked pytree, its
+    arrays' first axis the batch; `keys` `(batch,)`), the `Episode` fields `(batch, time)`.
+
+    The same episodes (tested bit for bit), with the time loop outside the batch: one scan
+    of the batched step. JAX traces the body of a vmapped scan, then batches that trace
+    again; this traces the batched body once, with the same results
+    (`benchmarks/README.md`, "Scoring traced once")."""
+    length = env.episode_length
+    split = jax.vmap(jr.split)(keys)  # each episode's reset key and steps key, as `_play`'s
+    first = jax.vmap(lambda k: env.reset(key=k))(split[:, 0])
+    step_keys = jnp.swapaxes(jax.vmap(lambda k: jr.split(k, length))(split[:, 1]), 0, 1)
+    dyn, static = eqx.partition(members, eqx.is_array)
+
+    def one(member, key, state, step_key):
+        policy = lambda obs: act(eqx.combine(member, static), key, obs)
+        return _step(env, policy, state, step_key)
+
+    def body(carry, keys_now):
+        state, alive = carry
+        nxt, transition = jax.vmap(one)(dyn, keys, state, keys_now)
+        return (nxt, alive * (1.0 - nxt.terminated)), (transition, alive)
+
+    alive0 = jnp.ones(keys.shape[:1], jnp.float32)
+    _, (transitions, valid) = jax.lax.scan(body, (first, alive0), step_keys)
+    transitions, valid = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), (transitions, valid))
+    return Episode(_masked(transitions, valid, length), valid)
 
 
 class EpisodeStats(eqx.Module):
