@@ -212,27 +212,29 @@ def _pop(tree):
     return jax.tree.leaves(eqx.filter(tree, eqx.is_array))[0].shape[0]
 
 
+def _scoring_case(task, key):
+    """The environment, 5 genotypes and the agent (or none) of each case below."""
+    if task == "noisy maze":  # open and noisy (keys matter); the first two head for the goal
+        env = q.envs.PointMaze(walls=False, length=30, reset_noise=0.01, obs_noise=0.01)
+        actions = jnp.array([[0.0, 1.0], [0.1, 1.0], [1.0, 0.0], [-1.0, 0.2], [0.0, -1.0]])
+        return env, eqx.filter_vmap(_constant_policy)(actions), None
+    if task == "hopper_uni":
+        env = q.envs.BraxQDEnv("hopper_uni", episode_length=8)
+        size = (env.observation_size, env.action_size)
+        make = lambda k: q.rl.DeterministicPolicy(*size, (8,), key=k)
+        return env, eqx.filter_vmap(make)(jr.split(key, 5)), None
+    env = q.envs.PointMaze(length=12)
+    agent = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
+                     minibatch_size=4, num_envs=1, buffer_size=8)  # fmt: skip
+    return env, eqx.filter_vmap(lambda k: agent.init(key=k))(jr.split(key, 5)), agent
+
+
 @pytest.mark.parametrize("task", ["noisy maze", "hopper_uni", "agent"])
 def test_scoring_plays_each_genotype_as_rollout_does(task, getkey):
     """The scorer's time loop runs outside the batch (one scan of the batched step): its
     episodes are `rollout`'s of each genotype with its key, bit for bit: with noise and
     episodes that end early (the maze), brax's physics, an agent's training states."""
-    if task == "noisy maze":  # open: some points reach the goal early; noisy: keys matter
-        env = q.envs.PointMaze(walls=False, length=30, reset_noise=0.01, obs_noise=0.01)
-    else:
-        env = q.envs.BraxQDEnv("hopper_uni", episode_length=8) if task == "hopper_uni" else (
-            q.envs.PointMaze(length=12))  # fmt: skip
-    make = lambda k: q.rl.DeterministicPolicy(env.observation_size, env.action_size, (8,), key=k)
-    agent = None
-    policies = eqx.filter_vmap(make)(jr.split(getkey(), 5))
-    if task == "noisy maze":  # the first two head for the goal
-        actions = jnp.array([[0.0, 1.0], [0.1, 1.0], [1.0, 0.0], [-1.0, 0.2], [0.0, -1.0]])
-        policies = eqx.filter_vmap(_constant_policy)(actions)
-    if task == "agent":
-        agent = q.rl.TD3(observation_size=env.observation_size, action_size=env.action_size,
-                         policy_hidden=(8,), critic_hidden=(8,), minibatch_size=4, num_envs=1,
-                         buffer_size=8)  # fmt: skip
-        policies = eqx.filter_vmap(lambda k: agent.init(key=k))(jr.split(getkey(), 5))
+    env, policies, agent = _scoring_case(task, getkey())
     scorer = q.PolicyScorer(env, agent=agent)
     key = getkey()
     ours = eqx.filter_jit(lambda p, k: scorer.episodes(p, key=k))(policies, key)

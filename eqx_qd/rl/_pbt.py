@@ -440,8 +440,8 @@ def evaluate_population(
     members per usable core that divides the population, each group the same compiled
     program, run side by side on threads and joined in order; `1`: one program. A rollout's
     physics is many small element-wise operations that leave a CPU's second core idle, which
-    a second program fills (`benchmarks/README.md`, "The population in groups"). The returns
-    equal one program's up to float rounding.
+    a second program fills (`benchmarks/README.md`, "A second window, evaluations in
+    groups"). The returns equal one program's up to float rounding.
     """
     check.same_sizes(agent, env, "evaluate_population")
     check.positive_int("evaluate_population: num_episodes", num_episodes)
