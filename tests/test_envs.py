@@ -13,6 +13,7 @@ import pytest
 
 import eqx_qd as q
 from eqx_qd import jobs, plotting
+from eqx_qd._misc import batch_size_of
 from eqx_qd.envs import _brax
 
 
@@ -205,11 +206,7 @@ def _rollout_of_each(scorer, policies, key):
             policy = lambda obs: scorer.agent.act(genotype, obs, key=k, deterministic=True)
         return q.envs.rollout(scorer.env, policy, key=k)
 
-    return eqx.filter_vmap(play)(policies, jr.split(key, _pop(policies)))
-
-
-def _pop(tree):
-    return jax.tree.leaves(eqx.filter(tree, eqx.is_array))[0].shape[0]
+    return eqx.filter_vmap(play)(policies, jr.split(key, batch_size_of(policies)))
 
 
 def _scoring_case(task, key):
