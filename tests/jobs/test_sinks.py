@@ -99,13 +99,24 @@ def test_tensorboard_gets_every_row_and_a_resume_hides_the_killed_runs_tail(tmp_
     assert resumed == series
 
 
+def _made_order(path: str) -> tuple[str, int]:
+    """The order W&B made its run folders in: by their second, then by the "-N" it appends to
+    a name taken within the same second. (Sorting the paths as text put "<id>-1/" before
+    "<id>/", and a resume started within the run's second was read first.)"""
+    name = os.path.basename(os.path.dirname(path))
+    stamp, _, rest = name.removeprefix("offline-run-").partition("-")
+    suffix = re.fullmatch(r"[^-]+-(\d+)", rest)
+    return stamp, int(suffix.group(1)) if suffix else 0
+
+
 def _wandb_rows(folder) -> list[dict]:
     """The history rows of the offline W&B runs in `folder` (its records: LevelDB log
     framing of `Record` protos)."""
     from wandb.proto import wandb_internal_pb2
 
     rows = []
-    for path in sorted(glob.glob(os.path.join(folder, "wandb", "offline-run-*", "run-*.wandb"))):
+    paths = glob.glob(os.path.join(folder, "wandb", "offline-run-*", "run-*.wandb"))
+    for path in sorted(paths, key=_made_order):
         with open(path, "rb") as f:
             data, pos, buffer = f.read(), 7, b""
         while pos + 7 <= len(data):
@@ -125,6 +136,13 @@ def _wandb_rows(folder) -> list[dict]:
                         {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in items}
                     )
     return rows
+
+
+def test_wandb_run_folders_are_read_in_the_order_they_were_made():
+    first = "wandb/offline-run-20261128_120101-abc123de/run-abc123de.wandb"
+    same_second = "wandb/offline-run-20261128_120101-abc123de-1/run-abc123de.wandb"
+    later = "wandb/offline-run-20261128_120102-abc123de/run-abc123de.wandb"
+    assert sorted([later, same_second, first], key=_made_order) == [first, same_second, later]
 
 
 def test_wandb_offline_gets_every_row_and_a_resume_continues_its_run(tmp_path, monkeypatch):
