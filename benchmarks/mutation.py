@@ -32,23 +32,23 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # module -> the test files that exercise it
 MODULES = {
-    "gae": ("eqx_qd/rl/_gae.py", ["tests/test_gae.py"]),
-    "buffers": ("eqx_qd/rl/_buffers.py", ["tests/test_buffers.py"]),
-    "repertoire": ("eqx_qd/_repertoire.py", ["tests/test_repertoire.py"]),
+    "gae": ("eqx_qd/rl/_gae.py", ["tests/rl/test_gae.py"]),
+    "buffers": ("eqx_qd/rl/_buffers.py", ["tests/rl/test_buffers.py"]),
+    "repertoire": ("eqx_qd/_repertoire.py", ["tests/core/test_repertoire.py"]),
     # (the grid's tests live beside the repertoire's)
     "tessellation": (
         "eqx_qd/_tessellation.py",
-        ["tests/test_tessellation.py", "tests/test_repertoire.py"],
+        ["tests/core/test_tessellation.py", "tests/core/test_repertoire.py"],
     ),
-    "variation": ("eqx_qd/_variation.py", ["tests/test_operators.py"]),
-    "td3": ("eqx_qd/rl/_td3.py", ["tests/test_losses.py", "tests/test_agents.py"]),
-    "sac": ("eqx_qd/rl/_sac.py", ["tests/test_losses.py", "tests/test_agents.py"]),
-    "ppo": ("eqx_qd/rl/_ippo.py", ["tests/test_losses.py", "tests/test_ppo.py"]),
-    "pbt": ("eqx_qd/rl/_pbt.py", ["tests/test_pbt.py"]),
-    "pbt_emitter": ("eqx_qd/_qdrl/me_pbt.py", ["tests/test_me_pbt.py"]),
-    "quality_pg": ("eqx_qd/_qdrl/pga_me.py", ["tests/test_quality_pg.py"]),
-    "mixing": ("eqx_qd/_emitters/mixing.py", ["tests/test_map_elites.py"]),
-    "composed": ("eqx_qd/_emitters/composed.py", ["tests/test_map_elites.py"]),
+    "variation": ("eqx_qd/_variation.py", ["tests/core/test_operators.py"]),
+    "td3": ("eqx_qd/rl/_td3.py", ["tests/rl/test_losses.py", "tests/rl/test_agents.py"]),
+    "sac": ("eqx_qd/rl/_sac.py", ["tests/rl/test_losses.py", "tests/rl/test_agents.py"]),
+    "ppo": ("eqx_qd/rl/_ippo.py", ["tests/rl/test_losses.py", "tests/rl/test_ppo.py"]),
+    "pbt": ("eqx_qd/rl/_pbt.py", ["tests/rl/test_pbt.py"]),
+    "pbt_emitter": ("eqx_qd/_qdrl/me_pbt.py", ["tests/qdrl/test_me_pbt.py"]),
+    "quality_pg": ("eqx_qd/_qdrl/pga_me.py", ["tests/qdrl/test_quality_pg.py"]),
+    "mixing": ("eqx_qd/_emitters/mixing.py", ["tests/core/test_map_elites.py"]),
+    "composed": ("eqx_qd/_emitters/composed.py", ["tests/core/test_map_elites.py"]),
 }
 PRAGMA = "# pragma: no mutate"
 

@@ -1,5 +1,5 @@
 """Deliberately broken extensions: each breaks one law of `eqx_qd.testing`, which must catch
-it by name (`tests/test_laws.py`). Listed in the docs ("Testing your extensions").
+it by name (`tests/kit/test_laws.py`). Listed in the docs ("Testing your extensions").
 
 Each class is a small change of a correct one: the GA emitter `Fine` and the grid repertoire
 `SimpleGrid` below keep every law.

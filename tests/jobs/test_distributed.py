@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 from launched import launched_env
-from test_sharded import PGAME_TINY
+from test_jobs_on_devices import PGAME_TINY
 
 from eqx_qd import jobs
 

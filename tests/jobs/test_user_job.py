@@ -109,3 +109,40 @@ def test_register_job_refuses_what_is_not_a_job():
     with pytest.raises(ValueError, match="JOB = 'hill-climb'"):
         jobs.register_job(Renamed())
     assert "climb" not in jobs.JOBS
+
+
+@pytest.mark.slow
+def test_a_user_agent_gets_run_folders_through_a_plugin(tmp_path, capsys):
+    from eqx_qd import jobs
+    from eqx_qd.cli import main
+
+    common = ["--population-size", "5", "--rounds", "2", "--iterations-per-round", "3",
+              "--num-envs", "2", "--buffer-size", "64", "--hidden", "8", "--minibatch-size", "8",
+              "--no-plots", "--no-progress"]  # fmt: skip
+    out = tmp_path / "pbt"
+    assert main(["--plugin", "user_plugin", "run", "pbt", "--agent", "ddpg", "--out", str(out),
+                 *common]) == 0  # fmt: skip
+    assert "final mean return" in capsys.readouterr().out
+    run = jobs.load_run(out)
+    assert run.config.agent == "ddpg" and run.state.policy_opt is None  # storage form
+    config = tmp_path / "me.toml"
+    config.write_text(
+        "agent = 'ddpg'\npg_population_size = 4\nga_population_size = 2\n"
+        "num_training_iterations = 1\nnum_envs = 2\nbuffer_size = 64\nhidden = [8]\n"
+        "minibatch_size = 8\nfraction_best_to_replace_from = 0.25\n"
+        "fraction_to_replace_from_best = 0.25\nfraction_to_replace_from_samples = 0.25\n"
+        "cells = 16\ncvt_samples = 1000\nepisode_length = 20\niterations = 1\n"
+    )
+    me_out = tmp_path / "me"
+    assert main(["--plugin", "user_plugin", "run", "me-pbt", "--config", str(config), "--out",
+                 str(me_out), "--no-plots", "--no-progress"]) == 0  # fmt: skip
+    assert jobs.load_run(me_out).repertoire.genotypes.target_critic is None
+    # Options the agent does not take are refused by name; a missing plugin names itself.
+    with pytest.raises(SystemExit):
+        main(["--plugin", "user_plugin", "run", "pbt", "--agent", "ddpg", "--rollout-length",
+              "8", "--out", str(tmp_path / "bad")])  # fmt: skip
+    assert "takes no option --rollout-length" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--plugin", "no_such_plugin", "run", "pbt", "--out", str(tmp_path / "bad")])
+    assert "--plugin no_such_plugin: cannot import it" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

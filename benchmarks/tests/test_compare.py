@@ -11,7 +11,7 @@ import pytest
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCH = os.path.join(HERE, "..", "benchmarks")
+BENCH = os.path.join(HERE, "..")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 
-BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 
 @pytest.fixture(scope="module")

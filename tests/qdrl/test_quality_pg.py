@@ -250,3 +250,37 @@ def test_composed_pgame_buffer_takes_the_ga_offspring_transitions_too(scored, ge
     kept = np.flatnonzero(np.asarray(valid))
     for got, want in zip(jax.tree.leaves(stored), jax.tree.leaves(rows)):
         np.testing.assert_array_equal(got, np.asarray(want)[kept])
+
+
+@pytest.mark.slow
+def test_policy_gradient_variation_raises_the_critic_value(getkey):
+    env = q.envs.PointMaze(walls=False, length=20)
+    td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(32, 32),
+                minibatch_size=32)  # fmt: skip
+    emitter = q.QualityPGEmitter(
+        batch_size=5, td3=td3, hparams=q.rl.TD3HParams(), num_critic_steps=30, num_pg_steps=20,
+        buffer_size=2000, pg_lr=1e-2,
+    )  # fmt: skip
+    scorer = q.PolicyScorer(env)
+    parents = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(getkey(), 5))
+    _, _, extra = scorer(parents, key=getkey())
+    cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
+    rep = q.MapElitesRepertoire.empty(cells, td3.init_policy(key=getkey()))
+    state = emitter.init(rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), extra, key=getkey())
+    info = rep.add(parents, jnp.zeros((5, 2)), jnp.zeros(5))[1]
+    state = emitter.state_update(
+        state, rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), extra, add_info=info, key=getkey()
+    )
+    assert int(state.td3.steps) == 60  # 30 in init (the warm-up), 30 after the batch
+    obs = state.buffer.data.obs[: int(state.buffer.size)]
+
+    def value(policies):
+        q1 = lambda p: jnp.mean(jax.vmap(state.td3.critic.q1)(obs, jax.vmap(p)(obs)))
+        return eqx.filter_vmap(q1)(policies)
+
+    offspring = eqx.filter_jit(lambda p, k: emitter.pg_variation(p, state, key=k))(
+        parents, getkey()
+    )
+    assert bool(jnp.all(value(offspring) > value(parents)))
+    with pytest.raises(TypeError, match="ScoringExtra"):
+        emitter.init(rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), None, key=getkey())
