@@ -112,8 +112,10 @@ def _train(agent, env, run, key):
 
 def _law_agent_retrace(ctx: _AgentContext) -> None:
     """A hyperparameter is a value, not a shape: training a member with other
-    hyperparameters (`resample_hparams`) reuses the compiled program."""
-    _train(ctx.agent, ctx.env, ctx.run, ctx.train_key)  # compiled (or already)
+    hyperparameters (`resample_hparams`) reuses the compiled program, and so does training
+    the run a training returned (no leaf changes its dtype, weak type or structure). Training
+    leaves the hyperparameters as they were: PBT reads and explores them, not the agent."""
+    trained = _train(ctx.agent, ctx.env, ctx.run, ctx.train_key)  # compiled (or already)
     before = len(_TRACES)
     state = ctx.agent.resample_hparams(ctx.state, key=ctx.pbt_key)
     other = eqx.tree_at(lambda r: r.agent_state, ctx.run, state)
@@ -123,6 +125,33 @@ def _law_agent_retrace(ctx: _AgentContext) -> None:
             "training with resampled hyperparameters traced the program again: a "
             "hyperparameter held as a static field or a Python number?"
         )
+    _train(ctx.agent, ctx.env, trained, ctx.train_key)
+    if len(_TRACES) != before:
+        changed = [
+            f"{jax.tree_util.keystr(path)}: {_spec(a)} -> {_spec(b)}"
+            for (path, a), b in zip(
+                jax.tree_util.tree_leaves_with_path(ctx.run), jax.tree.leaves(trained)
+            )
+            if _spec(a) != _spec(b)
+        ]
+        raise _Broken(
+            "training the run a training returned traced the program again: the trained run's "
+            f"leaves differ from the run's ({', '.join(changed[:3]) or 'its structure'})"
+        )
+    if not bool(eqx.tree_equal(trained.agent_state.hparams, ctx.state.hparams)):
+        raise _Broken(
+            "training changed the hyperparameters: they are PBT's to explore (a schedule "
+            "belongs in the agent state, not in its hparams)"
+        )
+
+
+def _spec(leaf) -> str:
+    """A leaf as a compiled program sees it: an array's dtype, weak type and shape, or a
+    Python value (held static)."""
+    if eqx.is_array(leaf):
+        weak = " weak" if getattr(leaf, "weak_type", False) else ""
+        return f"{leaf.dtype}{weak}{list(leaf.shape)}"
+    return f"{type(leaf).__name__} {leaf!r}"
 
 
 def _law_agent_population(ctx: _AgentContext) -> None:
@@ -143,11 +172,17 @@ def _law_agent_population(ctx: _AgentContext) -> None:
         raise _Broken("the population trained in two groups differs from it trained together")
 
 
+@eqx.filter_jit
+def _pbt_update(pbt, population, returns, key):
+    return pbt.update(population, returns, key=key)
+
+
 def _law_agent_pbt(ctx: _AgentContext) -> None:
     """PBT copies whole runs: the member it replaces takes every leaf of its source's run
     (buffers, environments, networks, optimiser states), only its hyperparameters drawn
-    again."""
-    pbt = PBT(2, 1, 1, ctx.agent.hparam_spaces)
+    again, inside the agent's spaces; compiled, the update is the same."""
+    spaces = ctx.agent.hparam_spaces
+    pbt = PBT(2, 1, 1, spaces)
     returns = jnp.asarray([1.0, 0.0], jnp.float32)
     new, info = pbt.update(ctx.population, returns, key=ctx.pbt_key)
     if np.asarray(info.replaced).tolist() != [1] or np.asarray(info.sources).tolist() != [0]:
@@ -156,6 +191,13 @@ def _law_agent_pbt(ctx: _AgentContext) -> None:
                          tree_take(ctx.population, 0).agent_state.hparams)  # fmt: skip
     if not bool(eqx.tree_equal(copied, tree_take(ctx.population, 0))):
         raise _Broken("the replaced member's run differs from its source's beyond hparams")
+    explored = tree_take(new, 1).agent_state.hparams
+    outside = [n for n, space in spaces.items() if not bool(space.contains(getattr(explored, n)))]
+    if outside:
+        raise _Broken(f"the explored hyperparameters {outside} lie outside the agent's spaces")
+    jitted = _pbt_update(pbt, ctx.population, returns, ctx.pbt_key)
+    if not bool(eqx.tree_equal(jitted, (new, info))):
+        raise _Broken("PBT's update compiled differs from it run eagerly on this run")
 
 
 AGENT_LAWS: dict[str, Callable[[_AgentContext], None]] = {

@@ -12,6 +12,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Float
 
 import eqx_qd as q
@@ -316,6 +317,46 @@ class RatesAsFloats(_Delegating):
         return eqx.tree_at(lambda s: s.hparams.policy_lr, state, float(state.hparams.policy_lr))
 
 
+@typing.final
+class DecaysRates(_Delegating):
+    """Each update decays the policy's learning rate in the hyperparameters (a schedule kept
+    where PBT reads and explores them): training changes its hyperparameters (law
+    `retrace`)."""
+
+    def update(self, state, batch, *, key):
+        state, metrics = self.inner.update(state, batch, key=key)
+        lr = state.hparams.policy_lr
+        return eqx.tree_at(lambda s: s.hparams.policy_lr, state, 0.99 * lr), metrics
+
+
+@typing.final
+class CastsCritic(_Delegating):
+    """After training, it stores its critic in bfloat16 (to save memory between chunks): the
+    trained run's leaves are not the run's, so training it again compiles again (law
+    `retrace`)."""
+
+    def train(self, env, run, num_iterations, *, key):
+        run, metrics = super().train(env, run, num_iterations, key=key)
+        cast = lambda x: x.astype(jnp.bfloat16) if eqx.is_inexact_array(x) else x  # noqa: E731
+        critic = jax.tree.map(cast, run.agent_state.critic)
+        return eqx.tree_at(lambda r: r.agent_state.critic, run, critic), metrics
+
+
+@typing.final
+class NumPyNoise(_Delegating):
+    """Its exploration noise comes from NumPy's global generator through a callback: two
+    trainings of one run with one key differ (law `deterministic`)."""
+
+    def act(self, state, obs, *, deterministic=False, key):
+        action = state.policy(obs)
+        if deterministic:
+            return action
+        shape = jax.ShapeDtypeStruct(action.shape, action.dtype)
+        draw = lambda: np.random.normal(size=action.shape).astype(np.float32)  # noqa: E731
+        noise = jax.pure_callback(draw, shape, vmap_method="sequential")
+        return jnp.clip(action + state.hparams.noise * noise, -1.0, 1.0)
+
+
 # ----------------------------------------------------------------------------- environments
 
 
@@ -401,7 +442,14 @@ class Escapes(Walk):
         return x + 0.3 * jnp.clip(action, -1.0, 1.0)
 
 
-PLANTED_AGENTS = {KeepsOptimiser: "storage", DropsCritic: "genome", RatesAsFloats: "retrace"}
+PLANTED_AGENTS = {
+    KeepsOptimiser: "storage",
+    DropsCritic: "genome",
+    NumPyNoise: "deterministic",
+    RatesAsFloats: "retrace",
+    DecaysRates: "retrace",
+    CastsCritic: "retrace",
+}
 """Each planted agent (wrapping the user's DDPG) and the law it breaks."""
 
 PLANTED_ENVS = {WideObservation: "shapes", StartsTerminated: "autoreset", Escapes: "bounds"}

@@ -8,6 +8,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
+from user_agent import DDPG
 
 import eqx_qd as q
 
@@ -181,35 +182,6 @@ def test_a_policy_that_never_moves_scores_minus_170():
     np.testing.assert_allclose(float(ep.returns), -170.0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", sorted(AGENTS))
-def test_update_does_not_retrace_when_hyperparameters_change(name, getkey):
-    agent = AGENTS[name]
-    hp_cls = q.rl.TD3HParams if name == "td3" else q.rl.SACHParams
-    batch = q.envs.Transition(
-        obs=jr.normal(getkey(), (128, 2)),
-        action=jr.uniform(getkey(), (128, 2), minval=-1.0),
-        reward=jr.normal(getkey(), (128,)),
-        next_obs=jr.normal(getkey(), (128, 2)),
-        terminated=jnp.zeros(128),
-        truncated=jnp.zeros(128),
-    )
-
-    @eqx.filter_jit
-    @eqx.debug.assert_max_traces(max_traces=1)
-    def update(state, key):
-        return agent.update(state, batch, key=key)
-
-    a = agent.init(hp_cls(policy_lr=1e-3, discount=0.9), key=getkey())
-    b = agent.init(hp_cls(policy_lr=3e-3, discount=0.95), key=getkey())
-    a1, _ = update(a, getkey())
-    b1, _ = update(b, getkey())
-    a2, metrics = update(a1, getkey())
-    assert isinstance(a2.hparams.policy_lr, jax.Array)
-    assert a2.hparams.policy_lr.dtype == jnp.float32
-    assert float(b1.hparams.policy_lr) == pytest.approx(3e-3)
-    assert all(bool(jnp.isfinite(v)) or k == "policy_loss" for k, v in metrics.items())
-
-
 def test_population_trains_with_per_member_hyperparameters(getkey):
     agent = q.rl.TD3(**SIZES, minibatch_size=32, num_envs=4, buffer_size=256)
     lrs = jnp.array([1e-4, 1e-3, 1e-2], jnp.float32)
@@ -236,16 +208,47 @@ def test_population_trains_with_per_member_hyperparameters(getkey):
     assert moved[0] < moved[1] < moved[2]
 
 
-def test_optimiser_states_can_be_dropped_and_rebuilt(getkey):
-    for agent in AGENTS.values():
+def test_targets_are_the_online_networks_after_a_reset(getkey):
+    """`reset_targets`, and the training form rebuilt from the storage form, set each target
+    network to its online network; the storage form holds no optimiser state and no target.
+    (The laws check the storage form's size and structure for every agent, but cannot name
+    an agent's targets: they are named here.)"""
+    small = dict(observation_size=2, action_size=2, minibatch_size=8, num_envs=2, buffer_size=8)
+    nets = dict(policy_hidden=(8,), critic_hidden=(8,))
+    agents = {  # the agent, its networks with targets, its optimiser states
+        "td3": (
+            q.rl.TD3(**small, **nets),
+            ("policy", "critic"),
+            ("policy_opt_state", "critic_opt_state"),
+        ),
+        "sac": (
+            q.rl.SAC(**small, **nets),
+            ("critic",),
+            ("policy_opt_state", "critic_opt_state", "alpha_opt_state"),
+        ),
+        "ddpg": (DDPG(**small, hidden=8), ("policy", "critic"), ("policy_opt", "critic_opt")),
+    }
+    for name, (agent, online, opt_states) in agents.items():
         state = agent.init(key=getkey())
-        empty = agent.empty_optimiser_states(state)
-        assert empty.policy_opt_state is None and empty.critic_opt_state is None
-        full_bytes = sum(x.nbytes for x in jax.tree.leaves(state) if eqx.is_array(x))
-        empty_bytes = sum(x.nbytes for x in jax.tree.leaves(empty) if eqx.is_array(x))
-        assert empty_bytes < full_bytes
-        rebuilt = agent.init_optimiser_states(empty)
-        assert jax.tree.structure(rebuilt) == jax.tree.structure(state)
+        genome = agent.genome(state)
+        moved = jax.tree.map(lambda x: x + 1.0 if eqx.is_inexact_array(x) else x, genome)
+        state = agent.with_genome(state, moved)  # the online networks moved, not the targets
+        target = lambda s, n: getattr(s, f"target_{n}")  # noqa: E731
+        for n in online:
+            assert not bool(eqx.tree_equal(target(state, n), getattr(state, n))), (name, n)
+        reset = agent.reset_targets(state)
+        stored = agent.empty_optimiser_states(state)
+        back = agent.init_optimiser_states(stored)
+        for n in online:
+            assert bool(eqx.tree_equal(target(reset, n), getattr(state, n))), (name, n)
+            assert bool(eqx.tree_equal(target(back, n), getattr(state, n))), (name, n)
+            assert target(stored, n) is None, (name, n)
+        kept = lambda s: eqx.tree_at(  # noqa: E731
+            lambda s: [target(s, n) for n in online], s, replace_fn=lambda _: None
+        )
+        assert bool(eqx.tree_equal(kept(reset), kept(state))), name  # only the targets changed
+        assert all(getattr(stored, f) is None for f in opt_states), name
+        assert all(getattr(back, f) is not None for f in opt_states), name
 
 
 def test_hyperparameters_are_validated():
