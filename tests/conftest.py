@@ -5,18 +5,8 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # In-process CLI runs leave the user's compilation cache alone (test_cli turns it on apart).
 os.environ["EQX_QD_COMPILE_CACHE"] = "off"
-# The suite compiles thousands of small programs and runs most of them briefly, so it spends its
-# time in XLA's LLVM backend: at optimisation level 0 (XLA's default is 3) the suite takes about
-# half the time (benchmarks/README.md, "The test suite's time"). Values are those of the same
-# operations, as for any compile option; only the machine code is less optimised. The processes
-# the tests launch inherit it (`launched.py`); the notebooks' kernels do not (notebooks/
-# conftest.py: their brax training ran past nbmake's 300 s per cell at level 0). XLA_FLAGS
-# naming the level keeps its choice: ``XLA_FLAGS=--xla_backend_optimization_level=3 pytest``.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["EQX_QD_USER_XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-    ).strip()
+# The compile options of the suite's programs are set for every run in the repository by the
+# top-level conftest.py, before JAX starts.
 
 
 import equinox as eqx

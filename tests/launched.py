@@ -6,13 +6,15 @@ import os
 
 def launched_env(**overrides: str) -> dict[str, str]:
     """The environment of a process a test launches: this one's and ``overrides``, with only
-    the optimisation level left of XLA_FLAGS (a user's host-device flag would change the
+    the suite's compile options left of XLA_FLAGS (the optimisation level and the fusion code
+    generator, set by the top-level `conftest.py`; a user's host-device flag would change the
     devices the process sees)."""
     flags = os.environ.get("XLA_FLAGS", "").split()
-    level = " ".join(f for f in flags if f.startswith("--xla_backend_optimization_level"))
+    kept = ("--xla_backend_optimization_level", "--xla_cpu_use_fusion_emitters")
+    suite = " ".join(f for f in flags if f.startswith(kept))
     env = {**os.environ, **overrides}
-    if level:
-        env["XLA_FLAGS"] = level
+    if suite:
+        env["XLA_FLAGS"] = suite
     else:
         env.pop("XLA_FLAGS", None)
     return env

@@ -151,7 +151,7 @@ def test_the_api_reference_has_a_page_entry_for_every_public_name():
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/migrating-from-qdax.md", "docs/testing.md"])
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_every_python_block_of_the_readme_and_the_guides_runs(page, tmp_path, monkeypatch):
     """The page's ```python blocks, run in order in one namespace as a reader would paste them
     (in a scratch folder: the README saves a figure)."""

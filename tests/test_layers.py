@@ -118,6 +118,7 @@ def test_import_eqx_qd_stays_light():
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.e2e
 def test_the_command_leaves_jax_platforms_alone(tmp_path, monkeypatch, capsys):
     from eqx_qd.cli import main
 

@@ -95,9 +95,11 @@ def test_random_permutation_is_a_uniform_permutation():
     assert ((deciles - 200) ** 2 / 200).sum() < 27.9  # chi-square, 9 degrees of freedom
 
 
-def test_the_package_compiles_with_the_older_cpu_fusion_emitters():
+def test_the_package_compiles_with_the_older_cpu_fusion_emitters(monkeypatch):
     # jax 0.10's XLA knows the option; a JAX whose XLA dropped it gets {} (next test), and this
-    # test then says the package's compile-time lever is gone (see eqx_qd/_compile.py).
+    # test then says the package's compile-time lever is gone (see eqx_qd/_compile.py). Without
+    # the suite's XLA_FLAGS (the top-level conftest.py names the option for every program).
+    monkeypatch.setenv("XLA_FLAGS", "")
     assert compiler_options() == {"xla_cpu_use_fusion_emitters": False}
 
 
@@ -159,6 +161,7 @@ def test_the_on_policy_training_programs_compile_with_xla_defaults(monkeypatch):
     from eqx_qd import _compile
     from eqx_qd.rl._ppo import _train
 
+    monkeypatch.setenv("XLA_FLAGS", "")  # the suite's flags name the option (conftest.py)
     seen = []
     real = eqx.filter_jit
     monkeypatch.setattr(

@@ -120,13 +120,17 @@ def test_this_machine_is_described_in_one_line():
     assert str(gpu).endswith(" on gpu (NVIDIA H100 80GB HBM3)")
 
 
+@pytest.mark.e2e
 def test_host_devices_per_core_in_a_fresh_process_and_where_a_count_is_given():
     plain = "import eqx_qd as q, jax; "
     in_python = "import jax, eqx_qd as q; jax.config.update('jax_num_cpu_devices', 3); "
     then = "n = q.host_devices_per_core(); print(n, len(jax.devices()), q.machine().cores)"
 
     def run(script, **given):
-        env = {**launched_env(), **given}  # (launched_env keeps only XLA's level of XLA_FLAGS)
+        env = {
+            **launched_env(),
+            **given,
+        }  # (launched_env keeps only the suite's compile options of XLA_FLAGS)
         done = subprocess.run([sys.executable, "-c", script + then], env=env,
                               capture_output=True, text=True, timeout=300)  # fmt: skip
         assert done.returncode == 0, done.stderr
@@ -140,6 +144,7 @@ def test_host_devices_per_core_in_a_fresh_process_and_where_a_count_is_given():
     assert run(in_python)[:2] == [3, 3]
 
 
+@pytest.mark.e2e
 def test_host_devices_per_core_after_jax_started_says_so():
     # The suite's process asked for 4 CPU devices (conftest): that count stands.
     assert q.host_devices_per_core() == 4

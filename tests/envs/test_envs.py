@@ -4,6 +4,7 @@ import re
 import typing
 import zlib
 
+import default_emitters
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -226,16 +227,20 @@ def _scoring_case(task, key):
     return env, eqx.filter_vmap(lambda k: agent.init(key=k))(jr.split(key, 5)), agent
 
 
-@pytest.mark.parametrize("task", ["noisy maze", "hopper_uni", "agent"])
+@pytest.mark.parametrize(
+    "task", ["noisy maze", pytest.param("hopper_uni", marks=pytest.mark.brax), "agent"]
+)
 def test_scoring_plays_each_genotype_as_rollout_does(task, getkey):
     """The scorer's time loop runs outside the batch (one scan of the batched step): its
-    episodes are `rollout`'s of each genotype with its key, bit for bit: with noise and
-    episodes that end early (the maze), brax's physics, an agent's training states."""
+    episodes are `rollout`'s of each genotype with its key, bit for bit under XLA's default
+    fusion code generator: with noise and episodes that end early (the maze), brax's
+    physics, an agent's training states. (Under the older generator, the package's own,
+    brax's physics agrees to float rounding, not bit for bit.)"""
     env, policies, agent = _scoring_case(task, getkey())
     scorer = q.PolicyScorer(env, agent=agent)
     key = getkey()
-    ours = eqx.filter_jit(lambda p, k: scorer.episodes(p, key=k))(policies, key)
-    each = eqx.filter_jit(lambda p, k: _rollout_of_each(scorer, p, k))(policies, key)
+    ours = default_emitters.call(lambda p, k: scorer.episodes(p, key=k), policies, key)
+    each = default_emitters.call(lambda p, k: _rollout_of_each(scorer, p, k), policies, key)
     assert ours.valid.shape == (5, env.episode_length)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(each), strict=True):
         assert a.shape == b.shape and a.dtype == b.dtype
@@ -273,6 +278,7 @@ def test_reward_offsets_are_qdax_s():
     assert {n: _brax.QD_BRAX_TASKS[n].bounds for n in bounds} == bounds
 
 
+@pytest.mark.brax
 @pytest.mark.parametrize("name", sorted(_brax.QD_BRAX_TASKS))
 def test_brax_task_smoke(name, getkey):
     env = q.envs.BraxQDEnv(name, episode_length=6)
@@ -327,6 +333,7 @@ def _push_into(name, x, speed, steps):
         return float(jnp.max(jax.jit(lambda s: jax.lax.scan(body, s, None, steps)[1])(pipeline)))
 
 
+@pytest.mark.brax
 def test_trap_walls_are_brax_geometry():
     # The ant thrown at the trap's back wall (at x = 12, radius 0.5) stops against it, where the
     # same throw without walls carries it well past: the walls are bodies brax collides with.
@@ -344,6 +351,7 @@ def test_trap_walls_are_brax_geometry():
         assert model.geom_contype[geom] & 3
 
 
+@pytest.mark.brax
 def test_an_elite_replays_with_its_states_and_renders_in_brax_s_viewer(getkey):
     env = q.envs.BraxQDEnv("anttrap", episode_length=5)
     policy = q.rl.DeterministicPolicy(env.observation_size, env.action_size, (8,), key=getkey())
@@ -368,6 +376,7 @@ def test_an_elite_replays_with_its_states_and_renders_in_brax_s_viewer(getkey):
         plotting.plot_trajectories(q.envs.BraxQDEnv("hopper_uni"), states.state_desc)
 
 
+@pytest.mark.brax
 def test_a_deterministic_brax_task_starts_from_one_stored_state(getkey):
     # Every episode starts where brax's reset with key 0 puts the robot. That state is computed
     # once per process (here first inside a trace) and enters programs as a constant: a program

@@ -126,6 +126,7 @@ def test_one_evaluator_plays_single_and_multi_agent_episodes_to_their_end():
     assert (capped.lengths <= 3).all() and (capped.terminated | capped.truncated).all()
 
 
+@pytest.mark.brax
 @pytest.mark.parametrize(
     "name, agents, obs, act", [("walker2d_2x3", 2, 11, 3), ("ant_4x2", 4, 15, 2)]
 )
@@ -141,6 +142,7 @@ def test_multi_agent_brax_shapes(name, agents, obs, act):
     assert nxt.obs.shape == (agents, obs) and nxt.reward.shape == (agents,)
 
 
+@pytest.mark.brax
 def test_walker2d_2x3_splits_actuators_and_shares_the_reward():
     env = q.envs.BraxMultiAgentEnv("walker2d_2x3", episode_length=2)
     actions = jnp.asarray([[0.5, -0.3, 0.9], [-1.0, 0.2, 0.0]], jnp.float32)

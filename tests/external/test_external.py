@@ -99,7 +99,7 @@ def test_bad_arguments_are_named():
         ex.ExternalTask(evs.sphere, 4, 2, genotype_bounds=(1.0, 0.0))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_process_pool_records_timeouts_and_reruns_a_dead_workers_candidate(tmp_path):
     os.environ["EQX_QD_TEST_MARKS"] = str(tmp_path)  # the spawned workers inherit it
     with ex.ProcessPool(2, retries=1) as pool:
@@ -122,7 +122,7 @@ def test_a_process_pool_records_timeouts_and_reruns_a_dead_workers_candidate(tmp
         _assert_sphere(pool.evaluate(evs.sphere, ROWS, 2), ROWS)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_dask_local_cluster_loses_no_candidate_when_a_worker_is_killed():
     with ex.DaskPool(workers=2) as pool:
         _assert_sphere(pool.evaluate(evs.sphere, ROWS, 2), ROWS)

@@ -18,15 +18,12 @@ SMALL = [
 ]  # fmt: skip
 
 
-def test_cli_writes_a_run_folder(tmp_path, capsys):
+@pytest.mark.e2e
+def test_cli_runs_map_elites_and_logs_what_its_repertoire_holds(tmp_path, capsys):
+    """The command's options reach the config; the progress log agrees with the repertoire.
+    (Every job's folder, listed: `test_resume.py::test_every_job_writes_its_documented_folder`.)"""
     out = tmp_path / "run"
     assert main(SMALL + ["--out", str(out)]) == 0
-    names = sorted(p.name for p in out.iterdir())
-    assert names == [
-        "centroids.npy", "checkpoints", "config.toml", "progress.csv", "progress.png",
-        "repertoire.eqx", "repertoire.png", "status.json",
-    ]  # fmt: skip
-    assert jobs.run_status(out)["status"] == "finished"
     run = jobs.load_run(out)
     config, rep, progress = run.config, run.repertoire, run.progress
     assert config.task == "sphere" and config.cells == 5 and config.grid
@@ -46,6 +43,7 @@ def test_cli_writes_a_run_folder(tmp_path, capsys):
     )
 
 
+@pytest.mark.e2e
 def test_cli_runs_several_seeds_into_one_folder(tmp_path, capsys, monkeypatch):
     out = tmp_path / "seeds"
     assert main(SMALL + ["--no-plots", "--seeds", "3,1", "--out", str(out)]) == 0
@@ -67,6 +65,7 @@ def test_cli_runs_several_seeds_into_one_folder(tmp_path, capsys, monkeypatch):
     assert folder.startswith("map-elites-seed7-")
 
 
+@pytest.mark.e2e
 def test_cli_config_file_and_overrides(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text(
@@ -133,15 +132,13 @@ eval_episodes = 4
 """
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_cli_ippo_run_and_resume(tmp_path, capsys):
     cfg = tmp_path / "ippo.toml"
     cfg.write_text(IPPO_TOML)
     out = tmp_path / "run"
     assert main(["run", "ippo", "--config", str(cfg), "--out", str(out), "--no-progress"]) == 0
     assert "done: 4 iterations (512 env steps)" in capsys.readouterr().out
-    for name in ("config.toml", "agent.json", "hparams.json", "progress.csv", "learning_curve.png"):
-        assert (out / name).is_file(), name
     # Resuming reads the run's own config and trains on to the new total.
     assert main(["run", "ippo", "--resume", str(out), "--iterations", "6", "--no-plots",
                  "--no-progress"]) == 0  # fmt: skip
@@ -195,13 +192,18 @@ def test_list_prints_every_job_and_registered_name_with_its_options(capsys):
     assert "_cls" not in out  # private factory arguments are not options
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
     # Each run is a fresh process (JAX reads its cache folder once); every program is kept
     # (min compile time 0). The second run finds them all: it stores nothing new.
     cache = tmp_path / "cache"
     env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     env.pop("EQX_QD_COMPILE_CACHE")
+    # The command's own pick of the CPU fusion generator, not the suite's (conftest.py):
+    # XLA_FLAGS naming the option would be the user's choice, and the command says so.
+    env["XLA_FLAGS"] = " ".join(
+        f for f in env.get("XLA_FLAGS", "").split() if "xla_cpu_use_fusion_emitters" not in f
+    )
 
     def run(*options, out):
         cmd = [sys.executable, "-m", "eqx_qd.cli", *options, *SMALL, "--no-plots",
@@ -272,7 +274,7 @@ PBT_TINY = [
 ]  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_pbt_job_takes_one_host_device_per_core_unless_told(tmp_path):
     """`eqx-qd run pbt` without `--devices` on a CPU: one host device per core, the
     population split over as many as divide it, said in the log; the run folder's config

@@ -111,6 +111,7 @@ def test_repository_files_that_do_not_fit_are_refused_by_name(tmp_path, algo, ma
         read_repository_config(path)
 
 
+@pytest.mark.e2e
 def test_the_config_takes_qdax_names_from_files_and_checks_the_split(tmp_path, capsys):
     path = tmp_path / "c.toml"
     path.write_text("[dcrl-me]\ndcrl_batch_size = 32\nsoft_tau_update = 0.01\n")

@@ -119,7 +119,7 @@ def _launch(out, iterations, *extra):
     return views, runs
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
     """One test for every claim, as they read the same runs (about two minutes): split over
     several tests, a module-scoped fixture was built once per pytest-xdist worker."""
@@ -222,7 +222,7 @@ ENDLESS = [
 ]  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("role", ["writer", "reader"])
 def test_a_dead_process_stops_the_others_with_one_line_that_names_it_and_resumes(tmp_path, role):
     """Kill process 0 (the writer, which holds the coordination service) or process 1 (a
@@ -305,7 +305,7 @@ def _free_slurm_job_id() -> int:
     raise RuntimeError("no free port in JAX's SLURM range")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_slurm_recipe_runs_two_processes_from_the_environment(tmp_path):
     """The cluster recipe of `docs/long-runs.md` (`srun eqx-qd --distributed run ...`) under
     a fake SLURM step: two local processes, each with the variables `srun` sets, joined by

@@ -40,6 +40,7 @@ def _same_repertoire(a, b) -> None:
         assert np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
 
 
+@pytest.mark.e2e
 def test_a_run_records_every_candidate_and_equals_itself_on_processes(tmp_path):
     config = jobs.ExternalConfig(**SMALL)
     here = jobs.run(config, tmp_path / "here", progress=False, plots=False)
@@ -60,6 +61,7 @@ def test_a_run_records_every_candidate_and_equals_itself_on_processes(tmp_path):
     _same_repertoire(again.repertoire, there.repertoire)
 
 
+@pytest.mark.e2e
 def test_a_run_killed_mid_batch_resumes_without_evaluating_again(tmp_path, monkeypatch):
     whole = jobs.run(jobs.ExternalConfig(**SMALL), tmp_path / "whole", progress=False)
     evs.CALLS.clear()
@@ -81,6 +83,7 @@ def test_a_run_killed_mid_batch_resumes_without_evaluating_again(tmp_path, monke
     assert _rows(out / "progress.csv") == _rows(tmp_path / "whole" / "progress.csv")
 
 
+@pytest.mark.e2e
 def test_the_cma_emitters_and_a_repertoire_without_cells_run_outside_jax():
     options = dict(emitter="cma_me", num_emitters=2, repertoire="dns", capacity=12, iterations=3)
     config = jobs.ExternalConfig(**{**SMALL, **options})
@@ -105,6 +108,7 @@ def test_a_journal_line_cut_by_a_kill_is_skipped_and_the_next_starts_afresh(tmp_
     assert sorted(done) == [0, 2] and done[2] == ok
 
 
+@pytest.mark.e2e
 def test_failed_evaluations_are_recorded_and_never_stored(tmp_path):
     config = jobs.ExternalConfig(**{**SMALL, "evaluator": "external_evaluators:faulty"})
     result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
@@ -140,6 +144,7 @@ def test_bad_settings_are_named_before_anything_runs(tmp_path):
         jobs.run(jobs.ExternalConfig(**{**SMALL, "evaluator": "nowhere:f"}), None, progress=False)
 
 
+@pytest.mark.e2e
 def test_overlap_is_one_batch_ahead_deterministic_and_resumable(tmp_path):
     overlap = {**SMALL, "evaluator": "external_evaluators:sphere", "genotype_dim": 4,
                "overlap": True}  # fmt: skip
@@ -164,7 +169,7 @@ def test_overlap_is_one_batch_ahead_deterministic_and_resumable(tmp_path):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_an_overlapped_run_killed_with_sigkill_resumes_equal(tmp_path):
     from launched import launched_env
 
@@ -200,7 +205,7 @@ def test_an_overlapped_run_killed_with_sigkill_resumes_equal(tmp_path):
     assert _rows(out / "evaluations.csv") == _rows(tmp_path / "whole" / "evaluations.csv")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_dask_run_killed_with_sigkill_mid_batch_resumes_equal(tmp_path):
     from launched import launched_env
 

@@ -124,6 +124,7 @@ def test_opening_a_folder_removes_the_litter_of_a_killed_write(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["keep.txt"]
 
 
+@pytest.mark.e2e
 def test_a_folder_holds_one_run_and_load_run_reads_it_back(tmp_path):
     config = jobs.MapElitesConfig(**TINY_ME)
     rows = []
@@ -178,7 +179,7 @@ def test_the_agent_options_take_the_hidden_products_type():
         jobs.MEPBTConfig(matmul_dtype="half")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_a_run_with_auto_products_resumes_with_the_resuming_machines_pick(tmp_path, monkeypatch):
     # A run asked for "auto" on a CPU with AVX-512 BF16 continues, on a CPU without it, in
     # float32: the folder keeps "auto", each machine takes its own (docs/algorithms.md).
@@ -206,6 +207,13 @@ def test_a_run_with_auto_products_resumes_with_the_resuming_machines_pick(tmp_pa
     avx2 = dataclasses.replace(bf16, flags=("avx2",))
     monkeypatch.setattr(_machine, "machine", lambda: avx2)
     monkeypatch.setattr(_common, "machine", lambda: avx2)  # what status.json records
+    # Another machine is another process: nothing compiled for the first one. ("auto" is
+    # resolved when the networks are built, inside compiled programs: a program compiled
+    # for the first machine would build its networks again.)
+    import equinox as eqx
+
+    eqx.clear_caches()
+    jax.clear_caches()
     again = jobs.resume(tmp_path / "run", progress=False, plots=False, rounds=2)
     assert products(again) == {"float32"}
     assert again.progress["round"].tolist() == [0, 1]  # the second round ran on the "AVX2" CPU
@@ -213,6 +221,7 @@ def test_a_run_with_auto_products_resumes_with_the_resuming_machines_pick(tmp_pa
     assert jobs.run_status(tmp_path / "run")["machine"] == str(avx2)  # where it ran last
 
 
+@pytest.mark.e2e
 def test_a_registered_task_runs_through_the_job(tmp_path):
     @jobs.TASKS.register("ring", help="a ring of good genotypes")
     def _ring(*, genotype_dim: int = 4):
@@ -248,6 +257,7 @@ class _Ring(q.AbstractTask):
         return -jnp.abs(radius - 0.3), jnp.clip(genotypes[:, :2], 0.0, 1.0), None
 
 
+@pytest.mark.e2e
 def test_load_run_reads_an_ippo_run_back(tmp_path):
     # With jaxagents' network layout and update (the CLI's --joint-network --convention
     # jaxagents --adam-eps 1e-8), recorded in agent.json.
@@ -267,6 +277,7 @@ def test_load_run_reads_an_ippo_run_back(tmp_path):
     assert jobs.list_checkpoints(tmp_path / "run")[-1].step == 2
 
 
+@pytest.mark.e2e
 def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch, capsys):
     from eqx_qd.jobs import _map_elites
 

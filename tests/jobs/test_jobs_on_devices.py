@@ -26,6 +26,7 @@ PBT_JOB = dict(
 )  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_the_pbt_job_over_four_devices_equals_one_device(tmp_path, monkeypatch):
     """`devices = 4`: one member per device, PBT over all of them (a copy moves its whole run);
     every logged number and the final population as on one device. The run, resumed for a
@@ -126,6 +127,7 @@ IPPO_TINY = dict(
 )  # fmt: skip (test_ppo.py's line task and sizes)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_ippo_learns_data_parallel_over_four_devices_and_resumes_on_two(tmp_path):
     """The IPPO job with `devices = 4`: each device steps 8 of the 32 environments, the
@@ -160,6 +162,7 @@ PGAME_TINY = dict(
 )  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_dcg_me_over_four_devices_keeps_one_conditioned_agent(tmp_path):
     """DCRL-ME's job on 4 devices, with DCG-ME's actor episodes too: each device takes a
     quarter of the GA, policy-gradient and injected parts and of the actor episodes; the
@@ -222,7 +225,7 @@ def test_the_command_refuses_more_devices_than_exist(tmp_path, capsys):
     assert not (tmp_path / "too-many").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_the_command_makes_host_devices_and_never_picks_the_platform(tmp_path):
     """A fresh process without JAX_PLATFORMS: ``--devices 2`` gets its devices on a CPU-only
     machine, and the command leaves the environment variable unset."""

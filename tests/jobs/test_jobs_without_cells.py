@@ -26,7 +26,7 @@ MEPBT = dict(
 )  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_pgame_on_dns_reports_its_cvt_and_resumes_equal(tmp_path):
     whole = jobs.run(jobs.PGAMEConfig(**PGAME), tmp_path / "whole", progress=False, plots=False)
     assert isinstance(whole.state.repertoire, q.DNSRepertoire)
@@ -48,7 +48,7 @@ def test_pgame_on_dns_reports_its_cvt_and_resumes_equal(tmp_path):
     assert np.array_equal(loaded.repertoire.fitnesses, whole.repertoire.fitnesses)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_me_pbt_on_an_unstructured_archive(tmp_path):
     result = jobs.run(
         jobs.MEPBTConfig(iterations=3, **MEPBT), tmp_path / "run", progress=False, plots=False

@@ -29,6 +29,7 @@ def folders(tmp_path_factory):
     return out
 
 
+@pytest.mark.e2e
 def test_report_groups_runs_and_takes_medians_over_seeds(folders, tmp_path):
     result = jobs.report(folders["sphere"] + folders["rastrigin"], tmp_path / "r")
     assert [g.name for g in result.groups] == ["MAP-Elites on sphere", "MAP-Elites on rastrigin"]
@@ -78,6 +79,7 @@ def unequal(tmp_path_factory):
     return out
 
 
+@pytest.mark.e2e
 def test_runs_of_unequal_length_are_each_read_to_their_own_end(unequal, tmp_path, capsys):
     runs = [jobs.load_run(f).progress for f in unequal]
     assert [len(r["evaluations"]) for r in runs] == [7, 10, 15]
@@ -118,6 +120,7 @@ def test_runs_of_unequal_length_are_each_read_to_their_own_end(unequal, tmp_path
     assert "final values are each run's own last row" in err
 
 
+@pytest.mark.e2e
 def test_one_group_has_no_p_values(folders, tmp_path):
     result = jobs.report(folders["sphere"][:2], tmp_path / "one")
     assert len(result.groups) == 1 and result.notes == []
@@ -146,6 +149,7 @@ def test_fitness_loss_is_the_paper_s_percentage():
     assert np.isnan(run.fitness_loss)
 
 
+@pytest.mark.e2e
 def test_report_refuses_what_it_cannot_compare(folders, tmp_path, capsys):
     with pytest.raises(ValueError, match="at least one run folder"):
         jobs.report([])
@@ -185,6 +189,7 @@ def test_groups_name_the_emitter_and_the_repertoire():
         assert group_of(jobs.RunResult(config, None, {}, None, None)) == name
 
 
+@pytest.mark.e2e
 def test_half_written_folders_are_refused_naming_the_file(folders, tmp_path, capsys):
     import shutil
 
@@ -247,6 +252,7 @@ def _peer_folder(folder, about, progress, fitnesses):
     np.save(folder / "fitnesses.npy", fitnesses)
 
 
+@pytest.mark.e2e
 def test_peer_runs_are_their_own_group_beside_the_jobs_runs(folders, tmp_path, capsys):
     # Another library's runs of the same algorithm on the same task: the sphere runs' curves,
     # QD-scores halved, written as peer run folders; a group of their own, tested against ours.

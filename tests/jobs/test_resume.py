@@ -1,12 +1,16 @@
-"""Checkpoint and resume of every job: a run interrupted and resumed writes what the
-uninterrupted run writes (state and logs, bit for bit on CPU); a lengthened run equals the
-longer run; forks leave their source alone; a killed process leaves a resumable folder."""
+"""Every registered job, at a tiny size, through the command and through resume: the command
+writes the folder the docs describe, and a run interrupted between two chunks and resumed writes
+what the uninterrupted run writes (state and logs, bit for bit on CPU), each job run once of
+each kind in one module fixture. Then the driver's other resumes, once: a lengthened run equals
+the longer run, forks leave their source alone, a folder killed before its first checkpoint
+starts again, and ``kill -9`` of the command at random moments leaves a resumable folder."""
 
 import csv
 import dataclasses
 import filecmp
 import logging
 import os
+import pathlib
 import random
 import re
 import signal
@@ -22,6 +26,9 @@ import pytest
 import eqx_qd
 from eqx_qd import jobs
 from eqx_qd.cli import main
+
+
+DOCS = pathlib.Path(__file__).parents[2] / "docs"
 
 
 ME = dict(
@@ -54,14 +61,48 @@ IPPO = dict(
     iterations=4, eval_frequency=2, eval_episodes=4,
 )  # fmt: skip
 
+EXTERNAL = dict(
+    evaluator="external_evaluators:counted_arm",
+    batch_size=8,
+    iterations=6,
+    cells=16,
+    cvt_samples=200,
+    checkpoint_every=2,
+)  # fmt: skip (tests/ is on the path: the evaluator's module, as a user's would be)
+
 # (config, the logged row's step column, the step after which the run is interrupted)
 CASES = {
     "map-elites": (jobs.MapElitesConfig(**ME), "iteration", 7),
+    "external": (jobs.ExternalConfig(**EXTERNAL), "iteration", 3),
     "pgame": (jobs.PGAMEConfig(**PGAME), "evaluations", 64 + 32 * 9),
     "dcrl-me": (jobs.DCRLMEConfig(**DCRL), "evaluations", 64 + 32 * 9),
     "me-pbt": (jobs.MEPBTConfig(**MEPBT), "iteration", 3),
     "pbt": (jobs.PBTConfig(**PBT), "round", 2),
+    "ippo": (jobs.IPPOConfig(**IPPO), "iterations", 2),
 }
+
+# What each job's folder holds once the job has run with its figures drawn: every name in
+# the guides (`docs/jobs.md`, `docs/algorithms.md`; an archive snapshot as `archive_<evals>.csv`).
+QD = {"centroids.npy", "checkpoints", "config.toml", "progress.csv", "progress.png",
+      "repertoire.eqx", "repertoire.png", "status.json"}  # fmt: skip
+POLICY_QD = QD | {
+    "actors.csv",
+    "archive_224.csv",
+    "archive_384.csv",
+    "archive_544.csv",
+    "fitness_density.png",
+}  # fmt: skip (snapshots every 160 of 544 evaluations)
+FOLDERS = {
+    "map-elites": QD,
+    "external": QD | {"evaluations.csv", "journal"},
+    "pgame": POLICY_QD,
+    "dcrl-me": POLICY_QD,
+    "me-pbt": QD | {"hparams.csv", "hparams.png", "repertoire_hparams.png"},
+    "pbt": {"checkpoints", "config.toml", "hparams.csv", "hparams.png", "population.eqx",
+            "progress.csv", "returns.png", "status.json"},
+    "ippo": {"agent.json", "checkpoints", "config.toml", "hparams.json", "learning_curve.png",
+             "progress.csv", "status.json"},
+}  # fmt: skip
 
 
 class _Interrupt(Exception):
@@ -96,11 +137,12 @@ def _key_data(tree):
 
 
 def _without_wall_clock(path):
-    """A CSV's text without its ``wall_s`` column (seconds spent: differs between any runs)."""
+    """A CSV's text without its columns of seconds spent (``wall_s``; an evaluation's
+    ``seconds``): they differ between any runs."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    drop = rows[0].index("wall_s") if rows and "wall_s" in rows[0] else None
-    return [[c for j, c in enumerate(r) if j != drop] for r in rows]
+    drop = {j for j, name in enumerate(rows[0]) if name in ("wall_s", "seconds")} if rows else ()
+    return [[c for j, c in enumerate(r) if j not in drop] for r in rows]
 
 
 def _same_files(a, b, names):
@@ -117,10 +159,12 @@ def _same_files(a, b, names):
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def interrupted(request, tmp_path_factory):
+    """The job run whole (``whole``, its figures drawn), then again interrupted after a logged
+    row and resumed with `jobs.resume` (``cut``), in one process."""
     name = request.param
     config, column, step = CASES[name]
     root = tmp_path_factory.mktemp(name)
-    whole = jobs.run(config, root / "whole", progress=False, plots=False)
+    whole = jobs.run(config, root / "whole", progress=False, plots=True)
     with pytest.raises(_Interrupt):
         jobs.run(
             config, root / "cut", progress=False, plots=False, on_log=_stop_after(column, step)
@@ -137,6 +181,26 @@ def interrupted(request, tmp_path_factory):
     return name, root, whole, resumed, status, checkpoints, compiles.names
 
 
+def test_the_cases_are_every_registered_job():
+    builtin = {n for n, job in jobs.JOBS.items() if type(job).__module__.startswith("eqx_qd.")}
+    assert set(CASES) == builtin == set(FOLDERS)
+
+
+@pytest.mark.e2e
+def test_every_job_writes_its_documented_folder(interrupted):
+    """A finished run's folder holds exactly the files the guides name for the job; it reads
+    back as the config it ran, finished, and the job sums it up in a line."""
+    name, root, whole, *_ = interrupted
+    assert set(os.listdir(root / "whole")) == FOLDERS[name]
+    guides = "".join((DOCS / page).read_text() for page in ("jobs.md", "algorithms.md"))
+    named = {re.sub(r"^archive_\d+\.csv$", "archive_<evals>.csv", f) for f in FOLDERS[name]}
+    assert [f for f in sorted(named) if f not in guides] == []
+    back = jobs.load_run(root / "whole")
+    assert back.config == whole.config == CASES[name][0]
+    assert jobs.run_status(root / "whole")["status"] == "finished"
+    assert jobs.JOBS[name].summary(back).strip()
+
+
 class _Compiles(logging.Handler):
     """The names of the programs XLA compiles while it is installed (``jax.log_compiles``)."""
 
@@ -150,6 +214,7 @@ class _Compiles(logging.Handler):
             self.names.add(found.group(1))
 
 
+@pytest.mark.e2e
 def test_a_resumed_run_equals_the_uninterrupted_run(interrupted):
     name, root, whole, resumed, status, checkpoints, compiled = interrupted
     assert status == "failed" and checkpoints  # interrupted with a checkpoint to go on from
@@ -171,14 +236,15 @@ def test_a_resumed_run_equals_the_uninterrupted_run(interrupted):
     assert jobs.run_status(root / "cut")["status"] == "finished"
     # The checkpoints kept: the newest `keep_checkpoints`, the last at the run's end.
     kept = jobs.list_checkpoints(root / "cut")
-    assert len(kept) == min(2, len(jobs.list_checkpoints(root / "whole")))
+    keep = CASES[name][0].keep_checkpoints or None  # 0: every one (IPPO's default)
+    assert len(kept) == len(jobs.list_checkpoints(root / "whole")[-keep if keep else 0 :])
     assert [c.step for c in kept] == [c.step for c in jobs.list_checkpoints(root / "whole")]
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("interrupted", ["dcrl-me"], indirect=True)  # the same run as above
 def test_dcrl_me_folder_names_its_injected_actors_and_counts_the_actor_episodes(interrupted):
     name, root, whole, *_ = interrupted
-    if name != "dcrl-me":
-        pytest.skip("the DCRL-ME job's own outputs")
     with open(root / "whole" / "actors.csv", newline="") as f:
         kinds = {row["type"] for row in csv.DictReader(f)}
     assert {"random", "evo", "gradient", "injected"} <= kinds
@@ -193,6 +259,7 @@ def test_dcrl_me_folder_names_its_injected_actors_and_counts_the_actor_episodes(
     assert best.episode_return == pytest.approx(best.stored_fitness, rel=1e-5)
 
 
+@pytest.mark.e2e
 def test_a_lengthened_run_equals_the_longer_run(tmp_path):
     config = jobs.MapElitesConfig(**ME)
     longer = jobs.run(config, tmp_path / "long", progress=False, plots=False)
@@ -208,6 +275,7 @@ def test_a_lengthened_run_equals_the_longer_run(tmp_path):
             assert q == rows[int(i)]
 
 
+@pytest.mark.e2e
 def test_a_lengthened_pbt_run_takes_the_pbt_step_its_last_round_skipped(tmp_path):
     # A run's last round has no PBT step; lengthened, the resumed run takes it first and
     # records where each member came from in that round's rows.
@@ -222,6 +290,7 @@ def test_a_lengthened_pbt_run_takes_the_pbt_step_its_last_round_skipped(tmp_path
     assert all(_same_files(tmp_path / "whole", tmp_path / "half", names).values())
 
 
+@pytest.mark.e2e
 def test_ippo_resumed_to_more_iterations_equals_the_longer_run(tmp_path):
     whole = jobs.run(jobs.IPPOConfig(**IPPO), tmp_path / "whole", progress=False, plots=False)
     half = jobs.IPPOConfig(**{**IPPO, "iterations": 2})
@@ -233,6 +302,7 @@ def test_ippo_resumed_to_more_iterations_equals_the_longer_run(tmp_path):
     assert len(wall) == 3 and np.all(np.isfinite(wall)) and np.all(np.diff(wall) >= 0)
 
 
+@pytest.mark.e2e
 def test_ippo_keeps_its_newest_states_and_every_evaluation(tmp_path):
     config = jobs.IPPOConfig(**{**IPPO, "keep_checkpoints": 1})
     jobs.run(config, tmp_path / "run", progress=False, plots=False)
@@ -247,6 +317,7 @@ def test_ippo_keeps_its_newest_states_and_every_evaluation(tmp_path):
     assert [c.step for c in jobs.list_checkpoints(tmp_path / "fork")] == [6]
 
 
+@pytest.mark.e2e
 def test_resuming_with_another_config_is_refused_by_name(tmp_path):
     config = jobs.MapElitesConfig(**{**ME, "iterations": 4})
     jobs.run(config, tmp_path / "run", progress=False, plots=False)
@@ -262,6 +333,7 @@ def test_resuming_with_another_config_is_refused_by_name(tmp_path):
         jobs.run(other, tmp_path / "run", progress=False, resume=True)
 
 
+@pytest.mark.e2e
 def test_a_folder_killed_before_its_first_checkpoint_starts_again(tmp_path):
     config = jobs.MapElitesConfig(**ME)
     whole = jobs.run(config, tmp_path / "whole", progress=False, plots=False)
@@ -283,6 +355,7 @@ def test_a_folder_killed_before_its_first_checkpoint_starts_again(tmp_path):
     assert not [n for n in left if n.startswith(".tmp")]
 
 
+@pytest.mark.e2e
 def test_a_fork_continues_a_chosen_checkpoint_and_leaves_its_source(tmp_path):
     config = jobs.MapElitesConfig(**{**ME, "keep_checkpoints": 5})
     jobs.run(config, tmp_path / "src", progress=False, plots=False)
@@ -311,6 +384,7 @@ def test_a_fork_continues_a_chosen_checkpoint_and_leaves_its_source(tmp_path):
         jobs.fork_run(tmp_path / "src", tmp_path / "fork", 8)
 
 
+@pytest.mark.e2e
 def test_cli_resumes_and_forks(tmp_path, capsys):
     out = tmp_path / "run"
     base = ["run", "map-elites", "--task", "sphere", "--genotype-dim", "3", "--cells", "16",
@@ -339,9 +413,21 @@ def test_cli_resumes_and_forks(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def _last_logged(folder) -> int:
+    """The iteration of the newest row of a running job's progress log (-1 before any)."""
+    try:
+        with open(folder / "progress.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        return int(rows[-1]["iteration"]) if rows else -1
+    except (FileNotFoundError, KeyError, ValueError):  # not yet written, or a row half read
+        return -1
+
+
+@pytest.mark.e2e
 def test_kill_at_random_moments_leaves_a_resumable_folder(tmp_path):
-    """``kill -9`` of the command at random moments, three times, then a resume to the end:
-    the result equals an uninterrupted run's."""
+    """``kill -9`` of the command three times at iterations drawn at random (in the middle
+    of a chunk), then a resume to the end: after each kill the folder says it was
+    interrupted and where a resume continues, and the result equals an uninterrupted run's."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XDG_CACHE_HOME": str(tmp_path / "cache")}
     args = [sys.executable, "-m", "eqx_qd.cli", "run", "map-elites", "--task", "sphere",
             "--genotype-dim", "3", "--cells", "16", "--cvt-samples", "500", "--batch-size", "8",
@@ -349,25 +435,28 @@ def test_kill_at_random_moments_leaves_a_resumable_folder(tmp_path):
             "--no-progress", "--no-plots"]  # fmt: skip
     out = tmp_path / "run"
     rng = random.Random(0)
-    first = [*args, "--out", str(out)]
-    for attempt in range(3):
-        proc = subprocess.Popen(first if attempt == 0 else [*args[:5], "--resume", str(out),
-                                "--no-progress", "--no-plots"], env=env,
+    resume = [*args[:5], "--resume", str(out), "--no-progress", "--no-plots"]
+    for attempt, moment in enumerate(sorted(rng.sample(range(2, 390), 3))):
+        proc = subprocess.Popen([*args, "--out", str(out)] if attempt == 0 else resume, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-        if attempt == 0:  # the run's moments start once its folder exists: under load the
-            deadline = time.monotonic() + 120  # start-up alone can outlast the draw below
-            while not (out / "config.toml").exists():
-                assert proc.poll() is None and time.monotonic() < deadline, "no run folder"
-                time.sleep(0.1)
-        time.sleep(rng.uniform(4.0, 9.0) if attempt else rng.uniform(0.5, 5.0))
+        deadline = time.monotonic() + 180
+        while _last_logged(out) < moment:
+            assert proc.poll() is None, f"the run ended before iteration {moment}"
+            assert time.monotonic() < deadline, f"no iteration {moment} in 180 s"
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0.0, 0.01))  # somewhere in the next chunk
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
-        jobs.list_checkpoints(out)  # always readable
-    done = subprocess.run(
-        [*args[:5], "--resume", str(out), "--no-progress", "--no-plots"], env=env,
-        capture_output=True, timeout=240,
-    )  # fmt: skip
+        newest = jobs.list_checkpoints(out)  # always readable
+        status = jobs.run_status(out)
+        assert status["status"] == "interrupted" and "killed" in status["error"], status
+        assert status["checkpoint"] == (newest[-1].step if newest else None), status
+        if newest:
+            assert f"(step {newest[-1].step})" in status["error"], status
+    done = subprocess.run(resume, env=env, capture_output=True, timeout=240)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert f"resuming {out} (interrupted) from its newest checkpoint" in done.stdout.decode()
+    assert jobs.run_status(out)["status"] == "finished"
     whole = jobs.run(
         jobs.MapElitesConfig(**{**ME, "iterations": 400}), tmp_path / "whole", progress=False,
         plots=False,
@@ -376,6 +465,7 @@ def test_kill_at_random_moments_leaves_a_resumable_folder(tmp_path):
     assert bool(np.array_equal(jobs.load_run(out).repertoire.fitnesses, whole.repertoire.fitnesses))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("preset", ["cma-mae", "cma-mega"])
 def test_a_cma_run_lengthened_equals_the_longer_run(tmp_path, preset):
     # Chunks of 2 on both sides: the same compiled programs. (At the suite's XLA optimisation
@@ -394,6 +484,7 @@ def test_a_cma_run_lengthened_equals_the_longer_run(tmp_path, preset):
         assert eqx.tree_equal(longer.repertoire.fitnesses, longer.state.result.fitnesses)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("repertoire", ["dns", "unstructured"])
 def test_a_run_without_cells_resumes_equal_and_reports_its_result_grid(tmp_path, repertoire):
     small = dict(

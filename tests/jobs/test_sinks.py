@@ -64,6 +64,7 @@ class _Stop(Exception):
     pass
 
 
+@pytest.mark.e2e
 def test_tensorboard_gets_every_row_and_a_resume_hides_the_killed_runs_tail(tmp_path):
     whole = jobs.run(
         jobs.MapElitesConfig(**ME), tmp_path / "whole", progress=False, plots=False,
@@ -145,6 +146,7 @@ def test_wandb_run_folders_are_read_in_the_order_they_were_made():
     assert sorted([later, same_second, first], key=_made_order) == [first, same_second, later]
 
 
+@pytest.mark.e2e
 def test_wandb_offline_gets_every_row_and_a_resume_continues_its_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

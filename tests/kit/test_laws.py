@@ -233,7 +233,7 @@ def test_builtin_environments_keep_every_law(name):
     check_env(ENVS[name], max_examples=5)
 
 
-@pytest.mark.slow
+@pytest.mark.brax
 def test_brax_tasks_keep_every_law():
     check_env(q.envs.BraxQDEnv("ant_omni", episode_length=12), max_examples=2)
     check_env(q.envs.BraxMultiAgentEnv("walker2d_2x3", episode_length=12), max_examples=2)

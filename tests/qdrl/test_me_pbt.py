@@ -84,7 +84,8 @@ def test_me_pbt_keeps_its_invariants(getkey):
         assert np.all(
             np.asarray(state.repertoire.fitnesses)[was] >= np.asarray(before.fitnesses)[was]
         )
-    assert filled == sorted(filled)
+    assert filled == sorted(filled) and filled[-1] >= 1
+    assert int(state.emitter_state.training_env_steps) > 0
     pop = state.emitter_state.population
     assert pop.env_steps.shape == (4,)
     assert pop.agent_state.policy_opt_state is None  # stored without optimiser states
