@@ -1,17 +1,25 @@
-"""The notebooks run as users run them: compiled without the XLA optimisation level that
-tests/conftest.py sets for the tests (nbmake starts each kernel after this setup hook)."""
+"""The notebooks as the test suite runs them: every cell of each, at the smoke size that its
+one `SMOKE` line reads from `EQX_QD_SMOKE` (1 here unless given), so each takes seconds while
+a user running it gets its full length. ``EQX_QD_SMOKE=0 pytest -n 2 --nbmake notebooks``
+runs them at full length, compiled as users' programs are: with the user's XLA_FLAGS, not the
+optimisation level and code generator that the top-level conftest.py asks for (at full
+length, the brax notebook's training ran past nbmake's 300 s per cell at level 0). A smoke
+run, which is mostly compiling, keeps the suite's flags (about half its time). nbmake starts
+each kernel after this setup hook, with the environment of that moment."""
 
 import os
 
 import pytest
 
 
+os.environ.setdefault("EQX_QD_SMOKE", "1")
 _SUITE_FLAGS = pytest.StashKey[str]()
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    if "EQX_QD_USER_XLA_FLAGS" in os.environ:  # the tests' conftest added the level
+    full = os.environ["EQX_QD_SMOKE"] != "1"
+    if full and "EQX_QD_USER_XLA_FLAGS" in os.environ:  # the top-level conftest added flags
         item.stash[_SUITE_FLAGS] = os.environ["XLA_FLAGS"]
         # The user's flags; empty where they had none (XLA reads an empty XLA_FLAGS as unset).
         os.environ["XLA_FLAGS"] = os.environ["EQX_QD_USER_XLA_FLAGS"]

@@ -1,0 +1,54 @@
+"""The suite's own organisation, as the README and docs/checks.md describe it: the README's
+test command is the one `.ci/run` runs, the fast tier leaves out every marker the project
+declares, and every notebook reads its iteration counts from its one smoke line."""
+
+import json
+import pathlib
+import re
+import tomllib
+
+
+ROOT = pathlib.Path(__file__).parents[1]
+SMOKE = 'SMOKE = os.environ.get("EQX_QD_SMOKE") == "1"'
+
+
+def _markers() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    return [line.split(":")[0] for line in config["markers"]]
+
+
+def _bash_lines(text: str) -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_s_test_command_is_the_one_ci_runs():
+    readme = _bash_lines((ROOT / "README.md").read_text())
+    (install,) = [line for line in readme if 'pip install -e ".[test]"' in line]
+    readme_pytest = install.split("&&")[-1].strip()
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.startswith("pytest ")]  # fmt: skip
+    assert ci == [readme_pytest] == ["pytest -n 2 --nbmake"]
+
+
+def test_the_fast_tier_leaves_out_every_declared_marker():
+    """A new marker is a decision about the fast tier: this test names the ones it leaves out."""
+    readme = _bash_lines((ROOT / "README.md").read_text())
+    fast = [line for line in readme if line.startswith("pytest ") and " -m " in line]
+    assert fast == ['pytest -n 2 -m "' + " and ".join(f"not {m}" for m in _markers()) + '"']
+    assert _markers() == ["slow", "e2e", "brax"]
+    checks = (ROOT / "docs" / "checks.md").read_text()
+    assert fast[0].removeprefix("pytest -n 2 ") in checks
+    assert '-m "' + " or ".join(_markers()) + '"' in checks  # the slow tier: the rest
+
+
+def test_every_notebook_with_loops_reads_its_counts_from_its_smoke_line():
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        if path.stem == "testing_your_extension":  # no loop to shorten: a few laws' examples
+            assert "SMOKE" not in code
+            continue
+        assert code.count(SMOKE) == 1, path.name
+        sized = [line for line in code.splitlines() if re.search(r"\bif SMOKE else\b", line)]
+        assert sized, f"{path.name}: no count reads SMOKE"
