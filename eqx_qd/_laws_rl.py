@@ -180,7 +180,8 @@ def _pbt_update(pbt, population, returns, key):
 def _law_agent_pbt(ctx: _AgentContext) -> None:
     """PBT copies whole runs: the member it replaces takes every leaf of its source's run
     (buffers, environments, networks, optimiser states), only its hyperparameters drawn
-    again, inside the agent's spaces; compiled, the update is the same."""
+    again, inside the agent's spaces. Compiled, the update copies the same leaves and keeps the
+    same record; what it computes, the explored hyperparameters, agrees to float rounding."""
     spaces = ctx.agent.hparam_spaces
     pbt = PBT(2, 1, 1, spaces)
     returns = jnp.asarray([1.0, 0.0], jnp.float32)
@@ -198,7 +199,7 @@ def _law_agent_pbt(ctx: _AgentContext) -> None:
     jitted, jinfo = _pbt_update(pbt, ctx.population, returns, ctx.pbt_key)
     # What PBT copies and its record, bit for bit; what it computes (the explored
     # hyperparameters), to float rounding: a compiled program may fuse and round otherwise.
-    hparams = lambda r: r.agent_state.hparams  # noqa: E731
+    hparams = lambda r: r.agent_state.hparams
     copies = eqx.tree_at(hparams, jitted, hparams(new))
     if not (
         bool(eqx.tree_equal(copies, new))
