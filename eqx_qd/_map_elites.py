@@ -288,7 +288,8 @@ class MAPElites(eqx.Module):
         `ScoringExtra`, or `None`), and update the emitter with `asked`.
 
         A candidate whose evaluation failed takes a NaN fitness (or descriptor): the
-        repertoire refuses it, and the emitter learns that it was not inserted.
+        repertoire refuses it, the emitter learns that it was not inserted, and every ranker
+        puts it after every other candidate (a strategy never takes it for a parent).
 
         **Returns:** the new state, the metrics of the reported archive and the per-candidate
         `StepInfo`, as `step`.

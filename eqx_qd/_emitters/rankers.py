@@ -18,18 +18,28 @@ from .._repertoire import AddInfo
 from .._selectors import crowding_distance, pareto_fronts
 
 
+def _last_if_nan(values: Array) -> Array:
+    """NaN as -inf: a failed candidate (a NaN fitness, improvement or descriptor) ranks below
+    every candidate that has a value. Sorted as it is, NaN goes last, and a descending order
+    (the flip) would put it first."""
+    return jnp.where(jnp.isnan(values), -jnp.inf, values)
+
+
 def _descending(values: Float[Array, " batch"]) -> Int[Array, " batch"]:
-    # numpy's `flip(argsort(v))`: descending, ties in reverse index order.
-    return jnp.flip(jnp.argsort(values, stable=True))
+    # numpy's `flip(argsort(v))`: descending, ties in reverse index order; NaN last.
+    return jnp.flip(jnp.argsort(_last_if_nan(values), stable=True))
 
 
 def _two_stage(primary, secondary) -> Int[Array, " batch"]:
-    # numpy's `flip(lexsort((secondary, primary)))`: by primary, then secondary, descending.
-    return jnp.flip(jnp.lexsort((secondary, primary)))
+    # numpy's `flip(lexsort((secondary, primary)))`: by primary, then secondary, descending;
+    # NaN last in each.
+    return jnp.flip(jnp.lexsort((_last_if_nan(secondary), _last_if_nan(primary))))
 
 
 class AbstractRanker(eqx.Module):
-    """Orders an evaluated batch for the ES, best first."""
+    """Orders an evaluated batch for the ES, best first. A failed candidate (its evaluation
+    gave a NaN or infinite fitness or a NaN descriptor, so the repertoire refused it) ranks
+    after every other, whatever the ranker: the ES learns that it failed."""
 
     @abc.abstractmethod
     def rank(
@@ -142,7 +152,9 @@ class NSLCRanker(AbstractRanker):
         novelty = _needs(add_info, "novelty", "NSLCRanker")
         beaten = _needs(add_info, "local_competition", "NSLCRanker").astype(novelty.dtype)
         objectives = jnp.stack([novelty, beaten], axis=-1)
-        front = pareto_fronts(objectives)
+        # A failed candidate (no finite novelty: a NaN descriptor) is dominated by every other.
+        failed = ~jnp.isfinite(novelty)[:, None]
+        front = pareto_fronts(jnp.where(failed, -jnp.inf, objectives))
         crowding = crowding_distance(objectives, front)
         rows = jnp.arange(novelty.shape[0])
         return jnp.lexsort((rows, -crowding, front)), objectives

@@ -361,6 +361,37 @@ def _info(status, value):
     )
 
 
+@pytest.mark.parametrize("name", ["imp", "2imp", "obj", "2obj", "rd", "2rd", "novelty", "nslc"])
+def test_failed_candidates_rank_after_every_other(name):
+    """A failed evaluation (fitness -inf or NaN, descriptor NaN: what the external evaluators
+    and `MAPElites.tell` report) is refused by the repertoire and ranked last by every ranker,
+    after candidates refused for being worse: the ES never takes it for a parent (it had been
+    first for `imp`, `rd` and a NaN `obj`: argsort puts NaN last, the descending flip first)."""
+    rng = np.random.default_rng(0)
+    genotypes = jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)
+    descriptors = jnp.asarray(rng.uniform(size=(8, 2)), jnp.float32)
+    fitnesses = jnp.asarray(rng.normal(size=8), jnp.float32)
+    if name in ("novelty", "nslc"):
+        repertoire = q.UnstructuredRepertoire.empty(
+            16, genotypes[0], 2, k=2, novelty_threshold=0.01, local_competition=True
+        )
+    else:  # CMA-MAE's annealing archive: every candidate gets an improvement value
+        grid = q.GridTessellation((4, 4), 0.0, 1.0)
+        repertoire = q.MapElitesRepertoire.empty(
+            grid, genotypes[0], learning_rate=0.5, threshold_min=-50.0
+        )
+    # Three of the cells hold better elites: their candidates are refused with finite values.
+    repertoire, _ = repertoire.add(genotypes[:3], descriptors[:3], jnp.full(3, 5.0))
+    failed = (2, 5)
+    descriptors = descriptors.at[jnp.asarray(failed)].set(jnp.nan)
+    fitnesses = fitnesses.at[2].set(-jnp.inf).at[5].set(jnp.nan)
+    _, info = repertoire.add(genotypes, descriptors, fitnesses)
+    assert np.all(np.asarray(info.cell)[list(failed)] == -1)
+    direction = jnp.asarray([1.0, -0.5], jnp.float32)
+    order, _ = q.ranker(name).rank(direction, fitnesses, descriptors, info)
+    assert sorted(np.asarray(order)[-2:].tolist()) == list(failed), np.asarray(order)
+
+
 def test_rankers_order_by_their_definitions():
     info = _info([0, 2, 1, 2, 0], [5.0, 1.0, 3.0, 2.0, -1.0])
     fit = jnp.asarray([0.5, 0.1, 0.9, 0.3, 0.7])
@@ -445,6 +476,29 @@ def _run(emitter, iterations, key, **annealing):
 def _cma(**kw):
     defaults = dict(num_emitters=2, emitter_batch_size=8)
     return q.EvolutionStrategyEmitter(jnp.zeros(10), 0.5, **(defaults | kw))
+
+
+def test_cma_mae_treats_a_failed_evaluation_as_the_worst_candidate(getkey):
+    """Told through `MAPElites.tell` with one evaluation failed (fitness -inf, descriptor
+    NaN), CMA-MAE's strategy moves as if that candidate were the worst of the batch (a finite
+    fitness below every other): the failure takes no weight, where it had been the top
+    parent (the fidelity review measured the mean moving towards it, distance 1.65 -> 0.77)."""
+    algo = q.MAPElites(
+        _cma(ranker="imp", selection_rule="mu", restart_rule="basic", num_emitters=1),
+        SPHERE, archive_learning_rate=0.01, threshold_min=0.0,
+    )  # fmt: skip
+    state, _ = algo.init(SPHERE.init_genotypes(1, key=getkey()), CELLS, key=getkey())
+    genotypes, asked = algo.ask(state, key=getkey())
+    fitnesses, descriptors, _ = SPHERE(genotypes, key=getkey())
+    worst = int(jnp.argmin(fitnesses))
+    failed_fit = fitnesses.at[worst].set(-jnp.inf)
+    failed_desc = descriptors.at[worst].set(jnp.nan)
+    lowest = fitnesses.at[worst].set(jnp.min(fitnesses) - 100.0)
+    told = lambda f, d: algo.tell(state, asked, genotypes, d, f)[0].emitter_state.es.mean
+    failed, bad = told(failed_fit, failed_desc), told(lowest, descriptors)
+    np.testing.assert_array_equal(failed, bad)
+    before = float(jnp.linalg.norm(state.emitter_state.es.mean[0] - genotypes[worst]))
+    assert float(jnp.linalg.norm(failed[0] - genotypes[worst])) >= before
 
 
 def test_restart_rules(getkey):
