@@ -61,6 +61,7 @@ IPPO = dict(
     iterations=4, eval_frequency=2, eval_episodes=4,
 )  # fmt: skip
 
+# tests/ is on the path: the evaluator's module, as a user's would be.
 EXTERNAL = dict(
     evaluator="external_evaluators:counted_arm",
     batch_size=8,
@@ -68,7 +69,7 @@ EXTERNAL = dict(
     cells=16,
     cvt_samples=200,
     checkpoint_every=2,
-)  # fmt: skip (tests/ is on the path: the evaluator's module, as a user's would be)
+)
 
 # (config, the logged row's step column, the step after which the run is interrupted)
 CASES = {
@@ -85,13 +86,13 @@ CASES = {
 # the guides (`docs/jobs.md`, `docs/algorithms.md`; an archive snapshot as `archive_<evals>.csv`).
 QD = {"centroids.npy", "checkpoints", "config.toml", "progress.csv", "progress.png",
       "repertoire.eqx", "repertoire.png", "status.json"}  # fmt: skip
-POLICY_QD = QD | {
+POLICY_QD = QD | {  # snapshots every 160 of 544 evaluations
     "actors.csv",
     "archive_224.csv",
     "archive_384.csv",
     "archive_544.csv",
     "fitness_density.png",
-}  # fmt: skip (snapshots every 160 of 544 evaluations)
+}
 FOLDERS = {
     "map-elites": QD,
     "external": QD | {"evaluations.csv", "journal"},
@@ -136,12 +137,16 @@ def _key_data(tree):
     return jax.tree.map(lambda x: jax.random.key_data(x) if is_key(x) else x, tree)
 
 
+SECONDS = ("wall_s", "eval_s", "seconds")
+"""The logs' columns of seconds spent (the run's; the external job's evaluations' in all and
+each one's): their own in every run."""
+
+
 def _without_wall_clock(path):
-    """A CSV's text without its columns of seconds spent (``wall_s``; an evaluation's
-    ``seconds``): they differ between any runs."""
+    """A CSV's text without its columns of seconds spent (`SECONDS`)."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    drop = {j for j, name in enumerate(rows[0]) if name in ("wall_s", "seconds")} if rows else ()
+    drop = {j for j, name in enumerate(rows[0]) if name in SECONDS} if rows else ()
     return [[c for j, c in enumerate(r) if j not in drop] for r in rows]
 
 
@@ -225,19 +230,19 @@ def test_a_resumed_run_equals_the_uninterrupted_run(interrupted):
     assert _same_arrays(_key_data(whole.state), _key_data(resumed.state)), name
     assert list(whole.progress) == list(resumed.progress)
     for column in whole.progress:
-        if column != "wall_s":  # seconds spent: its own in every run
+        if column not in SECONDS:
             np.testing.assert_array_equal(whole.progress[column], resumed.progress[column])
     wall = resumed.progress["wall_s"]  # goes on over the resume, never back
     assert np.all(np.diff(wall) >= 0) and wall[0] >= 0
-    # Every CSV the same, byte for byte but for wall_s: each row exactly once.
+    # Every CSV the same, byte for byte but for the seconds spent: each row exactly once.
     csvs = sorted(n for n in os.listdir(root / "whole") if n.endswith(".csv"))
     assert csvs and sorted(n for n in os.listdir(root / "cut") if n.endswith(".csv")) == csvs
     assert all(_same_files(root / "whole", root / "cut", csvs).values())
     assert jobs.run_status(root / "cut")["status"] == "finished"
     # The checkpoints kept: the newest `keep_checkpoints`, the last at the run's end.
     kept = jobs.list_checkpoints(root / "cut")
-    keep = CASES[name][0].keep_checkpoints or None  # 0: every one (IPPO's default)
-    assert len(kept) == len(jobs.list_checkpoints(root / "whole")[-keep if keep else 0 :])
+    keep, wholes = CASES[name][0].keep_checkpoints, jobs.list_checkpoints(root / "whole")
+    assert len(kept) == len(wholes[-keep:] if keep else wholes)  # 0 keeps every one (IPPO's)
     assert [c.step for c in kept] == [c.step for c in jobs.list_checkpoints(root / "whole")]
 
 
