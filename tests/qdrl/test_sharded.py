@@ -5,7 +5,7 @@ devices are in `tests/jobs/test_jobs_on_devices.py`."""
 
 import dataclasses
 
-import default_emitters as default_generator
+import default_emitters
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -224,7 +224,7 @@ def test_data_parallel_ppo_epochs_are_the_whole_batch_s():
             np.testing.assert_allclose(got[0], np.asarray(want), rtol=2e-5, atol=1e-6)
 
 
-def _update_on_mesh(emitter, state, mesh, fitnesses, key, *, default_emitters=False):
+def _update_on_mesh(emitter, state, mesh, fitnesses, key, *, default_generator=False):
     """`emitter.state_update` of `state`'s emitter state on every device of `mesh`, with
     `fitnesses` (`(devices, batch)`: per device, the GA children then the agents) and
     stand-in candidates at descriptor 0 (unused by the update)."""
@@ -245,7 +245,7 @@ def _update_on_mesh(emitter, state, mesh, fitnesses, key, *, default_emitters=Fa
     mapped = jax.shard_map(body, mesh=mesh, **specs)
     args = (dyn, state.repertoire, fitnesses, key)
     out = (
-        default_generator.call(mapped, *args) if default_emitters else eqx.filter_jit(mapped)(*args)
+        default_emitters.call(mapped, *args) if default_generator else eqx.filter_jit(mapped)(*args)
     )
     return eqx.combine(out, static)
 
@@ -313,7 +313,7 @@ def test_the_chunked_exchange_finds_the_same_best_set_whatever_the_chunk():
         )
         # XLA's default fusion code generator: the chunked and one-step updates agree bit for
         # bit under it (under the older one, the suite's, the explored learning rates to rounding).
-        update = _update_on_mesh(emitter, state, mesh, fitnesses, jr.key(4), default_emitters=True)
+        update = _update_on_mesh(emitter, state, mesh, fitnesses, jr.key(4), default_generator=True)
         results.append(update)
     one_step, chunked = results
     assert np.asarray(one_step.best_returns).tolist() == [[7.0, 3.0, 3.0, 3.0]] * 2
