@@ -42,8 +42,13 @@ this: the steps shrink the part of the error that does not commute with C by a f
 UNCERTAINTY_LIMIT = 10.0
 """The most `CMAESState.uncertainty` may grow through Newton refreshes before one decomposes."""
 
-CONDITION_LIMIT = 1e14
-"""A covariance whose condition number passes this restarts its strategy (pycma's tolerance)."""
+CONDITION_LIMIT = 2e6
+"""A covariance whose condition number passes this restarts its strategy: pycma's tolerance
+(1e14 in float64, a margin below `1 / eps`) moved to float32, about `1 / (4 eps)`. A float32
+eigendecomposition measures a condition number to a few percent up to about 1e6 and cannot
+tell larger ones apart (it reports 5e6 to 1e11 for true conditions from 1e7 to 1e16: the
+small eigenvalues are rounding), so 1e14 could never fire; this limit fires for every true
+condition from 1e7 up and never below 1e6 (`tests/core/test_cma.py`)."""
 
 AREA_LIMIT = 1e-11
 """A strategy whose extent `sigma * sqrt(max eigenvalue)` falls below this restarts."""
@@ -419,7 +424,8 @@ class CMAES(eqx.Module):
         self, state: CMAESState, sorted_values: Float[Array, "batch ..."]
     ) -> Bool[Array, ""]:
         """Whether `state` should restart, by pycma's tolerances as pyribs checks them:
-        condition number above `CONDITION_LIMIT` (1e14), the distribution's extent
+        condition number above `CONDITION_LIMIT` (2e6, float32's reach, where pycma's 1e14
+        is float64's), the distribution's extent
         `sigma * sqrt(max eigenvalue)` below `AREA_LIMIT` (1e-11), or a flat ranking (the
         best and worst ranking values closer than 1e-12). `sorted_values` are the ranking
         values, best first. The eigenvalue figures are the state's; after a Newton refresh

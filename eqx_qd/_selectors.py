@@ -55,6 +55,21 @@ def _check_nonempty(idx: Array, num_filled: Array) -> Array:
     return eqx.error_if(idx, num_filled == 0, "cannot select from an empty repertoire")
 
 
+def uniform_filled(
+    fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
+) -> tuple[Int[Array, " {num}"], Int[Array, ""]]:
+    """`num` cells drawn uniformly among the filled ones (finite `fitnesses`), and how many
+    are filled; with none filled the indices are 0 and no error is raised, for callers that
+    fall back to something else (a restarting emitter's first mean)."""
+    filled = jnp.isfinite(fitnesses)
+    num_filled = jnp.sum(filled, dtype=jnp.int32)
+    # Positions of the filled cells, packed at the front; a uniform draw over that prefix
+    # costs O(num_cells + num) instead of a categorical over all cells per draw.
+    (packed,) = jnp.nonzero(filled, size=fitnesses.shape[0], fill_value=0)
+    draws = jr.randint(key, (num,), 0, jnp.maximum(num_filled, 1))
+    return packed[draws].astype(jnp.int32), num_filled
+
+
 @typing.final
 class UniformSelector(AbstractSelector):
     """Every filled cell is equally likely."""
@@ -63,13 +78,7 @@ class UniformSelector(AbstractSelector):
         self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
     ) -> Int[Array, " {num}"]:
         _check_args("UniformSelector", fitnesses, num)
-        filled = jnp.isfinite(fitnesses)
-        num_filled = jnp.sum(filled, dtype=jnp.int32)
-        # Positions of the filled cells, packed at the front; a uniform draw over that prefix
-        # costs O(num_cells + num) instead of a categorical over all cells per draw.
-        (packed,) = jnp.nonzero(filled, size=fitnesses.shape[0], fill_value=0)
-        draws = jr.randint(key, (num,), 0, jnp.maximum(num_filled, 1))
-        return _check_nonempty(packed[draws].astype(jnp.int32), num_filled)
+        return _check_nonempty(*uniform_filled(fitnesses, num, key=key))
 
 
 @typing.final

@@ -11,13 +11,14 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Float, Int, ScalarLike
+from jaxtyping import Array, Bool, Float, Int, Key, PyTree, ScalarLike
 
 from .. import _validate as check
 from .._cma_es import CMAES, CMAESState
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import i32
 from .._repertoire import AbstractRepertoire, AddInfo
+from .._selectors import uniform_filled
 from .base import AbstractEmitter, Lineage, Origin
 from .rankers import AbstractRanker, ranker as _ranker
 
@@ -68,6 +69,41 @@ def rule_restarts(restart_rule: "str | int", iterations, new) -> Array:
     return iterations % restart_rule == 0
 
 
+def restart_points(
+    repertoire: AbstractRepertoire,
+    stop: Bool[Array, " num_emitters"],
+    keys: Key[Array, " num_emitters"],
+    fallback: Float[Array, " dim"],
+) -> Float[Array, "num_emitters dim"]:
+    """Where each strategy starts again: an elite's genotype drawn uniformly from `repertoire`
+    with the strategy's key (`keys`, `(num_emitters,)`), or `fallback` (the emitter's `x0`) while
+    the repertoire is empty, where pyribs raises. The elites are drawn only when some strategy
+    stops, so an iteration without a restart draws nothing, and an empty repertoire (an
+    annealing archive whose `threshold_min` no candidate has passed yet) is not an error.
+    Rows of strategies that do not stop are `fallback` and meant to be discarded."""
+
+    def draw(keys):
+        def one(k):
+            idx, num_filled = uniform_filled(repertoire.fitnesses, 1, key=k)
+            return jnp.where(num_filled > 0, repertoire.genotypes[idx[0]], fallback)
+
+        return jax.vmap(one)(keys)
+
+    def skip(keys):
+        return jnp.broadcast_to(fallback, keys.shape + fallback.shape)
+
+    return jax.lax.cond(jnp.any(stop), draw, skip, keys)
+
+
+def where_rows(which: Bool[Array, " n"], new: PyTree, old: PyTree) -> PyTree:
+    """`new`'s rows where `which`, `old`'s elsewhere (every leaf has the leading axis `n`)."""
+
+    def pick(a, b):
+        return jnp.where(which.reshape(which.shape + (1,) * (a.ndim - 1)), a, b)
+
+    return jax.tree.map(pick, new, old)
+
+
 def ranked_generation(
     es: CMAES,
     ranker: AbstractRanker,
@@ -105,8 +141,9 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
 
     CMA-ME: ranker `2imp`, selection `filter`, restart `no_improvement`. CMA-MAE: ranker
     `imp`, selection `mu`, restart `basic`, with `MAPElites(archive_learning_rate=...)`.
-    A strategy restarts (a fresh distribution at an elite drawn uniformly from the archive,
-    a new random direction) when CMA-ES's tolerances say so or its `restart_rule` does.
+    A strategy restarts (a fresh distribution at an elite drawn uniformly from the archive, or
+    at `x0` while the archive is empty, and a new random direction) when CMA-ES's tolerances
+    say so or its `restart_rule` does; the elite is drawn only then.
     Genotypes are flat `(batch, dim)` arrays.
 
     **Fields:**
@@ -227,31 +264,30 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
 
         lower, upper = repertoire.extent
 
-        def one(es_state, direction, iterations, restarts, g, d, f, info, k):
+        def one(es_state, direction, iterations, g, d, f, info, k):
             es_state, _, _, iterations, stop = ranked_generation(
                 self.es, self.ranker, self.selection_rule, self.restart_rule,
                 es_state, direction, iterations, g, f, d, info,
             )  # fmt: skip
             pick_key, direction_key = jr.split(k)
-            x0 = repertoire.select(1, key=pick_key).genotypes[0]
-            fresh = self.es.init(x0)  # (never due: its square roots are the identity's)
-            es_state = jax.tree.map(lambda a, c: jnp.where(stop, a, c), fresh, es_state)
             direction = jnp.where(
                 stop, self.ranker.direction(lower, upper, key=direction_key), direction
             )
-            return es_state, direction, iterations, restarts + stop.astype(jnp.int32)
+            return es_state, direction, iterations, stop, pick_key
 
-        outs = jax.vmap(one)(
+        es_state, direction, iterations, stop, pick_keys = jax.vmap(one)(
             state.es,
             state.direction,
             state.iterations,
-            state.restarts,
             per_emitter(genotypes),
             per_emitter(descriptors),
             per_emitter(fitnesses),
             jax.tree.map(per_emitter, add_info),
             jr.split(key, e),
         )
-        es_state, *rest = outs
+        # Fresh strategies (never due: their square roots are the identity's) where they stop.
+        fresh = jax.vmap(self.es.init)(restart_points(repertoire, stop, pick_keys, self.x0))
+        es_state = where_rows(stop, fresh, es_state)
+        restarts = state.restarts + stop.astype(jnp.int32)
         # Outside the vmap: only the strategies whose lazy gap has passed decompose.
-        return ESEmitterState(self.es.refresh_many(es_state), *rest)
+        return ESEmitterState(self.es.refresh_many(es_state), direction, iterations, restarts)

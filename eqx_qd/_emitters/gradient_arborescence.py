@@ -23,7 +23,7 @@ from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import f32
 from .._repertoire import AbstractRepertoire, AddInfo
 from .base import AbstractEmitter, Lineage, Origin
-from .evolution_strategy import check_rules, ranked_generation
+from .evolution_strategy import check_rules, ranked_generation, restart_points
 from .rankers import AbstractRanker, ranker as _ranker
 
 
@@ -270,7 +270,7 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
 
         lower, upper = repertoire.extent
 
-        def one(s: ArborescenceState, g, d, f, info, k):
+        def generation(s: ArborescenceState, g, d, f, info, k):
             es, order, parents, iterations, stop = ranked_generation(
                 self.es, self.ranker, self.selection_rule, self.restart_rule,
                 s.es, s.direction, s.iterations, s.coefficients, f, d, info,
@@ -281,11 +281,15 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
                 s.theta, s.moment1, s.moment2, s.steps, step
             )
             pick_key, direction_key, next_key = jr.split(k, 3)
-            elite = repertoire.select(1, key=pick_key).genotypes[0]
-            theta = jnp.where(stop, elite, theta)
             direction = jnp.where(
                 stop, self.ranker.direction(lower, upper, key=direction_key), s.direction
             )
+            moved = (es, theta, moment1, moment2, steps, direction, iterations)
+            return moved, stop, pick_key, next_key
+
+        def restarted(moved, stop, elite, restarts, next_key):
+            es, theta, moment1, moment2, steps, direction, iterations = moved
+            theta = jnp.where(stop, elite, theta)
             fresh = self.es.init(jnp.zeros(self.num_descriptors + 1, jnp.float32))
             es = jax.tree.map(lambda a, c: jnp.where(stop, a, c), fresh, self.es.refresh(es))
             moment1, moment2 = (jnp.where(stop, 0.0, m) for m in (moment1, moment2))
@@ -300,10 +304,10 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
                 jnp.where(stop, 0, steps),
                 direction,
                 iterations,
-                s.restarts + stop.astype(jnp.int32),
+                restarts + stop.astype(jnp.int32),
             )
 
-        outs = jax.vmap(one)(
+        moved, stop, pick_keys, next_keys = jax.vmap(generation)(
             state,
             branches_of(genotypes),
             branches_of(descriptors),
@@ -311,4 +315,6 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
             jax.tree.map(branches_of, add_info),
             jr.split(key, e),
         )
+        elites = restart_points(repertoire, stop, pick_keys, self.x0)
+        outs = jax.vmap(restarted)(moved, stop, elites, state.restarts, next_keys)
         return ArborescenceState(*outs)

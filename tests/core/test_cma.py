@@ -347,6 +347,28 @@ def test_stop_tolerances():
     )
 
 
+@pytest.mark.parametrize("dim", [2, 5, 20, 60])
+def test_the_condition_tolerance_fires_in_float32(dim):
+    """A covariance of true condition number from 1e7 to 1e16 restarts its strategy, one of
+    1e5 or 1e6 does not, after a float32 eigendecomposition (the refresh's). pycma's 1e14 could
+    never fire: float32 reports at most about 4e9 for any of these (issue 76, item 5)."""
+    rng = np.random.default_rng(dim)
+    spread = jnp.asarray([3.0, 2.0, 1.0])
+    for log_condition in (5, 6, 7, 8, 10, 12, 14, 16):
+        for _ in range(4):
+            basis, _ = np.linalg.qr(rng.normal(size=(dim, dim)))
+            values = np.logspace(0, -log_condition, dim) * rng.uniform(0.1, 10.0)
+            cov = jnp.asarray((basis * values) @ basis.T, jnp.float32)
+            state = EIGH_OF[dim].init(jnp.zeros(dim))
+            state = eqx.tree_at(lambda s: (s.cov, s.evaluations), state, (cov, jnp.int32(10**6)))
+            refreshed = _REFRESH(EIGH_OF[dim], state)
+            stops = bool(EIGH_OF[dim].should_stop(refreshed, spread))
+            assert stops == (log_condition >= 7), (dim, log_condition, float(refreshed.condition))
+
+
+EIGH_OF = {d: q.CMAES(d, 8, sigma0=1.0, square_roots="eigh") for d in (2, 5, 20, 60)}
+
+
 # --- Rankers on hand-built batches -------------------------------------------------------------
 
 
@@ -473,9 +495,9 @@ def _run(emitter, iterations, key, **annealing):
     return q.run(algo, state, iterations, key=jr.fold_in(key, 1))
 
 
-def _cma(**kw):
+def _cma(x0=jnp.zeros(10), **kw):
     defaults = dict(num_emitters=2, emitter_batch_size=8)
-    return q.EvolutionStrategyEmitter(jnp.zeros(10), 0.5, **(defaults | kw))
+    return q.EvolutionStrategyEmitter(x0, 0.5, **(defaults | kw))
 
 
 def test_cma_mae_treats_a_failed_evaluation_as_the_worst_candidate(getkey):
@@ -510,6 +532,37 @@ def test_restart_rules(getkey):
     state, _ = _run(basic, 7, getkey())
     np.testing.assert_array_equal(state.emitter_state.restarts, [0, 0])
     assert bool(jnp.all(state.emitter_state.es.sigma != 0.5))
+
+
+def test_an_empty_archive_is_no_error_and_a_restart_there_starts_at_x0(getkey):
+    """An annealing archive whose `threshold_min` is above every fitness stays empty. The
+    restart elite used to be drawn every iteration, so CMA-MAE's first update failed ("cannot
+    select from an empty repertoire") though nothing restarted (issue 76, item 5); now it is
+    drawn only on a restart, and a restart with nothing to draw from starts at `x0`."""
+    x0 = jnp.full((10,), 0.25)
+    annealing = dict(archive_learning_rate=0.01, threshold_min=1e6)
+    mae = _cma(ranker="imp", selection_rule="mu", restart_rule="basic", x0=x0)
+    state, _ = _run(mae, 2, getkey(), **annealing)
+    assert int(state.repertoire.num_filled) == 0
+    np.testing.assert_array_equal(state.emitter_state.restarts, [0, 0])
+    assert not bool(jnp.any(state.emitter_state.es.mean == x0[None]))  # the strategies moved
+    every = _cma(ranker="imp", selection_rule="mu", restart_rule=1, x0=x0)
+    state, _ = _run(every, 2, getkey(), **annealing)
+    np.testing.assert_array_equal(state.emitter_state.restarts, [2, 2])
+    np.testing.assert_array_equal(state.emitter_state.es.mean, jnp.stack([x0, x0]))
+    mega = _mega(x0=x0, restart_rule=1, ranker="imp")
+    state, _ = _run(mega, 2, getkey(), **annealing)
+    np.testing.assert_array_equal(state.emitter_state.restarts, [2, 2])
+    np.testing.assert_array_equal(state.emitter_state.theta, jnp.stack([x0, x0]))
+
+
+def test_a_restart_draws_a_stored_elite(getkey):
+    """Every iteration restarts (`restart_rule=1`): each strategy's new mean is the genotype
+    of an elite stored in the archive."""
+    state, _ = _run(_cma(restart_rule=1), 3, getkey())
+    stored = np.asarray(state.repertoire.genotypes)[np.asarray(state.repertoire.filled)]
+    for mean in np.asarray(state.emitter_state.es.mean):
+        assert (stored == mean).all(axis=1).any()
 
 
 @pytest.mark.slow
@@ -558,9 +611,9 @@ def test_bad_input_is_named():
 # --- CMA-MEGA: gradients by autodiff, the optimisers, learning --------------------------------
 
 
-def _mega(lr=1.0, **kw):
+def _mega(lr=1.0, x0=jnp.zeros(10), **kw):
     defaults = dict(num_descriptors=2, num_emitters=2, branches=7, selection_rule="mu")
-    return q.GradientArborescenceEmitter(SPHERE, jnp.zeros(10), 10.0, lr, **(defaults | kw))
+    return q.GradientArborescenceEmitter(SPHERE, x0, 10.0, lr, **(defaults | kw))
 
 
 def test_the_jacobian_is_the_sphere_s_analytic_gradient():
