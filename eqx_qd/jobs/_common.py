@@ -31,7 +31,7 @@ from ._distributed import (
 from ._folder import RunFolder
 from ._progress import as_progress, Progress
 from ._registry import AGENTS, make_agent, make_env
-from ._sinks import check_sinks, OpenedSinks
+from ._sinks import check_sinks, logged_sinks, OpenedSinks
 
 
 CONFIG_FILE = "config.toml"
@@ -395,7 +395,8 @@ def run(
       with the folder's own config; `fork_run` branches from an earlier one).
     - `log`: where else the rows go: `"tensorboard"` (event files in the folder's
       `tensorboard/`) and `"wandb"` (a Weights & Biases run), optional extras
-      (`jobs.TensorBoardSink`, `jobs.WandbSink`).
+      (`jobs.TensorBoardSink`, `jobs.WandbSink`), flushed with each chunk's rows. A resume
+      logs on into the sinks the run logged to, and into `log`.
 
     **Returns:** the `RunResult`; each job's class docstring says what its folder holds.
     Every folder also holds `status.json` (`run_status`): `running` from its creation,
@@ -413,6 +414,8 @@ def run(
         and is_writer()
         and (resume or not os.path.exists(os.path.join(out_dir, CONFIG_FILE)))
     )
+    if resume and out_dir is not None:  # a resume logs on into the run's own sinks
+        log = [*log, *(name for name in logged_sinks(out_dir) if name not in log)]
     check_sinks(log, out_dir)
     sinks = None
     if log and is_writer():  # (process 0 logs for a multi-process run)
@@ -430,7 +433,8 @@ def run(
         write_status(RunFolder(out_dir), "running", job=config.JOB, resumed=_now())
     heartbeat = _Heartbeat(os.fspath(out_dir)) if out_dir is not None and is_writer() else None
     try:
-        with as_progress(progress, on_log if sinks is None else sinks) as reporter:
+        logged = (on_log, None) if sinks is None else (sinks, sinks.flush)
+        with as_progress(progress, *logged) as reporter:
             result = job.run(config, out_dir, progress=reporter, plots=plots, resume=resume)
     except BaseException as e:
         # Another process of the run stopped: a collective failed here.

@@ -160,6 +160,7 @@ class LoopJob(Job):
                     folder.append_csv(name, headers[name], new)
             for row in rows.get(progress_log, []):
                 progress.log(dict(zip(headers[progress_log], row)))
+            progress.flush()  # the sinks, as the CSV logs, hold what a checkpoint covers
 
         def checkpoint(chunk: Chunk, force: bool) -> None:
             metrics = chunk.metrics

@@ -2,9 +2,11 @@
 Weights & Biases. Both are optional extras (`pip install "eqx_qd[tensorboard]"`, `[wandb]`);
 `jobs.run(..., log=["tensorboard"])` and `eqx-qd run JOB --log tensorboard` use them.
 
-A sink receives what `on_log` receives, one row (a dict of floats) per logged step, and is
-closed when the run ends, however it ends. The row's step column (the first log's, e.g.
-`iteration`) is the x axis.
+A sink receives what `on_log` receives, one row (a dict of floats) per logged step, is
+flushed with each chunk's rows (before the chunk's checkpoint, as the CSV logs are written), and
+is closed when the run ends, however it ends. The row's step column (the first log's, e.g.
+`iteration`) is the x axis. A run's sinks leave a trace in its folder (`tensorboard/`,
+`wandb_id.txt`), and its resume logs on into them without being told again.
 """
 
 import abc
@@ -17,12 +19,18 @@ from ._folder import RunFolder
 
 
 class LogSink(abc.ABC):
-    """Receives a run's rows (`__call__`, as `on_log`); `close` ends it."""
+    """Receives a run's rows (`__call__`, as `on_log`); `flush` makes them durable (a process
+    killed after it loses none of them); `close` ends it."""
 
     @abc.abstractmethod
     def __call__(self, row: Mapping[str, float]) -> None:
         """Log one row."""
 
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Write out the rows logged so far."""
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Flush and release what the sink holds."""
 
@@ -31,7 +39,10 @@ class TensorBoardSink(LogSink):
     """Scalars in TensorBoard event files under `logdir` (`tensorboard --logdir RUN`): one
     tag per column, `prefix/column`, against the `step` column.
 
-    A resumed run logs again the steps after its checkpoint; `purge_step` (the first of
+    Written synchronously with tensorboardX's event writer: `flush` puts every row logged so
+    far on disk (tensorboardX's `SummaryWriter` queues rows to a thread whose own `flush` does
+    not wait for it, so a killed run lost the rows of its last seconds, all of them in a short
+    run). A resumed run logs again the steps after its checkpoint; `purge_step` (the first of
     them) writes TensorBoard's marker that hides what an earlier process logged from there
     on, so each step shows once.
     """
@@ -45,25 +56,39 @@ class TensorBoardSink(LogSink):
         purge_step: int | None = None,
     ):
         try:
-            from tensorboardX import SummaryWriter
+            from tensorboardX.event_file_writer import EventsWriter
+            from tensorboardX.proto import event_pb2, summary_pb2
+            from tensorboardX.summary import scalar
         except ImportError:
             raise ImportError(
                 "logging to TensorBoard needs tensorboardX: pip install 'eqx_qd[tensorboard]'"
             ) from None
         self.step, self.prefix = step, prefix
+        self._event, self._summary, self._scalar = event_pb2, summary_pb2, scalar
+        os.makedirs(logdir, exist_ok=True)
         # A suffix of its own: two writers in one second (a resume right after a stop) would
         # otherwise open the same file and the second would empty it.
         suffix = f".{time.time_ns()}"
-        self._writer = SummaryWriter(
-            os.fspath(logdir), purge_step=purge_step, flush_secs=10, filename_suffix=suffix
-        )
+        self._writer = EventsWriter(os.path.join(os.fspath(logdir), "events"), suffix)
+        if purge_step is not None:
+            start = event_pb2.SessionLog(status=event_pb2.SessionLog.START)
+            self._write(event_pb2.Event(step=purge_step, session_log=start))
+
+    def _write(self, event) -> None:
+        event.wall_time = time.time()
+        self._writer.write_event(event)
 
     def __call__(self, row: Mapping[str, float]) -> None:
         step = int(row[self.step])
+        summary = self._summary.Summary()
         for name, value in row.items():
             if name != self.step:
                 tag = f"{self.prefix}/{name}" if self.prefix else name
-                self._writer.add_scalar(tag, float(value), global_step=step)
+                summary.value.extend(self._scalar(tag, float(value)).value)
+        self._write(self._event.Event(step=step, summary=summary))
+
+    def flush(self) -> None:
+        self._writer.flush()
 
     def close(self) -> None:
         self._writer.close()
@@ -117,12 +142,24 @@ class WandbSink(LogSink):
     def __call__(self, row: Mapping[str, float]) -> None:
         self._run.log({k: float(v) for k, v in row.items()})
 
+    def flush(self) -> None:
+        """Nothing to do: `log` hands each row to W&B's own service process at once."""
+
     def close(self) -> None:
         self._run.finish()
 
 
 SINKS = {"tensorboard": "tensorboardX", "wandb": "wandb"}
 """The sinks `jobs.run(log=...)` and `--log` name, and the package each needs."""
+
+TRACES = {"tensorboard": "tensorboard", "wandb": "wandb_id.txt"}
+"""What each sink leaves in a run folder, by which a resume knows the run logged there."""
+
+
+def logged_sinks(folder: str | os.PathLike) -> list[str]:
+    """The sinks the run in `folder` logged to, from their traces (`TRACES`): a resume logs
+    on into them."""
+    return [name for name, trace in TRACES.items() if os.path.exists(os.path.join(folder, trace))]
 
 
 def check_sinks(names: Sequence[str], out_dir: str | os.PathLike | None) -> None:
@@ -186,6 +223,10 @@ class OpenedSinks:
             self._sinks = self._open()
         for sink in self._sinks:
             sink(row)
+
+    def flush(self) -> None:
+        for sink in self._sinks or []:
+            sink.flush()
 
     def close(self) -> None:
         for sink in self._sinks or []:
