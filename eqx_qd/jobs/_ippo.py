@@ -216,12 +216,10 @@ def _evaluation(agent: IPPO, env, run: PPORun, num_episodes: int, deterministic:
 
 
 def _train_chunk(
-    agent: IPPO, env, run: PPORun, n: int, key, mesh: Any = None, start: int | None = None
+    agent: IPPO, env, run: PPORun, n: int, key, mesh: Any = None
 ) -> tuple[PPORun, TrainMetrics]:
     """`n` iterations from `run` (one `agent.train` call, or `train_data_parallel` over
-    `mesh`), keyed by `key` folded with the iteration count it starts from (`start`, read
-    from `run` by default)."""
-    key = jr.fold_in(key, int(run.iterations) if start is None else start)
+    `mesh`); each iteration's key is `key` folded with its count, however the run is cut."""
     if mesh is None:
         return agent.train(env, run, n, key=key)
     return train_data_parallel(agent, env, run, n, mesh=mesh, key=key)
@@ -247,8 +245,9 @@ def train_ippo(
     clock: Callable[[], float] | None = None,
     key: PRNGKey,
 ) -> tuple[PPORun, TrainingLog]:
-    """Train `run` on `env` for `num_iterations` more iterations, evaluating every
-    `eval_frequency` iterations: the IPPO job's chunks, for a notebook's own loop.
+    """Train `run` on `env` for `num_iterations` more iterations, evaluating at every
+    multiple of `eval_frequency` iterations and at the end: the IPPO job's chunks, for a
+    notebook's own loop.
 
     Every evaluation plays `num_episodes` episodes (policy modes, unless
     `deterministic_eval=False`); `progress` shows a bar (or reports to a `Progress`). A
@@ -302,7 +301,9 @@ def train_ippo(
         bar.start(num_iterations, "ippo", unit="iteration")
         done = 0
         while done < num_iterations:
-            chunk = min(eval_frequency, num_iterations - done)
+            # To the next multiple of eval_frequency, as the job's chunks.
+            at = int(run.iterations)
+            chunk = min(eval_frequency - at % eval_frequency, num_iterations - done)
             run, metrics = _train_chunk(agent, env, run, chunk, train_key)
             done += chunk
             record(run, metrics)
@@ -442,8 +443,11 @@ class _IPPOJob(LoopJob):
         return eqx.tree_at(lambda r: r.agent_state.hparams, resumed.state, hparams)
 
     def advance(self, plan: _IPPOPlan, run: PPORun, step: int, clock: RunClock) -> Chunk:
-        n = min(plan.config.eval_frequency, plan.config.iterations - step)
-        run, _ = _train_chunk(plan.agent, plan.env, run, n, plan.train_key, plan.mesh, step)
+        # To the next multiple of eval_frequency: a run lengthened from an iteration off that
+        # grid evaluates where the longer run does (and where the shorter one ended).
+        frequency = plan.config.eval_frequency
+        n = min(frequency - step % frequency, plan.config.iterations - step)
+        run, _ = _train_chunk(plan.agent, plan.env, run, n, plan.train_key, plan.mesh)
         return self._evaluated(plan, run, clock)
 
     def finish(self, plan: _IPPOPlan, folder, run: PPORun, logs, plots: bool) -> RunResult:

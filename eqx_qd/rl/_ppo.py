@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from jaxtyping import Array, Float, Int, PyTree
+from jaxtyping import Array, Float, Int, Key, PyTree
 
 from .. import _validate as check
 from .._compile import jit
@@ -765,7 +765,10 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
         """`num_iterations` PPO iterations (a rollout of `rollout_length` steps in
         `num_envs` environments and its epochs each) in one `lax.scan`. The metrics are the
         team's: the mean reward over agents, and the return of the episodes that ended summed
-        over agents (as `evaluate` reports it); losses are averaged over agents."""
+        over agents (as `evaluate` reports it); losses are averaged over agents.
+
+        Iteration `i`'s key is `key` folded with `i` (the run's count), so a run trained in
+        calls of `n` and `m` iterations with one `key` equals one call of `n + m`."""
         team = self._team(env, "train")
         check.non_negative_int(f"{type(self).__name__}.train: num_iterations", num_iterations)
         run, metrics = _train(self, team, run, num_iterations, key=key)
@@ -839,7 +842,7 @@ def _train_mapped(agent, team, state_dyn, env_dyn, counters, statics, num_iterat
     def body(s_dyn, e_dyn, counts, k):
         run = PPORun(eqx.combine(s_dyn, state_static), eqx.combine(e_dyn, env_static), *counts)
         step = lambda r, kk: agent._iteration(team, r, kk, axis)
-        run, metrics = filter_scan(step, run, jr.split(k, num_iterations))
+        run, metrics = filter_scan(step, run, _iteration_keys(k, run.iterations, num_iterations))
         new = (eqx.filter(run.agent_state, eqx.is_array), eqx.filter(run.env_state, eqx.is_array))
         return *new, (run.env_steps, run.iterations), metrics
 
@@ -859,7 +862,16 @@ def _train(
 ):
     """`num_iterations` of `_PPOLearner._iteration` in one scan; metrics per agent."""
     body = lambda r, k: agent._iteration(team, r, k)
-    return filter_scan(body, run, jr.split(key, num_iterations))
+    return filter_scan(body, run, _iteration_keys(key, run.iterations, num_iterations))
+
+
+def _iteration_keys(
+    key: PRNGKey, first: Int[Array, ""], num_iterations: int
+) -> Key[Array, " {num_iterations}"]:
+    """The keys of iterations `first .. first + num_iterations - 1`: `key` folded with each
+    iteration's count, so a run trained in two calls with one key equals one call's run."""
+    counts = first + jnp.arange(num_iterations, dtype=first.dtype)
+    return jax.vmap(lambda i: jr.fold_in(key, i))(counts)
 
 
 @typing.final

@@ -1,9 +1,10 @@
 """Every registered job, at a tiny size, through the command and through resume: the command
-writes the folder the docs describe, and a run interrupted between two chunks and resumed writes
-what the uninterrupted run writes (state and logs, bit for bit on CPU), each job run once of
-each kind in one module fixture. Then the driver's other resumes, once: a lengthened run equals
-the longer run, forks leave their source alone, a folder killed before its first checkpoint
-starts again, and ``kill -9`` of the command at random moments leaves a resumable folder."""
+writes the folder the docs describe, a run interrupted between two chunks and resumed writes
+what the uninterrupted run writes (state and logs, bit for bit on CPU), and a shorter run
+lengthened on resume ends as the longer run, each job run once of each kind in one module
+fixture. Then the driver's other resumes, once: forks leave their source alone, a folder killed
+before its first checkpoint starts again, and ``kill -9`` of the command at random moments
+leaves a resumable folder."""
 
 import csv
 import dataclasses
@@ -80,6 +81,18 @@ CASES = {
     "me-pbt": (jobs.MEPBTConfig(**MEPBT), "iteration", 3),
     "pbt": (jobs.PBTConfig(**PBT), "round", 2),
     "ippo": (jobs.IPPOConfig(**IPPO), "iterations", 2),
+}
+
+# (the config's length key, a shorter length, off the logs' and checkpoints' grid where the
+# job has one): the run of that length, lengthened on resume to the case's, is the case's run.
+SHORTER = {
+    "map-elites": ("iterations", 7),
+    "external": ("iterations", 3),
+    "pgame": ("evaluations", 64 + 32 * 9),
+    "dcrl-me": ("evaluations", 64 + 32 * 9),
+    "me-pbt": ("iterations", 3),
+    "pbt": ("rounds", 3),
+    "ippo": ("iterations", 3),
 }
 
 # What each job's folder holds once the job has run with its figures drawn: every name in
@@ -183,7 +196,15 @@ def interrupted(request, tmp_path_factory):
             resumed = jobs.resume(root / "cut", progress=False, plots=False)
     finally:
         logging.getLogger("jax").removeHandler(compiles)
-    return name, root, whole, resumed, status, checkpoints, compiles.names
+    length, shorter = SHORTER[name]
+    short = jobs.run(
+        dataclasses.replace(config, **{length: shorter}), root / "short", progress=False,
+        plots=False,
+    )  # fmt: skip
+    lengthened = jobs.resume(
+        root / "short", progress=False, plots=False, **{length: getattr(config, length)}
+    )
+    return name, root, whole, resumed, status, checkpoints, compiles.names, (short, lengthened)
 
 
 def test_the_cases_are_every_registered_job():
@@ -221,7 +242,7 @@ class _Compiles(logging.Handler):
 
 @pytest.mark.e2e
 def test_a_resumed_run_equals_the_uninterrupted_run(interrupted):
-    name, root, whole, resumed, status, checkpoints, compiled = interrupted
+    name, root, whole, resumed, status, checkpoints, compiled, _ = interrupted
     assert status == "failed" and checkpoints  # interrupted with a checkpoint to go on from
     # The resume, in the process of the runs before it, reuses their compiled programs: it
     # compiles only JAX's ``stage`` copies, which put the loaded arrays on the device.
@@ -247,6 +268,29 @@ def test_a_resumed_run_equals_the_uninterrupted_run(interrupted):
 
 
 @pytest.mark.e2e
+def test_a_lengthened_run_equals_the_longer_run(interrupted):
+    """Every job run to a shorter length (`SHORTER`), then resumed to the case's length, ends
+    in the longer run's state, and logs the longer run's rows with the shorter run's last row
+    kept (a notebook that ran a job, looked, and asked for more). An IPPO run of 3 iterations
+    lengthened to 8 had evaluated at 3, 5, 7 and trained on other keys (issue 76, item 11)."""
+    name, root, whole, *_, (short, lengthened) = interrupted
+    step = CASES[name][1]
+    assert _same_arrays(_key_data(whole.state), _key_data(lengthened.state)), name
+    steps = lengthened.progress[step].tolist()
+    short_end = short.progress[step][-1]
+    assert sorted(set(whole.progress[step].tolist()) | {short_end}) == steps, (name, steps)
+    rows = {s: j for j, s in enumerate(whole.progress[step].tolist())}
+    for j, s in enumerate(steps):
+        for column in whole.progress:
+            if s in rows and column not in SECONDS:
+                assert lengthened.progress[column][j] == whole.progress[column][rows[s]], (
+                    name, s, column,
+                )  # fmt: skip
+    wall = lengthened.progress["wall_s"]  # seconds spent, going on over the resume
+    assert np.all(np.isfinite(wall)) and np.all(np.diff(wall) >= 0)
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("interrupted", ["dcrl-me"], indirect=True)  # the same run as above
 def test_dcrl_me_folder_names_its_injected_actors_and_counts_the_actor_episodes(interrupted):
     name, root, whole, *_ = interrupted
@@ -265,22 +309,6 @@ def test_dcrl_me_folder_names_its_injected_actors_and_counts_the_actor_episodes(
 
 
 @pytest.mark.e2e
-def test_a_lengthened_run_equals_the_longer_run(tmp_path):
-    config = jobs.MapElitesConfig(**ME)
-    longer = jobs.run(config, tmp_path / "long", progress=False, plots=False)
-    short = jobs.MapElitesConfig(**{**ME, "iterations": 7})  # ends inside a logged chunk
-    jobs.run(short, tmp_path / "short", progress=False, plots=False)
-    again = jobs.resume(tmp_path / "short", iterations=12, progress=False, plots=False)
-    assert _same_arrays(_key_data(longer.state), _key_data(again.state))
-    # The shorter run's last row stays (iteration 7), the rest are the longer run's rows.
-    assert again.progress["iteration"].tolist() == [0, 2, 4, 6, 7, 8, 10, 12]
-    rows = {int(i): q for i, q in zip(longer.progress["iteration"], longer.progress["qd_score"])}
-    for i, q in zip(again.progress["iteration"], again.progress["qd_score"]):
-        if int(i) in rows:
-            assert q == rows[int(i)]
-
-
-@pytest.mark.e2e
 def test_a_lengthened_pbt_run_takes_the_pbt_step_its_last_round_skipped(tmp_path):
     # A run's last round has no PBT step; lengthened, the resumed run takes it first and
     # records where each member came from in that round's rows.
@@ -293,18 +321,6 @@ def test_a_lengthened_pbt_run_takes_the_pbt_step_its_last_round_skipped(tmp_path
     assert _same_arrays(_key_data(whole.state), _key_data(again.state))
     names = ["progress.csv", "hparams.csv", "population.eqx"]
     assert all(_same_files(tmp_path / "whole", tmp_path / "half", names).values())
-
-
-@pytest.mark.e2e
-def test_ippo_resumed_to_more_iterations_equals_the_longer_run(tmp_path):
-    whole = jobs.run(jobs.IPPOConfig(**IPPO), tmp_path / "whole", progress=False, plots=False)
-    half = jobs.IPPOConfig(**{**IPPO, "iterations": 2})
-    jobs.run(half, tmp_path / "half", progress=False, plots=False)
-    again = jobs.resume(tmp_path / "half", iterations=4, progress=False, plots=False)
-    assert _same_arrays(_key_data(whole.state), _key_data(again.state))
-    assert _same_files(tmp_path / "whole", tmp_path / "half", ["progress.csv"])["progress.csv"]
-    wall = again.progress["wall_s"]  # seconds spent, going on over the resume
-    assert len(wall) == 3 and np.all(np.isfinite(wall)) and np.all(np.diff(wall) >= 0)
 
 
 @pytest.mark.e2e

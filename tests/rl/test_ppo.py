@@ -338,6 +338,25 @@ def test_zero_learning_rates_leave_networks_unchanged():
     assert int(new.iterations) == int(run.iterations) + 1
 
 
+_TRAIN = eqx.filter_jit(lambda agent, run, n, key: agent.train(LINE, run, n, key=key))
+
+
+def test_training_in_two_calls_with_one_key_equals_one_call():
+    """Iteration `i`'s key is the call's key folded with `i`: 1 + 2 iterations with one key
+    are the 3-iteration run, and a second call with the first's key does not replay its noise
+    (each chunk's key had been split from the call's key, so the IPPO job's chunks depended on
+    where a run was cut; issue 76, item 11)."""
+    agent, key = line_agent(), jr.key(6)
+    run = start(agent, hparams=FAST_HPARAMS, key=jr.key(5))
+    once, _ = _TRAIN(agent, run, 3, key)
+    first, _ = _TRAIN(agent, run, 1, key)
+    twice, _ = _TRAIN(agent, first, 2, key)
+    assert int(twice.iterations) == 3
+    assert bool(eqx.tree_equal(once, twice))
+    other, _ = _TRAIN(agent, first, 2, jr.key(7))
+    assert not bool(eqx.tree_equal(other.agent_state.actor, twice.agent_state.actor))
+
+
 def test_sweep_is_one_vmap_over_hyperparameters():
     agent = line_agent()
     grid = q.rl.PPOHParams.stack([FAST_HPARAMS, q.rl.PPOHParams(actor_lr=0.0, critic_lr=3e-3)])
