@@ -79,17 +79,32 @@ def _law_agent_storage(ctx: _AgentContext) -> None:
 
 
 def _law_agent_genome(ctx: _AgentContext) -> None:
-    """`with_genome(state, genome(state))` is `state`; a moved genome is read back as moved,
-    and the hyperparameters stay."""
-    agent, state = ctx.agent, ctx.state
-    if not bool(eqx.tree_equal(agent.with_genome(state, agent.genome(state)), state)):
-        raise _Broken("with_genome(state, genome(state)) differs from state")
-    moved = jax.tree.map(lambda x: x + 1.0 if eqx.is_inexact_array(x) else x, agent.genome(state))
-    new = agent.with_genome(state, moved)
-    if not bool(eqx.tree_equal(agent.genome(new), moved)):
-        raise _Broken("genome(with_genome(state, g)) differs from g")
-    if not bool(eqx.tree_equal(new.hparams, state.hparams)):
-        raise _Broken("with_genome changed the hyperparameters")
+    """`with_genome(state, genome(state))` is `state`, for a fresh state and for one trained
+    for an iteration (whose observation statistics, optimiser states and targets have moved
+    from their start, so a `with_genome` that rebuilds any of them shows); a moved genome is
+    read back as moved, and the hyperparameters stay."""
+    agent = ctx.agent
+    trained = _train(agent, ctx.env, ctx.run, ctx.train_key).agent_state
+    for which, state in (("a fresh state", ctx.state), ("a trained state", trained)):
+        back = agent.with_genome(state, agent.genome(state))
+        if not bool(eqx.tree_equal(back, state)):
+            changed = [
+                jax.tree_util.keystr(path)
+                for (path, a), b in zip(
+                    jax.tree_util.tree_leaves_with_path(state), jax.tree.leaves(back)
+                )
+                if not bool(eqx.tree_equal(a, b))
+            ]
+            where = f" (first: {', '.join(changed[:3])})" if changed else ""
+            raise _Broken(f"with_genome(state, genome(state)) differs from {which}{where}")
+        moved = jax.tree.map(
+            lambda x: x + 1.0 if eqx.is_inexact_array(x) else x, agent.genome(state)
+        )
+        new = agent.with_genome(state, moved)
+        if not bool(eqx.tree_equal(agent.genome(new), moved)):
+            raise _Broken(f"genome(with_genome(state, g)) differs from g, for {which}")
+        if not bool(eqx.tree_equal(new.hparams, state.hparams)):
+            raise _Broken(f"with_genome changed the hyperparameters of {which}")
 
 
 def _law_agent_deterministic(ctx: _AgentContext) -> None:

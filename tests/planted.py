@@ -357,6 +357,35 @@ class NumPyNoise(_Delegating):
         return jnp.clip(action + state.hparams.noise * noise, -1.0, 1.0)
 
 
+class Normalising(_Delegating):
+    """The DDPG with running observation statistics in its state, read when it acts: a
+    correct agent (the base of the planted one below)."""
+
+    @property
+    def normalise_observations(self):
+        return True
+
+    def init(self, hparams=None, *, key):
+        state = self.inner.init(hparams, key=key)
+        stats = q.rl.RunningNormaliser.create(self.observation_size)
+        return eqx.tree_at(lambda s: s.normaliser, state, stats, is_leaf=lambda x: x is None)
+
+    def act(self, state, obs, *, deterministic=False, key):
+        obs = self.normalise(state, obs)
+        return self.inner.act(state, obs, deterministic=deterministic, key=key)
+
+
+@typing.final
+class ForgetsStatistics(Normalising):
+    """`with_genome` builds the observation statistics afresh, as `init` does: a fresh state
+    cannot tell, a trained one loses what it saw (law `genome`)."""
+
+    def with_genome(self, state, genome):
+        state = self.inner.with_genome(state, genome)
+        stats = q.rl.RunningNormaliser.create(self.observation_size)
+        return eqx.tree_at(lambda s: s.normaliser, state, stats)
+
+
 # ----------------------------------------------------------------------------- environments
 
 
@@ -442,6 +471,24 @@ class Escapes(Walk):
         return x + 0.3 * jnp.clip(action, -1.0, 1.0)
 
 
+@typing.final
+class Bounces(Walk):
+    """A correct task whose `terminated` does not stick: stepped on after reaching an end,
+    the point goes on from the middle (where it starts) and the flag drops. Nothing in the
+    library steps an episode past its first termination unmasked, so this is no bug
+    (`docs/design.md`)."""
+
+    def reset(self, *, key):
+        x, zero = jnp.zeros((1,), jnp.float32), jnp.zeros((), jnp.float32)
+        return q.envs.EnvState(x, self._observe(x), zero, zero, x)
+
+    def step(self, state, action, *, key):
+        moved = state.physics + 0.3 * jnp.clip(action, -1.0, 1.0)
+        terminated = (jnp.abs(moved[0]) >= 1.0).astype(jnp.float32)
+        x = jnp.where(jnp.abs(moved) >= 1.0, 0.0, moved)
+        return q.envs.EnvState(x, self._observe(x), -jnp.abs(x[0]), terminated, x)
+
+
 PLANTED_AGENTS = {
     KeepsOptimiser: "storage",
     DropsCritic: "genome",
@@ -449,6 +496,7 @@ PLANTED_AGENTS = {
     RatesAsFloats: "retrace",
     DecaysRates: "retrace",
     CastsCritic: "retrace",
+    ForgetsStatistics: "genome",
 }
 """Each planted agent (wrapping the user's DDPG) and the law it breaks."""
 

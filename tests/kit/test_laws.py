@@ -2,13 +2,16 @@
 it was planted for, by name."""
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
 from planted import (
+    Bounces,
     Fine,
     GrowingState,
+    Normalising,
     PLANTED_AGENTS,
     PLANTED_EMITTERS,
     PLANTED_ENVS,
@@ -210,6 +213,10 @@ def test_builtin_agents_and_the_users_ddpg_keep_every_law(name):
     check_agent(agent, env, max_examples=2)
 
 
+def test_the_normalising_base_of_a_planted_agent_keeps_every_law():
+    check_agent(Normalising(DDPG(**OFF, hidden=8)), MAZE, max_examples=2)
+
+
 @pytest.mark.parametrize("planted", list(PLANTED_AGENTS), ids=lambda c: c.__name__)
 def test_each_planted_agent_breaks_its_law_by_name(planted):
     law = PLANTED_AGENTS[planted]
@@ -246,6 +253,38 @@ def test_each_planted_environment_breaks_its_law_by_name(planted):
         check_env(planted(), max_examples=10)
     assert caught.value.law == law, str(caught.value)
     assert "case: seed" in str(caught.value)
+
+
+def test_a_termination_that_does_not_stick_is_the_episodes_end_everywhere():
+    """`terminated` is the step's flag; it need not stick (brax's `done` and the point maze's
+    do not): every consumer ends the episode at the first one. A walk that bounces off its
+    end (the flag drops on the next step) keeps every law; played into the end at full speed,
+    `rollout` marks the steps after the first termination invalid and `evaluate_episodes`
+    stops there."""
+    env = Bounces(length=12)
+    check_env(env, max_examples=3)
+    right = _Constant(jnp.ones((1,)))
+
+    def steps(state, k):
+        state = env.step(state, right(state.obs), key=k)
+        return state, state.terminated
+
+    start = env.reset(key=jr.key(0))
+    flags = np.asarray(jax.lax.scan(steps, start, jr.split(jr.key(1), 12))[1])
+    first = int(np.argmax(flags > 0))
+    assert flags[first] == 1.0 and (flags[first + 1 :] == 0).any()  # it does not stick
+    episode = eqx.filter_jit(lambda k: q.envs.rollout(env, right, key=k))(jr.key(0))
+    np.testing.assert_array_equal(np.asarray(episode.valid), np.arange(12) <= first)
+    stats = q.envs.evaluate_episodes(env, lambda obs, k: right(obs), 2, key=jr.key(0))
+    np.testing.assert_array_equal(stats.lengths, [first + 1] * 2)
+    assert bool(np.all(stats.terminated))
+
+
+class _Constant(q.rl.AbstractPolicy):
+    value: jax.Array
+
+    def __call__(self, obs):
+        return self.value
 
 
 def test_agent_and_env_laws_are_named():
