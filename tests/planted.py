@@ -97,12 +97,29 @@ class CellsForIds(Fine):
         return elites.genotypes + noise, q.Lineage.of(cells, -jnp.ones_like(cells), q.Origin.EVO)
 
 
+@typing.final
+class NumPyMutation(Fine):
+    """Draws its mutation noise from NumPy's global generator through a callback (a user's
+    NumPy operator): one key gives other batches (law `same_key`)."""
+
+    def emit(self, repertoire, state, *, key):
+        elites = repertoire.select(self.batch_size, key=key)
+        shape = jax.ShapeDtypeStruct(elites.genotypes.shape, jnp.float32)
+        draw = lambda: np.random.normal(size=shape.shape).astype(np.float32)  # noqa: E731
+        noise = jax.pure_callback(draw, shape, vmap_method="sequential")
+        parents = q.parent_ids(elites)
+        return elites.genotypes + self.sigma * noise, q.Lineage.of(
+            parents, -jnp.ones_like(parents), q.Origin.EVO
+        )
+
+
 PLANTED_EMITTERS = {
     OneTooMany: "batch",
     IntegerGenes: "batch",
     RootOfFitness: "finite",
     GrowingState: "state",
     CellsForIds: "lineage",
+    NumPyMutation: "same_key",
 }
 """Each planted emitter and the law it breaks."""
 
@@ -218,6 +235,31 @@ class CountsInStatic(SimpleGrid):
         return dataclasses.replace(new, inserted=self.inserted + 1), info
 
 
+@typing.final
+class StoresCentres(SimpleGrid):
+    """Stores its cell's centre as an elite's descriptor, not the candidate's (law
+    `from_candidates`: an elite is a candidate's fitness, descriptor and genotype together)."""
+
+    def add(self, genotypes, descriptors, fitnesses, extra=None):
+        new, info = super().add(genotypes, descriptors, fitnesses, extra)
+        ij = jnp.stack(jnp.divmod(jnp.arange(self.bins * self.bins), self.bins), axis=-1)
+        centres = (ij.astype(jnp.float32) + 0.5) / self.bins
+        stored = jnp.where(jnp.isfinite(new.fitnesses)[:, None], centres, new.descriptors)
+        return eqx.tree_at(lambda r: r.descriptors, new, stored), info
+
+
+@typing.final
+class KeepsNewest(SimpleGrid):
+    """A non-elitist grid that keeps each cell's newest valid candidate, and within a batch
+    the last in batch order: the order of a batch decides which of two candidates a cell
+    keeps (law `order`; checked with `elitist=False`)."""
+
+    elitist: typing.ClassVar[bool] = False
+
+    def _accepts(self, fitness, descriptor, elite):
+        return jnp.isfinite(fitness) & jnp.all(jnp.isfinite(descriptor))
+
+
 PLANTED_REPERTOIRES = {
     KeepsInfinite: "finite",
     StoresNaN: "finite",
@@ -225,6 +267,8 @@ PLANTED_REPERTOIRES = {
     TiesReplace: "reference",
     SelectsAnySlot: "select",
     CountsInStatic: "checkpoint",
+    StoresCentres: "from_candidates",
+    KeepsNewest: "order",
 }
 """Each planted repertoire and the law it breaks."""
 
@@ -489,6 +533,36 @@ class Bounces(Walk):
         return q.envs.EnvState(x, self._observe(x), -jnp.abs(x[0]), terminated, x)
 
 
+@typing.final
+class PoolsRewards(_Delegating):
+    """Scales each minibatch's rewards by their spread, computed in a NumPy callback declared
+    vectorised (`vmap_method="expand_dims"`) though it is not: trained in a population, the
+    spread pools every member's rewards, so a member trains otherwise than alone (law
+    `population`)."""
+
+    def update(self, state, batch, *, key):
+        def spread(rewards):  # NumPy over whatever it is given: one batch, or all members'
+            return np.full(rewards.shape[:-1], 1.0 + np.std(rewards), np.float32)
+
+        shape = jax.ShapeDtypeStruct(batch.reward.shape[:-1], jnp.float32)
+        scale = jax.pure_callback(spread, shape, batch.reward, vmap_method="expand_dims")
+        batch = eqx.tree_at(lambda b: b.reward, batch, batch.reward / scale[..., None])
+        return self.inner.update(state, batch, key=key)
+
+
+@typing.final
+class NoisyStart(Walk):
+    """Draws its start from NumPy's global generator through a callback: `reset` with one key
+    gives other states (law `deterministic`)."""
+
+    def reset(self, *, key):
+        shape = jax.ShapeDtypeStruct((1,), jnp.float32)
+        draw = lambda: np.random.uniform(-0.5, 0.5, size=(1,)).astype(np.float32)  # noqa: E731
+        x = jax.pure_callback(draw, shape, vmap_method="sequential")
+        zero = jnp.zeros((), jnp.float32)
+        return q.envs.EnvState(x, self._observe(x), zero, self._start_terminated(x), x)
+
+
 PLANTED_AGENTS = {
     KeepsOptimiser: "storage",
     DropsCritic: "genome",
@@ -497,8 +571,14 @@ PLANTED_AGENTS = {
     DecaysRates: "retrace",
     CastsCritic: "retrace",
     ForgetsStatistics: "genome",
+    PoolsRewards: "population",
 }
 """Each planted agent (wrapping the user's DDPG) and the law it breaks."""
 
-PLANTED_ENVS = {WideObservation: "shapes", StartsTerminated: "autoreset", Escapes: "bounds"}
+PLANTED_ENVS = {
+    WideObservation: "shapes",
+    NoisyStart: "deterministic",
+    StartsTerminated: "autoreset",
+    Escapes: "bounds",
+}
 """Each planted environment and the law it breaks."""

@@ -10,7 +10,11 @@ import pytest
 from hypothesis import event, given, strategies as st
 
 import eqx_qd as q
-from eqx_qd._cma_es import NEWTON_CONDITION_LIMIT
+from eqx_qd._cma_es import (
+    NEWTON_CONDITION_LIMIT,
+    NEWTON_TOLERANCE,
+    UNCERTAINTY_LIMIT,
+)
 
 
 # --- CMA-ES: one generation against pyribs' update, written out in NumPy (float64) ----------
@@ -191,6 +195,53 @@ def test_newton_refresh_is_not_tried_on_an_elongated_covariance(getkey):
     newton = NEWTON.refresh(_moved(state, _nudge(state, getkey(), 1e-4), gap + 1))
     assert float(newton.uncertainty) == 1.0
     assert float(newton.max_eigenvalue) == pytest.approx(_exact(newton.cov)[2], rel=1e-5)
+
+
+_NEWTON_STEPS = eqx.filter_jit(lambda state: NEWTON._newton(state))
+
+
+def test_the_newton_refresh_accepts_by_its_rule():
+    """The rule, recomputed in float64 from what the steps returned: a Newton refresh stands
+    iff `max |X C X - I| <= NEWTON_TOLERANCE`, the first step's move and the last residual
+    (Frobenius) are below 0.5, and the carried uncertainty `u (1 + moved) / (1 - moved) (1 +
+    left) / (1 - left)` stays within `UNCERTAINTY_LIMIT`. Cases within 20% of a threshold,
+    where float32 and float64 residuals may disagree, are left out; moves of 1-6% of C put the
+    residual on both sides of the tolerance, and carried uncertainties of 9 to 9.95 put the
+    product on both sides of its limit. (A test that only bounded the roots' error by 1e-4 let
+    a tolerance ten times looser through: issue 76, item 10.)"""
+    rng = np.random.default_rng(7)
+    outcomes = {"accepted": 0, "residual": 0, "uncertainty": 0}
+    for size, carried in zip(
+        np.exp(rng.uniform(np.log(0.01), np.log(0.06), 60)), rng.choice([1.0, 9.0, 9.95], 60)
+    ):
+        basis = np.linalg.qr(rng.normal(size=(DIM, DIM)))[0]
+        cov = (basis * (1 + 0.3 * rng.uniform(-1, 1, DIM))) @ basis.T
+        state = eqx.tree_at(lambda s: s.cov, NEWTON.init(jnp.zeros(DIM)), jnp.float32(cov))
+        state = EIGH._decompose(state)  # the previous refresh: exact roots, condition < 2
+        e = rng.normal(size=(DIM, DIM))
+        state = eqx.tree_at(
+            lambda s: (s.cov, s.uncertainty),
+            state,
+            (jnp.float32(cov + size * (e + e.T) / 2), jnp.float32(carried)),
+        )
+        fresh, decompose = _NEWTON_STEPS(state)
+        c, x0, x = (np.float64(a) for a in (state.cov, state.invsqrt, fresh.invsqrt))
+        eye = np.eye(DIM)
+        residual = x @ c @ x - eye
+        moved = np.linalg.norm(x0 @ c @ x0 - eye)
+        left = np.linalg.norm(residual)
+        u = carried * (1 + moved) / (1 - moved) * (1 + left) / (1 - left)
+        largest = np.abs(residual).max()
+        near = abs(np.log(largest / NEWTON_TOLERANCE)) < np.log(1.25) or abs(
+            np.log(u / UNCERTAINTY_LIMIT)
+        ) < np.log(1.002)
+        if near or moved >= 0.4 or left >= 0.4:
+            continue
+        stands = largest <= NEWTON_TOLERANCE and u <= UNCERTAINTY_LIMIT
+        assert bool(decompose) == (not stands), (size, carried, largest, u)
+        why = "accepted" if stands else "residual" if largest > NEWTON_TOLERANCE else "uncertainty"
+        outcomes[why] += 1
+    assert min(outcomes.values()) >= 5, outcomes  # every side of the rule was seen
 
 
 _REFRESH = eqx.filter_jit(lambda es, state: es.refresh(state))
@@ -642,6 +693,34 @@ def test_adam_is_pyribs_adam():
         np.testing.assert_allclose(out[0], theta, rtol=1e-5)
 
 
+def test_cma_mega_steps_theta_to_the_weighted_mean_of_its_best_branches(getkey):
+    """pyribs' gradient step, written out: theta moves (`gradient_ascent`, `lr`) to the
+    recombination of its branches ranked by the ranker (`obj`: by fitness, with the fitnesses
+    told here drawn at random), the heaviest weight `log(mu + 1/2) - log(1)` on the best.
+    Pairing the weights with the branches unranked, or the ranking reversed, fails (issue 76,
+    item 10)."""
+    lr, branches = 0.7, 7
+    emitter = _mega(lr=lr, ranker="obj", restart_rule="basic", branches=branches,
+                    optimizer="gradient_ascent")  # fmt: skip
+    algo = q.MAPElites(emitter, SPHERE)
+    state, _ = algo.init(SPHERE.init_genotypes(1, key=getkey()), CELLS, key=getkey())
+    genotypes, asked = algo.ask(state, key=getkey())
+    _, descriptors, _ = SPHERE(genotypes, key=getkey())
+    fitnesses = jr.uniform(getkey(), (genotypes.shape[0],), minval=0.0, maxval=100.0)
+    told = algo.tell(state, asked, genotypes, descriptors, fitnesses)[0]
+    mu = branches // 2
+    weights = np.log(mu + 0.5) - np.log(np.arange(1, mu + 1))
+    weights = weights / weights.sum()
+    rows = np.asarray(genotypes, np.float64).reshape(2, 1 + branches, -1)
+    values = np.asarray(fitnesses, np.float64).reshape(2, 1 + branches)
+    for e in range(2):
+        theta, kids = np.float64(state.emitter_state.theta[e]), rows[e, 1:]
+        np.testing.assert_allclose(rows[e, 0], theta, rtol=1e-6)  # theta is emitted first
+        best = kids[np.argsort(-values[e, 1:])[:mu]]
+        expected = theta + lr * (weights @ best - theta)
+        np.testing.assert_allclose(told.emitter_state.theta[e], expected, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.slow
 def test_cma_mega_learns_far_ahead_of_cma_me(getkey):
     key = getkey()
@@ -702,6 +781,35 @@ def test_ucb1_choice_is_pyribs_choice():
         )  # fmt: skip
         want = _pyribs_choice(active.copy(), reselect, successes, selections, k, 0.05)
         np.testing.assert_array_equal(np.asarray(got), want)
+
+
+def test_ucb1_choice_weighs_exploration_by_its_formula():
+    """The exploration bonus `zeta * sqrt(log(total successes) / selections)` against the
+    success rate: rates from 0 to 0.5, selections from 1 to 400 and `zeta` from 0.01 to 10,
+    so that bonus and rate trade off. pyribs' formula in float64 picks the same members,
+    cases within float32's reach of a tie left out. (At `zeta = 0.05` a bonus without its
+    square root, or with the log of the selections, chose the same members: issue 76,
+    item 10.)"""
+    rng = np.random.default_rng(1)
+    checked = 0
+    for _ in range(300):
+        n, k = 6, int(rng.integers(1, 4))
+        selections = rng.integers(1, 400, n).astype(np.float32)
+        successes = np.round(rng.uniform(0.0, 0.5, n) * selections).astype(np.float32)
+        zeta = float(np.exp(rng.uniform(np.log(0.01), np.log(10.0))))
+        total = max(float(successes.sum()), 1.0)
+        ucb = np.sort(successes / selections + zeta * np.sqrt(np.log(total) / selections))
+        if np.min(np.diff(ucb)) < 1e-4 * np.max(np.abs(ucb)):
+            continue
+        none = np.zeros(n, bool)
+        got = q.internal.ucb1_choice(
+            jnp.asarray(none), jnp.asarray(none), jnp.asarray(successes),
+            jnp.asarray(selections), k, zeta,
+        )  # fmt: skip
+        want = _pyribs_choice(none.copy(), none, successes, selections, k, zeta)
+        np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"zeta {zeta}")
+        checked += 1
+    assert checked >= 200
 
 
 class _Counting(q.AbstractEmitter):
