@@ -33,6 +33,13 @@ def hangs_above_half(genotype):
     return sphere(genotype)
 
 
+def hangs_when_marked(genotype):
+    """Hangs (a minute) where the last gene is above 0.9; otherwise `sphere` at once."""
+    if genotype[-1] > 0.9:
+        time.sleep(60)
+    return sphere(genotype)
+
+
 def faulty(genotype):
     """Fails differently by the first gene's decile: raises, returns NaN, a descriptor of
     three values, a string, or works."""

@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import pickle
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -303,6 +304,37 @@ def evaluate_many(
     return [evaluate_one(evaluator, row, num_descriptors) for row in rows]
 
 
+_RUNNING: dict[str, float] = {}
+"""In a Dask worker's process: when each timed task there started running (`time.monotonic`),
+by its token, while it runs."""
+
+
+def _evaluate_started(
+    evaluator: Callable[[np.ndarray], Any], rows: np.ndarray, num_descriptors: int, token: str
+) -> list[Outcome]:
+    """`evaluate_many` on a Dask worker, with its start recorded in `_RUNNING`, so that the
+    driver times it from when it runs, not from when it was queued (`DaskPool`)."""
+    _RUNNING[token] = time.monotonic()
+    try:
+        return evaluate_many(evaluator, rows, num_descriptors)
+    finally:
+        _RUNNING.pop(token, None)
+
+
+def _running_for() -> dict[str, float]:
+    """In a Dask worker's process: how long each timed task there has been running, in its
+    own clock (no clocks compared between machines)."""
+    now = time.monotonic()
+    return {token: now - t0 for token, t0 in list(_RUNNING.items())}
+
+
+def _reruns(keys: Sequence[str], dask_scheduler: Any = None) -> dict[str, int]:
+    """On the Dask scheduler: how many of each task's workers died while running it (Dask
+    reruns it on another worker each time, up to its `allowed-failures`)."""
+    tasks = dask_scheduler.tasks
+    return {k: int(tasks[k].suspicious) if k in tasks else 0 for k in keys}
+
+
 class DaskPool(AbstractPool):
     """Evaluates on a Dask cluster (`dask.distributed`): the scheduler at `scheduler`
     (`"tcp://host:8786"`), a `distributed.Client` you made, or, with `None`, a `LocalCluster`
@@ -310,23 +342,39 @@ class DaskPool(AbstractPool):
 
     Without a `timeout` the batch goes to the cluster at once, in tasks of `chunk_size`
     candidates (default: four tasks per worker thread, for a cluster's per-task cost of a
-    millisecond or so). With one, one candidate per worker thread at a time, so that its
-    clock starts with it (a round trip to the scheduler per candidate); a candidate past it
-    is cancelled and its worker restarted (`Status.TIMEOUT`). A task whose worker dies is
-    rerun by Dask on another (up to its `distributed.scheduler.allowed-failures`, 3 by
-    default), then recorded `Status.CRASHED`. The evaluator must be importable on the
-    workers (a module-level function of an installed package or of a module on their
-    path)."""
+    millisecond or so). With one, one candidate per worker thread at a time; each task records
+    on its worker when it starts running, and the driver asks the workers how long their tasks
+    have run (every `poll` seconds at most, and when the first could reach the timeout), so a
+    candidate's clock starts when it runs, never while it waits for a worker being restarted.
+    A candidate past the timeout is cancelled and its worker restarted (`Status.TIMEOUT`),
+    within `poll` seconds of it. A task whose worker dies is rerun by Dask on another (up to
+    its `distributed.scheduler.allowed-failures`, 3 by default), each run timed afresh, then
+    recorded `Status.CRASHED`; `attempts` is one plus those reruns (Dask's count of the workers
+    that died holding the task, which may include one that died before it began). The
+    evaluator must be importable on
+    the workers (a module-level function of an installed package or of a module on their
+    path), and so must `eqx_qd` where a timeout is given."""
 
-    def __init__(self, scheduler: Any = None, *, workers: int = 2, chunk_size: int | None = None):
+    def __init__(
+        self,
+        scheduler: Any = None,
+        *,
+        workers: int = 2,
+        chunk_size: int | None = None,
+        poll: float = 0.25,
+    ):
         if chunk_size is not None and int(chunk_size) < 1:
             raise ValueError(f"DaskPool.chunk_size must be at least 1, got {chunk_size}")
+        if not float(poll) > 0:
+            raise ValueError(f"DaskPool.poll must be a positive number of seconds, got {poll}")
         try:
             import distributed
         except ImportError as e:  # pragma: no cover - an optional extra
             raise ImportError("DaskPool needs distributed: pip install 'eqx_qd[external]'") from e
         self._distributed = distributed
         self.chunk_size = None if chunk_size is None else int(chunk_size)
+        self.poll = float(poll)
+        self._ended: set[str] = set()
         self._cluster = None
         if isinstance(scheduler, distributed.Client):
             self.client, self._owns_client = scheduler, False
@@ -348,7 +396,11 @@ class DaskPool(AbstractPool):
 
     @property
     def workers(self) -> int:
-        return max(1, sum(self.client.nthreads().values()))
+        """Worker threads, less those of workers `_stop` ended that the scheduler still lists
+        (so that no candidate waits on a worker that is going)."""
+        threads = self.client.nthreads()
+        self._ended &= set(threads)
+        return max(1, sum(n for address, n in threads.items() if address not in self._ended))
 
     def _stop(self, future: Any) -> None:
         """Cancel `future` and end the worker process running it (its nanny starts a new
@@ -360,71 +412,118 @@ class DaskPool(AbstractPool):
             running = []
         future.cancel()
         if running:
+            self._ended |= set(running)
             try:
                 self.client.run(os._exit, 1, workers=running)
             except Exception:  # the connection closes as the worker ends
                 pass
 
+    def _running(self) -> dict[str, float]:
+        """How long each timed task has been running, by token (the longest, should two
+        workers report one)."""
+        try:
+            reports = self.client.run(_running_for, on_error="ignore")
+        except Exception:  # a worker ending as it is asked
+            return {}
+        running: dict[str, float] = {}
+        for report in reports.values():
+            if isinstance(report, dict):
+                for token, seconds in report.items():
+                    running[token] = max(seconds, running.get(token, 0.0))
+        return running
+
+    def _attempts(self, futures: Sequence[Any]) -> dict[Any, int]:
+        """The runs each finished task took (Dask's reruns after a worker died, plus one)."""
+        try:
+            reruns = self.client.run_on_scheduler(_reruns, [f.key for f in futures])
+        except Exception:
+            reruns = {}
+        return {f: 1 + reruns.get(f.key, 0) for f in futures}
+
     def _run(self, evaluator, rows, todo, num_descriptors, timeout):
         dist = self._distributed
         name = evaluator_name(evaluator)
-        started: dict[Any, tuple[list[int], float]] = {}
+        started: dict[Any, tuple[list[int], float, str]] = {}
 
         def submit(indices: list[int]) -> Any:
-            future = self.client.submit(
-                evaluate_many, evaluator, rows[indices], num_descriptors, pure=False
-            )
-            started[future] = (indices, time.perf_counter())
+            if timeout is None:
+                args = (evaluate_many, evaluator, rows[indices], num_descriptors)
+                token = ""
+            else:
+                token = uuid.uuid4().hex
+                args = (_evaluate_started, evaluator, rows[indices], num_descriptors, token)
+            future = self.client.submit(*args, pure=False)
+            started[future] = (indices, time.perf_counter(), token)
             return future
 
-        def outcomes_of(future: Any) -> Iterator[tuple[int, Outcome]]:
-            indices, t0 = started.pop(future)
-            seconds = time.perf_counter() - t0
-            try:
-                yield from zip(indices, future.result())
-            except dist.KilledWorker as e:
-                for i in indices:
-                    yield i, Outcome.failed(
-                        Status.CRASHED, f"the workers running it died: {e}", num_descriptors,
-                        seconds,
-                    )  # fmt: skip
-            except Exception as e:  # e.g. an evaluator the workers cannot import
-                for i in indices:
-                    yield (
-                        i,
-                        Outcome.failed(
-                            Status.ERROR, f"{type(e).__name__}: {e}", num_descriptors, seconds
-                        ),
-                    )
+        def outcomes_of(done: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
+            attempts = self._attempts(done)
+            for future in done:
+                indices, t0, _ = started.pop(future)
+                seconds = time.perf_counter() - t0
+                try:
+                    results = future.result()
+                except dist.KilledWorker as e:
+                    for i in indices:
+                        yield i, Outcome.failed(
+                            Status.CRASHED, f"the workers running it died: {e}",
+                            num_descriptors, seconds, attempts[future] - 1,
+                        )  # fmt: skip
+                    continue
+                except Exception as e:  # e.g. an evaluator the workers cannot import
+                    for i in indices:
+                        yield i, Outcome.failed(
+                            Status.ERROR, f"{type(e).__name__}: {e}", num_descriptors, seconds,
+                            attempts[future],
+                        )  # fmt: skip
+                    continue
+                for i, outcome in zip(indices, results):
+                    yield i, dataclasses.replace(outcome, attempts=attempts[future])
 
         if timeout is None:  # the whole batch at once, in chunks: the cluster queues them
             size = self.chunk_size or max(1, -(-len(todo) // (4 * self.workers)))
             chunks = [list(todo[j : j + size]) for j in range(0, len(todo), size)]
-            for future in dist.as_completed([submit(c) for c in chunks]):
-                yield from outcomes_of(future)
+            for batch in dist.as_completed([submit(c) for c in chunks]).batches():
+                yield from outcomes_of(list(batch))
             return
-        # With a timeout, one candidate per worker thread, so that its clock starts with it.
+        # With a timeout, one candidate per worker thread, each timed from when it runs.
         queue = collections.deque(todo)
+        running: dict[str, float] = {}  # token -> seconds run, as of `asked`
+        asked = time.perf_counter()
         while queue or started:
             while queue and len(started) < self.workers:
                 submit([queue.popleft()])
-            first = min(t0 for _, t0 in started.values())
-            wait_s = max(0.0, first + timeout - time.perf_counter()) + 0.01
+            # Wake at a completion, when the longest-running task may reach the timeout, or
+            # at the next poll for tasks not yet seen running.
+            since = time.perf_counter() - asked
+            left = [timeout - running[tok] - since for _, _, tok in started.values()
+                    if tok in running]  # fmt: skip
+            wait_s = min([self.poll, *left]) if left else self.poll
             try:
-                done = dist.wait(list(started), timeout=wait_s, return_when="FIRST_COMPLETED").done
+                done = dist.wait(
+                    list(started), timeout=max(wait_s, 0.01), return_when="FIRST_COMPLETED"
+                ).done
             except (TimeoutError, dist.TimeoutError):
                 done = set()
-            for future in done:
-                yield from outcomes_of(future)
-            now = time.perf_counter()
-            for future, (indices, t0) in list(started.items()):
-                if now - t0 >= timeout:
-                    del started[future]
-                    self._stop(future)
-                    yield indices[0], Outcome.failed(
-                        Status.TIMEOUT, f"{name} ran past the timeout of {timeout:g} s",
-                        num_descriptors, now - t0,
-                    )  # fmt: skip
+            if done:
+                yield from outcomes_of(list(done))
+            if not started or (done and time.perf_counter() - asked < self.poll):
+                continue  # (completions keep coming: ask the workers once per poll)
+            running, asked = self._running(), time.perf_counter()
+            late = [
+                f for f, (_, _, token) in started.items()
+                if running.get(token, 0.0) >= timeout and not f.done()
+            ]  # fmt: skip
+            if not late:
+                continue
+            attempts = self._attempts(late)  # (before the cancel forgets them)
+            for future in late:
+                indices, _, token = started.pop(future)
+                self._stop(future)
+                yield indices[0], Outcome.failed(
+                    Status.TIMEOUT, f"{name} ran past the timeout of {timeout:g} s",
+                    num_descriptors, running[token], attempts[future],
+                )  # fmt: skip
 
     def close(self) -> None:
         self._close_threads()
