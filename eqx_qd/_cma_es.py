@@ -25,7 +25,10 @@ from ._misc import f32, i32
 
 
 RESAMPLE_TRIES = 100
-"""Draws per candidate before an out-of-bounds candidate is clipped into the bounds."""
+"""Draws per candidate before an out-of-bounds candidate is clipped into the bounds (pyribs
+redraws on and warns). In a box small against `sigma` in many dimensions most candidates end
+clipped (95.6% at dim 20, sigma 1, box [-1, 1]) and CMA-ES is told points it did not sample:
+start with a `sigma0` well inside the box."""
 
 NEWTON_STEPS = 2
 """Newton-Schulz steps a `square_roots="newton"` refresh takes from the previous `C^-1/2`."""
