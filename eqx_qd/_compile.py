@@ -126,11 +126,11 @@ def batched_decompositions() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def machine_choices() -> str:
+def machine_choices(*, matmul_auto: bool = False) -> str:
     """What the package picked for this machine where the faster code path depends on it, in
     words for a job's log: the XLA CPU fusion generator (`compiler_options`), how CMA-ES
-    populations decompose (`batched_decompositions`) and what `matmul_dtype="auto"` takes
-    (`resolve_matmul_dtype`)."""
+    populations decompose (`batched_decompositions`) and, for a run that asks for
+    `matmul_dtype="auto"` (`matmul_auto`), what it takes (`resolve_matmul_dtype`)."""
     picks = []
     if jax.default_backend() == "cpu":
         if _set_in_xla_flags():
@@ -139,7 +139,10 @@ def machine_choices() -> str:
             picks.append(f"{'older' if compiler_options() else 'XLA default'} CPU fusion emitters")
     each = "batched" if batched_decompositions() else "one strategy at a time"
     picks.append(f"CMA eigendecompositions {each}")
-    here = machine()
-    why = "AVX-512 BF16 / AMX-BF16" if here.fast_bfloat16 else "bfloat16 products not faster here"
-    picks.append(f"matmul_dtype auto takes {resolve_matmul_dtype('auto')} ({why})")
+    if matmul_auto:
+        here = machine()
+        why = (
+            "AVX-512 BF16 / AMX-BF16" if here.fast_bfloat16 else "bfloat16 products not faster here"
+        )
+        picks.append(f"matmul_dtype auto takes {resolve_matmul_dtype('auto')} ({why})")
     return ", ".join(picks)

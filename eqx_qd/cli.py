@@ -23,8 +23,35 @@ from typing import Any
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # No prefixes: `--iteration 3` is an unknown option, not `--iterations 3`.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line, exit code 2
+        if message.startswith("unrecognized arguments:"):
+            message += self._suggestions(message.split(":", 1)[1].split())
         self.exit(2, f"eqx-qd: error: {' '.join(message.split())}\n")
+
+    def _options(self) -> set[str]:
+        """Every option string of this parser and of its subcommands'."""
+        found = set(self._option_string_actions)
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    found |= sub._options() if isinstance(sub, _Parser) else set()
+        return found
+
+    def _suggestions(self, words: Sequence[str]) -> str:
+        import difflib
+
+        known = sorted(self._options())
+        hints = [
+            f"{w}: did you mean {close[0]}?"
+            for w in words
+            if w.startswith("--") and (close := difflib.get_close_matches(w, known, n=1))
+        ]
+        return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _int(text: str) -> int:
@@ -472,6 +499,10 @@ def _load_plugins(parser: _Parser, modules: Sequence[str]) -> None:
             entry.load()
         except Exception as e:  # a broken plugin names itself, not a traceback
             parser.error(f"plugin entry point {entry.name!r} ({entry.value}) failed to load: {e}")
+    if modules and os.getcwd() not in sys.path and "" not in sys.path:
+        # A module in the current folder is found, as `python -m` finds it (after the
+        # installed packages: it does not shadow them).
+        sys.path.append(os.getcwd())
     for name in modules:
         try:
             importlib.import_module(name)
@@ -618,7 +649,7 @@ def _replay(parser: _Parser, args: argparse.Namespace) -> int:
 def _plugin_modules(argv: Sequence[str]) -> list[str]:
     """The `--plugin` modules of `argv`, read before the parser is built: a plugin may
     register a job, whose command the parser then has."""
-    early = argparse.ArgumentParser(add_help=False)
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     early.add_argument("--plugin", action="append", default=[])
     return early.parse_known_args(argv)[0].plugin
 
@@ -678,7 +709,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = f"compile cache {cache}" if cache else "no compile cache"
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
     print(f"eqx-qd: machine: {machine()}", flush=True)
-    print(f"eqx-qd: for this machine: {machine_choices()}", flush=True)
+    auto = getattr(runs[0][0], "matmul_dtype", None) == "auto"  # (the agent jobs' option)
+    print(f"eqx-qd: for this machine: {machine_choices(matmul_auto=auto)}", flush=True)
     if automatic and getattr(runs[0][0], "devices", 0) is None:
         print(f"eqx-qd: {_split_line(runs[0][0])}", flush=True)
     typed = {k: v for k in job.config_cls.keys() if (v := getattr(args, k, None)) is not None}

@@ -45,6 +45,18 @@ def _check_timeout(timeout: float | int | None) -> float | None:
     return None if timeout is None else float(timeout)
 
 
+def _refuse_while_a_worker_starts(owner: str) -> None:
+    """A pool opened while a worker process imports the main script (the `spawn` start
+    method re-runs the script's top level in each worker) would start workers of its own:
+    refuse it with what to do, not multiprocessing's bootstrapping error."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            f"{owner} was opened while a worker process was starting: the workers import your "
+            "script, so the code that opens the pool must run only in the main process. Put "
+            'it under `if __name__ == "__main__":`'
+        )
+
+
 class AbstractPool(abc.ABC):
     """Evaluates batches of candidates with a Python evaluator (module docstring). Use as a
     context manager, or call `close` when done (a process pool or a cluster it started is
@@ -210,11 +222,14 @@ class ProcessPool(AbstractPool):
     candidate past its `timeout` has its process killed and replaced (`Status.TIMEOUT`); a
     process that dies (killed, a crash in C) has its candidate run again, at most `retries`
     times, then recorded `Status.CRASHED`. Workers are started at the first batch and kept
-    until `close`."""
+    until `close`. Each worker imports the main script: in a script, open the pool under
+    `if __name__ == "__main__":` (a pool opened at a script's top level is refused in the
+    workers, with that advice)."""
 
     def __init__(self, workers: int = 2, *, retries: int = 1, start_method: str = "spawn"):
         if int(workers) < 1:
             raise ValueError(f"ProcessPool.workers must be at least 1, got {workers}")
+        _refuse_while_a_worker_starts("ProcessPool")
         if int(retries) < 0:
             raise ValueError(f"ProcessPool.retries must be non-negative, got {retries}")
         try:
@@ -381,6 +396,7 @@ class DaskPool(AbstractPool):
         elif scheduler is None:
             if int(workers) < 1:
                 raise ValueError(f"DaskPool.workers must be at least 1, got {workers}")
+            _refuse_while_a_worker_starts("DaskPool")
             self._cluster = distributed.LocalCluster(
                 n_workers=int(workers), threads_per_worker=1, processes=True,
                 dashboard_address=None, silence_logs=logging.CRITICAL,

@@ -11,6 +11,7 @@ summary = jobs.report(["runs/seed0", "runs/seed1", ...], "runs/report")  # over 
 ```
 """
 
+from . import checks as checks
 from ._checkpoints import (
     Checkpoint as Checkpoint,
     list_checkpoints as list_checkpoints,

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import warnings
 from typing import Any, ClassVar
 
 import equinox as eqx
@@ -58,6 +59,23 @@ JOURNAL = "journal"
 """The folder of outcomes as they arrive, one file per batch not yet checkpointed."""
 
 
+def _warn_of_negative_scores(fitnesses: np.ndarray, qd_offset: float) -> None:
+    """Warn when the first batch's fitnesses go below `-qd_offset`: the QD-score (each
+    elite's `fitness + qd_offset`, summed) can then be negative and fall as cells fill, which
+    reads as a run getting worse."""
+    finite = np.asarray(fitnesses)[np.isfinite(fitnesses)]
+    if finite.size and float(finite.min()) + qd_offset < 0:
+        lowest = float(finite.min())
+        warnings.warn(
+            f"the first batch's fitnesses reach {lowest:g}, below -qd_offset ({-qd_offset:g}): "
+            "the QD-score sums fitness + qd_offset over the elites, so it can be negative and "
+            f"fall as cells fill. Set --qd-offset (qd_offset) above {-lowest:g}, to a bound "
+            "on how low a fitness can go",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions):
     """Settings of the external job (`jobs.run`, `eqx-qd run external`)."""
@@ -74,7 +92,11 @@ class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions)
     num_descriptors: int = option(2, "values in each descriptor", check=positive_int)
     descriptor_min: float = option(0.0, "lower bound of every descriptor (the cells')")
     descriptor_max: float = option(1.0, "upper bound of every descriptor (the cells')")
-    qd_offset: float = option(1.0, "added to every elite's fitness in the QD-score")
+    qd_offset: float = option(
+        1.0,
+        "added to every elite's fitness in the QD-score: above minus the lowest fitness your "
+        "evaluator can return (the run warns when the first batch goes below)",
+    )
     batch_size: int = option(
         64, "candidates per iteration", check=positive_int, aliases=("--batch",)
     )
@@ -414,6 +436,7 @@ class _ExternalJob(LoopJob):
                 f"every candidate of the first batch failed; evaluator {plan.config.evaluator}: "
                 f"{evaluations.errors[0]}"
             )
+        _warn_of_negative_scores(evaluations.fitnesses, plan.config.qd_offset)
         state, metrics = plan.init_scored(evaluations)
         rows = {
             PROGRESS_FILE: [self._row(plan, 0, clock, metrics)],

@@ -125,6 +125,24 @@ def test_a_process_pool_records_timeouts_and_reruns_a_dead_workers_candidate(tmp
 
 
 @pytest.mark.e2e
+def test_a_pool_opened_at_a_scripts_top_level_says_to_guard_it(tmp_path):
+    """The workers import the main script: a pool opened at its top level, without `if
+    __name__ == "__main__":`, is refused in them with that advice (it had failed with
+    multiprocessing's bootstrapping error, which no doc mentioned: issue 76, item 8)."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import numpy as np\nfrom eqx_qd import external as ex\nimport external_evaluators as evs\n"
+        "with ex.ProcessPool(1, retries=0) as pool:\n"
+        "    print(pool.evaluate(evs.sphere, np.zeros((1, 3), np.float32), 2).errors)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(evs.__file__), "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert 'Put it under `if __name__ == "__main__":`' in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.e2e
 def test_a_dask_local_cluster_loses_no_candidate_when_a_worker_is_killed(tmp_path):
     os.environ["EQX_QD_TEST_MARKS"] = str(tmp_path)  # the workers inherit it
     with ex.DaskPool(workers=2) as pool:

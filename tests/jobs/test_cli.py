@@ -9,6 +9,7 @@ from launched import launched_env
 
 import eqx_qd as q
 from eqx_qd import jobs
+from eqx_qd._compile import machine_choices
 from eqx_qd.cli import main
 
 
@@ -181,6 +182,28 @@ def test_cli_ippo_bad_input(tmp_path, capsys, args, message):
     assert len(err) == 1 and message in err[0], err
 
 
+def test_a_plugin_in_the_current_folder_is_found(tmp_path, monkeypatch, capsys):
+    """`eqx-qd --plugin NAME` finds `NAME.py` in the folder it runs in, as `python -m` would
+    (it had needed `PYTHONPATH=.`: issue 76, item 8)."""
+    (tmp_path / "folder_plugin.py").write_text(
+        "from eqx_qd import jobs\n"
+        "jobs.TASKS.register('folder_sphere', help='a sphere from the current folder')("
+        "lambda genotype_dim=3: jobs.make_task('sphere', genotype_dim=genotype_dim))\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert main(["--plugin", "folder_plugin", "list"]) == 0
+    assert "folder_sphere" in capsys.readouterr().out
+
+
+def test_a_mistyped_option_is_refused_with_the_closest_one(capsys):
+    """No prefix matching: `--iteration 3` had run as `--iterations 3` (issue 76, item 8)."""
+    with pytest.raises(SystemExit):
+        main(["run", "map-elites", "--iteration", "3"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --iteration 3 (--iteration: did you mean --iterations?)" in err
+
+
 def test_list_prints_every_job_and_registered_name_with_its_options(capsys):
     assert main(["--plugin", "user_plugin", "list"]) == 0
     out = capsys.readouterr().out
@@ -220,17 +243,19 @@ def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
     env["EQX_QD_COMPILE_CACHE"] = str(tmp_path / "from_env")
     third = run("--no-compile-cache", out="third")
     assert "(no compile cache)" in third
-    # The machine (a CPU here), then the code paths picked for it.
+    # The machine (a CPU here), then the code paths picked for it; the matmul dtype only for a
+    # run that asks for "auto" (every command had said what auto takes, whatever it ran).
     assert third.splitlines()[1] == f"eqx-qd: machine: {q.machine()}"
+    assert third.splitlines()[2] == (
+        "eqx-qd: for this machine: older CPU fusion emitters, "
+        "CMA eigendecompositions one strategy at a time"
+    )
     auto = (
         "bfloat16 (AVX-512 BF16 / AMX-BF16)"
         if q.machine().fast_bfloat16
         else ("float32 (bfloat16 products not faster here)")
     )
-    assert third.splitlines()[2] == (
-        "eqx-qd: for this machine: older CPU fusion emitters, "
-        f"CMA eigendecompositions one strategy at a time, matmul_dtype auto takes {auto}"
-    )
+    assert machine_choices(matmul_auto=True).endswith(f", matmul_dtype auto takes {auto}")
     assert not (tmp_path / "from_env").exists()
 
 

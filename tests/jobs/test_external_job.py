@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import jax
 import numpy as np
@@ -93,6 +94,18 @@ def test_the_cma_emitters_and_a_repertoire_without_cells_run_outside_jax():
     assert np.isfinite(result.last["qd_score"]) and result.last["coverage"] > 0
 
 
+def test_fitnesses_below_minus_the_qd_offset_are_warned_of():
+    """The sphere's fitnesses go down to -2 on [0, 1]^8 where the default `qd_offset` is 1:
+    the QD-score could be negative and fall, and the run says so and what to set (it had
+    said nothing: issue 76, item 8); with `qd_offset` 8 it is silent."""
+    config = dict(SMALL, evaluator="external_evaluators:sphere", iterations=1)
+    with pytest.warns(UserWarning, match=r"reach -\d.*Set --qd-offset \(qd_offset\) above"):
+        jobs.run(jobs.ExternalConfig(**config), None, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jobs.run(jobs.ExternalConfig(**config, qd_offset=8.0), None, progress=False)
+
+
 def test_a_journal_line_cut_by_a_kill_is_skipped_and_the_next_starts_afresh(tmp_path):
     from eqx_qd.external import Outcome, Status
     from eqx_qd.jobs import _external
@@ -110,7 +123,8 @@ def test_a_journal_line_cut_by_a_kill_is_skipped_and_the_next_starts_afresh(tmp_
 
 @pytest.mark.e2e
 def test_failed_evaluations_are_recorded_and_never_stored(tmp_path):
-    config = jobs.ExternalConfig(**{**SMALL, "evaluator": "external_evaluators:faulty"})
+    faulty = {"evaluator": "external_evaluators:faulty", "qd_offset": 8.0}  # (8 genes in [0, 1])
+    config = jobs.ExternalConfig(**{**SMALL, **faulty})
     result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
     rows = _rows(tmp_path / "run" / "evaluations.csv")[1:]
     failed = [r for r in rows if r[2] != "ok"]
@@ -147,7 +161,7 @@ def test_bad_settings_are_named_before_anything_runs(tmp_path):
 @pytest.mark.e2e
 def test_overlap_is_one_batch_ahead_deterministic_and_resumable(tmp_path):
     overlap = {**SMALL, "evaluator": "external_evaluators:sphere", "genotype_dim": 4,
-               "overlap": True}  # fmt: skip
+               "qd_offset": 4.0, "overlap": True}  # fmt: skip
     whole = jobs.run(jobs.ExternalConfig(**{**overlap, "workers": 2}), tmp_path / "whole",
                      progress=False, plots=False)  # fmt: skip
     qd = whole.progress["qd_score"]
@@ -175,9 +189,9 @@ def test_an_overlapped_run_killed_with_sigkill_resumes_equal(tmp_path):
 
     env = launched_env(PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
     options = ["--evaluator", "external_evaluators:slow_sphere", "--genotype-dim", "4",
-               "--batch-size", "16", "--iterations", "8", "--cells", "16", "--cvt-samples",
-               "200", "--checkpoint-every", "3", "--workers", "2", "--overlap", "--no-progress",
-               "--no-plots"]  # fmt: skip
+               "--qd-offset", "4", "--batch-size", "16", "--iterations", "8", "--cells", "16",
+               "--cvt-samples", "200", "--checkpoint-every", "3", "--workers", "2", "--overlap",
+               "--no-progress", "--no-plots"]  # fmt: skip
     command = [sys.executable, "-m", "eqx_qd.cli", "run", "external", *options]
     out = tmp_path / "killed"
     with open(tmp_path / "stderr", "wb") as err:
@@ -211,8 +225,9 @@ def test_a_dask_run_killed_with_sigkill_mid_batch_resumes_equal(tmp_path):
 
     env = launched_env(PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]))
     options = ["--evaluator", "external_evaluators:slow_sphere", "--genotype-dim", "4",
-               "--batch-size", "16", "--iterations", "8", "--cells", "16", "--cvt-samples",
-               "200", "--checkpoint-every", "3", "--no-progress", "--no-plots"]  # fmt: skip
+               "--qd-offset", "4", "--batch-size", "16", "--iterations", "8", "--cells", "16",
+               "--cvt-samples", "200", "--checkpoint-every", "3", "--no-progress",
+               "--no-plots"]  # fmt: skip
     command = [sys.executable, "-m", "eqx_qd.cli", "run", "external", *options]
     out = tmp_path / "killed"
     with open(tmp_path / "stderr", "wb") as err:

@@ -87,6 +87,26 @@ def test_a_plugin_job_is_listed_and_its_folder_needs_the_plugin(tmp_path, capsys
     assert done.returncode != 0 and b"--plugin MODULE" in done.stderr
 
 
+def test_a_users_option_with_a_ready_made_check_is_refused_by_name(tmp_path, capsys):
+    """`jobs.checks` holds the checks the library's options use; with one, `--offspring -3`
+    is refused naming the option, before the folder is made (without, it had reached an MLIR
+    traceback and a `failed` folder: issue 76, item 8)."""
+    out = tmp_path / "bad"
+    with pytest.raises(SystemExit):
+        main(["--plugin", "user_job", "run", "hill-climb", "--offspring", "-3", "--out", str(out)])
+    assert "--offspring must be a positive integer, got -3" in capsys.readouterr().err
+    assert not out.exists()
+    for name, check, bad in [
+        ("rate", jobs.checks.between(0.0, 1.0), 1.5),
+        ("mode", jobs.checks.one_of("fast", "exact"), "slow"),
+        ("scale", jobs.checks.positive, 0.0),
+        ("offset", jobs.checks.non_negative, -1.0),
+        ("count", jobs.checks.non_negative_int, 2.5),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=name):
+            check(name, bad)
+
+
 def test_register_job_refuses_what_is_not_a_job():
     import user_job
 

@@ -24,14 +24,18 @@ class HillClimbConfig(jobs.JobConfig):
     JOB: ClassVar[str] = "hill-climb"
 
     task: str = jobs.option("sphere", "pure-JAX task", check=jobs.TASKS.check())
-    genotype_dim: int = jobs.option(8, "genes per genotype")
-    offspring: int = jobs.option(16, "children per iteration")
-    sigma: float = jobs.option(0.05, "mutation standard deviation")
-    iterations: int = jobs.option(300, "iterations")
-    log_period: int = jobs.option(5, "iterations per logged row")
+    genotype_dim: int = jobs.option(8, "genes per genotype", check=jobs.checks.positive_int)
+    offspring: int = jobs.option(16, "children per iteration", check=jobs.checks.positive_int)
+    sigma: float = jobs.option(0.05, "mutation standard deviation", check=jobs.checks.positive)
+    iterations: int = jobs.option(300, "iterations", check=jobs.checks.positive_int)
+    log_period: int = jobs.option(5, "iterations per logged row", check=jobs.checks.positive_int)
     seed: int = jobs.option(0, "random seed")
-    checkpoint_every: int = jobs.option(20, "iterations between checkpoints")
-    keep_checkpoints: int = jobs.option(2, "newest checkpoints kept")
+    checkpoint_every: int = jobs.option(
+        20, "iterations between checkpoints", check=jobs.checks.positive_int
+    )
+    keep_checkpoints: int = jobs.option(
+        2, "newest checkpoints kept (0: all)", check=jobs.checks.non_negative_int
+    )
 
 
 class Climber(eqx.Module):

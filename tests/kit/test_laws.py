@@ -304,3 +304,16 @@ def test_agent_and_env_laws_are_named():
     assert list(ENV_LAWS) == ["shapes", "deterministic", "autoreset", "bounds"]
     with pytest.raises(ValueError, match=r"check_env: unknown laws \['sticky'\]"):
         check_env(Walk(), laws=["sticky"])
+
+
+def test_the_kit_without_hypothesis_says_what_to_install(monkeypatch):
+    """`eqx_qd.testing` needs hypothesis; without it, the error says so and how to install
+    it (it had been a bare `No module named 'hypothesis'`: issue 76, item 8)."""
+    import importlib
+    import sys
+
+    for name in [m for m in sys.modules if m == "eqx_qd.testing" or m.startswith("eqx_qd._laws")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "hypothesis", None)
+    with pytest.raises(ImportError, match=r"eqx_qd.testing needs hypothesis: pip install hyp"):
+        importlib.import_module("eqx_qd.testing")
