@@ -119,6 +119,8 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, tp: An
 def build_parser() -> argparse.ArgumentParser:
     """The `eqx-qd` parser, generated from the jobs' config dataclasses."""
     from .jobs import JOBS
+    from .jobs._compile_cache import CACHE_ENV
+    from .jobs._folder import user_cache_dir
 
     parser = _Parser(prog="eqx-qd", description="Quality-Diversity and population-based RL runs.")
     parser.add_argument(
@@ -134,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FOLDER",
         default=None,
         help="JAX's persistent compilation cache: a second run of the same programs skips their "
-        f"XLA compiles (default: ${_CACHE_ENV}, else {_default_cache()})",
+        f"XLA compiles (default: ${CACHE_ENV}, else {user_cache_dir('xla')})",
     )
     parser.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh")
     parser.add_argument(
@@ -510,37 +512,16 @@ def _load_plugins(parser: _Parser, modules: Sequence[str]) -> None:
             parser.error(f"--plugin {name}: cannot import it: {type(e).__name__}: {e}")
 
 
-_CACHE_ENV = "EQX_QD_COMPILE_CACHE"
-
-
-def _default_cache() -> str:
-    from .jobs._folder import user_cache_dir
-
-    return user_cache_dir("xla")
-
-
 def _compile_cache(args: argparse.Namespace) -> str | None:
     """The cache folder to use, or None: `--no-compile-cache` and `$EQX_QD_COMPILE_CACHE`
     set to `off` (or empty) turn it off; `--compile-cache` beats the variable."""
+    from .jobs._compile_cache import default_compile_cache
+
     if args.no_compile_cache:
         return None
     if args.compile_cache is not None:
         return args.compile_cache
-    env = os.environ.get(_CACHE_ENV)
-    if env is not None:
-        return None if env.strip().lower() in ("", "off", "0", "none") else env
-    return _default_cache()
-
-
-def _use_compile_cache(folder: str | None) -> None:
-    """Point JAX's persistent compilation cache at `folder` (before anything compiles).
-    JAX keeps programs that took at least `jax_persistent_cache_min_compile_time_secs`
-    (1 s by default) to compile: the brax rollouts, the training steps."""
-    if folder is None:
-        return
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", folder)
+    return default_compile_cache()
 
 
 def _describe_devices() -> str:
@@ -696,7 +677,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         _host_devices_per_core()
     _join_processes(parser, args)
     cache = _compile_cache(args)
-    _use_compile_cache(cache)
+    if cache is not None:
+        from .jobs import use_compile_cache
+
+        use_compile_cache(cache)
     config = _config(parser, args, job)
     if resume is not None and args.out is not None:  # a fork: it continues in --out
         resume = _fork(parser, resume, args.out, args.from_checkpoint or "latest")

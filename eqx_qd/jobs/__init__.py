@@ -31,6 +31,10 @@ from ._common import (
     run_status as run_status,
     RunResult as RunResult,
 )
+from ._compile_cache import (
+    default_compile_cache as default_compile_cache,
+    use_compile_cache as use_compile_cache,
+)
 from ._config import JobConfig as JobConfig, option as option
 from ._dcrl_me import DCRLMEConfig as DCRLMEConfig
 from ._distributed import population_devices as population_devices
