@@ -25,12 +25,16 @@ from ._registry import ENVIRONMENTS
 
 @dataclasses.dataclass(frozen=True)
 class DCRLMEConfig(PolicyQDOptions):
-    """DCRL-MAP-Elites settings, in the house's words. The defaults are the paper's (Faldor
-    et al., TELO 2024, and the DCRL repository's `configs/`): `ant_omni` with 250-step
-    episodes, CVT 1024, batch 256 = 128 GA + 64 policy-gradient + 64 injected actors, 4000
-    iterations, 3000 critic steps and 150 policy-gradient steps per iteration. `--preset local`
-    is minutes on a laptop CPU; `--preset dcg-me` is DCG-ME (no injection: 128 policy-gradient
-    children, and 64 episodes of the conditioned actor per iteration for its data).
+    """DCRL-MAP-Elites settings, in the house's words. The defaults are a local run, minutes
+    on a laptop CPU whose coverage grows (PGA-ME's local size: `walker2d_uni` with 100-step
+    episodes, 10,240 evaluations, 256 cells, batch 64 = 32 GA + 16 policy-gradient + 16
+    injected actors). `--preset paper` is the paper's (Faldor et al., TELO 2024, and the DCRL
+    repository's `configs/`: `ant_omni` with 250-step episodes, CVT 1024, batch 256 = 128 GA +
+    64 policy-gradient + 64 injected actors, 4000 iterations, 3000 critic steps and 150
+    policy-gradient steps per iteration: `PAPER_PRESET`). `--preset dcg-me` is DCG-ME at the
+    local size (no injection: half the batch policy-gradient children, and episodes of the
+    conditioned actor for its data), `--preset dcg-me-paper` at the paper's, and `--preset
+    smoke` a run of a minute or two that goes through every part.
 
     The GA takes the rest of the batch: `batch_size - pg_batch_size - ai_batch_size`.
     `evaluations` counts the candidates offered to the archive, as the repository does; the
@@ -41,16 +45,16 @@ class DCRLMEConfig(PolicyQDOptions):
     JOB: ClassVar[str] = "dcrl-me"
 
     # The shared keys whose defaults are DCRL-ME's (they keep their place in the key order).
-    env: str = option("ant_omni", "registered QD environment", check=ENVIRONMENTS.check("qd"))
-    cells: int = option(1024, "CVT cells", check=positive_int)
+    env: str = option("walker2d_uni", "registered QD environment", check=ENVIRONMENTS.check("qd"))
+    cells: int = option(256, "CVT cells", check=positive_int)
     evaluations: int = option(
-        256 + 4000 * 256, "evaluation budget (offered to the archive)", check=positive_int
+        10_240, "evaluation budget (offered to the archive)", check=positive_int
     )
-    batch_size: int = option(256, "candidates per iteration", check=positive_int)
+    batch_size: int = option(64, "candidates per iteration", check=positive_int)
     random_init: int = option(256, "random policies evaluated first", check=positive_int)
-    init_batch_size: int = option(256, "random policies scored at once", check=positive_int)
-    critic_steps: int = option(3000, "critic steps per iteration", check=non_negative_int)
-    pg_steps: int = option(150, "policy-gradient steps per offspring", check=non_negative_int)
+    init_batch_size: int = option(128, "random policies scored at once", check=positive_int)
+    critic_steps: int = option(300, "critic steps per iteration", check=non_negative_int)
+    pg_steps: int = option(10, "policy-gradient steps per offspring", check=non_negative_int)
     minibatch_size: int = option(100, "transitions per critic / PG step", check=positive_int)
     pg_lr: float = option(
         5e-3,
@@ -58,18 +62,16 @@ class DCRLMEConfig(PolicyQDOptions):
         "DCRLConfig: 1e-3)",
         check=non_negative,
     )
-    hidden: tuple[int, ...] = option((128, 128), "policy hidden layer widths")
-    cvt_samples: int = option(50_000, "uniform samples for CVT k-means", check=positive_int)
-    snapshot_every: int = option(
-        25_600, "evaluations between archive snapshots", check=positive_int
-    )
+    hidden: tuple[int, ...] = option((64, 64), "policy hidden layer widths")
+    cvt_samples: int = option(20_000, "uniform samples for CVT k-means", check=positive_int)
+    snapshot_every: int = option(2_048, "evaluations between archive snapshots", check=positive_int)
     checkpoint_every: int = option(
-        25_600,
+        2_048,
         "evaluations between checkpoints of the whole state (and one at the end)",
         check=positive,
     )
-    episode_length: int = option(250, "steps per episode", check=positive_int)
-    buffer_size: int = option(1_000_000, "replay buffer capacity", check=positive_int)
+    episode_length: int = option(100, "steps per episode", check=positive_int)
+    buffer_size: int = option(200_000, "replay buffer capacity", check=positive_int)
     policy_init: str = option(
         "lecun_uniform",
         "the policies' and the conditioned actor's initial weights: lecun_uniform with zero "
@@ -84,10 +86,10 @@ class DCRLMEConfig(PolicyQDOptions):
 
     # DCRL-ME's own keys.
     pg_batch_size: int = option(
-        64, "policy-gradient children per iteration", check=non_negative_int
+        16, "policy-gradient children per iteration", check=non_negative_int
     )
     ai_batch_size: int = option(
-        64, "injected actors per iteration (0: DCG-ME)", check=non_negative_int
+        16, "injected actors per iteration (0: DCG-ME)", check=non_negative_int
     )
     actor_evals: int = option(
         0,
@@ -134,29 +136,64 @@ class DCRLMEConfig(PolicyQDOptions):
         return self.batch_size - self.pg_batch_size - self.ai_batch_size
 
 
-LOCAL_PRESET: dict[str, Any] = dict(
-    episode_length=100,
-    cells=256,
-    evaluations=10_240,
-    batch_size=64,
+PAPER_PRESET: dict[str, Any] = dict(
+    env="ant_omni",
+    episode_length=250,
+    cells=1024,
+    evaluations=256 + 4000 * 256,
+    batch_size=256,
     random_init=256,
-    init_batch_size=128,
-    pg_batch_size=16,
-    ai_batch_size=16,
-    critic_steps=300,
-    pg_steps=10,
-    hidden=(64, 64),
-    cvt_samples=20_000,
-    snapshot_every=2_048,
-    checkpoint_every=2_048,
-    buffer_size=200_000,
+    init_batch_size=256,
+    pg_batch_size=64,
+    ai_batch_size=64,
+    critic_steps=3000,
+    pg_steps=150,
+    hidden=(128, 128),
+    cvt_samples=50_000,
+    snapshot_every=25_600,
+    checkpoint_every=25_600,
+    buffer_size=1_000_000,
 )
-"""A run of minutes on a laptop CPU (the DCRL-ME settings at PGA-ME's local size)."""
+"""The paper's setting (TELO 2024, the DCRL repository's `configs/dcrl_me.yaml`): the keys
+that differ from the local defaults."""
 
-DCG_ME_PRESET: dict[str, Any] = dict(pg_batch_size=128, ai_batch_size=0, actor_evals=64)
-"""DCG-ME, as the DCRL repository's `configs/algo/dcg_me.yaml`."""
+DCG_ME: dict[str, Any] = dict(pg_batch_size=32, ai_batch_size=0, actor_evals=16)
+"""DCG-ME at the local size: the repository's `configs/algo/dcg_me.yaml` split (half the batch
+policy-gradient children, no injected actors, a quarter of the batch in actor episodes)."""
 
-DCRLMEConfig.PRESETS = {"local": LOCAL_PRESET, "dcg-me": DCG_ME_PRESET}
+DCG_ME_PAPER: dict[str, Any] = {
+    **PAPER_PRESET, "pg_batch_size": 128, "ai_batch_size": 0, "actor_evals": 64
+}  # fmt: skip
+"""DCG-ME at the paper's size, as the repository's `configs/algo/dcg_me.yaml`."""
+
+SMOKE_PRESET: dict[str, Any] = dict(
+    episode_length=20,
+    cells=32,
+    cvt_samples=2_000,
+    evaluations=64 + 4 * 32,
+    batch_size=32,
+    random_init=64,
+    init_batch_size=64,
+    pg_batch_size=8,
+    ai_batch_size=8,
+    critic_steps=20,
+    pg_steps=5,
+    minibatch_size=32,
+    hidden=(16, 16),
+    critic_hidden=(32, 32),
+    buffer_size=10_000,
+    snapshot_every=64,
+    checkpoint_every=64,
+)
+"""A run of a minute or two through every part (random start, GA, policy gradients, injected
+actors, snapshots, checkpoints): to try a change, not to see learning."""
+
+DCRLMEConfig.PRESETS = {
+    "paper": PAPER_PRESET,
+    "dcg-me": DCG_ME,
+    "dcg-me-paper": DCG_ME_PAPER,
+    "smoke": SMOKE_PRESET,
+}
 
 QDAX_NAMES: dict[str, str] = {
     "dcrl_batch_size": "pg_batch_size",
@@ -234,11 +271,12 @@ class _DCRLMEJob(_PGAMEJob):
     name = "dcrl-me"
     multi_process = True
     config_cls = DCRLMEConfig
-    help = "DCRL-MAP-Elites (default: the paper's ant_omni; --preset local for a laptop)"
+    help = "DCRL-MAP-Elites (default: minutes on a laptop; --preset paper for the paper's)"
     description = (
-        "The defaults are the paper's setting (an accelerator's budget); --preset local is "
-        "minutes on a laptop CPU, --preset dcg-me is DCG-ME, --config-file reads a config "
-        "file of the DCRL repository. Options override all three."
+        "The defaults are minutes on a laptop CPU (walker2d_uni); --preset paper is the "
+        "paper's setting (ant_omni, an accelerator's budget), --preset dcg-me and "
+        "dcg-me-paper are DCG-ME at either size, --preset smoke a run of a minute or two, "
+        "--config-file reads a config file of the DCRL repository. Options override them."
     )
     original_config_help = (
         "a Hydra config file of the DCRL-MAP-Elites repository (configs/dcrl_me.yaml, with "
@@ -289,8 +327,9 @@ def read_repository_config(path: str | os.PathLike) -> tuple[dict[str, Any], lis
     would: a top file (`configs/dcrl_me.yaml`) whose `defaults` name the `env` and `algo`
     files in the folders beside it, or one `algo` file (`configs/algo/dcrl_me.yaml`).
 
-    **Returns:** the `DCRLMEConfig` keys and values (its `num_iterations` becomes
-    `evaluations`: the initial population of `batch_size`, as the repository's, then that
+    **Returns:** the `DCRLMEConfig` keys and values, over `PAPER_PRESET` (its
+    `num_iterations` becomes `evaluations`: the initial population of `batch_size`, as the
+    repository's, then that
     many batches; `ga_batch_size` must be the rest of the batch) and notes for the user (the
     environment's bounds and version come from our task). An algorithm other than DCRL-ME or
     DCG-ME, an unknown key or a value that does not fit is a `ValueError` naming it.
@@ -351,13 +390,14 @@ def read_repository_config(path: str | os.PathLike) -> tuple[dict[str, Any], lis
         if env:
             shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
             notes.append(f"env: {shown} not read (our task's own bounds and physics apply)")
-    batch = values.get("batch_size", DCRLMEConfig.batch_size)
+    batch = values.get("batch_size", PAPER_PRESET["batch_size"])
     values.setdefault("random_init", batch)
     values.setdefault("init_batch_size", batch)
     if iterations is not None:
         values["evaluations"] = values["random_init"] + int(iterations) * batch
+    values = {**PAPER_PRESET, **values}  # what the files leave unsaid is the paper's
     if ga is not None:
-        rest = batch - values.get("pg_batch_size", 64) - values.get("ai_batch_size", 64)
+        rest = batch - values["pg_batch_size"] - values["ai_batch_size"]
         if ga != rest:
             raise ValueError(
                 f"config file {path!r}: ga_batch_size {ga} is not the rest of batch_size "

@@ -236,7 +236,8 @@ class PGAMEConfig(PolicyQDOptions):
     read from its own files: `read_original_config`, `--config-file`; `REPO_NAMES` maps them).
     The defaults are a local run, minutes on a laptop CPU (walker2d_uni, 100-step episodes,
     10k evaluations, 256 cells); `PGAMEConfig.preset("paper")` (`--preset paper`) is the GECCO
-    2021 paper's setting (1e6 evaluations of 1000-step episodes, 1024 cells: an HPC budget).
+    2021 paper's setting (1e6 evaluations of 1000-step episodes, 1024 cells: an HPC budget),
+    and `--preset smoke` a run of a minute or two that goes through every part.
 
     Tasks are stochastic by default, as the paper's were (random initial states:
     `reset_noise`; `obs_noise` adds observation noise), so the averaged max fitness and the
@@ -309,7 +310,27 @@ PAPER_PRESET: dict[str, Any] = dict(
 )
 """The GECCO 2021 paper's setting: the keys that differ from the local defaults."""
 
-PGAMEConfig.PRESETS = {"paper": PAPER_PRESET}
+SMOKE_PRESET: dict[str, Any] = dict(
+    episode_length=20,
+    cells=32,
+    cvt_samples=2_000,
+    evaluations=64 + 4 * 32,
+    batch_size=32,
+    random_init=64,
+    init_batch_size=64,
+    critic_steps=20,
+    pg_steps=5,
+    minibatch_size=32,
+    hidden=(16, 16),
+    critic_hidden=(32, 32),
+    buffer_size=10_000,
+    snapshot_every=64,
+    checkpoint_every=64,
+)
+"""A run of a minute or two through every part (random start, GA and policy-gradient
+children, the greedy actor, snapshots, checkpoints): to try a change, not to see learning."""
+
+PGAMEConfig.PRESETS = {"paper": PAPER_PRESET, "smoke": SMOKE_PRESET}
 
 
 def make_pgame_env(config: PolicyQDOptions) -> AbstractQDEnv:

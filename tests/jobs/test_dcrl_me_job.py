@@ -76,8 +76,8 @@ def test_the_repository_config_files_read_as_its_main_reads_them(tmp_path):
 
     values, notes = read_repository_config(_repository(tmp_path))
     config = jobs.DCRLMEConfig.from_mapping(values)
-    # The paper's setting is the default: the file differs in its seed and its 100 iterations.
-    assert config == jobs.DCRLMEConfig(seed=42, evaluations=256 + 100 * 256)
+    # Over the paper's setting: the file differs in its seed and its 100 iterations.
+    assert config == jobs.DCRLMEConfig.preset("paper", seed=42, evaluations=256 + 100 * 256)
     assert (config.ga_batch_size, config.pg_batch_size, config.ai_batch_size) == (128, 64, 64)
     assert (config.minibatch_size, config.pg_lr, config.episode_length) == (100, 5e-3, 250)
     assert any("min_bd=-30.0" in n for n in notes)
@@ -85,7 +85,7 @@ def test_the_repository_config_files_read_as_its_main_reads_them(tmp_path):
     (tmp_path / "dcg.yaml").write_text(ALGO.format(name="dcg_me", ga=128, pg=128, ai=0, actor=64))
     values, _ = read_repository_config(tmp_path / "dcg.yaml")
     dcg = jobs.DCRLMEConfig.from_mapping(values)
-    assert dcg == jobs.DCRLMEConfig.preset("dcg-me")
+    assert dcg == jobs.DCRLMEConfig.preset("dcg-me-paper")
 
 
 @pytest.mark.parametrize(
@@ -116,15 +116,22 @@ def test_the_config_takes_qdax_names_from_files_and_checks_the_split(tmp_path, c
     path = tmp_path / "c.toml"
     path.write_text("[dcrl-me]\ndcrl_batch_size = 32\nsoft_tau_update = 0.01\n")
     config = jobs.DCRLMEConfig.from_toml(path)
-    assert (config.pg_batch_size, config.tau, config.ga_batch_size) == (32, 0.01, 160)
+    assert (config.pg_batch_size, config.tau, config.ga_batch_size) == (32, 0.01, 16)
     with pytest.raises(ValueError, match="dcrl_batch_size is pg_batch_size"):
         jobs.DCRLMEConfig.from_mapping({"dcrl_batch_size": 32})
-    with pytest.raises(ValueError, match=r"exceed batch_size \(256\)"):
-        jobs.DCRLMEConfig(pg_batch_size=200, ai_batch_size=100)
+    with pytest.raises(ValueError, match=r"exceed batch_size \(64\)"):
+        jobs.DCRLMEConfig(pg_batch_size=50, ai_batch_size=30)
     with pytest.raises(ValueError, match="folds the target descriptor"):
         jobs.DCRLMEConfig(normalise=True, affine=True)
-    local = jobs.DCRLMEConfig.preset("local")
+    local = jobs.DCRLMEConfig()  # the laptop's size by default, the paper's as a preset
     assert (local.ga_batch_size, local.pg_batch_size, local.ai_batch_size) == (32, 16, 16)
+    paper = jobs.DCRLMEConfig.preset("paper")
+    assert (paper.ga_batch_size, paper.pg_batch_size, paper.ai_batch_size) == (128, 64, 64)
+    assert (paper.env, paper.evaluations, paper.episode_length) == ("ant_omni", 1_024_256, 250)
+    dcg = jobs.DCRLMEConfig.preset("dcg-me")
+    assert (dcg.ga_batch_size, dcg.pg_batch_size, dcg.ai_batch_size, dcg.actor_evals) == (
+        32, 32, 0, 16,
+    )  # fmt: skip
     with pytest.raises(SystemExit) as e:
         main(["run", "dcrl-me", "--pg-batch-size", "300", "--out", str(tmp_path / "r")])
     assert e.value.code == 2 and "exceed batch_size" in capsys.readouterr().err

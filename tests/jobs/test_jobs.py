@@ -33,6 +33,56 @@ def test_every_default_config_round_trips_through_toml(name, tmp_path):
     assert job.config_cls.from_toml(path) == config
 
 
+PAPER_SIZED = {"pgame", "dcrl-me", "me-pbt"}
+"""The jobs with a published setting, `--preset paper`."""
+SMOKE_SIZED = {"pgame", "dcrl-me"}
+"""The brax jobs, with `--preset smoke`."""
+
+
+@pytest.mark.parametrize("name", sorted(jobs.JOBS))
+def test_presets_run_one_way(name):
+    """Every job's default is the laptop's size and the papers' setting a preset (DCRL-ME's
+    default had been the paper's 1,024,256 evaluations, with `--preset local`); every brax
+    job has a smoke preset, far below its default (issue 76, item 4)."""
+    config_cls = jobs.JOBS[name].config_cls
+    presets = config_cls.PRESETS
+    assert "local" not in presets
+    assert ("paper" in presets) == (name in PAPER_SIZED), sorted(presets)
+    if name in PAPER_SIZED:
+        paper, default = config_cls.preset("paper"), config_cls()
+        budget = lambda c: getattr(c, "evaluations", 0) or getattr(c, "iterations", 0)  # noqa: E731
+        assert budget(paper) > budget(default)
+    if name in SMOKE_SIZED:
+        smoke, default = config_cls.preset("smoke"), config_cls()
+        assert smoke.evaluations * smoke.episode_length <= default.evaluations * 100 // 50
+        assert smoke.cells < default.cells and smoke.critic_steps < default.critic_steps
+
+
+def test_dcrl_me_papers_preset_is_the_former_default():
+    """`--preset paper` holds what the default was: the TELO paper's setting."""
+    paper = jobs.DCRLMEConfig.preset("paper")
+    assert (paper.env, paper.episode_length, paper.cells) == ("ant_omni", 250, 1024)
+    assert (paper.evaluations, paper.batch_size, paper.critic_steps, paper.pg_steps) == (
+        256 + 4000 * 256, 256, 3000, 150,
+    )  # fmt: skip
+    assert (paper.hidden, paper.buffer_size, paper.snapshot_every) == (
+        (128, 128),
+        1_000_000,
+        25_600,
+    )
+
+
+@pytest.mark.brax
+def test_the_dcrl_me_smoke_preset_runs_every_part(tmp_path):
+    """DCRL-ME's smoke preset in a minute or two: GA, policy-gradient and injected children,
+    snapshots, checkpoints."""
+    result = jobs.run(jobs.DCRLMEConfig.preset("smoke"), tmp_path / "run", plots=False,
+                      progress=False)  # fmt: skip
+    assert result.progress["evaluations"].tolist() == [64, 96, 128, 160, 192]
+    assert [c.step for c in jobs.list_checkpoints(tmp_path / "run")] == [128, 192]
+    assert {"archive_128.csv", "archive_192.csv", "actors.csv"} <= set(os.listdir(tmp_path / "run"))
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
