@@ -43,6 +43,7 @@ from ._laws import (
     LawBroken,
     REPERTOIRE_LAWS,
 )
+from ._laws_ranker import check_ranker, RANKER_LAWS
 from ._laws_rl import AGENT_LAWS, check_agent, check_env, ENV_LAWS
 from ._repertoire import MapElitesRepertoire
 from ._tessellation import GridTessellation
@@ -146,11 +147,13 @@ __all__ = [
     "check_agent",
     "check_env",
     "EMITTER_LAWS",
+    "RANKER_LAWS",
     "REPERTOIRE_LAWS",
     "CandidateBatch",
     "LawBroken",
     "candidate_batches",
     "check_emitter",
+    "check_ranker",
     "check_repertoire",
     "descriptor_values",
     "fitness_values",

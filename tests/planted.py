@@ -563,6 +563,34 @@ class NoisyStart(Walk):
         return q.envs.EnvState(x, self._observe(x), zero, self._start_terminated(x), x)
 
 
+# ---------------------------------------------------------------------------------- rankers
+
+
+@typing.final
+class FlipsNaN(q.AbstractRanker):
+    """By fitness, highest first, as `flip(argsort(fitnesses))`: argsort puts NaN last and the
+    flip first, so a failed evaluation is the top parent (law `failed_last`; the bug the
+    fidelity review found in the built-in rankers)."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        return jnp.flip(jnp.argsort(fitnesses)), fitnesses
+
+
+@typing.final
+class TopHalfOnly(q.AbstractRanker):
+    """Orders only the better half and repeats it, as if the rest did not matter: the order
+    is no permutation of the batch (law `order`)."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        best = jnp.argsort(-jnp.where(jnp.isfinite(fitnesses), fitnesses, -jnp.inf))
+        half = best[: (fitnesses.shape[0] + 1) // 2]
+        return jnp.concatenate([half, half])[: fitnesses.shape[0]], fitnesses
+
+
+PLANTED_RANKERS = {FlipsNaN: "failed_last", TopHalfOnly: "order"}
+"""Each planted ranker and the law it breaks."""
+
+
 PLANTED_AGENTS = {
     KeepsOptimiser: "storage",
     DropsCritic: "genome",

@@ -127,7 +127,12 @@ def ranked_generation(
     """
     order, values = ranker.rank(direction, fitnesses, descriptors, add_info)
     new = jnp.sum(add_info.threshold_status != 0, dtype=jnp.int32)
-    parents = num_parents(selection_rule, fitnesses.shape[0], new)
+    # No failed candidate is a parent, however many failed: they rank last (the rankers' law),
+    # and `mu` takes no more parents than there are candidates that did not fail.
+    valid = jnp.isfinite(fitnesses) & jnp.all(jnp.isfinite(descriptors), axis=-1)
+    parents = jnp.minimum(
+        num_parents(selection_rule, fitnesses.shape[0], new), jnp.sum(valid, dtype=jnp.int32)
+    )
     es_state = es.tell(es_state, told, order, parents)
     iterations = iterations + 1
     stop = es.should_stop(es_state, values[order]) | rule_restarts(restart_rule, iterations, new)

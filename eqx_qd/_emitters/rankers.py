@@ -25,6 +25,19 @@ def _last_if_nan(values: Array) -> Array:
     return jnp.where(jnp.isnan(values), -jnp.inf, values)
 
 
+def _failed(fitnesses: Array, descriptors: Array) -> Array:
+    """The candidates whose evaluation failed: a NaN or infinite fitness, or a NaN (or
+    infinite) descriptor, what the repertoires refuse."""
+    return ~jnp.isfinite(fitnesses) | ~jnp.all(jnp.isfinite(descriptors), axis=-1)
+
+
+def _unless_failed(values: Array, fitnesses: Array, descriptors: Array) -> Array:
+    """`values` with NaN for the failed candidates, which every sort here puts last: a
+    ranker that reads the descriptors only (`rd`) or the fitnesses only (`obj`) still sees a
+    failure."""
+    return jnp.where(_failed(fitnesses, descriptors), jnp.nan, values)
+
+
 def _descending(values: Float[Array, " batch"]) -> Int[Array, " batch"]:
     # numpy's `flip(argsort(v))`: descending, ties in reverse index order; NaN last.
     return jnp.flip(jnp.argsort(_last_if_nan(values), stable=True))
@@ -71,7 +84,8 @@ class ImprovementRanker(AbstractRanker):
     """`imp`: by improvement value (`AddInfo.value`), highest first. CMA-MAE's ranker."""
 
     def rank(self, direction, fitnesses, descriptors, add_info):
-        return _descending(add_info.value), add_info.value
+        value = _unless_failed(add_info.value, fitnesses, descriptors)
+        return _descending(value), add_info.value
 
 
 @typing.final
@@ -82,7 +96,8 @@ class TwoStageImprovementRanker(AbstractRanker):
     def rank(self, direction, fitnesses, descriptors, add_info):
         status = add_info.threshold_status.astype(jnp.float32)
         values = jnp.stack([status, add_info.value], axis=-1)
-        return _two_stage(status, add_info.value), values
+        value = _unless_failed(add_info.value, fitnesses, descriptors)
+        return _two_stage(_unless_failed(status, fitnesses, descriptors), value), values
 
 
 @typing.final
@@ -90,7 +105,7 @@ class ObjectiveRanker(AbstractRanker):
     """`obj`: by fitness, highest first (CMA-ME's optimising emitter)."""
 
     def rank(self, direction, fitnesses, descriptors, add_info):
-        return _descending(fitnesses), fitnesses
+        return _descending(_unless_failed(fitnesses, fitnesses, descriptors)), fitnesses
 
 
 @typing.final
@@ -99,7 +114,9 @@ class TwoStageObjectiveRanker(AbstractRanker):
 
     def rank(self, direction, fitnesses, descriptors, add_info):
         status = add_info.threshold_status.astype(jnp.float32)
-        return _two_stage(status, fitnesses), jnp.stack([status, fitnesses], axis=-1)
+        key = _unless_failed(fitnesses, fitnesses, descriptors)
+        ranked = _two_stage(_unless_failed(status, fitnesses, descriptors), key)
+        return ranked, jnp.stack([status, fitnesses], axis=-1)
 
 
 @typing.final
@@ -108,7 +125,7 @@ class RandomDirectionRanker(AbstractRanker):
 
     def rank(self, direction, fitnesses, descriptors, add_info):
         projections = descriptors @ direction
-        return _descending(projections), projections
+        return _descending(_unless_failed(projections, fitnesses, descriptors)), projections
 
 
 @typing.final
@@ -118,7 +135,9 @@ class TwoStageRandomDirectionRanker(AbstractRanker):
     def rank(self, direction, fitnesses, descriptors, add_info):
         status = add_info.threshold_status.astype(jnp.float32)
         projections = descriptors @ direction
-        return _two_stage(status, projections), jnp.stack([status, projections], axis=-1)
+        key = _unless_failed(projections, fitnesses, descriptors)
+        ranked = _two_stage(_unless_failed(status, fitnesses, descriptors), key)
+        return ranked, jnp.stack([status, projections], axis=-1)
 
 
 def _needs(add_info: AddInfo, field: str, owner: str) -> Array:
@@ -138,7 +157,7 @@ class NoveltyRanker(AbstractRanker):
 
     def rank(self, direction, fitnesses, descriptors, add_info):
         novelty = _needs(add_info, "novelty", "NoveltyRanker")
-        return _descending(novelty), novelty
+        return _descending(_unless_failed(novelty, fitnesses, descriptors)), novelty
 
 
 @typing.final
@@ -152,8 +171,8 @@ class NSLCRanker(AbstractRanker):
         novelty = _needs(add_info, "novelty", "NSLCRanker")
         beaten = _needs(add_info, "local_competition", "NSLCRanker").astype(novelty.dtype)
         objectives = jnp.stack([novelty, beaten], axis=-1)
-        # A failed candidate (no finite novelty: a NaN descriptor) is dominated by every other.
-        failed = ~jnp.isfinite(novelty)[:, None]
+        # A failed candidate (or one without a finite novelty) is dominated by every other.
+        failed = (_failed(fitnesses, descriptors) | ~jnp.isfinite(novelty))[:, None]
         front = pareto_fronts(jnp.where(failed, -jnp.inf, objectives))
         crowding = crowding_distance(objectives, front)
         rows = jnp.arange(novelty.shape[0])

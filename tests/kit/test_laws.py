@@ -15,6 +15,7 @@ from planted import (
     PLANTED_AGENTS,
     PLANTED_EMITTERS,
     PLANTED_ENVS,
+    PLANTED_RANKERS,
     PLANTED_REPERTOIRES,
     SimpleGrid,
     Walk,
@@ -23,15 +24,18 @@ from user_agent import DDPG
 
 import eqx_qd as q
 from eqx_qd import jobs
+from eqx_qd._emitters.rankers import RANKERS
 from eqx_qd.testing import (
     AGENT_LAWS,
     check_agent,
     check_emitter,
     check_env,
+    check_ranker,
     check_repertoire,
     EMITTER_LAWS,
     ENV_LAWS,
     LawBroken,
+    RANKER_LAWS,
     REPERTOIRE_LAWS,
 )
 
@@ -288,12 +292,34 @@ class _Constant(q.rl.AbstractPolicy):
         return self.value
 
 
+@pytest.mark.parametrize("name", sorted(RANKERS))
+def test_builtin_rankers_keep_every_law(name):
+    """Every built-in ranker puts failed candidates last (issue 76, item 1: `imp`, `obj`,
+    `rd`, `novelty` and `nslc` had put them first; the law then found `obj` and `rd` ranking a
+    candidate whose fitness or descriptor alone failed ahead of others)."""
+    repertoire = None
+    if name in ("novelty", "nslc"):
+        repertoire = q.UnstructuredRepertoire.empty(
+            8, jnp.zeros(1), 2, k=2, novelty_threshold=0.1, local_competition=True
+        )
+    check_ranker(q.ranker(name), repertoire=repertoire, max_examples=30)
+
+
+@pytest.mark.parametrize("planted", list(PLANTED_RANKERS), ids=lambda c: c.__name__)
+def test_each_planted_ranker_breaks_its_law_by_name(planted):
+    law = PLANTED_RANKERS[planted]
+    with pytest.raises(LawBroken) as caught:
+        check_ranker(planted(), max_examples=30)
+    assert caught.value.law == law, str(caught.value)
+    assert "case: batch" in str(caught.value)
+
+
 def test_every_law_has_a_planted_class_that_it_catches():
     """A law without a planted bug could return before checking anything and the suite would
     not know (issue 76, item 10). The exception: `pbt` checks PBT's copy of whole runs, which
     an agent has no hook to change (PBT draws hyperparameters inside the agent's own spaces)."""
-    planted = (PLANTED_EMITTERS, PLANTED_REPERTOIRES, PLANTED_AGENTS, PLANTED_ENVS)
-    laws = (EMITTER_LAWS, REPERTOIRE_LAWS, AGENT_LAWS, ENV_LAWS)
+    planted = (PLANTED_EMITTERS, PLANTED_REPERTOIRES, PLANTED_RANKERS, PLANTED_AGENTS, PLANTED_ENVS)
+    laws = (EMITTER_LAWS, REPERTOIRE_LAWS, RANKER_LAWS, AGENT_LAWS, ENV_LAWS)
     missing = [law for names, p in zip(laws, planted) for law in names if law not in p.values()]
     assert missing == ["pbt"]
 
