@@ -64,18 +64,23 @@ class _AgentContext:
 def _law_agent_storage(ctx: _AgentContext) -> None:
     """`empty_optimiser_states` gives a smaller state (no optimiser states, no targets), and
     `init_optimiser_states` brings it back to the training form's structure, shapes and
-    dtypes."""
-    agent, state = ctx.agent, ctx.state
-    stored = agent.empty_optimiser_states(state)
-    if _array_bytes(stored) >= _array_bytes(state):
-        raise _Broken(
-            f"the storage form holds {_array_bytes(stored)} bytes of arrays, the training form "
-            f"{_array_bytes(state)}: empty_optimiser_states must drop optimiser states and "
-            "targets"
-        )
-    back = agent.init_optimiser_states(stored)
-    if jax.tree.structure(back) != jax.tree.structure(state) or _shapes(back) != _shapes(state):
-        raise _Broken("init_optimiser_states does not give back the training form's structure")
+    dtypes, for a fresh state and for one trained for an iteration."""
+    agent = ctx.agent
+    trained = _train(agent, ctx.env, ctx.run, ctx.train_key).agent_state
+    for which, state in (("a fresh state", ctx.state), ("a trained state", trained)):
+        stored = agent.empty_optimiser_states(state)
+        if _array_bytes(stored) >= _array_bytes(state):
+            raise _Broken(
+                f"the storage form of {which} holds {_array_bytes(stored)} bytes of arrays, the "
+                f"training form {_array_bytes(state)}: empty_optimiser_states must drop "
+                "optimiser states and targets"
+            )
+        back = agent.init_optimiser_states(stored)
+        if jax.tree.structure(back) != jax.tree.structure(state) or _shapes(back) != _shapes(state):
+            raise _Broken(
+                f"init_optimiser_states does not give back the training form's structure, for "
+                f"{which}"
+            )
 
 
 def _law_agent_genome(ctx: _AgentContext) -> None:

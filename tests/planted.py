@@ -375,15 +375,17 @@ class DecaysRates(_Delegating):
 
 @typing.final
 class CastsCritic(_Delegating):
-    """After training, it stores its critic in bfloat16 (to save memory between chunks): the
-    trained run's leaves are not the run's, so training it again compiles again (law
-    `retrace`)."""
+    """After training, it stores its critic, the critic's Adam state and its target in
+    bfloat16 (to save memory between chunks; consistently, so its storage form still comes
+    back): the trained run's leaves are not the run's, so training it again compiles again
+    (law `retrace`)."""
 
     def train(self, env, run, num_iterations, *, key):
         run, metrics = super().train(env, run, num_iterations, key=key)
         cast = lambda x: x.astype(jnp.bfloat16) if eqx.is_inexact_array(x) else x  # noqa: E731
-        critic = jax.tree.map(cast, run.agent_state.critic)
-        return eqx.tree_at(lambda r: r.agent_state.critic, run, critic), metrics
+        parts = lambda r: (r.agent_state.critic, r.agent_state.critic_opt,  # noqa: E731
+                           r.agent_state.target_critic)  # fmt: skip
+        return eqx.tree_at(parts, run, jax.tree.map(cast, parts(run))), metrics
 
 
 @typing.final
