@@ -364,7 +364,9 @@ class DaskPool(AbstractPool):
     A candidate past the timeout is cancelled and its worker restarted (`Status.TIMEOUT`),
     within `poll` seconds of it. A task whose worker dies is rerun by Dask on another (up to
     its `distributed.scheduler.allowed-failures`, 3 by default), each run timed afresh, then
-    recorded `Status.CRASHED`; `attempts` is one plus those reruns (Dask's count of the workers
+    recorded `Status.CRASHED`; a batch whose cluster has had no worker alive for
+    `worker_wait` seconds records what is left `Status.CRASHED` (with a timeout);
+    `attempts` is one plus those reruns (Dask's count of the workers
     that died holding the task, which may include one that died before it began). The
     evaluator must be importable on
     the workers (a module-level function of an installed package or of a module on their
@@ -377,6 +379,7 @@ class DaskPool(AbstractPool):
         workers: int = 2,
         chunk_size: int | None = None,
         poll: float = 0.25,
+        worker_wait: float = 120.0,
     ):
         if chunk_size is not None and int(chunk_size) < 1:
             raise ValueError(f"DaskPool.chunk_size must be at least 1, got {chunk_size}")
@@ -389,6 +392,7 @@ class DaskPool(AbstractPool):
         self._distributed = distributed
         self.chunk_size = None if chunk_size is None else int(chunk_size)
         self.poll = float(poll)
+        self.worker_wait = float(worker_wait)
         self._ended: set[str] = set()
         self._cluster = None
         if isinstance(scheduler, distributed.Client):
@@ -506,7 +510,25 @@ class DaskPool(AbstractPool):
         queue = collections.deque(todo)
         running: dict[str, float] = {}  # token -> seconds run, as of `asked`
         asked = time.perf_counter()
+        alone_since: float | None = None  # since when no worker has been alive
         while queue or started:
+            if self.client.nthreads():
+                alone_since = None
+            elif alone_since is None:
+                alone_since = time.perf_counter()
+            elif time.perf_counter() - alone_since > self.worker_wait:
+                # A cluster without workers (all ended and none restarted): what is left
+                # cannot run, and a batch must end.
+                error = f"no Dask worker was alive for {self.worker_wait:g} s to run it"
+                for future, (indices, t0, _) in list(started.items()):
+                    future.cancel()
+                    seconds = time.perf_counter() - t0
+                    for i in indices:
+                        yield i, Outcome.failed(Status.CRASHED, error, num_descriptors, seconds)
+                started.clear()
+                for i in queue:
+                    yield i, Outcome.failed(Status.CRASHED, error, num_descriptors, 0.0)
+                return
             while queue and len(started) < self.workers:
                 submit([queue.popleft()])
             # Wake at a completion, when the longest-running task may reach the timeout, or

@@ -172,8 +172,26 @@ def test_a_dask_local_cluster_loses_no_candidate_when_a_worker_is_killed(tmp_pat
         _under_load_every_hang_times_out_and_nothing_else(pool)
 
 
+@pytest.mark.e2e
+def test_a_dask_batch_without_workers_ends():
+    """A cluster with no worker alive (all ended, none restarted): a batch with a timeout
+    records its candidates CRASHED after `worker_wait` seconds, where it would wait forever
+    (timing a candidate from when it runs leaves nothing else to end it)."""
+    import logging
+
+    import distributed
+
+    cluster = distributed.LocalCluster(n_workers=0, dashboard_address=None,
+                                       silence_logs=logging.CRITICAL)  # fmt: skip
+    with distributed.Client(cluster) as client, ex.DaskPool(client, worker_wait=1.0) as pool:
+        out = pool.evaluate(evs.sphere, ROWS[:3], 2, timeout=5.0)
+    cluster.close()
+    assert out.status.tolist() == [ex.Status.CRASHED] * 3
+    assert out.errors[0] == "no Dask worker was alive for 1 s to run it"
+
+
 def _under_load_every_hang_times_out_and_nothing_else(pool):
-    """Both cores busy, a short timeout, a hang every dozen candidates: each hang ends a
+    """A core kept busy, a short timeout, a hang every dozen candidates: each hang ends a
     worker, and the candidates queued meanwhile wait for its replacement. Each candidate is
     timed from when it runs, so every hang is TIMEOUT and every other candidate OK (timed
     from submission, 1 to 3 per batch of 64 were recorded as timed out though they ran in
@@ -183,7 +201,7 @@ def _under_load_every_hang_times_out_and_nothing_else(pool):
     hangs = np.zeros(64, bool)
     hangs[[5, 30, 51]] = True
     rows[hangs, -1] = 0.95
-    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])]
     try:
         for _ in range(3):
             out = pool.evaluate(evs.hangs_when_marked, rows, 2, timeout=0.5)
