@@ -8,18 +8,8 @@ Usage: python benchmarks/nslc.py [--capacity 2500] [--seed 0]
 
 import argparse
 import json
-import statistics
-import time
 
-
-def _median_call(call, repeats=5):
-    call()  # compiles
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from dns import _median_call  # (this folder: the scripts run from it)
 
 
 def main(capacity: int, seed: int) -> dict:

@@ -79,9 +79,12 @@ class _RankerContext:
                 jnp.asarray(case.stored, jnp.float32),
             )
         order, values = _rank(
-            ranker, repertoire, jnp.asarray(self.fitnesses), jnp.asarray(self.descriptors),
+            ranker,
+            repertoire,
+            jnp.asarray(self.fitnesses),
+            jnp.asarray(self.descriptors),
             jr.key(case.seed),
-        )  # fmt: skip
+        )
         self.order, self.values = np.asarray(order), np.asarray(values)
 
 
@@ -90,8 +93,10 @@ def _law_ranker_order(ctx: _RankerContext) -> None:
     and its values hold one row per candidate."""
     n = ctx.fitnesses.shape[0]
     if ctx.order.shape != (n,) or not np.issubdtype(ctx.order.dtype, np.integer):
-        raise _Broken(f"the order has shape {ctx.order.shape} and dtype {ctx.order.dtype}, "
-                      f"not ({n},) integers")  # fmt: skip
+        raise _Broken(
+            f"the order has shape {ctx.order.shape} and dtype {ctx.order.dtype}, "
+            f"not ({n},) integers"
+        )
     if sorted(ctx.order.tolist()) != list(range(n)):
         raise _Broken(f"the order {ctx.order.tolist()} is not a permutation of the batch")
     if ctx.values.shape[:1] != (n,):

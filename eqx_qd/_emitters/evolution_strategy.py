@@ -11,13 +11,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
-from jaxtyping import Array, Bool, Float, Int, Key, PyTree, ScalarLike
+from jaxtyping import Array, Bool, Float, Int, Key, ScalarLike
 
 from .. import _validate as check
-from .._cma_es import CMAES, CMAESState
+from .._cma_es import _where, CMAES, CMAESState
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import i32
-from .._repertoire import AbstractRepertoire, AddInfo
+from .._repertoire import AbstractRepertoire, AddInfo, valid_candidates
 from .._selectors import uniform_filled
 from .base import AbstractEmitter, Lineage, Origin
 from .rankers import AbstractRanker, ranker as _ranker
@@ -95,15 +95,6 @@ def restart_points(
     return jax.lax.cond(jnp.any(stop), draw, skip, keys)
 
 
-def where_rows(which: Bool[Array, " n"], new: PyTree, old: PyTree) -> PyTree:
-    """`new`'s rows where `which`, `old`'s elsewhere (every leaf has the leading axis `n`)."""
-
-    def pick(a, b):
-        return jnp.where(which.reshape(which.shape + (1,) * (a.ndim - 1)), a, b)
-
-    return jax.tree.map(pick, new, old)
-
-
 def ranked_generation(
     es: CMAES,
     ranker: AbstractRanker,
@@ -129,7 +120,7 @@ def ranked_generation(
     new = jnp.sum(add_info.threshold_status != 0, dtype=jnp.int32)
     # No failed candidate is a parent, however many failed: they rank last (the rankers' law),
     # and `mu` takes no more parents than there are candidates that did not fail.
-    valid = jnp.isfinite(fitnesses) & jnp.all(jnp.isfinite(descriptors), axis=-1)
+    valid = valid_candidates(fitnesses, descriptors)
     parents = jnp.minimum(
         num_parents(selection_rule, fitnesses.shape[0], new), jnp.sum(valid, dtype=jnp.int32)
     )
@@ -292,7 +283,7 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
         )
         # Fresh strategies (never due: their square roots are the identity's) where they stop.
         fresh = jax.vmap(self.es.init)(restart_points(repertoire, stop, pick_keys, self.x0))
-        es_state = where_rows(stop, fresh, es_state)
+        es_state = _where(stop, fresh, es_state)
         restarts = state.restarts + stop.astype(jnp.int32)
         # Outside the vmap: only the strategies whose lazy gap has passed decompose.
         return ESEmitterState(self.es.refresh_many(es_state), direction, iterations, restarts)

@@ -14,7 +14,7 @@ import jax.random as jr
 from jaxtyping import Array, Float, Int
 
 from .._custom_types import PRNGKey
-from .._repertoire import AddInfo
+from .._repertoire import AddInfo, valid_candidates
 from .._selectors import crowding_distance, pareto_fronts
 
 
@@ -26,9 +26,8 @@ def _last_if_nan(values: Array) -> Array:
 
 
 def _failed(fitnesses: Array, descriptors: Array) -> Array:
-    """The candidates whose evaluation failed: a NaN or infinite fitness, or a NaN (or
-    infinite) descriptor, what the repertoires refuse."""
-    return ~jnp.isfinite(fitnesses) | ~jnp.all(jnp.isfinite(descriptors), axis=-1)
+    """The candidates whose evaluation failed: those the repertoires refuse."""
+    return ~valid_candidates(fitnesses, descriptors)
 
 
 def _unless_failed(values: Array, fitnesses: Array, descriptors: Array) -> Array:

@@ -485,17 +485,29 @@ class DaskPool(AbstractPool):
                     results = future.result()
                 except dist.KilledWorker as e:
                     for i in indices:
-                        yield i, Outcome.failed(
-                            Status.CRASHED, f"the workers running it died: {e}",
-                            num_descriptors, seconds, attempts[future] - 1,
-                        )  # fmt: skip
+                        yield (
+                            i,
+                            Outcome.failed(
+                                Status.CRASHED,
+                                f"the workers running it died: {e}",
+                                num_descriptors,
+                                seconds,
+                                attempts[future] - 1,
+                            ),
+                        )
                     continue
                 except Exception as e:  # e.g. an evaluator the workers cannot import
                     for i in indices:
-                        yield i, Outcome.failed(
-                            Status.ERROR, f"{type(e).__name__}: {e}", num_descriptors, seconds,
-                            attempts[future],
-                        )  # fmt: skip
+                        yield (
+                            i,
+                            Outcome.failed(
+                                Status.ERROR,
+                                f"{type(e).__name__}: {e}",
+                                num_descriptors,
+                                seconds,
+                                attempts[future],
+                            ),
+                        )
                     continue
                 for i, outcome in zip(indices, results):
                     yield i, dataclasses.replace(outcome, attempts=attempts[future])
@@ -534,8 +546,9 @@ class DaskPool(AbstractPool):
             # Wake at a completion, when the longest-running task may reach the timeout, or
             # at the next poll for tasks not yet seen running.
             since = time.perf_counter() - asked
-            left = [timeout - running[tok] - since for _, _, tok in started.values()
-                    if tok in running]  # fmt: skip
+            left = [
+                timeout - running[tok] - since for _, _, tok in started.values() if tok in running
+            ]
             wait_s = min([self.poll, *left]) if left else self.poll
             try:
                 done = dist.wait(
@@ -549,19 +562,26 @@ class DaskPool(AbstractPool):
                 continue  # (completions keep coming: ask the workers once per poll)
             running, asked = self._running(), time.perf_counter()
             late = [
-                f for f, (_, _, token) in started.items()
+                f
+                for f, (_, _, token) in started.items()
                 if running.get(token, 0.0) >= timeout and not f.done()
-            ]  # fmt: skip
+            ]
             if not late:
                 continue
             attempts = self._attempts(late)  # (before the cancel forgets them)
             for future in late:
                 indices, _, token = started.pop(future)
                 self._stop(future)
-                yield indices[0], Outcome.failed(
-                    Status.TIMEOUT, f"{name} ran past the timeout of {timeout:g} s",
-                    num_descriptors, running[token], attempts[future],
-                )  # fmt: skip
+                yield (
+                    indices[0],
+                    Outcome.failed(
+                        Status.TIMEOUT,
+                        f"{name} ran past the timeout of {timeout:g} s",
+                        num_descriptors,
+                        running[token],
+                        attempts[future],
+                    ),
+                )
 
     def close(self) -> None:
         self._close_threads()

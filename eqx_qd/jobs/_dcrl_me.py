@@ -19,7 +19,14 @@ from ..rl._layers import INITS
 from ..rl._td3 import TD3, TD3HParams
 from ._common import register_job
 from ._config import option
-from ._pgame import _choice, _PGAMEJob, ga_operators, policy_agent, PolicyQDOptions
+from ._pgame import (
+    _choice,
+    _PGAMEJob,
+    ga_operators,
+    policy_agent,
+    PolicyQDOptions,
+    SMOKE_PRESET as PGAME_SMOKE,
+)
 from ._registry import ENVIRONMENTS
 
 
@@ -162,31 +169,16 @@ DCG_ME: dict[str, Any] = dict(pg_batch_size=32, ai_batch_size=0, actor_evals=16)
 policy-gradient children, no injected actors, a quarter of the batch in actor episodes)."""
 
 DCG_ME_PAPER: dict[str, Any] = {
-    **PAPER_PRESET, "pg_batch_size": 128, "ai_batch_size": 0, "actor_evals": 64
-}  # fmt: skip
+    **PAPER_PRESET,
+    "pg_batch_size": 128,
+    "ai_batch_size": 0,
+    "actor_evals": 64,
+}
 """DCG-ME at the paper's size, as the repository's `configs/algo/dcg_me.yaml`."""
 
-SMOKE_PRESET: dict[str, Any] = dict(
-    episode_length=20,
-    cells=32,
-    cvt_samples=2_000,
-    evaluations=64 + 4 * 32,
-    batch_size=32,
-    random_init=64,
-    init_batch_size=64,
-    pg_batch_size=8,
-    ai_batch_size=8,
-    critic_steps=20,
-    pg_steps=5,
-    minibatch_size=32,
-    hidden=(16, 16),
-    critic_hidden=(32, 32),
-    buffer_size=10_000,
-    snapshot_every=64,
-    checkpoint_every=64,
-)
-"""A run of a minute or two through every part (random start, GA, policy gradients, injected
-actors, snapshots, checkpoints): to try a change, not to see learning."""
+SMOKE_PRESET: dict[str, Any] = {**PGAME_SMOKE, "pg_batch_size": 8, "ai_batch_size": 8}
+"""PGA-ME's smoke size with DCRL-ME's split (16 GA, 8 policy-gradient, 8 injected): a run of a
+minute or two through every part, to try a change, not to see learning."""
 
 DCRLMEConfig.PRESETS = {
     "paper": PAPER_PRESET,
