@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -141,7 +142,7 @@ class AbstractPool(abc.ABC):
         `done` and `on_result` as there): a future of the batch's `Evaluations`. A batch
         submitted while another runs queues behind it on the workers, so they go on from one
         to the next without waiting for the driver (the external job's `overlap`); on Dask
-        with a `timeout`, a queued candidate's clock may start while it waits. In this
+        with a `timeout`, a candidate waits in the driver for a free worker. In this
         process (`SequentialPool`) the batch is evaluated before `submit` returns."""
         rows = _rows(genotypes)
         self._prepare(evaluator)
@@ -357,20 +358,27 @@ class DaskPool(AbstractPool):
 
     Without a `timeout` the batch goes to the cluster at once, in tasks of `chunk_size`
     candidates (default: four tasks per worker thread, for a cluster's per-task cost of a
-    millisecond or so). With one, one candidate per worker thread at a time; each task records
-    on its worker when it starts running, and the driver asks the workers how long their tasks
-    have run (every `poll` seconds at most, and when the first could reach the timeout), so a
-    candidate's clock starts when it runs, never while it waits for a worker being restarted.
-    A candidate past the timeout is cancelled and its worker restarted (`Status.TIMEOUT`),
-    within `poll` seconds of it. A task whose worker dies is rerun by Dask on another (up to
-    its `distributed.scheduler.allowed-failures`, 3 by default), each run timed afresh, then
-    recorded `Status.CRASHED`; a batch whose cluster has had no worker alive for
-    `worker_wait` seconds records what is left `Status.CRASHED` (with a timeout);
-    `attempts` is one plus those reruns (Dask's count of the workers
-    that died holding the task, which may include one that died before it began). The
-    evaluator must be importable on
-    the workers (a module-level function of an installed package or of a module on their
-    path), and so must `eqx_qd` where a timeout is given."""
+    millisecond or so); a task whose worker dies is rerun by Dask on another, up to its
+    `distributed.scheduler.allowed-failures` (3 by default), then recorded `Status.CRASHED`.
+
+    With a `timeout`, each candidate is sent to a worker thread with nothing else to run
+    (pinned there, so that nothing queues behind it), and records on its worker when it
+    starts running; the driver asks the workers how long their tasks have run (every `poll`
+    seconds at most, and when the first could reach the timeout), so a candidate's clock
+    starts when it runs, never while it waits for a worker being restarted. A candidate past
+    the timeout is cancelled and its worker ended (its nanny starts another): `Status.TIMEOUT`,
+    within `poll` seconds of it, and only that candidate is touched. A candidate whose worker
+    dies under it is sent to another, up to `allowed-failures` times, each run timed afresh,
+    then recorded `Status.CRASHED`; a batch whose cluster has had no worker alive for
+    `worker_wait` seconds records what is left `Status.CRASHED`. The `LocalCluster` the pool
+    starts never gives up on a lost worker while the pool is open (Dask's
+    `distributed.deploy.lost-worker-timeout`, 15 s by default, would close for good a nanny
+    whose replacement worker was starting then); a `LocalCluster` of your own that the pool ends
+    workers of wants that setting raised as well (`dask.config.set`).
+
+    `attempts` is the number of workers a candidate was run on (one plus the reruns). The
+    evaluator must be importable on the workers (a module-level function of an installed
+    package or of a module on their path), and so must `eqx_qd` where a timeout is given."""
 
     def __init__(
         self,
@@ -386,6 +394,7 @@ class DaskPool(AbstractPool):
         if not float(poll) > 0:
             raise ValueError(f"DaskPool.poll must be a positive number of seconds, got {poll}")
         try:
+            import dask
             import distributed
         except ImportError as e:  # pragma: no cover - an optional extra
             raise ImportError("DaskPool needs distributed: pip install 'eqx_qd[external]'") from e
@@ -393,7 +402,12 @@ class DaskPool(AbstractPool):
         self.chunk_size = None if chunk_size is None else int(chunk_size)
         self.poll = float(poll)
         self.worker_wait = float(worker_wait)
+        self.reruns = int(dask.config.get("distributed.scheduler.allowed-failures", 3))
+        """How many times a candidate whose worker died is run again, with a timeout."""
         self._ended: set[str] = set()
+        self._pinned: collections.Counter[str] = collections.Counter()
+        """Timed candidates on each worker, over every batch running (`submit`)."""
+        self._lock = threading.Lock()
         self._cluster = None
         if isinstance(scheduler, distributed.Client):
             self.client, self._owns_client = scheduler, False
@@ -401,6 +415,10 @@ class DaskPool(AbstractPool):
             if int(workers) < 1:
                 raise ValueError(f"DaskPool.workers must be at least 1, got {workers}")
             _refuse_while_a_worker_starts("DaskPool")
+            # A LocalCluster closes for good the nanny of a worker gone for this long when no
+            # worker of its name is back at that moment; ending a worker at each hang, the
+            # pool meets that moment often, and the cluster would dwindle to no worker.
+            self._config = dask.config.set({"distributed.deploy.lost-worker-timeout": "1000d"})
             self._cluster = distributed.LocalCluster(
                 n_workers=int(workers), threads_per_worker=1, processes=True,
                 dashboard_address=None, silence_logs=logging.CRITICAL,
@@ -414,29 +432,27 @@ class DaskPool(AbstractPool):
                 f"{type(scheduler).__name__}"
             )
 
-    @property
-    def workers(self) -> int:
-        """Worker threads, less those of workers `_stop` ended that the scheduler still lists
-        (so that no candidate waits on a worker that is going)."""
+    def _alive(self) -> tuple[set[str], dict[str, int]]:
+        """The workers the scheduler lists, and the threads of those `_end` did not end."""
         threads = self.client.nthreads()
         self._ended &= set(threads)
-        return max(1, sum(n for address, n in threads.items() if address not in self._ended))
+        return set(threads), {a: n for a, n in threads.items() if a not in self._ended}
 
-    def _stop(self, future: Any) -> None:
-        """Cancel `future` and end the worker process running it (its nanny starts a new
-        one): a hung evaluation cannot be stopped any other way, a thread is not
-        interruptible, and a graceful restart would wait for it."""
+    @property
+    def workers(self) -> int:
+        """Worker threads, less those of workers the pool ended that the scheduler still
+        lists."""
+        return max(1, sum(self._alive()[1].values()))
+
+    def _end(self, address: str) -> None:
+        """End the worker process at `address` (its nanny starts a new one): a hung
+        evaluation cannot be stopped any other way, a thread is not interruptible, and a
+        graceful restart would wait for it."""
+        self._ended.add(address)
         try:
-            running = [a for a, keys in self.client.processing().items() if future.key in keys]
-        except Exception:  # the scheduler may be gone already
-            running = []
-        future.cancel()
-        if running:
-            self._ended |= set(running)
-            try:
-                self.client.run(os._exit, 1, workers=running)
-            except Exception:  # the connection closes as the worker ends
-                pass
+            self.client.run(os._exit, 1, workers=[address])
+        except Exception:  # the connection closes as the worker ends
+            pass
 
     def _running(self) -> dict[str, float]:
         """How long each timed task has been running, by token (the longest, should two
@@ -460,128 +476,178 @@ class DaskPool(AbstractPool):
             reruns = {}
         return {f: 1 + reruns.get(f.key, 0) for f in futures}
 
-    def _run(self, evaluator, rows, todo, num_descriptors, timeout):
+    def _outcomes(self, done, started, attempts, num_descriptors):
+        """The outcomes of the finished tasks `done` (each in `started` as its candidates'
+        indices and its start), `attempts` runs each."""
         dist = self._distributed
-        name = evaluator_name(evaluator)
-        started: dict[Any, tuple[list[int], float, str]] = {}
-
-        def submit(indices: list[int]) -> Any:
-            if timeout is None:
-                args = (evaluate_many, evaluator, rows[indices], num_descriptors)
-                token = ""
+        for future in done:
+            indices, t0 = started.pop(future)[:2]
+            seconds = time.perf_counter() - t0
+            try:
+                results = future.result()
+            except dist.KilledWorker as e:
+                error, status, runs = f"the workers running it died: {e}", Status.CRASHED, -1
+            except Exception as e:  # e.g. an evaluator the workers cannot import
+                error, status, runs = f"{type(e).__name__}: {e}", Status.ERROR, 0
             else:
-                token = uuid.uuid4().hex
-                args = (_evaluate_started, evaluator, rows[indices], num_descriptors, token)
-            future = self.client.submit(*args, pure=False)
-            started[future] = (indices, time.perf_counter(), token)
-            return future
-
-        def outcomes_of(done: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
-            attempts = self._attempts(done)
-            for future in done:
-                indices, t0, _ = started.pop(future)
-                seconds = time.perf_counter() - t0
-                try:
-                    results = future.result()
-                except dist.KilledWorker as e:
-                    for i in indices:
-                        yield (
-                            i,
-                            Outcome.failed(
-                                Status.CRASHED,
-                                f"the workers running it died: {e}",
-                                num_descriptors,
-                                seconds,
-                                attempts[future] - 1,
-                            ),
-                        )
-                    continue
-                except Exception as e:  # e.g. an evaluator the workers cannot import
-                    for i in indices:
-                        yield (
-                            i,
-                            Outcome.failed(
-                                Status.ERROR,
-                                f"{type(e).__name__}: {e}",
-                                num_descriptors,
-                                seconds,
-                                attempts[future],
-                            ),
-                        )
-                    continue
                 for i, outcome in zip(indices, results):
                     yield i, dataclasses.replace(outcome, attempts=attempts[future])
+                continue
+            for i in indices:
+                yield (
+                    i,
+                    Outcome.failed(
+                        status, error, num_descriptors, seconds, attempts[future] + runs
+                    ),
+                )
 
-        if timeout is None:  # the whole batch at once, in chunks: the cluster queues them
-            size = self.chunk_size or max(1, -(-len(todo) // (4 * self.workers)))
-            chunks = [list(todo[j : j + size]) for j in range(0, len(todo), size)]
-            for batch in dist.as_completed([submit(c) for c in chunks]).batches():
-                yield from outcomes_of(list(batch))
-            return
-        # With a timeout, one candidate per worker thread, each timed from when it runs.
+    def _run(self, evaluator, rows, todo, num_descriptors, timeout):
+        if timeout is None:
+            yield from self._run_chunks(evaluator, rows, todo, num_descriptors)
+        else:
+            yield from self._run_timed(evaluator, rows, todo, num_descriptors, timeout)
+
+    def _run_chunks(self, evaluator, rows, todo, num_descriptors):
+        """The whole batch at once, in chunks: the cluster queues them."""
+        size = self.chunk_size or max(1, -(-len(todo) // (4 * self.workers)))
+        started = {}
+        for j in range(0, len(todo), size):
+            indices = list(todo[j : j + size])
+            future = self.client.submit(
+                evaluate_many, evaluator, rows[indices], num_descriptors, pure=False
+            )
+            started[future] = (indices, time.perf_counter())
+        for batch in self._distributed.as_completed(list(started)).batches():
+            done = list(batch)
+            yield from self._outcomes(done, started, self._attempts(done), num_descriptors)
+
+    def _run_timed(self, evaluator, rows, todo, num_descriptors, timeout):
+        """One candidate per idle worker thread, pinned there, each timed from when it runs.
+
+        No reference to a finished task outlives its outcome: Dask keeps a referenced result
+        in its worker's memory, and recomputes it when that worker is ended, on a worker that
+        is gone."""
+        dist = self._distributed
+        name = evaluator_name(evaluator)
         queue = collections.deque(todo)
+        runs = collections.Counter[int]()  # workers each candidate was sent to
+        started: dict[Any, tuple[int, float, str, str]] = {}  # index, t0, token, worker
+
+        def send(i: int, address: str) -> None:
+            """Run candidate `i` on the worker at `address`, and only there: nothing queues
+            behind a candidate that may hang, on a worker that may be ended."""
+            runs[i] += 1
+            token = uuid.uuid4().hex
+            future = self.client.submit(
+                _evaluate_started, evaluator, rows[[i]], num_descriptors, token,
+                pure=False, workers=[address], allow_other_workers=False,
+            )  # fmt: skip
+            started[future] = (i, time.perf_counter(), token, address)
+            self._pinned[address] += 1
+
+        def release(future: Any, cancel: bool = False) -> tuple[int, float, str, str]:
+            entry = started.pop(future)
+            if cancel:
+                future.cancel()
+            future.release()
+            with self._lock:
+                self._pinned[entry[3]] -= 1
+            return entry
+
+        def lost(future: Any) -> Iterator[tuple[int, Outcome]]:
+            """The candidate's worker died under it: run it again elsewhere, or give up."""
+            i, t0 = release(future, cancel=True)[:2]
+            if runs[i] <= self.reruns:
+                queue.appendleft(i)
+            else:
+                yield i, Outcome.failed(
+                    Status.CRASHED, f"the workers running it died {runs[i]} times",
+                    num_descriptors, time.perf_counter() - t0, runs[i],
+                )  # fmt: skip
+
+        def finish(future: Any) -> Iterator[tuple[int, Outcome]]:
+            try:  # (a result lost with its worker would be waited for forever)
+                results = future.result(timeout=30.0)
+            except (TimeoutError, dist.TimeoutError):
+                yield from lost(future)
+                return
+            except Exception as e:  # e.g. an evaluator the workers cannot import
+                i, t0 = release(future)[:2]
+                seconds, error = time.perf_counter() - t0, f"{type(e).__name__}: {e}"
+                yield i, Outcome.failed(Status.ERROR, error, num_descriptors, seconds, runs[i])
+                return
+            i = release(future)[0]
+            yield i, dataclasses.replace(results[0], attempts=runs[i])
+
+        def gone(listed: set[str]) -> Iterator[tuple[int, Outcome]]:
+            """The candidates whose worker died under them (not one the pool ended)."""
+            for future in [f for f, e in started.items() if e[3] not in listed]:
+                if not future.done():  # (one that finished first is reported as it is)
+                    yield from lost(future)
+
+        def late(running: dict[str, float]) -> Iterator[tuple[int, Outcome]]:
+            """The candidates past the timeout: cancelled, their workers ended."""
+            for future in [f for f, e in started.items() if running.get(e[2], 0.0) >= timeout]:
+                if future.done():
+                    continue  # (it finished as it was found late: its outcome stands)
+                i, _, token, address = release(future, cancel=True)
+                self._end(address)
+                yield i, Outcome.failed(
+                    Status.TIMEOUT, f"{name} ran past the timeout of {timeout:g} s",
+                    num_descriptors, running[token], runs[i],
+                )  # fmt: skip
+
+        def stranded() -> Iterator[tuple[int, Outcome]]:
+            """What is left on a cluster without workers (all ended, none restarted)."""
+            error = f"no Dask worker was alive for {self.worker_wait:g} s to run it"
+            while started:
+                i, t0 = release(next(iter(started)), cancel=True)[:2]
+                seconds = time.perf_counter() - t0
+                yield i, Outcome.failed(Status.CRASHED, error, num_descriptors, seconds, runs[i])
+            while queue:
+                yield queue.popleft(), Outcome.failed(Status.CRASHED, error, num_descriptors, 0.0)
+
         running: dict[str, float] = {}  # token -> seconds run, as of `asked`
         asked = time.perf_counter()
         alone_since: float | None = None  # since when no worker has been alive
-        while queue or started:
-            if self.client.nthreads():
-                alone_since = None
-            elif alone_since is None:
-                alone_since = time.perf_counter()
-            elif time.perf_counter() - alone_since > self.worker_wait:
-                # A cluster without workers (all ended and none restarted): what is left
-                # cannot run, and a batch must end.
-                error = f"no Dask worker was alive for {self.worker_wait:g} s to run it"
-                for future, (indices, t0, _) in list(started.items()):
-                    future.cancel()
-                    seconds = time.perf_counter() - t0
-                    for i in indices:
-                        yield i, Outcome.failed(Status.CRASHED, error, num_descriptors, seconds)
-                started.clear()
-                for i in queue:
-                    yield i, Outcome.failed(Status.CRASHED, error, num_descriptors, 0.0)
-                return
-            while queue and len(started) < self.workers:
-                submit([queue.popleft()])
-            # Wake at a completion, when the longest-running task may reach the timeout, or
-            # at the next poll for tasks not yet seen running.
-            since = time.perf_counter() - asked
-            left = [
-                timeout - running[tok] - since for _, _, tok in started.values() if tok in running
-            ]
-            wait_s = min([self.poll, *left]) if left else self.poll
-            try:
-                done = dist.wait(
-                    list(started), timeout=max(wait_s, 0.01), return_when="FIRST_COMPLETED"
-                ).done
-            except (TimeoutError, dist.TimeoutError):
-                done = set()
-            if done:
-                yield from outcomes_of(list(done))
-            if not started or (done and time.perf_counter() - asked < self.poll):
-                continue  # (completions keep coming: ask the workers once per poll)
-            running, asked = self._running(), time.perf_counter()
-            late = [
-                f
-                for f, (_, _, token) in started.items()
-                if running.get(token, 0.0) >= timeout and not f.done()
-            ]
-            if not late:
-                continue
-            attempts = self._attempts(late)  # (before the cancel forgets them)
-            for future in late:
-                indices, _, token = started.pop(future)
-                self._stop(future)
-                yield (
-                    indices[0],
-                    Outcome.failed(
-                        Status.TIMEOUT,
-                        f"{name} ran past the timeout of {timeout:g} s",
-                        num_descriptors,
-                        running[token],
-                        attempts[future],
-                    ),
-                )
+        try:
+            while queue or started:
+                listed, alive = self._alive()
+                yield from gone(listed)
+                if alive:
+                    alone_since = None
+                elif alone_since is None:
+                    alone_since = time.perf_counter()
+                elif time.perf_counter() - alone_since > self.worker_wait:
+                    yield from stranded()
+                    return
+                with self._lock:  # (another batch may be filling the same workers)
+                    for address, threads in alive.items():
+                        while queue and self._pinned[address] < threads:
+                            send(queue.popleft(), address)
+                # Wake at a completion, when the longest-running task may reach the timeout,
+                # or at the next poll for tasks not yet seen running.
+                since = time.perf_counter() - asked
+                left = [
+                    timeout - running[e[2]] - since for e in started.values() if e[2] in running
+                ]
+                wait_s = min([self.poll, *left]) if left else self.poll
+                try:
+                    done = dist.wait(
+                        list(started), timeout=max(wait_s, 0.01), return_when="FIRST_COMPLETED"
+                    ).done
+                except (TimeoutError, dist.TimeoutError):
+                    done = set()
+                finished = bool(done)
+                while done:
+                    yield from finish(done.pop())
+                if not started or (finished and time.perf_counter() - asked < self.poll):
+                    continue  # (completions keep coming: ask the workers once per poll)
+                running, asked = self._running(), time.perf_counter()
+                yield from late(running)
+        finally:  # (a batch abandoned midway frees its workers for the next)
+            while started:
+                release(next(iter(started)), cancel=True)
 
     def close(self) -> None:
         self._close_threads()
@@ -590,3 +656,4 @@ class DaskPool(AbstractPool):
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+            self._config.__exit__(None, None, None)  # (the setting as it was before)
