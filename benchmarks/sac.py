@@ -6,7 +6,7 @@ environment step (16 per iteration), 100 iterations (1,600 env steps per agent) 
 Each training environment draws a random first state (the task's reset noise) and restarts every
 episode there, as QDax's (brax's auto-reset keeps the first state): ``SAC(same_start=True)``.
 ``--starts fresh`` draws a fresh random state at every episode instead (a reset computed at every
-step: about 4 s more compile on hopper, `benchmarks/README.md`). The first call compiles; the
+step: about 4 s more compile on hopper, `benchmarks/log/sac.md`). The first call compiles; the
 others are timed (median). The compile is the time from the first call's start to the end of its
 longest XLA compile (JAX's own compile event; the training program's), plus the XLA time of the
 small programs compiled after it: tracing, lowering and XLA, as QDax's script times its

@@ -123,9 +123,10 @@ class CMAES(eqx.Module):
       nearly round (`NEWTON_CONDITION_LIMIT`), `NEWTON_STEPS` Newton-Schulz steps from the
       previous refresh's `C^-1/2`, matrix products only. Between two refreshes C moves little,
       and on pyribs' sphere protocol the steps reach the float32 eigendecomposition's own
-      error against a float64 one, at a third of its cost (`benchmarks/README.md`). A strategy
-      is decomposed instead where the steps miss `NEWTON_TOLERANCE`, where the eigenvalue
-      bounds they carry (`CMAESState.uncertainty`, from Ostrowski's theorem: C's eigenvalues
+      error against a float64 one, at a third of its cost
+      (`benchmarks/log/epyc-family26-model2.md`). A strategy is decomposed instead where the
+      steps miss `NEWTON_TOLERANCE`, where the eigenvalue bounds they carry
+      (`CMAESState.uncertainty`, from Ostrowski's theorem: C's eigenvalues
       are those of `X^-2`, X the previous `C^-1/2`, scaled by factors within the eigenvalues
       of `X C X`) pass `UNCERTAINTY_LIMIT`, and where a stop tolerance
       (`CONDITION_LIMIT`, `AREA_LIMIT`) could come out otherwise with the exact eigenvalues
@@ -316,8 +317,8 @@ class CMAES(eqx.Module):
         - `batched=False`: one strategy after another (`lax.map`) under real `cond`s, so only
           the due strategies pay for a refresh, and only those that need one for an
           eigendecomposition. The faster way on a CPU, most of all when the strategies are
-          out of step, as CMA-ME's are (each restarts on its own): `benchmarks/README.md`,
-          the CMA family.
+          out of step, as CMA-ME's are (each restarts on its own):
+          `benchmarks/log/epyc-family26-model2.md`, "The CMA family with Newton refreshes".
         - `batched=True`: the Newton steps of every strategy in one batched product, and every
           decomposition in one batched `eigh`, each run if any strategy needs it and kept
           where due (a select). On a GPU a row of small sequential calls costs a launch each.

@@ -5,7 +5,7 @@ XLA's CPU backend has two code generators for its fusions. On the package's prog
 one (`compiler_options`) compiles brax rollouts about twice as fast and runs them faster, and
 compiles the MAP-Elites loop faster in less memory for the same results bit for bit; the newer
 one (XLA's default) runs the PPO training programs faster. Measurements:
-`benchmarks/README.md`, "XLA's CPU fusion emitters". So:
+`benchmarks/log/compare-and-tuning.md`, "XLA's CPU fusion emitters". So:
 
 - every jitted entry point compiles with `compiler_options` (the older generator), except
 - `PPO.train` / `IPPO.train` (`rl/_ppo.py`) and `train_population` of a `PPO` or `IPPO`

@@ -167,7 +167,7 @@ _INDEX_MAX_DIM = 3
 _INDEX_MAX_CANDIDATES = 256
 # Boxes about as many as the centroids: a lookup then compares 10-20 candidates in 2-D (at 4
 # centroids a box, 35-48), the fastest lookups for a build once per tessellation
-# (benchmarks/README.md, "Measurements behind the code").
+# (benchmarks/log/measurements-behind-the-code.md).
 _CENTROIDS_PER_BOX = 1
 _MARGIN_BOXES = 2
 

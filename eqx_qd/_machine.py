@@ -100,8 +100,9 @@ class Machine:
         with AVX-512 BF16 or AMX-BF16 (the SAC population 1.26x float32's speed on AMD EPYC
         family 25 model 17, 1.03-1.05x on family 26 model 2). Not on an AVX2 CPU (the
         products took 0.74x float32's speed) nor on the GPU measured (an H100: 0.95x); not on
-        other kinds, which are unmeasured (`benchmarks/README.md`). Read from the CPU's
-        features, not timed: a timed pick could differ between two runs on one machine."""
+        other kinds, which are unmeasured (`benchmarks/log/compare-and-tuning.md`,
+        `benchmarks/log/epyc-family26-model2.md`). Read from the CPU's features, not timed: a
+        timed pick could differ between two runs on one machine."""
         return self.backend == "cpu" and bool({"avx512_bf16", "amx_bf16"} & set(self.flags))
 
     def __str__(self) -> str:

@@ -40,10 +40,9 @@ def _sorted(x: Float[Array, " n"]) -> Float[Array, " n"]:
     """`x` (float32, no NaN) in ascending order, sorted as order-preserving int32 keys.
 
     XLA's CPU sort calls a float comparator per comparison (it orders NaNs); on integers it
-    takes a fast path, several times faster (`benchmarks/README.md`, "Measurements behind the
-    code"). The key flips the 31 low bits of negative numbers, so that
-    their order as int32 is their order as floats (-0.0 sorts just below +0.0); it is its own
-    inverse.
+    takes a fast path, several times faster (`benchmarks/log/measurements-behind-the-code.md`).
+    The key flips the 31 low bits of negative numbers, so that their order as int32 is their
+    order as floats (-0.0 sorts just below +0.0); it is its own inverse.
     """
     bits = jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
     keys = jax.lax.sort(bits ^ ((bits >> 31) & 0x7FFFFFFF))

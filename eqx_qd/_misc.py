@@ -49,10 +49,10 @@ def random_permutation(n: int, *, key: PRNGKey) -> Int[Array, " {n}"]:
 
     Each round sorts one uint32 array: the round's random bits above, each position's index in
     the low bits. XLA's CPU sorts one integer operand several times faster than the key-value
-    sort behind `jax.random.permutation` (`benchmarks/README.md`). Items whose random
-    bits tie keep the previous round's order, so rounds are added until a pair tied in every
-    round is unlikely (probability at most 2**-9 over all pairs); with fewer than 8 random bits
-    left (over 2**24 items) it falls back to `jax.random.permutation`.
+    sort behind `jax.random.permutation` (`benchmarks/log/measurements-behind-the-code.md`).
+    Items whose random bits tie keep the previous round's order, so rounds are added until a
+    pair tied in every round is unlikely (probability at most 2**-9 over all pairs); with fewer
+    than 8 random bits left (over 2**24 items) it falls back to `jax.random.permutation`.
     """
     if n <= 1:
         return jnp.arange(n, dtype=jnp.int32)

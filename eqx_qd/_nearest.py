@@ -31,7 +31,8 @@ def _scores(points: Float[Array, "n d"], centroids: Float[Array, "k d"]) -> Floa
 
 def _argmin_rows(scores: Float[Array, "n k"]) -> Int[Array, " n"]:
     """Row-wise argmin of wide rows, lowest index among ties, via min + where: XLA's CPU
-    argmin is several times slower over wide rows (`benchmarks/README.md`).
+    argmin is several times slower over wide rows
+    (`benchmarks/log/measurements-behind-the-code.md`).
 
     XLA may compute `scores` twice, once for the minimum and once for the comparison, and
     contract a multiply-add into one rounding in one copy only: a row can then hold no element
@@ -73,7 +74,7 @@ def nearest_centroid(
     is found with `min` + `where` because XLA's CPU `argmin` is several times slower
     (with an exact fallback, `_argmin_rows`). The matmul runs at full float32 precision: at
     the default precision a GPU multiplies in TF32 (10-bit mantissa), which sends descriptors
-    to the wrong cell (seen on an H100: `benchmarks/README.md`).
+    to the wrong cell (seen on an H100: `benchmarks/log/gpu.md`).
     """
     if jnp.ndim(centroids) != 2:
         raise ValueError(

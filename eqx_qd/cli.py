@@ -637,6 +637,13 @@ def _plugin_modules(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from ._extras import MissingExtra, require
+
+    try:
+        require("jobs", "The eqx-qd command")
+    except MissingExtra as e:
+        sys.stderr.write(f"eqx-qd: error: {e}\n")
+        return 2
     # Plugins first: they register jobs, agents, environments... (and compute nothing at
     # import, so the device and process setup below still comes before JAX starts).
     _load_plugins(_Parser(prog="eqx-qd"), _plugin_modules(argv))

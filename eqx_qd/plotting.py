@@ -8,6 +8,11 @@ import matplotlib. Nothing here writes files: the jobs save figures through thei
 
 from collections.abc import Mapping, Sequence
 
+from ._extras import require as _require
+
+
+_require("plot", "eqx_qd.plotting")
+
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np

@@ -19,14 +19,10 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from ._extras import require as _require
 
-try:
-    import hypothesis  # noqa: F401
-except ImportError:
-    raise ImportError(
-        "eqx_qd.testing needs hypothesis: pip install hypothesis (or the test extra, "
-        "pip install 'eqx_qd[test]')"
-    ) from None
+
+_require("testing", "eqx_qd.testing")
 import equinox as eqx
 import hypothesis.extra.numpy as hnp
 import hypothesis.strategies as st

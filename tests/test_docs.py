@@ -167,3 +167,33 @@ def test_every_python_block_of_the_readme_and_the_guides_runs(page, tmp_path, mo
     namespace = {"__name__": "__main__"}
     for i, block in enumerate(blocks):
         exec(compile(block, f"{page}, python block {i}", "exec"), namespace)
+
+
+def test_the_readmes_stay_at_their_size_and_every_benchmark_log_cited_exists():
+    """The README and `benchmarks/README.md` (an index) stay under 150 lines; the dated
+    measurements live in `benchmarks/log/`, and every log file a page, notebook or docstring
+    cites exists (issue 70)."""
+    import pathlib
+
+    root = pathlib.Path(__file__).parents[1]
+    for page in ("README.md", "benchmarks/README.md"):
+        lines = (root / page).read_text().count("\n")
+        assert lines <= 150, f"{page} has {lines} lines"
+    cited = set()
+    for pattern in (
+        "*.md",
+        "docs/**/*.md",
+        "notebooks/*.ipynb",
+        "eqx_qd/**/*.py",
+        "tests/**/*.py",
+        "benchmarks/*.py",
+        "benchmarks/*.md",
+    ):
+        for path in root.glob(pattern):
+            text = path.read_text()
+            cited |= set(re.findall(r"benchmarks/log/([\w.-]+\.md)", text))
+            if path.name == "README.md" and path.parent.name == "benchmarks":
+                cited |= set(re.findall(r"\(log/([\w.-]+\.md)\)", text))
+    assert cited, "no log cited"
+    missing = sorted(name for name in cited if not (root / "benchmarks/log" / name).is_file())
+    assert not missing, missing

@@ -4,6 +4,7 @@ the platform."""
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -116,6 +117,65 @@ def test_import_eqx_qd_stays_light():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+_WITHOUT_EXTRAS = """
+import sys
+for name in ("matplotlib", "tqdm", "brax", "hypothesis"):
+    sys.modules[name] = None  # as on a machine where `pip install eqx_qd` put none of them
+import jax.random as jr
+import eqx_qd as q
+from eqx_qd._extras import MissingExtra
+
+task = q.Sphere(genotype_dim=3)
+variation = q.IsoLineVariation(0.01, 0.1)
+emitter = q.MixingEmitter(batch_size=8, variation_percentage=1.0, variation=variation)
+algo = q.MAPElites(emitter, task, task.qd_offset)
+cells = q.GridTessellation((4, 4), *task.descriptor_bounds)
+state, _ = algo.init(task.init_genotypes(8, key=jr.key(0)), cells, key=jr.key(1))
+state, history = q.run(algo, state, 3, key=jr.key(2))
+print("core", int(history.coverage.shape[0]))
+for use in ("import eqx_qd.jobs", "import eqx_qd.plotting", "import eqx_qd.testing",
+            "q.envs.BraxQDEnv('walker2d_uni')"):
+    try:
+        exec(use)
+    except MissingExtra as e:
+        print(e.extra, "|", e)
+from eqx_qd.cli import main
+print("command", main(["list"]))
+"""
+
+
+def test_the_core_runs_without_the_extras_and_each_missing_extra_is_named():
+    """`pip install eqx_qd` gives the QD core, the agents and the pure-JAX environments; each
+    other part, used without its extra, says which extra to install (issue 69)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_EXTRAS], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "core 3"
+    assert [line.split(" | ")[0] for line in lines[1:5]] == ["jobs", "plot", "testing", "brax"]
+    assert "pip install 'eqx_qd[jobs]'" in lines[1] and "needs tqdm, matplotlib" in lines[1]
+    assert lines[4].startswith("brax | A brax task needs brax")
+    assert lines[5] == "command 2"
+    assert "eqx-qd: error: The eqx-qd command needs tqdm, matplotlib" in done.stderr
+
+
+def test_the_hard_dependencies_are_the_core_s_and_every_extra_is_declared():
+    import tomllib
+
+    from eqx_qd._extras import EXTRAS
+
+    project = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())[
+        "project"
+    ]
+    names = [re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]]
+    assert names == ["jax", "equinox", "optax", "jaxtyping", "numpy"]
+    extras = project["optional-dependencies"]
+    assert set(EXTRAS) <= set(extras)
+    every = extras["all"][0]
+    assert all(name in every for name in set(extras) - {"all", "test", "docs"})
 
 
 @pytest.mark.e2e

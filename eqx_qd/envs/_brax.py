@@ -20,6 +20,7 @@ from jaxtyping import Array, Float
 from .. import _validate as check
 from .._compile import compiler_options
 from .._custom_types import PRNGKey
+from .._extras import require
 from .._misc import f32
 from ._base import AbstractQDEnv, Arena, EnvState, final_descriptor, mean_descriptor
 
@@ -149,6 +150,7 @@ DEFAULT_BACKEND = "spring"
 
 
 def _import_brax_envs():
+    require("brax", "A brax task")
     # brax prints "Failed to import warp" on stdout and its dependencies (jaxopt, ...) warn about
     # deprecations at import time; keep that noise out of user output.
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
@@ -250,7 +252,7 @@ def _first_state(name: str, backend: str) -> Any:
     0), as NumPy arrays: a constant of the task, computed once per process. A program that
     plays episodes then holds no reset (about a third of a brax rollout's compile time); this
     one program runs once, so it is compiled at XLA's lowest optimisation level, which compiles
-    it faster (`benchmarks/README.md`, "Measurements behind the code")."""
+    it faster (`benchmarks/log/measurements-behind-the-code.md`)."""
     env = _task_env(name, backend)
     with jax.ensure_compile_time_eval():  # concrete even when first called inside a trace
         key_data = jax.device_get(jax.random.key_data(jax.random.key(0)))
@@ -409,6 +411,7 @@ class BraxQDEnv(AbstractQDEnv):
         stacked on a leading time axis, as `rollout_states` returns them (cut to the steps
         wanted: those after termination may hold broken physics). Walls and targets show;
         `height` is the viewer's height in pixels."""
+        require("brax", "render_html")
         from brax.base import Transform
         from brax.io import html
 

@@ -171,7 +171,7 @@ def _play_many(env, act, members, keys) -> Episode:
     The same episodes (tested bit for bit), with the time loop outside the batch: one scan
     of the batched step. JAX traces the body of a vmapped scan, then batches that trace
     again; this traces the batched body once, with the same results
-    (`benchmarks/README.md`, "Scoring traced once")."""
+    (`benchmarks/log/epyc-family26-model2.md`, "Scoring traced once")."""
     length = env.episode_length
     split = jax.vmap(jr.split)(keys)  # each episode's reset key and steps key, as `_play`'s
     first = jax.vmap(lambda k: env.reset(key=k))(split[:, 0])

@@ -11,6 +11,11 @@ summary = jobs.report(["runs/seed0", "runs/seed1", ...], "runs/report")  # over 
 ```
 """
 
+from .._extras import require as _require
+
+
+_require("jobs", "eqx_qd.jobs (and the eqx-qd command)")
+
 from . import checks as checks
 from ._checkpoints import (
     Checkpoint as Checkpoint,

@@ -253,7 +253,7 @@ def population_devices(requested: int | None, population_size: int) -> int:
     Why one per core on a CPU: XLA's CPU runtime runs one program's operations on a thread
     pool, and a training step's chains of small products leave those threads idle part of
     the time, time a busy machine's other processes take; one program per core keeps each
-    core on its own members (`benchmarks/README.md`, "SAC on this kind")."""
+    core on its own members (`benchmarks/log/epyc-family26-model2.md`, "SAC on this kind")."""
     if requested is not None:
         return requested
     available = jax.device_count()

@@ -147,7 +147,7 @@ PAPER_PRESET: dict[str, object] = dict(
 1000-step episodes, 1024 CVT cells, (256, 256) networks, per device 10 PBT-TD3 agents
 (each training 20 x 250 environment steps per generation, one gradient step per environment
 step, a 100k buffer) and 10 GA children, for 450 iterations: a GPU's run, not a laptop CPU's
-(its time on an H100: `benchmarks/README.md`, "Measurements behind the code")."""
+(its time on an H100: `benchmarks/log/measurements-behind-the-code.md`)."""
 
 MEPBTConfig.PRESETS = {"paper": PAPER_PRESET}
 

@@ -310,8 +310,8 @@ class _PBTJob(LoopJob):
 @jit
 def _pbt_step(pbt: PBT, pop, returns, *, key):
     """`pbt.update` as one program: run eagerly, its copies of whole runs (buffers included)
-    are hundreds of small dispatches, most of a short round (`benchmarks/README.md`, "The
-    PBT job on one host device per core by default")."""
+    are hundreds of small dispatches, most of a short round (`benchmarks/log/`
+    `epyc-family26-model2.md`, "The PBT job on one host device per core by default")."""
     return pbt.update(pop, returns, key=key)
 
 

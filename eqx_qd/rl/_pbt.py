@@ -274,7 +274,8 @@ def train_population(
 
     Why on a CPU: XLA's CPU runtime runs a program's operations on a pool of threads, and a
     training step's chains of small products keep them busy only part of the time; a second
-    program beside it fills those gaps (`benchmarks/README.md`, "The population in groups").
+    program beside it fills those gaps (`benchmarks/log/epyc-family26-model2.md`, "The population
+    in groups").
     The results do not depend on the threads' timing; they equal one program's up to float
     rounding (XLA's programs for two batch sizes can round apart, and training amplifies it),
     so a seed's numbers depend on the group count: pass `groups` for numbers that do not
@@ -440,8 +441,8 @@ def evaluate_population(
     members per usable core that divides the population, each group the same compiled
     program, run side by side on threads and joined in order; `1`: one program. A rollout's
     physics is many small element-wise operations that leave a CPU's second core idle, which
-    a second program fills (`benchmarks/README.md`, "A second window, evaluations in
-    groups"). The returns equal one program's up to float rounding.
+    a second program fills (`benchmarks/log/epyc-family26-model2.md`, "A second window,
+    evaluations in groups"). The returns equal one program's up to float rounding.
     """
     check.same_sizes(agent, env, "evaluate_population")
     check.positive_int("evaluate_population: num_episodes", num_episodes)
@@ -509,7 +510,7 @@ def train_population_sharded(
     program compiles with `train_population`'s options (XLA's own for a `PPO` or `IPPO`
     population). On a CPU, `n` host devices (`jax_num_cpu_devices`) run one shard per core,
     which can beat one device's multi-threaded products and keeps its pace beside other
-    processes (`benchmarks/README.md`)."""
+    processes (`benchmarks/log/epyc-family26-model2.md`)."""
     n = _population_size(population)
     devices = mesh.devices.size
     if n % devices:

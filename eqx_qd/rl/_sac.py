@@ -82,7 +82,8 @@ class SAC(AbstractOffPolicyAgent[SACState]):
     widths), `minibatch_size` (transitions per gradient step), `normalise_observations`, the
     temperature settings above, `matmul_dtype` (`"bfloat16"`: the networks' products between
     hidden layers take bfloat16 inputs with float32 accumulation, as `MLP`'s; faster on CPUs
-    with AVX-512 BF16, see `benchmarks/README.md` for speed and learning curves; `"auto"`:
+    with AVX-512 BF16, see `benchmarks/log/compare-and-tuning.md` for speed and learning curves;
+    `"auto"`:
     bfloat16 on such CPUs, float32 elsewhere, read from the machine when `init` builds the
     networks), and the
     training loop's `num_envs`, `buffer_size`, `grad_updates_per_step` and `same_start` (as

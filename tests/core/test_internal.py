@@ -157,7 +157,8 @@ def test_jit_passes_options_at_the_top_only():
 
 def test_the_on_policy_training_programs_compile_with_xla_defaults(monkeypatch):
     # Measured: XLA's default (newer) fusion emitters ran cart-pole PPO 1.8x faster on an
-    # AVX-512 machine (benchmarks/README.md); the other programs keep the package's options.
+    # AVX-512 machine (benchmarks/log/compare-and-tuning.md); the other programs keep the
+    # package's options.
     from eqx_qd import _compile
     from eqx_qd.rl._ppo import _train
 
