@@ -126,9 +126,15 @@ class _Harness(eqx.Module):
         ids = jnp.arange(fitnesses.shape[0], dtype=jnp.int32) + 2 * _ID_OFFSET
         repertoire, info = repertoire.add(genotypes, descriptors, fitnesses, ids)
         state = self.emitter.state_update(
-            state, repertoire, genotypes, descriptors, fitnesses, extra,
-            add_info=info, key=update_key,
-        )  # fmt: skip
+            state,
+            repertoire,
+            genotypes,
+            descriptors,
+            fitnesses,
+            extra,
+            add_info=info,
+            key=update_key,
+        )
         return repertoire, state
 
 
@@ -162,8 +168,10 @@ def _scan(h: _Harness, repertoire, state, keys):
 
 
 def _leaves_with_paths(tree) -> list[tuple[str, Any]]:
-    return [(jax.tree_util.keystr(p) or "genotypes", x) for p, x in
-            jax.tree_util.tree_leaves_with_path(tree)]  # fmt: skip
+    return [
+        (jax.tree_util.keystr(p) or "genotypes", x)
+        for p, x in jax.tree_util.tree_leaves_with_path(tree)
+    ]
 
 
 def _shapes(tree) -> list[tuple[str, tuple[int, ...], str]]:
@@ -601,8 +609,10 @@ def _law_rep_finite(ctx: _RepertoireContext) -> None:
         fit = np.asarray(rep.fitnesses)
         bad = ~(np.isfinite(fit) | np.isneginf(fit))
         if bad.any():
-            raise _Broken(f"after the {name} batch, slots {np.flatnonzero(bad)[:5].tolist()} "
-                          f"hold fitness {fit[bad][:5].tolist()}")  # fmt: skip
+            raise _Broken(
+                f"after the {name} batch, slots {np.flatnonzero(bad)[:5].tolist()} "
+                f"hold fitness {fit[bad][:5].tolist()}"
+            )
         desc = np.asarray(rep.descriptors)[np.isfinite(fit)]
         if desc.size and not np.isfinite(desc).all():
             raise _Broken(f"after the {name} batch, an elite holds a non-finite descriptor")
@@ -665,8 +675,10 @@ def _law_rep_reference(ctx: _RepertoireContext) -> None:
         got = np.asarray(after.fitnesses)
         if not np.array_equal(fit, got):
             slots = np.flatnonzero(fit != got)[:5].tolist()
-            raise _Broken(f"after the {name} batch, slots {slots} hold {got[slots].tolist()}; "
-                          f"the rule gives {fit[slots].tolist()}")  # fmt: skip
+            raise _Broken(
+                f"after the {name} batch, slots {slots} hold {got[slots].tolist()}; "
+                f"the rule gives {fit[slots].tolist()}"
+            )
         filled = np.isfinite(fit)
         same = np.array_equal(desc[filled], np.asarray(after.descriptors)[filled]) and all(
             np.array_equal(r[filled], np.asarray(x)[filled])

@@ -208,8 +208,11 @@ def _law_agent_pbt(ctx: _AgentContext) -> None:
     new, info = pbt.update(ctx.population, returns, key=ctx.pbt_key)
     if np.asarray(info.replaced).tolist() != [1] or np.asarray(info.sources).tolist() != [0]:
         raise _Broken(f"PBT replaced {info.replaced} from {info.sources}, not 1 from 0")
-    copied = eqx.tree_at(lambda r: r.agent_state.hparams, tree_take(new, 1),
-                         tree_take(ctx.population, 0).agent_state.hparams)  # fmt: skip
+    copied = eqx.tree_at(
+        lambda r: r.agent_state.hparams,
+        tree_take(new, 1),
+        tree_take(ctx.population, 0).agent_state.hparams,
+    )
     if not bool(eqx.tree_equal(copied, tree_take(ctx.population, 0))):
         raise _Broken("the replaced member's run differs from its source's beyond hparams")
     explored = tree_take(new, 1).agent_state.hparams

@@ -582,9 +582,13 @@ def _report(parser: _Parser, args: argparse.Namespace) -> int:
             parser.error(f"run folder {folder!r} does not exist")
     try:
         result = report(
-            args.folders, args.out, x=args.x, p_method=args.p_method,
-            plots=not args.no_plots, truncate=args.truncate,
-        )  # fmt: skip
+            args.folders,
+            args.out,
+            x=args.x,
+            p_method=args.p_method,
+            plots=not args.no_plots,
+            truncate=args.truncate,
+        )
     except (ValueError, TypeError, OSError) as e:
         parser.error(str(e))
     for note in result.notes:

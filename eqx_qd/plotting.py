@@ -488,3 +488,17 @@ def _capsule(a, b, radius: float):
     return Polygon(
         np.concatenate([b + arc(turn), a + arc(turn + np.pi)]), closed=True, color="0.25"
     )
+
+
+# What `from eqx_qd.plotting import *` takes: the names above (tests/test_guards.py).
+__all__ = [
+    "plot_fitness_density",
+    "plot_hparams",
+    "plot_hparams_distribution",
+    "plot_learning_curve",
+    "plot_metrics",
+    "plot_population_returns",
+    "plot_repertoire",
+    "plot_repertoire_hparams",
+    "plot_trajectories",
+]

@@ -33,14 +33,19 @@ from jaxtyping import Array, Float
 from ._custom_types import Genotypes
 from ._laws import (
     _keep_python_random,
-    check_emitter,
-    check_repertoire,
-    EMITTER_LAWS,
-    LawBroken,
-    REPERTOIRE_LAWS,
+    check_emitter as check_emitter,
+    check_repertoire as check_repertoire,
+    EMITTER_LAWS as EMITTER_LAWS,
+    LawBroken as LawBroken,
+    REPERTOIRE_LAWS as REPERTOIRE_LAWS,
 )
-from ._laws_ranker import check_ranker, RANKER_LAWS
-from ._laws_rl import AGENT_LAWS, check_agent, check_env, ENV_LAWS
+from ._laws_ranker import check_ranker as check_ranker, RANKER_LAWS as RANKER_LAWS
+from ._laws_rl import (
+    AGENT_LAWS as AGENT_LAWS,
+    check_agent as check_agent,
+    check_env as check_env,
+    ENV_LAWS as ENV_LAWS,
+)
 from ._repertoire import MapElitesRepertoire
 from ._tessellation import GridTessellation
 
@@ -139,21 +144,21 @@ def register_strategies() -> None:
 
 __all__ = [
     "AGENT_LAWS",
-    "ENV_LAWS",
-    "check_agent",
-    "check_env",
-    "EMITTER_LAWS",
-    "RANKER_LAWS",
-    "REPERTOIRE_LAWS",
-    "CandidateBatch",
-    "LawBroken",
     "candidate_batches",
+    "CandidateBatch",
+    "check_agent",
     "check_emitter",
+    "check_env",
     "check_ranker",
     "check_repertoire",
     "descriptor_values",
+    "EMITTER_LAWS",
+    "ENV_LAWS",
     "fitness_values",
     "grid_tessellations",
+    "LawBroken",
+    "RANKER_LAWS",
     "register_strategies",
+    "REPERTOIRE_LAWS",
     "repertoires",
 ]

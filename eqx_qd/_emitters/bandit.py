@@ -107,8 +107,10 @@ class BanditEmitter(AbstractEmitter[BanditState]):
             )
         sizes = sorted({e.batch_size for e in pool})
         if len(sizes) != 1:
-            raise ValueError(f"BanditEmitter: the pool's emitters have batch sizes {sizes}; "
-                             "they must all be equal")  # fmt: skip
+            raise ValueError(
+                f"BanditEmitter: the pool's emitters have batch sizes {sizes}; "
+                "they must all be equal"
+            )
         check.one_of("BanditEmitter.reselect", reselect, RESELECT)
         check.non_negative("BanditEmitter.zeta", zeta)
         self.pool = pool

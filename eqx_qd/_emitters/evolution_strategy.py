@@ -262,9 +262,18 @@ class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
 
         def one(es_state, direction, iterations, g, d, f, info, k):
             es_state, _, _, iterations, stop = ranked_generation(
-                self.es, self.ranker, self.selection_rule, self.restart_rule,
-                es_state, direction, iterations, g, f, d, info,
-            )  # fmt: skip
+                self.es,
+                self.ranker,
+                self.selection_rule,
+                self.restart_rule,
+                es_state,
+                direction,
+                iterations,
+                g,
+                f,
+                d,
+                info,
+            )
             pick_key, direction_key = jr.split(k)
             direction = jnp.where(
                 stop, self.ranker.direction(lower, upper, key=direction_key), direction

@@ -272,9 +272,18 @@ class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
 
         def generation(s: ArborescenceState, g, d, f, info, k):
             es, order, parents, iterations, stop = ranked_generation(
-                self.es, self.ranker, self.selection_rule, self.restart_rule,
-                s.es, s.direction, s.iterations, s.coefficients, f, d, info,
-            )  # fmt: skip
+                self.es,
+                self.ranker,
+                self.selection_rule,
+                self.restart_rule,
+                s.es,
+                s.direction,
+                s.iterations,
+                s.coefficients,
+                f,
+                d,
+                info,
+            )
             # theta moves to the recombined mean of the parent branches.
             step = parent_weights(parents, b) @ g[order] - s.theta
             theta, moment1, moment2, steps = self._optimiser_step(

@@ -55,7 +55,8 @@ def normalise_descriptors(
     low: Float[Array, " num_descriptors"],
     high: Float[Array, " num_descriptors"],
 ) -> Float[Array, "*batch num_descriptors"]:
-    """Descriptors mapped from `[low, high]` to `[-1, 1]` (what the conditioned networks read)."""
+    """`descriptors` (any leading shape) mapped from the box `[low, high]` to `[-1, 1]`, what
+    the conditioned networks read."""
     low, high = (jnp.broadcast_to(b, jnp.shape(descriptors)) for b in (low, high))
     return 2.0 * (descriptors - low) / (high - low) - 1.0
 
@@ -65,8 +66,8 @@ def similarity(
     targets: Float[Array, "*batch num_descriptors"],
     lengthscale: Float[Array, ""],
 ) -> Float[Array, "*batch"]:
-    """`exp(-||descriptor - target|| / lengthscale)`: 1 on target, towards 0 far from it (the
-    factor DCRL scales rewards by)."""
+    """`exp(-||descriptors - targets|| / lengthscale)` row by row: 1 on target, towards 0 far
+    from it (the factor DCRL scales rewards by)."""
     return jnp.exp(-jnp.linalg.norm(descriptors - targets, axis=-1) / lengthscale)
 
 
@@ -75,9 +76,9 @@ def conditioned_transitions(
     lengthscale: Float[Array, ""],
     reward_offset: Float[Array, ""] | float = 0.0,
 ) -> Transition:
-    """The transitions the conditioned TD3 agent trains on: observations widened by the
-    target, `(obs, target)` and `(next_obs, target)`, rewards `(reward + reward_offset)`
-    scaled by `similarity(descriptor, target)`."""
+    """The transitions the conditioned TD3 agent trains on, from the replay buffer's `rows`:
+    observations widened by the target, `(obs, target)` and `(next_obs, target)`, rewards
+    `(reward + reward_offset)` scaled by `similarity(descriptor, target, lengthscale)`."""
     t, target = rows.transition, rows.target
     scale = similarity(rows.descriptor, target, lengthscale)
     return Transition(

@@ -35,3 +35,35 @@ from ._rollout import (
     rollout_states as rollout_states,
     Transition as Transition,
 )
+
+
+# What `from eqx_qd.envs import *` takes: the names above (tests/test_guards.py).
+__all__ = [
+    "AbstractBaseEnv",
+    "AbstractEnv",
+    "AbstractEnvState",
+    "AbstractMultiAgentEnv",
+    "AbstractQDEnv",
+    "Arena",
+    "autoreset_step",
+    "AutoResetStep",
+    "BraxMultiAgentEnv",
+    "BraxQDEnv",
+    "EnvState",
+    "Episode",
+    "EpisodeStats",
+    "evaluate_episodes",
+    "final_descriptor",
+    "LineTargets",
+    "mean_descriptor",
+    "MultiAgentState",
+    "PointMaze",
+    "QDTransition",
+    "rollout",
+    "rollout_states",
+    "SingleAgentView",
+    "TimeLimit",
+    "training_reset",
+    "TrainingEnvState",
+    "Transition",
+]

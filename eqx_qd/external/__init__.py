@@ -28,3 +28,21 @@ from ._pools import (
     SequentialPool as SequentialPool,
 )
 from ._task import arm as arm, ExternalTask as ExternalTask
+
+
+# What `from eqx_qd.external import *` takes: the names above (tests/test_guards.py).
+__all__ = [
+    "AbstractPool",
+    "arm",
+    "DaskPool",
+    "evaluate_one",
+    "Evaluations",
+    "Evaluator",
+    "evaluator_name",
+    "ExternalTask",
+    "load_evaluator",
+    "Outcome",
+    "ProcessPool",
+    "SequentialPool",
+    "Status",
+]

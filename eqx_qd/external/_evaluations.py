@@ -73,18 +73,26 @@ class Outcome:
     def to_json(self) -> dict[str, Any]:
         """A JSON-able record (the journal of a run); `from_json` reads it back."""
         return dict(
-            status=self.status.label, fitness=self.fitness, descriptor=list(self.descriptor),
-            seconds=self.seconds, attempts=self.attempts, error=self.error,
-        )  # fmt: skip
+            status=self.status.label,
+            fitness=self.fitness,
+            descriptor=list(self.descriptor),
+            seconds=self.seconds,
+            attempts=self.attempts,
+            error=self.error,
+        )
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> "Outcome":
         status = Status[str(record["status"]).upper()]
         descriptor = tuple(float(x) for x in record["descriptor"])
         return cls(
-            status, float(record["fitness"]), descriptor, float(record["seconds"]),
-            int(record["attempts"]), str(record["error"]),
-        )  # fmt: skip
+            status,
+            float(record["fitness"]),
+            descriptor,
+            float(record["seconds"]),
+            int(record["attempts"]),
+            str(record["error"]),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,10 +134,13 @@ class Evaluations:
     def outcome(self, i: int) -> Outcome:
         """Candidate `i`'s `Outcome`."""
         return Outcome(
-            Status(int(self.status[i])), float(self.fitnesses[i]),
-            tuple(float(x) for x in self.descriptors[i]), float(self.seconds[i]),
-            int(self.attempts[i]), self.errors[i],
-        )  # fmt: skip
+            Status(int(self.status[i])),
+            float(self.fitnesses[i]),
+            tuple(float(x) for x in self.descriptors[i]),
+            float(self.seconds[i]),
+            int(self.attempts[i]),
+            self.errors[i],
+        )
 
 
 def evaluator_name(evaluator: Any) -> str:
@@ -218,9 +229,11 @@ def evaluate_one(
             returned = evaluator(genotype)
     except _Timeout:
         return Outcome.failed(
-            Status.TIMEOUT, f"{name} ran past the timeout of {timeout:g} s", num_descriptors,
+            Status.TIMEOUT,
+            f"{name} ran past the timeout of {timeout:g} s",
+            num_descriptors,
             elapsed(),
-        )  # fmt: skip
+        )
     except Exception as e:  # the evaluator's failure is its candidate's, not the run's
         return Outcome.failed(Status.ERROR, f"{type(e).__name__}: {e}", num_descriptors, elapsed())
     seconds = elapsed()
@@ -232,19 +245,22 @@ def evaluate_one(
         return Outcome.failed(
             Status.INVALID,
             f"{name} must return (fitness, descriptor); got {type(returned).__name__} ({e})",
-            num_descriptors, seconds,
-        )  # fmt: skip
+            num_descriptors,
+            seconds,
+        )
     if descriptor.shape != (num_descriptors,):
         return Outcome.failed(
             Status.INVALID,
             f"{name} returned a descriptor of shape {descriptor.shape}; the run has "
             f"{num_descriptors} descriptors",
-            num_descriptors, seconds,
-        )  # fmt: skip
+            num_descriptors,
+            seconds,
+        )
     if not math.isfinite(fitness) or not np.all(np.isfinite(descriptor)):
         return Outcome.failed(
             Status.INVALID,
             f"{name} returned a non-finite fitness {fitness} or descriptor {descriptor.tolist()}",
-            num_descriptors, seconds,
-        )  # fmt: skip
+            num_descriptors,
+            seconds,
+        )
     return Outcome(Status.OK, fitness, tuple(descriptor.tolist()), seconds)

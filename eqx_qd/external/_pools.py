@@ -149,9 +149,14 @@ class AbstractPool(abc.ABC):
         if self._threads is None:
             self._threads = concurrent.futures.ThreadPoolExecutor(2, "eqx-qd-batch")
         return self._threads.submit(
-            self.evaluate, evaluator, rows, num_descriptors, timeout=timeout, done=done,
+            self.evaluate,
+            evaluator,
+            rows,
+            num_descriptors,
+            timeout=timeout,
+            done=done,
             on_result=on_result,
-        )  # fmt: skip
+        )
 
     def _prepare(self, evaluator: Any) -> None:
         """What must happen in the caller's thread before a batch runs in another."""
@@ -183,8 +188,9 @@ class SequentialPool(AbstractPool):
     def workers(self) -> int:
         return 1
 
-    def submit(self, evaluator, genotypes, num_descriptors, *, timeout=None, done=None,
-               on_result=None) -> concurrent.futures.Future:  # fmt: skip
+    def submit(
+        self, evaluator, genotypes, num_descriptors, *, timeout=None, done=None, on_result=None
+    ) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
         try:  # here, in this thread: the alarm of a timeout needs the main thread
             future.set_result(
@@ -195,7 +201,7 @@ class SequentialPool(AbstractPool):
                     timeout=timeout,
                     done=done,
                     on_result=on_result,
-                )  # fmt: skip
+                )
             )
         except Exception as e:
             future.set_exception(e)
@@ -282,9 +288,12 @@ class ProcessPool(AbstractPool):
                     outcome = future.result()
                 except concurrent.futures.TimeoutError:
                     outcome = Outcome.failed(
-                        Status.TIMEOUT, f"{name} ran past the timeout of {timeout:g} s",
-                        num_descriptors, seconds, attempts[i],
-                    )  # fmt: skip
+                        Status.TIMEOUT,
+                        f"{name} ran past the timeout of {timeout:g} s",
+                        num_descriptors,
+                        seconds,
+                        attempts[i],
+                    )
                 except self._pebble.ProcessExpired as e:
                     if attempts[i] <= self.retries:
                         pending.add(submit(i))
@@ -293,13 +302,18 @@ class ProcessPool(AbstractPool):
                         Status.CRASHED,
                         f"the worker process died {attempts[i]} times (last exit code "
                         f"{e.exitcode})",
-                        num_descriptors, seconds, attempts[i],
-                    )  # fmt: skip
+                        num_descriptors,
+                        seconds,
+                        attempts[i],
+                    )
                 except Exception as e:  # e.g. a return value that cannot be pickled
                     outcome = Outcome.failed(
-                        Status.ERROR, f"{type(e).__name__}: {e}", num_descriptors, seconds,
+                        Status.ERROR,
+                        f"{type(e).__name__}: {e}",
+                        num_descriptors,
+                        seconds,
                         attempts[i],
-                    )  # fmt: skip
+                    )
                 else:
                     outcome = dataclasses.replace(outcome, attempts=attempts[i])
                 yield i, outcome
@@ -420,9 +434,12 @@ class DaskPool(AbstractPool):
             # pool meets that moment often, and the cluster would dwindle to no worker.
             self._config = dask.config.set({"distributed.deploy.lost-worker-timeout": "1000d"})
             self._cluster = distributed.LocalCluster(
-                n_workers=int(workers), threads_per_worker=1, processes=True,
-                dashboard_address=None, silence_logs=logging.CRITICAL,
-            )  # fmt: skip
+                n_workers=int(workers),
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.CRITICAL,
+            )
             self.client, self._owns_client = distributed.Client(self._cluster), True
         elif isinstance(scheduler, str):
             self.client, self._owns_client = distributed.Client(scheduler), True
@@ -539,9 +556,15 @@ class DaskPool(AbstractPool):
             runs[i] += 1
             token = uuid.uuid4().hex
             future = self.client.submit(
-                _evaluate_started, evaluator, rows[[i]], num_descriptors, token,
-                pure=False, workers=[address], allow_other_workers=False,
-            )  # fmt: skip
+                _evaluate_started,
+                evaluator,
+                rows[[i]],
+                num_descriptors,
+                token,
+                pure=False,
+                workers=[address],
+                allow_other_workers=False,
+            )
             started[future] = (i, time.perf_counter(), token, address)
             self._pinned[address] += 1
 
@@ -560,10 +583,16 @@ class DaskPool(AbstractPool):
             if runs[i] <= self.reruns:
                 queue.appendleft(i)
             else:
-                yield i, Outcome.failed(
-                    Status.CRASHED, f"the workers running it died {runs[i]} times",
-                    num_descriptors, time.perf_counter() - t0, runs[i],
-                )  # fmt: skip
+                yield (
+                    i,
+                    Outcome.failed(
+                        Status.CRASHED,
+                        f"the workers running it died {runs[i]} times",
+                        num_descriptors,
+                        time.perf_counter() - t0,
+                        runs[i],
+                    ),
+                )
 
         def finish(future: Any) -> Iterator[tuple[int, Outcome]]:
             try:  # (a result lost with its worker would be waited for forever)
@@ -592,10 +621,16 @@ class DaskPool(AbstractPool):
                     continue  # (it finished as it was found late: its outcome stands)
                 i, _, token, address = release(future, cancel=True)
                 self._end(address)
-                yield i, Outcome.failed(
-                    Status.TIMEOUT, f"{name} ran past the timeout of {timeout:g} s",
-                    num_descriptors, running[token], runs[i],
-                )  # fmt: skip
+                yield (
+                    i,
+                    Outcome.failed(
+                        Status.TIMEOUT,
+                        f"{name} ran past the timeout of {timeout:g} s",
+                        num_descriptors,
+                        running[token],
+                        runs[i],
+                    ),
+                )
 
         def stranded() -> Iterator[tuple[int, Outcome]]:
             """What is left on a cluster without workers (all ended, none restarted)."""

@@ -109,10 +109,20 @@ def _on_abort(signum: int) -> None:
     os.abort()
 
 
-def _coordinator_reachable() -> bool:
-    from jax._src import distributed
+def _coordination_state() -> Any:
+    """JAX's private state of `jax.distributed` (its coordinator address and client), or
+    `None` where a JAX release no longer has it there: no public API tells the live processes
+    (`docs/design.md`). The package's one import from `jax._src`."""
+    try:
+        from jax._src import distributed
+    except ImportError:
+        return None
+    return getattr(distributed, "global_state", None)
 
-    address = getattr(distributed.global_state, "coordinator_address", None)
+
+def _coordinator_reachable() -> bool:
+    state = _coordination_state()
+    address = getattr(state, "coordinator_address", None)
     if not address:
         return True
     host, _, port = address.rpartition(":")
@@ -130,13 +140,11 @@ def stopped_processes(*, wait: float | None = None) -> list[int] | None:
     and 10 s). Empty when every process lives (or in a run of one process); `None` when the
     service gave no answer in time after a failure (or JAX no longer has its private
     coordination state where this reads it: `docs/design.md`)."""
-    try:
-        from jax._src import distributed  # no public API tells the live processes
-    except ImportError:
+    state = _coordination_state()
+    if state is None:
         return None
-
     count, me = jax.process_count(), jax.process_index()
-    client = getattr(distributed.global_state, "client", None)
+    client = getattr(state, "client", None)
     if count == 1 or client is None:
         return []
     if me != 0 and not _coordinator_reachable():

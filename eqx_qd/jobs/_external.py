@@ -214,10 +214,14 @@ class _ExternalPlan:
 
     def init_scored(self, evaluations: Evaluations) -> tuple[MAPElitesState, Any]:
         return _init_scored(
-            self.algorithm, self.genotypes, jnp.asarray(evaluations.descriptors),
-            jnp.asarray(evaluations.fitnesses), self.repertoire, key=self.init_key,
+            self.algorithm,
+            self.genotypes,
+            jnp.asarray(evaluations.descriptors),
+            jnp.asarray(evaluations.fitnesses),
+            self.repertoire,
+            key=self.init_key,
             result=self.result,
-        )  # fmt: skip
+        )
 
     def key_of(self, i: int) -> Any:
         """Iteration `i`'s key, also past the run's end (as a longer run has it)."""
@@ -248,9 +252,13 @@ class _ExternalPlan:
 
         try:
             future = self.pool.submit(
-                self.task.evaluator, rows, self.config.num_descriptors,
-                timeout=self.config.timeout, done=done, on_result=on_result,
-            )  # fmt: skip
+                self.task.evaluator,
+                rows,
+                self.config.num_descriptors,
+                timeout=self.config.timeout,
+                done=done,
+                on_result=on_result,
+            )
         except BaseException:
             if journal is not None:
                 journal.close()
@@ -360,16 +368,34 @@ _HEADER = ["iteration", "evaluations", "wall_s", *METRIC_NAMES, "failed", "eval_
 
 def _evaluation_header(num_descriptors: int) -> list[str]:
     descriptors = [f"descriptor_{j}" for j in range(num_descriptors)]
-    return ["iteration", "candidate", "status", "fitness", *descriptors, "seconds", "attempts",
-            "error"]  # fmt: skip
+    return [
+        "iteration",
+        "candidate",
+        "status",
+        "fitness",
+        *descriptors,
+        "seconds",
+        "attempts",
+        "error",
+    ]
 
 
 def _evaluation_rows(iteration: int, evaluations: Evaluations) -> list[list[Any]]:
     rows = []
     for i in range(evaluations.fitnesses.shape[0]):
         o = evaluations.outcome(i)
-        rows.append([iteration, i, o.status.label, o.fitness, *o.descriptor,
-                     round(o.seconds, 6), o.attempts, o.error])  # fmt: skip
+        rows.append(
+            [
+                iteration,
+                i,
+                o.status.label,
+                o.fitness,
+                *o.descriptor,
+                round(o.seconds, 6),
+                o.attempts,
+                o.error,
+            ]
+        )
     return rows
 
 
@@ -462,9 +488,13 @@ class _ExternalJob(LoopJob):
                 genotypes, asked = _ask(plan.algorithm, state, key=plan.keys[i])
                 evaluations = plan.evaluate(genotypes, f"{i:08d}", clock)
                 state, metrics = _tell(
-                    plan.algorithm, state, asked, genotypes,
-                    jnp.asarray(evaluations.descriptors), jnp.asarray(evaluations.fitnesses),
-                )  # fmt: skip
+                    plan.algorithm,
+                    state,
+                    asked,
+                    genotypes,
+                    jnp.asarray(evaluations.descriptors),
+                    jnp.asarray(evaluations.fitnesses),
+                )
             evaluated += _evaluation_rows(i + 1, evaluations)
         rows = {
             PROGRESS_FILE: [self._row(plan, step + n, clock, metrics)],
@@ -483,9 +513,13 @@ class _ExternalJob(LoopJob):
             plan.ahead = plan.submit(following.genotypes, f"{i + 1:08d}")
         evaluations = plan.wait(current, clock)
         state, metrics = _tell(
-            plan.algorithm, ahead.state, ahead.asked, ahead.genotypes,
-            jnp.asarray(evaluations.descriptors), jnp.asarray(evaluations.fitnesses),
-        )  # fmt: skip
+            plan.algorithm,
+            ahead.state,
+            ahead.asked,
+            ahead.genotypes,
+            jnp.asarray(evaluations.descriptors),
+            jnp.asarray(evaluations.fitnesses),
+        )
         return _Ahead(state, following.genotypes, following.asked), evaluations, metrics
 
     def finish(self, plan: _ExternalPlan, folder, state, logs, plots: bool) -> RunResult:

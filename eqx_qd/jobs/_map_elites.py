@@ -68,10 +68,18 @@ def _sphere_protocol(emitter: str, **more: Any) -> dict[str, Any]:
     """pyribs' `examples/sphere.py` protocol: the 100-D projected sphere, a 100 x 100 grid,
     15 emitters x 36 candidates, 10,000 iterations."""
     return dict(
-        task="projected_sphere", genotype_dim=100, grid=True, cells=100, batch_size=540,
-        iterations=10_000, log_period=50, checkpoint_every=1000, emitter=emitter,
-        num_emitters=15, **more,
-    )  # fmt: skip
+        task="projected_sphere",
+        genotype_dim=100,
+        grid=True,
+        cells=100,
+        batch_size=540,
+        iterations=10_000,
+        log_period=50,
+        checkpoint_every=1000,
+        emitter=emitter,
+        num_emitters=15,
+        **more,
+    )
 
 
 MapElitesConfig.PRESETS = {

@@ -429,9 +429,14 @@ def _cma(name: str) -> Callable[..., AbstractEmitter]:
         per = _per_emitter(batch_size, num_emitters, name)
         x0 = task.init_genotypes(1, key=jax.random.key(0))[0]
         return EvolutionStrategyEmitter(
-            x0, sigma0, num_emitters=num_emitters, emitter_batch_size=per, ranker=ranker,
-            selection_rule=selection, restart_rule=restart,
-        )  # fmt: skip
+            x0,
+            sigma0,
+            num_emitters=num_emitters,
+            emitter_batch_size=per,
+            ranker=ranker,
+            selection_rule=selection,
+            restart_rule=restart,
+        )
 
     return make
 
@@ -450,10 +455,18 @@ def _cma_gradient(name: str) -> Callable[..., AbstractEmitter]:
         per = _per_emitter(batch_size, num_emitters, name)
         x0 = task.init_genotypes(1, key=jax.random.key(0))[0]
         return GradientArborescenceEmitter(
-            task, x0, sigma0, gradient_lr, num_descriptors=task.num_descriptors,
-            num_emitters=num_emitters, branches=per - 1, ranker=ranker,
-            selection_rule=selection, restart_rule=restart, optimizer="gradient_ascent",
-        )  # fmt: skip
+            task,
+            x0,
+            sigma0,
+            gradient_lr,
+            num_descriptors=task.num_descriptors,
+            num_emitters=num_emitters,
+            branches=per - 1,
+            ranker=ranker,
+            selection_rule=selection,
+            restart_rule=restart,
+            optimizer="gradient_ascent",
+        )
 
     return make
 

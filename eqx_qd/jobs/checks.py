@@ -57,3 +57,15 @@ def one_of(*choices: Any) -> Check:
         _validate.one_of(key, value, choices)
 
     return check
+
+
+# What `from eqx_qd.jobs.checks import *` takes: the names above (tests/test_guards.py).
+__all__ = [
+    "between",
+    "Check",
+    "non_negative",
+    "non_negative_int",
+    "one_of",
+    "positive",
+    "positive_int",
+]

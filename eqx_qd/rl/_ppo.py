@@ -824,9 +824,16 @@ def train_data_parallel(
     env_dyn = place_on(env_dyn, NamedSharding(mesh, P(axis)))
     statics = (state_static, env_static)
     out = _train_mapped(
-        local, team, state_dyn, env_dyn, (run.env_steps, run.iterations), statics,
-        num_iterations, mesh, key,
-    )  # fmt: skip
+        local,
+        team,
+        state_dyn,
+        env_dyn,
+        (run.env_steps, run.iterations),
+        statics,
+        num_iterations,
+        mesh,
+        key,
+    )
     state_dyn, env_dyn, (steps, iterations), metrics = out
     run = PPORun(
         eqx.combine(state_dyn, state_static), eqx.combine(env_dyn, env_static), steps, iterations

@@ -1,0 +1,100 @@
+"""Guards that keep the house's fixes fixed (issue 69): no import from JAX's private modules
+but the one the design FAQ explains, no formatter escapes in the package, and every public
+namespace's `__all__` equal to the names it defines or re-exports."""
+
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+
+PACKAGE = pathlib.Path(__file__).parents[1] / "eqx_qd"
+
+PRIVATE_JAX_ALLOWED = {("jobs/_distributed.py", "_coordination_state")}
+"""(file, function) that may import from `jax._src`: the state of `jax.distributed`, which no
+public API gives (docs/design.md, "Why does the job layer read `jax._src`")."""
+
+FMT_SKIP_ALLOWED: dict[str, int] = {}
+"""File -> how many `# fmt: skip` / `# fmt: off` it may hold, each with a comment saying why.
+Empty: the formatter's layout is the package's."""
+
+NAMESPACES = [
+    "eqx_qd",
+    "eqx_qd.internal",
+    "eqx_qd.envs",
+    "eqx_qd.rl",
+    "eqx_qd.jobs",
+    "eqx_qd.jobs.checks",
+    "eqx_qd.external",
+    "eqx_qd.plotting",
+    "eqx_qd.testing",
+]
+
+
+def _sources():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path.relative_to(PACKAGE).as_posix(), path.read_text()
+
+
+def test_no_import_from_jax_private_modules_but_the_one_allowed():
+    found = set()
+    for name, text in _sources():
+        tree = ast.parse(text)
+        enclosing = {}  # node -> the innermost function it is in (walked outer ones first)
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(function):
+                    if node is not function:
+                        enclosing[node] = function.name
+        for node in ast.walk(tree):
+            modules = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            if any(m == "jax._src" or m.startswith("jax._src.") for m in modules):
+                found.add((name, enclosing.get(node, "<module>")))
+    assert found == PRIVATE_JAX_ALLOWED
+
+
+def test_no_formatter_escapes_in_the_package():
+    counts = {}
+    for name, text in _sources():
+        n = text.count("# fmt: skip") + text.count("# fmt: off")
+        if n:
+            counts[name] = n
+    assert counts == FMT_SKIP_ALLOWED
+
+
+def _api(path: pathlib.Path) -> set[str]:
+    """The names a namespace module offers, public ones: what it defines at its top level,
+    what it imports from eqx_qd's own modules under a name (`from ._x import A as A`, `from .
+    import _validate as check`; a plain `from ._x import A` is for its own use), and what it
+    re-exports explicitly from another package (`import numpy as np` is not offered)."""
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and (node.level or node.module.startswith("eqx_qd")):
+            names |= {a.asname for a in node.names if a.asname}
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names |= {a.asname for a in node.names if a.asname == a.name.split(".")[-1]}
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if n and not n.startswith("_") and n != "*"}
+
+
+@pytest.mark.parametrize("namespace", NAMESPACES)
+def test_a_namespace_s_all_is_what_it_offers(namespace):
+    module = importlib.import_module(namespace)
+    path = pathlib.Path(module.__file__)
+    offered = _api(path)
+    assert hasattr(module, "__all__"), f"{namespace} has no __all__ (it offers {len(offered)})"
+    assert sorted(module.__all__) == sorted(set(module.__all__)), "a name twice in __all__"
+    assert set(module.__all__) == offered, (
+        f"in __all__ only: {sorted(set(module.__all__) - offered)}; "
+        f"offered, not in __all__: {sorted(offered - set(module.__all__))}"
+    )
