@@ -399,7 +399,7 @@ def _evaluation_rows(iteration: int, evaluations: Evaluations) -> list[list[Any]
     return rows
 
 
-class _ExternalJob(LoopJob):
+class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
     """Run MAP-Elites over an evaluator outside JAX as `config` says; with `out_dir`, write
     the run folder: `config.toml`, `progress.csv` (the MAP-Elites job's columns, plus
     `failed`, the candidates whose evaluation failed so far, and `eval_s`, the seconds spent
@@ -416,12 +416,11 @@ class _ExternalJob(LoopJob):
     logs = {PROGRESS_FILE: "iteration", EVALUATIONS_FILE: "iteration"}
     checkpoint_at_start = True  # the first batch's evaluations may be costly
 
-    def __init__(self):
-        self._plans: list[_ExternalPlan] = []
-
     def plan(self, config: ExternalConfig) -> _ExternalPlan:
-        self._plans.append(_ExternalPlan(config))
-        return self._plans[-1]
+        return _ExternalPlan(config)
+
+    def close(self, plan: _ExternalPlan) -> None:
+        plan.close()  # the pool's processes or cluster end with the run, whatever ends it
 
     def headers(self, plan: _ExternalPlan) -> dict[str, list[str]]:
         return {
@@ -533,13 +532,6 @@ class _ExternalJob(LoopJob):
         return RunResult(
             plan.config, None if folder is None else folder.path, columns, state, repertoire
         )
-
-    def run(self, config, out_dir, *, progress, plots: bool, resume: bool) -> RunResult:
-        try:
-            return super().run(config, out_dir, progress=progress, plots=plots, resume=resume)
-        finally:  # the pool's processes or cluster end with the run, whatever ends it
-            while self._plans:
-                self._plans.pop().close()
 
     def load(self, folder: RunFolder, config) -> RunResult:
         bounds = (config.descriptor_min, config.descriptor_max)

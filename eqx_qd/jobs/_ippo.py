@@ -358,7 +358,7 @@ class _IPPOPlan(typing.NamedTuple):
     mesh: Any  # the devices the environments are split over (`None`: one device)
 
 
-class _IPPOJob(LoopJob):
+class _IPPOJob(LoopJob[_IPPOPlan, PPORun]):
     """Train to `config.iterations` iterations, evaluating and checkpointing every
     `eval_frequency` iterations.
 

@@ -18,7 +18,7 @@ import abc
 import os
 import typing
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from ._common import Job, RunResult
 from ._config import JobConfig
@@ -30,6 +30,11 @@ from ._resume import Checkpointer, Resumed, RunClock, start_run
 Rows = dict[str, list[list[Any]]]
 """New rows of a job's logs, by file name: each row a list of values in the header's order."""
 
+PlanT = TypeVar("PlanT")
+"""What a job's `plan` builds: the run's algorithm, environment, keys, mesh, pools."""
+StateT = TypeVar("StateT")
+"""A job's state between chunks, what its checkpoints hold."""
+
 
 class Chunk(typing.NamedTuple):
     """What one chunk of work gives the driver: the `state` after it, the `step` it reached
@@ -37,16 +42,19 @@ class Chunk(typing.NamedTuple):
     checkpoint at this step records as its `metrics` (JSON-able; `None`: the last progress
     row)."""
 
-    state: Any
+    state: Any  # the job's StateT
     step: int
     rows: Rows
     metrics: dict[str, Any] | None = None
 
 
-class LoopJob(Job):
-    """A job run by the one driver (module docstring): implement `plan`, `headers`, `like`,
-    `total`, `start`, `advance` and `finish` (and `load`, `summary` of `Job`); override the
-    others where the job differs. Register an instance with `jobs.register_job`.
+class LoopJob(Job, Generic[PlanT, StateT]):
+    """A job run by the one driver (module docstring), typed by what its `plan` builds
+    (`PlanT`) and the state it carries between chunks (`StateT`): implement `plan`,
+    `headers`, `like`, `total`, `start`, `advance` and `finish` (and `load`, `summary` of
+    `Job`); override the others where the job differs, `close` to release what a plan holds.
+    The registered instance keeps nothing of a run: what a run needs is in its plan. Register
+    an instance with `jobs.register_job`.
 
     `logs` (a `Job` attribute) names each log and its step column; the first is the progress
     log, whose rows go to `progress.log` (the bar, `on_log`) and whose last row is a
@@ -64,17 +72,17 @@ class LoopJob(Job):
     # -- what every loop job writes ---------------------------------------------------------
 
     @abc.abstractmethod
-    def plan(self, config: JobConfig) -> Any:
+    def plan(self, config: JobConfig) -> PlanT:
         """Build what the run needs (algorithm, environment, keys, mesh): any object the other
         methods receive as `plan`. Nothing is written yet: a config that fails here leaves no
         folder."""
 
     @abc.abstractmethod
-    def headers(self, plan: Any) -> dict[str, list[str]]:
+    def headers(self, plan: PlanT) -> dict[str, list[str]]:
         """The header of each log, by file name (the names of `logs`)."""
 
     @abc.abstractmethod
-    def like(self, plan: Any) -> Any:
+    def like(self, plan: PlanT) -> StateT:
         """The state's structure and shapes, to read a checkpoint into
         (`eqx.filter_eval_shape` of the job's start is enough)."""
 
@@ -83,18 +91,18 @@ class LoopJob(Job):
         """The run's length, in steps of the logs' step column."""
 
     @abc.abstractmethod
-    def start(self, plan: Any, clock: RunClock) -> Chunk:
+    def start(self, plan: PlanT, clock: RunClock) -> Chunk:
         """The fresh run built from `plan` (what `plan()` returned): its state, its step
         and its first rows; `clock()` gives the seconds spent, for a `wall_s` column."""
 
     @abc.abstractmethod
-    def advance(self, plan: Any, state: Any, step: int, clock: RunClock) -> Chunk:
+    def advance(self, plan: PlanT, state: StateT, step: int, clock: RunClock) -> Chunk:
         """One chunk of work on `state` from `step` (at most to `total`), with the `plan`
         and the run's `clock`: the state, step and rows after it."""
 
     @abc.abstractmethod
     def finish(
-        self, plan: Any, folder: RunFolder | None, state: Any, logs: Rows, plots: bool
+        self, plan: PlanT, folder: RunFolder | None, state: StateT, logs: Rows, plots: bool
     ) -> RunResult:
         """The run's outputs (repertoire, figures when `plots`, ...) written to `folder`
         (`None` for a run kept in memory) and its `RunResult`, from the `plan`, the final
@@ -102,7 +110,7 @@ class LoopJob(Job):
 
     # -- what a job may override ------------------------------------------------------------
 
-    def resumed_state(self, plan: Any, resumed: Resumed) -> Any:
+    def resumed_state(self, plan: PlanT, resumed: Resumed) -> StateT:
         """The state the checkpoint `resumed` resumes, for the `plan` (default: as read). It
         may amend the rows of `resumed.logs` (PBT completes a last round lengthened past); the
         driver writes the logs it changed."""
@@ -116,16 +124,21 @@ class LoopJob(Job):
         (`None`: a fresh run); `enabled` is false for a run kept in memory."""
         return Checkpointer.of(config, folder, resumed, origin=self.step_offset, enabled=enabled)
 
-    def opened(self, plan: Any, folder: RunFolder) -> None:
+    def opened(self, plan: PlanT, folder: RunFolder) -> None:
         """Called once the run `folder` is open, fresh or resumed, before any work, with the
         `plan`: files written once (PGA-ME's `centroids.npy`)."""
 
     def after_chunk(
-        self, plan: Any, folder: RunFolder | None, state: Any, before: int, step: int
+        self, plan: PlanT, folder: RunFolder | None, state: StateT, before: int, step: int
     ) -> None:
         """Called after each chunk's rows are written to `folder` (`None` in memory), with
         the `plan` and the `state` after the chunk, which went from step `before` to `step`
         (PGA-ME writes its archive snapshots)."""
+
+    def close(self, plan: PlanT) -> None:
+        """Called once the run with this `plan` ends, however it ends (finished, failed,
+        interrupted): release what the plan holds (the external job's process pool or
+        cluster). Nothing by default."""
 
     def caption(self, config: JobConfig, folder: RunFolder) -> str:
         """The figures' title: the job, what `config` ran on, the run `folder`'s name."""
@@ -142,6 +155,14 @@ class LoopJob(Job):
 
     def run(self, config, out_dir, *, progress: Progress, plots: bool, resume: bool) -> RunResult:
         plan = self.plan(config)
+        try:
+            return self._drive(plan, config, out_dir, progress=progress, plots=plots, resume=resume)
+        finally:  # (what the plan holds ends with the run, whatever ends it)
+            self.close(plan)
+
+    def _drive(
+        self, plan: PlanT, config, out_dir, *, progress: Progress, plots: bool, resume: bool
+    ) -> RunResult:
         folder, resumed = start_run(
             self, config, out_dir, resume=resume, like=lambda: self.like(plan)
         )

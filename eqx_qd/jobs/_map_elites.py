@@ -194,7 +194,7 @@ class _MapElitesPlan(typing.NamedTuple):
 _HEADER = ["iteration", "evaluations", "wall_s", *METRIC_NAMES]
 
 
-class _MapElitesJob(LoopJob):
+class _MapElitesJob(LoopJob[_MapElitesPlan, MAPElitesState]):
     """Run MAP-Elites as `config` says; with `out_dir`, write the run folder.
 
     The loop runs `log_period` iterations per jitted call (one compile), appending a row of

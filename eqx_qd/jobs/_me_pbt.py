@@ -226,7 +226,7 @@ class _MEPBTPlan(typing.NamedTuple):
     hparams_header: list[str]
 
 
-class _MEPBTJob(LoopJob):
+class _MEPBTJob(LoopJob[_MEPBTPlan, Any]):
     """ME-PBT for `config.iterations` iterations.
 
     The folder holds `config.toml`, `progress.csv` (per iteration: evaluations, environment

@@ -128,7 +128,7 @@ class _PBTPlan(typing.NamedTuple):
     mesh: Any  # the devices the members are split over (`None`: one device)
 
 
-class _PBTJob(LoopJob):
+class _PBTJob(LoopJob[_PBTPlan, Any]):
     """Train the population for `rounds` rounds; after each, evaluate every member and apply
     PBT (not after the last).
 

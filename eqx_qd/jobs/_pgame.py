@@ -641,7 +641,7 @@ class _PGAMEPlan(typing.NamedTuple):
     mesh: Any  # the devices each batch is spread over (`None`: one device)
 
 
-class _PGAMEJob(LoopJob):
+class _PGAMEJob(LoopJob[_PGAMEPlan, MAPElitesState]):
     """Run PGA-MAP-Elites (or plain MAP-Elites with `gradient_op=False`) for `evaluations`
     evaluations: `random_init` random policies, then batches of `batch_size`.
 

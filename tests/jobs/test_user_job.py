@@ -156,3 +156,35 @@ def test_a_user_agent_gets_run_folders_through_a_plugin(tmp_path, capsys):
         main(["--plugin", "no_such_plugin", "run", "pbt", "--out", str(tmp_path / "bad")])
     assert "--plugin no_such_plugin: cannot import it" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_driver_closes_a_run_s_plan_however_the_run_ends():
+    """`LoopJob.close` hears of the run's end with its plan, once, after a finished run and
+    after one whose chunk raised; the registered jobs keep nothing of a run on themselves."""
+    import user_job
+
+    from eqx_qd.jobs._progress import Progress
+
+    class Closing(user_job.HillClimbJob):
+        fail_at: int | None = None
+
+        def __init__(self):
+            self.closed = []
+
+        def advance(self, plan, climber, step, clock):
+            if step == self.fail_at:
+                raise RuntimeError("the simulator diverged")
+            return super().advance(plan, climber, step, clock)
+
+        def close(self, plan):
+            self.closed.append(plan)
+
+    config = user_job.HillClimbConfig(iterations=6, log_period=2)
+    job = Closing()
+    result = job.run(config, None, progress=Progress(show=False), plots=False, resume=False)
+    assert len(job.closed) == 1 and job.closed[0].config == config == result.config
+    job.fail_at = 2
+    with pytest.raises(RuntimeError, match="diverged"):
+        job.run(config, None, progress=Progress(show=False), plots=False, resume=False)
+    assert len(job.closed) == 2 and job.closed[1] is not job.closed[0]
+    assert all(vars(registered) == {} for registered in jobs.JOBS.values())

@@ -74,7 +74,7 @@ class Plan(typing.NamedTuple):
 HEADER = ["iteration", "fitness", "wall_s"]
 
 
-class HillClimbJob(jobs.LoopJob):
+class HillClimbJob(jobs.LoopJob[Plan, Climber]):
     """The hill climber for `iterations` iterations: `progress.csv` (the best fitness every
     `log_period` iterations) and `best.npy` (the final genotype)."""
 
