@@ -22,6 +22,7 @@ from ..envs._base import AbstractQDEnv
 from ._checkpoints import list_checkpoints
 from ._config import job_of_toml, JobConfig
 from ._distributed import (
+    across_processes,
     describe_stop,
     is_collective_failure,
     is_writer,
@@ -45,7 +46,8 @@ class RunResult:
 
     **Fields:**
 
-    - `config`: the job's config.
+    - `config`: the job's config. In a run of several processes (`jax.distributed`), a
+      `devices` option left at its default means every device of every process.
     - `folder`: the run folder (`None` for a run kept in memory).
     - `progress`: the columns of `progress.csv` (one row per logged step).
     - `state`: the run's final state: a `MAPElitesState` (QD jobs), the PBT population, or the
@@ -407,6 +409,7 @@ def run(
     if jax.process_count() > 1 and not job.multi_process:
         several = ", ".join(n for n, j in JOBS.items() if j.multi_process)
         raise ValueError(f"{job.name} runs on one process; {several} run over several")
+    config = across_processes(config)  # (every device of every process, unless told)
     # The folder is this run's when it creates it, or when it resumes it; a folder that already
     # held another run is refused untouched. In a multi-process run only process 0 writes.
     ours = (

@@ -16,6 +16,7 @@ it with a C++ abort naming nothing.
 """
 
 import ctypes
+import dataclasses
 import os
 import signal
 import socket
@@ -276,6 +277,19 @@ def population_devices(requested: int | None, population_size: int) -> int:
     if jax.default_backend() == "cpu":
         available = min(available, usable_cores())
     return most_dividing(population_size, available)
+
+
+def across_processes(config: Any) -> Any:
+    """`config` for a run of several processes: a `devices` option left at its default taken
+    as every device of every process (`jax.device_count()`), since such a run spans them all
+    and any other count would be refused; unchanged on one process, or where the option was
+    given."""
+    if jax.process_count() == 1:
+        return config
+    field = next((f for f in dataclasses.fields(config) if f.name == "devices"), None)
+    if field is None or field.default is None or config.devices != field.default:
+        return config
+    return dataclasses.replace(config, devices=jax.device_count())
 
 
 def job_mesh(devices: int) -> Any:

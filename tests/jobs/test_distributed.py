@@ -215,8 +215,8 @@ def _cli(port: int, pid: int, *options: str) -> list[str]:
     ]  # fmt: skip
 
 
-ENDLESS = [
-    "run", "map-elites", "--devices", "2", "--genotype-dim", "4", "--cells", "32",
+ENDLESS = [  # (no --devices: a multi-process run takes every device of every process)
+    "run", "map-elites", "--genotype-dim", "4", "--cells", "32",
     "--cvt-samples", "1000", "--batch-size", "8", "--iterations", "1000000", "--log-period", "5",
     "--checkpoint-every", "10", "--no-plots", "--no-progress",
 ]  # fmt: skip

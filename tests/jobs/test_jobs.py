@@ -407,3 +407,20 @@ def test_a_run_seen_from_another_machine_reads_interrupted_once_its_heartbeat_st
     finally:
         beat.close()
     assert jobs.run_status(folder.path)["status"] == "running"
+
+
+def test_a_multi_process_run_takes_every_device_unless_told(monkeypatch):
+    """A job's `devices` left at its default means, in a run of several processes, every
+    device of every process (it had stopped with "devices must be 4 in this run of 2
+    processes ..., got 1"); a count given stays; one process is unchanged (issue 70)."""
+    import jax
+
+    from eqx_qd.jobs._distributed import across_processes
+
+    default = jobs.MapElitesConfig()
+    assert across_processes(default) == default
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "device_count", lambda: 4)
+    assert across_processes(default).devices == 4
+    assert across_processes(jobs.MapElitesConfig(devices=2)).devices == 2
+    assert across_processes(jobs.PBTConfig()).devices is None  # (its own automatic choice)
