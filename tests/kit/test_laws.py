@@ -341,5 +341,7 @@ def test_the_kit_without_hypothesis_says_what_to_install(monkeypatch):
     for name in [m for m in sys.modules if m == "eqx_qd.testing" or m.startswith("eqx_qd._laws")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "hypothesis", None)
-    with pytest.raises(ImportError, match=r"eqx_qd.testing needs hypothesis: pip install hyp"):
+    with pytest.raises(
+        ImportError, match=r"eqx_qd.testing needs hypothesis, .*: pip install 'eqx_qd\[testing\]'"
+    ):
         importlib.import_module("eqx_qd.testing")
