@@ -33,18 +33,17 @@ from jaxtyping import Array, Float
 from ._custom_types import Genotypes
 from ._laws import (
     _keep_python_random,
-    check_emitter as check_emitter,
-    check_repertoire as check_repertoire,
-    EMITTER_LAWS as EMITTER_LAWS,
-    LawBroken as LawBroken,
-    REPERTOIRE_LAWS as REPERTOIRE_LAWS,
-)
-from ._laws_ranker import check_ranker as check_ranker, RANKER_LAWS as RANKER_LAWS
-from ._laws_rl import (
     AGENT_LAWS as AGENT_LAWS,
     check_agent as check_agent,
+    check_emitter as check_emitter,
     check_env as check_env,
+    check_ranker as check_ranker,
+    check_repertoire as check_repertoire,
+    EMITTER_LAWS as EMITTER_LAWS,
     ENV_LAWS as ENV_LAWS,
+    LawBroken as LawBroken,
+    RANKER_LAWS as RANKER_LAWS,
+    REPERTOIRE_LAWS as REPERTOIRE_LAWS,
 )
 from ._repertoire import MapElitesRepertoire
 from ._tessellation import GridTessellation

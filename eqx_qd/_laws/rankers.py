@@ -13,10 +13,10 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ._emitters.rankers import AbstractRanker
-from ._laws import _Broken, _keep_python_random, _known, _one_at_a_time, _run_laws
-from ._repertoire import AbstractRepertoire, MapElitesRepertoire
-from ._tessellation import GridTessellation
+from .._emitters.rankers import AbstractRanker
+from .._repertoire import AbstractRepertoire, MapElitesRepertoire
+from .._tessellation import GridTessellation
+from .runner import _Broken, _keep_python_random, _known, _one_at_a_time, _run_laws
 
 
 _GRID = GridTessellation((4, 4), minval=0.0, maxval=1.0)

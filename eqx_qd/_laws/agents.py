@@ -14,13 +14,13 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from ._laws import _Broken, _close, _keep_python_random, _known, _one_at_a_time, _run_laws, _shapes
-from ._misc import tree_take
-from .envs._base import AbstractBaseEnv, AbstractEnv, AbstractQDEnv, autoreset_step, training_reset
-from .envs._multi_agent import AbstractMultiAgentEnv
-from .envs._rollout import rollout
-from .rl._base import AbstractAgent, check_agent as _contract
-from .rl._pbt import init_population, PBT, train_population
+from .._misc import tree_take
+from ..envs._base import AbstractBaseEnv, AbstractEnv, AbstractQDEnv, autoreset_step, training_reset
+from ..envs._multi_agent import AbstractMultiAgentEnv
+from ..envs._rollout import rollout
+from ..rl._base import AbstractAgent, check_agent as _contract
+from ..rl._pbt import init_population, PBT, train_population
+from .runner import _Broken, _close, _keep_python_random, _known, _one_at_a_time, _run_laws, _shapes
 
 
 @dataclasses.dataclass(frozen=True)
