@@ -32,7 +32,6 @@ from jaxtyping import Array, Float
 
 from ._custom_types import Genotypes
 from ._laws import (
-    _keep_python_random,
     AGENT_LAWS as AGENT_LAWS,
     check_agent as check_agent,
     check_emitter as check_emitter,
@@ -41,6 +40,7 @@ from ._laws import (
     check_repertoire as check_repertoire,
     EMITTER_LAWS as EMITTER_LAWS,
     ENV_LAWS as ENV_LAWS,
+    keep_python_random,
     LawBroken as LawBroken,
     RANKER_LAWS as RANKER_LAWS,
     REPERTOIRE_LAWS as REPERTOIRE_LAWS,
@@ -72,7 +72,7 @@ def descriptor_values(allow_nonfinite: bool = True) -> st.SearchStrategy[float]:
 
 
 @st.composite
-@typing.no_type_check  # see _keep_python_random
+@typing.no_type_check  # see keep_python_random
 def candidate_batches(
     draw: Callable[..., Any],
     batch_size: int = 8,
@@ -91,18 +91,18 @@ def candidate_batches(
     )
     seed = draw(st.integers(0, 2**31 - 1))
     geno = np.random.default_rng(seed).normal(size=(batch_size, genotype_dim)).astype(np.float32)
-    with _keep_python_random():
+    with keep_python_random():
         return CandidateBatch(jnp.asarray(geno), jnp.asarray(desc), jnp.asarray(fit))
 
 
 def grid_tessellations(bins: tuple[int, ...] = (4, 4)) -> st.SearchStrategy[GridTessellation]:
     """A grid over the unit box (fixed shape)."""
-    with _keep_python_random():
+    with keep_python_random():
         return st.just(GridTessellation(bins, 0.0, 1.0))
 
 
 @st.composite
-@typing.no_type_check  # see _keep_python_random
+@typing.no_type_check  # see keep_python_random
 def repertoires(
     draw: Callable[..., Any],
     bins: tuple[int, ...] = (4, 4),
@@ -114,7 +114,7 @@ def repertoires(
     cell's descriptor is its centroid, so the repertoire is consistent. `bins` sets the grid,
     `genotype_dim` the genes per genotype.
     """
-    with _keep_python_random():
+    with keep_python_random():
         tessellation = GridTessellation(bins, 0.0, 1.0)
     n = tessellation.num_cells
     fit = draw(
@@ -126,7 +126,7 @@ def repertoires(
     )
     seed = draw(st.integers(0, 2**31 - 1))
     geno = np.random.default_rng(seed).normal(size=(n, genotype_dim)).astype(np.float32)
-    with _keep_python_random():
+    with keep_python_random():
         return MapElitesRepertoire(
             genotypes=jnp.asarray(geno),
             fitnesses=jnp.asarray(fit),

@@ -98,3 +98,14 @@ def test_a_namespace_s_all_is_what_it_offers(namespace):
         f"in __all__ only: {sorted(set(module.__all__) - offered)}; "
         f"offered, not in __all__: {sorted(offered - set(module.__all__))}"
     )
+
+
+def test_the_laws_kit_s_files_share_no_private_names():
+    """The laws kit is a package whose files (the runner, the emitter, repertoire, ranker and
+    agent laws) import from one another only what the runner offers by name."""
+    shared = []
+    for path in sorted((PACKAGE / "_laws").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                shared += [f"{path.name}: {a.name}" for a in node.names if a.name.startswith("_")]
+    assert shared == []

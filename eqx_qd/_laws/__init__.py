@@ -13,4 +13,4 @@ from .repertoires import (
     check_repertoire as check_repertoire,
     REPERTOIRE_LAWS as REPERTOIRE_LAWS,
 )
-from .runner import _keep_python_random as _keep_python_random, LawBroken as LawBroken
+from .runner import keep_python_random as keep_python_random, LawBroken as LawBroken

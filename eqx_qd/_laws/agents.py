@@ -20,7 +20,15 @@ from ..envs._multi_agent import AbstractMultiAgentEnv
 from ..envs._rollout import rollout
 from ..rl._base import AbstractAgent, check_agent as _contract
 from ..rl._pbt import init_population, PBT, train_population
-from .runner import _Broken, _close, _keep_python_random, _known, _one_at_a_time, _run_laws, _shapes
+from .runner import (
+    Broken,
+    keep_python_random,
+    known_laws,
+    leaf_shapes,
+    one_at_a_time,
+    run_laws,
+    trees_close,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +43,7 @@ class _Seed:
 @typing.no_type_check  # a runtime type checker samples with `random`, which strategies must not
 def _seeds(draw) -> _Seed:
     value = draw(st.integers(0, 2**31 - 1))
-    with _keep_python_random():
+    with keep_python_random():
         return _Seed(value)
 
 
@@ -70,14 +78,16 @@ def _law_agent_storage(ctx: _AgentContext) -> None:
     for which, state in (("a fresh state", ctx.state), ("a trained state", trained)):
         stored = agent.empty_optimiser_states(state)
         if _array_bytes(stored) >= _array_bytes(state):
-            raise _Broken(
+            raise Broken(
                 f"the storage form of {which} holds {_array_bytes(stored)} bytes of arrays, the "
                 f"training form {_array_bytes(state)}: empty_optimiser_states must drop "
                 "optimiser states and targets"
             )
         back = agent.init_optimiser_states(stored)
-        if jax.tree.structure(back) != jax.tree.structure(state) or _shapes(back) != _shapes(state):
-            raise _Broken(
+        if jax.tree.structure(back) != jax.tree.structure(state) or leaf_shapes(
+            back
+        ) != leaf_shapes(state):
+            raise Broken(
                 f"init_optimiser_states does not give back the training form's structure, for "
                 f"{which}"
             )
@@ -101,15 +111,15 @@ def _law_agent_genome(ctx: _AgentContext) -> None:
                 if not bool(eqx.tree_equal(a, b))
             ]
             where = f" (first: {', '.join(changed[:3])})" if changed else ""
-            raise _Broken(f"with_genome(state, genome(state)) differs from {which}{where}")
+            raise Broken(f"with_genome(state, genome(state)) differs from {which}{where}")
         moved = jax.tree.map(
             lambda x: x + 1.0 if eqx.is_inexact_array(x) else x, agent.genome(state)
         )
         new = agent.with_genome(state, moved)
         if not bool(eqx.tree_equal(agent.genome(new), moved)):
-            raise _Broken(f"genome(with_genome(state, g)) differs from g, for {which}")
+            raise Broken(f"genome(with_genome(state, g)) differs from g, for {which}")
         if not bool(eqx.tree_equal(new.hparams, state.hparams)):
-            raise _Broken(f"with_genome changed the hyperparameters of {which}")
+            raise Broken(f"with_genome changed the hyperparameters of {which}")
 
 
 def _law_agent_deterministic(ctx: _AgentContext) -> None:
@@ -118,7 +128,7 @@ def _law_agent_deterministic(ctx: _AgentContext) -> None:
     first = _train(ctx.agent, ctx.env, ctx.run, ctx.train_key)
     second = _train(ctx.agent, ctx.env, ctx.run, ctx.train_key)
     if not bool(eqx.tree_equal(first, second)):
-        raise _Broken("two trainings of one run with one key differ")
+        raise Broken("two trainings of one run with one key differ")
 
 
 _TRACES: list[int] = []
@@ -141,7 +151,7 @@ def _law_agent_retrace(ctx: _AgentContext) -> None:
     other = eqx.tree_at(lambda r: r.agent_state, ctx.run, state)
     _train(ctx.agent, ctx.env, other, ctx.train_key)
     if len(_TRACES) != before:
-        raise _Broken(
+        raise Broken(
             "training with resampled hyperparameters traced the program again: a "
             "hyperparameter held as a static field or a Python number?"
         )
@@ -154,12 +164,12 @@ def _law_agent_retrace(ctx: _AgentContext) -> None:
             )
             if _spec(a) != _spec(b)
         ]
-        raise _Broken(
+        raise Broken(
             "training the run a training returned traced the program again: the trained run's "
             f"leaves differ from the run's ({', '.join(changed[:3]) or 'its structure'})"
         )
     if not bool(eqx.tree_equal(trained.agent_state.hparams, ctx.state.hparams)):
-        raise _Broken(
+        raise Broken(
             "training changed the hyperparameters: they are PBT's to explore (a schedule "
             "belongs in the agent state, not in its hparams)"
         )
@@ -186,10 +196,10 @@ def _law_agent_population(ctx: _AgentContext) -> None:
     for i in range(2):
         alone = _train(ctx.agent, ctx.env, tree_take(ctx.population, i), keys[i])
         mine = eqx.filter(tree_take(together, i), eqx.is_array)
-        if not _close(mine, eqx.filter(alone, eqx.is_array)):
-            raise _Broken(f"member {i} trained in the population differs from it trained alone")
-    if not _close(eqx.filter(train(2), eqx.is_array), eqx.filter(together, eqx.is_array)):
-        raise _Broken("the population trained in two groups differs from it trained together")
+        if not trees_close(mine, eqx.filter(alone, eqx.is_array)):
+            raise Broken(f"member {i} trained in the population differs from it trained alone")
+    if not trees_close(eqx.filter(train(2), eqx.is_array), eqx.filter(together, eqx.is_array)):
+        raise Broken("the population trained in two groups differs from it trained together")
 
 
 @eqx.filter_jit
@@ -207,18 +217,18 @@ def _law_agent_pbt(ctx: _AgentContext) -> None:
     returns = jnp.asarray([1.0, 0.0], jnp.float32)
     new, info = pbt.update(ctx.population, returns, key=ctx.pbt_key)
     if np.asarray(info.replaced).tolist() != [1] or np.asarray(info.sources).tolist() != [0]:
-        raise _Broken(f"PBT replaced {info.replaced} from {info.sources}, not 1 from 0")
+        raise Broken(f"PBT replaced {info.replaced} from {info.sources}, not 1 from 0")
     copied = eqx.tree_at(
         lambda r: r.agent_state.hparams,
         tree_take(new, 1),
         tree_take(ctx.population, 0).agent_state.hparams,
     )
     if not bool(eqx.tree_equal(copied, tree_take(ctx.population, 0))):
-        raise _Broken("the replaced member's run differs from its source's beyond hparams")
+        raise Broken("the replaced member's run differs from its source's beyond hparams")
     explored = tree_take(new, 1).agent_state.hparams
     outside = [n for n, space in spaces.items() if not bool(space.contains(getattr(explored, n)))]
     if outside:
-        raise _Broken(f"the explored hyperparameters {outside} lie outside the agent's spaces")
+        raise Broken(f"the explored hyperparameters {outside} lie outside the agent's spaces")
     jitted, jinfo = _pbt_update(pbt, ctx.population, returns, ctx.pbt_key)
     # What PBT copies and its record, bit for bit; what it computes (the explored
     # hyperparameters), to float rounding: a compiled program may fuse and round otherwise.
@@ -227,9 +237,9 @@ def _law_agent_pbt(ctx: _AgentContext) -> None:
     if not (
         bool(eqx.tree_equal(copies, new))
         and bool(eqx.tree_equal(jinfo, info))
-        and _close(hparams(jitted), hparams(new), rtol=1e-6, atol=0.0)
+        and trees_close(hparams(jitted), hparams(new), rtol=1e-6, atol=0.0)
     ):
-        raise _Broken("PBT's update compiled differs from it run eagerly on this run")
+        raise Broken("PBT's update compiled differs from it run eagerly on this run")
 
 
 AGENT_LAWS: dict[str, Callable[[_AgentContext], None]] = {
@@ -262,9 +272,9 @@ def check_agent(
     - `max_examples`: seeds tried per law.
     """
     _contract(agent, env, where="check_agent")
-    names = _known("check_agent", AGENT_LAWS, laws, list(AGENT_LAWS))
-    context = _one_at_a_time(lambda case: _AgentContext(agent, env, case))
-    _run_laws(AGENT_LAWS, names, context, _seeds(), max_examples)
+    names = known_laws("check_agent", AGENT_LAWS, laws, list(AGENT_LAWS))
+    context = one_at_a_time(lambda case: _AgentContext(agent, env, case))
+    run_laws(AGENT_LAWS, names, context, _seeds(), max_examples)
 
 
 # ----------------------------------------------------------------------------- environments
@@ -326,12 +336,14 @@ def _law_env_shapes(ctx: _EnvContext) -> None:
         for field, shape in _expected_shapes(ctx.env).items():
             value = getattr(state, field)
             if value.shape != shape or value.dtype != jnp.float32:
-                raise _Broken(
+                raise Broken(
                     f"{where}'s {field} has shape {value.shape} and dtype {value.dtype}; the "
                     f"environment declares {shape} float32"
                 )
-    if jax.tree.structure(first) != jax.tree.structure(second) or _shapes(first) != _shapes(second):
-        raise _Broken("step changed the state's structure or shapes from reset's")
+    if jax.tree.structure(first) != jax.tree.structure(second) or leaf_shapes(first) != leaf_shapes(
+        second
+    ):
+        raise Broken("step changed the state's structure or shapes from reset's")
 
 
 def _law_env_deterministic(ctx: _EnvContext) -> None:
@@ -339,7 +351,7 @@ def _law_env_deterministic(ctx: _EnvContext) -> None:
     states, bit for bit."""
     a, b = _reset_and_step(ctx.env, ctx.key), _reset_and_step(ctx.env, ctx.key)
     if not bool(eqx.tree_equal(a, b)):
-        raise _Broken("reset then step with the same keys gave different states")
+        raise Broken("reset then step with the same keys gave different states")
 
 
 def _law_env_autoreset(ctx: _EnvContext) -> None:
@@ -349,12 +361,12 @@ def _law_env_autoreset(ctx: _EnvContext) -> None:
     first, (ended, t, returns, terminated) = _autoreset_walk(ctx.env, ctx.key)
     ended, t, returns, terminated = (np.asarray(x) for x in (ended, t, returns, terminated))
     if float(first) != 0.0 or (terminated[ended] != 0).any():
-        raise _Broken("reset gave a state that is already terminated")
+        raise Broken("reset gave a state that is already terminated")
     if (t[ended] != 0).any() or (returns[ended] != 0).any():
-        raise _Broken("a step that ended its episode was not followed by a fresh one")
+        raise Broken("a step that ended its episode was not followed by a fresh one")
     previous = np.concatenate([[0], t[:-1]])
     if (t[~ended] != previous[~ended] + 1).any():
-        raise _Broken("the step count did not count on within an episode")
+        raise Broken("the step count did not count on within an episode")
 
 
 def _law_env_bounds(ctx: _EnvContext) -> None:
@@ -371,7 +383,7 @@ def _law_env_bounds(ctx: _EnvContext) -> None:
         or (descriptor < low - tolerance).any()
         or (descriptor > high + tolerance).any()
     ):
-        raise _Broken(
+        raise Broken(
             f"an episode's descriptor {descriptor.tolist()} leaves descriptor_bounds "
             f"({low.tolist()}, {high.tolist()})"
         )
@@ -413,5 +425,5 @@ def check_env(
             "check_env: env must be an eqx_qd.envs.AbstractEnv or AbstractMultiAgentEnv, got "
             f"{type(env).__name__}"
         )
-    names = _known("check_env", ENV_LAWS, laws, list(ENV_LAWS))
-    _run_laws(ENV_LAWS, names, lambda case: _EnvContext(env, case), _seeds(), max_examples)
+    names = known_laws("check_env", ENV_LAWS, laws, list(ENV_LAWS))
+    run_laws(ENV_LAWS, names, lambda case: _EnvContext(env, case), _seeds(), max_examples)

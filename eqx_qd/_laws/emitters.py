@@ -21,15 +21,15 @@ from .._misc import batch_size_of, tree_take
 from .._repertoire import AbstractRepertoire, MapElitesRepertoire
 from .._tessellation import AbstractTessellation, GridTessellation
 from .runner import (
-    _Broken,
-    _close,
-    _ID_OFFSET,
-    _keep_python_random,
-    _known,
-    _leaves_with_paths,
-    _one_at_a_time,
-    _run_laws,
-    _shapes,
+    Broken,
+    ID_OFFSET,
+    keep_python_random,
+    known_laws,
+    leaf_shapes,
+    leaves_with_paths,
+    one_at_a_time,
+    run_laws,
+    trees_close,
 )
 
 
@@ -62,7 +62,7 @@ class _Harness(eqx.Module):
 
     def repertoire(self, filled, fitnesses, members) -> MapElitesRepertoire:
         n = self.tessellation.num_cells
-        ids = jnp.arange(n, dtype=jnp.int32) + _ID_OFFSET
+        ids = jnp.arange(n, dtype=jnp.int32) + ID_OFFSET
         return MapElitesRepertoire(
             genotypes=tree_take(self.population, members),
             fitnesses=jnp.where(filled, fitnesses, -jnp.inf),
@@ -95,7 +95,7 @@ class _Harness(eqx.Module):
         emit_key, score_key, update_key = jr.split(key, 3)
         genotypes, _ = self.emitter.emit(repertoire, state, key=emit_key)
         fitnesses, descriptors, extra = self.score(genotypes, key=score_key)
-        ids = jnp.arange(fitnesses.shape[0], dtype=jnp.int32) + 2 * _ID_OFFSET
+        ids = jnp.arange(fitnesses.shape[0], dtype=jnp.int32) + 2 * ID_OFFSET
         repertoire, info = repertoire.add(genotypes, descriptors, fitnesses, ids)
         state = self.emitter.state_update(
             state,
@@ -164,14 +164,14 @@ def _law_batch(ctx: _Context) -> None:
     stored = ctx.repertoire.genotypes
     want_n = ctx.h.emitter.batch_size
     if jax.tree.structure(genotypes) != jax.tree.structure(stored):
-        raise _Broken(
+        raise Broken(
             f"emit returned genotypes structured as {jax.tree.structure(genotypes)}, the "
             f"repertoire stores {jax.tree.structure(stored)}"
         )
-    for (path, got), (_, row) in zip(_leaves_with_paths(genotypes), _leaves_with_paths(stored)):
+    for (path, got), (_, row) in zip(leaves_with_paths(genotypes), leaves_with_paths(stored)):
         want = (want_n, *row.shape[1:])
         if got.shape != want or got.dtype != row.dtype:
-            raise _Broken(
+            raise Broken(
                 f"emit's {path} has shape {got.shape} and dtype {got.dtype}; batch_size = "
                 f"{want_n} candidates shaped like the stored rows need {want} and {row.dtype}"
             )
@@ -180,11 +180,11 @@ def _law_batch(ctx: _Context) -> None:
 def _law_finite(ctx: _Context) -> None:
     """From a repertoire of finite genotypes, `emit` gives finite genotypes."""
     genotypes, _ = ctx.emit()
-    for path, x in _leaves_with_paths(genotypes):
+    for path, x in leaves_with_paths(genotypes):
         x = np.asarray(x)
         if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():
             bad = int(np.sum(~np.isfinite(x)))
-            raise _Broken(f"emit's {path} holds {bad} non-finite values")
+            raise Broken(f"emit's {path} holds {bad} non-finite values")
 
 
 def _law_same_key(ctx: _Context) -> None:
@@ -192,13 +192,13 @@ def _law_same_key(ctx: _Context) -> None:
     keys equals the one drawn alone for each key."""
     first, second = ctx.emit(), ctx.emit()
     if not eqx.tree_equal(first, second):
-        raise _Broken("two calls of emit with one key returned different batches")
+        raise Broken("two calls of emit with one key returned different batches")
     keys = jr.split(ctx.emit_key, 2)
     batched = _emit_vmapped(ctx.h, ctx.repertoire, ctx.state, keys)
     for i in range(2):
         alone = _emit(ctx.h, ctx.repertoire, ctx.state, keys[i])
-        if not _close(tree_take(batched, i), alone):
-            raise _Broken(f"emit under vmap over keys differs from emit alone for key {i}")
+        if not trees_close(tree_take(batched, i), alone):
+            raise Broken(f"emit under vmap over keys differs from emit alone for key {i}")
 
 
 def _law_state(ctx: _Context) -> None:
@@ -208,16 +208,16 @@ def _law_state(ctx: _Context) -> None:
     and an eigendecomposition, as CMA-ES's, may then pick another basis of a repeated
     eigenvalue.)"""
     _, state = _step(ctx.h, ctx.repertoire, ctx.state, ctx.step_key)
-    before = _shapes(ctx.state)
-    if jax.tree.structure(ctx.state) != jax.tree.structure(state) or before != _shapes(state):
-        raise _Broken(
-            f"state_update changed the state from {before} (init's) to {_shapes(state)}: a "
+    before = leaf_shapes(ctx.state)
+    if jax.tree.structure(ctx.state) != jax.tree.structure(state) or before != leaf_shapes(state):
+        raise Broken(
+            f"state_update changed the state from {before} (init's) to {leaf_shapes(state)}: a "
             "state must keep its structure, shapes and dtypes"
         )
     keys = jr.split(jr.fold_in(ctx.step_key, 1), 2)
     _, scanned = _scan(ctx.h, ctx.repertoire, ctx.state, keys)
-    if _shapes(scanned) != before:
-        raise _Broken(f"two iterations in lax.scan gave a state shaped {_shapes(scanned)}")
+    if leaf_shapes(scanned) != before:
+        raise Broken(f"two iterations in lax.scan gave a state shaped {leaf_shapes(scanned)}")
 
 
 def _law_lineage(ctx: _Context) -> None:
@@ -231,24 +231,24 @@ def _law_lineage(ctx: _Context) -> None:
     for name in ("parent1", "parent2", "kind"):
         x = getattr(extra, name)
         if x.shape != (n,) or x.dtype != jnp.int32:
-            raise _Broken(
+            raise Broken(
                 f"Lineage.{name} has shape {x.shape} and dtype {x.dtype}, not ({n},) int32"
             )
     kinds = set(np.asarray(extra.kind).tolist())
     unknown = kinds - {int(o) for o in Origin}
     if unknown:
-        raise _Broken(f"Lineage.kind holds {sorted(unknown)}, which are not Origin values")
-    stored = {i + _ID_OFFSET for i, f in enumerate(ctx.case.filled) if f}
+        raise Broken(f"Lineage.kind holds {sorted(unknown)}, which are not Origin values")
+    stored = {i + ID_OFFSET for i, f in enumerate(ctx.case.filled) if f}
     for name in ("parent1", "parent2"):
         parents = set(np.asarray(getattr(extra, name)).tolist()) - {-1}
         if parents - stored:
-            raise _Broken(
+            raise Broken(
                 f"Lineage.{name} names {sorted(parents - stored)[:5]}, which are not ids of "
                 f"stored elites (those are {sorted(stored)[:5]}...; -1 for none)"
             )
     evo = np.asarray(extra.kind) == int(Origin.EVO)
     if np.any(np.asarray(extra.parent1)[evo] == -1):
-        raise _Broken("an EVO child has no first parent (-1) though the repertoire stores ids")
+        raise Broken("an EVO child has no first parent (-1) though the repertoire stores ids")
 
 
 EMITTER_LAWS: dict[str, Callable[[_Context], None]] = {
@@ -271,7 +271,7 @@ def _cases(draw, num_cells: int, population: int) -> _Case:
     fitnesses = draw(st.lists(fitness, min_size=num_cells, max_size=num_cells))
     members = draw(st.lists(st.integers(0, population - 1), min_size=num_cells, max_size=num_cells))
     seed = draw(st.integers(0, 2**31 - 1))
-    with _keep_python_random():
+    with keep_python_random():
         return _Case(tuple(filled), tuple(fitnesses), tuple(members), seed)
 
 
@@ -309,8 +309,8 @@ def check_emitter(
             f"{type(emitter).__name__}"
         )
     tessellation = GridTessellation((4, 4), 0.0, 1.0) if tessellation is None else tessellation
-    names = _known("check_emitter", EMITTER_LAWS, laws, list(EMITTER_LAWS))
+    names = known_laws("check_emitter", EMITTER_LAWS, laws, list(EMITTER_LAWS))
     harness = _Harness(emitter, population, tessellation, scoring_fn)
     cases = _cases(tessellation.num_cells, batch_size_of(population))
-    context = _one_at_a_time(lambda case: _Context(harness, case))
-    _run_laws(EMITTER_LAWS, names, context, cases, max_examples)
+    context = one_at_a_time(lambda case: _Context(harness, case))
+    run_laws(EMITTER_LAWS, names, context, cases, max_examples)

@@ -16,7 +16,7 @@ import numpy as np
 from .._emitters.rankers import AbstractRanker
 from .._repertoire import AbstractRepertoire, MapElitesRepertoire
 from .._tessellation import GridTessellation
-from .runner import _Broken, _keep_python_random, _known, _one_at_a_time, _run_laws
+from .runner import Broken, keep_python_random, known_laws, one_at_a_time, run_laws
 
 
 _GRID = GridTessellation((4, 4), minval=0.0, maxval=1.0)
@@ -49,7 +49,7 @@ def _cases(draw, batch_size: int, num_descriptors: int) -> _RankerCase:
     descriptors = draw(st.lists(row, min_size=batch_size, max_size=batch_size))
     stored = draw(st.lists(st.floats(-10.0, 10.0, width=32), max_size=6))
     seed = draw(st.integers(0, 2**31 - 1))
-    with _keep_python_random():
+    with keep_python_random():
         return _RankerCase(tuple(fitnesses), tuple(descriptors), tuple(stored), seed)
 
 
@@ -93,14 +93,14 @@ def _law_ranker_order(ctx: _RankerContext) -> None:
     and its values hold one row per candidate."""
     n = ctx.fitnesses.shape[0]
     if ctx.order.shape != (n,) or not np.issubdtype(ctx.order.dtype, np.integer):
-        raise _Broken(
+        raise Broken(
             f"the order has shape {ctx.order.shape} and dtype {ctx.order.dtype}, "
             f"not ({n},) integers"
         )
     if sorted(ctx.order.tolist()) != list(range(n)):
-        raise _Broken(f"the order {ctx.order.tolist()} is not a permutation of the batch")
+        raise Broken(f"the order {ctx.order.tolist()} is not a permutation of the batch")
     if ctx.values.shape[:1] != (n,):
-        raise _Broken(f"the values have shape {ctx.values.shape}, not ({n}, ...)")
+        raise Broken(f"the values have shape {ctx.values.shape}, not ({n}, ...)")
 
 
 def _law_ranker_failed_last(ctx: _RankerContext) -> None:
@@ -115,7 +115,7 @@ def _law_ranker_failed_last(ctx: _RankerContext) -> None:
     first_failed, last_valid = place[failed].min(), place[~failed].max()
     if first_failed < last_valid:
         who = int(ctx.order[first_failed])
-        raise _Broken(
+        raise Broken(
             f"failed candidate {who} (fitness {ctx.fitnesses[who]:g}) ranks {first_failed + 1}, "
             f"before candidate {int(ctx.order[last_valid])}, which did not fail"
         )
@@ -156,7 +156,7 @@ def check_ranker(
         )
     if repertoire is None:
         repertoire = MapElitesRepertoire.empty(_GRID, jnp.zeros(1))
-    names = _known("check_ranker", RANKER_LAWS, laws, list(RANKER_LAWS))
-    context = _one_at_a_time(lambda case: _RankerContext(ranker, repertoire, case))
+    names = known_laws("check_ranker", RANKER_LAWS, laws, list(RANKER_LAWS))
+    context = one_at_a_time(lambda case: _RankerContext(ranker, repertoire, case))
     cases = _cases(batch_size, repertoire.num_descriptors)
-    _run_laws(RANKER_LAWS, names, context, cases, max_examples)
+    run_laws(RANKER_LAWS, names, context, cases, max_examples)

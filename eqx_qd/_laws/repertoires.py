@@ -15,7 +15,7 @@ import numpy as np
 
 from .._custom_types import PRNGKey
 from .._repertoire import AbstractRepertoire, MapElitesRepertoire
-from .runner import _Broken, _ID_OFFSET, _keep_python_random, _known, _one_at_a_time, _run_laws
+from .runner import Broken, ID_OFFSET, keep_python_random, known_laws, one_at_a_time, run_laws
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,11 +62,11 @@ def _repertoire_cases(draw, batch_size: int, num_descriptors: int) -> _Repertoir
         row = st.tuples(*[unit] * num_descriptors)
         descriptors = draw(st.lists(row, min_size=batch_size, max_size=batch_size))
         seed = draw(st.integers(0, 2**31 - 1))
-        with _keep_python_random():
+        with keep_python_random():
             return _Offer(tuple(fitnesses), tuple(descriptors), seed)
 
     first, second, seed = offer(), offer(), draw(st.integers(0, 2**31 - 1))
-    with _keep_python_random():
+    with keep_python_random():
         return _RepertoireCase(first, second, seed)
 
 
@@ -110,7 +110,7 @@ class _RepertoireContext:
             extra = None
             if start.extra is not None:
                 extra = jax.tree.map(
-                    lambda row: _ids(row, batch_size, offset=(i + 1) * _ID_OFFSET), start.extra
+                    lambda row: _ids(row, batch_size, offset=(i + 1) * ID_OFFSET), start.extra
                 )
             fitnesses = np.asarray(offer.fitnesses, np.float32)
             self.offers.append(_Candidates(genotypes, descriptors, fitnesses, extra))
@@ -168,13 +168,13 @@ def _law_rep_finite(ctx: _RepertoireContext) -> None:
         fit = np.asarray(rep.fitnesses)
         bad = ~(np.isfinite(fit) | np.isneginf(fit))
         if bad.any():
-            raise _Broken(
+            raise Broken(
                 f"after the {name} batch, slots {np.flatnonzero(bad)[:5].tolist()} "
                 f"hold fitness {fit[bad][:5].tolist()}"
             )
         desc = np.asarray(rep.descriptors)[np.isfinite(fit)]
         if desc.size and not np.isfinite(desc).all():
-            raise _Broken(f"after the {name} batch, an elite holds a non-finite descriptor")
+            raise Broken(f"after the {name} batch, an elite holds a non-finite descriptor")
 
 
 def _law_rep_from_candidates(ctx: _RepertoireContext) -> None:
@@ -185,7 +185,7 @@ def _law_rep_from_candidates(ctx: _RepertoireContext) -> None:
         known |= _candidate_rows(c)
     for slot, row in _slots(ctx.after_second):
         if row not in known:
-            raise _Broken(f"slot {slot} holds an elite that was neither stored nor offered")
+            raise Broken(f"slot {slot} holds an elite that was neither stored nor offered")
 
 
 def _qd_score(rep: AbstractRepertoire, floor: float) -> float:
@@ -202,7 +202,7 @@ def _law_rep_elitist(ctx: _RepertoireContext) -> None:
     floor = (finite.min() if finite.size else 0.0) - 1.0
     scores = [_qd_score(r, floor) for r in (ctx.start, ctx.after_first, ctx.after_second)]
     if not scores[0] <= scores[1] <= scores[2]:
-        raise _Broken(f"the QD-score went {scores[0]:g} -> {scores[1]:g} -> {scores[2]:g}")
+        raise Broken(f"the QD-score went {scores[0]:g} -> {scores[1]:g} -> {scores[2]:g}")
 
 
 def _reference_add(rep: AbstractRepertoire, c: _Candidates):
@@ -234,7 +234,7 @@ def _law_rep_reference(ctx: _RepertoireContext) -> None:
         got = np.asarray(after.fitnesses)
         if not np.array_equal(fit, got):
             slots = np.flatnonzero(fit != got)[:5].tolist()
-            raise _Broken(
+            raise Broken(
                 f"after the {name} batch, slots {slots} hold {got[slots].tolist()}; "
                 f"the rule gives {fit[slots].tolist()}"
             )
@@ -244,7 +244,7 @@ def _law_rep_reference(ctx: _RepertoireContext) -> None:
             for r, x in zip(rows, jax.tree.leaves(after.genotypes))
         )
         if not same:
-            raise _Broken(
+            raise Broken(
                 f"after the {name} batch, an elite's descriptor or genotype is not the "
                 "rule's (the fittest candidate of its cell, the first among ties)"
             )
@@ -263,7 +263,7 @@ def _law_rep_order(ctx: _RepertoireContext) -> None:
     order = np.random.default_rng(ctx.case.seed).permutation(len(c.fitnesses))
     permuted = ctx.add(ctx.after_first, c.permuted(order))[0]
     if _slots(permuted) != _slots(ctx.after_second):
-        raise _Broken(f"the second batch in the order {order.tolist()} stores other elites")
+        raise Broken(f"the second batch in the order {order.tolist()} stores other elites")
 
 
 def _law_rep_select(ctx: _RepertoireContext) -> None:
@@ -276,7 +276,7 @@ def _law_rep_select(ctx: _RepertoireContext) -> None:
     cells = np.asarray(elites.cells)
     filled = np.asarray(rep.filled)
     if not filled[cells].all():
-        raise _Broken(f"select drew empty slots {cells[~filled[cells]].tolist()}")
+        raise Broken(f"select drew empty slots {cells[~filled[cells]].tolist()}")
     stored = jax.tree.map(
         lambda x: np.asarray(x)[cells], (rep.genotypes, rep.fitnesses, rep.descriptors)
     )
@@ -285,7 +285,7 @@ def _law_rep_select(ctx: _RepertoireContext) -> None:
         np.array_equal(a, np.asarray(b))
         for a, b in zip(jax.tree.leaves(stored), jax.tree.leaves(drawn))
     ):
-        raise _Broken("select returned elites that differ from the slots it names")
+        raise Broken("select returned elites that differ from the slots it names")
 
 
 def _law_rep_checkpoint(ctx: _RepertoireContext) -> None:
@@ -298,13 +298,11 @@ def _law_rep_checkpoint(ctx: _RepertoireContext) -> None:
     try:
         loaded = eqx.tree_deserialise_leaves(buffer, ctx.start)
     except Exception as e:  # noqa: BLE001 - a load that fails breaks the law
-        raise _Broken(f"loading the saved repertoire failed: {type(e).__name__}: {e}") from e
+        raise Broken(f"loading the saved repertoire failed: {type(e).__name__}: {e}") from e
     if jax.tree.structure(loaded) != jax.tree.structure(ctx.after_second):
-        raise _Broken(
-            "the loaded repertoire's structure (static fields) differs from the saved one"
-        )
+        raise Broken("the loaded repertoire's structure (static fields) differs from the saved one")
     if not bool(eqx.tree_equal(loaded, ctx.after_second)):
-        raise _Broken("the loaded repertoire's arrays differ from the saved one's")
+        raise Broken("the loaded repertoire's arrays differ from the saved one's")
 
 
 REPERTOIRE_LAWS: dict[str, Callable[[_RepertoireContext], None]] = {
@@ -359,7 +357,7 @@ def check_repertoire(
         "order": cells,
     }
     default = [n for n in REPERTOIRE_LAWS if applies.get(n, True)]
-    names = _known("check_repertoire", REPERTOIRE_LAWS, laws, default)
+    names = known_laws("check_repertoire", REPERTOIRE_LAWS, laws, default)
     refused = [n for n in names if not applies.get(n, True)]
     if refused:
         raise ValueError(
@@ -367,5 +365,5 @@ def check_repertoire(
             f"cell_of: {cells})"
         )
     cases = _repertoire_cases(batch_size, repertoire.num_descriptors)
-    context = _one_at_a_time(lambda case: _RepertoireContext(repertoire, case, batch_size))
-    _run_laws(REPERTOIRE_LAWS, names, context, cases, max_examples)
+    context = one_at_a_time(lambda case: _RepertoireContext(repertoire, case, batch_size))
+    run_laws(REPERTOIRE_LAWS, names, context, cases, max_examples)

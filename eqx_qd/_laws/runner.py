@@ -13,11 +13,11 @@ import numpy as np
 from hypothesis import given, HealthCheck, Phase, settings
 
 
-_ID_OFFSET = 1000  # stored ids are cell + 1000, so a cell index passed off as an id shows
+ID_OFFSET = 1000  # stored ids are cell + 1000, so a cell index passed off as an id shows
 
 
 @contextlib.contextmanager
-def _keep_python_random() -> Iterator[None]:
+def keep_python_random() -> Iterator[None]:
     """Runtime type checkers (beartype) sample containers with Python's `random`; hypothesis
     forbids strategies from moving that state, so restore it around module construction."""
     state = random.getstate()
@@ -37,20 +37,20 @@ class LawBroken(AssertionError):
         self.law = law
 
 
-class _Broken(Exception):
+class Broken(Exception):
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
 
 
-def _leaves_with_paths(tree) -> list[tuple[str, Any]]:
+def leaves_with_paths(tree) -> list[tuple[str, Any]]:
     return [
         (jax.tree_util.keystr(p) or "genotypes", x)
         for p, x in jax.tree_util.tree_leaves_with_path(tree)
     ]
 
 
-def _shapes(tree) -> list[tuple[str, tuple[int, ...], str]]:
+def leaf_shapes(tree) -> list[tuple[str, tuple[int, ...], str]]:
     """Each numeric leaf's path, shape and dtype (a constant a jitted function returned as a
     Python or NumPy scalar counts as the array `lax.scan` would make of it)."""
     out = []
@@ -62,7 +62,7 @@ def _shapes(tree) -> list[tuple[str, tuple[int, ...], str]]:
     return out
 
 
-def _close(a, b, *, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
+def trees_close(a, b, *, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
     if jax.tree.structure(a) != jax.tree.structure(b) or len(la) != len(lb):
         return False
@@ -95,17 +95,17 @@ def _property(law, context, cases, max_examples: int) -> Callable[[], None]:
     def run(case: Any) -> None:
         try:
             law(context(case))
-        except _Broken as e:
-            raise _Broken(f"{e.message} (case: {case.describe()})") from None
+        except Broken as e:
+            raise Broken(f"{e.message} (case: {case.describe()})") from None
         except Exception as e:  # a crash under a law (or in init) breaks that law
             message = f"{type(e).__name__}: {e}".strip()
-            raise _Broken(f"{message} (case: {case.describe()})") from e
+            raise Broken(f"{message} (case: {case.describe()})") from e
 
     return run
 
 
-def _first_broken(error: BaseException) -> "_Broken | None":
-    if isinstance(error, _Broken):
+def _first_broken(error: BaseException) -> "Broken | None":
+    if isinstance(error, Broken):
         return error
     if isinstance(error, BaseExceptionGroup):  # hypothesis' flaky or multiple failures
         for inner in error.exceptions:
@@ -126,7 +126,9 @@ def _run_law(name: str, run: Callable[[], None]) -> None:
         raise LawBroken(name, broken.message) from broken.__cause__
 
 
-def _known(where: str, table: dict, laws: Sequence[str] | None, default: list[str]) -> list[str]:
+def known_laws(
+    where: str, table: dict, laws: Sequence[str] | None, default: list[str]
+) -> list[str]:
     """The law names to run: `laws`, or `default`; an unknown name is refused."""
     names = default if laws is None else list(laws)
     unknown = sorted(set(names) - set(table))
@@ -135,7 +137,7 @@ def _known(where: str, table: dict, laws: Sequence[str] | None, default: list[st
     return names
 
 
-def _one_at_a_time(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def one_at_a_time(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """`build(case)`, cached for the latest case only: the laws of one case share its
     context, and contexts do not pile up over a run."""
     cache: dict[Any, Any] = {}
@@ -149,7 +151,7 @@ def _one_at_a_time(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return context
 
 
-def _run_laws(table: dict, names: list[str], context, cases, max_examples: int) -> None:
+def run_laws(table: dict, names: list[str], context, cases, max_examples: int) -> None:
     """Each named law of `table` as its own property, in order: the first broken raises."""
     for name in names:
         _run_law(name, _property(table[name], context, cases, max_examples))
