@@ -21,7 +21,8 @@ from ..envs._multi_agent import AbstractMultiAgentEnv, SingleAgentView
 from ..envs._rollout import EpisodeStats, evaluate_episodes
 from ..rl._base import TrainMetrics
 from ..rl._ippo import IPPO
-from ..rl._ppo import PPO_CONVENTIONS, PPOHParams, PPORun, train_data_parallel
+from ..rl._ppo import PPO_CONVENTIONS, PPORun, train_data_parallel
+from ..rl._ppo_losses import PPOHParams
 from ._blocks import _one_of, RunOptions
 from ._checkpoints import list_checkpoints, mean_return, restore_checkpoint, save_checkpoint
 from ._common import register_job, RunResult

@@ -67,12 +67,11 @@ from ._policies import (
 from ._ppo import (
     PPO as PPO,
     PPO_CONVENTIONS as PPO_CONVENTIONS,
-    PPO_SPACES as PPO_SPACES,
-    PPOHParams as PPOHParams,
     PPORun as PPORun,
     PPOState as PPOState,
     train_data_parallel as train_data_parallel,
 )
+from ._ppo_losses import PPO_SPACES as PPO_SPACES, PPOHParams as PPOHParams
 from ._sac import (
     SAC as SAC,
     SAC_SPACES as SAC_SPACES,

@@ -184,7 +184,7 @@ def test_data_parallel_ppo_epochs_are_the_whole_batch_s():
     the samples (one minibatch, one epoch), take the step of the whole batch: gradients,
     losses, advantage statistics and KL averaged over the devices. The observation
     normaliser folds every device's batch in as one."""
-    from eqx_qd.rl._ppo import _actor_epochs, _critic_epochs, _Samples
+    from eqx_qd.rl._ppo_losses import _actor_epochs, _critic_epochs, _Samples
 
     agent = q.rl.IPPO.for_env(
         q.envs.TimeLimit(q.envs.LineTargets(n=2, size=8), 16), shared_params=True,

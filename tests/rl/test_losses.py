@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
-from eqx_qd.rl._ppo import _actor_loss, _approx_kl, _critic_epochs, _Samples
+from eqx_qd.rl._ppo_losses import _actor_loss, _approx_kl, _critic_epochs, _Samples
 
 
 F = np.float32

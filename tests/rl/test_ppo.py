@@ -224,7 +224,7 @@ def test_jaxagents_convention_is_its_minibatches_standardisation_and_kl():
     (`jax.random.choice(PRNGKey(1), ...)`) cut into minibatches of whole environments,
     advantages standardised over the minibatch's environments (`mean(axis=0)`: per time step
     and agent), the surrogate in its simplified form, and `sum(-log ratio)` as its KL."""
-    from eqx_qd.rl._ppo import _actor_loss, _trajectory_minibatches
+    from eqx_qd.rl._ppo_losses import _actor_loss, _trajectory_minibatches
 
     agent = q.rl.IPPO.for_env(LINE, **FAST, joint_network=True, convention="jaxagents")
     run = start(agent, key=jr.key(7))
