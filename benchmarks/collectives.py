@@ -67,7 +67,7 @@ def main():
     chosen = a.only.split(",")
 
     if "pbt" in chosen:
-        from eqx_qd.jobs._common import training_env
+        from eqx_qd.jobs._agent_options import training_env
         from eqx_qd.jobs._pbt import make_pbt_run
 
         config = jobs.PBTConfig(devices=a.devices)

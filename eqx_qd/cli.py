@@ -762,7 +762,7 @@ def _seeded_runs(
 ) -> list[tuple[Any, str]]:
     """The (config, folder) pairs to run: one, or one per `--seeds` entry in OUT/seed-S, all
     checked before the first starts (so a bad seed or a taken folder stops nothing halfway)."""
-    from .jobs._common import default_run_folder, holds_run
+    from .jobs._job import default_run_folder, holds_run
 
     if args.seeds is None:
         return [(config, resume or args.out or default_run_folder(job.name, config.seed))]

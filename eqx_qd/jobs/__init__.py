@@ -25,17 +25,6 @@ from ._checkpoints import (
     restore_checkpoint as restore_checkpoint,
     save_checkpoint as save_checkpoint,
 )
-from ._common import (
-    default_run_folder as default_run_folder,
-    Job as Job,
-    JOBS as JOBS,
-    load_run as load_run,
-    read_config as read_config,
-    register_job as register_job,
-    run as run,
-    run_status as run_status,
-    RunResult as RunResult,
-)
 from ._compile_cache import (
     default_compile_cache as default_compile_cache,
     use_compile_cache as use_compile_cache,
@@ -56,6 +45,16 @@ from ._ippo import (
     IPPOConfig as IPPOConfig,
     train_ippo as train_ippo,
     TrainingLog as TrainingLog,
+)
+from ._job import (
+    default_run_folder as default_run_folder,
+    Job as Job,
+    JOBS as JOBS,
+    load_run as load_run,
+    read_config as read_config,
+    register_job as register_job,
+    run as run,
+    RunResult as RunResult,
 )
 from ._loop import Chunk as Chunk, LoopJob as LoopJob, Rows as Rows
 from ._map_elites import MapElitesConfig as MapElitesConfig
@@ -97,6 +96,7 @@ from ._sinks import (
     TensorBoardSink as TensorBoardSink,
     WandbSink as WandbSink,
 )
+from ._status import run_status as run_status
 
 
 # What `from eqx_qd.jobs import *` takes: the names above (tests/test_guards.py).

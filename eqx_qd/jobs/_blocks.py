@@ -98,7 +98,7 @@ class AgentOptions(JobConfig):
         names = [n.strip() for n in self.fixed_hparams.split(",") if n.strip()]
         if len(set(names)) != len(names):
             raise ValueError(f"fixed_hparams names a hyperparameter twice: {self.fixed_hparams!r}")
-        from ._common import agent_options
+        from ._agent_options import agent_options
 
         agent_options(self)  # options the chosen agent does not take
         env = ENVIRONMENTS.get(self.env)

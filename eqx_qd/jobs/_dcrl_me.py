@@ -17,8 +17,8 @@ from .._validate import finite, non_negative, non_negative_int, positive, positi
 from ..envs._base import AbstractQDEnv
 from ..rl._layers import INITS
 from ..rl._td3 import TD3, TD3HParams
-from ._common import register_job
 from ._config import option
+from ._job import register_job
 from ._pgame import (
     _choice,
     _PGAMEJob,

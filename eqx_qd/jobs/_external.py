@@ -39,17 +39,12 @@ from ..external import (
     Status,
 )
 from ._blocks import CellOptions, EmitterOptions, RepertoireOptions, RunOptions
-from ._common import (
-    PROGRESS_FILE,
-    qd_summary,
-    register_job,
-    RunResult,
-    write_qd_outputs,
-)
 from ._config import option
 from ._folder import RunFolder
+from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
 from ._map_elites import iteration_keys, make_map_elites, make_tessellation, read_cells_run
+from ._qd_outputs import qd_summary, write_qd_outputs
 from ._resume import Checkpointer, RunClock
 
 

@@ -25,10 +25,10 @@ from ..rl._ppo import PPO_CONVENTIONS, PPORun, train_data_parallel
 from ..rl._ppo_losses import PPOHParams
 from ._blocks import _one_of, RunOptions
 from ._checkpoints import list_checkpoints, mean_return, restore_checkpoint, save_checkpoint
-from ._common import register_job, RunResult
 from ._config import option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
+from ._job import register_job, RunResult
 from ._loop import Chunk, LoopJob
 from ._progress import Progress
 from ._registry import ENVIRONMENTS, make_env

@@ -20,9 +20,9 @@ import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ._common import Job, RunResult
 from ._config import JobConfig
 from ._folder import RunFolder
+from ._job import Job, RunResult
 from ._progress import Progress
 from ._resume import Checkpointer, Resumed, RunClock, start_run
 

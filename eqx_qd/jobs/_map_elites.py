@@ -24,19 +24,12 @@ from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
 from .._validate import positive_int
 from ._blocks import CellOptions, EmitterOptions, RepertoireOptions, RunOptions
-from ._common import (
-    PROGRESS_FILE,
-    qd_summary,
-    read_qd_run,
-    read_repertoire,
-    register_job,
-    RunResult,
-    write_qd_outputs,
-)
 from ._config import JobConfig, option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
+from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
+from ._qd_outputs import qd_summary, read_qd_run, read_repertoire, write_qd_outputs
 from ._registry import EMITTERS, make_emitter, make_task, TASKS
 from ._resume import RunClock
 

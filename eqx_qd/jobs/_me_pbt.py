@@ -23,24 +23,21 @@ from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive_int
 from .._variation import IsoLineVariation
 from ..rl._pbt import hparams_table
+from ._agent_options import build_agent, training_env
 from ._blocks import _one_of, AgentOptions, RepertoireOptions, RunOptions, search_spaces
-from ._common import (
-    build_agent,
-    hparams_columns,
-    PROGRESS_FILE,
-    qd_summary,
-    read_qd_run,
-    read_repertoire,
-    register_job,
-    repertoire_axes,
-    RunResult,
-    training_env,
-    write_qd_outputs,
-)
 from ._config import option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
+from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
+from ._qd_outputs import (
+    hparams_columns,
+    qd_summary,
+    read_qd_run,
+    read_repertoire,
+    repertoire_axes,
+    write_qd_outputs,
+)
 from ._registry import make_env
 from ._resume import RunClock
 

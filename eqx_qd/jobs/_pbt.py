@@ -25,16 +25,12 @@ from ..rl._pbt import (
     train_population_sharded,
 )
 from ..rl._spaces import log_uniform_learning_rates, Uniform
+from ._agent_options import build_agent, training_env
 from ._blocks import AgentOptions, default_of, RunOptions, search_spaces
-from ._common import (
-    build_agent,
-    register_job,
-    RunResult,
-    training_env,
-)
 from ._config import option
 from ._distributed import job_mesh, population_devices, to_host
 from ._folder import RunFolder
+from ._job import register_job, RunResult
 from ._loop import Chunk, LoopJob
 from ._registry import make_env
 from ._resume import RunClock

@@ -46,11 +46,12 @@ from ..rl._layers import INITS
 from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3, TD3HParams
 from ._blocks import RepertoireOptions, RunOptions
-from ._common import read_qd_run, read_repertoire, register_job, repertoire_axes, RunResult
 from ._config import option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder, user_cache_dir
+from ._job import register_job, RunResult
 from ._loop import Chunk, LoopJob
+from ._qd_outputs import read_qd_run, read_repertoire, repertoire_axes
 from ._registry import ENVIRONMENTS, make_env
 from ._resume import RunClock
 

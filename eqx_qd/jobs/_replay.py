@@ -13,8 +13,8 @@ from .._compile import jit
 from .._misc import tree_take
 from ..envs._base import EnvState
 from ..envs._rollout import Episode
-from ._common import Job, JOBS, read_config
 from ._folder import RunFolder
+from ._job import Job, JOBS, read_config
 
 
 @dataclasses.dataclass(frozen=True)

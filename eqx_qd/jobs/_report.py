@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ._common import load_run, run_status, RunResult
 from ._folder import RunFolder
+from ._job import load_run, RunResult
+from ._status import run_status
 
 
 REPORT_METRICS = ("qd_score", "plain_qd_score", "coverage", "max_fitness", "averaged_max_fitness")

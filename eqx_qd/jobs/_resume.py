@@ -25,7 +25,10 @@ import numpy as np
 
 from .._sharded import place_sharded
 from ._checkpoints import Checkpoint, CHECKPOINTS, list_checkpoints, save_checkpoint
-from ._common import (
+from ._config import JobConfig
+from ._distributed import is_writer, to_host
+from ._folder import RunFolder
+from ._job import (
     CONFIG_FILE,
     holds_run,
     Job,
@@ -35,12 +38,8 @@ from ._common import (
     read_config,
     run,
     RunResult,
-    STATUS_FILE,
-    write_status,
 )
-from ._config import JobConfig
-from ._distributed import is_writer, to_host
-from ._folder import RunFolder
+from ._status import STATUS_FILE, write_status
 
 
 ALWAYS_CHANGEABLE = ("checkpoint_every", "keep_checkpoints")

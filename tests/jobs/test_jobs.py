@@ -215,7 +215,7 @@ def test_unknown_names_and_options_are_named():
 
 
 def test_the_agent_options_take_the_hidden_products_type():
-    from eqx_qd.jobs._common import build_agent
+    from eqx_qd.jobs._agent_options import build_agent
 
     env = q.envs.PointMaze()
     for agent in ("sac", "td3"):
@@ -236,7 +236,7 @@ def test_a_run_with_auto_products_resumes_with_the_resuming_machines_pick(tmp_pa
     import jax
 
     from eqx_qd import _machine
-    from eqx_qd.jobs import _common
+    from eqx_qd.jobs import _status
 
     real = _machine.machine()
     config = jobs.PBTConfig(
@@ -256,7 +256,7 @@ def test_a_run_with_auto_products_resumes_with_the_resuming_machines_pick(tmp_pa
     assert products(first) == {"bfloat16"}
     avx2 = dataclasses.replace(bf16, flags=("avx2",))
     monkeypatch.setattr(_machine, "machine", lambda: avx2)
-    monkeypatch.setattr(_common, "machine", lambda: avx2)  # what status.json records
+    monkeypatch.setattr(_status, "machine", lambda: avx2)  # what status.json records
     # Another machine is another process: nothing compiled for the first one. ("auto" is
     # resolved when the networks are built, inside compiled programs: a program compiled
     # for the first machine would build its networks again.)
@@ -377,10 +377,10 @@ def test_a_run_seen_from_another_machine_reads_interrupted_once_its_heartbeat_st
     import datetime
     import time
 
-    from eqx_qd.jobs import _common
+    from eqx_qd.jobs import _status
 
     folder = jobs.RunFolder(tmp_path / "run")
-    _common.write_status(folder, "running", job="map-elites")
+    _status.write_status(folder, "running", job="map-elites")
     assert jobs.run_status(folder.path)["status"] == "running"  # this process, alive
 
     def stamped(minutes_ago):
@@ -395,10 +395,10 @@ def test_a_run_seen_from_another_machine_reads_interrupted_once_its_heartbeat_st
     assert "pid 1 on elsewhere" in status["error"] and status["checkpoint"] is None
 
     # The running job's heartbeat thread stamps the folder while the folder says it runs it.
-    monkeypatch.setattr(_common, "HEARTBEAT_S", 0.05)
-    _common.write_status(folder, "running")
+    monkeypatch.setattr(_status, "HEARTBEAT_S", 0.05)
+    _status.write_status(folder, "running")
     folder.write_json("status.json", {**folder.read_json("status.json"), "heartbeat": "old"})
-    beat = _common._Heartbeat(folder.path)
+    beat = _status._Heartbeat(folder.path)
     try:
         deadline = time.monotonic() + 30
         while folder.read_json("status.json")["heartbeat"] == "old":

@@ -58,7 +58,7 @@ def test_the_me_pbt_command_s_run_replays_its_elites_and_reports(tmp_path, capsy
 
 
 def test_run_folders_plot_repertoires_of_any_dimension(tmp_path):
-    from eqx_qd.jobs._common import write_qd_outputs
+    from eqx_qd.jobs._qd_outputs import write_qd_outputs
 
     flat = q.MapElitesRepertoire.empty(q.GridTessellation((3, 3)), jnp.zeros(2))
     cube = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2, 2)), jnp.zeros(3))

@@ -44,7 +44,7 @@ def test_same_start_trains_on_qdax_s_random_first_states_and_scores_on_the_task(
     """`same_start`: the agent keeps each training environment's first state, the jobs train
     on the task with its reset noise (ME-PBT's emitter, PBT's training) and score on the task;
     an agent or environment that cannot do it is refused by name."""
-    from eqx_qd.jobs._common import training_env
+    from eqx_qd.jobs._agent_options import training_env
     from eqx_qd.jobs._me_pbt import make_me_pbt
     from eqx_qd.jobs._pbt import make_pbt_run
 

@@ -162,7 +162,7 @@ def test_report_refuses_what_it_cannot_compare(folders, tmp_path, capsys):
     assert e.value.code == 2 and "logs no environment steps" in capsys.readouterr().err
     unfinished = tmp_path / "unfinished"
     jobs.run(jobs.MapElitesConfig(task="sphere", **TINY), unfinished, progress=False, plots=False)
-    jobs._common.write_status(jobs.RunFolder(unfinished), "failed", error="boom")
+    jobs._status.write_status(jobs.RunFolder(unfinished), "failed", error="boom")
     with pytest.raises(ValueError, match="is failed, not finished"):
         jobs.report([str(unfinished)])
     code = main(["report", *folders["rastrigin"], "--out", str(tmp_path / "cli"), "--no-plots"])

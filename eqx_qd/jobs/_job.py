@@ -1,24 +1,18 @@
-"""What every job shares: its result, the job table, starting a run folder, reading one back, and
-the outputs of the QD jobs (repertoire, centroids, progress, plots)."""
+"""The job contract (`Job`, `RunResult`), the table of jobs by name, and running one: a run
+folder started or resumed, its status kept, its config and results read back."""
 
 import abc
 import dataclasses
 import datetime
 import os
-import socket
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-import equinox as eqx
 import jax
 import numpy as np
 
-from .._machine import machine
 from .._qdrl.scoring import PolicyScorer
 from .._repertoire import MapElitesRepertoire
-from .._tessellation import AbstractTessellation, CVTTessellation
-from ..envs._base import AbstractQDEnv
 from ._checkpoints import list_checkpoints
 from ._config import job_of_toml, JobConfig
 from ._distributed import (
@@ -31,13 +25,14 @@ from ._distributed import (
 )
 from ._folder import RunFolder
 from ._progress import as_progress, Progress
-from ._registry import AGENTS, make_agent, make_env
 from ._sinks import check_sinks, logged_sinks, OpenedSinks
+from ._status import _Heartbeat, _now, write_status
 
 
 CONFIG_FILE = "config.toml"
+
+
 PROGRESS_FILE = "progress.csv"
-STATUS_FILE = "status.json"
 
 
 @dataclasses.dataclass
@@ -211,146 +206,6 @@ def new_run_folder(out_dir: str | os.PathLike | None, config: JobConfig) -> RunF
     return folder
 
 
-def _now() -> str:
-    return datetime.datetime.now().isoformat(timespec="seconds")
-
-
-HEARTBEAT_S = 60.0
-"""How often a running job stamps `heartbeat` (UTC) in its `status.json`: a folder whose
-stamp is older than `STALE_S` reads as `interrupted` from any machine."""
-STALE_S = 5 * HEARTBEAT_S
-_STATUS_LOCK = threading.Lock()  # the job's thread and its heartbeat both write status.json
-
-
-def _utc() -> str:
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
-class _Heartbeat:
-    """Stamps `heartbeat` in `status.json` every `HEARTBEAT_S` while the folder says this
-    process runs it (a daemon thread: it dies with the process, which is the point)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name="eqx-qd heartbeat", daemon=True)
-        self.thread.start()
-
-    def _beat(self) -> None:
-        while not self.stop.wait(HEARTBEAT_S):
-            folder = RunFolder(self.path, create=False)
-            with _STATUS_LOCK:
-                try:
-                    record = _read_status(folder) if os.path.isdir(self.path) else None
-                except ValueError:  # status.json edited by hand: leave it
-                    continue
-                if (
-                    record
-                    and record.get("status") == "running"
-                    and record.get("pid") == os.getpid()
-                ):
-                    folder.write_json(STATUS_FILE, {**record, "heartbeat": _utc()})
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
-def write_status(folder: RunFolder, status: str, **details: Any) -> None:
-    """Record in `status.json` where the run stands: `running` (written with the folder and
-    on resume, so a killed run never looks finished; with the process that runs it, so
-    `run_status` tells a killed one, and the machine it runs on, `str(eqx_qd.machine())`),
-    `finished`, `failed` or `interrupted` (with the error). Earlier details are kept."""
-    with _STATUS_LOCK:
-        previous = _read_status(folder) or {}
-        record = {**previous, **details, "status": status, "updated": _now()}
-        record.setdefault("started", record["updated"])
-        if status == "running":
-            record.pop("error", None)
-            record.update(
-                host=socket.gethostname(),
-                machine=str(machine()),
-                pid=os.getpid(),
-                pid_started=_started(os.getpid()),
-                heartbeat=_utc(),
-            )
-        folder.write_json(STATUS_FILE, record)
-
-
-def _read_status(folder: RunFolder) -> dict[str, Any] | None:
-    return dict(folder.read_json(STATUS_FILE)) if folder.exists(STATUS_FILE) else None
-
-
-def _started(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot; Linux), to tell a reused pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rpartition(")")[2].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _alive(pid: int, started: int | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # someone else's process: it exists
-        pass
-    return started is None or _started(pid) in (None, started)
-
-
-def run_status(folder: str | os.PathLike) -> dict[str, Any]:
-    """The `status.json` of a run folder: `status` (`running`, `finished`, `failed`
-    or `interrupted`), `job`, `started`, `updated` and, after a failure, `error`.
-
-    A folder still `running` whose process is gone reads as `interrupted`, its `error`
-    saying so: seen from the machine that ran it, the process is asked for; from another
-    machine (a shared file system), the folder's `heartbeat` stamp, renewed every
-    `HEARTBEAT_S` (60 s) by the running job, is older than `STALE_S` (5 minutes). An
-    interrupted folder's `checkpoint` is the step a resume continues from (`None`: from the
-    start). A folder written before status files existed reads as `{"status": "unknown"}`."""
-    record = _read_status(RunFolder(folder, create=False))
-    if record is None:
-        return {"status": "unknown"}
-    pid, host = record.get("pid"), record.get("host")
-    if record.get("status") == "running":
-        silent = _silent_for(record.get("heartbeat"))
-        if isinstance(pid, int) and host == socket.gethostname():
-            if not _alive(pid, record.get("pid_started")):
-                record["status"] = "interrupted"
-                record["error"] = f"its process (pid {pid}) ended without saying so: killed?"
-        elif silent is not None and silent > STALE_S:
-            record["status"] = "interrupted"
-            record["error"] = (
-                f"no heartbeat from its process (pid {pid} on {host}) for {silent / 60:.0f} "
-                "minutes: it stopped, or its machine did"
-            )
-    if record.get("status") == "interrupted":
-        checkpoints = list_checkpoints(folder)
-        record["checkpoint"] = checkpoints[-1].step if checkpoints else None
-        where = (
-            f"its newest checkpoint (step {checkpoints[-1].step})"
-            if checkpoints
-            else "the start (no checkpoint yet)"
-        )
-        said = record.get("error", "interrupted")
-        stop = " " if said.endswith(("?", ".", "!")) else ". "
-        record["error"] = f"{said}{stop}Resuming continues from {where}"
-    return record
-
-
-def _silent_for(stamp: Any) -> float | None:
-    """Seconds since a UTC `heartbeat` stamp (`None` without a readable one)."""
-    try:
-        then = datetime.datetime.fromisoformat(stamp)
-    except (TypeError, ValueError):
-        return None
-    if then.tzinfo is None:
-        return None
-    return (datetime.datetime.now(datetime.UTC) - then).total_seconds()
-
-
 def read_config(folder: RunFolder) -> JobConfig:
     """The config of a run folder; its table names the job."""
     path = folder.file(CONFIG_FILE)
@@ -457,154 +312,3 @@ def run(
     if result.folder is not None and is_writer():
         write_status(RunFolder(result.folder), "finished")
     return result
-
-
-# ------------------------------------------------------------------------------ QD outputs
-
-
-def write_qd_outputs(
-    folder: RunFolder,
-    repertoire: MapElitesRepertoire,
-    progress: Mapping[str, Any],
-    *,
-    plots: bool,
-    x_key: str = "evaluations",
-    top_key: str | None = None,
-    env: AbstractQDEnv | None = None,
-) -> None:
-    """`progress.csv`, `repertoire.eqx`, `centroids.npy` and, with `plots`,
-    `repertoire.png` (over `env`'s descriptor box, its axes named by `env`) and
-    `progress.png` (against `x_key`, with `top_key` on top)."""
-    folder.write_columns(PROGRESS_FILE, progress)
-    folder.write_eqx("repertoire.eqx", repertoire)
-    folder.write_npy("centroids.npy", repertoire.centroids)
-    if plots:
-        from ..plotting import plot_metrics, plot_repertoire
-
-        folder.write_figure("repertoire.png", plot_repertoire(repertoire, **repertoire_axes(env)))
-        folder.write_figure("progress.png", plot_metrics(progress, x_key, top_key))
-
-
-def repertoire_axes(env: AbstractQDEnv | None) -> dict[str, Any]:
-    """`plot_repertoire`'s `bounds` and `descriptor_names` from a task (none without)."""
-    if env is None:
-        return {}
-    return {"bounds": env.descriptor_bounds, "descriptor_names": env.descriptor_names}
-
-
-def read_repertoire(
-    folder: RunFolder,
-    make_genotype: Callable[[], Any],
-    *,
-    tessellation: AbstractTessellation | None = None,
-    with_ids: bool = False,
-) -> MapElitesRepertoire:
-    """`repertoire.eqx` of a QD run. `make_genotype()` builds one genotype (only its
-    shapes are used: it runs under `eqx.filter_eval_shape`); the tessellation defaults to the
-    folder's `centroids.npy`; `with_ids` when the run tracked lineage."""
-    tess = tessellation or CVTTessellation(folder.read_npy("centroids.npy"))
-
-    def template():
-        import jax.numpy as jnp
-
-        extra = jnp.zeros((), jnp.int32) if with_ids else None
-        return MapElitesRepertoire.empty(tess, make_genotype(), extra)
-
-    like = eqx.filter_eval_shape(template)
-    return folder.read_eqx("repertoire.eqx", like)
-
-
-def read_qd_run(
-    folder: RunFolder, config: JobConfig, repertoire: MapElitesRepertoire, tables=()
-) -> RunResult:
-    """The `RunResult` of a QD run folder: progress, the repertoire, and the named tables."""
-    return RunResult(
-        config,
-        folder.path,
-        folder.read_columns(PROGRESS_FILE),
-        None,
-        repertoire,
-        {name: folder.read_columns(f"{name}.csv") for name in tables},
-    )
-
-
-def qd_summary(result: RunResult) -> str:
-    """The QD jobs' last line: evaluations, QD-score, coverage and max fitness."""
-    last = result.last
-    return (
-        f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
-        f"coverage {100 * last['coverage']:.1f}%, max fitness {last['max_fitness']:.6g}"
-    )
-
-
-def hparams_columns(
-    step: str, hparams: Mapping[str, np.ndarray], *, first: int = 0, **extra: np.ndarray
-):
-    """Long-format columns of per-member hyperparameters: `step` (counted from `first`) and
-    `member`, then one column per hyperparameter (`hparams` maps names to `(steps, members)`
-    arrays), then the `extra` columns (same shape)."""
-    names = sorted(hparams)
-    steps, members = np.shape(hparams[names[0]])
-    columns = {
-        step: np.repeat(np.arange(first, first + steps), members),
-        "member": np.tile(np.arange(members), steps),
-    }
-    for name in names:
-        columns[name] = np.asarray(hparams[name], np.float64).reshape(-1)
-    for name, values in extra.items():
-        columns[name] = np.asarray(values).reshape(-1)
-    return columns
-
-
-AGENT_OPTIONS = (
-    "hidden",
-    "minibatch_size",
-    "num_envs",
-    "buffer_size",
-    "grad_updates_per_step",
-    "rollout_length",
-    "target_entropy_scale",
-    "critic_target_every_step",
-    "same_start",
-    "matmul_dtype",
-)
-"""The config fields a job passes to its agent's factory (those the factory takes)."""
-
-
-def agent_options(config: JobConfig) -> dict[str, Any]:
-    """The options of `config` that its agent's factory takes. An option set away from its
-    default that the chosen agent does not take is an error naming it (never ignored)."""
-    entry = AGENTS.get(config.agent)  # type: ignore[attr-defined]
-    fields = {f.name: f for f in dataclasses.fields(config)}
-    out: dict[str, Any] = {}
-    for name in AGENT_OPTIONS:
-        if name not in fields:
-            continue
-        value = getattr(config, name)
-        if entry.takes_any_option() or name in entry.options():
-            out[name] = value
-        elif value != fields[name].default:
-            raise ValueError(
-                f"{name}: agent {entry.name!r} takes no option {name}; its options: "
-                f"{', '.join(entry.options()) or 'none'}"
-            )
-    return out
-
-
-def build_agent(config: JobConfig, env: Any) -> Any:
-    """The agent `config.agent` names, sized for `env`, built with `agent_options`."""
-    return make_agent(config.agent, env, **agent_options(config))  # type: ignore[attr-defined]
-
-
-def training_env(config: JobConfig, env: Any) -> Any:
-    """The environment a PBT or ME-PBT job trains its agents on: `env` (the task, on which
-    they are scored), or with `same_start` the task with its reset noise on, each training
-    environment then keeping the random first state it drew (QDax's training
-    environments)."""
-    if not getattr(config, "same_start", False):
-        return env
-    return make_env(
-        config.env,  # type: ignore[attr-defined]
-        episode_length=config.episode_length,  # type: ignore[attr-defined]
-        reset_noise=True,
-    )
