@@ -19,9 +19,15 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int, ScalarLike
 
 from . import _validate as check
-from ._compile import batched_decompositions
 from ._custom_types import PRNGKey
 from ._misc import f32, i32
+
+
+def batched_decompositions() -> bool:
+    """Whether a population of CMA-ES strategies decomposes its covariances in one batched
+    call (`CMAES.refresh_many`'s default): everywhere but on a CPU, read from JAX's default
+    backend."""
+    return jax.default_backend() != "cpu"
 
 
 RESAMPLE_TRIES = 100

@@ -27,8 +27,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ._machine import machine, resolve_matmul_dtype
-
 
 _OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
 
@@ -51,12 +49,12 @@ def compiler_options() -> dict[str, Any]:
     and where the installed XLA no longer knows it (found once per process by compiling a
     one-line program).
     """
-    if _set_in_xla_flags():
+    if set_in_xla_flags():
         return {}
     return dict(_OPTIONS) if _accepted() else {}
 
 
-def _set_in_xla_flags() -> bool:
+def set_in_xla_flags() -> bool:
     """Whether `XLA_FLAGS` names one of the package's options (the user's choice stands)."""
     return any(name in os.environ.get("XLA_FLAGS", "") for name in _OPTIONS)
 
@@ -117,32 +115,3 @@ def jit(fn: Callable | None = None, *, donate: str = "none", package_options: bo
     if fn is None:
         return lambda f: _Jit(f, donate, package_options)
     return _Jit(fn, donate, package_options)
-
-
-def batched_decompositions() -> bool:
-    """Whether a population of CMA-ES strategies decomposes its covariances in one batched
-    call (`CMAES.refresh_many`'s default): everywhere but on a CPU, read from JAX's default
-    backend."""
-    return jax.default_backend() != "cpu"
-
-
-def machine_choices(*, matmul_auto: bool = False) -> str:
-    """What the package picked for this machine where the faster code path depends on it, in
-    words for a job's log: the XLA CPU fusion generator (`compiler_options`), how CMA-ES
-    populations decompose (`batched_decompositions`) and, for a run that asks for
-    `matmul_dtype="auto"` (`matmul_auto`), what it takes (`resolve_matmul_dtype`)."""
-    picks = []
-    if jax.default_backend() == "cpu":
-        if _set_in_xla_flags():
-            picks.append("CPU fusion emitters as XLA_FLAGS sets them")
-        else:  # the installed XLA may no longer know the option
-            picks.append(f"{'older' if compiler_options() else 'XLA default'} CPU fusion emitters")
-    each = "batched" if batched_decompositions() else "one strategy at a time"
-    picks.append(f"CMA eigendecompositions {each}")
-    if matmul_auto:
-        here = machine()
-        why = (
-            "AVX-512 BF16 / AMX-BF16" if here.fast_bfloat16 else "bfloat16 products not faster here"
-        )
-        picks.append(f"matmul_dtype auto takes {resolve_matmul_dtype('auto')} ({why})")
-    return ", ".join(picks)

@@ -1,6 +1,6 @@
 """The machine the package computes on (`machine`): JAX's backend, the CPU and its vector
 features, read at run time, for the choices whose faster code path depends on the machine
-(`matmul_dtype="auto"`; `_compile.machine_choices` says every such pick in a job's log) and
+(`matmul_dtype="auto"`; `jobs._choices.machine_choices` says every such pick in a job's log) and
 for the record a run folder keeps of where it ran."""
 
 import dataclasses

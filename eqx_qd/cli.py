@@ -662,9 +662,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _replay(parser, args)
     if args.command == "status":
         return _status(parser, args)
-    from ._compile import machine_choices
     from ._machine import machine
     from .jobs import JOBS, run
+    from .jobs._choices import machine_choices
     from .jobs._distributed import process_count as jax_processes, set_resume_hint
 
     job = JOBS[args.job]

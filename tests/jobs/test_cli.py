@@ -9,8 +9,8 @@ from launched import launched_env
 
 import eqx_qd as q
 from eqx_qd import jobs
-from eqx_qd._compile import machine_choices
 from eqx_qd.cli import main
+from eqx_qd.jobs._choices import machine_choices
 
 
 SMALL = [
