@@ -89,6 +89,7 @@ from ._qdrl.scoring import (
     ScoringExtra as ScoringExtra,
 )
 from ._repertoire import (
+    AbstractCellRepertoire as AbstractCellRepertoire,
     AbstractRepertoire as AbstractRepertoire,
     AddInfo as AddInfo,
     AddStatus as AddStatus,
@@ -113,6 +114,7 @@ from ._sharded import (
     run_sharded as run_sharded,
 )
 from ._tasks import (
+    AbstractScorer as AbstractScorer,
     AbstractTask as AbstractTask,
     Arm as Arm,
     ProjectedSphere as ProjectedSphere,
@@ -149,10 +151,12 @@ except _PackageNotFoundError:  # running from a source tree that is not installe
 
 # What `from eqx_qd import *` takes: the names above (tests/test_guards.py).
 __all__ = [
+    "AbstractCellRepertoire",
     "AbstractEmitter",
     "AbstractMutation",
     "AbstractRanker",
     "AbstractRepertoire",
+    "AbstractScorer",
     "AbstractSelector",
     "AbstractStatelessEmitter",
     "AbstractTask",

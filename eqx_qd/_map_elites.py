@@ -16,6 +16,7 @@ from ._emitters.base import AbstractEmitter
 from ._metrics import qd_metrics, QDMetrics
 from ._misc import f32, filter_scan, i32, tree_all_gather, tree_take
 from ._repertoire import AbstractRepertoire, AddInfo, MapElitesRepertoire
+from ._tasks import AbstractScorer
 from ._tessellation import AbstractTessellation
 
 
@@ -132,9 +133,11 @@ class MAPElites(eqx.Module):
     ):
         self.emitter = emitter
         self.scoring_fn = scoring_fn
-        # The task's offset unless one is given: Rastrigin's fitnesses are negative, and a QD-
+        # The scorer's offset unless one is given: Rastrigin's fitnesses are negative, and a QD-
         # score without its offset would be too. A plain function has none: 0.
-        self.qd_offset = getattr(scoring_fn, "qd_offset", 0.0) if qd_offset is None else qd_offset
+        if qd_offset is None:
+            qd_offset = scoring_fn.qd_offset if isinstance(scoring_fn, AbstractScorer) else 0.0
+        self.qd_offset = qd_offset
         self.lineage = lineage
         self.axis_name = axis_name
         if archive_learning_rate is not None:

@@ -8,6 +8,7 @@ draw an initial population.
 import abc
 import math
 import typing
+from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -18,7 +19,24 @@ from . import _validate as check
 from ._custom_types import Extra, PRNGKey
 
 
-class AbstractTask(eqx.Module):
+class AbstractScorer(eqx.Module):
+    """A scoring function that knows its QD-score offset: `scorer(genotypes, key=key) ->
+    (fitnesses, descriptors, extra)`, and `qd_offset`, added to every elite's fitness in the
+    QD-score so that it stays positive. Tasks and policy scorers are scorers, and `MAPElites`
+    takes the offset of one; a plain function has none (give `MAPElites` its `qd_offset`)."""
+
+    @property
+    @abc.abstractmethod
+    def qd_offset(self) -> float:
+        """Added to every elite's fitness in the QD-score so that it stays positive."""
+
+    @abc.abstractmethod
+    def __call__(self, genotypes: Any, *, key: PRNGKey) -> tuple[Any, Any, Extra]:
+        """The fitnesses `(batch,)`, descriptors `(batch, num_descriptors)` and extra scores of
+        `genotypes`, one key for the batch."""
+
+
+class AbstractTask(AbstractScorer):
     """A scoring function plus what MAP-Elites needs to know about it."""
 
     genotype_dim: eqx.AbstractVar[int]

@@ -97,8 +97,10 @@ def _add_field(parser: argparse.ArgumentParser, field: dataclasses.Field, tp: An
     flag = "--" + field.name.replace("_", "-")
     aliases = field.metadata.get("aliases", ())
     shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-    known = getattr(field.metadata.get("check"), "known", None)
-    choices = f": {', '.join(known())}" if known is not None else ""
+    from .jobs.checks import Choices
+
+    check = field.metadata.get("check")
+    choices = f": {', '.join(check.names())}" if isinstance(check, Choices) else ""
     text = f"{field.metadata.get('help', '')}{choices} (default: {shown})"
     kind, metavar = _parser_for(tp)
     if kind is None:  # a bool: --flag / --no-flag, plus aliases such as --no-gradient

@@ -124,7 +124,7 @@ PLANTED_EMITTERS = {
 """Each planted emitter and the law it breaks."""
 
 
-class SimpleGrid(q.AbstractRepertoire):
+class SimpleGrid(q.AbstractCellRepertoire):
     """A correct elitist grid over the unit box, written the plain way: candidates inserted
     one by one in a `fori_loop`, each replacing its cell's elite when strictly fitter."""
 

@@ -109,3 +109,52 @@ def test_the_laws_kit_s_files_share_no_private_names():
             if isinstance(node, ast.ImportFrom) and node.level == 1:
                 shared += [f"{path.name}: {a.name}" for a in node.names if a.name.startswith("_")]
     assert shared == []
+
+
+def _abstract_names() -> set[str]:
+    """What the package's abstract classes ask of their subclasses: abstract methods and
+    properties, and `AbstractVar` fields."""
+    import inspect
+
+    import eqx_qd
+    import eqx_qd.envs
+    import eqx_qd.external
+    import eqx_qd.rl
+
+    names = set()
+    for namespace in (eqx_qd, eqx_qd.envs, eqx_qd.rl, eqx_qd.external):
+        for cls in vars(namespace).values():
+            if inspect.isclass(cls) and cls.__name__.startswith("Abstract"):
+                names |= set(getattr(cls, "__abstractmethods__", ()))
+                names |= {
+                    n
+                    for n, hint in getattr(cls, "__annotations__", {}).items()
+                    if "AbstractVar" in str(hint)
+                }
+    return names
+
+
+def test_capabilities_are_types_not_attributes_looked_for():
+    """A capability of the package's abstractions (a scorer's QD offset, a repertoire's cells,
+    an environment that renders, ...) is found by `isinstance` on its abstract type, never by
+    `hasattr` / `getattr(x, name, default)` on one of their names (issue 69); and no function
+    carries a protocol in an attribute (a check's listed choices are `jobs.checks.Choices`)."""
+    asked = _abstract_names()
+    assert {"qd_offset", "cell_of", "render_html"} <= asked
+    found = []
+    for name, text in _sources():
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+                continue
+            if node.func.id not in ("hasattr", "getattr") or len(node.args) < 2:
+                continue
+            looked = node.args[1]
+            optional = node.func.id == "hasattr" or len(node.args) == 3
+            if optional and isinstance(looked, ast.Constant) and looked.value in asked:
+                found.append(f"{name}:{node.lineno} {node.func.id}(..., {looked.value!r})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and t.attr == "known" for t in node.targets
+            ):
+                found.append(f"{name}:{node.lineno} a function attribute 'known'")
+    assert found == []

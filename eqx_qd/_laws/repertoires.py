@@ -14,7 +14,7 @@ import jax.random as jr
 import numpy as np
 
 from .._custom_types import PRNGKey
-from .._repertoire import AbstractRepertoire, MapElitesRepertoire
+from .._repertoire import AbstractCellRepertoire, AbstractRepertoire, MapElitesRepertoire
 from .runner import Broken, ID_OFFSET, keep_python_random, known_laws, one_at_a_time, run_laws
 
 
@@ -224,8 +224,9 @@ def _reference_add(rep: AbstractRepertoire, c: _Candidates):
 
 
 def _law_rep_reference(ctx: _RepertoireContext) -> None:
-    """(Elitist repertoires with cells, `cell_of`.) `add` equals the elitist rule written out
-    candidate by candidate (`_reference_add`), slot by slot, bit for bit."""
+    """(Elitist repertoires with cells, an `AbstractCellRepertoire`.) `add` equals the
+    elitist rule written out candidate by candidate (`_reference_add`), slot by slot, bit for
+    bit."""
     for name, before, c, after in (
         ("first", ctx.start, ctx.offers[0], ctx.after_first),
         ("second", ctx.after_first, ctx.offers[1], ctx.after_second),
@@ -251,9 +252,9 @@ def _law_rep_reference(ctx: _RepertoireContext) -> None:
 
 
 def _law_rep_order(ctx: _RepertoireContext) -> None:
-    """(Repertoires with cells, `cell_of`.) The order of a batch does not matter when no two
-    valid candidates of one cell tie: the batch added in another order stores the same
-    elites in the same slots."""
+    """(Repertoires with cells, an `AbstractCellRepertoire`.) The order of a batch does not
+    matter when no two valid candidates of one cell tie: the batch added in another order
+    stores the same elites in the same slots."""
     c = ctx.offers[1]
     valid = c.valid()
     cells = np.asarray(ctx.after_first.cell_of(jnp.where(valid[:, None], c.descriptors, 0.0)))
@@ -316,7 +317,7 @@ REPERTOIRE_LAWS: dict[str, Callable[[_RepertoireContext], None]] = {
 }
 """The laws `check_repertoire` runs, by name (each function's docstring states its law);
 `elitist` and `reference` apply to elitist repertoires, `reference` and `order` to those
-with cells (a `cell_of` method)."""
+with cells (an `AbstractCellRepertoire`)."""
 
 
 def check_repertoire(
@@ -350,7 +351,7 @@ def check_repertoire(
         )
     if elitist is None:
         elitist = isinstance(repertoire, MapElitesRepertoire) and repertoire.annealing is None
-    cells = callable(getattr(repertoire, "cell_of", None))
+    cells = isinstance(repertoire, AbstractCellRepertoire)
     applies = {
         "elitist": elitist,
         "reference": elitist and cells,
@@ -362,7 +363,7 @@ def check_repertoire(
     if refused:
         raise ValueError(
             f"check_repertoire: {refused} do not apply to this repertoire (elitist={elitist}, "
-            f"cell_of: {cells})"
+            f"cells: {cells}, an AbstractCellRepertoire)"
         )
     cases = _repertoire_cases(batch_size, repertoire.num_descriptors)
     context = one_at_a_time(lambda case: _RepertoireContext(repertoire, case, batch_size))

@@ -12,6 +12,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
+from .._tasks import AbstractScorer
 from ..envs._base import AbstractQDEnv, EnvState
 from ..envs._rollout import _play_many, Episode, rollout_states, Transition
 from ..rl._base import AbstractAgent
@@ -45,7 +46,7 @@ def episode_transitions(extra: ScoringExtra) -> tuple[Transition, Float[Array, "
 
 
 @typing.final
-class PolicyScorer(eqx.Module):
+class PolicyScorer(AbstractScorer):
     """A MAP-Elites scoring function for policy genotypes.
 
     `scorer(policies, key=) -> (fitnesses, descriptors, ScoringExtra)`, where `policies` is a
@@ -160,7 +161,7 @@ def reevaluate(
 
 
 @typing.final
-class DiscardDead(eqx.Module):
+class DiscardDead(AbstractScorer):
     """A policy scorer whose candidates that terminated before the episode's end get fitness
     `-inf`, so the repertoire refuses them (the PGA-ME repository without
     `--not_discard_dead`). Their transitions still reach the replay buffer, as in that

@@ -1,6 +1,7 @@
 """Repertoires: the archives a QD run keeps, and what an insertion reports."""
 
 from ._base import (
+    AbstractCellRepertoire as AbstractCellRepertoire,
     AbstractRepertoire as AbstractRepertoire,
     AddInfo as AddInfo,
     AddStatus as AddStatus,

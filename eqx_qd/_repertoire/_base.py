@@ -284,3 +284,15 @@ class AbstractRepertoire(eqx.Module):
             raise ValueError(f"genotypes must have a leading axis of {n} slots")
         if self.extra is not None and batch_size_of(self.extra) != n:
             raise ValueError(f"extra must have a leading axis of {n} slots")
+
+
+class AbstractCellRepertoire(AbstractRepertoire):
+    """A repertoire whose elites live in cells, one per cell, with the cell of a descriptor
+    known before any insertion (`cell_of`): MAP-Elites' grid and CVT archives. The laws that
+    compare a batch's insertion cell by cell (`eqx_qd.testing.check_repertoire`: `reference`,
+    `order`) run on these; a repertoire without cells (DNS, the novelty archive) is an
+    `AbstractRepertoire`."""
+
+    @abc.abstractmethod
+    def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
+        """The cell index `(batch,)` of each descriptor `(batch, num_descriptors)`."""

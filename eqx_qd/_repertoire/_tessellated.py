@@ -11,7 +11,7 @@ from .. import _validate as check
 from .._custom_types import Extra, Genotypes
 from .._misc import batch_size_of, f32, is_none, tree_scatter, tree_take, tree_zeros_batch
 from .._tessellation import AbstractTessellation
-from ._base import AbstractRepertoire, AddInfo, AddStatus, valid_candidates
+from ._base import AbstractCellRepertoire, AddInfo, AddStatus, valid_candidates
 
 
 class Annealing(eqx.Module):
@@ -69,7 +69,7 @@ class Annealing(eqx.Module):
 
 
 @typing.final
-class MapElitesRepertoire(AbstractRepertoire):
+class MapElitesRepertoire(AbstractCellRepertoire):
     """An archive of elites, one per cell of a tessellation (grid or CVT): the
     `AbstractRepertoire` of MAP-Elites, CMA-ME and CMA-MAE.
 

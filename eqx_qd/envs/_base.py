@@ -14,7 +14,7 @@ the QD-score.
 
 import abc
 import typing
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import equinox as eqx
 import jax
@@ -344,3 +344,14 @@ def finished_episodes(
     count = jnp.sum(finished.astype(jnp.float32))
     total = jnp.sum(jnp.where(finished, finished_return, 0.0))
     return jnp.where(count > 0, total / jnp.maximum(count, 1.0), jnp.nan), count
+
+
+class AbstractRenderable(eqx.Module):
+    """An environment that draws an episode as a web page (`render_html`): the replay of an
+    elite (`eqx-qd replay`) writes one for it. brax's tasks are; a pure-JAX one is drawn by
+    `eqx_qd.plotting.plot_trajectories` instead."""
+
+    @abc.abstractmethod
+    def render_html(self, states: Any, *, height: int = 480) -> str:
+        """An HTML page showing `states`, an episode's states stacked on a leading time axis,
+        `height` pixels high."""

@@ -22,7 +22,14 @@ from .._compile import compiler_options
 from .._custom_types import PRNGKey
 from .._extras import require
 from .._misc import f32
-from ._base import AbstractQDEnv, Arena, EnvState, final_descriptor, mean_descriptor
+from ._base import (
+    AbstractQDEnv,
+    AbstractRenderable,
+    Arena,
+    EnvState,
+    final_descriptor,
+    mean_descriptor,
+)
 
 
 @contextlib.contextmanager
@@ -281,7 +288,7 @@ class _Frame(typing.NamedTuple):
 
 
 @typing.final
-class BraxQDEnv(AbstractQDEnv):
+class BraxQDEnv(AbstractQDEnv, AbstractRenderable):
     """A brax robot as a QD task.
 
     `*_uni` tasks: the brax reward (forward velocity + healthy bonus - control cost), and the

@@ -16,6 +16,7 @@ from .._tessellation import AbstractTessellation
 from .._validate import non_negative, positive, positive_int
 from ._config import JobConfig, option
 from ._registry import AGENTS, EMITTERS, ENVIRONMENTS
+from .checks import Choices
 
 
 def default_of(block: type, name: str, default: Any) -> Any:
@@ -25,13 +26,12 @@ def default_of(block: type, name: str, default: Any) -> Any:
     return dataclasses.field(default=default, metadata=field.metadata)
 
 
-def _one_of(*choices: str):
+def _one_of(*choices: str) -> Choices:
     def check(key: str, value: Any) -> None:
         if value not in choices:
             raise ValueError(f"{key}: unknown {value!r}; choose one of {', '.join(choices)}")
 
-    check.known = lambda: list(choices)  # type: ignore[attr-defined]
-    return check
+    return Choices(check, lambda: list(choices))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,18 +54,18 @@ from ._loop import Chunk, LoopJob
 from ._qd_outputs import read_qd_run, read_repertoire, repertoire_axes
 from ._registry import ENVIRONMENTS, make_env
 from ._resume import RunClock
+from .checks import Choices
 
 
 CROSSOVER_OPS = ("iso_dd", "sbx", "none")
 MUTATION_OPS = ("polynomial_mutation", "gaussian_mutation", "uniform_mutation", "none")
 
 
-def _choice(choices: tuple[str, ...]):
+def _choice(choices: tuple[str, ...]) -> Choices:
     def check(name: str, value: str) -> None:
         one_of(name, value, choices)
 
-    check.known = lambda: choices  # the choices, listed by --help
-    return check
+    return Choices(check, lambda: choices)
 
 
 @dataclasses.dataclass(frozen=True)

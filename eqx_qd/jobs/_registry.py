@@ -40,6 +40,7 @@ from ..rl._off_policy import AbstractOffPolicyAgent
 from ..rl._ppo import PPO
 from ..rl._sac import SAC
 from ..rl._td3 import TD3
+from .checks import Choices
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -110,8 +111,9 @@ class Registry(Generic[_F]):
             raise ValueError(f"unknown {kind} {name!r}; known: {', '.join(known)}{hint}")
         return self._entries[name]
 
-    def check(self, tag: str | None = None) -> Callable[[str, Any], None]:
-        """A config-field check: the value must be a registered name (tagged `tag`)."""
+    def check(self, tag: str | None = None) -> Choices:
+        """A config-field check: the value must be a registered name (tagged `tag`); `--help`
+        lists the names."""
 
         def check(key: str, value: Any) -> None:
             try:
@@ -119,8 +121,7 @@ class Registry(Generic[_F]):
             except ValueError as e:
                 raise ValueError(f"{key}: {e}") from None
 
-        check.known = lambda: self.names(tag)  # type: ignore[attr-defined]
-        return check
+        return Choices(check, lambda: self.names(tag))
 
     def make(self, name: str, *args: Any, tag: str | None = None, **options: Any) -> Any:
         """Build the thing named `name` (among those tagged `tag`) with `args` and

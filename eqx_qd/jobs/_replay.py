@@ -11,7 +11,7 @@ import numpy as np
 
 from .._compile import jit
 from .._misc import tree_take
-from ..envs._base import EnvState
+from ..envs._base import AbstractRenderable, EnvState
 from ..envs._rollout import Episode
 from ._folder import RunFolder
 from ._job import Job, JOBS, read_config
@@ -142,7 +142,7 @@ def replay(
     states = jax.tree.map(lambda x: x[: steps + 1], states)
     files: dict[str, str] = {}
     if write:
-        if hasattr(env, "render_html"):
+        if isinstance(env, AbstractRenderable):
             files["html"] = run_folder.file(f"replay_{elite_id}.html")
             run_folder.write_text(f"replay_{elite_id}.html", env.render_html(states))
         if env.arena is not None:

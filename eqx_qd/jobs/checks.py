@@ -10,7 +10,8 @@ rate: float = jobs.option(0.1, "mutation rate", check=checks.between(0.0, 1.0))
 ```
 """
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import _validate
@@ -50,19 +51,33 @@ def between(low: float, high: float) -> Check:
     return check
 
 
-def one_of(*choices: Any) -> Check:
+@dataclasses.dataclass(frozen=True)
+class Choices:
+    """A check whose valid values can be listed, which `--help` shows after the option's help:
+    `check(key, value)` refuses the others, `names()` lists them (read when asked, so names a
+    plugin registers later are listed too). `one_of` and the registries' checks are these."""
+
+    check: Check
+    names: Callable[[], Sequence[str]]
+
+    def __call__(self, key: str, value: Any) -> None:
+        self.check(key, value)
+
+
+def one_of(*choices: Any) -> Choices:
     """One of `choices`."""
 
     def check(key: str, value: Any) -> None:
         _validate.one_of(key, value, choices)
 
-    return check
+    return Choices(check, lambda: [str(c) for c in choices])
 
 
 # What `from eqx_qd.jobs.checks import *` takes: the names above (tests/test_guards.py).
 __all__ = [
     "between",
     "Check",
+    "Choices",
     "non_negative",
     "non_negative_int",
     "one_of",
