@@ -18,7 +18,7 @@ On one device `train_population` trains the agents in groups side by side on thr
 one group per core that divides the population (``--groups 1``: one program; the JSON's
 ``groups``).
 ``--matmul-dtype bfloat16`` runs the networks' hidden products with bfloat16 inputs (`SAC`'s
-``matmul_dtype``; ``auto``: bfloat16 where ``eqx_qd.machine()`` says they are faster, the
+``matmul_dtype``; ``auto``: bfloat16 where ``eqx_qd.internal.machine()`` says they are faster, the
 JSON's ``matmul_dtype_taken``). The JSON line holds every call's evaluation returns per agent,
 so that a long run (``--calls 26``) is a learning curve; the agents' keys and initial weights
 do not depend on ``--matmul-dtype``, so two runs differ only by it.

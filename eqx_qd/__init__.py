@@ -45,11 +45,6 @@ from ._emitters.gradient_arborescence import (
 from ._emitters.mixing import MixingEmitter as MixingEmitter
 from ._emitters.rankers import AbstractRanker as AbstractRanker, ranker as ranker
 from ._kmeans import cvt_centroids as cvt_centroids
-from ._machine import (
-    host_devices_per_core as host_devices_per_core,
-    Machine as Machine,
-    machine as machine,
-)
 from ._map_elites import (
     Asked as Asked,
     MAPElites as MAPElites,
@@ -197,15 +192,12 @@ __all__ = [
     "Genotypes",
     "GradientArborescenceEmitter",
     "GridTessellation",
-    "host_devices_per_core",
     "init_repertoire",
     "init_sharded",
     "internal",
     "isoline_variation",
     "IsoLineVariation",
     "Lineage",
-    "Machine",
-    "machine",
     "MAPElites",
     "MapElitesRepertoire",
     "MAPElitesState",

@@ -21,6 +21,9 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   ordinary policy), for variants of `DCRLEmitter`.
 - **the bandit's choice**: `ucb1_choice` (which members of a pool `BanditEmitter` activates
   next, pyribs' UCB1 rule), for schedulers of your own.
+- **the machine** (`machine()`, a `Machine`): what the package reads of it at run time (JAX's
+  backend, the CPU and its vector features) for the choices whose faster code path depends on
+  it, and `host_devices_per_core` (one host device per usable core, before JAX starts).
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
   `check.fraction`, `check.in_range`, `check.finite`, ...) every `__check_init__` uses, with
   `is_concrete`.
@@ -30,6 +33,11 @@ Semi-public: documented and tested, but it may change faster than the top level.
 
 from . import _validate as check
 from ._emitters.bandit import ucb1_choice as ucb1_choice
+from ._machine import (
+    host_devices_per_core as host_devices_per_core,
+    Machine as Machine,
+    machine as machine,
+)
 from ._misc import (
     batch_size_of as batch_size_of,
     f32 as f32,
@@ -71,9 +79,12 @@ __all__ = [
     "filter_cond",
     "filter_scan",
     "filter_while_loop",
+    "host_devices_per_core",
     "i32",
     "inject_actor",
     "is_concrete",
+    "Machine",
+    "machine",
     "normalise_descriptors",
     "place_sharded",
     "random_permutation",

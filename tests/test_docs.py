@@ -117,8 +117,8 @@ def test_the_migration_guide_names_only_what_exists():
 
 def test_the_api_reference_has_a_page_entry_for_every_public_name():
     """``docs/api`` (built by ``mkdocs build --strict`` in CI) renders every public name of
-    ``eqx_qd``, ``eqx_qd.jobs``, ``eqx_qd.external``, ``eqx_qd.plotting`` and
-    ``eqx_qd.testing`` once."""
+    ``eqx_qd``, ``eqx_qd.jobs``, ``eqx_qd.external``, ``eqx_qd.plotting``,
+    ``eqx_qd.testing`` and ``eqx_qd.internal`` once."""
     import pathlib
 
     entries = []
@@ -134,6 +134,7 @@ def test_the_api_reference_has_a_page_entry_for_every_public_name():
         "eqx_qd.plotting",
         "eqx_qd.external",
         "eqx_qd.testing",
+        "eqx_qd.internal",
     )
     for module_name in modules:
         module = importlib.import_module(module_name)

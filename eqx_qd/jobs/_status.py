@@ -67,7 +67,7 @@ class _Heartbeat:
 def write_status(folder: RunFolder, status: str, **details: Any) -> None:
     """Record in `status.json` where the run stands: `running` (written with the folder and
     on resume, so a killed run never looks finished; with the process that runs it, so
-    `run_status` tells a killed one, and the machine it runs on, `str(eqx_qd.machine())`),
+    `run_status` tells a killed one, and the machine it runs on, `str(eqx_qd.internal.machine())`),
     `finished`, `failed` or `interrupted` (with the error). Earlier details are kept."""
     with _STATUS_LOCK:
         previous = _read_status(folder) or {}

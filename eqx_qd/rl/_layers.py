@@ -96,8 +96,8 @@ class Dense(eqx.Module):
     both gradients are such products too (of the rounded cotangent with the rounded weight, and
     with the rounded input). These products are faster on CPUs with AVX-512 BF16, slower on
     others (`benchmarks/log/compare-and-tuning.md`); `matmul_dtype="auto"` takes bfloat16 where
-    they are faster (`eqx_qd.Machine.fast_bfloat16`, read when the layer is built) and float32
-    elsewhere, and the layer keeps what it took.
+    they are faster (`eqx_qd.internal.Machine.fast_bfloat16`, read when the layer is built) and
+    float32 elsewhere, and the layer keeps what it took.
     Called on a batch (`x` of shape `(..., in)`), the weight's gradient is one product over
     the batch; called on single inputs under `vmap`, it is a sum of per-input outer products,
     no faster than float32. Reverse mode only (a custom VJP: no `jax.jvp` / `jax.jacfwd`

@@ -1,4 +1,4 @@
-"""The machine the package reads at run time (`eqx_qd.machine`), and the choice it drives:
+"""The machine the package reads at run time (`eqx_qd.internal.machine`), and the choice it drives:
 `matmul_dtype="auto"`."""
 
 import dataclasses
@@ -58,7 +58,7 @@ def test_cpuinfo_is_read_for_the_model_and_the_vector_features_that_pick_code_pa
 
 
 def _kind(backend="cpu", flags=("avx2",)):
-    return q.Machine(
+    return q.internal.Machine(
         backend=backend,
         device="cpu" if backend == "cpu" else "NVIDIA H100 80GB HBM3",
         cpu="AMD EPYC",
@@ -106,7 +106,7 @@ def test_auto_resolves_to_what_this_machine_runs_faster(monkeypatch):
 
 
 def test_this_machine_is_described_in_one_line():
-    here = q.machine()
+    here = q.internal.machine()
     assert here.backend == "cpu" and here.cores >= 1  # the suite runs on a CPU
     assert set(here.flags) <= set(_machine.VECTOR_FLAGS)
     line = str(here)
@@ -124,7 +124,10 @@ def test_this_machine_is_described_in_one_line():
 def test_host_devices_per_core_in_a_fresh_process_and_where_a_count_is_given():
     plain = "import eqx_qd as q, jax; "
     in_python = "import jax, eqx_qd as q; jax.config.update('jax_num_cpu_devices', 3); "
-    then = "n = q.host_devices_per_core(); print(n, len(jax.devices()), q.machine().cores)"
+    then = (
+        "n = q.internal.host_devices_per_core(); "
+        "print(n, len(jax.devices()), q.internal.machine().cores)"
+    )
 
     def run(script, **given):
         env = {
@@ -147,9 +150,9 @@ def test_host_devices_per_core_in_a_fresh_process_and_where_a_count_is_given():
 @pytest.mark.e2e
 def test_host_devices_per_core_after_jax_started_says_so():
     # The suite's process asked for 4 CPU devices (conftest): that count stands.
-    assert q.host_devices_per_core() == 4
+    assert q.internal.host_devices_per_core() == 4
     # A process where JAX started with its one CPU device, on a machine of more cores: too late.
-    script = "import jax, eqx_qd as q; jax.devices(); print(q.host_devices_per_core())"
+    script = "import jax, eqx_qd as q; jax.devices(); print(q.internal.host_devices_per_core())"
     done = subprocess.run([sys.executable, "-c", script], env=launched_env(),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     cores = _machine.usable_cores()

@@ -245,14 +245,14 @@ def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
     assert "(no compile cache)" in third
     # The machine (a CPU here), then the code paths picked for it; the matmul dtype only for a
     # run that asks for "auto" (every command had said what auto takes, whatever it ran).
-    assert third.splitlines()[1] == f"eqx-qd: machine: {q.machine()}"
+    assert third.splitlines()[1] == f"eqx-qd: machine: {q.internal.machine()}"
     assert third.splitlines()[2] == (
         "eqx-qd: for this machine: older CPU fusion emitters, "
         "CMA eigendecompositions one strategy at a time"
     )
     auto = (
         "bfloat16 (AVX-512 BF16 / AMX-BF16)"
-        if q.machine().fast_bfloat16
+        if q.internal.machine().fast_bfloat16
         else ("float32 (bfloat16 products not faster here)")
     )
     assert machine_choices(matmul_auto=True).endswith(f", matmul_dtype auto takes {auto}")

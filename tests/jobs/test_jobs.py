@@ -337,7 +337,7 @@ def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch, capsys):
     status = jobs.run_status(done)
     assert status["status"] == "finished" and status["job"] == "map-elites"
     assert status["started"] <= status["updated"]
-    assert status["machine"] == str(q.machine())  # where it ran: CPU, vector features, JAX
+    assert status["machine"] == str(q.internal.machine())  # where it ran: CPU, vector features, JAX
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk full")

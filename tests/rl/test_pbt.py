@@ -249,7 +249,7 @@ def test_auto_groups_are_the_most_that_divide_at_one_per_core(
 
 
 def test_groups_auto_on_this_machine_and_inside_transformations(population):
-    cores = q.machine().cores
+    cores = q.internal.machine().cores
     expected = _pbt._auto_groups(POP, backend=jax.default_backend(), cores=cores)
     assert q.rl.population_groups(population) == expected
     assert q.rl.population_groups(population, 3) == 3
