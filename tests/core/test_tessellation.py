@@ -142,6 +142,7 @@ def _nearest64(points, centroids):
 # The full search once sent 12 of these points to the last centroid: inside the lookup's
 # ``cond``, XLA computed the one-descriptor scores twice with different roundings, so no
 # score equalled the row's minimum.
+@pytest.mark.slow  # (the fast tier's budget: issue 68)
 @example(seed=0, num_cells=31, dim=1, spread=1.0)
 def test_the_bucket_index_finds_the_nearest_centroid(seed, num_cells, dim, spread):
     # Forced on small tessellations; points inside the centroids' box, at its border, on

@@ -80,6 +80,7 @@ def test_builtin_emitters_keep_every_law(name):
     check_emitter(emitter, POPULATION, scoring_fn=scoring, max_examples=5)
 
 
+@pytest.mark.slow  # (the fast tier's budget: issue 68)
 def test_the_qd_rl_emitters_keep_every_law():
     """PGA-ME's (GA + policy gradients + the greedy actor) and ME-PBT's, on policies scored
     by their episodes (tiny sizes: the laws' programs compile once each)."""

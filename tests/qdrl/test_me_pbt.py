@@ -114,6 +114,7 @@ def _genome_of(population, i):
     return AGENT.genome(q.internal.tree_take(population.agent_state, i))
 
 
+@pytest.mark.slow  # (the fast tier's budget: issue 68)
 def test_the_exchange_copies_the_best_and_samples_the_repertoire(getkey):
     emitter = q.PBTEmitter(AGENT, ENV, CONFIG, FROZEN, q.IsoLineVariation(0.01, 0.1))
     scorer = q.PolicyScorer(ENV, agent=AGENT)
@@ -224,6 +225,7 @@ def test_state_and_batch_shapes_follow_the_config(pg, ga, fractions):
     assert {x.shape[0] for x in jax.tree.leaves(batch)} == {n}
 
 
+@pytest.mark.slow  # (the fast tier's budget: issue 68)
 def test_qdax_bands_give_the_agent_at_the_threshold_a_sample_and_the_best_s_buffer(getkey):
     """QDax's rule (`bands="qdax"`): with one best copy and one sample of 4 agents, the worst
     agent is in both bands (a repertoire sample's weights with the best's replay buffer: k - 1

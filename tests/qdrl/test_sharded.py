@@ -71,6 +71,7 @@ def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     assert np.asarray(state.repertoire.extra)[np.isfinite(fit)].max() < int(state.evaluations)
 
 
+@pytest.mark.slow  # (the fast tier's budget: issue 68)
 def test_a_state_read_back_goes_on_the_mesh_again_and_runs_on():
     """`place_sharded` lays a whole host state (a checkpoint) out on the mesh, and
     `scan_sharded` with `run_sharded`'s keys continues it to the same state."""
@@ -250,6 +251,7 @@ def _update_on_mesh(emitter, state, mesh, fitnesses, key, *, default_generator=F
     return eqx.combine(out, static)
 
 
+@pytest.mark.slow  # (the fast tier's budget: issue 68)
 def test_the_exchange_ranks_agents_over_all_devices():
     """Counts are global (QDax's): with 2 agents per device and 0.25 of 4 agents replaced from
     the best and 0.25 from samples, both replacements fall on the device holding the two worst
@@ -286,6 +288,7 @@ def test_the_exchange_ranks_agents_over_all_devices():
     assert np.asarray(after.best_returns).tolist() == [[5.0], [5.0]]
 
 
+@pytest.mark.slow  # (the fast tier's budget: issue 68)
 def test_the_chunked_exchange_finds_the_same_best_set_whatever_the_chunk():
     """QDax's `fraction_sort_exchange`: the best set gathered one local rank at a time (4
     steps of 2 devices x 1 agent, with ties in the returns) is the one-step gather's, in the

@@ -67,6 +67,7 @@ def test_ippo_learns_the_discrete_task(layout):
     assert (log.metrics[2].episodes_done > 0).all()
 
 
+@pytest.mark.slow  # (the fast tier's budget: issue 68)
 def test_ippo_shapes_independent_shared_and_joint():
     state, _ = trained_line_run("independent")
     shared_state, _ = trained_line_run("shared")
