@@ -7,7 +7,6 @@ parameters (`repertoire.eqx`, read back by `load_run`), `centroids.npy` and plot
 """
 
 import dataclasses
-import hashlib
 import os
 import typing
 from collections.abc import Mapping
@@ -15,220 +14,44 @@ from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._compile import jit
-from .._custom_types import PRNGKey
-from .._emitters.base import Origin
 from .._emitters.mixing import ga_emitter
-from .._map_elites import MAPElites, MAPElitesState, StepInfo
-from .._metrics import QDMetrics
-from .._misc import filter_scan, tree_take
+from .._map_elites import MAPElites, MAPElitesState
 from .._qdrl.pga_me import CONVENTIONS, pgame_emitter
-from .._qdrl.scoring import ChunkedScorer, DiscardDead, PolicyScorer, reevaluate
-from .._repertoire import AddStatus, MapElitesRepertoire
-from .._sharded import init_mapped, step_mapped
+from .._qdrl.scoring import ChunkedScorer, DiscardDead, PolicyScorer
 from .._tessellation import CVTTessellation
-from .._validate import finite, fraction, non_negative, non_negative_int, one_of, positive_int
-from .._variation import (
-    AbstractMutation,
-    AbstractVariation,
-    GaussianMutation,
-    IsoLineVariation,
-    PolynomialMutation,
-    SBXCrossover,
-    UniformMutation,
-)
+from .._validate import fraction, non_negative, positive_int
 from ..envs._base import AbstractQDEnv
-from ..rl._layers import INITS
-from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3, TD3HParams
-from ._blocks import RepertoireOptions, RunOptions
 from ._config import option
 from ._distributed import job_mesh, to_host
-from ._folder import RunFolder, user_cache_dir
+from ._folder import RunFolder
 from ._job import register_job, RunResult
 from ._loop import Chunk, LoopJob
-from ._qd_outputs import read_qd_run, read_repertoire, repertoire_axes
-from ._registry import ENVIRONMENTS, make_env
+from ._policy_qd import (
+    _actor_rows,
+    _actors_header,
+    _archive_rows,
+    _choice as _choice,
+    _chunk_length,
+    _init,
+    _progress_header,
+    _progress_row,
+    _run_chunk,
+    _write_plots,
+    CROSSOVER_OPS as CROSSOVER_OPS,
+    ga_operators as ga_operators,
+    make_pgame_env as make_pgame_env,
+    MUTATION_OPS as MUTATION_OPS,
+    pgame_tessellation as pgame_tessellation,
+    policy_agent as policy_agent,
+    policy_by_id as policy_by_id,
+    PolicyQDOptions as PolicyQDOptions,
+)
+from ._qd_outputs import read_qd_run, read_repertoire
 from ._resume import RunClock
-from .checks import Choices
-
-
-CROSSOVER_OPS = ("iso_dd", "sbx", "none")
-MUTATION_OPS = ("polynomial_mutation", "gaussian_mutation", "uniform_mutation", "none")
-
-
-def _choice(choices: tuple[str, ...]) -> Choices:
-    def check(name: str, value: str) -> None:
-        one_of(name, value, choices)
-
-    return Choices(check, lambda: choices)
-
-
-@dataclasses.dataclass(frozen=True)
-class PolicyQDOptions(RepertoireOptions, RunOptions):
-    """What the policy-search QD jobs share (`pgame`, `dcrl-me`): the task and its noise, the
-    CVT, the budget, the GA's operators, the policies' networks, the TD3 critic's settings and
-    the outputs' periods. Each job's config adds its own keys and defaults."""
-
-    env: str = option("walker2d_uni", "registered QD environment", check=ENVIRONMENTS.check("qd"))
-    num_descriptors: int | None = option(None, "descriptor dimensions (checked against the env)")
-    cells: int = option(256, "CVT cells", check=positive_int)
-    evaluations: int = option(10_000, "evaluation budget", check=positive_int)
-    batch_size: int = option(64, "candidates per iteration", check=positive_int)
-    random_init: int = option(256, "random policies evaluated first", check=positive_int)
-    init_batch_size: int = option(128, "random policies scored at once", check=positive_int)
-    critic_steps: int = option(300, "critic steps per iteration", check=non_negative_int)
-    pg_steps: int = option(10, "policy-gradient steps per offspring", check=non_negative_int)
-    minibatch_size: int = option(256, "transitions per critic / PG step", check=positive_int)
-    discount: float = option(0.99, "TD3 discount", check=fraction)
-    tau: float = option(0.005, "TD3 target update rate", check=fraction)
-    policy_noise: float = option(0.2, "TD3 target policy noise", check=non_negative)
-    noise_clip: float = option(0.5, "TD3 target noise clip", check=non_negative)
-    policy_delay: int = option(2, "critic steps per actor step", check=positive_int)
-    pg_lr: float = option(0.001, "policy-gradient variation learning rate", check=non_negative)
-    iso_sigma: float = option(0.005, "iso+line-DD isotropic noise", check=non_negative)
-    line_sigma: float = option(0.05, "iso+line-DD line noise", check=non_negative)
-    crossover_op: str = option("iso_dd", "GA two-parent operator", check=_choice(CROSSOVER_OPS))
-    mutation_op: str = option(
-        "none",
-        "GA mutation (after the crossover, if any)",
-        check=_choice(MUTATION_OPS),
-    )
-    mutation_rate: float = option(0.05, "probability that a gene mutates", check=fraction)
-    crossover_rate: float = option(0.75, "probability that an sbx gene crosses", check=fraction)
-    eta_m: float = option(5.0, "polynomial mutation's distribution index", check=non_negative)
-    eta_c: float = option(10.0, "sbx's distribution index", check=non_negative)
-    sigma: float = option(0.2, "gaussian mutation's standard deviation", check=non_negative)
-    max_uniform: float = option(0.1, "uniform mutation's half-width", check=non_negative)
-    min_genotype: float | None = option(
-        None, "lower bound of every gene (none: no bound)", check=finite
-    )
-    max_genotype: float | None = option(
-        None, "upper bound of every gene (none: no bound)", check=finite
-    )
-    hidden: tuple[int, ...] = option((64, 64), "policy hidden layer widths")
-    normalise: bool = option(False, "layer normalisation in the policy")
-    affine: bool = option(False, "with normalise: learned scale and shift, layers without bias")
-    cvt_samples: int = option(20_000, "uniform samples for CVT k-means", check=positive_int)
-    use_cached_cvt: bool = option(
-        False,
-        "reuse cached centroids (computed once per cells, dim and cvt_samples with "
-        "seed 0, so every seed shares them, as the repo's CVT folder)",
-    )
-    centroids: str | None = option(
-        None, "read the centroids from a .npy or text file (the repo's CVT/centroids_K_D.dat)"
-    )
-    insert_dead: bool = option(
-        True,
-        "insert solutions whose episode ended early (the paper's setting; off: they are "
-        "evaluated, stored in the replay buffer, but not inserted)",
-    )
-    snapshot_every: int = option(2_000, "evaluations between archive snapshots", check=positive_int)
-    checkpoint_every: int = option(
-        2_000,
-        "evaluations between checkpoints of the whole state (and one at the end)",
-        check=positive_int,
-    )
-    episode_length: int = option(100, "steps per episode", check=positive_int)
-    critic_hidden: tuple[int, ...] = option((256, 256), "critic hidden layer widths")
-    critic_lr: float = option(3e-4, "critic learning rate", check=non_negative)
-    buffer_size: int = option(200_000, "replay buffer capacity", check=positive_int)
-    reset_noise: bool = option(True, "random initial states (stochastic task)")
-    obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
-    deterministic: bool = option(False, "no reset or observation noise (QDax's tasks)")
-    num_reevals: int = option(
-        10, "re-evaluations of the best for its averaged fitness", check=positive_int
-    )
-    policy_init: str = option(
-        "xavier_uniform",
-        "the policies' initial weights: xavier_uniform (the repository's actors), "
-        "lecun_uniform with zero biases (QDax), uniform (+-1/sqrt(fan_in))",
-        check=_choice(INITS),
-    )
-    critic_init: str = option(
-        "uniform",
-        "the critic's initial weights: uniform (the repository's, PyTorch's default), "
-        "lecun_uniform (QDax), xavier_uniform",
-        check=_choice(INITS),
-    )
-
-    devices: int = option(
-        1,
-        "devices to spread each batch over, batch_size / devices each, with a data-parallel "
-        "critic (on a CPU, host devices are made)",
-        check=positive_int,
-    )
-
-    def check_devices(self, counts: Mapping[str, int], learner: bool = True) -> None:
-        """Refuse a device count that does not divide `random_init`, `counts` (the job's
-        batch parts) or, with a `learner`, the replay buffer and the minibatch, or that leaves
-        a device's random policies in part chunks, naming the option."""
-        n = self.devices
-        shared = {"random_init": self.random_init, **counts}
-        if learner:
-            shared |= {"buffer_size": self.buffer_size, "minibatch_size": self.minibatch_size}
-        for name, value in shared.items():
-            if value % n:
-                raise ValueError(
-                    f"devices ({n}) must divide {name} ({value}): every device takes as many"
-                )
-        if n > 1 and (self.random_init // n) % self.init_batch_size:
-            raise ValueError(
-                f"init_batch_size ({self.init_batch_size}) must divide each device's "
-                f"random_init ({self.random_init} / {n} devices)"
-            )
-
-    def check(self) -> None:
-        super().check()
-        if self.repertoire == "grid":
-            raise ValueError(
-                f"repertoire: {self.JOB}'s cells are a CVT; choose cvt, dns or unstructured"
-            )
-        for name in ("hidden", "critic_hidden"):
-            widths = getattr(self, name)
-            if not widths or min(widths) < 1:
-                raise ValueError(f"{name} must list positive layer widths, got {list(widths)}")
-        if self.random_init % self.init_batch_size:
-            raise ValueError(
-                f"random_init ({self.random_init}) must be a multiple of init_batch_size "
-                f"({self.init_batch_size})"
-            )
-        if self.evaluations < self.random_init + self.batch_size:
-            raise ValueError(
-                f"evaluations ({self.evaluations}) leaves no batch after random_init "
-                f"({self.random_init}) with batch_size {self.batch_size}"
-            )
-        if self.cvt_samples < self.cells:
-            raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
-        if self.crossover_op == "none" and self.mutation_op == "none":
-            raise ValueError("crossover_op and mutation_op are both 'none': the GA has no operator")
-        bounds = (self.min_genotype, self.max_genotype)
-        if self.mutation_op == "polynomial_mutation" and None in bounds:
-            raise ValueError(
-                "mutation_op 'polynomial_mutation' needs min_genotype and max_genotype (ours is "
-                "Deb's bounded form, which scales the perturbation by the bounds)"
-            )
-        if None not in bounds and self.min_genotype >= self.max_genotype:  # type: ignore
-            raise ValueError(
-                f"min_genotype ({self.min_genotype}) must be below max_genotype "
-                f"({self.max_genotype})"
-            )
-        if self.affine and not self.normalise:
-            raise ValueError("affine needs normalise (it sets the layer normalisations' scale)")
-        if self.deterministic and self.obs_noise > 0:
-            raise ValueError(
-                f"deterministic and obs_noise = {self.obs_noise} contradict each other"
-            )
-        if self.use_cached_cvt and self.centroids is not None:
-            raise ValueError("use_cached_cvt and centroids both choose the centroids: give one")
-
-    @property
-    def num_iterations(self) -> int:
-        return (self.evaluations - self.random_init) // self.batch_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -334,65 +157,6 @@ children, the greedy actor, snapshots, checkpoints): to try a change, not to see
 PGAMEConfig.PRESETS = {"paper": PAPER_PRESET, "smoke": SMOKE_PRESET}
 
 
-def make_pgame_env(config: PolicyQDOptions) -> AbstractQDEnv:
-    """The config's environment with its episode length and noise settings."""
-    return make_env(
-        config.env,
-        episode_length=config.episode_length,
-        reset_noise=config.reset_noise and not config.deterministic,
-        obs_noise=0.0 if config.deterministic else config.obs_noise,
-    )
-
-
-def ga_operators(
-    config: PolicyQDOptions,
-) -> tuple[AbstractVariation | None, AbstractMutation | None]:
-    """The GA's two-parent operator and mutation from `crossover_op` / `mutation_op` and
-    their parameters (either may be `None`), bounded by `min_genotype` / `max_genotype`."""
-    bounds = dict(min_genotype=config.min_genotype, max_genotype=config.max_genotype)
-    variation: AbstractVariation | None = {
-        "iso_dd": lambda: IsoLineVariation(config.iso_sigma, config.line_sigma, **bounds),
-        "sbx": lambda: SBXCrossover(config.eta_c, config.crossover_rate, **bounds),
-        "none": lambda: None,
-    }[config.crossover_op]()
-    mutation: AbstractMutation | None = {
-        "polynomial_mutation": lambda: PolynomialMutation(
-            config.eta_m, config.mutation_rate, config.min_genotype, config.max_genotype
-        ),
-        "gaussian_mutation": lambda: GaussianMutation(config.sigma, config.mutation_rate, **bounds),
-        "uniform_mutation": lambda: UniformMutation(
-            config.max_uniform, config.mutation_rate, **bounds
-        ),
-        "none": lambda: None,
-    }[config.mutation_op]()
-    return variation, mutation
-
-
-def policy_agent(
-    config: PolicyQDOptions, env: AbstractQDEnv, *, critic_target_every_step: bool = False
-) -> TD3:
-    """The TD3 agent that defines a policy-search job's policies and critic (after checking
-    `num_descriptors` against `env`)."""
-    if config.num_descriptors is not None and config.num_descriptors != env.descriptor_size:
-        raise ValueError(
-            f"num_descriptors is {config.num_descriptors} but {config.env!r} has "
-            f"{env.descriptor_size} descriptors"
-        )
-    return TD3(
-        observation_size=env.observation_size,
-        action_size=env.action_size,
-        policy_hidden=config.hidden,
-        critic_hidden=config.critic_hidden,
-        minibatch_size=config.minibatch_size,
-        policy_delay=config.policy_delay,
-        policy_layer_norm=config.normalise,
-        policy_affine=config.affine,
-        policy_init=config.policy_init,
-        critic_init=config.critic_init,
-        critic_target_every_step=critic_target_every_step,
-    )
-
-
 def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
     """The algorithm (`MAPElites` with lineage) and the TD3 agent that defines the policies.
     With `devices > 1`, both run on the mesh axis `"p"`: each device's emitter takes
@@ -430,206 +194,6 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
     scoring = scorer if config.insert_dead else DiscardDead(scorer)
     algo = MAPElites(emitter, scoring, scorer.qd_offset, lineage=True, axis_name=axis)
     return algo, td3
-
-
-def pgame_tessellation(
-    config: PolicyQDOptions, env: AbstractQDEnv, *, key: PRNGKey
-) -> CVTTessellation:
-    """The run's CVT: read from `centroids`; with `use_cached_cvt`, the cached
-    centroids for these `cells`, descriptor bounds and `cvt_samples` (computed with a
-    fixed key on first use and stored, so every seed shares them); else k-means with `key`."""
-    d, (low, high) = env.descriptor_size, env.descriptor_bounds
-    if config.centroids is not None:
-        path = config.centroids
-        if not os.path.isfile(path):
-            raise ValueError(f"centroids {path!r} does not exist")
-        try:
-            tess = CVTTessellation.load(path)
-        except (ValueError, TypeError) as e:
-            raise ValueError(f"centroids: {e}") from e
-        if tess.centroids.shape != (config.cells, d):
-            raise ValueError(
-                f"centroids {path!r} holds centroids of shape {tess.centroids.shape}; "
-                f"cells {config.cells} of {config.env!r}'s {d} descriptors need "
-                f"({config.cells}, {d})"
-            )
-        return tess
-    compute = lambda k: CVTTessellation.from_kmeans(
-        config.cells, d, low, high, num_samples=config.cvt_samples, key=k
-    )
-    if not config.use_cached_cvt:
-        return compute(key)
-    bounds = np.concatenate([np.broadcast_to(low, (d,)), np.broadcast_to(high, (d,))])
-    tag = hashlib.sha256(np.asarray(bounds, np.float32).tobytes()).hexdigest()[:8]
-    cache = RunFolder(user_cache_dir("cvt"))  # ~/.cache/eqx_qd/cvt
-    name = f"centroids_{config.cells}_{d}_{config.cvt_samples}_{tag}.npy"
-    if cache.exists(name):
-        tess = CVTTessellation.load(cache.file(name))
-        if tess.centroids.shape == (config.cells, d):
-            return tess
-    tess = compute(jr.key(0))
-    cache.write_npy(name, tess.centroids)
-    return tess
-
-
-def _plain_scorer(algo: MAPElites):
-    """The scorer without `DiscardDead` (re-evaluations score every episode, as the repo's)."""
-    fn = algo.scoring_fn
-    return fn.scorer if isinstance(fn, DiscardDead) else fn
-
-
-def _chunk_length(config: PolicyQDOptions) -> int:
-    """Iterations per jitted call: about `snapshot_every` evaluations, preferring a divisor of
-    the number of iterations so that a single program is compiled."""
-    chunk = min(max(1, config.snapshot_every // config.batch_size), config.num_iterations)
-    divisors = [d for d in range(1, chunk + 1) if config.num_iterations % d == 0]
-    return divisors[-1] if 2 * divisors[-1] >= chunk else chunk
-
-
-class IterationLog(eqx.Module):
-    """What one iteration records: metrics, per-candidate info, and the re-evaluated best."""
-
-    metrics: QDMetrics
-    info: StepInfo
-    reeval_fitness: jax.Array
-    reeval_descriptor: jax.Array
-    plain_qd_score: jax.Array
-
-
-def _plain_qd_score(repertoire: MapElitesRepertoire) -> jax.Array:
-    """The paper's QD-score: the plain sum of the stored fitnesses (no offset)."""
-    f = repertoire.fitnesses
-    return jnp.sum(jnp.where(jnp.isfinite(f), f, 0.0))
-
-
-def _best_reevaluation(algo: MAPElites, repertoire: MapElitesRepertoire, n: int, key: PRNGKey):
-    genotype = tree_take(repertoire.genotypes, jnp.argmax(repertoire.fitnesses)[None])
-    re = reevaluate(_plain_scorer(algo), genotype, n, key=key)
-    return re.fitness_mean[0], re.descriptor_mean[0]
-
-
-@jit(donate="all-except-first")  # the old state's buffers (replay buffer) reused
-def _run_chunk(
-    algo: MAPElites, state: MAPElitesState, keys: jax.Array, num_reevals: int, mesh: Any = None
-):
-    def body(s, k):
-        step_key, reeval_key = jr.split(k)
-        s, metrics, info = algo.step(s, key=step_key)
-        fit, desc = _best_reevaluation(algo, s.elites, num_reevals, reeval_key)
-        return s, IterationLog(metrics, info, fit, desc, _plain_qd_score(s.elites))
-
-    if mesh is None:
-        return filter_scan(body, state, keys)
-    # Every device steps its share; the records are equal on all of them (gathered batches,
-    # replicated repertoire, the same re-evaluation keys).
-    return step_mapped(lambda s, ks: filter_scan(body, s, ks), state, keys, mesh=mesh)
-
-
-@jit
-def _init(algo, init_algo, genotypes, repertoire, result, key, num_reevals, mesh=None):
-    init_key, reeval_key = jr.split(key)
-
-    def init(g, rep, res, k, rk):
-        state, metrics = init_algo.init(g, rep, key=k, result=res)
-        fit, desc = _best_reevaluation(algo, state.elites, num_reevals, rk)
-        return state, (metrics, fit, desc, _plain_qd_score(state.elites))
-
-    args = (repertoire, result, init_key, reeval_key)
-    if mesh is None:
-        state, out = init(genotypes, *args)
-    else:  # each device scores its share of the random policies
-        state, out = init_mapped(init, genotypes, *args, mesh=mesh)
-    return (state, *out)
-
-
-_TYPE_NAMES = {int(t): t.name.lower() for t in Origin}
-
-
-def _progress_header(d: int) -> list[str]:
-    return [
-        "evaluations",
-        "env_steps",
-        "wall_s",
-        "num_filled",
-        "coverage",
-        "qd_score",
-        "plain_qd_score",
-        "max_fitness",
-        "mean_fitness",
-        "median_fitness",
-        "p5_fitness",
-        "p95_fitness",
-        "averaged_max_fitness",
-        *[f"averaged_max_descriptor_{i}" for i in range(d)],
-    ]
-
-
-def _progress_row(
-    evals: int, steps: int, wall: float, m: dict[str, float], plain: float, fit: float, desc
-) -> list:
-    return [
-        evals,
-        steps,
-        wall,
-        int(m["num_filled"]),
-        m["coverage"],
-        m["qd_score"],
-        plain,
-        m["max_fitness"],
-        m["mean_fitness"],
-        m["median_fitness"],
-        m["p5_fitness"],
-        m["p95_fitness"],
-        fit,
-        *np.asarray(desc).tolist(),
-    ]
-
-
-def _actors_header(d: int) -> list[str]:
-    return [
-        "evaluations",
-        "id",
-        "fitness",
-        *[f"descriptor_{i}" for i in range(d)],
-        "centroid",
-        "parent_1",
-        "parent_2",
-        "type",
-        "novel",
-        "delta_fitness",
-    ]
-
-
-def _actor_rows(evals: int, info: dict[str, np.ndarray]) -> list[list]:
-    rows = []
-    for j in np.flatnonzero(info["status"] != int(AddStatus.NOT_ADDED)):
-        rows.append(
-            [
-                evals,
-                int(info["ids"][j]),
-                float(info["fitnesses"][j]),
-                *info["descriptors"][j].tolist(),
-                int(info["cell"][j]),
-                int(info["parent1"][j]),
-                int(info["parent2"][j]),
-                _TYPE_NAMES[int(info["kind"][j])],
-                bool(info["status"][j] == int(AddStatus.NEW)),
-                float(info["delta"][j]),
-            ]
-        )
-    return rows
-
-
-def _archive_rows(repertoire: MapElitesRepertoire) -> tuple[list[str], list[list]]:
-    fit = np.asarray(repertoire.fitnesses)
-    desc = np.asarray(repertoire.descriptors)
-    ids = np.asarray(repertoire.extra)
-    header = ["fitness", "centroid", *[f"descriptor_{i}" for i in range(desc.shape[1])], "id"]
-    rows = [
-        [float(fit[c]), int(c), *desc[c].tolist(), int(ids[c])]
-        for c in np.flatnonzero(np.isfinite(fit))
-    ]
-    return header, rows
 
 
 class _PGAMEPlan(typing.NamedTuple):
@@ -831,39 +395,7 @@ class _PGAMEJob(LoopJob[_PGAMEPlan, MAPElitesState]):
         )
 
 
-def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog, env) -> None:
-    from ..plotting import plot_fitness_density, plot_metrics, plot_repertoire
-
-    # Any number of descriptors: beyond two, one panel per pair (ant_uni has four).
-    folder.write_figure("repertoire.png", plot_repertoire(repertoire, **repertoire_axes(env)))
-    curves = {
-        "evaluations": prog["evaluations"],
-        "env_steps": prog["env_steps"],
-        "qd_score": prog["qd_score"],
-        "coverage": prog["coverage"],
-        "max_fitness": prog["max_fitness"],
-        "mean_fitness": prog["mean_fitness"],
-    }
-    fig = plot_metrics(curves, "evaluations", "env_steps")  # the paper's axis, and QDax's
-    fig.axes[2].plot(prog["evaluations"], prog["averaged_max_fitness"], label="averaged (re-evals)")
-    fig.axes[2].legend()
-    folder.write_figure("progress.png", fig)
-    density = plot_fitness_density([np.asarray(repertoire.fitnesses)])
-    folder.write_figure("fitness_density.png", density)
-
-
 register_job(_PGAMEJob())
-
-
-def policy_by_id(repertoire: MapElitesRepertoire, actor_id: int) -> DeterministicPolicy:
-    """The actor of `repertoire` whose id (stored as its `extra`) is `actor_id` (from
-    `actors.csv` or an archive snapshot)."""
-    ids = np.asarray(repertoire.extra)
-    filled = np.isfinite(np.asarray(repertoire.fitnesses))
-    where = np.flatnonzero((ids == actor_id) & filled)
-    if where.size == 0:
-        raise KeyError(f"no actor with id {actor_id} in the final archive")
-    return tree_take(repertoire.genotypes, int(where[0]))
 
 
 # ------------------------------------------------ the repository's own config files, as written
