@@ -250,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"TOML file of {job.config_cls.__name__} keys (top level or [{job.name}]); "
             "options override it",
         )
-        if job.original_config_help:
-            sub.add_argument("--config-file", metavar="FILE", help=job.original_config_help)
+        if job.translator is not None:
+            sub.add_argument("--config-file", metavar="FILE", help=job.translator.help)
         if job.presets:
             shown = "; ".join(f"{name}: {_preset_text(v)}" for name, v in job.presets.items())
             sub.add_argument(
@@ -320,7 +320,7 @@ def _config(parser: _Parser, args: argparse.Namespace, job: Any) -> Any:
         if original is not None:
             if args.config is not None:
                 parser.error("--config and --config-file both give the config: use one")
-            values, notes = job.read_original_config(original)
+            values, notes = job.translator(original)
             for note in notes:
                 print(f"eqx-qd: {original}: {note}", file=sys.stderr)
             return job.config_cls.from_mapping({**values, **overrides})
@@ -363,113 +363,16 @@ def _requested_devices(args: argparse.Namespace, job: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _use_devices(count: int | None, processes: int = 1) -> None:
-    """Make `count` host devices available when the CPU is the platform (before JAX starts
-    its backends), `count / processes` on each process of a multi-process run; on a GPU
-    machine this changes nothing."""
-    if count is None or count <= processes:
-        return
-    import jax
-
-    try:
-        jax.config.update("jax_num_cpu_devices", -(-count // processes))
-    except RuntimeError:  # backends already running (called from Python): use what is there
-        pass
+# The options `launch` takes, named in its errors (the command shows them as typed).
+_LAUNCH_OPTIONS = ("devices", "coordinator", "num_processes", "process_id", "heartbeat_timeout")
 
 
-def _multi_process(args: argparse.Namespace) -> bool:
-    """Whether the options or the environment ask for a run of several processes."""
-    from .jobs._distributed import wants_distributed
-
-    return args.distributed or wants_distributed(args.coordinator, args.num_processes)
-
-
-def _automatic_devices(args: argparse.Namespace, job: Any, requested: int | None) -> bool:
-    """Whether the job picks its device count itself (its `devices` defaults to none and
-    neither the options nor the config file give one) on one process."""
-    fields = {f.name: f for f in dataclasses.fields(job.config_cls)}
-    return (
-        requested is None
-        and "devices" in fields
-        and fields["devices"].default is None
-        and not _multi_process(args)
-    )
-
-
-def _host_devices_per_core() -> None:
-    """One host device per usable core (a CPU platform only; before JAX starts), unless
-    `XLA_FLAGS`, `JAX_NUM_CPU_DEVICES` or JAX's config already say how many
-    (`host_devices_per_core`)."""
-    from ._machine import host_devices_per_core
-
-    try:
-        host_devices_per_core()
-    except RuntimeError:  # backends already running (called from Python): use what is there
-        pass
-
-
-# What a scheduler's job says its process count is, as jax.distributed reads it.
-_SCHEDULER_COUNTS = ("SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE")
-
-
-def _process_count(args: argparse.Namespace) -> int | None:
-    """The processes of the run the options ask for (`--num-processes`, or with
-    `--distributed` the scheduler's count from the environment); `None` when unknown."""
-    if args.num_processes is not None:
-        return args.num_processes
-    if args.distributed:
-        for name in _SCHEDULER_COUNTS:
-            value = os.environ.get(name, "")
-            if value.isdigit() and int(value) > 0:
-                return int(value)
-    return None
-
-
-_JOIN_OPTIONS = dict.fromkeys(("num_processes", "process_id", "heartbeat_timeout"))
-
-
-def _join_processes(parser: _Parser, args: argparse.Namespace) -> None:
-    """Join the multi-process run the options or the environment ask for (before JAX starts
-    its backends)."""
-    from .jobs._distributed import initialize
-
-    if not _multi_process(args):
-        if args.process_id is not None:
-            parser.error("--process-id needs a multi-process run (--coordinator, --num-processes)")
-        return
-    try:
-        initialize(
-            args.coordinator,
-            args.num_processes,
-            args.process_id,
-            heartbeat_timeout=args.heartbeat_timeout,
-        )
-    except (ValueError, RuntimeError) as e:
-        parser.error(f"cannot join the multi-process run: {_as_typed(str(e), _JOIN_OPTIONS)}")
-
-
-def _check_layout(parser: _Parser, args: argparse.Namespace, job: Any, devices: int | None) -> None:
-    """Refuse, before any process joins, a multi-process run of a one-process job, or a
-    device count the processes cannot share."""
-    if not _multi_process(args):
-        return
-    if not job.multi_process:
-        from .jobs import JOBS
-
-        several = ", ".join(n for n, j in JOBS.items() if j.multi_process)
-        parser.error(f"{job.name} runs in one process; the multi-process jobs are {several}")
-    processes = _process_count(args)
-    if devices is not None and processes is not None and devices % processes:
-        given = "--devices" if getattr(args, "devices", None) is not None else "devices"
-        by = (
-            f"--num-processes {processes}"
-            if args.num_processes is not None
-            else f"the scheduler's {processes} processes"
-        )
-        parser.error(
-            f"{given} {devices} cannot be shared by {by}: a run of "
-            "several processes spans every process's devices, as many on each"
-        )
+def _compile_cache(args: argparse.Namespace) -> str | bool:
+    """`--compile-cache FOLDER`, `--no-compile-cache`, or the default (`True`: the folder of
+    `$EQX_QD_COMPILE_CACHE`, or none when it says `off`)."""
+    if args.no_compile_cache:
+        return False
+    return True if args.compile_cache is None else args.compile_cache
 
 
 def _resume_command(args: argparse.Namespace, job: Any, folder: str) -> str:
@@ -490,40 +393,6 @@ def _resume_command(args: argparse.Namespace, job: Any, folder: str) -> str:
         parts.append("--distributed")
     parts += ["run", job.name, "--resume", folder]
     return " ".join(parts)
-
-
-def _load_plugins(parser: _Parser, modules: Sequence[str]) -> None:
-    """Load the installed `eqx_qd.plugins` entry points, then import `modules`; a plugin
-    that fails to import is an error naming it."""
-    import importlib
-    from importlib import metadata
-
-    for entry in metadata.entry_points(group="eqx_qd.plugins"):
-        try:
-            entry.load()
-        except Exception as e:  # a broken plugin names itself, not a traceback
-            parser.error(f"plugin entry point {entry.name!r} ({entry.value}) failed to load: {e}")
-    if modules and os.getcwd() not in sys.path and "" not in sys.path:
-        # A module in the current folder is found, as `python -m` finds it (after the
-        # installed packages: it does not shadow them).
-        sys.path.append(os.getcwd())
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception as e:
-            parser.error(f"--plugin {name}: cannot import it: {type(e).__name__}: {e}")
-
-
-def _compile_cache(args: argparse.Namespace) -> str | None:
-    """The cache folder to use, or None: `--no-compile-cache` and `$EQX_QD_COMPILE_CACHE`
-    set to `off` (or empty) turn it off; `--compile-cache` beats the variable."""
-    from .jobs._compile_cache import default_compile_cache
-
-    if args.no_compile_cache:
-        return None
-    if args.compile_cache is not None:
-        return args.compile_cache
-    return default_compile_cache()
 
 
 def _describe_devices() -> str:
@@ -652,7 +521,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # Plugins first: they register jobs, agents, environments... (and compute nothing at
     # import, so the device and process setup below still comes before JAX starts).
-    _load_plugins(_Parser(prog="eqx-qd"), _plugin_modules(argv))
+    from .jobs._launch import load_plugins
+
+    try:
+        load_plugins(_plugin_modules(argv))
+    except ValueError as e:
+        _Parser(prog="eqx-qd").error(str(e).replace("plugin ", "--plugin ", 1))
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "list":
@@ -665,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "status":
         return _status(parser, args)
     from ._machine import machine
-    from .jobs import JOBS, run
+    from .jobs import JOBS, launch, run
     from .jobs._choices import machine_choices
     from .jobs._distributed import process_count as jax_processes, set_resume_hint
 
@@ -681,19 +555,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"cannot resume: {saved!r} does not exist")
         if args.config is None:
             args.config = saved
-    # Host devices first (each process makes its share), then join: both before JAX starts.
+    # Host devices, joining the processes, the compile cache: before JAX starts.
     requested = _requested_devices(args, job)
-    _check_layout(parser, args, job, requested)
-    _use_devices(requested, _process_count(args) or 1)
-    automatic = _automatic_devices(args, job, requested)
-    if automatic:
-        _host_devices_per_core()
-    _join_processes(parser, args)
-    cache = _compile_cache(args)
-    if cache is not None:
-        from .jobs import use_compile_cache
-
-        use_compile_cache(cache)
+    typed = {k: v for k, v in vars(args).items() if v is not None and k in _LAUNCH_OPTIONS}
+    if getattr(args, "devices", None) is None:
+        typed.pop("devices", None)  # (a count from the config file is not an option)
+    try:
+        launched = launch(
+            job.name,
+            devices=requested,
+            coordinator=args.coordinator,
+            num_processes=args.num_processes,
+            process_id=args.process_id,
+            distributed=args.distributed,
+            heartbeat_timeout=args.heartbeat_timeout,
+            compile_cache=_compile_cache(args),
+        )
+    except ValueError as e:
+        parser.error(_as_typed(str(e), typed))
+    cache, automatic = launched.compile_cache, launched.automatic
     config = _config(parser, args, job)
     if resume is not None and args.out is not None:  # a fork: it continues in --out
         resume = _fork(parser, resume, args.out, args.from_checkpoint or "latest")

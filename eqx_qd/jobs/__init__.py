@@ -55,14 +55,18 @@ from ._job import (
     register_job as register_job,
     run as run,
     RunResult as RunResult,
+    Translator as Translator,
 )
+from ._launch import Launch as Launch, launch as launch, load_plugins as load_plugins
 from ._loop import Chunk as Chunk, LoopJob as LoopJob, Rows as Rows
 from ._map_elites import MapElitesConfig as MapElitesConfig
 from ._me_pbt import MEPBTConfig as MEPBTConfig
 from ._pbt import PBTConfig as PBTConfig
-from ._pgame import (
-    PGAMEConfig as PGAMEConfig,
+from ._pgame import PGAMEConfig as PGAMEConfig
+from ._policy_qd import (
     policy_by_id as policy_by_id,
+    PolicyQDJob as PolicyQDJob,
+    PolicyQDOptions as PolicyQDOptions,
 )
 from ._progress import Progress as Progress
 from ._registry import (
@@ -119,8 +123,11 @@ __all__ = [
     "Job",
     "JobConfig",
     "JOBS",
+    "Launch",
+    "launch",
     "list_checkpoints",
     "load_repertoire",
+    "load_plugins",
     "load_run",
     "LogSink",
     "LoopJob",
@@ -136,6 +143,8 @@ __all__ = [
     "PBTConfig",
     "PGAMEConfig",
     "policy_by_id",
+    "PolicyQDJob",
+    "PolicyQDOptions",
     "population_devices",
     "Progress",
     "read_config",
@@ -164,6 +173,7 @@ __all__ = [
     "TensorBoardSink",
     "train_ippo",
     "TrainingLog",
+    "Translator",
     "use_compile_cache",
     "WandbSink",
 ]

@@ -1,13 +1,13 @@
-"""The DCRL-MAP-Elites job (and DCG-ME): PGA-ME's job with the descriptor-conditioned emitter.
+"""DCRL-MAP-Elites (and DCG-ME) as a policy-search QD job: its config, presets, how its
+algorithm is built (the descriptor-conditioned emitter), its environment-step count and its
+registration as `eqx-qd run dcrl-me`.
 
-Same run folder as `pgame` (`progress.csv`, `actors.csv` with the injected actors' type
-`injected`, archive snapshots, `repertoire.eqx`, plots), same loop, checkpoints and resume.
-The DCRL repository's Hydra config files (`configs/dcrl_me.yaml`, `configs/algo/*.yaml`, ...)
-are read with `--config-file`.
+The loop and run folder are the policy-search jobs' (`jobs/_policy_qd.py`: `actors.csv` gives
+the injected actors' type `injected`); the DCRL repository's Hydra config files
+(`configs/dcrl_me.yaml`, `configs/algo/*.yaml`, ...) are read by `jobs/_translators.py`.
 """
 
 import dataclasses
-import os
 from typing import Any, ClassVar
 
 from .._map_elites import MAPElites
@@ -18,16 +18,11 @@ from ..envs._base import AbstractQDEnv
 from ..rl._layers import INITS
 from ..rl._td3 import TD3, TD3HParams
 from ._config import option
-from ._job import register_job
-from ._pgame import (
-    _choice,
-    _PGAMEJob,
-    ga_operators,
-    policy_agent,
-    PolicyQDOptions,
-    SMOKE_PRESET as PGAME_SMOKE,
-)
+from ._job import register_job, Translator
+from ._pgame import SMOKE_PRESET as PGAME_SMOKE
+from ._policy_qd import _choice, ga_operators, policy_agent, PolicyQDJob, PolicyQDOptions
 from ._registry import ENVIRONMENTS
+from ._translators import QDAX_NAMES, read_dcrl_me_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,28 +182,6 @@ DCRLMEConfig.PRESETS = {
     "smoke": SMOKE_PRESET,
 }
 
-QDAX_NAMES: dict[str, str] = {
-    "dcrl_batch_size": "pg_batch_size",
-    "qpg_batch_size": "pg_batch_size",
-    "actor_batch_size": "actor_evals",
-    "critic_hidden_layer_size": "critic_hidden",
-    "num_critic_training_steps": "critic_steps",
-    "num_pg_training_steps": "pg_steps",
-    "replay_buffer_size": "buffer_size",
-    "critic_learning_rate": "critic_lr",
-    "actor_learning_rate": "actor_lr",
-    "policy_learning_rate": "pg_lr",
-    "soft_tau_update": "tau",
-    "num_centroids": "cells",
-    "num_init_cvt_samples": "cvt_samples",
-    "policy_hidden_layer_sizes": "hidden",
-}
-"""QDax's `DCRLConfig` and the DCRL repository's names that this config calls otherwise
-(`ai_batch_size`, `lengthscale`, `discount`, `reward_scaling`, `noise_clip`, `policy_noise`,
-`policy_delay`, `iso_sigma`, `line_sigma` are the same). Their `batch_size` is the critic's
-minibatch (`minibatch_size` here) and `ga_batch_size` the rest of the batch: the file reader
-translates both."""
-
 DCRLMEConfig.RENAMED = dict(QDAX_NAMES)
 
 
@@ -255,157 +228,35 @@ def make_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, T
     return algo, td3
 
 
-class _DCRLMEJob(_PGAMEJob):
-    """Run DCRL-MAP-Elites (DCG-ME with `ai_batch_size = 0` and `actor_evals`) for
-    `evaluations` evaluations: `random_init` random policies, then batches of `batch_size`.
-    The folder is the `pgame` job's."""
+def with_actor_episodes(config: DCRLMEConfig, evaluations: int) -> int:
+    """Environment steps after `evaluations` evaluations: one full episode each, and after
+    the random start, the conditioned actor's `actor_evals` episodes per iteration (its
+    transitions feed the critic)."""
+    iterations = max(0, evaluations - config.random_init) // config.batch_size
+    return (evaluations + iterations * config.actor_evals) * config.episode_length
 
-    name = "dcrl-me"
-    multi_process = True
-    config_cls = DCRLMEConfig
-    help = "DCRL-MAP-Elites (default: minutes on a laptop; --preset paper for the paper's)"
-    description = (
-        "The defaults are minutes on a laptop CPU (walker2d_uni); --preset paper is the "
-        "paper's setting (ant_omni, an accelerator's budget), --preset dcg-me and "
-        "dcg-me-paper are DCG-ME at either size, --preset smoke a run of a minute or two, "
-        "--config-file reads a config file of the DCRL repository. Options override them."
+
+register_job(
+    PolicyQDJob(
+        name="dcrl-me",
+        config_cls=DCRLMEConfig,
+        make=make_dcrl_me,
+        env_steps=with_actor_episodes,
+        help="DCRL-MAP-Elites (default: minutes on a laptop; --preset paper for the paper's)",
+        description=(
+            "The defaults are minutes on a laptop CPU (walker2d_uni); --preset paper is the "
+            "paper's setting (ant_omni, an accelerator's budget), --preset dcg-me and "
+            "dcg-me-paper are DCG-ME at either size, --preset smoke a run of a minute or two, "
+            "--config-file reads a config file of the DCRL repository. Options override them."
+        ),
+        translator=Translator(
+            read_dcrl_me_config,
+            over=PAPER_PRESET,
+            help=(
+                "a Hydra config file of the DCRL-MAP-Elites repository (configs/dcrl_me.yaml, "
+                "with its env and algo defaults read from the folders beside it, or an algo "
+                "file such as configs/algo/dcg_me.yaml); options override it"
+            ),
+        ),
     )
-    original_config_help = (
-        "a Hydra config file of the DCRL-MAP-Elites repository (configs/dcrl_me.yaml, with "
-        "its env and algo defaults read from the folders beside it, or an algo file such as "
-        "configs/algo/dcg_me.yaml); options override it"
-    )
-
-    def read_original_config(self, path: str) -> tuple[dict[str, Any], list[str]]:
-        return read_repository_config(path)
-
-    def make(self, config, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
-        return make_dcrl_me(config, env)
-
-    def env_steps(self, config, evals: int) -> int:
-        iterations = max(0, evals - config.random_init) // config.batch_size
-        return (evals + iterations * config.actor_evals) * config.episode_length
-
-
-register_job(_DCRLMEJob())
-
-
-# ------------------------------------------------ the DCRL repository's Hydra files, as written
-_TOP = {
-    "seed": "seed",
-    "batch_size": "batch_size",
-    "num_init_cvt_samples": "cvt_samples",
-    "num_centroids": "cells",
-    "policy_hidden_layer_sizes": "hidden",
-}
-_ALGO = {
-    **{k: v for k, v in QDAX_NAMES.items() if k not in _TOP},
-    "ai_batch_size": "ai_batch_size",
-    "lengthscale": "lengthscale",
-    "iso_sigma": "iso_sigma",
-    "line_sigma": "line_sigma",
-    "batch_size": "minibatch_size",
-    "discount": "discount",
-    "reward_scaling": "reward_scaling",
-    "noise_clip": "noise_clip",
-    "policy_noise": "policy_noise",
-    "policy_delay": "policy_delay",
-}
-_ALGORITHMS = ("dcrl_me", "dcg_me")
-
-
-def read_repository_config(path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
-    """Read a config file of the DCRL-MAP-Elites repository (Hydra YAML) as its `main_*.py`
-    would: a top file (`configs/dcrl_me.yaml`) whose `defaults` name the `env` and `algo`
-    files in the folders beside it, or one `algo` file (`configs/algo/dcrl_me.yaml`).
-
-    **Returns:** the `DCRLMEConfig` keys and values, over `PAPER_PRESET` (its
-    `num_iterations` becomes `evaluations`: the initial population of `batch_size`, as the
-    repository's, then that
-    many batches; `ga_batch_size` must be the rest of the batch) and notes for the user (the
-    environment's bounds and version come from our task). An algorithm other than DCRL-ME or
-    DCG-ME, an unknown key or a value that does not fit is a `ValueError` naming it.
-    """
-    import yaml  # a dependency of brax's flax: always installed
-
-    path = os.fspath(path)
-    data = _load_yaml(yaml, path)
-    folder = os.path.dirname(os.path.abspath(path))
-    groups: dict[str, dict] = {"env": {}, "algo": {}}
-    for entry in data.pop("defaults", []) or []:
-        if isinstance(entry, dict):
-            for group, name in entry.items():
-                if group in groups:
-                    groups[group] = _load_yaml(yaml, os.path.join(folder, group, f"{name}.yaml"))
-    hydra = data.pop("hydra", None)
-    del hydra  # the output folder: ours is --out
-    for group in groups:
-        if isinstance(data.get(group), dict):
-            groups[group] = {**groups[group], **data.pop(group)}
-    if not groups["algo"] and "name" in data:  # an algo file alone
-        groups["algo"], data = data, {}
-    algo, env = groups["algo"], groups["env"]
-    name = algo.pop("name", None)
-    if name not in _ALGORITHMS:
-        raise ValueError(
-            f"config file {path!r} configures algorithm {name!r}; this job reads "
-            f"{' and '.join(_ALGORITHMS)} (PGA-ME: eqx-qd run pgame)"
-        )
-    values: dict[str, Any] = {}
-    notes: list[str] = []
-    iterations = data.pop("num_iterations", None)
-    for key, value in data.items():
-        if key not in _TOP:
-            raise ValueError(f"config file {path!r}: unknown key {key!r}")
-        values[_TOP[key]] = tuple(value) if isinstance(value, list) else value
-    if algo.pop("dc_actor", True) is not True:
-        raise ValueError(
-            f"config file {path!r}: dc_actor false (the ablation without a conditioned actor) "
-            "is not built"
-        )
-    ga = algo.pop("ga_batch_size", None)
-    for key, value in algo.items():
-        if key not in _ALGO:
-            raise ValueError(f"config file {path!r}: unknown algo key {key!r}")
-        values[_ALGO[key]] = tuple(value) if isinstance(value, list) else value
-    for key in ("critic_lr", "actor_lr", "pg_lr", "lengthscale", "tau"):
-        if isinstance(values.get(key), str):  # YAML 1.1 reads "3e-4" as a string
-            try:
-                values[key] = float(values[key])
-            except ValueError:
-                raise ValueError(f"config file {path!r}: {key} {values[key]!r} is not a number")
-    if env:
-        if "name" in env:
-            values["env"] = env.pop("name")
-        if "episode_length" in env:
-            values["episode_length"] = env.pop("episode_length")
-        if env:
-            shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
-            notes.append(f"env: {shown} not read (our task's own bounds and physics apply)")
-    batch = values.get("batch_size", PAPER_PRESET["batch_size"])
-    values.setdefault("random_init", batch)
-    values.setdefault("init_batch_size", batch)
-    if iterations is not None:
-        values["evaluations"] = values["random_init"] + int(iterations) * batch
-    values = {**PAPER_PRESET, **values}  # what the files leave unsaid is the paper's
-    if ga is not None:
-        rest = batch - values["pg_batch_size"] - values["ai_batch_size"]
-        if ga != rest:
-            raise ValueError(
-                f"config file {path!r}: ga_batch_size {ga} is not the rest of batch_size "
-                f"{batch} ({rest})"
-            )
-    return values, notes
-
-
-def _load_yaml(yaml, path: str) -> dict:
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise ValueError(f"cannot read config file {path!r}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ValueError(f"config file {path!r} is not valid YAML: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {path!r} does not hold a mapping of keys")
-    return data
+)

@@ -71,14 +71,36 @@ def _field_defaults(config_cls: type[JobConfig]) -> dict[str, Any]:
     return {f.name: f.default for f in dataclasses.fields(config_cls)}  # type: ignore[arg-type]
 
 
+@dataclasses.dataclass(frozen=True)
+class Translator:
+    """A seed repository's own config files, read into a job's config keys.
+
+    **Fields:**
+
+    - `read`: `(path, over) -> (values, notes)`: the file's settings in the house's keys over
+      `over`, and notes for the user (what stands in for what, what is not used). A file that
+      cannot be read, or does not fit, is a `ValueError` naming it.
+    - `over`: what a file leaves unsaid (usually the job's paper preset).
+    - `help`: the `--config-file` help: which repository, which files.
+    """
+
+    read: Callable[[str, Mapping[str, Any]], tuple[dict[str, Any], list[str]]]
+    over: Mapping[str, Any]
+    help: str
+
+    def __call__(self, path: str | os.PathLike) -> tuple[dict[str, Any], list[str]]:
+        """The config keys the file at `path` sets (over `over`), and notes for the user."""
+        return self.read(os.fspath(path), self.over)
+
+
 class Job(abc.ABC):
     """One `eqx-qd run NAME` job: its config class, how to run it, read its folder back, and
     summarise a result in one line. Subclasses are registered in `JOBS`."""
 
-    name: ClassVar[str]
-    config_cls: ClassVar[type[JobConfig]]
-    help: ClassVar[str]
-    description: ClassVar[str] = ""
+    name: str
+    config_cls: type[JobConfig]
+    help: str
+    description: str = ""
     logs: ClassVar[Mapping[str, str]] = {PROGRESS_FILE: "iteration"}
     """The job's CSV logs and the step column of each; a resumed run cuts them back to the
     checkpoint's step (`jobs._resume`)."""
@@ -98,13 +120,9 @@ class Job(abc.ABC):
         """The config's presets (`JobConfig.PRESETS`): `--preset NAME`."""
         return self.config_cls.PRESETS
 
-    original_config_help: ClassVar[str] = ""
-    """Non-empty when the job reads the seed repository's own config files (`read_original_config`):
-    the `--config-file` help."""
-
-    def read_original_config(self, path: str) -> tuple[dict[str, Any], list[str]]:
-        """The config keys a seed repository's config file sets, and notes for the user."""
-        raise NotImplementedError(f"job {self.name!r} reads no original config files")
+    translator: "Translator | None" = None
+    """How the job reads a seed repository's own config files (`--config-file`); `None`: it
+    reads none."""
 
     def default_values(self) -> dict[str, Any]:
         """The config's defaults (not validated, so nothing is built: the command's `--help`

@@ -6,7 +6,8 @@ schemas of their run folders and their figures.
 import dataclasses
 import hashlib
 import os
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import equinox as eqx
@@ -21,7 +22,7 @@ from .._emitters.base import Origin
 from .._map_elites import MAPElites, MAPElitesState, StepInfo
 from .._metrics import QDMetrics
 from .._misc import filter_scan, tree_take
-from .._qdrl.scoring import DiscardDead, reevaluate
+from .._qdrl.scoring import ChunkedScorer, DiscardDead, PolicyScorer, reevaluate
 from .._repertoire import AddStatus, MapElitesRepertoire
 from .._sharded import init_mapped, step_mapped
 from .._tessellation import CVTTessellation
@@ -41,9 +42,13 @@ from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3
 from ._blocks import RepertoireOptions, RunOptions
 from ._config import option
+from ._distributed import job_mesh, to_host
 from ._folder import RunFolder, user_cache_dir
-from ._qd_outputs import repertoire_axes
+from ._job import RunResult, Translator
+from ._loop import Chunk, LoopJob
+from ._qd_outputs import read_qd_run, read_repertoire, repertoire_axes
 from ._registry import ENVIRONMENTS, make_env
+from ._resume import RunClock
 from .checks import Choices
 
 
@@ -221,7 +226,7 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
         return (self.evaluations - self.random_init) // self.batch_size
 
 
-def make_pgame_env(config: PolicyQDOptions) -> AbstractQDEnv:
+def make_policy_env(config: PolicyQDOptions) -> AbstractQDEnv:
     """The config's environment with its episode length and noise settings."""
     return make_env(
         config.env,
@@ -280,7 +285,7 @@ def policy_agent(
     )
 
 
-def pgame_tessellation(
+def policy_tessellation(
     config: PolicyQDOptions, env: AbstractQDEnv, *, key: PRNGKey
 ) -> CVTTessellation:
     """The run's CVT: read from `centroids`; with `use_cached_cvt`, the cached
@@ -478,6 +483,207 @@ def _archive_rows(repertoire: MapElitesRepertoire) -> tuple[list[str], list[list
         for c in np.flatnonzero(np.isfinite(fit))
     ]
     return header, rows
+
+
+class PolicyQDPlan(typing.NamedTuple):
+    config: PolicyQDOptions
+    env: AbstractQDEnv
+    algo: MAPElites
+    tessellation: CVTTessellation
+    init_args: tuple
+    run_keys: jax.Array
+    mesh: Any  # the devices each batch is spread over (`None`: one device)
+
+
+class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
+    """A policy-search QD job, given as data: one class runs PGA-MAP-Elites, DCRL-MAP-Elites
+    and DCG-ME, which differ only in their config, how they build the algorithm and how they
+    count environment steps. Each registers an instance (`jobs/_pgame.py`, `jobs/_dcrl_me.py`);
+    a user's variant is one more instance, not a subclass.
+
+    The run: `random_init` random policies (scored `init_batch_size` at a time), then batches
+    of `batch_size` until `evaluations`, in jitted chunks of about `snapshot_every` evaluations
+    (one compile); each chunk's rows are appended to the logs, so a long run can be watched
+    while it goes. The folder holds `config.toml`, `progress.csv`, `actors.csv` (one row per
+    actor that entered the archive, with its parents and origin), `archive_<evals>.csv`,
+    `repertoire.eqx` (the final actors; `load_run` reads it back), `centroids.npy` and the
+    plots `repertoire.png`, `progress.png` and `fitness_density.png`.
+
+    **Arguments:**
+
+    - `name`, `config_cls`, `help`, `description`, `translator`: as every `Job`.
+    - `make`: `(config, env) -> (MAPElites, TD3)`, the algorithm (with lineage) and the TD3
+      agent whose policies are the genotypes.
+    - `env_steps`: `(config, evaluations) -> int`, the environment steps taken after that
+      many evaluations (the `env_steps` column).
+    """
+
+    logs = {"progress.csv": "evaluations", "actors.csv": "evaluations"}
+    step_files = (r"archive_(\d+)\.csv",)
+    resume_may_change = ("evaluations",)
+    unit = "evals"
+    elite_ids = "actors.csv lists every id ever added, archive_<evals>.csv each snapshot's"
+    checkpoint_at_start = True  # the random initialisation is costly: keep it
+    multi_process = True
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        config_cls: type[PolicyQDOptions],
+        make: Callable[[Any, AbstractQDEnv], tuple[MAPElites, TD3]],
+        env_steps: Callable[[Any, int], int],
+        help: str,
+        description: str = "",
+        translator: Translator | None = None,
+    ):
+        self.name, self.config_cls = name, config_cls
+        self.make, self.env_steps = make, env_steps
+        self.help, self.description, self.translator = help, description, translator
+
+    def plan(self, config: PolicyQDOptions) -> PolicyQDPlan:
+        mesh = job_mesh(config.devices)  # before the folder
+        env = make_policy_env(config)
+        algo, td3 = self.make(config, env)
+        init_algo = MAPElites(
+            algo.emitter,
+            ChunkedScorer(algo.scoring_fn, config.init_batch_size),
+            algo.qd_offset,
+            lineage=True,
+            axis_name=algo.axis_name,
+        )
+        cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
+        tessellation = policy_tessellation(config, env, key=cvt_key)  # (a bad file: no folder)
+        genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(
+            jr.split(pop_key, config.random_init)
+        )
+        repertoire = config.repertoire_for(tessellation, env.descriptor_size)
+        result = config.result_for(tessellation)
+        init_args = (
+            algo,
+            init_algo,
+            genotypes,
+            repertoire,
+            result,
+            init_key,
+            config.num_reevals,
+            mesh,
+        )
+        run_keys = jr.split(run_key, config.num_iterations)
+        return PolicyQDPlan(config, env, algo, tessellation, init_args, run_keys, mesh)
+
+    def headers(self, plan: PolicyQDPlan) -> dict[str, list[str]]:
+        d = plan.env.descriptor_size
+        return {"progress.csv": _progress_header(d), "actors.csv": _actors_header(d)}
+
+    def like(self, plan: PolicyQDPlan) -> MAPElitesState:
+        return eqx.filter_eval_shape(_init, *plan.init_args)[0]
+
+    def total(self, config: PolicyQDOptions) -> int:
+        # The last batch's evaluations: the budget, less what does not fill a batch.
+        return config.random_init + config.num_iterations * config.batch_size
+
+    def opened(self, plan: PolicyQDPlan, folder: RunFolder) -> None:
+        folder.write_npy("centroids.npy", plan.tessellation.centroids)
+
+    def start(self, plan: PolicyQDPlan, clock: RunClock) -> Chunk:
+        config = plan.config
+        state, *out = _init(*plan.init_args)
+        # Gathered onto every process in a multi-process run (a collective).
+        (metrics, fit, desc, plain), rep = to_host((out, state.elites))
+        evals = config.random_init
+        m = {k: float(v) for k, v in metrics.as_dict().items()}
+        # The random actors that entered the archive: every filled cell holds one (`rep`:
+        # without cells, the passive CVT).
+        ids, fits, descs = (np.asarray(x) for x in (rep.extra, rep.fitnesses, rep.descriptors))
+        actors = [
+            [evals, int(ids[c]), float(fits[c]), *descs[c].tolist(), int(c)]
+            + [-1, -1, "random", True, float("inf")]
+            for c in np.flatnonzero(np.isfinite(fits))
+        ]
+        steps = self.env_steps(config, evals)
+        row = _progress_row(evals, steps, clock(), m, float(plain), float(fit), desc)
+        return Chunk(state, evals, {"progress.csv": [row], "actors.csv": actors})
+
+    def advance(self, plan: PolicyQDPlan, state, step: int, clock: RunClock) -> Chunk:
+        config, evals = plan.config, step
+        chunk = _chunk_length(config)
+        done = (evals - config.random_init) // config.batch_size
+        # Chunks end on multiples of `chunk`, wherever the run (re)started.
+        n = min(chunk - done % chunk, config.num_iterations - done)
+        state, logs = _run_chunk(
+            plan.algo, state, plan.run_keys[done : done + n], config.num_reevals, plan.mesh
+        )
+        logs = to_host(logs)  # every process, in step
+        metrics = {k: np.asarray(v) for k, v in logs.metrics.as_dict().items()}
+        lineage = logs.info.emit_extra
+        columns = {
+            "ids": logs.info.ids,
+            "fitnesses": logs.info.fitnesses,
+            "descriptors": logs.info.descriptors,
+            "cell": logs.info.add_info.cell,
+            "status": logs.info.add_info.status,
+            "delta": logs.info.add_info.delta,
+            "parent1": lineage.parent1,
+            "parent2": lineage.parent2,
+            "kind": lineage.kind,
+        }
+        columns = {k: np.asarray(v) for k, v in columns.items()}
+        reeval_fit, reeval_desc, plain_qd = (
+            np.asarray(x)
+            for x in (logs.reeval_fitness, logs.reeval_descriptor, logs.plain_qd_score)
+        )
+        progress, actors = [], []
+        for i in range(n):
+            evals += config.batch_size
+            m = {k: float(v[i]) for k, v in metrics.items()}
+            steps, wall = self.env_steps(config, evals), clock()
+            fit, desc = float(reeval_fit[i]), reeval_desc[i]
+            progress.append(_progress_row(evals, steps, wall, m, float(plain_qd[i]), fit, desc))
+            actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
+        return Chunk(state, evals, {"progress.csv": progress, "actors.csv": actors})
+
+    def resumed_state(self, plan: PolicyQDPlan, resumed) -> MAPElitesState:
+        return resumed.state_on(plan.mesh)
+
+    def after_chunk(self, plan: PolicyQDPlan, folder, state, before: int, step: int) -> None:
+        # A snapshot at the first chunk's end past each multiple of snapshot_every, and the end.
+        period = plan.config.snapshot_every
+        if step // period > before // period or step >= self.total(plan.config):
+            elites = to_host(state.elites)  # on every process (a collective), written by one
+            if folder is not None:
+                folder.write_csv(f"archive_{step}.csv", *_archive_rows(elites))
+
+    def finish(self, plan: PolicyQDPlan, folder, state, logs, plots: bool) -> RunResult:
+        header = _progress_header(plan.env.descriptor_size)
+        table = np.asarray(logs["progress.csv"], dtype=np.float64)
+        prog = {h: table[:, j] for j, h in enumerate(header)}
+        state = to_host(state)  # every process, in step (the whole state on each)
+        elites = state.elites
+        if folder is not None:
+            folder.write_eqx("repertoire.eqx", elites)
+            if plots:
+                _write_plots(folder, elites, prog, plan.env)
+        return RunResult(plan.config, None if folder is None else folder.path, prog, state, elites)
+
+    def scorer(self, config) -> PolicyScorer:
+        return PolicyScorer(make_policy_env(config))
+
+    def load(self, folder: RunFolder, config) -> RunResult:
+        env = make_policy_env(config)
+        _, td3 = self.make(config, env)
+        repertoire = read_repertoire(folder, lambda: td3.init_policy(key=jr.key(0)), with_ids=True)
+        return read_qd_run(folder, config, repertoire, ("actors",))
+
+    def summary(self, result: RunResult) -> str:
+        last = result.last
+        return (
+            f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
+            f"{int(last['num_filled'])} cells ({100 * last['coverage']:.1f}%), "
+            f"max fitness {last['max_fitness']:.6g} "
+            f"(averaged over {result.config.num_reevals} re-evaluations: "
+            f"{last['averaged_max_fitness']:.6g})"
+        )
 
 
 def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog, env) -> None:

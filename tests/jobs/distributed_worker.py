@@ -1,30 +1,28 @@
 """One process of the two-process runs of `test_distributed.py` (not a test module).
 
-``python tests/jobs/distributed_worker.py PORT PROCESS_ID OUT ITERATIONS [resume]``: joins the run
-at 127.0.0.1:PORT with two host devices, runs the MAP-Elites job in OUT/map-elites for
-ITERATIONS - 2 iterations, or with ``resume`` resumes it to ITERATIONS - 1 and runs the ME-PBT
-job in OUT/run for ITERATIONS iterations and the PBT, PGA-ME and IPPO jobs in OUT/<job> for
-ITERATIONS - 1 rounds, batches and iterations, and saves this process's view of their results
-as OUT/process-<id>.npz (ME-PBT's repertoire) and OUT/<job>-<id>.npz (logs and final states).
+``python tests/jobs/distributed_worker.py PORT PROCESS_ID OUT ITERATIONS [resume]``: joins the
+run at 127.0.0.1:PORT with two host devices (`jobs.launch`, as a user's script would), runs the
+MAP-Elites job in OUT/map-elites for ITERATIONS - 2 iterations, or with ``resume`` resumes it
+to ITERATIONS - 1 and runs the ME-PBT job in OUT/run for ITERATIONS iterations and the PBT,
+PGA-ME and IPPO jobs in OUT/<job> for ITERATIONS - 1 rounds, batches and iterations, and saves
+this process's view of their results as OUT/process-<id>.npz (ME-PBT's repertoire) and
+OUT/<job>-<id>.npz (logs and final states).
 """
 
 import sys
 
 import jax
+import numpy as np
+
+from eqx_qd import jobs
 
 
 port, pid, out, iterations = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 resume = sys.argv[5:] == ["resume"]
-jax.config.update("jax_num_cpu_devices", 2)
-
-from eqx_qd.jobs import _distributed  # noqa: E402
-
-
-_distributed.initialize(f"127.0.0.1:{port}", 2, pid)
-
-import numpy as np  # noqa: E402
-
-from eqx_qd import jobs  # noqa: E402
+# Launched from Python as the command launches it: two host devices here (four in all), joined.
+jobs.launch(
+    devices=4, coordinator=f"127.0.0.1:{port}", num_processes=2, process_id=pid, compile_cache=False
+)
 
 
 sys.path[:0] = ["tests/jobs", "tests"]  # the test module, and what it imports

@@ -277,6 +277,24 @@ def test_a_multi_process_layout_is_refused_before_any_process_joins(capsys, job,
     assert exc.value.code == 2 and err.count("\n") == 0 and message in err, err
 
 
+@pytest.mark.parametrize(
+    "job, arguments, message",
+    [
+        ("map-elites", dict(devices=3), "devices 3 cannot be shared by num_processes 2"),
+        ("external", dict(devices=2), "external runs in one process; the multi-process jobs are"),
+        ("no-such-job", {}, "job 'no-such-job' is not registered"),
+    ],
+)
+def test_launching_from_python_checks_the_layout_before_joining(job, arguments, message):
+    """`jobs.launch`, the command's launching as a Python call: the same checks, as
+    `ValueError`s naming the argument, before anything joins (nothing listens at port 1)."""
+    join = dict(coordinator="127.0.0.1:1", num_processes=2, process_id=0)
+    with pytest.raises(ValueError, match=message):
+        jobs.launch(job, **arguments, **join)
+    with pytest.raises(ValueError, match="process_id needs a multi-process run"):
+        jobs.launch("map-elites", process_id=1)
+
+
 def test_a_scheduler_s_process_count_is_checked_before_joining(capsys, monkeypatch):
     """`--distributed` under SLURM: the count comes from `SLURM_NTASKS`, checked before JAX
     tries to join (nothing listens at the port this job id would give)."""

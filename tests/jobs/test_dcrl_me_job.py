@@ -72,8 +72,7 @@ def _repository(tmp_path, **algo):
 
 
 def test_the_repository_config_files_read_as_its_main_reads_them(tmp_path):
-    from eqx_qd.jobs._dcrl_me import read_repository_config
-
+    read_repository_config = jobs.JOBS["dcrl-me"].translator
     values, notes = read_repository_config(_repository(tmp_path))
     config = jobs.DCRLMEConfig.from_mapping(values)
     # Over the paper's setting: the file differs in its seed and its 100 iterations.
@@ -96,8 +95,7 @@ def test_the_repository_config_files_read_as_its_main_reads_them(tmp_path):
     ],
 )
 def test_repository_files_that_do_not_fit_are_refused_by_name(tmp_path, algo, match):
-    from eqx_qd.jobs._dcrl_me import read_repository_config
-
+    read_repository_config = jobs.JOBS["dcrl-me"].translator
     with pytest.raises(ValueError, match=match):
         read_repository_config(_repository(tmp_path, **algo))
     path = _repository(tmp_path)

@@ -76,7 +76,7 @@ def test_run_folders_plot_repertoires_of_any_dimension(tmp_path):
         jnp.asarray([[0.1] * 4, [0.9] * 4, [0.1, 0.9, 0.1, 0.9]]), jnp.asarray([1.0, 2.0, 3.0]),
     )  # fmt: skip
     prog = {**progress, "env_steps": np.arange(2.0), "averaged_max_fitness": np.zeros(2)}
-    jobs._pgame._write_plots(jobs.RunFolder(tmp_path / "ant"), four, prog, ant)
+    jobs._policy_qd._write_plots(jobs.RunFolder(tmp_path / "ant"), four, prog, ant)
     assert {"repertoire.png", "progress.png"} <= set(os.listdir(tmp_path / "ant"))
 
 

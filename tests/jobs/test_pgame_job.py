@@ -198,9 +198,9 @@ def test_cli_rejects_bad_pgame_input(tmp_path, capsys):
 def test_tasks_are_stochastic_unless_deterministic():
     paper = jobs.PGAMEConfig(env="point_maze")
     assert paper.reset_noise and not paper.deterministic
-    assert jobs._pgame.make_pgame_env(paper).reset_noise > 0
+    assert jobs._policy_qd.make_policy_env(paper).reset_noise > 0
     fixed = jobs.PGAMEConfig(env="point_maze", deterministic=True, reset_noise=True)
-    env = jobs._pgame.make_pgame_env(fixed)
+    env = jobs._policy_qd.make_policy_env(fixed)
     assert env.reset_noise == 0.0 and env.obs_noise == 0.0
     with pytest.raises(ValueError, match="deterministic and obs_noise"):
         jobs.PGAMEConfig(deterministic=True, obs_noise=0.1)
@@ -208,7 +208,7 @@ def test_tasks_are_stochastic_unless_deterministic():
 
 def _made(**overrides):
     config = jobs.PGAMEConfig(**{**TINY, **overrides})
-    algo, td3 = jobs._pgame.make_pgame(config, jobs._pgame.make_pgame_env(config))
+    algo, td3 = jobs._pgame.make_pgame(config, jobs._policy_qd.make_policy_env(config))
     return config, algo, td3
 
 
@@ -313,7 +313,7 @@ ORIGINAL_FILE = """--env=QDWalker2DBulletEnv-v0
 def test_original_config_files_read_as_the_repository_reads_them(tmp_path):
     path = tmp_path / "QDWalker_config.txt"
     path.write_text(ORIGINAL_FILE)
-    values, notes = jobs._pgame.read_original_config(path)
+    values, notes = jobs.JOBS["pgame"].translator(path)
     config = jobs.PGAMEConfig.from_mapping(values)
     assert (config.env, config.seed, config.cells, config.evaluations) == (
         "walker2d_uni", 3, 64, 10_000
@@ -330,7 +330,7 @@ def test_original_config_files_read_as_the_repository_reads_them(tmp_path):
     assert any("QDWalker2DBulletEnv-v0 runs as walker2d_uni" in n for n in notes)
     bare = tmp_path / "bare.txt"
     bare.write_text("--env=walker2d_uni\n")
-    assert not jobs._pgame.read_original_config(bare)[0]["gradient_op"]  # a flag left out
+    assert not jobs.JOBS["pgame"].translator(bare)[0]["gradient_op"]  # a flag left out
 
 
 @pytest.mark.parametrize(
@@ -348,7 +348,7 @@ def test_original_config_files_name_their_bad_lines(tmp_path, text, match):
     path = tmp_path / "bad.txt"
     path.write_text(text)
     with pytest.raises(ValueError, match=match):
-        jobs._pgame.read_original_config(path)
+        jobs.JOBS["pgame"].translator(path)
 
 
 def test_cli_reads_original_config_files(tmp_path, capsys):
@@ -371,20 +371,20 @@ def test_centroids_from_a_file_or_the_cache(tmp_path, monkeypatch):
     text = tmp_path / "centroids_4_2.dat"
     text.write_text("0.1 0.2\n-0.5 0.5\n0.9 -0.9\n0 0\n")
     config = jobs.PGAMEConfig(**{**TINY, "cells": 4, "centroids": str(text)})
-    tess = jobs._pgame.pgame_tessellation(config, env, key=jr.key(0))
+    tess = jobs._policy_qd.policy_tessellation(config, env, key=jr.key(0))
     np.testing.assert_allclose(tess.centroids[1], [-0.5, 0.5])
     with pytest.raises(ValueError, match=r"shape \(4, 2\); cells 8"):
         config = jobs.PGAMEConfig(**{**TINY, "cells": 8, "centroids": str(text)})
-        jobs._pgame.pgame_tessellation(config, env, key=jr.key(0))
+        jobs._policy_qd.policy_tessellation(config, env, key=jr.key(0))
     # Cached: computed once with a fixed key, then read back by every seed.
     cached = jobs.PGAMEConfig(**{**TINY, "cells": 16, "cvt_samples": 500, "use_cached_cvt": True})
-    a = jobs._pgame.pgame_tessellation(cached, env, key=jr.key(1))
+    a = jobs._policy_qd.policy_tessellation(cached, env, key=jr.key(1))
     files = os.listdir(tmp_path / "cache" / "eqx_qd" / "cvt")
     assert len(files) == 1 and files[0].startswith("centroids_16_2_500_")
-    b = jobs._pgame.pgame_tessellation(cached, env, key=jr.key(2))
+    b = jobs._policy_qd.policy_tessellation(cached, env, key=jr.key(2))
     np.testing.assert_array_equal(a.centroids, b.centroids)
     fresh = jobs.PGAMEConfig(**{**TINY, "cells": 16, "cvt_samples": 500})
-    c = jobs._pgame.pgame_tessellation(fresh, env, key=jr.key(2))
+    c = jobs._policy_qd.policy_tessellation(fresh, env, key=jr.key(2))
     assert not np.array_equal(a.centroids, c.centroids)
 
 

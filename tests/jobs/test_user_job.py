@@ -187,4 +187,6 @@ def test_the_driver_closes_a_run_s_plan_however_the_run_ends():
     with pytest.raises(RuntimeError, match="diverged"):
         job.run(config, None, progress=Progress(show=False), plots=False, resume=False)
     assert len(job.closed) == 2 and job.closed[1] is not job.closed[0]
-    assert all(vars(registered) == {} for registered in jobs.JOBS.values())
+    # A registered job holds its definition only (`PolicyQDJob`'s data), no run's state.
+    definition = {"name", "config_cls", "make", "env_steps", "help", "description", "translator"}
+    assert all(set(vars(registered)) <= definition for registered in jobs.JOBS.values())
