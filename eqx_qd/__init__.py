@@ -28,7 +28,9 @@ from ._custom_types import (
 from ._emitters.bandit import BanditEmitter as BanditEmitter, BanditState as BanditState
 from ._emitters.base import (
     AbstractEmitter as AbstractEmitter,
+    AbstractRestartingEmitter as AbstractRestartingEmitter,
     AbstractStatelessEmitter as AbstractStatelessEmitter,
+    AbstractWholeBatchEmitter as AbstractWholeBatchEmitter,
     Lineage as Lineage,
     Origin as Origin,
     parent_ids as parent_ids,
@@ -91,12 +93,14 @@ from ._repertoire import (
     Annealing as Annealing,
     DNSRepertoire as DNSRepertoire,
     Elites as Elites,
+    elites_box as elites_box,
     init_repertoire as init_repertoire,
     MapElitesRepertoire as MapElitesRepertoire,
     to_dataframe as to_dataframe,
     UnstructuredRepertoire as UnstructuredRepertoire,
 )
 from ._selectors import (
+    AbstractFitnessSelector as AbstractFitnessSelector,
     AbstractSelector as AbstractSelector,
     FitnessProportionalSelector as FitnessProportionalSelector,
     NoveltySelector as NoveltySelector,
@@ -115,6 +119,7 @@ from ._tasks import (
     ProjectedSphere as ProjectedSphere,
     Rastrigin as Rastrigin,
     Sphere as Sphere,
+    uniform_genotypes as uniform_genotypes,
 )
 from ._tessellation import (
     AbstractTessellation as AbstractTessellation,
@@ -148,12 +153,15 @@ except _PackageNotFoundError:  # running from a source tree that is not installe
 __all__ = [
     "AbstractCellRepertoire",
     "AbstractEmitter",
+    "AbstractRestartingEmitter",
     "AbstractMutation",
     "AbstractRanker",
     "AbstractRepertoire",
     "AbstractScorer",
+    "AbstractFitnessSelector",
     "AbstractSelector",
     "AbstractStatelessEmitter",
+    "AbstractWholeBatchEmitter",
     "AbstractTask",
     "AbstractTessellation",
     "AbstractVariation",
@@ -181,6 +189,7 @@ __all__ = [
     "DiscardDead",
     "DNSRepertoire",
     "Elites",
+    "elites_box",
     "envs",
     "episode_transitions",
     "ESEmitterState",
@@ -235,6 +244,7 @@ __all__ = [
     "Sphere",
     "StepInfo",
     "to_dataframe",
+    "uniform_genotypes",
     "uniform_mutation",
     "UniformMutation",
     "UniformSelector",

@@ -16,19 +16,16 @@ from ._knn import k_nearest, mean_of_finite
 
 
 class AbstractSelector(eqx.Module):
-    """Chooses `num` cell indices among the filled cells (those with finite fitness).
+    """Chooses `num` cell indices among the filled cells (those with finite fitness), given
+    what a repertoire stores. Sampling is with replacement. Selecting from an empty repertoire
+    raises a runtime error.
 
-    Subclass and implement `indices` to make a new selection rule. Sampling is with
-    replacement. Selecting from an empty repertoire raises a runtime error.
+    Subclass it and implement `choose` for a rule that reads the descriptors (novelty); a rule
+    that reads the fitnesses only subclasses `AbstractFitnessSelector` and implements
+    `indices`.
     """
 
     @abc.abstractmethod
-    def indices(
-        self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
-    ) -> Int[Array, " {num}"]:
-        """`num` indices of cells, drawn among the filled cells of `fitnesses`
-        (`(num_cells,)`, `-inf` for empty cells)."""
-
     def choose(
         self,
         fitnesses: Float[Array, " num_cells"],
@@ -37,9 +34,31 @@ class AbstractSelector(eqx.Module):
         *,
         key: PRNGKey,
     ) -> Int[Array, " {num}"]:
-        """What a repertoire's `select` calls: `num` indices given the stored `fitnesses`
-        and `descriptors`. By default `indices`, which reads the fitnesses only; a rule that
-        needs the descriptors (`NoveltySelector`) overrides this."""
+        """What a repertoire's `select` calls: `num` indices of filled cells given the stored
+        `fitnesses` (`(num_cells,)`, `-inf` for empty cells) and `descriptors`."""
+
+
+class AbstractFitnessSelector(AbstractSelector):
+    """A selection rule that reads the fitnesses only: implement `indices`, which can then
+    also be called without a repertoire's descriptors."""
+
+    @abc.abstractmethod
+    def indices(
+        self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
+    ) -> Int[Array, " {num}"]:
+        """`num` indices of cells, drawn among the filled cells of `fitnesses`
+        (`(num_cells,)`, `-inf` for empty cells)."""
+
+    @typing.final
+    def choose(
+        self,
+        fitnesses: Float[Array, " num_cells"],
+        descriptors: Float[Array, "num_cells num_descriptors"],
+        num: int,
+        *,
+        key: PRNGKey,
+    ) -> Int[Array, " {num}"]:
+        """`indices(fitnesses, num, key=key)`: the descriptors are not read."""
         return self.indices(fitnesses, num, key=key)
 
 
@@ -71,7 +90,7 @@ def uniform_filled(
 
 
 @typing.final
-class UniformSelector(AbstractSelector):
+class UniformSelector(AbstractFitnessSelector):
     """Every filled cell is equally likely."""
 
     def indices(
@@ -82,7 +101,7 @@ class UniformSelector(AbstractSelector):
 
 
 @typing.final
-class FitnessProportionalSelector(AbstractSelector):
+class FitnessProportionalSelector(AbstractFitnessSelector):
     """A filled cell is drawn with probability proportional to `fitness - min_fitness + eps`.
 
     Shifting by the lowest filled fitness makes the rule work for negative fitnesses; `eps`
@@ -111,13 +130,6 @@ def _proportional(weights: Float[Array, " n"], num: int, *, key: PRNGKey) -> Int
     targets = jr.uniform(key, (num,)) * cumulative[-1]
     idx = jnp.searchsorted(cumulative, targets, side="right")
     return jnp.minimum(idx, weights.shape[0] - 1).astype(jnp.int32)
-
-
-def _needs_descriptors(owner: str) -> typing.NoReturn:
-    raise TypeError(
-        f"{owner} needs the stored descriptors: use repertoire.select(num, "
-        f"selector={owner}(), key=key), or call choose(fitnesses, descriptors, num, key=key)"
-    )
 
 
 def _nearest_elites(
@@ -151,12 +163,6 @@ class NoveltySelector(AbstractSelector):
     def __check_init__(self):
         check.positive_int("NoveltySelector.k", self.k)
         check.positive("NoveltySelector.eps", self.eps)
-
-    def indices(
-        self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
-    ) -> Int[Array, " {num}"]:
-        """Refused: novelty needs the descriptors; repertoires call `choose`."""
-        _needs_descriptors("NoveltySelector")
 
     def choose(
         self,
@@ -240,12 +246,6 @@ class NSLCSelector(AbstractSelector):
 
     def __check_init__(self):
         check.positive_int("NSLCSelector.k", self.k)
-
-    def indices(
-        self, fitnesses: Float[Array, " num_cells"], num: int, *, key: PRNGKey
-    ) -> Int[Array, " {num}"]:
-        """Refused: NSLC needs the descriptors; repertoires call `choose`."""
-        _needs_descriptors("NSLCSelector")
 
     def choose(
         self,

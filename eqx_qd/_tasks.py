@@ -60,9 +60,17 @@ class AbstractTask(AbstractScorer):
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch num_descriptors"], Extra]: ...
 
+    @abc.abstractmethod
     def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
-        """`num` genotypes drawn uniformly in `[0, 1]^genotype_dim`."""
-        return jr.uniform(key, (num, self.genotype_dim))
+        """`num` genotypes to start a run from (`uniform_genotypes` draws them uniformly in
+        `[0, 1]^genotype_dim`, as the built-in benchmark tasks do)."""
+
+
+def uniform_genotypes(
+    task: AbstractTask, num: int, *, key: PRNGKey
+) -> Float[Array, "{num} genotype_dim"]:
+    """`num` genotypes of `task` drawn uniformly in `[0, 1]^genotype_dim`."""
+    return jr.uniform(key, (num, task.genotype_dim))
 
 
 def _check_dim(owner: str, dim: int, minimum: int) -> None:
@@ -98,6 +106,10 @@ class Rastrigin(AbstractTask):
     def qd_offset(self) -> float:
         return 50.0 * self.genotype_dim
 
+    def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
+        """`num` genotypes drawn uniformly in `[0, 1]^genotype_dim`."""
+        return uniform_genotypes(self, num, key=key)
+
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
@@ -132,6 +144,10 @@ class Sphere(AbstractTask):
     def qd_offset(self) -> float:
         return 25.0 * self.genotype_dim
 
+    def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
+        """`num` genotypes drawn uniformly in `[0, 1]^genotype_dim`."""
+        return uniform_genotypes(self, num, key=key)
+
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
@@ -165,6 +181,10 @@ class Arm(AbstractTask):
     @property
     def qd_offset(self) -> float:
         return 1.0
+
+    def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
+        """`num` genotypes drawn uniformly in `[0, 1]^genotype_dim`."""
+        return uniform_genotypes(self, num, key=key)
 
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey

@@ -42,10 +42,10 @@ class AbstractTessellation(eqx.Module):
         """Cell index of each descriptor (shape `(batch,)`, int32)."""
 
     @property
+    @abc.abstractmethod
     def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
-        """`(lower, upper)` per descriptor: the box the cells cover (a grid's bounds; by
-        default the centroids' box). Random-direction rankers scale their directions by it."""
-        return jnp.min(self.centroids, axis=0), jnp.max(self.centroids, axis=0)
+        """`(lower, upper)` per descriptor: the box the cells cover (a grid's bounds, the
+        centroids' box for a CVT). Random-direction rankers scale their directions by it."""
 
 
 @typing.final
@@ -122,6 +122,11 @@ class CVTTessellation(AbstractTessellation):
             )
         # A NaN centroid would send every descriptor to one cell without a word.
         check.finite("CVTTessellation.centroids", self.centroids)
+
+    @property
+    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+        """The centroids' box."""
+        return jnp.min(self.centroids, axis=0), jnp.max(self.centroids, axis=0)
 
     def index(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
         if self.bucket_index is None:

@@ -469,6 +469,14 @@ class Walk(q.envs.AbstractQDEnv):
     def reward_offset(self):
         return 1.0
 
+    @property
+    def descriptor_names(self):
+        return ("final position",)
+
+    @property
+    def arena(self):
+        return None
+
     def _start_terminated(self, x):
         return jnp.zeros((), jnp.float32)
 

@@ -158,3 +158,53 @@ def test_capabilities_are_types_not_attributes_looked_for():
             ):
                 found.append(f"{name}:{node.lineno} a function attribute 'known'")
     assert found == []
+
+
+def _library_modules() -> list[type]:
+    """Every `eqx.Module` subclass the package defines (its modules imported)."""
+    import pkgutil
+
+    import equinox as eqx
+
+    import eqx_qd
+
+    found: dict[str, type] = {}
+    for info in pkgutil.walk_packages(eqx_qd.__path__, "eqx_qd."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, eqx.Module)
+                and value.__module__.startswith("eqx_qd.")
+            ):
+                found[f"{value.__module__}.{value.__qualname__}"] = value
+    return list(found.values())
+
+
+def _method(value):
+    if isinstance(value, (staticmethod, classmethod)):
+        return value.__func__
+    if isinstance(value, property):
+        return value.fget
+    return value if callable(value) else None
+
+
+def test_no_library_module_overrides_a_concrete_method():
+    """Abstract-or-final (Equinox's pattern, `docs/design.md`): a library Module overrides only
+    abstract methods; what varies between subclasses is abstract in the base or a capability
+    type of its own (`AbstractRestartingEmitter`, `AbstractFitnessSelector`...)."""
+    overrides = []
+    classes = _library_modules()
+    assert len(classes) > 100, len(classes)  # the walk found the package
+    for cls in classes:
+        for name, value in vars(cls).items():
+            if name.startswith("__") or _method(value) is None:
+                continue
+            for base in cls.__mro__[1:]:
+                if not base.__module__.startswith("eqx_qd.") or name not in vars(base):
+                    continue
+                inherited = _method(vars(base)[name])
+                if inherited is not None and not getattr(inherited, "__isabstractmethod__", 0):
+                    overrides.append(f"{cls.__qualname__}.{name} over {base.__qualname__}")
+                break
+    assert overrides == [], overrides

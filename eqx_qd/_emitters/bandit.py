@@ -15,7 +15,7 @@ from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import f32
 from .._repertoire import AbstractRepertoire, AddInfo
-from .base import AbstractEmitter, Lineage
+from .base import AbstractEmitter, AbstractRestartingEmitter, Lineage
 
 
 RESELECT = ("terminated", "all")
@@ -64,7 +64,7 @@ def ucb1_choice(
 
 
 @typing.final
-class BanditEmitter(AbstractEmitter[BanditState]):
+class BanditEmitter(AbstractRestartingEmitter[BanditState]):
     """`num_active` members of a pool of emitters emit each iteration, chosen by UCB1 on how
     many of their candidates passed their cell's threshold (pyribs' `BanditScheduler`).
 
@@ -125,8 +125,14 @@ class BanditEmitter(AbstractEmitter[BanditState]):
         return self.pool[0].batch_size
 
     def _restarts(self, members) -> Int[Array, " pool"]:
+        """Each member's restarts; `-1` for a member that does not restart."""
         return jnp.stack(
-            [jnp.asarray(e.restarts(s), jnp.int32) for e, s in zip(self.pool, members)]
+            [
+                jnp.asarray(e.restarts(s), jnp.int32)
+                if isinstance(e, AbstractRestartingEmitter)
+                else jnp.int32(-1)
+                for e, s in zip(self.pool, members)
+            ]
         )
 
     def init(

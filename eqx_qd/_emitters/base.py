@@ -76,27 +76,15 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
     Stateless: whatever an emitter learns lives in the state that `init` returns and
     `state_update` advances. Subclass it, implement the three methods and mark the subclass
     `typing.final`; an emitter that learns nothing subclasses `AbstractStatelessEmitter` and
-    writes `emit` only.
+    writes `emit` only. Two capabilities are types of their own: an emitter that restarts its
+    search subclasses `AbstractRestartingEmitter` (and says how often it has), one that learns
+    from a composed batch's every candidate subclasses `AbstractWholeBatchEmitter`.
 
     Candidate batches always come as `(genotypes, descriptors, fitnesses)`, the order of
     `AbstractRepertoire.add`; keys are keyword-only and last.
     """
 
     batch_size: eqx.AbstractVar[int]
-
-    @property
-    def uses_all_data(self) -> bool:
-        """Whether `state_update`, inside a `ComposedEmitter`, receives the whole evaluated
-        batch (every member's candidates, in batch order) rather than its own slice: for an
-        emitter that learns from every evaluation, as PGA-ME's critic does (QDax's
-        `use_all_data`). `False` unless a subclass says otherwise."""
-        return False
-
-    def restarts(self, state: _State) -> Int[Array, ""]:
-        """How many times the emitter has restarted its search; `-1` for an emitter that never
-        restarts. `BanditEmitter(reselect="terminated")` reselects a member when this grows
-        (and every iteration for a member that answers `-1`, as pyribs does)."""
-        return jnp.int32(-1)
 
     @abc.abstractmethod
     def init(
@@ -158,6 +146,22 @@ class AbstractEmitter(eqx.Module, Generic[_State]):
         - `key`: a PRNG key, for emitters whose update is random (critic training, PBT,
           restarts).
         """
+
+
+class AbstractRestartingEmitter(AbstractEmitter[_State]):
+    """An emitter that restarts its search (a CMA-ES that converged, a bandit's members):
+    `restarts` says how often. `BanditEmitter(reselect="terminated")` reselects a member when
+    its count grows, and every iteration a member that does not restart (pyribs' rule)."""
+
+    @abc.abstractmethod
+    def restarts(self, state: _State) -> Int[Array, ""]:
+        """How many times the emitter has restarted its search so far."""
+
+
+class AbstractWholeBatchEmitter(AbstractEmitter[_State]):
+    """An emitter that learns from every evaluation: inside a `ComposedEmitter`, its
+    `state_update` receives the whole evaluated batch (every member's candidates, in batch
+    order) rather than its own slice, as PGA-ME's critic does (QDax's `use_all_data`)."""
 
 
 class AbstractStatelessEmitter(AbstractEmitter[None]):

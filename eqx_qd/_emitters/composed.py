@@ -11,7 +11,7 @@ from jaxtyping import Array, Float
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import tree_concatenate, tree_slice
 from .._repertoire import AbstractRepertoire, AddInfo
-from .base import AbstractEmitter, Lineage
+from .base import AbstractEmitter, AbstractWholeBatchEmitter, Lineage
 
 
 @typing.final
@@ -19,7 +19,7 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
     """Runs several emitters side by side and concatenates their batches in order.
 
     Each member's state is updated with its own slice of the evaluated batch, or with the
-    whole batch when the member's `uses_all_data` is true (PGA-ME's policy-gradient emitter:
+    whole batch when the member is an `AbstractWholeBatchEmitter` (PGA-ME's policy-gradient emitter:
     its critic learns from the GA's evaluations too).
     """
 
@@ -91,6 +91,10 @@ class ComposedEmitter(AbstractEmitter[tuple[Any, ...]]):
         everything = (genotypes, descriptors, fitnesses, extra, add_info)
         states = []
         for e, s, (a, b), k in zip(self.emitters, state, self._bounds(), keys):
-            g, d, f, x, info = everything if e.uses_all_data else tree_slice(everything, a, b)
+            g, d, f, x, info = (
+                everything
+                if isinstance(e, AbstractWholeBatchEmitter)
+                else tree_slice(everything, a, b)
+            )
             states.append(e.state_update(s, repertoire, g, d, f, x, add_info=info, key=k))
         return tuple(states)

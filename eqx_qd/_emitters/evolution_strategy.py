@@ -19,7 +19,7 @@ from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import i32
 from .._repertoire import AbstractRepertoire, AddInfo, valid_candidates
 from .._selectors import uniform_filled
-from .base import AbstractEmitter, Lineage, Origin
+from .base import AbstractRestartingEmitter, Lineage, Origin
 from .rankers import AbstractRanker, ranker as _ranker
 
 
@@ -131,7 +131,7 @@ def ranked_generation(
 
 
 @typing.final
-class EvolutionStrategyEmitter(AbstractEmitter[ESEmitterState]):
+class EvolutionStrategyEmitter(AbstractRestartingEmitter[ESEmitterState]):
     """`num_emitters` CMA-ES, each drawing `emitter_batch_size` genotypes per iteration
     around its mean, ranked by `ranker` after insertion (pyribs' `EvolutionStrategyEmitter`).
 

@@ -22,7 +22,7 @@ from .._cma_es import CMAES, CMAESState, parent_weights
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import f32
 from .._repertoire import AbstractRepertoire, AddInfo
-from .base import AbstractEmitter, Lineage, Origin
+from .base import AbstractRestartingEmitter, Lineage, Origin
 from .evolution_strategy import check_rules, ranked_generation, restart_points
 from .rankers import AbstractRanker, ranker as _ranker
 
@@ -53,7 +53,7 @@ class ArborescenceState(eqx.Module):
 
 
 @typing.final
-class GradientArborescenceEmitter(AbstractEmitter[ArborescenceState]):
+class GradientArborescenceEmitter(AbstractRestartingEmitter[ArborescenceState]):
     """`num_emitters` gradient arborescences (pyribs' `GradientArborescenceEmitter`): each
     iteration a strategy emits `theta` and `branches` candidates `theta + c @ J`.
 

@@ -24,7 +24,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
-from .._emitters.base import AbstractEmitter, Lineage, Origin, parent_ids
+from .._emitters.base import AbstractEmitter, AbstractWholeBatchEmitter, Lineage, Origin, parent_ids
 from .._emitters.composed import ComposedEmitter
 from .._emitters.mixing import ga_emitter
 from .._misc import device_share, f32, filter_scan, from_first_device, tree_concatenate, tree_take
@@ -52,7 +52,7 @@ class QualityPGState(eqx.Module):
 
 
 @typing.final
-class QualityPGEmitter(AbstractEmitter[QualityPGState]):
+class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
     """Policy-gradient variation against a TD3 critic, plus the greedy actor.
 
     Emits `batch_size` genotypes: `batch_size - 1` parents improved by `num_pg_steps`
@@ -213,13 +213,6 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.num_critic_steps))
         return eqx.tree_at(lambda s: s.td3, state, td3_state)
 
-    @property
-    def uses_all_data(self) -> bool:
-        """True: in `pgame_emitter`'s composition the buffer receives the transitions of the
-        whole batch, the GA's offspring too, as in the original code (every evaluated actor
-        feeds the replay buffer) and QDax (`use_all_data`)."""
-        return True
-
     def state_update(
         self,
         state: QualityPGState,
@@ -233,7 +226,7 @@ class QualityPGEmitter(AbstractEmitter[QualityPGState]):
         key: PRNGKey,
     ) -> QualityPGState:
         """Store the batch's valid transitions, then train the critic and greedy actor. In a
-        `ComposedEmitter` the batch is the whole composed batch (`uses_all_data`)."""
+        `ComposedEmitter` the batch is the whole composed batch (an `AbstractWholeBatchEmitter`)."""
         repertoire.check_candidates(
             genotypes, descriptors, fitnesses, where="QualityPGEmitter.state_update"
         )

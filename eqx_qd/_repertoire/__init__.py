@@ -6,6 +6,7 @@ from ._base import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,
     Elites as Elites,
+    elites_box as elites_box,
     valid_candidates as valid_candidates,
 )
 from ._dns import (

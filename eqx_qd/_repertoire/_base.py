@@ -194,16 +194,11 @@ class AbstractRepertoire(eqx.Module):
         return jnp.sum(self.filled, dtype=jnp.int32)
 
     @property
+    @abc.abstractmethod
     def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
         """`(lower, upper)` bounds of the descriptor space, what the CMA emitters scale their
-        random directions by. Without declared bounds: the box around the stored elites'
-        descriptors (a side of 1 where it is flat or nothing is stored)."""
-        filled = self.filled[:, None]
-        lower = jnp.min(jnp.where(filled, self.descriptors, jnp.inf), axis=0)
-        upper = jnp.max(jnp.where(filled, self.descriptors, -jnp.inf), axis=0)
-        flat = ~(upper > lower)
-        lower = jnp.where(flat, jnp.where(jnp.isfinite(lower), lower, 0.0), lower)
-        return lower, jnp.where(flat, lower + 1.0, upper)
+        random directions by: declared bounds (a tessellation's), or for a repertoire without
+        any, `elites_box(self)`, the box around the stored elites' descriptors."""
 
     def select(
         self, num: int, *, selector: AbstractSelector = UniformSelector(), key: PRNGKey
@@ -284,6 +279,20 @@ class AbstractRepertoire(eqx.Module):
             raise ValueError(f"genotypes must have a leading axis of {n} slots")
         if self.extra is not None and batch_size_of(self.extra) != n:
             raise ValueError(f"extra must have a leading axis of {n} slots")
+
+
+def elites_box(
+    repertoire: AbstractRepertoire,
+) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+    """The box around `repertoire`'s stored elites' descriptors, `(lower, upper)`, with a side
+    of 1 where it is flat or nothing is stored: the `extent` of a repertoire without declared
+    bounds."""
+    filled = repertoire.filled[:, None]
+    lower = jnp.min(jnp.where(filled, repertoire.descriptors, jnp.inf), axis=0)
+    upper = jnp.max(jnp.where(filled, repertoire.descriptors, -jnp.inf), axis=0)
+    flat = ~(upper > lower)
+    lower = jnp.where(flat, jnp.where(jnp.isfinite(lower), lower, 0.0), lower)
+    return lower, jnp.where(flat, lower + 1.0, upper)
 
 
 class AbstractCellRepertoire(AbstractRepertoire):

@@ -14,6 +14,7 @@ from ._base import (
     AbstractRepertoire,
     AddInfo,
     AddStatus,
+    elites_box,
     empty_slots,
     pooled_rows,
     valid_candidates,
@@ -117,6 +118,11 @@ class DNSRepertoire(AbstractRepertoire):
             k=self.k,
             count_equal=self.count_equal,
         )
+
+    @property
+    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+        """No declared bounds: the box around the stored elites (`elites_box`)."""
+        return elites_box(self)
 
     def add(
         self,

@@ -15,6 +15,7 @@ from ._base import (
     AbstractRepertoire,
     AddInfo,
     AddStatus,
+    elites_box,
     empty_slots,
     pooled_rows,
     valid_candidates,
@@ -102,6 +103,11 @@ class UnstructuredRepertoire(AbstractRepertoire):
             k=self.k,
             local_competition=self.local_competition,
         )
+
+    @property
+    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+        """No declared bounds: the box around the stored elites (`elites_box`)."""
+        return elites_box(self)
 
     def add(
         self,

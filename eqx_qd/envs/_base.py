@@ -153,16 +153,16 @@ class AbstractQDEnv(AbstractEnv):
     """An environment that also defines an episode descriptor (what MAP-Elites bins)."""
 
     @property
+    @abc.abstractmethod
     def descriptor_names(self) -> tuple[str, ...]:
-        """What each descriptor dimension measures, for plots' axes (default: `descriptor
-        1`, `descriptor 2`...)."""
-        return tuple(f"descriptor {i + 1}" for i in range(self.descriptor_size))
+        """What each descriptor dimension measures, for plots' axes (e.g. `("final x",
+        "final y")`, or `descriptor 1`, `descriptor 2`... where they have no better name)."""
 
     @property
+    @abc.abstractmethod
     def arena(self) -> Arena | None:
         """The plane the state descriptor moves in, for tasks whose state descriptor is an
-        (x, y) position (mazes, traps, omni tasks); None for the others (the default)."""
-        return None
+        (x, y) position (mazes, traps, omni tasks); `None` for the others."""
 
     @property
     @abc.abstractmethod

@@ -25,9 +25,10 @@ def _scale_last_layer(net: MLP, scale: float) -> MLP:
 class AbstractActor(eqx.Module):
     """A stochastic policy for one agent: log-probabilities, entropy, samples and the mode.
 
-    Subclass it for another action distribution: define the four abstract methods. `IPPO`
-    calls them through `log_prob_and_entropy` and `sample_and_log_prob`, which a subclass
-    overrides to run its network once for both values.
+    Subclass it for another action distribution: define the six abstract methods. `IPPO`
+    calls the two pairs, `log_prob_and_entropy` and `sample_and_log_prob`, which should run the
+    network once for both values (written as the two single calls, they are correct, and the
+    network runs, and is differentiated, twice).
     """
 
     @abc.abstractmethod
@@ -46,17 +47,15 @@ class AbstractActor(eqx.Module):
     def mode(self, obs: Float[Array, " obs_dim"]) -> Array:
         """The most likely action for `obs` (deterministic evaluation)."""
 
+    @abc.abstractmethod
     def log_prob_and_entropy(self, obs: Array, action: Array) -> tuple[Array, Array]:
-        """`(log_prob(obs, action), entropy(obs))` (PPO's loss needs both). Override to share
-        one pass of the network between them: computed apart, the network runs, and is
-        differentiated, twice."""
-        return self.log_prob(obs, action), self.entropy(obs)
+        """`(log_prob(obs, action), entropy(obs))`, from one pass of the network (PPO's loss
+        needs both)."""
 
+    @abc.abstractmethod
     def sample_and_log_prob(self, obs: Array, *, key: PRNGKey) -> tuple[Array, Array]:
-        """An action for `obs` drawn with `key` as `sample` draws it, and its `log_prob` (a
-        rollout needs both). Override to share one pass of the network between them."""
-        action = self.sample(obs, key=key)
-        return action, self.log_prob(obs, action)
+        """An action for `obs` drawn with `key` as `sample` draws it, and its `log_prob`, from
+        one pass of the network (a rollout needs both)."""
 
 
 def _entropy_of_log_probs(log_p: Float[Array, "*batch k"]) -> Float[Array, "*batch"]:
@@ -163,6 +162,11 @@ class GaussianActor(AbstractActor):
 
     def entropy(self, obs: Float[Array, " obs_dim"]) -> Float[Array, ""]:
         return _gaussian_entropy(self.log_std)
+
+    def log_prob_and_entropy(
+        self, obs: Float[Array, " obs_dim"], action: Float[Array, " action_dim"]
+    ) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        return self.log_prob(obs, action), self.entropy(obs)  # (the entropy reads no network)
 
     def _log_prob_at(self, mean: Array, action: Array) -> Float[Array, ""]:
         return _gaussian_log_prob(mean, self.log_std, action)

@@ -20,11 +20,11 @@ from ._actors import (
     JointValueCritic,
     ValueCritic,
 )
-from ._ppo import _check_loop, _PPOLearner, PPOState
+from ._ppo import _check_loop, AbstractPPOLearner, PPOState
 
 
 @typing.final
-class IPPO(_PPOLearner):
+class IPPO(AbstractPPOLearner):
     """Independent PPO: a team of `num_agents` actors and critics, each trained on its own
     agent's samples (the PPO learner, `PPO`, over a team).
 
@@ -133,6 +133,9 @@ class IPPO(_PPOLearner):
                 self.num_agents, self.observation_size, self.critic_hidden, key=key
             )
         return ValueCritic(self.observation_size, self.critic_hidden, key=key)
+
+    def _env_actions(self, actions: Array) -> Array:
+        return actions  # the team's environments take the sampled actions as they are
 
     def act(
         self,

@@ -33,7 +33,7 @@ from ._base import (
     EvalMetrics,
     TrainMetrics,
 )
-from ._ppo import _PPOLearner
+from ._ppo import AbstractPPOLearner
 from ._spaces import AbstractSpace, perturb_hparams, sample_hparams, Spaces
 
 
@@ -288,7 +288,7 @@ def train_population(
     check.same_sizes(agent, env, "train_population")
     check.positive_int("train_population: num_iterations", num_iterations)
     g = _groups(population, groups, "train_population")
-    ppo = isinstance(agent, _PPOLearner)
+    ppo = isinstance(agent, AbstractPPOLearner)
     if g == 1:
         train = _train_population_xla if ppo else _train_population
         return train(agent, env, population, num_iterations, key=key)
@@ -529,7 +529,7 @@ def train_population_sharded(
     members = NamedSharding(mesh, P(axis))
     dyn = place_on(dyn, members)
     keys = place_on(jr.split(key, n), members)
-    train = _train_mapped_xla if isinstance(agent, _PPOLearner) else _train_mapped
+    train = _train_mapped_xla if isinstance(agent, AbstractPPOLearner) else _train_mapped
     return train(agent, env, dyn, static, keys, num_iterations, mesh)
 
 

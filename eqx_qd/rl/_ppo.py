@@ -1,7 +1,7 @@
 """PPO, written once for a team of agents: `PPO` on a single-agent environment is the team of
 one, `IPPO` (`_ippo.py`) the team of several.
 
-One learner (`_PPOLearner`) holds the algorithm: a rollout of `rollout_length` steps in
+One learner (`AbstractPPOLearner`) holds the algorithm: a rollout of `rollout_length` steps in
 `num_envs` auto-reset environments, GAE, up to `actor_epochs` epochs of the clipped
 surrogate with an entropy bonus (stopping early once the approximate KL to the rollout policy
 passes `kl_threshold`), then `critic_epochs` epochs of value regression, with minibatches
@@ -139,7 +139,7 @@ stop reads the sum of `-log ratio` over the epoch's last minibatch, before its s
 # ----------------------------------------------------------------------------- the learner
 
 
-def _check_loop(agent: "_PPOLearner") -> None:
+def _check_loop(agent: "AbstractPPOLearner") -> None:
     """Refuse non-positive loop settings and a rollout that does not split into equal
     minibatches, naming the agent's field."""
     name = type(agent).__name__
@@ -172,7 +172,7 @@ def _check_loop(agent: "_PPOLearner") -> None:
         )
 
 
-class _PPOLearner(AbstractAgent[PPOState, PPORun]):
+class AbstractPPOLearner(AbstractAgent[PPOState, PPORun]):
     """The PPO learner over a team of `num_agents` agents (module docstring); `PPO` and
     `IPPO` say how the team meets its environment and its networks."""
 
@@ -206,10 +206,10 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
     def _new_critic(self, key: PRNGKey) -> ValueCritic | JointValueCritic:
         """One critic (as `_new_actor`)."""
 
+    @abc.abstractmethod
     def _env_actions(self, actions: Array) -> Array:
         """The team's actions as the environment receives them (sampled ones are kept for the
         log-probabilities)."""
-        return actions
 
     # -- construction ---------------------------------------------------------------------
 
@@ -524,7 +524,7 @@ class _PPOLearner(AbstractAgent[PPOState, PPORun]):
 
 
 def _team_metrics(metrics: Metrics) -> TrainMetrics:
-    """The team's `TrainMetrics` from per-agent iteration metrics (`_PPOLearner.train`)."""
+    """The team's `TrainMetrics` from per-agent iteration metrics (`AbstractPPOLearner.train`)."""
     per_agent = ("mean_reward", "episodes_done", "episode_return")
     losses = {k: jnp.mean(v, axis=-1) for k, v in metrics.items() if k not in per_agent}
     return TrainMetrics(
@@ -536,7 +536,7 @@ def _team_metrics(metrics: Metrics) -> TrainMetrics:
 
 
 def train_data_parallel(
-    agent: _PPOLearner,
+    agent: AbstractPPOLearner,
     env: AbstractBaseEnv,
     run: PPORun,
     num_iterations: int,
@@ -613,9 +613,9 @@ def _train_mapped(agent, team, state_dyn, env_dyn, counters, statics, num_iterat
 
 @jit(package_options=False)  # XLA's fusion emitters: see `eqx_qd._compile`
 def _train(
-    agent: _PPOLearner, team: AbstractMultiAgentEnv, run: PPORun, num_iterations: int, *, key
+    agent: AbstractPPOLearner, team: AbstractMultiAgentEnv, run: PPORun, num_iterations: int, *, key
 ):
-    """`num_iterations` of `_PPOLearner._iteration` in one scan; metrics per agent."""
+    """`num_iterations` of `AbstractPPOLearner._iteration` in one scan; metrics per agent."""
     body = lambda r, k: agent._iteration(team, r, k)
     return filter_scan(body, run, _iteration_keys(key, run.iterations, num_iterations))
 
@@ -630,7 +630,7 @@ def _iteration_keys(
 
 
 @typing.final
-class PPO(_PPOLearner):
+class PPO(AbstractPPOLearner):
     """Proximal Policy Optimisation (Schulman et al., 2017) on a single-agent `AbstractEnv`,
     with a gaussian actor (actions clipped to [-1, 1] when played) and a state-value critic:
     the learner of `IPPO` with a team of one.

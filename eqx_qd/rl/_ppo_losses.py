@@ -99,7 +99,7 @@ def _trajectory_minibatches(
     draw), cut into `count` groups; a minibatch is every sample of one group's environments,
     laid out `(blocks, time, group)` (`blocks` agents when their samples are pooled), so that
     consecutive runs of `num_envs // count` samples share an agent and a time step. Samples are
-    indexed `(block, time, env)`, row-major, as `_PPOLearner._samples` flattens them."""
+    indexed `(block, time, env)`, row-major, as `AbstractPPOLearner._samples` flattens them."""
     order = jr.choice(jr.key(1), num_envs, (num_envs,), replace=False)
     groups = order.reshape(count, num_envs // count)
     time = jnp.arange(rollout_length)[:, None] * num_envs

@@ -173,6 +173,14 @@ class Drift(q.envs.AbstractQDEnv):
     def reward_offset(self):
         return 1.0
 
+    @property
+    def descriptor_names(self):
+        return ("final position",)
+
+    @property
+    def arena(self):
+        return None
+
     def descriptor(self, state_descs, valid):
         return q.envs.final_descriptor(state_descs, valid)
 

@@ -302,6 +302,9 @@ class _Ring(q.AbstractTask):
     def qd_offset(self) -> float:
         return 1.0
 
+    def init_genotypes(self, num, *, key):
+        return q.uniform_genotypes(self, num, key=key)
+
     def __call__(self, genotypes, *, key):
         radius = jnp.linalg.norm(genotypes[:, :2] - 0.5, axis=-1)
         return -jnp.abs(radius - 0.3), jnp.clip(genotypes[:, :2], 0.0, 1.0), None

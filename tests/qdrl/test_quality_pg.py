@@ -237,7 +237,8 @@ def test_composed_pgame_buffer_takes_the_ga_offspring_transitions_too(scored, ge
     )  # fmt: skip
     ga, pg = emitter.emitters
     assert (ga.batch_size, pg.batch_size) == (3, 3)
-    assert pg.uses_all_data and not ga.uses_all_data
+    assert isinstance(pg, q.AbstractWholeBatchEmitter)
+    assert not isinstance(ga, q.AbstractWholeBatchEmitter)
     state = emitter.init(repertoire, policies, descriptors, fitnesses, extra, key=getkey())
     before = int(state[1].buffer.size)
     _, info = repertoire.add(policies, descriptors, fitnesses, jnp.zeros(6, jnp.int32))

@@ -253,6 +253,13 @@ class FixedActor(q.rl.AbstractActor):
     def mode(self, obs):
         return jnp.zeros(1, F)
 
+    def log_prob_and_entropy(self, obs, action):
+        return self.log_prob(obs, action), self.entropy(obs)
+
+    def sample_and_log_prob(self, obs, *, key):
+        action = self.sample(obs, key=key)
+        return action, self.log_prob(obs, action)
+
 
 def _samples(old_log_probs, advantages, targets):
     n = len(advantages)
