@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Int, PyTree
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree
 
 from ._custom_types import PRNGKey
 
@@ -109,6 +109,69 @@ def tree_all_gather(tree: _T, axis_name: str | None) -> _T:
         return tree
     gather = lambda x: jax.lax.all_gather(x, axis_name, tiled=True)
     return jax.tree.map(lambda x: gather(x) if eqx.is_array(x) else x, tree)
+
+
+def tree_top_k(
+    tree: _T, values: Float[Array, " n"], k: int, *, chunk: int, axis_name: str | None
+) -> tuple[_T, Float[Array, " {k}"]]:
+    """The `k` rows of `tree` (a batch of `n` rows) with the largest `values` among every
+    device's rows over the mapped axis `axis_name` (inside `shard_map`; this device's alone
+    when `None`), best first, ties in the order (device, row), and their values; every device
+    gets the same. Fewer than `k` rows in all: the rest are copies of a row, valued `-inf`.
+
+    The global top `k` lies in the union of every device's local top `k`, so only those are
+    gathered: `chunk` local ranks at a time (a loop, so one chunk's rows are alive at once,
+    the rows being whole training runs), each merged into the running best. The same set and
+    order whatever `chunk`; padding rows (past a device's top `k`) and placeholders sort after
+    every real row and never survive a merge."""
+    n = values.shape[0]
+    m = min(k, n)
+    chunk = min(chunk, m)
+    steps = -(-m // chunk)
+    local = jnp.argsort(-values, stable=True)[:m]
+    local = jnp.concatenate([local, jnp.zeros(steps * chunk - m, local.dtype)])
+    if axis_name is None:
+        device, devices = jnp.asarray(0, jnp.int32), 1
+    else:
+        device = jnp.asarray(jax.lax.axis_index(axis_name), jnp.int32)
+        devices = jax.lax.axis_size(axis_name)
+
+    def gather(i):
+        rows = jax.lax.dynamic_slice(local, (i * chunk,), (chunk,))
+        ranks = i * chunk + jnp.arange(chunk, dtype=jnp.int32)
+        real = ranks < m
+        found = jnp.where(real, values[rows], -jnp.inf)
+        owner = jnp.where(real, device, devices)  # padding: after every device
+        return tree_all_gather((tree_take(tree, rows), found, owner, ranks), axis_name)
+
+    def merge(found, best):
+        if best is not None:
+            found = tree_concatenate([best, found])
+        _, found_values, owners, ranks = found
+        order = jnp.lexsort((ranks, owners, -found_values))[:k]
+        return tree_take(found, order)
+
+    first = gather(0)
+    best = merge(first, None)
+    if best[1].shape[0] < k:  # too few rows yet: placeholders, sorted last
+        short = k - best[1].shape[0]
+        filler = (
+            tree_take(first[0], jnp.zeros(short, jnp.int32)),
+            jnp.full(short, -jnp.inf, jnp.float32),
+            jnp.full(short, devices + 1, jnp.int32),
+            jnp.zeros(short, jnp.int32),
+        )
+        best = tree_concatenate([best, filler])
+    if steps > 1:
+        dynamic, fixed = eqx.partition(best, eqx.is_array)
+        dynamic = jax.lax.fori_loop(
+            1,
+            steps,
+            lambda i, d: eqx.filter(merge(gather(i), eqx.combine(d, fixed)), eqx.is_array),
+            dynamic,
+        )
+        best = eqx.combine(dynamic, fixed)
+    return best[0], best[1]
 
 
 def tree_zeros_batch(example: _T, n: int) -> _T:

@@ -6,7 +6,8 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   hyperparameter fields: no weak types, no retrace when a value changes).
 - **pytrees of populations** (array leaves with a leading batch axis; non-array leaves such as an
   MLP's activation pass through): `batch_size_of`, `tree_take`, `tree_scatter`, `tree_slice`,
-  `tree_concatenate`, `tree_zeros_batch`, `tree_all_gather`; `random_permutation` (a fast
+  `tree_concatenate`, `tree_zeros_batch`, `tree_all_gather`, `tree_top_k` (the top rows over every
+  device, as ME-PBT's exchange gathers them); `random_permutation` (a fast
   uniform shuffle, for minibatches); `bytes_per_cell` (a repertoire's memory per cell).
 - **loops over modules**: `filter_scan`, `filter_cond`, `filter_while_loop`: `lax` control flow
   whose carry may hold non-array leaves (checked unchanged).
@@ -51,6 +52,7 @@ from ._misc import (
     tree_scatter as tree_scatter,
     tree_slice as tree_slice,
     tree_take as tree_take,
+    tree_top_k as tree_top_k,
     tree_zeros_batch as tree_zeros_batch,
 )
 from ._qdrl.dcrl import (
@@ -95,6 +97,7 @@ __all__ = [
     "tree_scatter",
     "tree_slice",
     "tree_take",
+    "tree_top_k",
     "tree_zeros_batch",
     "ucb1_choice",
 ]

@@ -25,7 +25,15 @@ from .. import _validate as check
 from .._compile import jit
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._emitters.base import AbstractEmitter, Lineage, Origin, parent_ids
-from .._misc import is_none, tree_all_gather, tree_concatenate, tree_scatter, tree_slice, tree_take
+from .._misc import (
+    is_none,
+    tree_all_gather,
+    tree_concatenate,
+    tree_scatter,
+    tree_slice,
+    tree_take,
+    tree_top_k,
+)
 from .._repertoire import AbstractRepertoire, AddInfo
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractVariation
@@ -308,57 +316,14 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
             from_best_mask = rank >= total - from_best
             from_samples_mask = (rank >= total - from_best - from_samples) & ~from_best_mask
             best_slots, samples_slots = min(from_best, pg), min(from_samples, pg)
-        # The best set: the global top-k lies in the union of every device's local top-k,
-        # gathered a chunk of local ranks at a time (in a loop, so one chunk is alive at once)
-        # and merged into the running best in the order (return, device, local rank): the
-        # same set and order whatever the chunk. Padding rows (past the local top-k) and the
-        # initial placeholders sort after every real agent and never survive the merges.
-        m = min(num_best, pg)
-        chunk = min(max(1, int(c.fraction_sort_exchange * pg)), m)
-        steps = -(-m // chunk)
-        local = jnp.argsort(-clean, stable=True)[:m]
-        local = jnp.concatenate([local, jnp.zeros(steps * chunk - m, local.dtype)])
-        device = jnp.asarray(self._device_index(), jnp.int32)
-        devices_total = c.num_devices
-
-        def gather(i):
-            rows = jax.lax.dynamic_slice(local, (i * chunk,), (chunk,))
-            ranks = i * chunk + jnp.arange(chunk, dtype=jnp.int32)
-            real = ranks < m
-            returns = jnp.where(real, clean[rows], -jnp.inf)
-            owner = jnp.where(real, device, devices_total)  # padding: after every device
-            return tree_all_gather(
-                (tree_take(population, rows), returns, owner, ranks), self.axis_name
-            )
-
-        def merge(found, best):
-            if best is not None:
-                found = tree_concatenate([best, found])
-            _, returns, owners, ranks = found
-            order = jnp.lexsort((ranks, owners, -returns))[:num_best]
-            return tree_take(found, order)
-
-        first = gather(0)
-        best = merge(first, None)
-        if best[1].shape[0] < num_best:  # too few rows yet: placeholders, sorted last
-            short = num_best - best[1].shape[0]
-            filler = (
-                tree_take(first[0], jnp.zeros(short, jnp.int32)),
-                jnp.full(short, -jnp.inf, jnp.float32),
-                jnp.full(short, devices_total + 1, jnp.int32),
-                jnp.zeros(short, jnp.int32),
-            )
-            best = tree_concatenate([best, filler])
-        if steps > 1:
-            dynamic, fixed = eqx.partition(best, eqx.is_array)
-            dynamic = jax.lax.fori_loop(
-                1,
-                steps,
-                lambda i, d: eqx.filter(merge(gather(i), eqx.combine(d, fixed)), eqx.is_array),
-                dynamic,
-            )
-            best = eqx.combine(dynamic, fixed)
-        pool, pool_returns = best[0], best[1]
+        # The best set over every device's agents (the same on every device).
+        pool, pool_returns = tree_top_k(
+            population,
+            clean,
+            num_best,
+            chunk=max(1, int(c.fraction_sort_exchange * pg)),
+            axis_name=self.axis_name,
+        )
         # How many of this device's agents fall in a band varies, up to the band's size: scatter
         # that many rows (in place; padding slots are out of range and dropped) rather than
         # rebuild every buffer.

@@ -7,22 +7,16 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .._compile import jit
 from .._misc import place_on
 from .._validate import fraction, positive_int
 from ..rl._pbt import (
-    evaluate_population,
-    hparams_table,
     init_population,
     PBT,
     population_without_optimiser_states,
-    train_population,
-    train_population_sharded,
 )
 from ..rl._spaces import log_uniform_learning_rates, Uniform
 from ._agent_options import build_agent, training_env
@@ -164,7 +158,7 @@ class _PBTJob(LoopJob[_PBTPlan, Any]):
             agent, train_env, spaces, config.population_size, key=init_key
         )
         # A longer run's first round keys are the same (splits keep their prefix).
-        round_keys = [jr.split(k, 3) for k in jr.split(loop_key, config.rounds)]
+        round_keys = list(jr.split(loop_key, config.rounds))
         names = sorted(eqx.filter_eval_shape(lambda: agent.init(key=jr.key(0))).hparams.names())
         mesh = job_mesh(population_devices(config.devices, config.population_size))
         return _PBTPlan(config, env, agent, pbt, init, round_keys, names, train_env, mesh)
@@ -182,15 +176,6 @@ class _PBTJob(LoopJob[_PBTPlan, Any]):
     def bar(self, row) -> dict[str, float]:
         return {"mean": row["mean_return"], "max": row["max_return"]}
 
-    def _exploit(self, plan: _PBTPlan, pop, r: int, returns: np.ndarray):
-        """PBT after round `r` (every round but the last): the population and where each
-        member comes from."""
-        source = np.arange(plan.config.population_size)
-        if r < plan.config.rounds - 1:
-            pop, info = _pbt_step(plan.pbt, pop, returns, key=plan.round_keys[r][2])
-            source[np.asarray(info.replaced)] = np.asarray(info.sources)
-        return pop, source
-
     def start(self, plan: _PBTPlan, clock: RunClock) -> Chunk:
         return Chunk(_placed(plan.init(), plan.mesh), 0, {})
 
@@ -200,47 +185,34 @@ class _PBTJob(LoopJob[_PBTPlan, Any]):
             # The run was lengthened after its last round, which had no PBT step: take it.
             rows = [row for row in resumed.logs["hparams.csv"] if row[0] == r]
             returns = np.asarray([row[-2] for row in rows], np.float32)
-            pop, source = self._exploit(plan, pop, r, returns)
-            for row, s in zip(rows, source.tolist()):
+            exploit_key = jr.split(plan.round_keys[r], 3)[2]  # as `PBT.round` splits it
+            pop, sources = plan.pbt.exploit(pop, returns, key=exploit_key)
+            for row, s in zip(rows, np.asarray(sources).tolist()):
                 row[-1] = s
         return _placed(pop, plan.mesh)
 
     def advance(self, plan: _PBTPlan, pop, step: int, clock: RunClock) -> Chunk:
         config, r = plan.config, step
-        train_key, eval_key, _ = plan.round_keys[r]
-        table = hparams_table(pop)  # what this round trains with
-        if plan.mesh is None:
-            # One program: the job splits a population by devices (`--devices`), and one
-            # device's numbers are what `--devices 1` asks for.
-            pop, _ = train_population(
-                plan.agent,
-                plan.train_env,
-                pop,
-                config.iterations_per_round,
-                groups=1,
-                key=train_key,
-            )
-        else:
-            pop, _ = train_population_sharded(
-                plan.agent,
-                plan.train_env,
-                pop,
-                config.iterations_per_round,
-                mesh=plan.mesh,
-                key=train_key,
-            )
-        ev = evaluate_population(
-            plan.agent, plan.env, pop, config.eval_episodes, groups=1, key=eval_key
+        # One program per step (`groups=1`): the job splits a population by devices
+        # (`--devices`), and one device's numbers are what `--devices 1` asks for. No exploit
+        # after the last round.
+        pop, done = plan.pbt.round(
+            plan.agent,
+            plan.train_env,
+            plan.env,
+            pop,
+            config.iterations_per_round,
+            config.eval_episodes,
+            exploit=r < config.rounds - 1,
+            groups=1,
+            mesh=plan.mesh,
+            key=plan.round_keys[r],
         )
         # Gathered from every process's devices in a multi-process run (a collective).
-        table, mean_returns, member_steps = to_host(
-            (table, jnp.mean(ev.returns, axis=1), pop.env_steps)
-        )
-        returns = np.asarray(mean_returns)
-        env_steps = int(np.sum(np.asarray(member_steps)))
+        done = to_host(done)
+        table, returns, source = done.hparams, np.asarray(done.returns), np.asarray(done.sources)
+        env_steps = int(np.sum(np.asarray(done.env_steps)))
         wall = clock()
-        pop, source = self._exploit(plan, pop, r, returns)
-        pop = _placed(pop, plan.mesh)  # members copied across devices move back to their own
         stats = [returns.mean(), returns.max(), returns.min()]
         progress = [r, env_steps, wall, *[float(v) for v in stats]]
         values = [np.asarray(table[n]).tolist() for n in plan.names]
@@ -301,14 +273,6 @@ class _PBTJob(LoopJob[_PBTPlan, Any]):
             f"done: {result.config.rounds} rounds, final mean return {last['mean_return']:.6g} "
             f"(max {last['max_return']:.6g})"
         )
-
-
-@jit
-def _pbt_step(pbt: PBT, pop, returns, *, key):
-    """`pbt.update` as one program: run eagerly, its copies of whole runs (buffers included)
-    are hundreds of small dispatches, most of a short round (`benchmarks/log/`
-    `epyc-family26-model2.md`, "The PBT job on one host device per core by default")."""
-    return pbt.update(pop, returns, key=key)
 
 
 def _placed(pop, mesh):

@@ -73,6 +73,22 @@ class PBTInfo(eqx.Module):
     sources: Int[Array, " num_worse"]
 
 
+class PBTRound(eqx.Module):
+    """What one PBT round did (`PBT.round`), one entry per member.
+
+    **Fields:** `hparams` (the hyperparameters each member trained with this round, by name),
+    `returns` (its mean evaluation return after training, NaN-tolerant: `update` ranks NaN
+    last), `env_steps` (its environment steps in training so far, before the exploit), and
+    `sources` (where each member of the returned population comes from: its own index when it
+    was kept, the copied member's when it was replaced).
+    """
+
+    hparams: dict[str, Float[Array, " population"]]
+    returns: Float[Array, " population"]
+    env_steps: Int[Array, " population"]
+    sources: Int[Array, " population"]
+
+
 @typing.final
 class PBT(eqx.Module):
     """Exploit and explore over a population of training runs (any `AbstractTrainingRun`,
@@ -170,6 +186,75 @@ class PBT(eqx.Module):
             population, tree_take(population, best), worst, explore, key=key
         )
         return population, PBTInfo(worst, best[picked])
+
+    def round(
+        self,
+        agent: AbstractAgent,
+        train_env: AbstractBaseEnv,
+        eval_env: AbstractBaseEnv,
+        population: AbstractTrainingRun,
+        num_iterations: int,
+        num_episodes: int,
+        *,
+        exploit: bool = True,
+        groups: int | typing.Literal["auto"] = "auto",
+        mesh: Mesh | None = None,
+        key: PRNGKey,
+    ) -> tuple[AbstractTrainingRun, PBTRound]:
+        """One round of PBT: every member trains `num_iterations` iterations on `train_env`,
+        plays `num_episodes` evaluation episodes of `eval_env`, and, with `exploit`, the
+        population goes through `update`, ranked by the mean evaluation returns. The loop over
+        rounds is the caller's (what to log, when to stop, a last round without exploit).
+
+        `key` splits into three, for training, evaluation and the exploit. `groups` as
+        `train_population`'s and `evaluate_population`'s (`1`: one program, numbers that do
+        not depend on the machine's cores); with `mesh`, the members are split over its
+        devices for training (`train_population_sharded`) and the returned population is
+        laid out so again. The exploit runs as one compiled program.
+
+        **Returns:** the population after the round and its `PBTRound`.
+        """
+        train_key, eval_key, exploit_key = jr.split(key, 3)
+        hparams = hparams_table(population)  # what this round trains with
+        if mesh is None:
+            population, _ = train_population(
+                agent, train_env, population, num_iterations, groups=groups, key=train_key
+            )
+        else:
+            population, _ = train_population_sharded(
+                agent, train_env, population, num_iterations, mesh=mesh, key=train_key
+            )
+        evaluation = evaluate_population(
+            agent, eval_env, population, num_episodes, groups=groups, key=eval_key
+        )
+        returns = jnp.mean(evaluation.returns, axis=1)
+        env_steps = population.env_steps
+        sources = jnp.arange(self.population_size, dtype=jnp.int32)
+        if exploit:
+            population, sources = self.exploit(population, returns, key=exploit_key)
+            if mesh is not None:  # members copied across devices move back to their own
+                (axis,) = mesh.axis_names
+                population = place_on(population, NamedSharding(mesh, P(axis)))
+        return population, PBTRound(hparams, returns, env_steps, sources)
+
+    def exploit(
+        self,
+        population: AbstractTrainingRun,
+        returns: Float[Array | np.ndarray, " population"],
+        *,
+        key: PRNGKey,
+    ) -> tuple[AbstractTrainingRun, Int[Array, " population"]]:
+        """`update` as one compiled program (run eagerly, its copies of whole runs, buffers
+        included, are hundreds of small dispatches: most of a short round). **Returns:** the
+        population and where each member comes from (its own index when kept)."""
+        population, info = _update(self, population, jnp.asarray(returns), key=key)
+        sources = jnp.arange(self.population_size, dtype=jnp.int32)
+        return population, sources.at[info.replaced].set(info.sources)
+
+
+@jit
+def _update(pbt: PBT, population, returns, *, key):
+    return pbt.update(population, returns, key=key)
 
 
 def copy_into(

@@ -91,15 +91,39 @@ def test_nan_returns_rank_last(population, pbt_update):
     assert 1 in np.asarray(info.replaced).tolist()
 
 
-def test_the_pbt_job_s_compiled_step_is_the_eager_update(population):
-    """The job runs `PBT.update` as one program (eagerly it was most of a short round): the
-    same population, the same record, bit for bit."""
-    from eqx_qd.jobs._pbt import _pbt_step
-
+def test_the_compiled_exploit_is_the_eager_update(population):
+    """`PBT.exploit` runs `update` as one program (eagerly it was most of a short round): the
+    same population bit for bit, and each member's source from the same record."""
     pbt = q.rl.PBT(POP, 2, 3, AGENT.hparam_spaces)
     returns = np.asarray([3.0, 1.0, 4.0, 1.5, 5.0, 9.0], np.float32)
-    eager = pbt.update(population, jnp.asarray(returns), key=jr.key(3))
-    assert bool(eqx.tree_equal(_pbt_step(pbt, population, returns, key=jr.key(3)), eager))
+    eager, info = pbt.update(population, jnp.asarray(returns), key=jr.key(3))
+    compiled, sources = pbt.exploit(population, returns, key=jr.key(3))
+    assert bool(eqx.tree_equal(compiled, eager))
+    expected = np.arange(POP)
+    expected[np.asarray(info.replaced)] = np.asarray(info.sources)
+    np.testing.assert_array_equal(sources, expected)
+
+
+def test_a_pbt_round_is_train_evaluate_exploit(population):
+    """`PBT.round` is the three calls it names, with the keys it says; without `exploit`,
+    the trained population and every member its own source."""
+    pbt = q.rl.PBT(POP, 2, 3, AGENT.hparam_spaces)
+    key = jr.key(7)
+    after, done = pbt.round(AGENT, ENV, ENV, population, 2, 3, groups=1, key=key)
+    train_key, eval_key, exploit_key = jr.split(key, 3)
+    trained, _ = q.rl.train_population(AGENT, ENV, population, 2, groups=1, key=train_key)
+    ev = q.rl.evaluate_population(AGENT, ENV, trained, 3, groups=1, key=eval_key)
+    returns = jnp.mean(ev.returns, axis=1)
+    expected, sources = pbt.exploit(trained, returns, key=exploit_key)
+    assert bool(eqx.tree_equal(after, expected))
+    np.testing.assert_array_equal(done.returns, returns)
+    np.testing.assert_array_equal(done.sources, sources)
+    np.testing.assert_array_equal(done.env_steps, trained.env_steps)
+    for name, values in q.rl.hparams_table(population).items():
+        np.testing.assert_array_equal(done.hparams[name], values)  # what the round trained with
+    kept, done = pbt.round(AGENT, ENV, ENV, population, 2, 3, exploit=False, groups=1, key=key)
+    assert bool(eqx.tree_equal(kept, trained))
+    np.testing.assert_array_equal(done.sources, np.arange(POP))
 
 
 def test_pbt_validation_says_what_is_wrong():
