@@ -89,7 +89,7 @@ _NAMES = {"cma_me": "CMA-ME", "cma_mae": "CMA-MAE", "cma_mega": "CMA-MEGA"}
 
 def _write_peer_run(out: str, library: str, algorithm: str, rows: list, fitnesses) -> None:
     """A peer run folder that `eqx-qd report` reads beside the jobs' runs
-    (`eqx_qd.jobs.read_peer_run`): peer.json, progress.csv, fitnesses.npy."""
+    (`eqx_qd.jobs.read_peer_curves`): peer.json, progress.csv, fitnesses.npy."""
     import csv
     import os
 

@@ -68,10 +68,10 @@ def main():
 
     if "pbt" in chosen:
         from eqx_qd.jobs._agent_options import training_env
-        from eqx_qd.jobs._pbt import make_pbt_run
+        from eqx_qd.jobs._pbt import build_pbt_run
 
         config = jobs.PBTConfig(devices=a.devices)
-        env, agent, spaces, pbt = make_pbt_run(config)
+        env, agent, spaces, pbt = build_pbt_run(config)
         env = training_env(config, env)
         pop = q.rl.init_population(agent, env, spaces, config.population_size, key=jr.key(0))
         members = NamedSharding(mesh, P("p"))
@@ -101,8 +101,8 @@ def main():
 
     if "ippo" in chosen:
         config = jobs.IPPOConfig(devices=a.devices)
-        env = config.make_env()
-        agent = config.make_agent(env)
+        env = config.build_env()
+        agent = config.build_agent(env)
         state = agent.init(config.hparams(), key=jr.key(0))
         run = agent.init_run(env, state, key=jr.key(1))
         iterate = lambda: q.rl.train_data_parallel(agent, env, run, 1, mesh=mesh, key=jr.key(2))

@@ -52,8 +52,8 @@ def main():
         proportion_evo=0.5,
         td3=td3,
         hparams=hparams,
-        num_critic_steps=a.critic_steps,
-        num_pg_steps=a.pg_steps,
+        critic_steps=a.critic_steps,
+        pg_steps=a.pg_steps,
         pg_lr=1e-3,
         buffer_size=a.buffer,
     )

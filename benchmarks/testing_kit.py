@@ -49,8 +49,8 @@ def main():
     grid = q.GridTessellation((4, 4), 0.0, 1.0)
     genotype = jnp.zeros(dim)
     repertoires = {
-        "grid": q.MapElitesRepertoire.empty(grid, genotype),
-        "annealing": q.MapElitesRepertoire.empty(grid, genotype, learning_rate=0.5,
+        "grid": q.MAPElitesRepertoire.empty(grid, genotype),
+        "annealing": q.MAPElitesRepertoire.empty(grid, genotype, learning_rate=0.5,
                                                  threshold_min=-50.0),
         "dns": q.DNSRepertoire.empty(8, genotype, 2, k=2),
         "unstructured": q.UnstructuredRepertoire.empty(8, genotype, 2, k=2,

@@ -15,7 +15,7 @@ from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters.base import AbstractEmitter
 from ._metrics import qd_metrics, QDMetrics
 from ._misc import f32, filter_scan, i32, tree_all_gather, tree_take
-from ._repertoire import AbstractRepertoire, AddInfo, MapElitesRepertoire
+from ._repertoire import AbstractRepertoire, AddInfo, MAPElitesRepertoire
 from ._tasks import AbstractScorer
 from ._tessellation import AbstractTessellation
 
@@ -45,7 +45,7 @@ class MAPElitesState(eqx.Module):
     emitter_state: PyTree
     iteration: Int[Array, ""] = eqx.field(converter=i32)
     evaluations: Int[Array, ""] = eqx.field(default=0, converter=i32)
-    result: MapElitesRepertoire | None = None
+    result: MAPElitesRepertoire | None = None
 
     @property
     def elites(self) -> AbstractRepertoire:
@@ -181,7 +181,7 @@ class MAPElites(eqx.Module):
         **Arguments:**
 
         - `genotypes`: the initial population.
-        - `repertoire`: a tessellation (the archive is then a `MapElitesRepertoire` over it,
+        - `repertoire`: a tessellation (the archive is then a `MAPElitesRepertoire` over it,
           annealing under CMA-MAE), or any `AbstractRepertoire` (`DNSRepertoire`,
           `UnstructuredRepertoire`, your own): its settings are kept and its slots shaped after
           the population (`AbstractRepertoire.emptied`).
@@ -224,7 +224,7 @@ class MAPElites(eqx.Module):
         first_id = None if ids_or_none is None else ids_or_none[0]
         annealed = self.archive_learning_rate is not None
         if isinstance(repertoire, AbstractTessellation):
-            empty = MapElitesRepertoire.empty(
+            empty = MAPElitesRepertoire.empty(
                 repertoire,
                 first,
                 first_id,
@@ -253,7 +253,7 @@ class MAPElites(eqx.Module):
                     "MAPElites.init: result must be an eqx_qd.AbstractTessellation, got "
                     f"{type(result).__name__}"
                 )
-            passive, _ = MapElitesRepertoire.empty(result, first, first_id).add(
+            passive, _ = MAPElitesRepertoire.empty(result, first, first_id).add(
                 *every[:3], ids_or_none
             )
         emitter_state = self.emitter.init(

@@ -30,6 +30,21 @@ def _bound(x: BoundsLike | None) -> Bound:
     return None if x is None else f32(x)
 
 
+def _required(name: str) -> Callable[[BoundsLike | None], Array]:
+    """`PolynomialMutation`'s bound converter: the mutation is scaled by the distance to both
+    bounds, so `None` is refused, naming the field."""
+
+    def convert(x: BoundsLike | None) -> Array:
+        if x is None:
+            raise ValueError(
+                f"PolynomialMutation.{name} is required: the mutation is scaled by the "
+                "distance to both bounds"
+            )
+        return f32(x)
+
+    return convert
+
+
 def _clip(x: Array, lo: Bound, hi: Bound) -> Array:
     if lo is None and hi is None:
         return x
@@ -96,156 +111,6 @@ def _per_row(values: Array, like: Array) -> Array:
     return jnp.reshape(values, values.shape + (1,) * (like.ndim - 1))
 
 
-def isoline_variation(
-    x1: Genotypes,
-    x2: Genotypes,
-    *,
-    iso_sigma: ArrayLike,
-    line_sigma: ArrayLike,
-    min_genotype: BoundsLike | None = None,
-    max_genotype: BoundsLike | None = None,
-    key: PRNGKey,
-) -> Genotypes:
-    """Iso+line-DD (Vassiliades & Mouret 2018).
-
-    Child `= x1 + iso_sigma * N(0, I) + line_sigma * N(0, 1) * (x2 - x1)`.
-
-    The line coefficient is one draw per child, shared by all leaves of its genotype. Children
-    are clipped to `[min_genotype, max_genotype]` when bounds are given.
-    """
-    _check_parents("isoline_variation", x1, x2)
-    check.non_negative("isoline_variation: iso_sigma", iso_sigma)
-    check.non_negative("isoline_variation: line_sigma", line_sigma)
-    _check_bounds("isoline_variation: ", min_genotype, max_genotype)
-    line_key, iso_key = jr.split(key)
-    line = jr.normal(line_key, (batch_size_of(x1),)) * line_sigma
-
-    def child(k, a, b):
-        iso = jr.normal(k, a.shape, a.dtype) * iso_sigma
-        out = a + iso + _per_row(line, a).astype(a.dtype) * (b - a)
-        return _clip(out, _bound(min_genotype), _bound(max_genotype))
-
-    return _leafwise(child, iso_key, x1, x2)
-
-
-def gaussian_mutation(
-    x: Genotypes,
-    *,
-    sigma: ArrayLike,
-    mutation_rate: ArrayLike = 1.0,
-    min_genotype: BoundsLike | None = None,
-    max_genotype: BoundsLike | None = None,
-    key: PRNGKey,
-) -> Genotypes:
-    """Add `sigma * N(0, 1)` to each gene of `x` with probability `mutation_rate`, then
-    clip to `[min_genotype, max_genotype]` when bounds are given."""
-    check.non_negative("gaussian_mutation: sigma", sigma)
-    check.fraction("gaussian_mutation: mutation_rate", mutation_rate)
-    _check_bounds("gaussian_mutation: ", min_genotype, max_genotype)
-    noise = lambda k, a: jr.normal(k, a.shape, a.dtype) * sigma
-    return _add_noise(x, noise, mutation_rate, min_genotype, max_genotype, key)
-
-
-def uniform_mutation(
-    x: Genotypes,
-    *,
-    max_uniform: ArrayLike,
-    mutation_rate: ArrayLike = 1.0,
-    min_genotype: BoundsLike | None = None,
-    max_genotype: BoundsLike | None = None,
-    key: PRNGKey,
-) -> Genotypes:
-    """Add `U(-max_uniform, max_uniform)` to each gene of `x` with probability
-    `mutation_rate`, then clip to `[min_genotype, max_genotype]` when bounds are given (the
-    PGA-MAP-Elites repository's `uniform_mutation`)."""
-    check.non_negative("uniform_mutation: max_uniform", max_uniform)
-    check.fraction("uniform_mutation: mutation_rate", mutation_rate)
-    _check_bounds("uniform_mutation: ", min_genotype, max_genotype)
-    noise = lambda k, a: jr.uniform(k, a.shape, a.dtype, -1.0, 1.0) * max_uniform
-    return _add_noise(x, noise, mutation_rate, min_genotype, max_genotype, key)
-
-
-def polynomial_mutation(
-    x: Genotypes,
-    *,
-    eta_m: ArrayLike,
-    mutation_rate: ArrayLike,
-    min_genotype: BoundsLike | None,
-    max_genotype: BoundsLike | None,
-    key: PRNGKey,
-) -> Genotypes:
-    """Deb's bounded polynomial mutation with distribution index `eta_m`.
-
-    Each gene of `x` is mutated with probability `mutation_rate`; the bounds
-    `min_genotype` / `max_genotype` are required because the perturbation is scaled by the
-    distance to them.
-    """
-    if min_genotype is None or max_genotype is None:
-        raise ValueError("polynomial_mutation: min_genotype and max_genotype are required")
-    check.non_negative("polynomial_mutation: eta_m", eta_m)
-    check.fraction("polynomial_mutation: mutation_rate", mutation_rate)
-    _check_bounds("polynomial_mutation: ", min_genotype, max_genotype)
-    lo, hi = f32(min_genotype), f32(max_genotype)
-
-    def mutate(k, a):
-        r_key, mask_key = jr.split(k)
-        span = hi - lo
-        y = jnp.clip(a, lo, hi)
-        delta_1 = (y - lo) / span
-        delta_2 = (hi - y) / span
-        r = jr.uniform(r_key, a.shape)
-        power = 1.0 / (eta_m + 1.0)
-        below = 2.0 * r + (1.0 - 2.0 * r) * (1.0 - delta_1) ** (eta_m + 1.0)
-        above = 2.0 * (1.0 - r) + 2.0 * (r - 0.5) * (1.0 - delta_2) ** (eta_m + 1.0)
-        dq = jnp.where(r < 0.5, below**power - 1.0, 1.0 - above**power)
-        mask = jr.uniform(mask_key, a.shape) < mutation_rate
-        return jnp.clip(jnp.where(mask, y + dq * span, a), lo, hi).astype(a.dtype)
-
-    return _leafwise(mutate, key, x)
-
-
-def sbx_crossover(
-    x1: Genotypes,
-    x2: Genotypes,
-    *,
-    eta_c: ArrayLike,
-    crossover_rate: ArrayLike = 1.0,
-    side_rate: ArrayLike = 0.5,
-    min_genotype: BoundsLike | None = None,
-    max_genotype: BoundsLike | None = None,
-    key: PRNGKey,
-) -> Genotypes:
-    """Simulated binary crossover (Deb & Agrawal 1995) with distribution index `eta_c`.
-
-    One child per pair of `x1` and `x2`. A gene is crossed with probability
-    `crossover_rate` (copied from `x1` otherwise) into SBX's two children, spread around the
-    parents' midpoint by the same factor; the child takes the second one, on `x2`'s side, with
-    probability `side_rate`. 0.5 (the default) is the original PGA-ME code's random side;
-    0 always takes the first, on `x1`'s side (this library's operator before the option).
-    A large `eta_c` keeps children near their parents. Children are clipped to
-    `[min_genotype, max_genotype]` when bounds are given.
-    """
-    _check_parents("sbx_crossover", x1, x2)
-    check.non_negative("sbx_crossover: eta_c", eta_c)
-    check.fraction("sbx_crossover: crossover_rate", crossover_rate)
-    check.fraction("sbx_crossover: side_rate", side_rate)
-    _check_bounds("sbx_crossover: ", min_genotype, max_genotype)
-
-    def cross(k, a, b):
-        u_key, mask_key, side_key = jr.split(k, 3)
-        u = jr.uniform(u_key, a.shape)
-        exponent = 1.0 / (eta_c + 1.0)
-        beta = jnp.where(u <= 0.5, (2.0 * u) ** exponent, (1.0 / (2.0 * (1.0 - u))) ** exponent)
-        second = jr.uniform(side_key, a.shape) < side_rate
-        near, far = jnp.where(second, b, a), jnp.where(second, a, b)
-        child = 0.5 * ((1.0 + beta) * near + (1.0 - beta) * far)
-        mask = jr.uniform(mask_key, a.shape) < crossover_rate
-        out = jnp.where(mask, child, a).astype(a.dtype)
-        return _clip(out, _bound(min_genotype), _bound(max_genotype))
-
-    return _leafwise(cross, key, x1, x2)
-
-
 class AbstractMutation(eqx.Module):
     """One parent per child. Subclass and implement `__call__` to add an operator."""
 
@@ -266,7 +131,11 @@ class AbstractVariation(eqx.Module):
 
 @typing.final
 class IsoLineVariation(AbstractVariation):
-    """Iso+line-DD variation (`isoline_variation`) as a module.
+    """Iso+line-DD (Vassiliades & Mouret 2018): child `= x1 + iso_sigma * N(0, I) +
+    line_sigma * N(0, 1) * (x2 - x1)`.
+
+    The line coefficient is one draw per child, shared by all leaves of its genotype. Children
+    are clipped to `[min_genotype, max_genotype]` when bounds are given.
 
     **Fields:** `iso_sigma`, `line_sigma`, and optional bounds `min_genotype`, `max_genotype`
     (float32 array leaves, so new values reuse the compiled program).
@@ -283,24 +152,31 @@ class IsoLineVariation(AbstractVariation):
         _check_bounds("IsoLineVariation.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
-        return isoline_variation(
-            x1,
-            x2,
-            key=key,
-            iso_sigma=self.iso_sigma,
-            line_sigma=self.line_sigma,
-            min_genotype=self.min_genotype,
-            max_genotype=self.max_genotype,
-        )
+        _check_parents("IsoLineVariation", x1, x2)
+        line_key, iso_key = jr.split(key)
+        line = jr.normal(line_key, (batch_size_of(x1),)) * self.line_sigma
+
+        def child(k, a, b):
+            iso = jr.normal(k, a.shape, a.dtype) * self.iso_sigma
+            out = a + iso + _per_row(line, a).astype(a.dtype) * (b - a)
+            return _clip(out, self.min_genotype, self.max_genotype)
+
+        return _leafwise(child, iso_key, x1, x2)
 
 
 @typing.final
 class SBXCrossover(AbstractVariation):
-    """Simulated binary crossover (`sbx_crossover`) as a module.
+    """Simulated binary crossover (Deb & Agrawal 1995) with distribution index `eta_c`.
+
+    One child per pair of `x1` and `x2`. A gene is crossed with probability `crossover_rate`
+    (copied from `x1` otherwise) into SBX's two children, spread around the parents' midpoint
+    by the same factor; the child takes the second one, on `x2`'s side, with probability
+    `side_rate`: 0.5 (the default) is the original PGA-ME code's random side, 0 always takes
+    the first, on `x1`'s side. A large `eta_c` keeps children near their parents. Children are
+    clipped to `[min_genotype, max_genotype]` when bounds are given.
 
     **Fields:** `eta_c`, `crossover_rate`, optional bounds `min_genotype`, `max_genotype`,
-    and `side_rate` (0.5: the original's random side of each crossed gene; 0: always `x1`'s
-    side).
+    and `side_rate`.
     """
 
     eta_c: Float[Array, ""] = eqx.field(converter=f32)
@@ -316,30 +192,37 @@ class SBXCrossover(AbstractVariation):
         _check_bounds("SBXCrossover.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x1: Genotypes, x2: Genotypes, *, key: PRNGKey) -> Genotypes:
-        return sbx_crossover(
-            x1,
-            x2,
-            key=key,
-            eta_c=self.eta_c,
-            crossover_rate=self.crossover_rate,
-            side_rate=self.side_rate,
-            min_genotype=self.min_genotype,
-            max_genotype=self.max_genotype,
-        )
+        _check_parents("SBXCrossover", x1, x2)
+        eta_c = self.eta_c
+
+        def cross(k, a, b):
+            u_key, mask_key, side_key = jr.split(k, 3)
+            u = jr.uniform(u_key, a.shape)
+            exponent = 1.0 / (eta_c + 1.0)
+            beta = jnp.where(u <= 0.5, (2.0 * u) ** exponent, (1.0 / (2.0 * (1.0 - u))) ** exponent)
+            second = jr.uniform(side_key, a.shape) < self.side_rate
+            near, far = jnp.where(second, b, a), jnp.where(second, a, b)
+            child = 0.5 * ((1.0 + beta) * near + (1.0 - beta) * far)
+            mask = jr.uniform(mask_key, a.shape) < self.crossover_rate
+            out = jnp.where(mask, child, a).astype(a.dtype)
+            return _clip(out, self.min_genotype, self.max_genotype)
+
+        return _leafwise(cross, key, x1, x2)
 
 
 @typing.final
 class PolynomialMutation(AbstractMutation):
-    """Bounded polynomial mutation (`polynomial_mutation`) as a module.
+    """Deb's bounded polynomial mutation with distribution index `eta_m`: each gene is
+    mutated with probability `mutation_rate`, by a perturbation scaled by the distance to the
+    bounds `min_genotype` / `max_genotype` (so both are required).
 
-    **Fields:** `eta_m`, `mutation_rate`, and the required bounds `min_genotype`,
-    `max_genotype`.
+    **Fields:** `eta_m`, `mutation_rate`, `min_genotype`, `max_genotype`.
     """
 
     eta_m: Float[Array, ""] = eqx.field(converter=f32)
     mutation_rate: Float[Array, ""] = eqx.field(converter=f32)
-    min_genotype: Float[Array, ""] = eqx.field(converter=f32)
-    max_genotype: Float[Array, ""] = eqx.field(converter=f32)
+    min_genotype: Float[Array, ""] = eqx.field(converter=_required("min_genotype"))
+    max_genotype: Float[Array, ""] = eqx.field(converter=_required("max_genotype"))
 
     def __check_init__(self):
         check.non_negative("PolynomialMutation.eta_m", self.eta_m)
@@ -347,19 +230,29 @@ class PolynomialMutation(AbstractMutation):
         _check_bounds("PolynomialMutation.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
-        return polynomial_mutation(
-            x,
-            key=key,
-            eta_m=self.eta_m,
-            mutation_rate=self.mutation_rate,
-            min_genotype=self.min_genotype,
-            max_genotype=self.max_genotype,
-        )
+        lo, hi, eta_m = self.min_genotype, self.max_genotype, self.eta_m
+
+        def mutate(k, a):
+            r_key, mask_key = jr.split(k)
+            span = hi - lo
+            y = jnp.clip(a, lo, hi)
+            delta_1 = (y - lo) / span
+            delta_2 = (hi - y) / span
+            r = jr.uniform(r_key, a.shape)
+            power = 1.0 / (eta_m + 1.0)
+            below = 2.0 * r + (1.0 - 2.0 * r) * (1.0 - delta_1) ** (eta_m + 1.0)
+            above = 2.0 * (1.0 - r) + 2.0 * (r - 0.5) * (1.0 - delta_2) ** (eta_m + 1.0)
+            dq = jnp.where(r < 0.5, below**power - 1.0, 1.0 - above**power)
+            mask = jr.uniform(mask_key, a.shape) < self.mutation_rate
+            return jnp.clip(jnp.where(mask, y + dq * span, a), lo, hi).astype(a.dtype)
+
+        return _leafwise(mutate, key, x)
 
 
 @typing.final
 class GaussianMutation(AbstractMutation):
-    """Gaussian mutation (`gaussian_mutation`) as a module.
+    """Adds `sigma * N(0, 1)` to each gene with probability `mutation_rate`, then clips to
+    `[min_genotype, max_genotype]` when bounds are given.
 
     **Fields:** `sigma`, `mutation_rate`, and optional bounds `min_genotype`, `max_genotype`.
     """
@@ -375,19 +268,15 @@ class GaussianMutation(AbstractMutation):
         _check_bounds("GaussianMutation.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
-        return gaussian_mutation(
-            x,
-            key=key,
-            sigma=self.sigma,
-            mutation_rate=self.mutation_rate,
-            min_genotype=self.min_genotype,
-            max_genotype=self.max_genotype,
-        )
+        noise = lambda k, a: jr.normal(k, a.shape, a.dtype) * self.sigma
+        return _add_noise(x, noise, self.mutation_rate, self.min_genotype, self.max_genotype, key)
 
 
 @typing.final
 class UniformMutation(AbstractMutation):
-    """Uniform mutation (`uniform_mutation`) as a module.
+    """Adds `U(-max_uniform, max_uniform)` to each gene with probability `mutation_rate`,
+    then clips to `[min_genotype, max_genotype]` when bounds are given (the PGA-MAP-Elites
+    repository's `uniform_mutation`).
 
     **Fields:** `max_uniform`, `mutation_rate`, and optional bounds `min_genotype`,
     `max_genotype`.
@@ -404,14 +293,8 @@ class UniformMutation(AbstractMutation):
         _check_bounds("UniformMutation.", self.min_genotype, self.max_genotype)
 
     def __call__(self, x: Genotypes, *, key: PRNGKey) -> Genotypes:
-        return uniform_mutation(
-            x,
-            key=key,
-            max_uniform=self.max_uniform,
-            mutation_rate=self.mutation_rate,
-            min_genotype=self.min_genotype,
-            max_genotype=self.max_genotype,
-        )
+        noise = lambda k, a: jr.uniform(k, a.shape, a.dtype, -1.0, 1.0) * self.max_uniform
+        return _add_noise(x, noise, self.mutation_rate, self.min_genotype, self.max_genotype, key)
 
 
 @typing.final

@@ -179,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
         "interquartile range over seeds, the cumulative fitness density averaged over seeds, "
         "a table of final medians and two-sided Mann-Whitney U p-values between groups. "
         "Another library's runs take part as peer run folders (peer.json, progress.csv, "
-        "fitnesses.npy: see eqx_qd.jobs.read_peer_run).",
+        "fitnesses.npy: see eqx_qd.jobs.read_peer_curves).",
     )
     report.add_argument(
         "folders", nargs="+", metavar="RUN_FOLDER", help="finished QD runs, or peer run folders"

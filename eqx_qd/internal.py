@@ -13,15 +13,6 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   whose carry may hold non-array leaves (checked unchanged).
 - **multi-device plumbing** under `run_sharded`: `place_sharded` (a state laid out on a mesh)
   and `scan_sharded` (the sharded scan over given keys).
-- **Dominated Novelty Search's score**: `competition_fitness` (the mean distance to the `k`
-  nearest fitter solutions, what `DNSRepertoire` keeps its population by), for variants.
-- **DCRL-ME's parts**: `DescriptorTransition` (a row of its replay buffer),
-  `normalise_descriptors` (to the `[-1, 1]` the conditioned networks
-  read), `similarity` (the reward's scale), `conditioned_transitions` (what the conditioned
-  TD3 agent trains on) and `inject_actor` (a conditioned actor folded at one descriptor into an
-  ordinary policy), for variants of `DCRLEmitter`.
-- **the bandit's choice**: `ucb1_choice` (which members of a pool `BanditEmitter` activates
-  next, pyribs' UCB1 rule), for schedulers of your own.
 - **the machine** (`machine()`, a `Machine`): what the package reads of it at run time (JAX's
   backend, the CPU and its vector features) for the choices whose faster code path depends on
   it, and `host_devices_per_core` (one host device per usable core, before JAX starts).
@@ -33,7 +24,6 @@ Semi-public: documented and tested, but it may change faster than the top level.
 """
 
 from . import _validate as check
-from ._emitters.bandit import ucb1_choice as ucb1_choice
 from ._machine import (
     host_devices_per_core as host_devices_per_core,
     Machine as Machine,
@@ -55,17 +45,7 @@ from ._misc import (
     tree_top_k as tree_top_k,
     tree_zeros_batch as tree_zeros_batch,
 )
-from ._qdrl.dcrl import (
-    conditioned_transitions as conditioned_transitions,
-    DescriptorTransition as DescriptorTransition,
-    inject_actor as inject_actor,
-    normalise_descriptors as normalise_descriptors,
-    similarity as similarity,
-)
-from ._repertoire import (
-    bytes_per_cell as bytes_per_cell,
-    competition_fitness as competition_fitness,
-)
+from ._repertoire import bytes_per_cell as bytes_per_cell
 from ._sharded import place_sharded as place_sharded, scan_sharded as scan_sharded
 from ._validate import is_concrete as is_concrete
 
@@ -74,24 +54,18 @@ __all__ = [
     "batch_size_of",
     "bytes_per_cell",
     "check",
-    "competition_fitness",
-    "conditioned_transitions",
-    "DescriptorTransition",
     "f32",
     "filter_cond",
     "filter_scan",
     "filter_while_loop",
     "host_devices_per_core",
     "i32",
-    "inject_actor",
     "is_concrete",
     "Machine",
     "machine",
-    "normalise_descriptors",
     "place_sharded",
     "random_permutation",
     "scan_sharded",
-    "similarity",
     "tree_all_gather",
     "tree_concatenate",
     "tree_scatter",
@@ -99,5 +73,4 @@ __all__ = [
     "tree_take",
     "tree_top_k",
     "tree_zeros_batch",
-    "ucb1_choice",
 ]

@@ -21,13 +21,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ._repertoire import AbstractRepertoire, MapElitesRepertoire
+from ._repertoire import AbstractRepertoire, MAPElitesRepertoire
 from ._tessellation import GridTessellation
 from .envs._base import AbstractQDEnv
 
 
 def _default_bounds(repertoire: AbstractRepertoire) -> tuple[np.ndarray, np.ndarray]:
-    if not isinstance(repertoire, MapElitesRepertoire):
+    if not isinstance(repertoire, MAPElitesRepertoire):
         lo, hi = (np.asarray(x, np.float64) for x in repertoire.extent)
         pad = 0.05 * (hi - lo)
         return lo - pad, hi + pad
@@ -109,7 +109,7 @@ def plot_repertoire(
     low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
     vmin, vmax = low if vmin is None else vmin, high if vmax is None else vmax
     filled = int(np.isfinite(fit).sum())
-    cell_free = not isinstance(repertoire, MapElitesRepertoire)
+    cell_free = not isinstance(repertoire, MAPElitesRepertoire)
     title = f"repertoire: {filled}/{fit.size} {'slots' if cell_free else 'cells'} filled"
     if d > 2:
         return _plot_pairs(repertoire, shown, lo, hi, names, cmap, vmin, vmax, label, title, ax)
@@ -326,7 +326,7 @@ def plot_learning_curve(
 
 
 def plot_repertoire_hparams(
-    repertoire: MapElitesRepertoire,
+    repertoire: MAPElitesRepertoire,
     hparams: Mapping[str, ArrayLike],
     resolution: int = 200,
     bounds: tuple[ArrayLike | Sequence[float], ArrayLike | Sequence[float]] | None = None,

@@ -45,7 +45,7 @@ from ._laws import (
     RANKER_LAWS as RANKER_LAWS,
     REPERTOIRE_LAWS as REPERTOIRE_LAWS,
 )
-from ._repertoire import MapElitesRepertoire
+from ._repertoire import MAPElitesRepertoire
 from ._tessellation import GridTessellation
 
 
@@ -107,7 +107,7 @@ def repertoires(
     draw: Callable[..., Any],
     bins: tuple[int, ...] = (4, 4),
     genotype_dim: int = 3,
-) -> MapElitesRepertoire:
+) -> MAPElitesRepertoire:
     """A grid repertoire over the unit box with a random subset of cells filled.
 
     Built directly from NumPy arrays (no JAX computation inside the strategy); each filled
@@ -127,7 +127,7 @@ def repertoires(
     seed = draw(st.integers(0, 2**31 - 1))
     geno = np.random.default_rng(seed).normal(size=(n, genotype_dim)).astype(np.float32)
     with keep_python_random():
-        return MapElitesRepertoire(
+        return MAPElitesRepertoire(
             genotypes=jnp.asarray(geno),
             fitnesses=jnp.asarray(fit),
             descriptors=tessellation.centroids,
@@ -136,8 +136,8 @@ def repertoires(
 
 
 def register_strategies() -> None:
-    """Let `st.from_type(MapElitesRepertoire)` and `st.from_type(CandidateBatch)` work."""
-    st.register_type_strategy(MapElitesRepertoire, lambda _: repertoires())
+    """Let `st.from_type(MAPElitesRepertoire)` and `st.from_type(CandidateBatch)` work."""
+    st.register_type_strategy(MAPElitesRepertoire, lambda _: repertoires())
     st.register_type_strategy(CandidateBatch, lambda _: candidate_batches())
 
 

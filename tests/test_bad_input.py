@@ -68,7 +68,7 @@ def _ippo() -> q.rl.IPPO:
                           critic_epochs=1)  # fmt: skip
 
 
-def _repertoire() -> q.MapElitesRepertoire:
+def _repertoire() -> q.MAPElitesRepertoire:
     tess = q.GridTessellation((2, 2), 0.0, 1.0)
     g, d, f = jnp.zeros((2, 3)), jnp.full((2, 2), 0.3), jnp.zeros(2)
     return q.init_repertoire(tess, g, d, f)[0]
@@ -138,84 +138,49 @@ def test_sharded_runs_refuse_an_uneven_split():
 # ----------------------------------------------------------------------------- operators
 
 
-def test_functional_operators_refuse_mismatched_parents():
+def test_operators_refuse_mismatched_parents():
     x1 = {"a": jnp.zeros((4, 3)), "b": jnp.zeros((4, 2))}
     wrong_shape = {"a": jnp.zeros((4, 3)), "b": jnp.zeros((4, 5))}
     wrong_tree = {"a": jnp.zeros((4, 3))}
-    calls = {
-        "isoline_variation": lambda x2: q.isoline_variation(
-            x1, x2, iso_sigma=0.1, line_sigma=0.1, key=KEY
-        ),
-        "sbx_crossover": lambda x2: q.sbx_crossover(x1, x2, eta_c=10.0, key=KEY),
-    }
-    for name, call in calls.items():
-        _raises(lambda: call(wrong_shape), name, "x2['b']", "(4, 5)")
-        _raises(lambda: call(wrong_tree), name, "x2", "structure")
+    for op in (q.IsoLineVariation(0.1, 0.1), q.SBXCrossover(10.0)):
+        name = type(op).__name__
+        _raises(lambda: op(x1, wrong_shape, key=KEY), name, "x2['b']", "(4, 5)")
+        _raises(lambda: op(x1, wrong_tree, key=KEY), name, "x2", "structure")
 
 
 NON_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 
 
 @given(value=NON_FINITE, which=st.sampled_from(["min_genotype", "max_genotype"]))
-def test_functional_operators_refuse_non_finite_bounds(value, which):
-    x = jnp.zeros((2, 3))
+def test_operators_refuse_non_finite_bounds(value, which):
     bounds = {"min_genotype": -1.0, "max_genotype": 1.0}
     bounds[which] = value
-    _raises(lambda: q.gaussian_mutation(x, sigma=0.1, **bounds, key=KEY), which)
-    _raises(lambda: q.sbx_crossover(x, x, eta_c=1.0, **bounds, key=KEY), which)
-    _raises(
-        lambda: q.isoline_variation(x, x, iso_sigma=0.1, line_sigma=0.1, **bounds, key=KEY), which
-    )
-    _raises(
-        lambda: q.polynomial_mutation(x, eta_m=1.0, mutation_rate=0.5, **bounds, key=KEY), which
-    )
-    _raises(lambda: q.uniform_mutation(x, max_uniform=0.1, **bounds, key=KEY), which)
+    _raises(lambda: q.GaussianMutation(0.1, **bounds), f"GaussianMutation.{which}")
+    _raises(lambda: q.SBXCrossover(1.0, **bounds), f"SBXCrossover.{which}")
+    _raises(lambda: q.IsoLineVariation(0.1, 0.1, **bounds), f"IsoLineVariation.{which}")
+    _raises(lambda: q.PolynomialMutation(1.0, 0.5, **bounds), f"PolynomialMutation.{which}")
+    _raises(lambda: q.UniformMutation(0.1, **bounds), f"UniformMutation.{which}")
 
 
 @given(value=st.one_of(NON_FINITE, st.floats(max_value=-1e-6, min_value=-1e6)))
-def test_functional_operators_refuse_bad_parameters(value):
-    x = jnp.zeros((2, 3))
-    _raises(lambda: q.gaussian_mutation(x, sigma=value, key=KEY), "gaussian_mutation: sigma")
-    _raises(
-        lambda: q.uniform_mutation(x, max_uniform=value, key=KEY), "uniform_mutation: max_uniform"
-    )
-    _raises(
-        lambda: q.isoline_variation(x, x, iso_sigma=value, line_sigma=0.1, key=KEY), "iso_sigma"
-    )
-    _raises(
-        lambda: q.isoline_variation(x, x, iso_sigma=0.1, line_sigma=value, key=KEY), "line_sigma"
-    )
-    _raises(lambda: q.sbx_crossover(x, x, eta_c=value, key=KEY), "eta_c")
-    _raises(
-        lambda: q.polynomial_mutation(
-            x, eta_m=value, mutation_rate=0.5, min_genotype=0.0, max_genotype=1.0, key=KEY
-        ),
-        "eta_m",
-    )
+def test_operators_refuse_bad_parameters(value):
+    _raises(lambda: q.GaussianMutation(sigma=value), "GaussianMutation.sigma")
+    _raises(lambda: q.UniformMutation(max_uniform=value), "UniformMutation.max_uniform")
+    _raises(lambda: q.IsoLineVariation(value, 0.1), "IsoLineVariation.iso_sigma")
+    _raises(lambda: q.IsoLineVariation(0.1, value), "IsoLineVariation.line_sigma")
+    _raises(lambda: q.SBXCrossover(eta_c=value), "SBXCrossover.eta_c")
+    _raises(lambda: q.PolynomialMutation(value, 0.5, 0.0, 1.0), "PolynomialMutation.eta_m")
     rate = 1.0 - value  # above 1 (or non-finite)
-    _raises(lambda: q.gaussian_mutation(x, sigma=0.1, mutation_rate=rate, key=KEY), "mutation_rate")
-    _raises(
-        lambda: q.uniform_mutation(x, max_uniform=0.1, mutation_rate=rate, key=KEY),
-        "uniform_mutation: mutation_rate",
-    )
-    _raises(
-        lambda: q.sbx_crossover(x, x, eta_c=1.0, crossover_rate=rate, key=KEY), "crossover_rate"
-    )
+    _raises(lambda: q.GaussianMutation(0.1, mutation_rate=rate), "GaussianMutation.mutation_rate")
+    _raises(lambda: q.UniformMutation(0.1, mutation_rate=rate), "UniformMutation.mutation_rate")
+    _raises(lambda: q.SBXCrossover(1.0, crossover_rate=rate), "SBXCrossover.crossover_rate")
 
 
 def test_polynomial_mutation_requires_its_bounds():
-    x = jnp.zeros((2, 3))
+    _raises(lambda: q.PolynomialMutation(1.0, 0.5, None, 1.0), "PolynomialMutation.min_genotype")
     _raises(
-        lambda: q.polynomial_mutation(
-            x, eta_m=1.0, mutation_rate=0.5, min_genotype=None, max_genotype=1.0, key=KEY
-        ),
-        "min_genotype",
-    )
-    _raises(
-        lambda: q.polynomial_mutation(
-            x, eta_m=1.0, mutation_rate=0.5, min_genotype=1.0, max_genotype=0.0, key=KEY
-        ),
-        "min_genotype", "max_genotype",
+        lambda: q.PolynomialMutation(1.0, 0.5, 1.0, 0.0),
+        "PolynomialMutation.min_genotype", "PolynomialMutation.max_genotype",
     )  # fmt: skip
 
 
@@ -388,7 +353,7 @@ def test_hparam_functions_refuse_bad_spaces_and_factors():
 
 def test_pgame_emitter_names_its_bad_arguments():
     td3 = _td3()
-    common = dict(td3=td3, hparams=q.rl.TD3HParams(), num_critic_steps=1, num_pg_steps=1,
+    common = dict(td3=td3, hparams=q.rl.TD3HParams(), critic_steps=1, pg_steps=1,
                   pg_lr=1e-3, buffer_size=8)  # fmt: skip
     _raises(lambda: q.pgame_emitter(batch_size=1, proportion_evo=0.5, **common), "batch_size")
     _raises(lambda: q.pgame_emitter(batch_size=4, proportion_evo=1.5, **common), "proportion_evo")
@@ -425,7 +390,7 @@ def test_agent_and_emitter_constructors_name_the_bad_field():
     _raises(lambda: q.rl.SAC(observation_size=0, action_size=2), "SAC.observation_size")
     _raises(lambda: q.rl.PPO(observation_size=2, action_size=2, num_envs=0), "PPO.num_envs")
     _raises(lambda: q.rl.PPO(observation_size=2, action_size=-1), "PPO.action_size")
-    common = dict(td3=_td3(), hparams=q.rl.TD3HParams(), num_critic_steps=1, num_pg_steps=1,
+    common = dict(td3=_td3(), hparams=q.rl.TD3HParams(), critic_steps=1, pg_steps=1,
                   buffer_size=8, pg_lr=1e-3)  # fmt: skip
     _raises(lambda: q.QualityPGEmitter(batch_size=0, **common), "QualityPGEmitter.batch_size")
     _raises(
@@ -445,7 +410,7 @@ def test_init_repertoire_and_helpers_refuse_what_they_cannot_read():
     g, f = jnp.zeros((2, 3)), jnp.zeros(2)
     _raises(lambda: q.init_repertoire(tess, g, jnp.zeros((2, 3)), f), "descriptors", "(2, 3)")
     _raises(lambda: q.init_repertoire(tess, g, jnp.zeros((2, 2)), jnp.zeros(3)), "fitnesses")
-    _raises(lambda: q.internal.bytes_per_cell(g), "bytes_per_cell", "MapElitesRepertoire")
+    _raises(lambda: q.internal.bytes_per_cell(g), "bytes_per_cell", "MAPElitesRepertoire")
     _raises(lambda: q.parent_ids(g), "parent_ids", "Elites")
     _raises(lambda: q.episode_transitions(None), "episode_transitions", "ScoringExtra")
     _raises(lambda: q.rl.hparams_table(g), "hparams_table", "population")

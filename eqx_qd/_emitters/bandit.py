@@ -21,7 +21,7 @@ from .base import AbstractEmitter, AbstractRestartingEmitter, Lineage
 RESELECT = ("terminated", "all")
 
 
-class BanditState(eqx.Module):
+class BanditEmitterState(eqx.Module):
     """The pool's states and the bandit's counts.
 
     **Fields:** `members`, each pool member's state (a tuple, in pool order); `active`
@@ -64,7 +64,7 @@ def ucb1_choice(
 
 
 @typing.final
-class BanditEmitter(AbstractRestartingEmitter[BanditState]):
+class BanditEmitter(AbstractRestartingEmitter[BanditEmitterState]):
     """`num_active` members of a pool of emitters emit each iteration, chosen by UCB1 on how
     many of their candidates passed their cell's threshold (pyribs' `BanditScheduler`).
 
@@ -144,7 +144,7 @@ class BanditEmitter(AbstractRestartingEmitter[BanditState]):
         extra: Extra,
         *,
         key: PRNGKey,
-    ) -> BanditState:
+    ) -> BanditEmitterState:
         keys = jr.split(key, len(self.pool))
         members = tuple(
             e.init(repertoire, genotypes, descriptors, fitnesses, extra, key=k)
@@ -152,7 +152,7 @@ class BanditEmitter(AbstractRestartingEmitter[BanditState]):
         )
         n = len(self.pool)
         zeros = jnp.zeros((n,), jnp.float32)
-        return BanditState(
+        return BanditEmitterState(
             members, jnp.arange(n) < self.num_active, zeros, zeros, self._restarts(members)
         )
 
@@ -161,7 +161,7 @@ class BanditEmitter(AbstractRestartingEmitter[BanditState]):
         return jnp.cumsum(active.astype(jnp.int32)) - 1
 
     def emit(
-        self, repertoire: AbstractRepertoire, state: BanditState, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: BanditEmitterState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         keys = jr.split(key, len(self.pool))
         slots = self._slots(state.active)
@@ -197,7 +197,7 @@ class BanditEmitter(AbstractRestartingEmitter[BanditState]):
 
     def state_update(
         self,
-        state: BanditState,
+        state: BanditEmitterState,
         repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
@@ -206,7 +206,7 @@ class BanditEmitter(AbstractRestartingEmitter[BanditState]):
         *,
         add_info: AddInfo,
         key: PRNGKey,
-    ) -> BanditState:
+    ) -> BanditEmitterState:
         repertoire.check_candidates(
             genotypes,
             descriptors,
@@ -244,8 +244,8 @@ class BanditEmitter(AbstractRestartingEmitter[BanditState]):
         active = ucb1_choice(
             state.active, reselect, successes, selections, self.num_active, self.zeta
         )
-        return BanditState(members, active, successes, selections, restarts)
+        return BanditEmitterState(members, active, successes, selections, restarts)
 
-    def restarts(self, state: BanditState) -> Int[Array, ""]:
+    def restarts(self, state: BanditEmitterState) -> Int[Array, ""]:
         """Restarts summed over the pool's members that restart."""
         return jnp.sum(jnp.maximum(self._restarts(state.members), 0))

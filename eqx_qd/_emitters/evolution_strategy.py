@@ -27,7 +27,7 @@ SELECTION_RULES = ("mu", "filter")
 RESTART_RULES = ("basic", "no_improvement")
 
 
-class ESEmitterState(eqx.Module):
+class EvolutionStrategyEmitterState(eqx.Module):
     """The population's strategies (leading axis `num_emitters` on every field).
 
     **Fields:** `es`, the `CMAESState`s; `direction` `(num_emitters, num_descriptors)`, each
@@ -131,7 +131,7 @@ def ranked_generation(
 
 
 @typing.final
-class EvolutionStrategyEmitter(AbstractRestartingEmitter[ESEmitterState]):
+class EvolutionStrategyEmitter(AbstractRestartingEmitter[EvolutionStrategyEmitterState]):
     """`num_emitters` CMA-ES, each drawing `emitter_batch_size` genotypes per iteration
     around its mean, ranked by `ranker` after insertion (pyribs' `EvolutionStrategyEmitter`).
 
@@ -196,7 +196,7 @@ class EvolutionStrategyEmitter(AbstractRestartingEmitter[ESEmitterState]):
         self.restart_rule = restart_rule
         self.batch_size = num_emitters * self.es.batch_size
 
-    def restarts(self, state: ESEmitterState) -> Int[Array, ""]:
+    def restarts(self, state: EvolutionStrategyEmitterState) -> Int[Array, ""]:
         """Restarts summed over the population."""
         return jnp.sum(state.restarts)
 
@@ -217,17 +217,17 @@ class EvolutionStrategyEmitter(AbstractRestartingEmitter[ESEmitterState]):
         extra: Extra,
         *,
         key: PRNGKey,
-    ) -> ESEmitterState:
+    ) -> EvolutionStrategyEmitterState:
         self._check_repertoire(repertoire, "EvolutionStrategyEmitter.init")
         lower, upper = repertoire.extent
         keys = jr.split(key, self.num_emitters)
         direction = jax.vmap(lambda k: self.ranker.direction(lower, upper, key=k))(keys)
         es = jax.vmap(lambda _: self.es.init(self.x0))(keys)
         zeros = jnp.zeros((self.num_emitters,), jnp.int32)
-        return ESEmitterState(es, direction, zeros, zeros)
+        return EvolutionStrategyEmitterState(es, direction, zeros, zeros)
 
     def emit(
-        self, repertoire: AbstractRepertoire, state: ESEmitterState, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: EvolutionStrategyEmitterState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         keys = jr.split(key, self.num_emitters)
         samples = jax.vmap(lambda s, k: self.es.sample(s, key=k))(state.es, keys)
@@ -236,7 +236,7 @@ class EvolutionStrategyEmitter(AbstractRestartingEmitter[ESEmitterState]):
 
     def state_update(
         self,
-        state: ESEmitterState,
+        state: EvolutionStrategyEmitterState,
         repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
@@ -245,7 +245,7 @@ class EvolutionStrategyEmitter(AbstractRestartingEmitter[ESEmitterState]):
         *,
         add_info: AddInfo,
         key: PRNGKey,
-    ) -> ESEmitterState:
+    ) -> EvolutionStrategyEmitterState:
         repertoire.check_candidates(
             genotypes,
             descriptors,
@@ -295,4 +295,6 @@ class EvolutionStrategyEmitter(AbstractRestartingEmitter[ESEmitterState]):
         es_state = _where(stop, fresh, es_state)
         restarts = state.restarts + stop.astype(jnp.int32)
         # Outside the vmap: only the strategies whose lazy gap has passed decompose.
-        return ESEmitterState(self.es.refresh_many(es_state), direction, iterations, restarts)
+        return EvolutionStrategyEmitterState(
+            self.es.refresh_many(es_state), direction, iterations, restarts
+        )

@@ -30,14 +30,14 @@ from .rankers import AbstractRanker, ranker as _ranker
 OPTIMISERS = ("adam", "gradient_ascent")
 
 
-class ArborescenceState(eqx.Module):
+class GradientArborescenceEmitterState(eqx.Module):
     """The population's strategies (leading axis `num_emitters` on every field).
 
     **Fields:** `es`, the coefficients' `CMAESState`s; `theta` `(num_emitters, dim)`;
     `jacobian` `(num_emitters, num_descriptors + 1, dim)` at `theta` (normalised rows);
     `coefficients` `(num_emitters, branches, num_descriptors + 1)`, drawn for the next batch;
     Adam's `moment1`, `moment2` and `steps`; `direction`, `iterations`, `restarts` as in
-    `ESEmitterState`.
+    `EvolutionStrategyEmitterState`.
     """
 
     es: CMAESState
@@ -53,7 +53,7 @@ class ArborescenceState(eqx.Module):
 
 
 @typing.final
-class GradientArborescenceEmitter(AbstractRestartingEmitter[ArborescenceState]):
+class GradientArborescenceEmitter(AbstractRestartingEmitter[GradientArborescenceEmitterState]):
     """`num_emitters` gradient arborescences (pyribs' `GradientArborescenceEmitter`): each
     iteration a strategy emits `theta` and `branches` candidates `theta + c @ J`.
 
@@ -154,7 +154,7 @@ class GradientArborescenceEmitter(AbstractRestartingEmitter[ArborescenceState]):
         """Branches per strategy and iteration."""
         return self.es.batch_size
 
-    def restarts(self, state: ArborescenceState) -> Int[Array, ""]:
+    def restarts(self, state: GradientArborescenceEmitterState) -> Int[Array, ""]:
         """Restarts summed over the population."""
         return jnp.sum(state.restarts)
 
@@ -195,7 +195,7 @@ class GradientArborescenceEmitter(AbstractRestartingEmitter[ArborescenceState]):
         extra: Extra,
         *,
         key: PRNGKey,
-    ) -> ArborescenceState:
+    ) -> GradientArborescenceEmitterState:
         owner = "GradientArborescenceEmitter.init"
         check.same_rows(
             f"{owner}: the repertoire's genotypes",
@@ -216,10 +216,14 @@ class GradientArborescenceEmitter(AbstractRestartingEmitter[ArborescenceState]):
             direction = self.ranker.direction(lower, upper, key=direction_key)
             return self._start(self.x0, direction, jnp.int32(0), jnp.int32(0), start_key)
 
-        return ArborescenceState(*jax.vmap(one)(keys))
+        return GradientArborescenceEmitterState(*jax.vmap(one)(keys))
 
     def emit(
-        self, repertoire: AbstractRepertoire, state: ArborescenceState, *, key: PRNGKey
+        self,
+        repertoire: AbstractRepertoire,
+        state: GradientArborescenceEmitterState,
+        *,
+        key: PRNGKey,
     ) -> tuple[Genotypes, Extra]:
         branches = state.theta[:, None, :] + jnp.einsum(
             "ebm,emd->ebd", state.coefficients, state.jacobian
@@ -246,7 +250,7 @@ class GradientArborescenceEmitter(AbstractRestartingEmitter[ArborescenceState]):
 
     def state_update(
         self,
-        state: ArborescenceState,
+        state: GradientArborescenceEmitterState,
         repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
@@ -255,7 +259,7 @@ class GradientArborescenceEmitter(AbstractRestartingEmitter[ArborescenceState]):
         *,
         add_info: AddInfo,
         key: PRNGKey,
-    ) -> ArborescenceState:
+    ) -> GradientArborescenceEmitterState:
         repertoire.check_candidates(
             genotypes,
             descriptors,
@@ -270,7 +274,7 @@ class GradientArborescenceEmitter(AbstractRestartingEmitter[ArborescenceState]):
 
         lower, upper = repertoire.extent
 
-        def generation(s: ArborescenceState, g, d, f, info, k):
+        def generation(s: GradientArborescenceEmitterState, g, d, f, info, k):
             es, order, parents, iterations, stop = ranked_generation(
                 self.es,
                 self.ranker,
@@ -326,4 +330,4 @@ class GradientArborescenceEmitter(AbstractRestartingEmitter[ArborescenceState]):
         )
         elites = restart_points(repertoire, stop, pick_keys, self.x0)
         outs = jax.vmap(restarted)(moved, stop, elites, state.restarts, next_keys)
-        return ArborescenceState(*outs)
+        return GradientArborescenceEmitterState(*outs)

@@ -18,7 +18,7 @@ from .._misc import tree_take
 from ..envs._base import AbstractBaseEnv, AbstractEnv, AbstractQDEnv, autoreset_step, training_reset
 from ..envs._multi_agent import AbstractMultiAgentEnv
 from ..envs._rollout import rollout
-from ..rl._base import AbstractAgent, check_agent as _contract
+from ..rl._base import AbstractAgent, check_agent_shapes
 from ..rl._pbt import init_population, PBT, train_population
 from .runner import (
     Broken,
@@ -266,12 +266,12 @@ def check_agent(
 
     **Arguments:**
 
-    - `agent`: any `AbstractAgent` (its contract is checked first: `rl.check_agent`).
+    - `agent`: any `AbstractAgent` (its contract is checked first: `rl.check_agent_shapes`).
     - `env`: an environment of the agent's sizes; keep it small, every law trains.
     - `laws`: a subset of the law names.
     - `max_examples`: seeds tried per law.
     """
-    _contract(agent, env, where="check_agent")
+    check_agent_shapes(agent, env, where="check_agent")
     names = known_laws("check_agent", AGENT_LAWS, laws, list(AGENT_LAWS))
     context = one_at_a_time(lambda case: _AgentContext(agent, env, case))
     run_laws(AGENT_LAWS, names, context, _seeds(), max_examples)

@@ -18,7 +18,7 @@ import numpy as np
 from .._custom_types import Genotypes, PRNGKey
 from .._emitters.base import AbstractEmitter, Lineage, Origin
 from .._misc import batch_size_of, tree_take
-from .._repertoire import AbstractRepertoire, MapElitesRepertoire
+from .._repertoire import AbstractRepertoire, MAPElitesRepertoire
 from .._tessellation import AbstractTessellation, GridTessellation
 from .runner import (
     Broken,
@@ -60,10 +60,10 @@ class _Harness(eqx.Module):
     tessellation: AbstractTessellation
     scoring_fn: ScoringFn | None = eqx.field(static=True)
 
-    def repertoire(self, filled, fitnesses, members) -> MapElitesRepertoire:
+    def repertoire(self, filled, fitnesses, members) -> MAPElitesRepertoire:
         n = self.tessellation.num_cells
         ids = jnp.arange(n, dtype=jnp.int32) + ID_OFFSET
-        return MapElitesRepertoire(
+        return MAPElitesRepertoire(
             genotypes=tree_take(self.population, members),
             fitnesses=jnp.where(filled, fitnesses, -jnp.inf),
             descriptors=self.tessellation.centroids,

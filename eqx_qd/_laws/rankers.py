@@ -14,7 +14,7 @@ import jax.random as jr
 import numpy as np
 
 from .._emitters.rankers import AbstractRanker
-from .._repertoire import AbstractRepertoire, MapElitesRepertoire
+from .._repertoire import AbstractRepertoire, MAPElitesRepertoire
 from .._tessellation import GridTessellation
 from .runner import Broken, keep_python_random, known_laws, one_at_a_time, run_laws
 
@@ -155,7 +155,7 @@ def check_ranker(
             f"check_ranker: ranker must be an eqx_qd.AbstractRanker, got {type(ranker).__name__}"
         )
     if repertoire is None:
-        repertoire = MapElitesRepertoire.empty(_GRID, jnp.zeros(1))
+        repertoire = MAPElitesRepertoire.empty(_GRID, jnp.zeros(1))
     names = known_laws("check_ranker", RANKER_LAWS, laws, list(RANKER_LAWS))
     context = one_at_a_time(lambda case: _RankerContext(ranker, repertoire, case))
     cases = _cases(batch_size, repertoire.num_descriptors)

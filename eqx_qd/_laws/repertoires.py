@@ -14,7 +14,7 @@ import jax.random as jr
 import numpy as np
 
 from .._custom_types import PRNGKey
-from .._repertoire import AbstractCellRepertoire, AbstractRepertoire, MapElitesRepertoire
+from .._repertoire import AbstractCellRepertoire, AbstractRepertoire, MAPElitesRepertoire
 from .runner import Broken, ID_OFFSET, keep_python_random, known_laws, one_at_a_time, run_laws
 
 
@@ -334,12 +334,12 @@ def check_repertoire(
 
     **Arguments:**
 
-    - `repertoire`: the repertoire to start from (usually empty: `MapElitesRepertoire.empty`,
+    - `repertoire`: the repertoire to start from (usually empty: `MAPElitesRepertoire.empty`,
       your class's constructor); the batches' genotypes are shaped like its rows, their
       descriptors drawn around its `extent` (NaN and infinities included).
     - `batch_size`: candidates per batch.
     - `elitist`: whether `add` keeps, per cell or slot, only strictly fitter candidates, so
-      that the `elitist` and `reference` laws apply. `None`: a `MapElitesRepertoire` without
+      that the `elitist` and `reference` laws apply. `None`: a `MAPElitesRepertoire` without
       annealing is elitist; other repertoires are not.
     - `laws`: a subset of the law names (a law that does not apply is refused).
     - `max_examples`: cases hypothesis tries per law (drawn the same way every run).
@@ -350,7 +350,7 @@ def check_repertoire(
             f"{type(repertoire).__name__}"
         )
     if elitist is None:
-        elitist = isinstance(repertoire, MapElitesRepertoire) and repertoire.annealing is None
+        elitist = isinstance(repertoire, MAPElitesRepertoire) and repertoire.annealing is None
     cells = isinstance(repertoire, AbstractCellRepertoire)
     applies = {
         "elitist": elitist,

@@ -61,7 +61,7 @@ def normalise_descriptors(
     return 2.0 * (descriptors - low) / (high - low) - 1.0
 
 
-def similarity(
+def descriptor_similarity(
     descriptors: Float[Array, "*batch num_descriptors"],
     targets: Float[Array, "*batch num_descriptors"],
     lengthscale: Float[Array, ""],
@@ -78,9 +78,10 @@ def conditioned_transitions(
 ) -> Transition:
     """The transitions the conditioned TD3 agent trains on, from the replay buffer's `rows`:
     observations widened by the target, `(obs, target)` and `(next_obs, target)`, rewards
-    `(reward + reward_offset)` scaled by `similarity(descriptor, target, lengthscale)`."""
+    `(reward + reward_offset)` scaled by `descriptor_similarity(descriptor, target,
+    lengthscale)`."""
     t, target = rows.transition, rows.target
-    scale = similarity(rows.descriptor, target, lengthscale)
+    scale = descriptor_similarity(rows.descriptor, target, lengthscale)
     return Transition(
         jnp.concatenate([t.obs, target], axis=-1),
         t.action,
@@ -116,14 +117,14 @@ def inject_actor(
     return eqx.tree_at(where, actor, (weight, bias))
 
 
-class DCRLState(eqx.Module):
+class DCRLEmitterState(eqx.Module):
     """What the DCRL emitter learns and has chosen for its next batch.
 
     **Fields:**
 
     - `td3`: the conditioned actor and critic, their targets and optimiser states (a
       `TD3State` of the widened agent).
-    - `buffer`: the replay buffer of `internal.DescriptorTransition` rows.
+    - `buffer`: the replay buffer of `DescriptorTransition` rows.
     - `pg_cells`, `pg_targets`: the next batch's policy-gradient parents (repertoire slots)
       and their descriptors; `ai_targets`: the next injected actors' target descriptors.
       Drawn at the end of `init` / `state_update` from the repertoire that the next `emit`
@@ -132,16 +133,16 @@ class DCRLState(eqx.Module):
 
     td3: TD3State
     buffer: ReplayBuffer
-    pg_cells: Int[Array, " num_pg"]
-    pg_targets: Float[Array, "num_pg num_descriptors"]
-    ai_targets: Float[Array, "num_ai num_descriptors"]
+    pg_cells: Int[Array, " pg_batch_size"]
+    pg_targets: Float[Array, "pg_batch_size num_descriptors"]
+    ai_targets: Float[Array, "ai_batch_size num_descriptors"]
 
 
 @typing.final
-class DCRLEmitter(AbstractEmitter[DCRLState]):
-    """DCRL-ME's emitter: each batch is `num_ga` GA children, `num_pg` policy-gradient
-    children against the descriptor-conditioned critic, and `num_ai` injected actors, in that
-    order. With `num_ai = 0` (and `actor_evals > 0`) it is DCG-ME. Build it with
+class DCRLEmitter(AbstractEmitter[DCRLEmitterState]):
+    """DCRL-ME's emitter: each batch is `ga_batch_size` GA children, `pg_batch_size` policy-gradient
+    children against the descriptor-conditioned critic, and `ai_batch_size` injected actors, in that
+    order. With `ai_batch_size = 0` (and `actor_evals > 0`) it is DCG-ME. Build it with
     `dcrl_emitter`.
 
     Genotypes are `DeterministicPolicy` populations shaped like `td3.init_policy`; the scoring
@@ -150,8 +151,8 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
 
     **Fields:**
 
-    - `num_ga`, `num_pg`, `num_ai`: the batch split; `batch_size` is their sum.
-    - `ga`: the GA emitter of the `num_ga` children (`None` when `num_ga = 0`).
+    - `ga_batch_size`, `pg_batch_size`, `ai_batch_size`: the batch split; `batch_size` is their sum.
+    - `ga`: the GA emitter of the `ga_batch_size` children (`None` when `ga_batch_size = 0`).
     - `td3`, `hparams`: the agent that defines the policies (its widths, minibatch size,
       policy delay, initialisations and target-update rule also define the conditioned
       networks) and the conditioned training's hyperparameters (`policy_lr` is the
@@ -163,8 +164,8 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
       rule, by default). The scaling assumes rewards of at least 0: a negative reward scaled
       towards 0 away from the target would reward missing it. A task whose rewards are
       negative (the point maze's minus distance) needs its `reward_offset`.
-    - `pg_lr`: the policy-gradient variation's Adam learning rate; `num_pg_steps` its steps.
-    - `num_critic_steps`: TD3 steps of the conditioned agent after every batch.
+    - `pg_lr`: the policy-gradient variation's Adam learning rate; `pg_steps` its steps.
+    - `critic_steps`: TD3 steps of the conditioned agent after every batch.
     - `buffer_size`: the replay buffer's capacity.
     - `selector`: how policy-gradient parents and injection targets are drawn.
     - `actor_evals`, `scorer`: DCG-ME's evaluations of the conditioned actor: after every
@@ -178,9 +179,9 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
       first device's; the split and `actor_evals` are each device's.
     """
 
-    num_ga: int = eqx.field(static=True)
-    num_pg: int = eqx.field(static=True)
-    num_ai: int = eqx.field(static=True)
+    ga_batch_size: int = eqx.field(static=True)
+    pg_batch_size: int = eqx.field(static=True)
+    ai_batch_size: int = eqx.field(static=True)
     batch_size: int = eqx.field(static=True)
     ga: MixingEmitter | None
     td3: TD3
@@ -190,8 +191,8 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
     lengthscale: Float[Array, ""] = eqx.field(converter=f32)
     reward_offset: Float[Array, ""] = eqx.field(converter=f32)
     pg_lr: Float[Array, ""] = eqx.field(converter=f32)
-    num_critic_steps: int = eqx.field(static=True)
-    num_pg_steps: int = eqx.field(static=True)
+    critic_steps: int = eqx.field(static=True)
+    pg_steps: int = eqx.field(static=True)
     buffer_size: int = eqx.field(static=True)
     selector: AbstractSelector = UniformSelector()
     actor_evals: int = eqx.field(default=0, static=True)
@@ -200,20 +201,25 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
 
     def __check_init__(self):
         where = "DCRLEmitter"
-        for name in ("num_ga", "num_pg", "num_ai", "num_critic_steps", "num_pg_steps"):
+        for name in ("ga_batch_size", "pg_batch_size", "ai_batch_size", "critic_steps", "pg_steps"):
             check.non_negative_int(f"{where}.{name}", getattr(self, name))
         check.non_negative_int(f"{where}.actor_evals", self.actor_evals)
         check.positive_int(f"{where}.buffer_size", self.buffer_size)
-        if self.batch_size != self.num_ga + self.num_pg + self.num_ai or self.batch_size < 1:
-            raise ValueError(
-                f"{where}.batch_size must be num_ga + num_pg + num_ai = "
-                f"{self.num_ga + self.num_pg + self.num_ai} (and at least 1), got "
-                f"{self.batch_size}"
-            )
-        if (self.ga is None) != (self.num_ga == 0) or (
-            self.ga is not None and self.ga.batch_size != self.num_ga
+        if (
+            self.batch_size != self.ga_batch_size + self.pg_batch_size + self.ai_batch_size
+            or self.batch_size < 1
         ):
-            raise ValueError(f"{where}.ga must be a GA emitter of num_ga ({self.num_ga}) children")
+            raise ValueError(
+                f"{where}.batch_size must be ga_batch_size + pg_batch_size + ai_batch_size = "
+                f"{self.ga_batch_size + self.pg_batch_size + self.ai_batch_size} (and at least "
+                f"1), got {self.batch_size}"
+            )
+        if (self.ga is None) != (self.ga_batch_size == 0) or (
+            self.ga is not None and self.ga.batch_size != self.ga_batch_size
+        ):
+            raise ValueError(
+                f"{where}.ga must be a GA emitter of ga_batch_size ({self.ga_batch_size}) children"
+            )
         if not isinstance(self.td3, TD3):
             raise TypeError(f"{where}.td3 must be an eqx_qd.rl.TD3, got {type(self.td3).__name__}")
         if self.td3.normalise_observations:
@@ -221,7 +227,7 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
                 f"{where}.td3: normalise_observations must be off (the policies read raw "
                 "observations)"
             )
-        if self.td3.policy_affine and (self.num_ai or self.actor_evals):
+        if self.td3.policy_affine and (self.ai_batch_size or self.actor_evals):
             raise ValueError(
                 f"{where}.td3: policy_affine leaves the layers without biases, and actor "
                 "injection folds the descriptor into the first layer's bias"
@@ -269,7 +275,7 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         """`normalise_descriptors` with this emitter's bounds."""
         return normalise_descriptors(descriptors, self.descriptor_low, self.descriptor_high)
 
-    def inject(self, state: DCRLState, descriptors: Float[Array, "n num_descriptors"]):
+    def inject(self, state: DCRLEmitterState, descriptors: Float[Array, "n num_descriptors"]):
         """The conditioned actor of `state` injected at each of `descriptors` (raw, not
         normalised): a population of `n` ordinary policies."""
         actor = state.td3.policy
@@ -285,7 +291,7 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         extra: Extra,
         *,
         key: PRNGKey,
-    ) -> DCRLState:
+    ) -> DCRLEmitterState:
         """A fresh conditioned agent (no training yet, as QDax), a buffer holding the initial
         population's transitions (each its own target), and the first batch's targets."""
         repertoire.check_candidates(genotypes, descriptors, fitnesses, where="DCRLEmitter.init")
@@ -298,10 +304,12 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         td3_state = self.conditioned_agent.init(self.hparams, key=agent_key)
         if self.axis_name is not None:  # every device starts from the first device's agent
             td3_state = from_first_device(td3_state, self.axis_name)
-        return self._pick(DCRLState(td3_state, buffer, *self._no_targets()), repertoire, pick_key)
+        return self._pick(
+            DCRLEmitterState(td3_state, buffer, *self._no_targets()), repertoire, pick_key
+        )
 
     def emit(
-        self, repertoire: AbstractRepertoire, state: DCRLState, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: DCRLEmitterState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         """GA children, then the policy-gradient children of the parents `state` holds, then
         the conditioned actor injected at `state.ai_targets`, with their `Lineage` (the
@@ -312,16 +320,16 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
             children, lineage = self.ga.emit(repertoire, None, key=ga_key)
             parts.append(children)
             lineages.append(lineage)
-        if self.num_pg:
+        if self.pg_batch_size:
             parents = tree_take(repertoire.genotypes, state.pg_cells)
             targets = self.normalise(state.pg_targets)
             children = self.pg_variation(parents, targets, state, key=pg_key)
             ids = _ids_at(repertoire, state.pg_cells)
             parts.append(children)
             lineages.append(Lineage.of(ids, jnp.full_like(ids, -1), Origin.GRADIENT))
-        if self.num_ai:
+        if self.ai_batch_size:
             parts.append(self.inject(state, state.ai_targets))
-            none = jnp.full((self.num_ai,), -1, jnp.int32)
+            none = jnp.full((self.ai_batch_size,), -1, jnp.int32)
             lineages.append(Lineage.of(none, none, Origin.INJECTED))
         return tree_concatenate(parts), tree_concatenate(lineages)
 
@@ -329,11 +337,11 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         self,
         parents: DeterministicPolicy,
         targets: Float[Array, "n num_descriptors"],
-        state: DCRLState,
+        state: DCRLEmitterState,
         *,
         key: PRNGKey,
     ) -> DeterministicPolicy:
-        """`num_pg_steps` Adam steps at `pg_lr` on every policy of `parents` (a stacked
+        """`pg_steps` Adam steps at `pg_lr` on every policy of `parents` (a stacked
         population), each maximising Q1((s, target), pi(s)) under the conditioned critic of
         `state` for its own row of `targets` (normalised descriptors), one replay batch per
         step shared by all parents."""
@@ -356,12 +364,12 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
             )
             return (policies, opts), None
 
-        (parents, _), _ = filter_scan(body, (parents, opt_states), jr.split(key, self.num_pg_steps))
+        (parents, _), _ = filter_scan(body, (parents, opt_states), jr.split(key, self.pg_steps))
         return parents
 
     def state_update(
         self,
-        state: DCRLState,
+        state: DCRLEmitterState,
         repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
@@ -370,10 +378,10 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         *,
         add_info: AddInfo,
         key: PRNGKey,
-    ) -> DCRLState:
+    ) -> DCRLEmitterState:
         """Store the batch's valid transitions with their reached and target descriptors
         (and, for DCG-ME, `actor_evals` episodes of the conditioned actor), train the
-        conditioned agent `num_critic_steps` TD3 steps, and draw the next batch's targets."""
+        conditioned agent `critic_steps` TD3 steps, and draw the next batch's targets."""
         repertoire.check_candidates(
             genotypes,
             descriptors,
@@ -384,7 +392,7 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         self._check_extra(extra, "state_update")
         eval_key, train_key, pick_key = jr.split(key, 3)
         targets = jnp.concatenate(
-            [descriptors[: self.num_ga], state.pg_targets, state.ai_targets], axis=0
+            [descriptors[: self.ga_batch_size], state.pg_targets, state.ai_targets], axis=0
         )
         rows, keep = self._rows(extra, descriptors, targets)
         buffer = state.buffer.insert(rows, mask=keep)
@@ -394,8 +402,8 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         state = self.train(state, key=train_key)
         return self._pick(state, repertoire, pick_key)
 
-    def train(self, state: DCRLState, *, key: PRNGKey) -> DCRLState:
-        """`num_critic_steps` TD3 steps of the conditioned agent, each on a fresh minibatch of
+    def train(self, state: DCRLEmitterState, *, key: PRNGKey) -> DCRLEmitterState:
+        """`critic_steps` TD3 steps of the conditioned agent, each on a fresh minibatch of
         `conditioned_transitions`."""
         agent = self.conditioned_agent
         share = device_share(self.td3.minibatch_size, self.axis_name, "DCRLEmitter")
@@ -406,7 +414,7 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
             batch = conditioned_transitions(rows, self.lengthscale, self.reward_offset)
             return agent.update(td3_state, batch, axis_name=self.axis_name, key=update_key)
 
-        td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.num_critic_steps))
+        td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.critic_steps))
         return eqx.tree_at(lambda s: s.td3, state, td3_state)
 
     # ------------------------------------------------------------------------------ helpers
@@ -444,9 +452,9 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
     def _no_targets(self):
         d = self.num_descriptors
         return (
-            jnp.zeros((self.num_pg,), jnp.int32),
-            jnp.zeros((self.num_pg, d), jnp.float32),
-            jnp.zeros((self.num_ai, d), jnp.float32),
+            jnp.zeros((self.pg_batch_size,), jnp.int32),
+            jnp.zeros((self.pg_batch_size, d), jnp.float32),
+            jnp.zeros((self.ai_batch_size, d), jnp.float32),
         )
 
     def _rows(self, extra: ScoringExtra, descriptors, targets):
@@ -469,14 +477,16 @@ class DCRLEmitter(AbstractEmitter[DCRLState]):
         rows, keep = self._rows(extra, reached, targets.descriptors)
         return buffer.insert(rows, mask=keep)
 
-    def _pick(self, state: DCRLState, repertoire: AbstractRepertoire, key: PRNGKey) -> DCRLState:
+    def _pick(
+        self, state: DCRLEmitterState, repertoire: AbstractRepertoire, key: PRNGKey
+    ) -> DCRLEmitterState:
         pg_key, ai_key = jr.split(key)
         pg_cells, pg_targets, ai_targets = self._no_targets()
-        if self.num_pg:
-            parents = repertoire.select(self.num_pg, key=pg_key, selector=self.selector)
+        if self.pg_batch_size:
+            parents = repertoire.select(self.pg_batch_size, key=pg_key, selector=self.selector)
             pg_cells, pg_targets = parents.cells.astype(jnp.int32), parents.descriptors
-        if self.num_ai:
-            chosen = repertoire.select(self.num_ai, key=ai_key, selector=self.selector)
+        if self.ai_batch_size:
+            chosen = repertoire.select(self.ai_batch_size, key=ai_key, selector=self.selector)
             ai_targets = chosen.descriptors
         return eqx.tree_at(
             lambda s: (s.pg_cells, s.pg_targets, s.ai_targets),
@@ -499,13 +509,13 @@ def dcrl_emitter(
     td3: TD3,
     hparams: TD3HParams,
     descriptor_bounds: tuple,
-    num_ga: int = 128,
-    num_pg: int = 64,
-    num_ai: int = 64,
+    ga_batch_size: int = 128,
+    pg_batch_size: int = 64,
+    ai_batch_size: int = 64,
     lengthscale: float = 0.1,
     reward_offset: float = 0.0,
-    num_critic_steps: int = 3000,
-    num_pg_steps: int = 150,
+    critic_steps: int = 3000,
+    pg_steps: int = 150,
     pg_lr: float = 1e-3,
     buffer_size: int = 1_000_000,
     iso_sigma: float = 0.005,
@@ -519,7 +529,7 @@ def dcrl_emitter(
 ) -> DCRLEmitter:
     """DCRL-ME's emitter with QDax's `DCRLMEConfig` defaults (batch 256 = 128 GA + 64
     policy-gradient + 64 injected actors, 3000 critic steps, 150 policy-gradient steps at
-    1e-3, length scale 0.1). DCG-ME: `num_ai=0`, `num_pg=128`, `actor_evals=64` with a
+    1e-3, length scale 0.1). DCG-ME: `ai_batch_size=0`, `pg_batch_size=128`, `actor_evals=64` with a
     `scorer`.
 
     **Arguments:** `td3` (the policies' agent, see `DCRLEmitter`; give it `minibatch_size=100`,
@@ -527,30 +537,30 @@ def dcrl_emitter(
     as `eqx-qd run dcrl-me` does), `hparams` (the conditioned training's: `critic_lr`,
     `policy_lr` the actor's, `discount`, `tau`, `policy_noise`, `noise_clip`,
     `reward_scaling`), `descriptor_bounds` (`(low, high)`, scalars or per descriptor, e.g.
-    `env.descriptor_bounds`), the batch split (`num_ga`, `num_pg`, `num_ai`), `lengthscale`,
-    `reward_offset` (see `DCRLEmitter`), `num_critic_steps`, `num_pg_steps`, `pg_lr`,
-    `buffer_size`; the GA: iso+line-DD (`iso_sigma`, `line_sigma`)
+    `env.descriptor_bounds`), the batch split (`ga_batch_size`, `pg_batch_size`,
+    `ai_batch_size`), `lengthscale`, `reward_offset` (see `DCRLEmitter`), `critic_steps`,
+    `pg_steps`, `pg_lr`, `buffer_size`; the GA: iso+line-DD (`iso_sigma`, `line_sigma`)
     unless `variation` or `mutation` is given (as `pgame_emitter`); `selector`, shared by
     the GA, the parents and the targets; `actor_evals`, `scorer` (DCG-ME's actor episodes);
     `axis_name` (to run over a mesh: the split, `actor_evals` and `buffer_size` are then each
     device's).
     """
-    check.non_negative_int("dcrl_emitter: num_ga", num_ga)
+    check.non_negative_int("dcrl_emitter: ga_batch_size", ga_batch_size)
     low, high = (np.asarray(b, np.float32) for b in descriptor_bounds)
     d = max(low.size, high.size)  # a scalar bound broadcasts to the other's length
     low, high = np.broadcast_to(low, (d,)), np.broadcast_to(high, (d,))
     if variation is None and mutation is None:
         variation = IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma)
     ga = (
-        ga_emitter(num_ga, variation=variation, mutation=mutation, selector=selector)
-        if num_ga
+        ga_emitter(ga_batch_size, variation=variation, mutation=mutation, selector=selector)
+        if ga_batch_size
         else None
     )
     return DCRLEmitter(
-        num_ga=num_ga,
-        num_pg=num_pg,
-        num_ai=num_ai,
-        batch_size=num_ga + num_pg + num_ai,
+        ga_batch_size=ga_batch_size,
+        pg_batch_size=pg_batch_size,
+        ai_batch_size=ai_batch_size,
+        batch_size=ga_batch_size + pg_batch_size + ai_batch_size,
         ga=ga,
         td3=td3,
         hparams=hparams,
@@ -559,8 +569,8 @@ def dcrl_emitter(
         lengthscale=lengthscale,
         reward_offset=reward_offset,
         pg_lr=pg_lr,
-        num_critic_steps=num_critic_steps,
-        num_pg_steps=num_pg_steps,
+        critic_steps=critic_steps,
+        pg_steps=pg_steps,
         buffer_size=buffer_size,
         selector=selector,
         actor_evals=actor_evals,

@@ -38,7 +38,7 @@ from .._repertoire import AbstractRepertoire, AddInfo
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractVariation
 from ..envs._base import AbstractEnv
-from ..rl._base import AbstractAgent, AbstractTrainingRun, check_agent, check_spaces
+from ..rl._base import AbstractAgent, AbstractTrainingRun, check_agent_shapes, check_spaces
 from ..rl._pbt import count_from_fraction, init_population, train_population
 from ..rl._spaces import AbstractSpace
 
@@ -188,7 +188,7 @@ class PBTEmitter(AbstractEmitter[PBTEmitterState]):
     axis_name: str | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
-        shapes = check_agent(self.agent, self.env, where="PBTEmitter")
+        shapes = check_agent_shapes(self.agent, self.env, where="PBTEmitter")
         check_spaces(self.agent, self.spaces, where="PBTEmitter", state=shapes)
         if self.axis_name is None and self.config.num_devices != 1:
             raise ValueError(

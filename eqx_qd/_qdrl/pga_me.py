@@ -2,10 +2,10 @@
 emitter that mixes it with GA variation.
 
 Each iteration, the policy-gradient emitter (1) selects parents from the repertoire and takes
-`num_pg_steps` Adam steps on each, maximising the critic's Q1(s, pi(s)) over batches from the
+`pg_steps` Adam steps on each, maximising the critic's Q1(s, pi(s)) over batches from the
 replay buffer (one batch per step, shared by all parents); (2) offers the greedy actor trained
 with the critic; then, once the batch is scored, (3) stores the new transitions and (4) runs
-`num_critic_steps` TD3 steps (critic every step; greedy actor and targets every
+`critic_steps` TD3 steps (critic every step; greedy actor and targets every
 `policy_delay` steps).
 
 Two conventions differ at the start, and both are available: the original code (Nilsson &
@@ -38,7 +38,7 @@ from ..rl._td3 import TD3, TD3HParams, TD3State
 from .scoring import episode_transitions, ScoringExtra
 
 
-class QualityPGState(eqx.Module):
+class QualityPGEmitterState(eqx.Module):
     """What the policy-gradient emitter learns.
 
     **Fields:**
@@ -52,10 +52,10 @@ class QualityPGState(eqx.Module):
 
 
 @typing.final
-class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
+class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
     """Policy-gradient variation against a TD3 critic, plus the greedy actor.
 
-    Emits `batch_size` genotypes: `batch_size - 1` parents improved by `num_pg_steps`
+    Emits `batch_size` genotypes: `batch_size - 1` parents improved by `pg_steps`
     gradient steps at learning rate `pg_lr`, then the greedy actor. Genotypes must be
     `DeterministicPolicy` populations shaped like `td3.init_policy`. The scoring function's
     extra must be a `ScoringExtra` (as `PolicyScorer` returns): its valid steps feed the buffer.
@@ -65,14 +65,14 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
     - `batch_size`: candidates per iteration (the last is the greedy actor).
     - `td3`, `hparams`: the TD3 agent that defines the critic and greedy actor, and its
       hyperparameters.
-    - `num_critic_steps`: TD3 steps after every batch; `num_pg_steps`: Adam steps per parent.
+    - `critic_steps`: TD3 steps after every batch; `pg_steps`: Adam steps per parent.
     - `buffer_size`: the replay buffer's capacity.
     - `pg_lr`: the learning rate of the policy-gradient variation.
     - `selector`: how parents are drawn.
     - `greedy_init`: where the greedy actor starts: `"best"`, a copy of the repertoire's best
       elite after the initial population (the original code; the first initial genotype if
       the repertoire is empty); `"first"`, the first initial genotype (QDax).
-    - `critic_warmup`: if true (the original code), `init` also runs `num_critic_steps` TD3
+    - `critic_warmup`: if true (the original code), `init` also runs `critic_steps` TD3
       steps on the initial transitions, so the first policy-gradient batch follows a trained
       critic; QDax's emitter trains nothing before its first batch.
     - `axis_name`: the mesh axis under `shard_map` (`MAPElites(axis_name=...)`,
@@ -89,8 +89,8 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
     batch_size: int = eqx.field(static=True)
     td3: TD3
     hparams: TD3HParams
-    num_critic_steps: int = eqx.field(static=True)
-    num_pg_steps: int = eqx.field(static=True)
+    critic_steps: int = eqx.field(static=True)
+    pg_steps: int = eqx.field(static=True)
     buffer_size: int = eqx.field(static=True)
     pg_lr: Float[Array, ""] = eqx.field(converter=f32)
     selector: AbstractSelector = UniformSelector()
@@ -100,8 +100,8 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
 
     def __check_init__(self):
         check.positive_int("QualityPGEmitter.batch_size", self.batch_size)  # the greedy actor
-        check.non_negative_int("QualityPGEmitter.num_critic_steps", self.num_critic_steps)
-        check.non_negative_int("QualityPGEmitter.num_pg_steps", self.num_pg_steps)
+        check.non_negative_int("QualityPGEmitter.critic_steps", self.critic_steps)
+        check.non_negative_int("QualityPGEmitter.pg_steps", self.pg_steps)
         check.positive_int("QualityPGEmitter.buffer_size", self.buffer_size)
         check.non_negative("QualityPGEmitter.pg_lr", self.pg_lr)
         check.one_of("QualityPGEmitter.greedy_init", self.greedy_init, ("best", "first"))
@@ -119,7 +119,7 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
         extra: Extra,
         *,
         key: PRNGKey,
-    ) -> QualityPGState:
+    ) -> QualityPGEmitterState:
         where = "QualityPGEmitter.init"
         repertoire.check_candidates(genotypes, descriptors, fitnesses, where=where)
         if not isinstance(extra, ScoringExtra):
@@ -143,14 +143,14 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
         td3_state = self.td3.state_from(greedy, self.td3.init_critic(key=critic_key), self.hparams)
         if self.axis_name is not None:  # every device starts from the first device's learner
             td3_state = from_first_device(td3_state, self.axis_name)
-        state = QualityPGState(td3_state, buffer.insert(rows, mask=valid))
+        state = QualityPGEmitterState(td3_state, buffer.insert(rows, mask=valid))
         return self._train_critic(state, key=train_key) if self.critic_warmup else state
 
     def emit(
-        self, repertoire: AbstractRepertoire, state: QualityPGState, *, key: PRNGKey
+        self, repertoire: AbstractRepertoire, state: QualityPGEmitterState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         select_key, pg_key = jr.split(key)
-        num_pg = self.batch_size - 1
+        pg_batch_size = self.batch_size - 1
         greedy = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, state.td3.policy)
         greedy_lineage = Lineage.of(
             jnp.full((1,), -1, jnp.int32), jnp.full((1,), -1, jnp.int32), Origin.GREEDY
@@ -158,10 +158,10 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
         if self.axis_name is not None:
             # The greedy actor is the same on every device: the first evaluates it, the others
             # fill its slot with one more policy-gradient child.
-            num_pg = self.batch_size
-        if num_pg == 0:
+            pg_batch_size = self.batch_size
+        if pg_batch_size == 0:
             return greedy, greedy_lineage
-        elites = repertoire.select(num_pg, key=select_key, selector=self.selector)
+        elites = repertoire.select(pg_batch_size, key=select_key, selector=self.selector)
         offspring = self.pg_variation(elites.genotypes, state, key=pg_key)
         ids = parent_ids(elites)
         lineage = Lineage.of(ids, jnp.full_like(ids, -1), Origin.GRADIENT)
@@ -176,9 +176,9 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
         return jax.tree.map(pick, greedy, offspring), jax.tree.map(pick, greedy_lineage, lineage)
 
     def pg_variation(
-        self, parents: DeterministicPolicy, state: QualityPGState, *, key: PRNGKey
+        self, parents: DeterministicPolicy, state: QualityPGEmitterState, *, key: PRNGKey
     ) -> DeterministicPolicy:
-        """`num_pg_steps` Adam steps on every policy of `parents` (a stacked population;
+        """`pg_steps` Adam steps on every policy of `parents` (a stacked population;
         vmapped), maximising Q1(s, pi(s)) under the critic of `state`, one replay batch per
         step shared by all parents."""
         critic = state.td3.critic
@@ -199,10 +199,10 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
             )
             return (policies, opts), None
 
-        (parents, _), _ = filter_scan(body, (parents, opt_states), jr.split(key, self.num_pg_steps))
+        (parents, _), _ = filter_scan(body, (parents, opt_states), jr.split(key, self.pg_steps))
         return parents
 
-    def _train_critic(self, state: QualityPGState, *, key: PRNGKey) -> QualityPGState:
+    def _train_critic(self, state: QualityPGEmitterState, *, key: PRNGKey) -> QualityPGEmitterState:
         share = device_share(self.td3.minibatch_size, self.axis_name, "QualityPGEmitter")
 
         def body(td3_state, k):
@@ -210,12 +210,12 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
             batch = state.buffer.sample(share, key=sample_key)
             return self.td3.update(td3_state, batch, axis_name=self.axis_name, key=update_key)
 
-        td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.num_critic_steps))
+        td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.critic_steps))
         return eqx.tree_at(lambda s: s.td3, state, td3_state)
 
     def state_update(
         self,
-        state: QualityPGState,
+        state: QualityPGEmitterState,
         repertoire: AbstractRepertoire,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
@@ -224,7 +224,7 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGState]):
         *,
         add_info: AddInfo,
         key: PRNGKey,
-    ) -> QualityPGState:
+    ) -> QualityPGEmitterState:
         """Store the batch's valid transitions, then train the critic and greedy actor. In a
         `ComposedEmitter` the batch is the whole composed batch (an `AbstractWholeBatchEmitter`)."""
         repertoire.check_candidates(
@@ -266,8 +266,8 @@ def pgame_emitter(
     proportion_evo: float,
     td3: TD3,
     hparams: TD3HParams,
-    num_critic_steps: int,
-    num_pg_steps: int,
+    critic_steps: int,
+    pg_steps: int,
     pg_lr: float,
     buffer_size: int,
     iso_sigma: float = 0.005,
@@ -292,12 +292,12 @@ def pgame_emitter(
     starts from the first initial genotype, cold).
 
     **Arguments:** `batch_size`, `proportion_evo`; `iso_sigma`, `line_sigma`,
-    `variation`, `mutation` (the GA); `td3`, `hparams`, `num_critic_steps`,
-    `num_pg_steps`, `pg_lr`, `buffer_size` (the `QualityPGEmitter` fields); `selector`
+    `variation`, `mutation` (the GA); `td3`, `hparams`, `critic_steps`,
+    `pg_steps`, `pg_lr`, `buffer_size` (the `QualityPGEmitter` fields); `selector`
     (shared by both halves); `convention`; `axis_name` (`QualityPGEmitter`'s, to run over a
     mesh: `batch_size` and `buffer_size` are then each device's).
     """
-    num_evo, num_pg = _split(batch_size, proportion_evo, convention, "pgame_emitter")
+    num_evo, pg_batch_size = _split(batch_size, proportion_evo, convention, "pgame_emitter")
     if variation is None and mutation is None:
         variation = IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma)
     members: list[AbstractEmitter] = []
@@ -307,11 +307,11 @@ def pgame_emitter(
         )
     members.append(
         QualityPGEmitter(
-            batch_size=num_pg,
+            batch_size=pg_batch_size,
             td3=td3,
             hparams=hparams,
-            num_critic_steps=num_critic_steps,
-            num_pg_steps=num_pg_steps,
+            critic_steps=critic_steps,
+            pg_steps=pg_steps,
             buffer_size=buffer_size,
             pg_lr=pg_lr,
             selector=selector,

@@ -18,6 +18,6 @@ from ._tessellated import (
     Annealing as Annealing,
     bytes_per_cell as bytes_per_cell,
     init_repertoire as init_repertoire,
-    MapElitesRepertoire as MapElitesRepertoire,
+    MAPElitesRepertoire as MAPElitesRepertoire,
 )
 from ._unstructured import UnstructuredRepertoire as UnstructuredRepertoire

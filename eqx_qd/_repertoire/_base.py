@@ -128,7 +128,7 @@ class AbstractRepertoire(eqx.Module):
     `lax.scan` and checkpoints see one pytree whatever it holds).
 
     Slot `i` holds an elite when `fitnesses[i]` is finite; an empty slot's fitness is `-inf`.
-    Implementations: `MapElitesRepertoire` (one elite per cell of a grid or CVT),
+    Implementations: `MAPElitesRepertoire` (one elite per cell of a grid or CVT),
     `DNSRepertoire` (Dominated Novelty Search's fixed-size population) and
     `UnstructuredRepertoire` (the unstructured novelty archive). The MAP-Elites loop, every
     emitter, the metrics, the jobs' checkpoints and the plots take any of them.

@@ -69,7 +69,7 @@ class Annealing(eqx.Module):
 
 
 @typing.final
-class MapElitesRepertoire(AbstractCellRepertoire):
+class MAPElitesRepertoire(AbstractCellRepertoire):
     """An archive of elites, one per cell of a tessellation (grid or CVT): the
     `AbstractRepertoire` of MAP-Elites, CMA-ME and CMA-MAE.
 
@@ -85,7 +85,7 @@ class MapElitesRepertoire(AbstractCellRepertoire):
       and learning rate (`Annealing`): a candidate then replaces a cell's elite when its fitness
       passes the cell's threshold, not the elite's fitness.
 
-    Immutable: `add` returns a new repertoire. Build one with `MapElitesRepertoire.empty`.
+    Immutable: `add` returns a new repertoire. Build one with `MAPElitesRepertoire.empty`.
     """
 
     genotypes: Genotypes
@@ -122,7 +122,7 @@ class MapElitesRepertoire(AbstractCellRepertoire):
         *,
         learning_rate: ScalarLike | None = None,
         threshold_min: ScalarLike = -jnp.inf,
-    ) -> "MapElitesRepertoire":
+    ) -> "MAPElitesRepertoire":
         """An empty repertoire whose cells hold zeros shaped like one (unbatched) `genotype`
         (and one unbatched `extra`, if given).
 
@@ -136,7 +136,7 @@ class MapElitesRepertoire(AbstractCellRepertoire):
             annealing = Annealing.start(n, learning_rate, threshold_min)
         elif check.is_concrete(threshold_min) and float(threshold_min) != -float("inf"):
             raise ValueError(
-                "MapElitesRepertoire.empty: threshold_min is CMA-MAE's; give learning_rate too"
+                "MAPElitesRepertoire.empty: threshold_min is CMA-MAE's; give learning_rate too"
             )
         return cls(
             genotypes=tree_zeros_batch(genotype, n),
@@ -152,11 +152,11 @@ class MapElitesRepertoire(AbstractCellRepertoire):
         """The number of cells of the tessellation."""
         return self.tessellation.num_cells
 
-    def emptied(self, genotype: Genotypes, extra: Extra = None) -> "MapElitesRepertoire":
+    def emptied(self, genotype: Genotypes, extra: Extra = None) -> "MAPElitesRepertoire":
         """An empty repertoire over the same tessellation, with the same annealing (learning
         rate and `threshold_min`, thresholds reset), shaped like one `genotype` / `extra`."""
         a = self.annealing
-        return MapElitesRepertoire.empty(
+        return MAPElitesRepertoire.empty(
             self.tessellation,
             genotype,
             extra,
@@ -180,7 +180,7 @@ class MapElitesRepertoire(AbstractCellRepertoire):
         descriptors: Float[Array, "batch num_descriptors"],
         fitnesses: Float[Array, " batch"],
         extra: Extra = None,
-    ) -> tuple["MapElitesRepertoire", AddInfo]:
+    ) -> tuple["MAPElitesRepertoire", AddInfo]:
         """Insert a batch; returns the new repertoire and an `AddInfo` per candidate.
 
         Per cell, the best candidate of the batch (lowest batch index among ties) replaces the
@@ -271,13 +271,13 @@ def init_repertoire(
     *,
     learning_rate: ScalarLike | None = None,
     threshold_min: ScalarLike = -jnp.inf,
-) -> tuple[MapElitesRepertoire, AddInfo]:
+) -> tuple[MAPElitesRepertoire, AddInfo]:
     """An empty repertoire over `tessellation`, shaped after the batch (`genotypes`,
     `descriptors`, `fitnesses` and optional per-candidate `extra`, as for
-    `MapElitesRepertoire.add`), with the batch inserted. `learning_rate` and `threshold_min`
-    make it a CMA-MAE archive (`MapElitesRepertoire.empty`)."""
+    `MAPElitesRepertoire.add`), with the batch inserted. `learning_rate` and `threshold_min`
+    make it a CMA-MAE archive (`MAPElitesRepertoire.empty`)."""
     first: PyTree = tree_take(genotypes, 0)
-    empty = MapElitesRepertoire.empty(
+    empty = MAPElitesRepertoire.empty(
         tessellation,
         first,
         None if extra is None else tree_take(extra, 0),
@@ -287,11 +287,11 @@ def init_repertoire(
     return empty.add(genotypes, descriptors, fitnesses, extra)
 
 
-def bytes_per_cell(repertoire: MapElitesRepertoire) -> int:
+def bytes_per_cell(repertoire: MAPElitesRepertoire) -> int:
     """Bytes the repertoire spends on one cell's genotype (array leaves only)."""
-    if not isinstance(repertoire, MapElitesRepertoire):
+    if not isinstance(repertoire, MAPElitesRepertoire):
         raise TypeError(
-            f"bytes_per_cell: repertoire must be a MapElitesRepertoire, got "
+            f"bytes_per_cell: repertoire must be a MAPElitesRepertoire, got "
             f"{type(repertoire).__name__}"
         )
     leaves = [x for x in jax.tree.leaves(repertoire.genotypes) if eqx.is_array(x)]

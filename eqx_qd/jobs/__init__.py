@@ -5,7 +5,7 @@ the `eqx-qd` command is generated from it.
 ```python
 from eqx_qd import jobs
 
-result = jobs.run(jobs.MapElitesConfig(iterations=100), "runs/demo")
+result = jobs.run(jobs.MAPElitesConfig(iterations=100), "runs/demo")
 again = jobs.load_run("runs/demo")  # config, progress columns, repertoire
 summary = jobs.report(["runs/seed0", "runs/seed1", ...], "runs/report")  # over seeds
 ```
@@ -59,7 +59,7 @@ from ._job import (
 )
 from ._launch import Launch as Launch, launch as launch, load_plugins as load_plugins
 from ._loop import Chunk as Chunk, LoopJob as LoopJob, Rows as Rows
-from ._map_elites import MapElitesConfig as MapElitesConfig
+from ._map_elites import MAPElitesConfig as MAPElitesConfig
 from ._me_pbt import MEPBTConfig as MEPBTConfig
 from ._pbt import PBTConfig as PBTConfig
 from ._pgame import PGAMEConfig as PGAMEConfig
@@ -84,8 +84,8 @@ from ._replay import Replay as Replay, replay as replay
 from ._report import (
     group_of as group_of,
     mann_whitney as mann_whitney,
-    read_peer_run as read_peer_run,
-    read_run as read_run,
+    read_curves as read_curves,
+    read_peer_curves as read_peer_curves,
     Report as Report,
     report as report,
 )
@@ -136,7 +136,7 @@ __all__ = [
     "make_env",
     "make_task",
     "mann_whitney",
-    "MapElitesConfig",
+    "MAPElitesConfig",
     "mean_return",
     "MEPBTConfig",
     "option",
@@ -149,8 +149,8 @@ __all__ = [
     "Progress",
     "read_config",
     "read_log",
-    "read_peer_run",
-    "read_run",
+    "read_peer_curves",
+    "read_curves",
     "records_of",
     "register_job",
     "Registry",

@@ -17,10 +17,11 @@ from .._validate import finite, non_negative, non_negative_int, positive, positi
 from ..envs._base import AbstractQDEnv
 from ..rl._layers import INITS
 from ..rl._td3 import TD3, TD3HParams
+from . import checks
 from ._config import option
 from ._job import register_job, Translator
 from ._pgame import SMOKE_PRESET as PGAME_SMOKE
-from ._policy_qd import _choice, ga_operators, policy_agent, PolicyQDJob, PolicyQDOptions
+from ._policy_qd import ga_operators, policy_agent, PolicyQDJob, PolicyQDOptions
 from ._registry import ENVIRONMENTS
 from ._translators import QDAX_NAMES, read_dcrl_me_config
 
@@ -78,12 +79,12 @@ class DCRLMEConfig(PolicyQDOptions):
         "lecun_uniform",
         "the policies' and the conditioned actor's initial weights: lecun_uniform with zero "
         "biases (QDax and the DCRL repository), xavier_uniform, uniform",
-        check=_choice(INITS),
+        check=checks.one_of(*INITS),
     )
     critic_init: str = option(
         "lecun_uniform",
         "the conditioned critic's initial weights (lecun_uniform: QDax and the repository)",
-        check=_choice(INITS),
+        check=checks.one_of(*INITS),
     )
 
     # DCRL-ME's own keys.
@@ -182,10 +183,10 @@ DCRLMEConfig.PRESETS = {
     "smoke": SMOKE_PRESET,
 }
 
-DCRLMEConfig.RENAMED = dict(QDAX_NAMES)
+DCRLMEConfig.RENAMED = {**QDAX_NAMES, "num_reevals": "reevaluations"}  # (and an older key)
 
 
-def make_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
+def build_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
     """The algorithm (`MAPElites` with lineage and the `DCRLEmitter`) and the TD3 agent that
     defines the policies (the conditioned actor and critic are it widened by the
     descriptors)."""
@@ -208,13 +209,13 @@ def make_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, T
         td3=td3,
         hparams=hparams,
         descriptor_bounds=env.descriptor_bounds,
-        num_ga=config.ga_batch_size // n,
-        num_pg=config.pg_batch_size // n,
-        num_ai=config.ai_batch_size // n,
+        ga_batch_size=config.ga_batch_size // n,
+        pg_batch_size=config.pg_batch_size // n,
+        ai_batch_size=config.ai_batch_size // n,
         lengthscale=config.lengthscale,
         reward_offset=config.reward_offset,
-        num_critic_steps=config.critic_steps,
-        num_pg_steps=config.pg_steps,
+        critic_steps=config.critic_steps,
+        pg_steps=config.pg_steps,
         pg_lr=config.pg_lr,
         buffer_size=config.buffer_size // n,
         variation=variation,
@@ -240,7 +241,7 @@ register_job(
     PolicyQDJob(
         name="dcrl-me",
         config_cls=DCRLMEConfig,
-        make=make_dcrl_me,
+        make=build_dcrl_me,
         env_steps=with_actor_episodes,
         help="DCRL-MAP-Elites (default: minutes on a laptop; --preset paper for the paper's)",
         description=(

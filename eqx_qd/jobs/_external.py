@@ -43,7 +43,7 @@ from ._config import option
 from ._folder import RunFolder
 from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
-from ._map_elites import iteration_keys, make_map_elites, make_tessellation, read_cells_run
+from ._map_elites import build_map_elites, build_tessellation, iteration_keys, read_cells_run
 from ._qd_outputs import qd_summary, write_qd_outputs
 from ._resume import Checkpointer, RunClock
 
@@ -96,7 +96,7 @@ class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions)
         64, "candidates per iteration", check=positive_int, aliases=("--batch",)
     )
     iterations: int = option(100, "iterations", check=positive_int, aliases=("--iters",))
-    log_period: int = option(1, "iterations per logged row", check=positive_int)
+    log_every: int = option(1, "iterations per logged row", check=positive_int)
     workers: int = option(
         0,
         "0: evaluate in this process; N: on N local processes, or a Dask LocalCluster of N "
@@ -174,6 +174,9 @@ class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions)
         return ProcessPool(self.workers, retries=self.retries)
 
 
+ExternalConfig.RENAMED = {"log_period": "log_every"}  # an older folder's key
+
+
 def _digest(row: np.ndarray) -> str:
     return hashlib.sha1(np.ascontiguousarray(row).tobytes()).hexdigest()[:16]
 
@@ -194,8 +197,8 @@ class _ExternalPlan:
             timeout=config.timeout,
         )
         tess_key, self.init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
-        self.algorithm, _ = make_map_elites(config, self.task)
-        tessellation = make_tessellation(config, self.task, key=tess_key)
+        self.algorithm, _ = build_map_elites(config, self.task)
+        tessellation = build_tessellation(config, self.task, key=tess_key)
         self.repertoire = config.repertoire_for(tessellation, config.num_descriptors)
         self.result = config.result_for(tessellation)
         self.genotypes = self.task.init_genotypes(config.batch_size, key=pop_key)
@@ -473,7 +476,7 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
 
     def advance(self, plan: _ExternalPlan, state, step: int, clock: RunClock) -> Chunk:
         config = plan.config
-        n = min(config.log_period - step % config.log_period, config.iterations - step)
+        n = min(config.log_every - step % config.log_every, config.iterations - step)
         evaluated = []
         for i in range(step, step + n):
             if config.overlap:

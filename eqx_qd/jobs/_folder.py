@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from .._repertoire import MapElitesRepertoire
+from .._repertoire import MAPElitesRepertoire
 
 
 _TMP_PREFIX = ".tmp-"
@@ -100,12 +100,12 @@ def deserialise(f: typing.BinaryIO, like: Any) -> Any:
     return eqx.tree_deserialise_leaves(f, like, _load_leaf)
 
 
-def save_repertoire(path: str | os.PathLike, repertoire: MapElitesRepertoire) -> None:
+def save_repertoire(path: str | os.PathLike, repertoire: MAPElitesRepertoire) -> None:
     """Write the repertoire's arrays to `path` (Equinox serialisation), atomically."""
     atomic_write(path, lambda f: serialise(f, repertoire))
 
 
-def load_repertoire(path: str | os.PathLike, like: MapElitesRepertoire) -> MapElitesRepertoire:
+def load_repertoire(path: str | os.PathLike, like: MAPElitesRepertoire) -> MAPElitesRepertoire:
     """Read from `path` a repertoire written by `save_repertoire`; `like` gives its
     structure and shapes
     (an empty repertoire with the same tessellation and genotype shape will do)."""

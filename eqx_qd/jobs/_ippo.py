@@ -101,7 +101,7 @@ class IPPOConfig(RunOptions):
     def check(self) -> None:
         if not self.hidden or min(self.hidden) < 1:
             raise ValueError(f"hidden must list positive layer widths, got {list(self.hidden)}")
-        self.make_agent()  # names a bad environment option, size or minibatch split now
+        self.build_agent()  # names a bad environment option, size or minibatch split now
         self.hparams()  # names a hyperparameter outside its range now
         if self.num_envs % self.devices:
             raise ValueError(
@@ -110,14 +110,14 @@ class IPPOConfig(RunOptions):
             )
         if self.devices > 1:
             try:  # each device's share must split into the minibatches too
-                dataclasses.replace(self.make_agent(), num_envs=self.num_envs // self.devices)
+                dataclasses.replace(self.build_agent(), num_envs=self.num_envs // self.devices)
             except ValueError as e:
                 raise ValueError(
                     f"devices ({self.devices}): each device's num_envs / {self.devices} = "
                     f"{self.num_envs // self.devices} environments: {e}"
                 ) from None
 
-    def make_env(self) -> AbstractMultiAgentEnv:
+    def build_env(self) -> AbstractMultiAgentEnv:
         """The registered environment with this config's options (a single-agent one seen as
         one agent)."""
         options = {"num_agents": self.num_agents, "size": self.size}
@@ -128,10 +128,10 @@ class IPPOConfig(RunOptions):
         )
         return env if isinstance(env, AbstractMultiAgentEnv) else SingleAgentView(env)
 
-    def make_agent(self, env: AbstractMultiAgentEnv | None = None) -> IPPO:
+    def build_agent(self, env: AbstractMultiAgentEnv | None = None) -> IPPO:
         """The `IPPO` agent this config describes, for `env` (default: `make_env`)."""
         return IPPO.for_env(
-            self.make_env() if env is None else env,
+            self.build_env() if env is None else env,
             rollout_length=self.rollout_length,
             num_envs=self.num_envs,
             num_minibatches=self.num_minibatches,
@@ -395,8 +395,8 @@ class _IPPOJob(LoopJob[_IPPOPlan, PPORun]):
         return agent.init_run(env, state, key=run_key)
 
     def plan(self, config: IPPOConfig) -> _IPPOPlan:
-        env = config.make_env()
-        agent = config.make_agent(env)
+        env = config.build_env()
+        agent = config.build_agent(env)
         init_key, key = jr.split(jr.key(config.seed))
         train_key, eval_key = jr.split(key)  # as `train_ippo` splits its key
         mesh = job_mesh(config.devices)
@@ -465,8 +465,8 @@ class _IPPOJob(LoopJob[_IPPOPlan, PPORun]):
         return RunResult(plan.config, None if folder is None else folder.path, table, run)
 
     def load(self, folder: RunFolder, config) -> RunResult:
-        env = config.make_env()
-        like = eqx.filter_eval_shape(self._fresh, config, env, config.make_agent(env), jr.key(0))
+        env = config.build_env()
+        like = eqx.filter_eval_shape(self._fresh, config, env, config.build_agent(env), jr.key(0))
         run = restore_checkpoint(folder, like)[0] if list_checkpoints(folder) else None
         return RunResult(config, folder.path, folder.read_columns("progress.csv"), run)
 

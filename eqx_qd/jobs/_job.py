@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from .._qdrl.scoring import PolicyScorer
-from .._repertoire import MapElitesRepertoire
+from .._repertoire import MAPElitesRepertoire
 from ._checkpoints import list_checkpoints
 from ._config import job_of_toml, JobConfig
 from ._distributed import (
@@ -26,7 +26,7 @@ from ._distributed import (
 from ._folder import RunFolder
 from ._progress import as_progress, Progress
 from ._sinks import check_sinks, logged_sinks, OpenedSinks
-from ._status import _Heartbeat, _now, write_status
+from ._status import Heartbeat, timestamp, write_status
 
 
 CONFIG_FILE = "config.toml"
@@ -56,7 +56,7 @@ class RunResult:
     folder: str | None
     progress: dict[str, np.ndarray]
     state: Any = None
-    repertoire: MapElitesRepertoire | None = None
+    repertoire: MAPElitesRepertoire | None = None
     tables: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
 
     @property
@@ -256,7 +256,7 @@ def run(
     resume: bool = False,
     log: Sequence[str] = (),
 ) -> RunResult:
-    """Run the job `config` belongs to (a `MapElitesConfig` runs MAP-Elites, ...).
+    """Run the job `config` belongs to (a `MAPElitesConfig` runs MAP-Elites, ...).
 
     **Arguments:**
 
@@ -306,8 +306,8 @@ def run(
             on_log=on_log,
         )
     if ours and resume and os.path.exists(os.path.join(out_dir, CONFIG_FILE)):  # type: ignore[arg-type]
-        write_status(RunFolder(out_dir), "running", job=config.JOB, resumed=_now())
-    heartbeat = _Heartbeat(os.fspath(out_dir)) if out_dir is not None and is_writer() else None
+        write_status(RunFolder(out_dir), "running", job=config.JOB, resumed=timestamp())
+    heartbeat = Heartbeat(os.fspath(out_dir)) if out_dir is not None and is_writer() else None
     try:
         logged = (on_log, None) if sinks is None else (sinks, sinks.flush)
         with as_progress(progress, *logged) as reporter:

@@ -120,7 +120,7 @@ def launch(
 
     where = dict(coordinator="127.0.0.1:4321", num_processes=2, process_id=int(sys.argv[1]))
     jobs.launch("map-elites", devices=4, **where)
-    jobs.run(jobs.MapElitesConfig(iterations=100), "runs/mp")  # (devices: all 4)
+    jobs.run(jobs.MAPElitesConfig(iterations=100), "runs/mp")  # (devices: all 4)
     ```
     """
     known = None if job is None else _job(job)

@@ -1,5 +1,5 @@
 """The MAP-Elites job (`eqx-qd run map-elites`): a registered pure-JAX task, a grid or CVT
-repertoire, a registered emitter, logged every `log_period` iterations."""
+repertoire, a registered emitter, logged every `log_every` iterations."""
 
 import dataclasses
 import os
@@ -35,7 +35,7 @@ from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
-class MapElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions):
+class MAPElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions):
     """Settings of the MAP-Elites job (`jobs.run`, `eqx-qd run map-elites`)."""
 
     JOB: ClassVar[str] = "map-elites"
@@ -46,7 +46,7 @@ class MapElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions
         1024, "candidates per iteration", check=positive_int, aliases=("--batch",)
     )
     iterations: int = option(1000, "iterations", check=positive_int, aliases=("--iters",))
-    log_period: int = option(10, "iterations per logged row (one jitted call)", check=positive_int)
+    log_every: int = option(10, "iterations per logged row (one jitted call)", check=positive_int)
     devices: int = option(
         1,
         "devices to shard over, batch_size candidates each (on a CPU, host devices are made)",
@@ -67,7 +67,7 @@ def _sphere_protocol(emitter: str, **more: Any) -> dict[str, Any]:
         cells=100,
         batch_size=540,
         iterations=10_000,
-        log_period=50,
+        log_every=50,
         checkpoint_every=1000,
         emitter=emitter,
         num_emitters=15,
@@ -75,15 +75,16 @@ def _sphere_protocol(emitter: str, **more: Any) -> dict[str, Any]:
     )
 
 
-MapElitesConfig.PRESETS = {
+MAPElitesConfig.PRESETS = {
     "cma-me": _sphere_protocol("cma_me"),
     "cma-mae": _sphere_protocol("cma_mae", archive_learning_rate=0.01, threshold_min=0.0),
     "cma-mega": _sphere_protocol("cma_mega"),
     "cma-maega": _sphere_protocol("cma_maega", archive_learning_rate=0.01, threshold_min=0.0),
 }
+MAPElitesConfig.RENAMED = {"log_period": "log_every"}  # an older folder's key
 
 
-def make_tessellation(
+def build_tessellation(
     config: JobConfig, task: AbstractTask, *, key: jnp.ndarray
 ) -> AbstractTessellation:
     """The grid or CVT of `config` (its `CellOptions`) over the task's descriptor bounds."""
@@ -108,7 +109,7 @@ def make_tessellation(
     )
 
 
-def make_map_elites(
+def build_map_elites(
     config: JobConfig, task: AbstractTask | None = None
 ) -> tuple[MAPElites, AbstractTask]:
     """The algorithm (the task is its scoring function) and the task: `task`, or the
@@ -150,7 +151,7 @@ def read_cells_run(
 
 
 def _row(
-    iteration: int, config: MapElitesConfig, wall: float, metrics: QDMetrics
+    iteration: int, config: MAPElitesConfig, wall: float, metrics: QDMetrics
 ) -> dict[str, float | int]:
     """A progress row: `metrics` holds scalars, or a history whose last entry is logged."""
     evaluations = config.batch_size * config.devices * (iteration + 1)
@@ -161,11 +162,11 @@ def _row(
 
 
 def iteration_keys(config: JobConfig, *, key: PRNGKey) -> Key[Array, " iterations"]:
-    """The key of every iteration, `(iterations,)`: chunk `c` of `log_period` iterations
+    """The key of every iteration, `(iterations,)`: chunk `c` of `log_every` iterations
     splits `split(key, chunks)[c]`, as `run` splits its key. Splits keep their prefix as the
     count grows, so a longer run's first iterations get the same keys (a run extended on
     resume equals the uninterrupted longer run)."""
-    period = config.log_period
+    period = config.log_every
     chunks = -(-config.iterations // period)
     per_chunk = jax.vmap(lambda k: jr.split(k, period))(jr.split(key, chunks))
     return per_chunk.reshape(-1)[: config.iterations]
@@ -176,8 +177,8 @@ def _run_keys(algo: MAPElites, state: MAPElitesState, keys: Key[Array, " n"]):
     return filter_scan(lambda s, k: algo.update(s, key=k), state, keys)
 
 
-class _MapElitesPlan(typing.NamedTuple):
-    config: MapElitesConfig
+class _MAPElitesPlan(typing.NamedTuple):
+    config: MAPElitesConfig
     init: Callable[[], tuple[MAPElitesState, QDMetrics]]
     chunk: Callable[[MAPElitesState, Key[Array, " n"]], tuple[MAPElitesState, QDMetrics]]
     keys: Key[Array, " iterations"]
@@ -187,10 +188,10 @@ class _MapElitesPlan(typing.NamedTuple):
 _HEADER = ["iteration", "evaluations", "wall_s", *METRIC_NAMES]
 
 
-class _MapElitesJob(LoopJob[_MapElitesPlan, MAPElitesState]):
+class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
     """Run MAP-Elites as `config` says; with `out_dir`, write the run folder.
 
-    The loop runs `log_period` iterations per jitted call (one compile), appending a row of
+    The loop runs `log_every` iterations per jitted call (one compile), appending a row of
     metrics to `progress.csv` after each; the whole state is checkpointed every
     `checkpoint_every` iterations and at the end (`checkpoints/`; `resume` continues from
     the newest). The folder holds `config.toml`, `progress.csv` (iteration, evaluations,
@@ -200,15 +201,15 @@ class _MapElitesJob(LoopJob[_MapElitesPlan, MAPElitesState]):
     """
 
     name = "map-elites"
-    config_cls = MapElitesConfig
+    config_cls = MAPElitesConfig
     help = "MAP-Elites on a pure-JAX task (default: rastrigin, 100-D, CVT 1024 cells)"
     resume_may_change = ("iterations",)
     multi_process = True
 
-    def plan(self, config: MapElitesConfig) -> _MapElitesPlan:
+    def plan(self, config: MAPElitesConfig) -> _MAPElitesPlan:
         tess_key, init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
-        algo, task = make_map_elites(config)
-        tessellation = make_tessellation(config, task, key=tess_key)
+        algo, task = build_map_elites(config)
+        tessellation = build_tessellation(config, task, key=tess_key)
         repertoire = config.repertoire_for(tessellation, task.num_descriptors)
         result = config.result_for(tessellation)
         mesh = job_mesh(config.devices)
@@ -225,34 +226,34 @@ class _MapElitesJob(LoopJob[_MapElitesPlan, MAPElitesState]):
                 state, history = scan_sharded(algo, state, mesh=mesh, keys=keys)
                 return state, jax.tree.map(lambda x: x[0], to_host(history))  # equal everywhere
 
-        return _MapElitesPlan(config, init, chunk, iteration_keys(config, key=run_key), mesh)
+        return _MAPElitesPlan(config, init, chunk, iteration_keys(config, key=run_key), mesh)
 
-    def headers(self, plan: _MapElitesPlan) -> dict[str, list[str]]:
+    def headers(self, plan: _MAPElitesPlan) -> dict[str, list[str]]:
         return {PROGRESS_FILE: _HEADER}
 
-    def like(self, plan: _MapElitesPlan) -> MAPElitesState:
+    def like(self, plan: _MAPElitesPlan) -> MAPElitesState:
         return eqx.filter_eval_shape(plan.init)[0]
 
-    def total(self, config: MapElitesConfig) -> int:
+    def total(self, config: MAPElitesConfig) -> int:
         return config.iterations
 
-    def start(self, plan: _MapElitesPlan, clock: RunClock) -> Chunk:
+    def start(self, plan: _MAPElitesPlan, clock: RunClock) -> Chunk:
         state, metrics = plan.init()
         row = _row(0, plan.config, clock(), to_host(metrics))
         return Chunk(state, 0, {PROGRESS_FILE: [list(row.values())]})
 
-    def resumed_state(self, plan: _MapElitesPlan, resumed) -> MAPElitesState:
+    def resumed_state(self, plan: _MAPElitesPlan, resumed) -> MAPElitesState:
         return resumed.state_on(plan.mesh)
 
-    def advance(self, plan: _MapElitesPlan, state, step: int, clock: RunClock) -> Chunk:
+    def advance(self, plan: _MAPElitesPlan, state, step: int, clock: RunClock) -> Chunk:
         config = plan.config
-        # Chunks end on multiples of log_period, wherever the run (re)started.
-        n = min(config.log_period - step % config.log_period, config.iterations - step)
+        # Chunks end on multiples of log_every, wherever the run (re)started.
+        n = min(config.log_every - step % config.log_every, config.iterations - step)
         state, history = plan.chunk(state, plan.keys[step : step + n])
         row = _row(step + n, config, clock(), history)
         return Chunk(state, step + n, {PROGRESS_FILE: [list(row.values())]})
 
-    def finish(self, plan: _MapElitesPlan, folder, state, logs, plots: bool) -> RunResult:
+    def finish(self, plan: _MAPElitesPlan, folder, state, logs, plots: bool) -> RunResult:
         rows = logs[PROGRESS_FILE]
         columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_HEADER)}
         repertoire = to_host(state.elites)  # every process, in step (CMA-MAE: its result)
@@ -270,4 +271,4 @@ class _MapElitesJob(LoopJob[_MapElitesPlan, MAPElitesState]):
         return qd_summary(result)
 
 
-register_job(_MapElitesJob())
+register_job(_MAPElitesJob())

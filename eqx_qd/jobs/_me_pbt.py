@@ -149,7 +149,7 @@ step, a 100k buffer) and 10 GA children, for 450 iterations: a GPU's run, not a 
 MEPBTConfig.PRESETS = {"paper": PAPER_PRESET}
 
 
-def make_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
+def build_me_pbt(config: MEPBTConfig) -> tuple[MAPElites, PBTEmitter]:
     """The algorithm and its emitter; with `devices > 1` both use the mesh axis `"p"`."""
     axis = "p" if config.devices > 1 else None
     env = make_env(config.env, episode_length=config.episode_length)
@@ -246,7 +246,7 @@ class _MEPBTJob(LoopJob[_MEPBTPlan, Any]):
     help = "ME-PBT (default: 10 PBT-TD3 + 10 GA agents on the point maze, 40 iterations)"
 
     def plan(self, config: "MEPBTConfig") -> _MEPBTPlan:
-        algo, emitter = make_me_pbt(config)
+        algo, emitter = build_me_pbt(config)
         mesh = job_mesh(config.devices)  # before the folder
         env = emitter.env
         cvt_key, pop_key, init_key, run_key = jr.split(jr.key(config.seed), 4)
@@ -354,11 +354,11 @@ class _MEPBTJob(LoopJob[_MEPBTPlan, Any]):
         )
 
     def scorer(self, config) -> PolicyScorer:
-        _, emitter = make_me_pbt(config)
+        _, emitter = build_me_pbt(config)
         return PolicyScorer(emitter.env, agent=emitter.agent)
 
     def load(self, folder: RunFolder, config) -> RunResult:
-        _, emitter = make_me_pbt(config)
+        _, emitter = build_me_pbt(config)
         genotype = lambda: tree_take(emitter.initial_genotypes(1, key=jr.key(0)), 0)
         repertoire = read_repertoire(folder, genotype, with_ids=True)
         return read_qd_run(folder, config, repertoire, ("hparams",))

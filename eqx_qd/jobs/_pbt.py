@@ -73,14 +73,14 @@ class PBTConfig(AgentOptions, RunOptions):
 
     def check(self) -> None:
         super().check()  # the agent options
-        self.make_pbt(None)  # the counts (and explore), with a message naming the fraction
+        self.build_pbt(None)  # the counts (and explore), with a message naming the fraction
         if self.devices is not None and self.population_size % self.devices:
             raise ValueError(
                 f"devices ({self.devices}) must divide population_size "
                 f"({self.population_size}): every device trains as many members"
             )
 
-    def make_pbt(self, spaces) -> PBT:
+    def build_pbt(self, spaces) -> PBT:
         """The `PBT` of this config's counts over `spaces` (`None`: only the counts are
         checked, over a stand-in space)."""
         stand_in = {"_": Uniform(0.0, 1.0)}
@@ -93,14 +93,14 @@ class PBTConfig(AgentOptions, RunOptions):
         )
 
 
-def make_pbt_run(config: PBTConfig):
+def build_pbt_run(config: PBTConfig):
     """The environment, the agent, its search spaces and the `PBT` the config describes."""
     env = make_env(config.env, episode_length=config.episode_length)
     agent = build_agent(config, env)
     spaces = search_spaces(config, agent)
     if config.log_uniform_lr:
         spaces = log_uniform_learning_rates(spaces)
-    return env, agent, spaces, config.make_pbt(spaces)
+    return env, agent, spaces, config.build_pbt(spaces)
 
 
 _PROGRESS_HEADER = ["round", "env_steps", "wall_s", "mean_return", "max_return", "min_return"]
@@ -151,7 +151,7 @@ class _PBTJob(LoopJob[_PBTPlan, Any]):
         return float(np.mean(metrics["mean_return"]))
 
     def plan(self, config: PBTConfig) -> _PBTPlan:
-        env, agent, spaces, pbt = make_pbt_run(config)
+        env, agent, spaces, pbt = build_pbt_run(config)
         train_env = training_env(config, env)
         init_key, loop_key = jr.split(jr.key(config.seed))
         init = lambda: init_population(
@@ -252,7 +252,7 @@ class _PBTJob(LoopJob[_PBTPlan, Any]):
         )
 
     def load(self, folder: RunFolder, config) -> RunResult:
-        _, agent, _, _ = make_pbt_run(config)
+        _, agent, _, _ = build_pbt_run(config)
         like = eqx.filter_eval_shape(
             lambda: eqx.filter_vmap(lambda k: agent.empty_optimiser_states(agent.init(key=k)))(
                 jr.split(jr.key(0), config.population_size)

@@ -15,10 +15,10 @@ from .._qdrl.scoring import DiscardDead, PolicyScorer
 from .._validate import fraction, non_negative, positive_int
 from ..envs._base import AbstractQDEnv
 from ..rl._td3 import TD3, TD3HParams
+from . import checks
 from ._config import option
 from ._job import register_job, Translator
 from ._policy_qd import (
-    _choice,
     ga_operators,
     policy_agent,
     PolicyQDJob,
@@ -42,7 +42,7 @@ class PGAMEConfig(PolicyQDOptions):
 
     Ours, beyond the repo's arguments: `episode_length`, `critic_hidden`, `critic_lr`,
     `greedy_lr`, `buffer_size`, `reset_noise` / `obs_noise` / `deterministic`,
-    `num_reevals` (the "10" of the averaged max fitness) and `convention` (`"original"`:
+    `reevaluations` (the "10" of the averaged max fitness) and `convention` (`"original"`:
     the repo's batch split, greedy-actor start and critic warm-up; `"qdax"`: QDax's),
     `policy_init` / `critic_init` (the repo's Xavier actors and PyTorch-default critic by
     default; `lecun_uniform` for both is QDax's). `gradient_op` is the repo's switch: `False`
@@ -55,7 +55,7 @@ class PGAMEConfig(PolicyQDOptions):
 
     ga_fraction: float = option(0.5, "fraction of each batch from the GA", check=fraction)
     greedy_lr: float = option(3e-4, "greedy actor learning rate", check=non_negative)
-    n_species: int = option(
+    species: int = option(
         1, "species-archive cells (1 only: the paper's setting)", check=positive_int
     )
     gradient_op: bool = option(
@@ -64,7 +64,7 @@ class PGAMEConfig(PolicyQDOptions):
     convention: str = option(
         "original",
         "batch split, greedy start and critic warm-up",
-        check=_choice(CONVENTIONS),
+        check=checks.one_of(*CONVENTIONS),
     )
 
     def check(self) -> None:
@@ -76,9 +76,9 @@ class PGAMEConfig(PolicyQDOptions):
                 "with gradient_op, batch_size needs 2 slots or more"
                 + (f" on each of the {n} devices" if n > 1 else "")
             )
-        if self.n_species != 1:
+        if self.species != 1:
             raise ValueError(
-                f"n_species is {self.n_species}: only 1 is supported (the GECCO paper's setting, "
+                f"species is {self.species}: only 1 is supported (the GECCO paper's setting, "
                 "one greedy actor); the species archive of several greedy actors is not built"
             )
 
@@ -129,10 +129,10 @@ children, the greedy actor, snapshots, checkpoints): to try a change, not to see
 
 PGAMEConfig.PRESETS = {"paper": PAPER_PRESET, "smoke": SMOKE_PRESET}
 # Files and folders written with the repository's names (before the house's) read too.
-PGAMEConfig.RENAMED = {**REPO_NAMES, "centroids_file": "centroids"}
+PGAMEConfig.RENAMED = {**REPO_NAMES, "centroids_file": "centroids", "num_reevals": "reevaluations"}
 
 
-def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
+def build_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
     """The algorithm (`MAPElites` with lineage) and the TD3 agent that defines the policies.
     With `devices > 1`, both run on the mesh axis `"p"`: each device's emitter takes
     `batch_size / devices` candidates and keeps `buffer_size / devices` transitions."""
@@ -155,8 +155,8 @@ def make_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]
             proportion_evo=config.ga_fraction,
             td3=td3,
             hparams=hparams,
-            num_critic_steps=config.critic_steps,
-            num_pg_steps=config.pg_steps,
+            critic_steps=config.critic_steps,
+            pg_steps=config.pg_steps,
             pg_lr=config.pg_lr,
             buffer_size=config.buffer_size // n,
             variation=variation,
@@ -181,7 +181,7 @@ register_job(
     PolicyQDJob(
         name="pgame",
         config_cls=PGAMEConfig,
-        make=make_pgame,
+        make=build_pgame,
         env_steps=full_episodes,
         help="PGA-MAP-Elites (default: walker2d_uni, 10k evaluations of 100 steps)",
         description=(

@@ -23,10 +23,10 @@ from .._map_elites import MAPElites, MAPElitesState, StepInfo
 from .._metrics import QDMetrics
 from .._misc import filter_scan, tree_take
 from .._qdrl.scoring import ChunkedScorer, DiscardDead, PolicyScorer, reevaluate
-from .._repertoire import AddStatus, MapElitesRepertoire
+from .._repertoire import AddStatus, MAPElitesRepertoire
 from .._sharded import init_mapped, step_mapped
 from .._tessellation import CVTTessellation
-from .._validate import finite, fraction, non_negative, non_negative_int, one_of, positive_int
+from .._validate import finite, fraction, non_negative, non_negative_int, positive_int
 from .._variation import (
     AbstractMutation,
     AbstractVariation,
@@ -40,6 +40,7 @@ from ..envs._base import AbstractQDEnv
 from ..rl._layers import INITS
 from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3
+from . import checks
 from ._blocks import RepertoireOptions, RunOptions
 from ._config import option
 from ._distributed import job_mesh, to_host
@@ -49,18 +50,10 @@ from ._loop import Chunk, LoopJob
 from ._qd_outputs import read_qd_run, read_repertoire, repertoire_axes
 from ._registry import ENVIRONMENTS, make_env
 from ._resume import RunClock
-from .checks import Choices
 
 
 CROSSOVER_OPS = ("iso_dd", "sbx", "none")
 MUTATION_OPS = ("polynomial_mutation", "gaussian_mutation", "uniform_mutation", "none")
-
-
-def _choice(choices: tuple[str, ...]) -> Choices:
-    def check(name: str, value: str) -> None:
-        one_of(name, value, choices)
-
-    return Choices(check, lambda: choices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +80,13 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
     pg_lr: float = option(0.001, "policy-gradient variation learning rate", check=non_negative)
     iso_sigma: float = option(0.005, "iso+line-DD isotropic noise", check=non_negative)
     line_sigma: float = option(0.05, "iso+line-DD line noise", check=non_negative)
-    crossover_op: str = option("iso_dd", "GA two-parent operator", check=_choice(CROSSOVER_OPS))
+    crossover_op: str = option(
+        "iso_dd", "GA two-parent operator", check=checks.one_of(*CROSSOVER_OPS)
+    )
     mutation_op: str = option(
         "none",
         "GA mutation (after the crossover, if any)",
-        check=_choice(MUTATION_OPS),
+        check=checks.one_of(*MUTATION_OPS),
     )
     mutation_rate: float = option(0.05, "probability that a gene mutates", check=fraction)
     crossover_rate: float = option(0.75, "probability that an sbx gene crosses", check=fraction)
@@ -135,20 +130,20 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
     reset_noise: bool = option(True, "random initial states (stochastic task)")
     obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
     deterministic: bool = option(False, "no reset or observation noise (QDax's tasks)")
-    num_reevals: int = option(
+    reevaluations: int = option(
         10, "re-evaluations of the best for its averaged fitness", check=positive_int
     )
     policy_init: str = option(
         "xavier_uniform",
         "the policies' initial weights: xavier_uniform (the repository's actors), "
         "lecun_uniform with zero biases (QDax), uniform (+-1/sqrt(fan_in))",
-        check=_choice(INITS),
+        check=checks.one_of(*INITS),
     )
     critic_init: str = option(
         "uniform",
         "the critic's initial weights: uniform (the repository's, PyTorch's default), "
         "lecun_uniform (QDax), xavier_uniform",
-        check=_choice(INITS),
+        check=checks.one_of(*INITS),
     )
 
     devices: int = option(
@@ -226,7 +221,7 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
         return (self.evaluations - self.random_init) // self.batch_size
 
 
-def make_policy_env(config: PolicyQDOptions) -> AbstractQDEnv:
+def build_policy_env(config: PolicyQDOptions) -> AbstractQDEnv:
     """The config's environment with its episode length and noise settings."""
     return make_env(
         config.env,
@@ -349,13 +344,13 @@ class IterationLog(eqx.Module):
     plain_qd_score: jax.Array
 
 
-def _plain_qd_score(repertoire: MapElitesRepertoire) -> jax.Array:
+def _plain_qd_score(repertoire: MAPElitesRepertoire) -> jax.Array:
     """The paper's QD-score: the plain sum of the stored fitnesses (no offset)."""
     f = repertoire.fitnesses
     return jnp.sum(jnp.where(jnp.isfinite(f), f, 0.0))
 
 
-def _best_reevaluation(algo: MAPElites, repertoire: MapElitesRepertoire, n: int, key: PRNGKey):
+def _best_reevaluation(algo: MAPElites, repertoire: MAPElitesRepertoire, n: int, key: PRNGKey):
     genotype = tree_take(repertoire.genotypes, jnp.argmax(repertoire.fitnesses)[None])
     re = reevaluate(_plain_scorer(algo), genotype, n, key=key)
     return re.fitness_mean[0], re.descriptor_mean[0]
@@ -363,12 +358,12 @@ def _best_reevaluation(algo: MAPElites, repertoire: MapElitesRepertoire, n: int,
 
 @jit(donate="all-except-first")  # the old state's buffers (replay buffer) reused
 def _run_chunk(
-    algo: MAPElites, state: MAPElitesState, keys: jax.Array, num_reevals: int, mesh: Any = None
+    algo: MAPElites, state: MAPElitesState, keys: jax.Array, reevaluations: int, mesh: Any = None
 ):
     def body(s, k):
         step_key, reeval_key = jr.split(k)
         s, metrics, info = algo.step(s, key=step_key)
-        fit, desc = _best_reevaluation(algo, s.elites, num_reevals, reeval_key)
+        fit, desc = _best_reevaluation(algo, s.elites, reevaluations, reeval_key)
         return s, IterationLog(metrics, info, fit, desc, _plain_qd_score(s.elites))
 
     if mesh is None:
@@ -379,12 +374,12 @@ def _run_chunk(
 
 
 @jit
-def _init(algo, init_algo, genotypes, repertoire, result, key, num_reevals, mesh=None):
+def _init(algo, init_algo, genotypes, repertoire, result, key, reevaluations, mesh=None):
     init_key, reeval_key = jr.split(key)
 
     def init(g, rep, res, k, rk):
         state, metrics = init_algo.init(g, rep, key=k, result=res)
-        fit, desc = _best_reevaluation(algo, state.elites, num_reevals, rk)
+        fit, desc = _best_reevaluation(algo, state.elites, reevaluations, rk)
         return state, (metrics, fit, desc, _plain_qd_score(state.elites))
 
     args = (repertoire, result, init_key, reeval_key)
@@ -473,7 +468,7 @@ def _actor_rows(evals: int, info: dict[str, np.ndarray]) -> list[list]:
     return rows
 
 
-def _archive_rows(repertoire: MapElitesRepertoire) -> tuple[list[str], list[list]]:
+def _archive_rows(repertoire: MAPElitesRepertoire) -> tuple[list[str], list[list]]:
     fit = np.asarray(repertoire.fitnesses)
     desc = np.asarray(repertoire.descriptors)
     ids = np.asarray(repertoire.extra)
@@ -543,7 +538,7 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
 
     def plan(self, config: PolicyQDOptions) -> PolicyQDPlan:
         mesh = job_mesh(config.devices)  # before the folder
-        env = make_policy_env(config)
+        env = build_policy_env(config)
         algo, td3 = self.make(config, env)
         init_algo = MAPElites(
             algo.emitter,
@@ -566,7 +561,7 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
             repertoire,
             result,
             init_key,
-            config.num_reevals,
+            config.reevaluations,
             mesh,
         )
         run_keys = jr.split(run_key, config.num_iterations)
@@ -612,7 +607,7 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
         # Chunks end on multiples of `chunk`, wherever the run (re)started.
         n = min(chunk - done % chunk, config.num_iterations - done)
         state, logs = _run_chunk(
-            plan.algo, state, plan.run_keys[done : done + n], config.num_reevals, plan.mesh
+            plan.algo, state, plan.run_keys[done : done + n], config.reevaluations, plan.mesh
         )
         logs = to_host(logs)  # every process, in step
         metrics = {k: np.asarray(v) for k, v in logs.metrics.as_dict().items()}
@@ -667,10 +662,10 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
         return RunResult(plan.config, None if folder is None else folder.path, prog, state, elites)
 
     def scorer(self, config) -> PolicyScorer:
-        return PolicyScorer(make_policy_env(config))
+        return PolicyScorer(build_policy_env(config))
 
     def load(self, folder: RunFolder, config) -> RunResult:
-        env = make_policy_env(config)
+        env = build_policy_env(config)
         _, td3 = self.make(config, env)
         repertoire = read_repertoire(folder, lambda: td3.init_policy(key=jr.key(0)), with_ids=True)
         return read_qd_run(folder, config, repertoire, ("actors",))
@@ -681,12 +676,12 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
             f"done: {int(last['evaluations'])} evaluations, QD-score {last['qd_score']:.6g}, "
             f"{int(last['num_filled'])} cells ({100 * last['coverage']:.1f}%), "
             f"max fitness {last['max_fitness']:.6g} "
-            f"(averaged over {result.config.num_reevals} re-evaluations: "
+            f"(averaged over {result.config.reevaluations} re-evaluations: "
             f"{last['averaged_max_fitness']:.6g})"
         )
 
 
-def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog, env) -> None:
+def _write_plots(folder: RunFolder, repertoire: MAPElitesRepertoire, prog, env) -> None:
     from ..plotting import plot_fitness_density, plot_metrics, plot_repertoire
 
     # Any number of descriptors: beyond two, one panel per pair (ant_uni has four).
@@ -707,7 +702,7 @@ def _write_plots(folder: RunFolder, repertoire: MapElitesRepertoire, prog, env) 
     folder.write_figure("fitness_density.png", density)
 
 
-def policy_by_id(repertoire: MapElitesRepertoire, actor_id: int) -> DeterministicPolicy:
+def policy_by_id(repertoire: MAPElitesRepertoire, actor_id: int) -> DeterministicPolicy:
     """The actor of `repertoire` whose id (stored as its `extra`) is `actor_id` (from
     `actors.csv` or an archive snapshot)."""
     ids = np.asarray(repertoire.extra)

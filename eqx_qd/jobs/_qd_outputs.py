@@ -7,7 +7,7 @@ from typing import Any
 import equinox as eqx
 import numpy as np
 
-from .._repertoire import MapElitesRepertoire
+from .._repertoire import MAPElitesRepertoire
 from .._tessellation import AbstractTessellation, CVTTessellation
 from ..envs._base import AbstractQDEnv
 from ._config import JobConfig
@@ -17,7 +17,7 @@ from ._job import PROGRESS_FILE, RunResult
 
 def write_qd_outputs(
     folder: RunFolder,
-    repertoire: MapElitesRepertoire,
+    repertoire: MAPElitesRepertoire,
     progress: Mapping[str, Any],
     *,
     plots: bool,
@@ -51,7 +51,7 @@ def read_repertoire(
     *,
     tessellation: AbstractTessellation | None = None,
     with_ids: bool = False,
-) -> MapElitesRepertoire:
+) -> MAPElitesRepertoire:
     """`repertoire.eqx` of a QD run. `make_genotype()` builds one genotype (only its
     shapes are used: it runs under `eqx.filter_eval_shape`); the tessellation defaults to the
     folder's `centroids.npy`; `with_ids` when the run tracked lineage."""
@@ -61,14 +61,14 @@ def read_repertoire(
         import jax.numpy as jnp
 
         extra = jnp.zeros((), jnp.int32) if with_ids else None
-        return MapElitesRepertoire.empty(tess, make_genotype(), extra)
+        return MAPElitesRepertoire.empty(tess, make_genotype(), extra)
 
     like = eqx.filter_eval_shape(template)
     return folder.read_eqx("repertoire.eqx", like)
 
 
 def read_qd_run(
-    folder: RunFolder, config: JobConfig, repertoire: MapElitesRepertoire, tables=()
+    folder: RunFolder, config: JobConfig, repertoire: MAPElitesRepertoire, tables=()
 ) -> RunResult:
     """The `RunResult` of a QD run folder: progress, the repertoire, and the named tables."""
     return RunResult(

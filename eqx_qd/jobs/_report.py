@@ -4,7 +4,7 @@ averaged over seeds, a table of final medians, and two-sided Mann-Whitney U p-va
 algorithms.
 
 Runs are grouped by algorithm and task (`group_of`); within a group, runs differ by seed.
-Another library's runs take part as peer run folders (`read_peer_run`), one group per library.
+Another library's runs take part as peer run folders (`read_peer_curves`), one group per library.
 """
 
 import dataclasses
@@ -107,10 +107,10 @@ class RunCurves:
 
 
 PEER_FILE = "peer.json"
-"""The file that makes a folder a run of another library (`read_peer_run`)."""
+"""The file that makes a folder a run of another library (`read_peer_curves`)."""
 
 
-def read_peer_run(folder: str | os.PathLike) -> RunCurves:
+def read_peer_curves(folder: str | os.PathLike) -> RunCurves:
     """A run of another library (pyribs, QDax, your own code), in the form a report reads
     beside the jobs' run folders:
 
@@ -152,13 +152,13 @@ def read_peer_run(folder: str | os.PathLike) -> RunCurves:
     return RunCurves(group, folder, evaluations, curves, np.nan_to_num(fitnesses, nan=-np.inf))
 
 
-def read_run(folder: str | os.PathLike) -> RunCurves:
+def read_curves(folder: str | os.PathLike) -> RunCurves:
     """A QD run folder's curves and final fitnesses: a job's, or another library's run
-    (`read_peer_run`, a folder with `peer.json`). A folder that is neither a finished QD run
+    (`read_peer_curves`, a folder with `peer.json`). A folder that is neither a finished QD run
     nor a peer run is a `ValueError` naming it."""
     folder = os.fspath(folder)
     if os.path.isfile(os.path.join(folder, PEER_FILE)):
-        return read_peer_run(folder)
+        return read_peer_curves(folder)
     status = run_status(folder).get("status")
     if status not in ("finished", "unknown"):
         raise ValueError(f"run folder {folder!r} is {status}, not finished")
@@ -362,7 +362,7 @@ def report(
         raise ValueError(f"p_method must be one of {list(P_METHODS)}, got {p_method!r}")
     if x not in X_AXES:
         raise ValueError(f"x must be one of {list(X_AXES)}, got {x!r}")
-    runs = [read_run(f) for f in folders]
+    runs = [read_curves(f) for f in folders]
     by_group: dict[str, list[RunCurves]] = {}
     for r in runs:
         by_group.setdefault(r.group, []).append(r)

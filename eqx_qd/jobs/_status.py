@@ -15,7 +15,7 @@ from ._folder import RunFolder
 STATUS_FILE = "status.json"
 
 
-def _now() -> str:
+def timestamp() -> str:
     return datetime.datetime.now().isoformat(timespec="seconds")
 
 
@@ -34,7 +34,7 @@ def _utc() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
-class _Heartbeat:
+class Heartbeat:
     """Stamps `heartbeat` in `status.json` every `HEARTBEAT_S` while the folder says this
     process runs it (a daemon thread: it dies with the process, which is the point)."""
 
@@ -71,7 +71,7 @@ def write_status(folder: RunFolder, status: str, **details: Any) -> None:
     `finished`, `failed` or `interrupted` (with the error). Earlier details are kept."""
     with _STATUS_LOCK:
         previous = _read_status(folder) or {}
-        record = {**previous, **details, "status": status, "updated": _now()}
+        record = {**previous, **details, "status": status, "updated": timestamp()}
         record.setdefault("started", record["updated"])
         if status == "running":
             record.pop("error", None)

@@ -72,6 +72,7 @@ REPO_NAMES: dict[str, str] = {
     "not_discard_dead": "insert_dead",
     "policy_freq": "policy_delay",
     "lr": "pg_lr",
+    "n_species": "species",
 }
 """The repository's argument names that `PGAMEConfig` calls otherwise, and our names (the
 others are the same). Its config files are read with these; a TOML file or run folder

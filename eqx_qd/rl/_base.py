@@ -327,7 +327,7 @@ def evaluate(
     return EvalMetrics(team, stats.lengths.astype(jnp.float32), None)
 
 
-def check_agent(
+def check_agent_shapes(
     agent: AbstractAgent, env: AbstractBaseEnv | None = None, *, where: str
 ) -> AbstractAgentState:
     """Refuse, naming `where` and what to add, an `agent` whose state does not follow the
@@ -360,7 +360,7 @@ def check_spaces(
     state: AbstractAgentState | None = None,
 ) -> None:
     """Refuse empty `spaces` (PBT would only copy) and names that are not fields of the
-    agent's hyperparameters, naming `where`. `state`: the agent's state as `check_agent`
+    agent's hyperparameters, naming `where`. `state`: the agent's state as `check_agent_shapes`
     returns it (`None`: traced again, shapes only)."""
     if not spaces:
         raise ValueError(

@@ -28,7 +28,7 @@ from ._base import (
     AbstractAgent,
     AbstractBaseEnv,
     AbstractTrainingRun,
-    check_agent,
+    check_agent_shapes,
     check_spaces,
     EvalMetrics,
     TrainMetrics,
@@ -201,10 +201,11 @@ class PBT(eqx.Module):
         mesh: Mesh | None = None,
         key: PRNGKey,
     ) -> tuple[AbstractTrainingRun, PBTRound]:
-        """One round of PBT: every member trains `num_iterations` iterations on `train_env`,
-        plays `num_episodes` evaluation episodes of `eval_env`, and, with `exploit`, the
-        population goes through `update`, ranked by the mean evaluation returns. The loop over
-        rounds is the caller's (what to log, when to stop, a last round without exploit).
+        """One round of PBT: every member of `population` (stacked training runs of `agent`)
+        trains `num_iterations` iterations on `train_env`, plays `num_episodes` evaluation
+        episodes of `eval_env`, and, with `exploit`, the population goes through `update`,
+        ranked by the mean evaluation returns. The loop over rounds is the caller's (what to
+        log, when to stop, a last round without exploit).
 
         `key` splits into three, for training, evaluation and the exploit. `groups` as
         `train_population`'s and `evaluate_population`'s (`1`: one program, numbers that do
@@ -244,9 +245,10 @@ class PBT(eqx.Module):
         *,
         key: PRNGKey,
     ) -> tuple[AbstractTrainingRun, Int[Array, " population"]]:
-        """`update` as one compiled program (run eagerly, its copies of whole runs, buffers
-        included, are hundreds of small dispatches: most of a short round). **Returns:** the
-        population and where each member comes from (its own index when kept)."""
+        """`update(population, returns, key=key)` as one compiled program (run eagerly, its
+        copies of whole runs, buffers included, are hundreds of small dispatches: most of a
+        short round). **Returns:** the population and where each member comes from (its own
+        index when kept)."""
         population, info = _update(self, population, jnp.asarray(returns), key=key)
         sources = jnp.arange(self.population_size, dtype=jnp.int32)
         return population, sources.at[info.replaced].set(info.sources)
@@ -308,7 +310,7 @@ def init_population(
     other fields come from `template` (a hyperparameters module) or the agent's defaults.
     """
     check.positive_int("population_size", population_size)
-    shapes = check_agent(agent, env, where="init_population")
+    shapes = check_agent_shapes(agent, env, where="init_population")
     spaces = agent.hparam_spaces if spaces is None else spaces
     check_spaces(agent, spaces, where="init_population", state=shapes)
     return _init_runs(agent, env, spaces, population_size, template, key=key)

@@ -98,7 +98,7 @@ def _pool(draw, n_min=1, n_max=12, width=2):
     return f, d
 
 
-_competition = eqx.filter_jit(q.internal.competition_fitness)
+_competition = eqx.filter_jit(q.competition_fitness)
 
 
 @given(pool=_pool(), k=st.integers(1, 4), count_equal=st.booleans())
@@ -401,7 +401,7 @@ def test_any_repertoire_exports_pyribs_columns():
     # ravel_pytree order: the dict's keys sorted ("b" before "w").
     assert [row[f"solution_{i}"] for i in range(5)] == [9.0, 8.0, 9.0, 10.0, 11.0]
     assert (row["measures_0"], row["measures_1"], row["objective"]) == (4.0, 5.0, 3.0)
-    grid = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2)), jnp.zeros(3))
+    grid = q.MAPElitesRepertoire.empty(q.GridTessellation((2, 2)), jnp.zeros(3))
     grid, _ = grid.add(jnp.ones((1, 3)), jnp.array([[0.9, 0.9]]), jnp.array([2.0]))
     assert q.to_dataframe(grid)["index"].tolist() == [3]
 

@@ -450,7 +450,7 @@ def test_failed_candidates_rank_after_every_other(name):
         )
     else:  # CMA-MAE's annealing archive: every candidate gets an improvement value
         grid = q.GridTessellation((4, 4), 0.0, 1.0)
-        repertoire = q.MapElitesRepertoire.empty(
+        repertoire = q.MAPElitesRepertoire.empty(
             grid, genotypes[0], learning_rate=0.5, threshold_min=-50.0
         )
     # Three of the cells hold better elites: their candidates are refused with finite values.
@@ -492,7 +492,7 @@ LINE = q.GridTessellation((4,), minval=0.0, maxval=1.0)
 
 
 def test_annealing_moves_thresholds_by_the_batch_rule():
-    rep = q.MapElitesRepertoire.empty(LINE, jnp.zeros(1), learning_rate=0.1, threshold_min=0.0)
+    rep = q.MAPElitesRepertoire.empty(LINE, jnp.zeros(1), learning_rate=0.1, threshold_min=0.0)
     # Three candidates in cell 0 (one below the threshold 0), one in cell 2.
     d = jnp.asarray([[0.1], [0.2], [0.15], [0.6]])
     f = jnp.asarray([2.0, 4.0, -1.0, 3.0])
@@ -509,16 +509,16 @@ def test_annealing_moves_thresholds_by_the_batch_rule():
     assert float(again.fitnesses[0]) == 1.0 and int(info.status[0]) == q.AddStatus.IMPROVED
     np.testing.assert_allclose(info.value, [1.0 - want0], rtol=1e-6)
     with pytest.raises(ValueError, match=r"learning_rate must lie in \[0.0, 1.0\]"):
-        q.MapElitesRepertoire.empty(LINE, jnp.zeros(1), learning_rate=1.5, threshold_min=0.0)
+        q.MAPElitesRepertoire.empty(LINE, jnp.zeros(1), learning_rate=1.5, threshold_min=0.0)
     with pytest.raises(ValueError, match=r"threshold_min can be -inf only with learning_rate 1"):
-        q.MapElitesRepertoire.empty(LINE, jnp.zeros(1), learning_rate=0.5)
+        q.MAPElitesRepertoire.empty(LINE, jnp.zeros(1), learning_rate=0.5)
     with pytest.raises(ValueError, match=r"threshold_min is CMA-MAE's"):
-        q.MapElitesRepertoire.empty(LINE, jnp.zeros(1), threshold_min=0.0)
+        q.MAPElitesRepertoire.empty(LINE, jnp.zeros(1), threshold_min=0.0)
 
 
 def test_learning_rate_one_with_no_floor_is_the_elitist_archive(getkey):
-    plain = q.MapElitesRepertoire.empty(LINE, jnp.zeros(2))
-    annealed = q.MapElitesRepertoire.empty(LINE, jnp.zeros(2), learning_rate=1.0)
+    plain = q.MAPElitesRepertoire.empty(LINE, jnp.zeros(2))
+    annealed = q.MAPElitesRepertoire.empty(LINE, jnp.zeros(2), learning_rate=1.0)
     for _ in range(5):
         g = jr.normal(getkey(), (6, 2))
         d = jr.uniform(getkey(), (6, 1))
@@ -775,7 +775,7 @@ def test_ucb1_choice_is_pyribs_choice():
         reselect = active & (rng.random(n) < 0.5)
         selections = rng.integers(0, 4, n).astype(np.float32) * 12
         successes = np.minimum(rng.integers(0, 30, n), selections).astype(np.float32)
-        got = q.internal.ucb1_choice(
+        got = q.ucb1_choice(
             jnp.asarray(active), jnp.asarray(reselect), jnp.asarray(successes),
             jnp.asarray(selections), k, 0.05,
         )  # fmt: skip
@@ -802,7 +802,7 @@ def test_ucb1_choice_weighs_exploration_by_its_formula():
         if np.min(np.diff(ucb)) < 1e-4 * np.max(np.abs(ucb)):
             continue
         none = np.zeros(n, bool)
-        got = q.internal.ucb1_choice(
+        got = q.ucb1_choice(
             jnp.asarray(none), jnp.asarray(none), jnp.asarray(successes),
             jnp.asarray(selections), k, zeta,
         )  # fmt: skip

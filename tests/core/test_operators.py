@@ -17,21 +17,21 @@ def _parents(seed):
 
 
 OPERATORS = {
-    "isoline": lambda x1, x2, k: q.isoline_variation(
-        x1, x2, key=k, iso_sigma=0.05, line_sigma=0.5, min_genotype=0.0, max_genotype=1.0
+    "isoline": lambda x1, x2, k: q.IsoLineVariation(
+        iso_sigma=0.05, line_sigma=0.5, min_genotype=0.0, max_genotype=1.0
+    )(x1, x2, key=k),
+    "sbx": lambda x1, x2, k: q.SBXCrossover(
+        eta_c=5.0, crossover_rate=0.7, min_genotype=0.0, max_genotype=1.0
+    )(x1, x2, key=k),
+    "polynomial": lambda x1, x2, k: q.PolynomialMutation(
+        eta_m=5.0, mutation_rate=0.5, min_genotype=0.0, max_genotype=1.0
+    )(x1, key=k),
+    "gaussian": lambda x1, x2, k: q.GaussianMutation(sigma=0.3, min_genotype=0.0, max_genotype=1.0)(
+        x1, key=k
     ),
-    "sbx": lambda x1, x2, k: q.sbx_crossover(
-        x1, x2, key=k, eta_c=5.0, crossover_rate=0.7, min_genotype=0.0, max_genotype=1.0
-    ),
-    "polynomial": lambda x1, x2, k: q.polynomial_mutation(
-        x1, key=k, eta_m=5.0, mutation_rate=0.5, min_genotype=0.0, max_genotype=1.0
-    ),
-    "gaussian": lambda x1, x2, k: q.gaussian_mutation(
-        x1, key=k, sigma=0.3, min_genotype=0.0, max_genotype=1.0
-    ),
-    "uniform": lambda x1, x2, k: q.uniform_mutation(
-        x1, key=k, max_uniform=0.3, mutation_rate=0.5, min_genotype=0.0, max_genotype=1.0
-    ),
+    "uniform": lambda x1, x2, k: q.UniformMutation(
+        max_uniform=0.3, mutation_rate=0.5, min_genotype=0.0, max_genotype=1.0
+    )(x1, key=k),
 }
 JITTED = {name: eqx.filter_jit(fn) for name, fn in OPERATORS.items()}
 
@@ -48,7 +48,7 @@ def test_operators_keep_shape_and_bounds(name, seed):
 
 def test_isoline_without_noise_lies_on_the_line(getkey):
     x1, x2 = _parents(3)
-    out = q.isoline_variation(x1, x2, key=getkey(), iso_sigma=0.0, line_sigma=1.0)
+    out = q.IsoLineVariation(iso_sigma=0.0, line_sigma=1.0)(x1, x2, key=getkey())
     t = (out - x1) / (x2 - x1)
     np.testing.assert_allclose(t, jnp.broadcast_to(t[:, :1], t.shape), rtol=1e-3, atol=1e-3)
 
@@ -57,16 +57,16 @@ def test_the_line_coefficient_has_the_line_sigma_as_its_spread():
     # (Mutation testing: dividing by line_sigma instead of multiplying passed with sigma 1.)
     x1 = jnp.zeros((4096, 1))
     x2 = jnp.ones((4096, 1))
-    out = q.isoline_variation(x1, x2, key=jr.key(0), iso_sigma=0.0, line_sigma=0.5)
+    out = q.IsoLineVariation(iso_sigma=0.0, line_sigma=0.5)(x1, x2, key=jr.key(0))
     assert 0.47 < float(jnp.std(out)) < 0.53  # out = line * (x2 - x1), line ~ N(0, 0.5)
 
 
 def test_one_sided_bounds_clip_one_side_only():
     # (Mutation testing: bounds were only ever given in pairs.)
     x = jnp.zeros((BATCH, DIM))
-    up = q.gaussian_mutation(x, key=jr.key(0), sigma=1.0, max_genotype=0.1)
+    up = q.GaussianMutation(sigma=1.0, max_genotype=0.1)(x, key=jr.key(0))
     assert float(jnp.max(up)) == np.float32(0.1) and float(jnp.min(up)) < -1.0
-    down = q.gaussian_mutation(x, key=jr.key(0), sigma=1.0, min_genotype=-0.1)
+    down = q.GaussianMutation(sigma=1.0, min_genotype=-0.1)(x, key=jr.key(0))
     assert float(jnp.min(down)) == np.float32(-0.1) and float(jnp.max(down)) > 1.0
 
 
@@ -91,8 +91,8 @@ def test_zero_rates_are_identity(getkey):
 def test_sbx_children_spread_around_parents(getkey):
     x1 = jnp.zeros((4000, 1))
     x2 = jnp.ones((4000, 1))
-    near = q.sbx_crossover(x1, x2, key=getkey(), eta_c=50.0, side_rate=0.0)
-    far = q.sbx_crossover(x1, x2, key=getkey(), eta_c=1.0, side_rate=0.0)
+    near = q.SBXCrossover(eta_c=50.0, side_rate=0.0)(x1, x2, key=getkey())
+    far = q.SBXCrossover(eta_c=1.0, side_rate=0.0)(x1, x2, key=getkey())
     # A large distribution index keeps children closer to the first parent.
     assert float(jnp.mean(jnp.abs(near))) < float(jnp.mean(jnp.abs(far)))
 
@@ -132,21 +132,21 @@ def test_operator_hyperparameters_are_arrays_and_do_not_retrace(getkey):
 # with bounds [0, 1] alone cannot see that.
 SCALE, SHIFT = np.float32(3.5), np.float32(-2.0)
 AFFINE = {
-    "isoline": lambda x1, x2, lo, hi, s, k: q.isoline_variation(
-        x1, x2, key=k, iso_sigma=0.05 * s, line_sigma=0.5, min_genotype=lo, max_genotype=hi
-    ),
-    "sbx": lambda x1, x2, lo, hi, s, k: q.sbx_crossover(
-        x1, x2, key=k, eta_c=5.0, crossover_rate=0.7, min_genotype=lo, max_genotype=hi
-    ),
-    "polynomial": lambda x1, x2, lo, hi, s, k: q.polynomial_mutation(
-        x1, key=k, eta_m=5.0, mutation_rate=0.5, min_genotype=lo, max_genotype=hi
-    ),
-    "gaussian": lambda x1, x2, lo, hi, s, k: q.gaussian_mutation(
-        x1, key=k, sigma=0.3 * s, min_genotype=lo, max_genotype=hi
-    ),
-    "uniform": lambda x1, x2, lo, hi, s, k: q.uniform_mutation(
-        x1, key=k, max_uniform=0.3 * s, mutation_rate=0.5, min_genotype=lo, max_genotype=hi
-    ),
+    "isoline": lambda x1, x2, lo, hi, s, k: q.IsoLineVariation(
+        iso_sigma=0.05 * s, line_sigma=0.5, min_genotype=lo, max_genotype=hi
+    )(x1, x2, key=k),
+    "sbx": lambda x1, x2, lo, hi, s, k: q.SBXCrossover(
+        eta_c=5.0, crossover_rate=0.7, min_genotype=lo, max_genotype=hi
+    )(x1, x2, key=k),
+    "polynomial": lambda x1, x2, lo, hi, s, k: q.PolynomialMutation(
+        eta_m=5.0, mutation_rate=0.5, min_genotype=lo, max_genotype=hi
+    )(x1, key=k),
+    "gaussian": lambda x1, x2, lo, hi, s, k: q.GaussianMutation(
+        sigma=0.3 * s, min_genotype=lo, max_genotype=hi
+    )(x1, key=k),
+    "uniform": lambda x1, x2, lo, hi, s, k: q.UniformMutation(
+        max_uniform=0.3 * s, mutation_rate=0.5, min_genotype=lo, max_genotype=hi
+    )(x1, key=k),
 }
 
 
@@ -179,8 +179,8 @@ def test_sbx_spread_factor_follows_deb_s_distribution():
     # Parents 0 and 1, no bounds: the child is (1 - beta) / 2, with P(beta <= b) = b^(eta+1) / 2
     # for b <= 1 and 1 - 1 / (2 b^(eta+1)) above.
     eta = 2.0
-    child = q.sbx_crossover(
-        jnp.zeros((N_DRAWS, 1)), jnp.ones((N_DRAWS, 1)), eta_c=eta, side_rate=0.0, key=jr.key(0)
+    child = q.SBXCrossover(eta_c=eta, side_rate=0.0)(
+        jnp.zeros((N_DRAWS, 1)), jnp.ones((N_DRAWS, 1)), key=jr.key(0)
     )
     beta = 1.0 - 2.0 * np.asarray(child, np.float64)
 
@@ -195,14 +195,14 @@ def test_sbx_takes_either_child_as_the_original_does():
     gene (`side_rate=0.5`): half the children on the second parent's side of the midpoint.
     The second child is the first child of the parents swapped, drawn from the same numbers."""
     x1, x2 = jnp.zeros((N_DRAWS, 1)), jnp.ones((N_DRAWS, 1))
-    original = np.asarray(q.sbx_crossover(x1, x2, eta_c=2.0, key=jr.key(3)))
+    original = np.asarray(q.SBXCrossover(eta_c=2.0)(x1, x2, key=jr.key(3)))
     assert abs(np.mean(original > 0.5) - 0.5) < 0.02
-    first = np.asarray(q.sbx_crossover(x1, x2, eta_c=2.0, side_rate=0.0, key=jr.key(3)))
+    first = np.asarray(q.SBXCrossover(eta_c=2.0, side_rate=0.0)(x1, x2, key=jr.key(3)))
     assert np.all(first <= 0.5)  # beta >= 0: always on x1's side
     a, b = jr.normal(jr.key(4), (2, 64, 5))
     np.testing.assert_array_equal(
-        q.sbx_crossover(a, b, eta_c=5.0, side_rate=1.0, key=jr.key(5)),
-        q.sbx_crossover(b, a, eta_c=5.0, side_rate=0.0, key=jr.key(5)),
+        q.SBXCrossover(eta_c=5.0, side_rate=1.0)(a, b, key=jr.key(5)),
+        q.SBXCrossover(eta_c=5.0, side_rate=0.0)(b, a, key=jr.key(5)),
     )
     with pytest.raises(ValueError, match="side_rate"):
         q.SBXCrossover(2.0, side_rate=1.5)
@@ -217,10 +217,10 @@ def test_polynomial_mutation_follows_deb_s_distribution(x, eta):
     # with d1 = x and d2 = 1 - x (distances to the bounds) and e = eta.
     e1, d1, d2 = eta + 1.0, x, 1.0 - x
     a_below, a_above = (1 - d1) ** e1, (1 - d2) ** e1
-    child = q.polynomial_mutation(
-        jnp.full((N_DRAWS, 1), x), eta_m=eta, mutation_rate=1.0, min_genotype=0.0,
-        max_genotype=1.0, key=jr.key(1),
-    )  # fmt: skip
+    mutation = q.PolynomialMutation(
+        eta_m=eta, mutation_rate=1.0, min_genotype=0.0, max_genotype=1.0
+    )
+    child = mutation(jnp.full((N_DRAWS, 1), x), key=jr.key(1))
     dq = np.asarray(child, np.float64) - x
 
     def cdf(v):
@@ -230,9 +230,8 @@ def test_polynomial_mutation_follows_deb_s_distribution(x, eta):
 
     grid = np.linspace(-d1 + 1e-3, d2 - 1e-3, 80)
     assert _max_cdf_gap(dq, cdf, grid) < 0.01
-    with pytest.raises(ValueError, match="min_genotype and max_genotype are required"):
-        q.polynomial_mutation(jnp.zeros((2, 1)), eta_m=eta, mutation_rate=1.0,
-                              min_genotype=0.0, max_genotype=None, key=jr.key(2))  # fmt: skip
+    with pytest.raises(ValueError, match="PolynomialMutation.max_genotype is required"):
+        q.PolynomialMutation(eta_m=eta, mutation_rate=1.0, min_genotype=0.0, max_genotype=None)
 
 
 def test_uniform_mutation_draws_uniformly_at_its_rate():

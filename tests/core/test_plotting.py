@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 
 def _filled(tessellation, fitnesses):
     """A repertoire whose cell i holds fitness ``fitnesses[i]`` (NaN: left empty)."""
-    rep = q.MapElitesRepertoire.empty(tessellation, jnp.zeros(1))
+    rep = q.MAPElitesRepertoire.empty(tessellation, jnp.zeros(1))
     keep = np.flatnonzero(np.isfinite(fitnesses))
     descriptors = jnp.asarray(np.asarray(tessellation.centroids)[keep])
     rep, _ = rep.add(jnp.zeros((keep.size, 1)), descriptors, jnp.asarray(fitnesses[keep]))

@@ -58,7 +58,7 @@ def test_add_info_matches_the_change(jit_add, rep, batch):
 @given(batches=st.lists(candidate_batches(), min_size=1, max_size=4))
 def test_each_cell_holds_the_best_ever_offered(jit_add, batches):
     tess = q.GridTessellation((4, 4))
-    rep = q.MapElitesRepertoire.empty(tess, jnp.zeros(3))
+    rep = q.MAPElitesRepertoire.empty(tess, jnp.zeros(3))
     best = np.full(16, -np.inf, np.float32)
     for b in batches:
         rep, _ = jit_add(rep, b.genotypes, b.descriptors, b.fitnesses)
@@ -123,7 +123,7 @@ def test_the_metrics_sort_orders_floats_as_numpy_does(values):
 @given(fit=st.lists(st.floats(-1e6, 1e6, width=32) | st.just(-np.inf), min_size=1, max_size=30))
 def test_percentiles_match_numpy(fit):
     f = np.asarray(fit, np.float32)
-    rep = q.MapElitesRepertoire(
+    rep = q.MAPElitesRepertoire(
         genotypes=jnp.zeros((f.size, 1)),
         fitnesses=jnp.asarray(f),
         descriptors=jnp.zeros((f.size, 1)),
@@ -166,7 +166,7 @@ def test_a_batch_of_nans_changes_nothing(jit_add, rep, batch):
 
 def test_add_statuses_and_delta():
     tess = q.GridTessellation((2,))
-    rep = q.MapElitesRepertoire.empty(tess, jnp.zeros(1))
+    rep = q.MAPElitesRepertoire.empty(tess, jnp.zeros(1))
     g = jnp.arange(4.0)[:, None]
     d = jnp.array([[0.1], [0.2], [0.9], [0.3]])
     f = jnp.array([1.0, 3.0, 2.0, 3.0])
@@ -186,7 +186,7 @@ def test_pytree_genotypes_with_non_array_leaves(getkey):
     mlp = eqx.nn.MLP(3, 2, 8, 1, key=getkey())
     pop = eqx.filter_vmap(lambda k: eqx.nn.MLP(3, 2, 8, 1, key=k))(jr.split(getkey(), 5))
     tess = q.GridTessellation((3, 3))
-    rep = q.MapElitesRepertoire.empty(tess, mlp)
+    rep = q.MAPElitesRepertoire.empty(tess, mlp)
     desc = jr.uniform(getkey(), (5, 2))
     rep, info = eqx.filter_jit(lambda r, g, d, f: r.add(g, d, f))(rep, pop, desc, jnp.arange(5.0))
     assert rep.genotypes.layers[0].weight.shape == (9, 8, 3)
@@ -198,7 +198,7 @@ def test_pytree_genotypes_with_non_array_leaves(getkey):
 
 def test_select_uniform_only_filled(getkey):
     tess = q.GridTessellation((10,))
-    rep = q.MapElitesRepertoire.empty(tess, jnp.zeros(1))
+    rep = q.MAPElitesRepertoire.empty(tess, jnp.zeros(1))
     rep, _ = rep.add(jnp.arange(3.0)[:, None], jnp.array([[0.05], [0.55], [0.95]]), jnp.ones(3))
     idx = rep.select(3000, key=getkey()).cells
     counts = np.bincount(_np(idx), minlength=10)
@@ -208,7 +208,7 @@ def test_select_uniform_only_filled(getkey):
 
 def test_select_fitness_proportional(getkey):
     tess = q.GridTessellation((4,))
-    rep = q.MapElitesRepertoire.empty(tess, jnp.zeros(1))
+    rep = q.MAPElitesRepertoire.empty(tess, jnp.zeros(1))
     d = jnp.array([[0.1], [0.3], [0.6]])
     rep, _ = rep.add(jnp.zeros((3, 1)), d, jnp.array([-5.0, -4.0, -2.0]))
     sel = q.FitnessProportionalSelector()
@@ -218,13 +218,13 @@ def test_select_fitness_proportional(getkey):
 
 
 def test_select_from_empty_raises(getkey):
-    rep = q.MapElitesRepertoire.empty(q.GridTessellation((4,)), jnp.zeros(1))
+    rep = q.MAPElitesRepertoire.empty(q.GridTessellation((4,)), jnp.zeros(1))
     with pytest.raises(Exception, match="empty repertoire"):
         eqx.filter_jit(lambda r, k: r.select(2, key=k).cells)(rep, getkey()).block_until_ready()
 
 
 def test_bad_shapes_are_named():
-    rep = q.MapElitesRepertoire.empty(q.GridTessellation((4, 4)), jnp.zeros(3))
+    rep = q.MAPElitesRepertoire.empty(q.GridTessellation((4, 4)), jnp.zeros(3))
     with pytest.raises(jaxtyping.TypeCheckError, match="fitnesses"):
         rep.add(jnp.zeros((5, 3)), jnp.zeros((5, 2)), jnp.zeros((4,)))
     with pytest.raises(ValueError, match="batch size"):
@@ -240,16 +240,16 @@ def test_bad_shapes_are_named():
         rep.cell_of(jnp.zeros((5, 3)))
     # jaxtyping names the argument under pytest; __check_init__ does without the hook.
     with pytest.raises((ValueError, jaxtyping.TypeCheckError), match="descriptors|fitnesses"):
-        q.MapElitesRepertoire(
+        q.MAPElitesRepertoire(
             jnp.zeros((16, 3)), jnp.zeros(15), jnp.zeros((16, 2)), rep.tessellation
         )
 
 
 def test_save_load_roundtrip(tmp_path, getkey):
-    rep = q.MapElitesRepertoire.empty(q.GridTessellation((4, 4)), jnp.zeros(3))
+    rep = q.MAPElitesRepertoire.empty(q.GridTessellation((4, 4)), jnp.zeros(3))
     rep, _ = rep.add(jr.normal(getkey(), (8, 3)), jr.uniform(getkey(), (8, 2)), jnp.arange(8.0))
     jobs.save_repertoire(tmp_path / "r.eqx", rep)
-    like = q.MapElitesRepertoire.empty(q.GridTessellation((4, 4)), jnp.zeros(3))
+    like = q.MAPElitesRepertoire.empty(q.GridTessellation((4, 4)), jnp.zeros(3))
     back = jobs.load_repertoire(tmp_path / "r.eqx", like)
     assert eqx.tree_equal(back, rep)
     assert [p.name for p in tmp_path.iterdir()] == ["r.eqx"]
@@ -261,7 +261,7 @@ def test_a_cvt_repertoire_is_read_back_with_its_own_index(tmp_path):
     # holds the saved centroids and the index built from them; nothing is rebuilt.
     rng = np.random.default_rng(0)
     saved = rng.uniform(size=(300, 2)).astype(np.float32)
-    rep = q.MapElitesRepertoire.empty(q.CVTTessellation(saved), jnp.zeros(1))
+    rep = q.MAPElitesRepertoire.empty(q.CVTTessellation(saved), jnp.zeros(1))
     jobs.save_repertoire(tmp_path / "r.eqx", rep)
     like = eqx.filter_eval_shape(lambda: rep)
     back = jobs.load_repertoire(tmp_path / "r.eqx", like)
@@ -273,7 +273,7 @@ def test_a_cvt_repertoire_is_read_back_with_its_own_index(tmp_path):
     # is refused, naming the leaf, rather than read into the wrong shapes.
     axes = np.meshgrid((np.arange(20) + 0.5) / 20, (np.arange(15) + 0.5) / 15, indexing="ij")
     lattice = np.stack(axes, -1).reshape(-1, 2).astype(np.float32)
-    other = q.MapElitesRepertoire.empty(q.CVTTessellation(lattice), jnp.zeros(1))
+    other = q.MAPElitesRepertoire.empty(q.CVTTessellation(lattice), jnp.zeros(1))
     assert other.tessellation.bucket_index.table.shape != rep.tessellation.bucket_index.table.shape
     with pytest.raises(RuntimeError, match="bucket_index.*changed shape"):
         jobs.load_repertoire(tmp_path / "r.eqx", other)
@@ -290,7 +290,7 @@ def test_grid_index_equals_nearest_centroid():
 
 def test_extra_is_stored_with_its_elite(getkey):
     tess = q.GridTessellation((4,))
-    rep = q.MapElitesRepertoire.empty(tess, jnp.zeros(2), extra={"id": jnp.zeros((), jnp.int32)})
+    rep = q.MAPElitesRepertoire.empty(tess, jnp.zeros(2), extra={"id": jnp.zeros((), jnp.int32)})
     ids = {"id": jnp.arange(10, 14, dtype=jnp.int32)}
     d = jnp.array([[0.1], [0.15], [0.6], [0.9]])
     rep, info = rep.add(jnp.zeros((4, 2)), d, jnp.array([1.0, 2.0, 3.0, 4.0]), ids)
@@ -309,5 +309,5 @@ def test_strategies_register_for_from_type():
     from eqx_qd.testing import register_strategies
 
     register_strategies()
-    rep = find(st.from_type(q.MapElitesRepertoire), lambda r: int(r.num_filled) > 3)
-    assert isinstance(rep, q.MapElitesRepertoire) and rep.num_cells == 16
+    rep = find(st.from_type(q.MAPElitesRepertoire), lambda r: int(r.num_filled) > 3)
+    assert isinstance(rep, q.MAPElitesRepertoire) and rep.num_cells == 16

@@ -71,14 +71,14 @@ def test_cli_config_file_and_overrides(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text(
         '[map-elites]\ntask = "arm"\ngenotype_dim = 3\niterations = 2\ncells = 16\n'
-        "cvt_samples = 500\nbatch_size = 8\nlog_period = 1\n"
+        "cvt_samples = 500\nbatch_size = 8\nlog_period = 1\n"  # (an older key: log_every)
     )
     out = tmp_path / "run"
     assert main(["run", "map-elites", "--config", str(cfg), "--seed", "3", "--no-plots",
                  "--no-progress", "--out", str(out)]) == 0  # fmt: skip
     run = jobs.load_run(out)
     config, rep, progress = run.config, run.repertoire, run.progress
-    assert (config.task, config.seed, config.cells) == ("arm", 3, 16)
+    assert (config.task, config.seed, config.cells, config.log_every) == ("arm", 3, 16, 1)
     assert isinstance(rep.tessellation, q.CVTTessellation) and rep.num_cells == 16
     assert len(progress["iteration"]) == 3
 

@@ -41,12 +41,12 @@ PBT_TINY = dict(
 )  # fmt: skip
 
 
-def map_elites_config(iterations: int, devices: int = 4) -> jobs.MapElitesConfig:
+def map_elites_config(iterations: int, devices: int = 4) -> jobs.MAPElitesConfig:
     """The tiny MAP-Elites run (rastrigin, 4 genes, 32 cells) of `iterations` batches of 8,
     every iteration logged (a run stopped early logs its last iteration too)."""
-    return jobs.MapElitesConfig(
+    return jobs.MAPElitesConfig(
         genotype_dim=4, cells=32, cvt_samples=1000, batch_size=8, iterations=iterations,
-        log_period=1, devices=devices,
+        log_every=1, devices=devices,
     )  # fmt: skip
 
 

@@ -16,7 +16,7 @@ from eqx_qd.cli import build_parser, main
 
 
 TINY_ME = dict(
-    task="sphere", genotype_dim=3, grid=True, cells=4, batch_size=8, iterations=4, log_period=2
+    task="sphere", genotype_dim=3, grid=True, cells=4, batch_size=8, iterations=4, log_every=2
 )
 
 
@@ -104,7 +104,7 @@ def test_toml_values_are_checked_against_the_field_types(tmp_path, text, message
     path = tmp_path / "c.toml"
     path.write_text(text)
     with pytest.raises((TypeError, ValueError)) as e:
-        jobs.MapElitesConfig.from_toml(path)
+        jobs.MAPElitesConfig.from_toml(path)
     assert message in str(e.value)
 
 
@@ -176,7 +176,7 @@ def test_opening_a_folder_removes_the_litter_of_a_killed_write(tmp_path):
 
 @pytest.mark.e2e
 def test_a_folder_holds_one_run_and_load_run_reads_it_back(tmp_path):
-    config = jobs.MapElitesConfig(**TINY_ME)
+    config = jobs.MAPElitesConfig(**TINY_ME)
     rows = []
     result = jobs.run(config, tmp_path / "run", progress=False, plots=False, on_log=rows.append)
     assert [r["iteration"] for r in rows] == [0, 2, 4]  # every logged row, as floats
@@ -278,13 +278,13 @@ def test_a_registered_task_runs_through_the_job(tmp_path):
         return _Ring(genotype_dim=genotype_dim)
 
     try:
-        config = jobs.MapElitesConfig(**{**TINY_ME, "task": "ring", "genotype_dim": 4})
+        config = jobs.MAPElitesConfig(**{**TINY_ME, "task": "ring", "genotype_dim": 4})
         result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
         assert int(result.repertoire.num_filled) > 0
     finally:
         jobs.TASKS._entries.pop("ring")
     with pytest.raises(ValueError, match="unknown task 'ring'"):
-        jobs.MapElitesConfig(task="ring")
+        jobs.MAPElitesConfig(task="ring")
 
 
 class _Ring(q.AbstractTask):
@@ -334,7 +334,7 @@ def test_load_run_reads_an_ippo_run_back(tmp_path):
 def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch, capsys):
     from eqx_qd.jobs import _map_elites
 
-    config = jobs.MapElitesConfig(iterations=2, batch_size=8, cells=16, cvt_samples=200)
+    config = jobs.MAPElitesConfig(iterations=2, batch_size=8, cells=16, cvt_samples=200)
     done = tmp_path / "done"
     jobs.run(config, done, progress=False, plots=False)
     status = jobs.run_status(done)
@@ -368,7 +368,7 @@ def test_a_run_folder_says_how_the_run_ended(tmp_path, monkeypatch, capsys):
     assert (done / "status.json").read_text() == before
     # Refused at validation: nothing written, not even the folder.
     with pytest.raises(ValueError):
-        jobs.run(jobs.MapElitesConfig(cells=16, cvt_samples=8), tmp_path / "bad")
+        jobs.run(jobs.MAPElitesConfig(cells=16, cvt_samples=8), tmp_path / "bad")
     assert not (tmp_path / "bad").exists()
     assert jobs.run_status(tmp_path)["status"] == "unknown"  # no status file
 
@@ -401,7 +401,7 @@ def test_a_run_seen_from_another_machine_reads_interrupted_once_its_heartbeat_st
     monkeypatch.setattr(_status, "HEARTBEAT_S", 0.05)
     _status.write_status(folder, "running")
     folder.write_json("status.json", {**folder.read_json("status.json"), "heartbeat": "old"})
-    beat = _status._Heartbeat(folder.path)
+    beat = _status.Heartbeat(folder.path)
     try:
         deadline = time.monotonic() + 30
         while folder.read_json("status.json")["heartbeat"] == "old":
@@ -420,10 +420,10 @@ def test_a_multi_process_run_takes_every_device_unless_told(monkeypatch):
 
     from eqx_qd.jobs._distributed import across_processes
 
-    default = jobs.MapElitesConfig()
+    default = jobs.MAPElitesConfig()
     assert across_processes(default) == default
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "device_count", lambda: 4)
     assert across_processes(default).devices == 4
-    assert across_processes(jobs.MapElitesConfig(devices=2)).devices == 2
+    assert across_processes(jobs.MAPElitesConfig(devices=2)).devices == 2
     assert across_processes(jobs.PBTConfig()).devices is None  # (its own automatic choice)

@@ -158,7 +158,7 @@ PGAME_TINY = dict(
     env="point_maze_open", episode_length=20, evaluations=8 + 4 * 8, random_init=8,
     init_batch_size=2, batch_size=8, cells=16, cvt_samples=1000, hidden=(8,),
     critic_hidden=(8,), minibatch_size=8, buffer_size=400, critic_steps=4, pg_steps=2,
-    snapshot_every=16, num_reevals=2,
+    snapshot_every=16, reevaluations=2,
 )  # fmt: skip
 
 
@@ -170,11 +170,11 @@ def test_dcg_me_over_four_devices_keeps_one_conditioned_agent(tmp_path):
     from eqx_qd import jobs
 
     config = jobs.DCRLMEConfig(
-        **{k: v for k, v in PGAME_TINY.items() if k != "num_reevals"},
+        **{k: v for k, v in PGAME_TINY.items() if k != "reevaluations"},
         pg_batch_size=4, ai_batch_size=0, actor_evals=4, reward_offset=2.83, devices=4,
     )  # fmt: skip
     result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
-    state = result.state.emitter_state  # a DCRLState with a device axis
+    state = result.state.emitter_state  # a DCRLEmitterState with a device axis
     for leaf in jax.tree.leaves(eqx.filter((state.td3.critic, state.td3.policy), eqx.is_array)):
         leaf = np.asarray(leaf)
         assert leaf.shape[0] == 4

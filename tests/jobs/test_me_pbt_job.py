@@ -60,8 +60,8 @@ def test_the_me_pbt_command_s_run_replays_its_elites_and_reports(tmp_path, capsy
 def test_run_folders_plot_repertoires_of_any_dimension(tmp_path):
     from eqx_qd.jobs._qd_outputs import write_qd_outputs
 
-    flat = q.MapElitesRepertoire.empty(q.GridTessellation((3, 3)), jnp.zeros(2))
-    cube = q.MapElitesRepertoire.empty(q.GridTessellation((2, 2, 2)), jnp.zeros(3))
+    flat = q.MAPElitesRepertoire.empty(q.GridTessellation((3, 3)), jnp.zeros(2))
+    cube = q.MAPElitesRepertoire.empty(q.GridTessellation((2, 2, 2)), jnp.zeros(3))
     progress = {"evaluations": np.arange(2.0), **{k: np.zeros(2) for k in _metrics.METRIC_NAMES}}
     # ant_uni has 4 descriptors: one panel per pair of descriptors.
     write_qd_outputs(jobs.RunFolder(tmp_path / "cube"), cube, progress, plots=True)
@@ -91,7 +91,7 @@ def test_the_paper_preset_runs_the_ant_trap_at_qdax_s_sizes(capsys):
     assert (config.hidden, config.iterations, config.seed) == ((256, 256), 450, 3)
     # QDax's example: num_training_steps = 5000 environment steps per agent and generation.
     assert config.num_envs * config.num_training_iterations == 5000
-    algo, emitter = jobs._me_pbt.make_me_pbt(config)  # the agent is built for the ant trap
+    algo, emitter = jobs._me_pbt.build_me_pbt(config)  # the agent is built for the ant trap
     assert emitter.env.name == "anttrap" and emitter.batch_size == 20
     assert emitter.agent.observation_size == emitter.env.observation_size == 29
     main(["list"])

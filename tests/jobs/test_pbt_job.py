@@ -45,12 +45,12 @@ def test_same_start_trains_on_qdax_s_random_first_states_and_scores_on_the_task(
     on the task with its reset noise (ME-PBT's emitter, PBT's training) and score on the task;
     an agent or environment that cannot do it is refused by name."""
     from eqx_qd.jobs._agent_options import training_env
-    from eqx_qd.jobs._me_pbt import make_me_pbt
-    from eqx_qd.jobs._pbt import make_pbt_run
+    from eqx_qd.jobs._me_pbt import build_me_pbt
+    from eqx_qd.jobs._pbt import build_pbt_run
 
     small = dict(agent="td3", hidden=(8,), num_envs=3, buffer_size=64, minibatch_size=8)
     config = jobs.PBTConfig(**small, same_start=True)
-    env, agent, spaces, _ = make_pbt_run(config)
+    env, agent, spaces, _ = build_pbt_run(config)
     train_env = training_env(config, env)
     assert agent.same_start and env.reset_noise == 0.0 and train_env.reset_noise > 0.0
     assert training_env(jobs.PBTConfig(**small), env) is env
@@ -59,7 +59,7 @@ def test_same_start_trains_on_qdax_s_random_first_states_and_scores_on_the_task(
     assert len({tuple(p) for p in starts.tolist()}) == 3
     run, _ = eqx.filter_jit(agent.train)(train_env, run, train_env.episode_length + 1, key=getkey())
     np.testing.assert_array_equal(np.asarray(run.env_state.first.physics), starts)
-    algo, emitter = make_me_pbt(
+    algo, emitter = build_me_pbt(
         jobs.MEPBTConfig(**small, same_start=True, cells=8, pg_population_size=10,
                          ga_population_size=2)
     )  # fmt: skip
@@ -72,13 +72,13 @@ def test_fixed_hparams_keep_qdax_s_discount_and_the_td3_option_reaches_the_agent
     """QDax's PBT-TD3 keeps the discount at 0.99 whatever its space says: `fixed_hparams`
     leaves it out of the spaces, so no member draws or explores it; `critic_target_every_step`
     reaches the TD3 the job builds."""
-    from eqx_qd.jobs._pbt import make_pbt_run
+    from eqx_qd.jobs._pbt import build_pbt_run
 
     config = jobs.PBTConfig(
         agent="td3", fixed_hparams="discount", critic_target_every_step=True, hidden=(8,),
         num_envs=2, buffer_size=64, minibatch_size=8, population_size=5,
     )  # fmt: skip
-    env, agent, spaces, pbt = make_pbt_run(config)
+    env, agent, spaces, pbt = build_pbt_run(config)
     assert "discount" not in spaces and "policy_lr" in spaces
     assert agent.critic_target_every_step
     population = q.rl.init_population(agent, env, spaces, 5, key=getkey())
@@ -89,8 +89,8 @@ def test_fixed_hparams_keep_qdax_s_discount_and_the_td3_option_reaches_the_agent
     explored = eqx.filter_vmap(resample)(population.agent_state, jr.split(getkey(), 5))
     np.testing.assert_array_equal(explored.hparams.discount, np.float32(0.99))
     # The paper's TD3 by default; a name the agent does not explore is an error listing them.
-    assert not make_pbt_run(jobs.PBTConfig(agent="td3", hidden=(8,)))[1].critic_target_every_step
+    assert not build_pbt_run(jobs.PBTConfig(agent="td3", hidden=(8,)))[1].critic_target_every_step
     with pytest.raises(ValueError, match="does not explore 'gamma'; it explores .*discount"):
-        make_pbt_run(jobs.PBTConfig(agent="td3", fixed_hparams="gamma"))
+        build_pbt_run(jobs.PBTConfig(agent="td3", fixed_hparams="gamma"))
     with pytest.raises(ValueError, match="takes no option critic_target_every_step"):
         jobs.PBTConfig(agent="sac", critic_target_every_step=True)

@@ -166,7 +166,7 @@ def test_config_validation_names_the_problem(tmp_path):
         jobs.PGAMEConfig.from_toml(bad)
     with pytest.raises(ValueError, match="num_descriptors"):
         cfg = jobs.PGAMEConfig(**{**TINY, "num_descriptors": 3})
-        jobs._pgame.make_pgame(cfg, q.envs.PointMaze())
+        jobs._pgame.build_pgame(cfg, q.envs.PointMaze())
     # The paper's setting is a preset; the defaults are a local run.
     paper = jobs.PGAMEConfig.preset("paper")
     assert (paper.cells, paper.evaluations, paper.ga_fraction, paper.critic_steps) == (
@@ -198,9 +198,9 @@ def test_cli_rejects_bad_pgame_input(tmp_path, capsys):
 def test_tasks_are_stochastic_unless_deterministic():
     paper = jobs.PGAMEConfig(env="point_maze")
     assert paper.reset_noise and not paper.deterministic
-    assert jobs._policy_qd.make_policy_env(paper).reset_noise > 0
+    assert jobs._policy_qd.build_policy_env(paper).reset_noise > 0
     fixed = jobs.PGAMEConfig(env="point_maze", deterministic=True, reset_noise=True)
-    env = jobs._policy_qd.make_policy_env(fixed)
+    env = jobs._policy_qd.build_policy_env(fixed)
     assert env.reset_noise == 0.0 and env.obs_noise == 0.0
     with pytest.raises(ValueError, match="deterministic and obs_noise"):
         jobs.PGAMEConfig(deterministic=True, obs_noise=0.1)
@@ -208,7 +208,7 @@ def test_tasks_are_stochastic_unless_deterministic():
 
 def _made(**overrides):
     config = jobs.PGAMEConfig(**{**TINY, **overrides})
-    algo, td3 = jobs._pgame.make_pgame(config, jobs._policy_qd.make_policy_env(config))
+    algo, td3 = jobs._pgame.build_pgame(config, jobs._policy_qd.build_policy_env(config))
     return config, algo, td3
 
 
@@ -245,7 +245,7 @@ def test_repository_arguments_build_the_emitter():
 @pytest.mark.parametrize(
     "values, match",
     [
-        (dict(n_species=5), "n_species is 5: only 1"),
+        (dict(species=5), "species is 5: only 1"),
         (dict(crossover_op="none"), "both 'none'"),
         (dict(mutation_op="polynomial_mutation"), "needs min_genotype and max_genotype"),
         (dict(min_genotype=1.0, max_genotype=0.0), "min_genotype"),
@@ -358,7 +358,7 @@ def test_cli_reads_original_config_files(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", "pgame", "--config-file", str(path), "--out", str(out), "--no-progress"])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "n_species is 5" in err and "num_cpu: not used" in err
+    assert e.value.code == 2 and "species is 5" in err and "num_cpu: not used" in err
     assert not out.exists()
     with pytest.raises(SystemExit) as e:
         main(["run", "pgame", "--config-file", str(path), "--config", str(path)])

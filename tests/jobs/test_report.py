@@ -12,7 +12,7 @@ from eqx_qd import jobs
 from eqx_qd.cli import main
 
 
-TINY = dict(genotype_dim=3, grid=True, cells=4, batch_size=8, iterations=6, log_period=2)
+TINY = dict(genotype_dim=3, grid=True, cells=4, batch_size=8, iterations=6, log_every=2)
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def folders(tmp_path_factory):
     for task, seeds in (("sphere", (0, 1, 2)), ("rastrigin", (0, 1))):
         for seed in seeds:
             folder = root / f"{task}-{seed}"
-            config = jobs.MapElitesConfig(task=task, seed=seed, **TINY)
+            config = jobs.MAPElitesConfig(task=task, seed=seed, **TINY)
             jobs.run(config, folder, progress=False, plots=False)
             out.setdefault(task, []).append(str(folder))
     return out
@@ -73,7 +73,7 @@ def unequal(tmp_path_factory):
     out = []
     for seed, iterations in ((7, 12), (8, 18), (9, 28)):
         config = {**TINY, "iterations": iterations}
-        jobs.run(jobs.MapElitesConfig(task="sphere", seed=seed, **config), root / f"s{seed}",
+        jobs.run(jobs.MAPElitesConfig(task="sphere", seed=seed, **config), root / f"s{seed}",
                  progress=False, plots=False)  # fmt: skip
         out.append(str(root / f"s{seed}"))
     return out
@@ -161,7 +161,7 @@ def test_report_refuses_what_it_cannot_compare(folders, tmp_path, capsys):
         main(["report", *folders["sphere"], "--x", "env_steps", "--no-plots"])
     assert e.value.code == 2 and "logs no environment steps" in capsys.readouterr().err
     unfinished = tmp_path / "unfinished"
-    jobs.run(jobs.MapElitesConfig(task="sphere", **TINY), unfinished, progress=False, plots=False)
+    jobs.run(jobs.MAPElitesConfig(task="sphere", **TINY), unfinished, progress=False, plots=False)
     jobs._status.write_status(jobs.RunFolder(unfinished), "failed", error="boom")
     with pytest.raises(ValueError, match="is failed, not finished"):
         jobs.report([str(unfinished)])
@@ -185,7 +185,7 @@ def test_groups_name_the_emitter_and_the_repertoire():
         (("emitter", "cma_mae"),): "CMA-MAE on rastrigin",
     }
     for options, name in cases.items():
-        config = jobs.MapElitesConfig(**dict(options))
+        config = jobs.MAPElitesConfig(**dict(options))
         assert group_of(jobs.RunResult(config, None, {}, None, None)) == name
 
 
@@ -279,13 +279,13 @@ def test_peer_runs_are_their_own_group_beside_the_jobs_runs(folders, tmp_path, c
     # Bad peer folders: one line naming the folder and what is missing.
     os.remove(tmp_path / "peer-2" / "fitnesses.npy")
     with pytest.raises(ValueError, match="peer-2' has no fitnesses.npy"):
-        jobs.read_run(peers[2])
+        jobs.read_curves(peers[2])
     (tmp_path / "peer-1" / "peer.json").write_text('{"library": "otherlib 1.0"}')
     with pytest.raises(ValueError, match=r"peer.json lacks \['algorithm', 'task'\]"):
-        jobs.read_run(peers[1])
+        jobs.read_curves(peers[1])
     _peer_folder(tmp_path / "peer-0", about, {"evaluations": [1.0], "other": [2.0]}, np.zeros(4))
     with pytest.raises(ValueError, match="progress.csv has none of"):
-        jobs.read_run(peers[0])
+        jobs.read_curves(peers[0])
     with pytest.raises(ValueError, match="has no peer.json"):  # reading makes no folder
-        jobs.read_peer_run(tmp_path / "no-such-run")
+        jobs.read_peer_curves(tmp_path / "no-such-run")
     assert not os.path.exists(tmp_path / "no-such-run")

@@ -34,7 +34,7 @@ DOCS = pathlib.Path(__file__).parents[2] / "docs"
 
 ME = dict(
     task="sphere", genotype_dim=3, cells=16, cvt_samples=500, batch_size=8, iterations=12,
-    log_period=2, checkpoint_every=4, keep_checkpoints=2,
+    log_every=2, checkpoint_every=4, keep_checkpoints=2,
 )  # fmt: skip
 PGAME = dict(
     env="point_maze", evaluations=544, random_init=64, init_batch_size=32, batch_size=32,
@@ -74,7 +74,7 @@ EXTERNAL = dict(
 
 # (config, the logged row's step column, the step after which the run is interrupted)
 CASES = {
-    "map-elites": (jobs.MapElitesConfig(**ME), "iteration", 7),
+    "map-elites": (jobs.MAPElitesConfig(**ME), "iteration", 7),
     "external": (jobs.ExternalConfig(**EXTERNAL), "iteration", 3),
     "pgame": (jobs.PGAMEConfig(**PGAME), "evaluations", 64 + 32 * 9),
     "dcrl-me": (jobs.DCRLMEConfig(**DCRL), "evaluations", 64 + 32 * 9),
@@ -340,10 +340,10 @@ def test_ippo_keeps_its_newest_states_and_every_evaluation(tmp_path):
 
 @pytest.mark.e2e
 def test_resuming_with_another_config_is_refused_by_name(tmp_path):
-    config = jobs.MapElitesConfig(**{**ME, "iterations": 4})
+    config = jobs.MAPElitesConfig(**{**ME, "iterations": 4})
     jobs.run(config, tmp_path / "run", progress=False, plots=False)
     before = (tmp_path / "run" / "config.toml").read_text()
-    changed = jobs.MapElitesConfig(**{**ME, "iterations": 4, "batch_size": 16})
+    changed = jobs.MAPElitesConfig(**{**ME, "iterations": 4, "batch_size": 16})
     with pytest.raises(ValueError, match=r"batch_size \(8 in the run, 16 now\).*iterations"):
         jobs.run(changed, tmp_path / "run", progress=False, resume=True)
     assert (tmp_path / "run" / "config.toml").read_text() == before
@@ -356,7 +356,7 @@ def test_resuming_with_another_config_is_refused_by_name(tmp_path):
 
 @pytest.mark.e2e
 def test_a_folder_killed_before_its_first_checkpoint_starts_again(tmp_path):
-    config = jobs.MapElitesConfig(**ME)
+    config = jobs.MAPElitesConfig(**ME)
     whole = jobs.run(config, tmp_path / "whole", progress=False, plots=False)
     with pytest.raises(_Interrupt):
         jobs.run(
@@ -378,7 +378,7 @@ def test_a_folder_killed_before_its_first_checkpoint_starts_again(tmp_path):
 
 @pytest.mark.e2e
 def test_a_fork_continues_a_chosen_checkpoint_and_leaves_its_source(tmp_path):
-    config = jobs.MapElitesConfig(**{**ME, "keep_checkpoints": 5})
+    config = jobs.MAPElitesConfig(**{**ME, "keep_checkpoints": 5})
     jobs.run(config, tmp_path / "src", progress=False, plots=False)
     listing = {p: (tmp_path / "src" / p).read_bytes() for p in ("progress.csv", "config.toml")}
     assert [c.step for c in jobs.list_checkpoints(tmp_path / "src")] == [4, 8, 12]
@@ -479,7 +479,7 @@ def test_kill_at_random_moments_leaves_a_resumable_folder(tmp_path):
     assert f"resuming {out} (interrupted) from its newest checkpoint" in done.stdout.decode()
     assert jobs.run_status(out)["status"] == "finished"
     whole = jobs.run(
-        jobs.MapElitesConfig(**{**ME, "iterations": 400}), tmp_path / "whole", progress=False,
+        jobs.MAPElitesConfig(**{**ME, "iterations": 400}), tmp_path / "whole", progress=False,
         plots=False,
     )  # fmt: skip
     assert _same_files(tmp_path / "whole", out, ["progress.csv"])["progress.csv"]
@@ -491,10 +491,10 @@ def test_kill_at_random_moments_leaves_a_resumable_folder(tmp_path):
 def test_a_cma_run_lengthened_equals_the_longer_run(tmp_path, preset):
     # Chunks of 2 on both sides: the same compiled programs. (At the suite's XLA optimisation
     # level 0, CMA-MEGA's scans of other lengths differ in the last bits; level 3 agrees.)
-    small = dict(genotype_dim=10, cells=10, batch_size=16, num_emitters=2, log_period=2)
-    config = jobs.MapElitesConfig.preset(preset, iterations=8, **small)
+    small = dict(genotype_dim=10, cells=10, batch_size=16, num_emitters=2, log_every=2)
+    config = jobs.MAPElitesConfig.preset(preset, iterations=8, **small)
     longer = jobs.run(config, tmp_path / "long", progress=False, plots=False)
-    short = jobs.MapElitesConfig.preset(preset, iterations=4, **small)
+    short = jobs.MAPElitesConfig.preset(preset, iterations=4, **small)
     jobs.run(short, tmp_path / "short", progress=False, plots=False)
     again = jobs.resume(tmp_path / "short", iterations=8, progress=False, plots=False)
     assert _same_arrays(_key_data(longer.state), _key_data(again.state))
@@ -509,12 +509,12 @@ def test_a_cma_run_lengthened_equals_the_longer_run(tmp_path, preset):
 @pytest.mark.parametrize("repertoire", ["dns", "unstructured"])
 def test_a_run_without_cells_resumes_equal_and_reports_its_result_grid(tmp_path, repertoire):
     small = dict(
-        genotype_dim=6, cells=4, grid=True, batch_size=8, log_period=2, repertoire=repertoire,
+        genotype_dim=6, cells=4, grid=True, batch_size=8, log_every=2, repertoire=repertoire,
         capacity=24, novelty_threshold=0.05,
     )  # fmt: skip
-    config = jobs.MapElitesConfig(iterations=6, **small)
+    config = jobs.MAPElitesConfig(iterations=6, **small)
     longer = jobs.run(config, tmp_path / "long", progress=False, plots=False)
-    jobs.run(jobs.MapElitesConfig(iterations=2, **small), tmp_path / "short", progress=False)
+    jobs.run(jobs.MAPElitesConfig(iterations=2, **small), tmp_path / "short", progress=False)
     again = jobs.resume(tmp_path / "short", iterations=6, progress=False, plots=False)
     assert _same_arrays(_key_data(longer.state), _key_data(again.state))
     kind = {"dns": eqx_qd.DNSRepertoire, "unstructured": eqx_qd.UnstructuredRepertoire}
@@ -531,9 +531,9 @@ def test_a_run_without_cells_resumes_equal_and_reports_its_result_grid(tmp_path,
 
 def test_a_run_without_cells_refuses_annealing():
     with pytest.raises(ValueError, match="no cells to anneal"):
-        jobs.MapElitesConfig(repertoire="dns", archive_learning_rate=0.1, threshold_min=0.0)
+        jobs.MAPElitesConfig(repertoire="dns", archive_learning_rate=0.1, threshold_min=0.0)
     with pytest.raises(ValueError, match="repertoire: unknown 'tree'"):
-        jobs.MapElitesConfig(repertoire="tree")
+        jobs.MAPElitesConfig(repertoire="tree")
 
 
 def test_a_checkpoint_of_another_structure_is_refused_by_name(tmp_path):

@@ -18,7 +18,7 @@ from eqx_qd.cli import main
 
 ME = dict(
     task="sphere", genotype_dim=3, cells=16, cvt_samples=500, batch_size=8, iterations=12,
-    log_period=2, checkpoint_every=4,
+    log_every=2, checkpoint_every=4,
 )  # fmt: skip
 
 
@@ -70,7 +70,7 @@ TAG = "map-elites/qd_score"
 @pytest.mark.e2e
 def test_tensorboard_gets_every_row_and_a_resume_hides_the_killed_runs_tail(tmp_path):
     whole = jobs.run(
-        jobs.MapElitesConfig(**ME), tmp_path / "whole", progress=False, plots=False,
+        jobs.MAPElitesConfig(**ME), tmp_path / "whole", progress=False, plots=False,
         log=["tensorboard"],
     )  # fmt: skip
     series = _scalars(_events(tmp_path / "whole" / "tensorboard"), TAG)
@@ -94,7 +94,7 @@ def test_tensorboard_gets_every_row_and_a_resume_hides_the_killed_runs_tail(tmp_
         if row["iteration"] >= 10:
             raise _Stop
 
-    config = jobs.MapElitesConfig(**{**ME, "checkpoint_every": 6})
+    config = jobs.MAPElitesConfig(**{**ME, "checkpoint_every": 6})
     with pytest.raises(_Stop):
         jobs.run(
             config, tmp_path / "cut", progress=False, plots=False, on_log=stop_at_10,
@@ -162,7 +162,7 @@ def test_wandb_run_folders_are_read_in_the_order_they_were_made():
 def test_wandb_offline_gets_every_row_and_a_resume_continues_its_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    config = jobs.MapElitesConfig(**{**ME, "iterations": 6})
+    config = jobs.MAPElitesConfig(**{**ME, "iterations": 6})
     jobs.run(config, tmp_path / "run", progress=False, plots=False, log=["wandb"])
     rows = _wandb_rows(tmp_path / "run")
     table = _progress(tmp_path / "run")
@@ -181,9 +181,9 @@ def test_wandb_offline_gets_every_row_and_a_resume_continues_its_run(tmp_path, m
 
 def test_a_bad_sink_is_refused_before_anything_runs(tmp_path, capsys):
     with pytest.raises(ValueError, match="unknown sink 'csv'; known: tensorboard, wandb"):
-        jobs.run(jobs.MapElitesConfig(**ME), tmp_path / "a", progress=False, log=["csv"])
+        jobs.run(jobs.MAPElitesConfig(**ME), tmp_path / "a", progress=False, log=["csv"])
     with pytest.raises(ValueError, match="tensorboard writes into the run folder"):
-        jobs.run(jobs.MapElitesConfig(**ME), None, progress=False, log=["tensorboard"])
+        jobs.run(jobs.MAPElitesConfig(**ME), None, progress=False, log=["tensorboard"])
     assert not (tmp_path / "a").exists()
     with pytest.raises(SystemExit) as e:
         main(["run", "map-elites", "--log", "csv", "--out", str(tmp_path / "b")])

@@ -61,7 +61,7 @@ def test_a_plugin_job_runs_and_resumes_through_the_command(tmp_path):
     # What the uninterrupted run writes, in this process (the plugin imported here too).
     import user_job
 
-    config = user_job.HillClimbConfig(iterations=400, log_period=2, checkpoint_every=40)
+    config = user_job.HillClimbConfig(iterations=400, log_every=2, checkpoint_every=40)
     whole = jobs.run(config, tmp_path / "whole", progress=False, plots=False)
     assert _rows(out / "progress.csv") == _rows(tmp_path / "whole" / "progress.csv")
     assert np.array_equal(np.load(out / "best.npy"), np.asarray(whole.state.best))
@@ -179,7 +179,7 @@ def test_the_driver_closes_a_run_s_plan_however_the_run_ends():
         def close(self, plan):
             self.closed.append(plan)
 
-    config = user_job.HillClimbConfig(iterations=6, log_period=2)
+    config = user_job.HillClimbConfig(iterations=6, log_every=2)
     job = Closing()
     result = job.run(config, None, progress=Progress(show=False), plots=False, resume=False)
     assert len(job.closed) == 1 and job.closed[0].config == config == result.config

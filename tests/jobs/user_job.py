@@ -28,7 +28,7 @@ class HillClimbConfig(jobs.JobConfig):
     offspring: int = jobs.option(16, "children per iteration", check=jobs.checks.positive_int)
     sigma: float = jobs.option(0.05, "mutation standard deviation", check=jobs.checks.positive)
     iterations: int = jobs.option(300, "iterations", check=jobs.checks.positive_int)
-    log_period: int = jobs.option(5, "iterations per logged row", check=jobs.checks.positive_int)
+    log_every: int = jobs.option(5, "iterations per logged row", check=jobs.checks.positive_int)
     seed: int = jobs.option(0, "random seed")
     checkpoint_every: int = jobs.option(
         20, "iterations between checkpoints", check=jobs.checks.positive_int
@@ -76,7 +76,7 @@ HEADER = ["iteration", "fitness", "wall_s"]
 
 class HillClimbJob(jobs.LoopJob[Plan, Climber]):
     """The hill climber for `iterations` iterations: `progress.csv` (the best fitness every
-    `log_period` iterations) and `best.npy` (the final genotype)."""
+    `log_every` iterations) and `best.npy` (the final genotype)."""
 
     name = "hill-climb"
     config_cls = HillClimbConfig
@@ -112,7 +112,7 @@ class HillClimbJob(jobs.LoopJob[Plan, Climber]):
 
     def advance(self, plan, climber, step, clock):
         config = plan.config
-        n = min(config.log_period - step % config.log_period, config.iterations - step)
+        n = min(config.log_every - step % config.log_every, config.iterations - step)
         sigma = jnp.float32(config.sigma)
         climber = climb(plan.task, climber, sigma, config.offspring, plan.keys[step : step + n])
         row = [step + n, float(climber.fitness), clock()]

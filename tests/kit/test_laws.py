@@ -89,8 +89,8 @@ def test_the_qd_rl_emitters_keep_every_law():
     td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
                    minibatch_size=8, num_envs=2, buffer_size=64)  # fmt: skip
     pgame = q.pgame_emitter(
-        batch_size=4, proportion_evo=0.5, td3=td3, hparams=q.rl.TD3HParams(), num_critic_steps=2,
-        num_pg_steps=2, pg_lr=1e-3, buffer_size=256,
+        batch_size=4, proportion_evo=0.5, td3=td3, hparams=q.rl.TD3HParams(), critic_steps=2,
+        pg_steps=2, pg_lr=1e-3, buffer_size=256,
     )  # fmt: skip
     policies = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), 6))
     check_emitter(pgame, policies, tessellation=cells, scoring_fn=q.PolicyScorer(maze),
@@ -114,9 +114,9 @@ def test_dcrl_me_emitter_keeps_every_law():
     td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
                    minibatch_size=8, num_envs=2, buffer_size=64)  # fmt: skip
     dcrl = q.dcrl_emitter(
-        td3=td3, hparams=q.rl.TD3HParams(), descriptor_bounds=maze.descriptor_bounds, num_ga=2,
-        num_pg=1, num_ai=1, num_critic_steps=2, num_pg_steps=2, buffer_size=256,
-        reward_offset=maze.reward_offset,
+        td3=td3, hparams=q.rl.TD3HParams(), descriptor_bounds=maze.descriptor_bounds,
+        ga_batch_size=2, pg_batch_size=1, ai_batch_size=1, critic_steps=2, pg_steps=2,
+        buffer_size=256, reward_offset=maze.reward_offset,
     )  # fmt: skip
     policies = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), 6))
     check_emitter(dcrl, policies, tessellation=cells, scoring_fn=q.PolicyScorer(maze),
@@ -153,14 +153,14 @@ GRID = q.GridTessellation((4, 4), 0.0, 1.0)
 
 def _repertoire(name: str) -> q.AbstractRepertoire:
     if name == "grid":
-        return q.MapElitesRepertoire.empty(GRID, GENOTYPE)
+        return q.MAPElitesRepertoire.empty(GRID, GENOTYPE)
     if name == "grid_with_ids":
-        return q.MapElitesRepertoire.empty(GRID, GENOTYPE, jnp.zeros((), jnp.int32))
+        return q.MAPElitesRepertoire.empty(GRID, GENOTYPE, jnp.zeros((), jnp.int32))
     if name == "cvt":
         centroids = jr.uniform(jr.key(0), (12, 2))
-        return q.MapElitesRepertoire.empty(q.CVTTessellation(centroids), GENOTYPE)
+        return q.MAPElitesRepertoire.empty(q.CVTTessellation(centroids), GENOTYPE)
     if name == "annealing":  # CMA-MAE's archive
-        return q.MapElitesRepertoire.empty(GRID, GENOTYPE, learning_rate=0.5, threshold_min=-50.0)
+        return q.MAPElitesRepertoire.empty(GRID, GENOTYPE, learning_rate=0.5, threshold_min=-50.0)
     if name == "dns":
         return q.DNSRepertoire.empty(8, GENOTYPE, 2, k=2)
     return q.UnstructuredRepertoire.empty(8, GENOTYPE, 2, k=2, novelty_threshold=0.1)

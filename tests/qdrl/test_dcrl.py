@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 import eqx_qd as q
-from eqx_qd import internal
 
 
 ENV = q.envs.PointMaze(walls=False, length=10)
@@ -27,8 +26,8 @@ HP = q.rl.TD3HParams(discount=0.9, reward_scaling=2.0, policy_noise=0.3, noise_c
 
 def _emitter(**overrides):
     fields = dict(
-        td3=TD3, hparams=HP, descriptor_bounds=ENV.descriptor_bounds, num_ga=3, num_pg=2,
-        num_ai=2, num_critic_steps=3, num_pg_steps=2, buffer_size=500, pg_lr=1e-2,
+        td3=TD3, hparams=HP, descriptor_bounds=ENV.descriptor_bounds, ga_batch_size=3,
+        pg_batch_size=2, ai_batch_size=2, critic_steps=3, pg_steps=2, buffer_size=500, pg_lr=1e-2,
         reward_offset=ENV.reward_offset,
     )  # fmt: skip
     return q.dcrl_emitter(**{**fields, **overrides})
@@ -59,9 +58,9 @@ def _init(emitter, scored, key):
 def test_normalisation_and_similarity_by_hand():
     low, high = jnp.array([-1.0, 0.0]), jnp.array([1.0, 4.0])
     d = jnp.array([[0.0, 1.0], [1.0, 4.0]])
-    np.testing.assert_allclose(internal.normalise_descriptors(d, low, high), [[0, -0.5], [1, 1]])
+    np.testing.assert_allclose(q.normalise_descriptors(d, low, high), [[0, -0.5], [1, 1]])
     t = jnp.array([[0.3, -0.1], [1.0, 1.0]])
-    got = internal.similarity(jnp.array([[0.0, 0.3], [1.0, 1.0]]), t, jnp.float32(0.1))
+    got = q.descriptor_similarity(jnp.array([[0.0, 0.3], [1.0, 1.0]]), t, jnp.float32(0.1))
     np.testing.assert_allclose(got, [np.exp(-0.5 / 0.1), 1.0], rtol=1e-6)
 
 
@@ -83,14 +82,14 @@ def test_conditioned_critic_loss_and_target_by_hand(scored, getkey):
     f = lambda *shape: rng.uniform(-1, 1, shape).astype(np.float32)
     obs, action, next_obs, desc, target = f(n, 2), f(n, 2), f(n, 2), f(n, 2), f(n, 2)
     reward, terminated = f(n), np.array([0, 1, 0, 0, 1, 0], np.float32)
-    rows = internal.DescriptorTransition(
+    rows = q.DescriptorTransition(
         q.envs.Transition(
             *map(jnp.asarray, (obs, action, reward, next_obs, terminated, np.zeros(n, np.float32)))
         ),  # fmt: skip
         jnp.asarray(desc),
         jnp.asarray(target),
     )
-    batch = internal.conditioned_transitions(rows, jnp.float32(0.5), 1.5)
+    batch = q.conditioned_transitions(rows, jnp.float32(0.5), 1.5)
     key = getkey()
     got = emitter.conditioned_agent.critic_loss(state.critic, state, batch, key=key)
 
@@ -146,7 +145,7 @@ def test_emit_splits_the_batch_with_its_lineage(scored, getkey):
 
 
 def test_policy_gradient_step_follows_its_target(scored, getkey):
-    emitter = _emitter(num_pg_steps=1, pg_lr=0.05)
+    emitter = _emitter(pg_steps=1, pg_lr=0.05)
     state = _init(emitter, scored, getkey())
     state = emitter.train(state, key=getkey())  # a critic that has learnt something
     parent = jax.tree.map(lambda x: jnp.stack([x[0]] * 3), scored[0])
@@ -170,7 +169,7 @@ def test_policy_gradient_step_follows_its_target(scored, getkey):
 
 def test_state_update_labels_every_row_with_its_target(scored, getkey):
     policies, descriptors, fitnesses, extra, repertoire = scored
-    emitter = _emitter(num_critic_steps=4)
+    emitter = _emitter(critic_steps=4)
     state = _init(emitter, scored, getkey())
     rows, valid = q.episode_transitions(extra)
     before = int(state.buffer.size)
@@ -199,7 +198,7 @@ def test_state_update_labels_every_row_with_its_target(scored, getkey):
 
 def test_dcg_me_plays_the_conditioned_actor_for_data(scored, getkey):
     policies, descriptors, fitnesses, extra, repertoire = scored
-    emitter = _emitter(num_pg=4, num_ai=0, actor_evals=3, scorer=SCORER)
+    emitter = _emitter(pg_batch_size=4, ai_batch_size=0, actor_evals=3, scorer=SCORER)
     state = _init(emitter, scored, getkey())
     before = int(state.buffer.size)
     genotypes, lineage = emitter.emit(repertoire, state, key=getkey())
@@ -219,7 +218,7 @@ def test_dcg_me_plays_the_conditioned_actor_for_data(scored, getkey):
         (dict(descriptor_bounds=((0.0, 0.0), (1.0, 0.0))), ValueError, "descriptor_low must be"),
         (dict(descriptor_bounds=((0.0, 0.0, 0.0), (1.0, 1.0))), ValueError, "broadcast"),
         (dict(actor_evals=2), ValueError, "actor_evals > 0 needs a scorer"),
-        (dict(num_ga=0, variation=None), ValueError, None),
+        (dict(ga_batch_size=0, variation=None), ValueError, None),
         (dict(pg_lr=-1.0), ValueError, "pg_lr"),
         (dict(reward_offset=float("inf")), ValueError, "reward_offset"),
         (
@@ -232,7 +231,7 @@ def test_dcg_me_plays_the_conditioned_actor_for_data(scored, getkey):
             ValueError,
             "normalise_observations",
         ),  # fmt: skip
-        (dict(num_pg=-1), ValueError, "num_pg"),
+        (dict(pg_batch_size=-1), ValueError, "pg_batch_size"),
     ],
 )
 def test_bad_input_names_the_argument(overrides, error, match):
@@ -272,8 +271,8 @@ def test_injected_actors_reach_their_target_cells():
                    minibatch_size=64, critic_target_every_step=True)  # fmt: skip
     emitter = q.dcrl_emitter(
         td3=td3, hparams=q.rl.TD3HParams(policy_lr=1e-3, critic_lr=1e-3),
-        descriptor_bounds=env.descriptor_bounds, num_ga=16, num_pg=8, num_ai=8,
-        num_critic_steps=100, num_pg_steps=5, pg_lr=5e-3, buffer_size=50_000, lengthscale=0.2,
+        descriptor_bounds=env.descriptor_bounds, ga_batch_size=16, pg_batch_size=8, ai_batch_size=8,
+        critic_steps=100, pg_steps=5, pg_lr=5e-3, buffer_size=50_000, lengthscale=0.2,
         reward_offset=env.reward_offset,
     )  # fmt: skip
     scorer = q.PolicyScorer(env)

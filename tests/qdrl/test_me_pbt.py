@@ -209,7 +209,7 @@ def test_state_and_batch_shapes_follow_the_config(pg, ga, fractions):
     def round_trip(key):
         init_key, emit_key, update_key = jax.random.split(key, 3)
         genotypes = emitter.initial_genotypes(n, key=init_key)
-        rep = q.MapElitesRepertoire.empty(cells, q.internal.tree_take(genotypes, 0))
+        rep = q.MAPElitesRepertoire.empty(cells, q.internal.tree_take(genotypes, 0))
         scores = jnp.zeros((n, 2)), jnp.zeros((n,))
         state = emitter.init(rep, genotypes, *scores, None, key=init_key)
         batch, extra = emitter.emit(rep, state, key=emit_key)

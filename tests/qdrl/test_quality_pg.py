@@ -24,7 +24,7 @@ CELLS = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
 
 def _emitter(**overrides):
     fields = dict(
-        batch_size=4, td3=TD3, hparams=q.rl.TD3HParams(), num_critic_steps=3, num_pg_steps=2,
+        batch_size=4, td3=TD3, hparams=q.rl.TD3HParams(), critic_steps=3, pg_steps=2,
         buffer_size=500, pg_lr=1e-2, critic_warmup=False,
     )  # fmt: skip
     return q.QualityPGEmitter(**{**fields, **overrides})
@@ -61,14 +61,14 @@ def test_batch_split_of_both_conventions(batch_size, proportion_evo, original, q
 
 @given(st.integers(2, 300), st.floats(0.0, 1.0), st.sampled_from(["original", "qdax"]))
 def test_batch_split_keeps_the_greedy_slot(batch_size, proportion_evo, convention):
-    num_evo, num_pg = pga_me.pgame_split(batch_size, proportion_evo, convention)
-    assert num_evo + num_pg == batch_size and num_pg >= 1 and num_evo >= 0
+    num_evo, pg_batch_size = pga_me.pgame_split(batch_size, proportion_evo, convention)
+    assert num_evo + pg_batch_size == batch_size and pg_batch_size >= 1 and num_evo >= 0
     others = batch_size - 1 if convention == "original" else batch_size
     assert num_evo == min(int(proportion_evo * others), batch_size - 1)
 
 
 def test_pgame_emitter_follows_its_convention():
-    common = dict(td3=TD3, hparams=q.rl.TD3HParams(), num_critic_steps=1, num_pg_steps=1,
+    common = dict(td3=TD3, hparams=q.rl.TD3HParams(), critic_steps=1, pg_steps=1,
                   pg_lr=1e-3, buffer_size=100)  # fmt: skip
     ga, pg = q.pgame_emitter(batch_size=100, proportion_evo=0.5, **common).emitters
     assert (ga.batch_size, pg.batch_size) == (49, 51)
@@ -87,7 +87,7 @@ def test_pgame_emitter_follows_its_convention():
 
 
 def test_pgame_emitter_ga_operators():
-    common = dict(td3=TD3, hparams=q.rl.TD3HParams(), num_critic_steps=1, num_pg_steps=1,
+    common = dict(td3=TD3, hparams=q.rl.TD3HParams(), critic_steps=1, pg_steps=1,
                   pg_lr=1e-3, buffer_size=100, batch_size=10, proportion_evo=0.5)  # fmt: skip
     ga = q.pgame_emitter(**common).emitters[0]
     assert isinstance(ga.variation, q.IsoLineVariation) and ga.mutation is None
@@ -128,7 +128,7 @@ def test_greedy_actor_starts_from_the_best_elite_or_the_first_genotype(scored):
     assert eqx.tree_equal(best.td3.critic, first.td3.critic)  # the same key, the same critic
     # An empty repertoire has no best elite: the first genotype.
     policies, descriptors, fitnesses, extra, repertoire = scored
-    empty = q.MapElitesRepertoire.empty(CELLS, jax.tree.map(lambda x: x[5], policies))
+    empty = q.MAPElitesRepertoire.empty(CELLS, jax.tree.map(lambda x: x[5], policies))
     state = _emitter().init(empty, policies, descriptors, fitnesses, extra, key=jr.key(2))
     assert eqx.tree_equal(state.td3.policy, jax.tree.map(lambda x: x[0], policies))
     with pytest.raises(ValueError, match="QualityPGEmitter.greedy_init"):
@@ -142,7 +142,7 @@ def test_critic_warmup_trains_before_the_first_batch(scored):
     key = jr.key(3)
     cold, warm = _init(cold_emitter, scored, key), _init(warm_emitter, scored, key)
     assert int(cold.td3.steps) == 0 and int(warm.td3.steps) == 3
-    # Exactly the cold state after `num_critic_steps` TD3 steps, with init's second key.
+    # Exactly the cold state after `critic_steps` TD3 steps, with init's second key.
     expected = cold_emitter._train_critic(cold, key=jr.split(key)[1])
     assert eqx.tree_equal(warm, expected)
     assert not eqx.tree_equal(warm.td3.critic, cold.td3.critic)
@@ -150,7 +150,7 @@ def test_critic_warmup_trains_before_the_first_batch(scored):
 
 def test_emit_lineage_and_greedy_last(scored, getkey):
     repertoire = scored[4]
-    emitter = _emitter(num_pg_steps=0)  # no steps: the offspring are the selected parents
+    emitter = _emitter(pg_steps=0)  # no steps: the offspring are the selected parents
     state = _init(emitter, scored, getkey())
     key = getkey()
     offspring, lineage = emitter.emit(repertoire, state, key=key)
@@ -173,7 +173,7 @@ def test_emit_lineage_and_greedy_last(scored, getkey):
 def test_one_policy_gradient_step_is_adam_by_hand(scored, getkey):
     """One step from a fresh Adam: ``theta - lr * g / (|g| + eps)`` per parameter, where g is
     the gradient of ``-mean Q1(s, pi(s))`` on the one replay batch the step draws."""
-    emitter = _emitter(num_pg_steps=1, pg_lr=0.05)
+    emitter = _emitter(pg_steps=1, pg_lr=0.05)
     state = _init(_emitter(critic_warmup=True), scored, getkey())  # a critic that has trained
     parents = jax.tree.map(lambda x: x[:2], scored[0])
     key = getkey()
@@ -202,7 +202,7 @@ def test_one_policy_gradient_step_is_adam_by_hand(scored, getkey):
 
 def test_state_update_stores_valid_steps_then_trains(scored, getkey):
     policies, _, _, extra, repertoire = scored
-    emitter = _emitter(batch_size=6, num_critic_steps=4)
+    emitter = _emitter(batch_size=6, critic_steps=4)
     state = _init(emitter, scored, getkey())
     before = int(state.buffer.size)
     rows, valid = q.episode_transitions(extra)
@@ -233,7 +233,7 @@ def test_composed_pgame_buffer_takes_the_ga_offspring_transitions_too(scored, ge
     policies, descriptors, fitnesses, extra, repertoire = scored
     emitter = q.pgame_emitter(
         batch_size=6, proportion_evo=0.5, td3=TD3, hparams=q.rl.TD3HParams(),
-        num_critic_steps=1, num_pg_steps=1, pg_lr=1e-2, buffer_size=500, convention="qdax",
+        critic_steps=1, pg_steps=1, pg_lr=1e-2, buffer_size=500, convention="qdax",
     )  # fmt: skip
     ga, pg = emitter.emitters
     assert (ga.batch_size, pg.batch_size) == (3, 3)
@@ -259,14 +259,14 @@ def test_policy_gradient_variation_raises_the_critic_value(getkey):
     td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(16,), critic_hidden=(32, 32),
                 minibatch_size=32)  # fmt: skip
     emitter = q.QualityPGEmitter(
-        batch_size=5, td3=td3, hparams=q.rl.TD3HParams(), num_critic_steps=30, num_pg_steps=20,
+        batch_size=5, td3=td3, hparams=q.rl.TD3HParams(), critic_steps=30, pg_steps=20,
         buffer_size=2000, pg_lr=1e-2,
     )  # fmt: skip
     scorer = q.PolicyScorer(env)
     parents = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(getkey(), 5))
     _, _, extra = scorer(parents, key=getkey())
     cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
-    rep = q.MapElitesRepertoire.empty(cells, td3.init_policy(key=getkey()))
+    rep = q.MAPElitesRepertoire.empty(cells, td3.init_policy(key=getkey()))
     state = emitter.init(rep, parents, jnp.zeros((5, 2)), jnp.zeros(5), extra, key=getkey())
     info = rep.add(parents, jnp.zeros((5, 2)), jnp.zeros(5))[1]
     state = emitter.state_update(
