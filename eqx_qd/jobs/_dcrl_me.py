@@ -20,8 +20,7 @@ from ..rl._td3 import TD3, TD3HParams
 from . import checks
 from ._config import option
 from ._job import register_job, Translator
-from ._pgame import SMOKE_PRESET as PGAME_SMOKE
-from ._policy_qd import ga_operators, policy_agent, PolicyQDJob, PolicyQDOptions
+from ._policy_qd import ga_operators, policy_agent, PolicyQDJob, PolicyQDOptions, SMOKE_SIZES
 from ._registry import ENVIRONMENTS
 from ._translators import QDAX_NAMES, read_dcrl_me_config
 
@@ -172,7 +171,7 @@ DCG_ME_PAPER: dict[str, Any] = {
 }
 """DCG-ME at the paper's size, as the repository's `configs/algo/dcg_me.yaml`."""
 
-SMOKE_PRESET: dict[str, Any] = {**PGAME_SMOKE, "pg_batch_size": 8, "ai_batch_size": 8}
+SMOKE_PRESET: dict[str, Any] = {**SMOKE_SIZES, "pg_batch_size": 8, "ai_batch_size": 8}
 """PGA-ME's smoke size with DCRL-ME's split (16 GA, 8 policy-gradient, 8 injected): a run of a
 minute or two through every part, to try a change, not to see learning."""
 

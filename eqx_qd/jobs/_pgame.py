@@ -23,6 +23,7 @@ from ._policy_qd import (
     policy_agent,
     PolicyQDJob,
     PolicyQDOptions,
+    SMOKE_SIZES,
 )
 from ._translators import read_pga_me_config, REPO_NAMES, UNUSED
 
@@ -107,23 +108,7 @@ PAPER_PRESET: dict[str, Any] = dict(
 )
 """The GECCO 2021 paper's setting: the keys that differ from the local defaults."""
 
-SMOKE_PRESET: dict[str, Any] = dict(
-    episode_length=20,
-    cells=32,
-    cvt_samples=2_000,
-    evaluations=64 + 4 * 32,
-    batch_size=32,
-    random_init=64,
-    init_batch_size=64,
-    critic_steps=20,
-    pg_steps=5,
-    minibatch_size=32,
-    hidden=(16, 16),
-    critic_hidden=(32, 32),
-    buffer_size=10_000,
-    snapshot_every=64,
-    checkpoint_every=64,
-)
+SMOKE_PRESET: dict[str, Any] = dict(SMOKE_SIZES)
 """A run of a minute or two through every part (random start, GA and policy-gradient
 children, the greedy actor, snapshots, checkpoints): to try a change, not to see learning."""
 

@@ -221,6 +221,27 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
         return (self.evaluations - self.random_init) // self.batch_size
 
 
+SMOKE_SIZES: dict[str, Any] = dict(
+    episode_length=20,
+    cells=32,
+    cvt_samples=2_000,
+    evaluations=64 + 4 * 32,
+    batch_size=32,
+    random_init=64,
+    init_batch_size=64,
+    critic_steps=20,
+    pg_steps=5,
+    minibatch_size=32,
+    hidden=(16, 16),
+    critic_hidden=(32, 32),
+    buffer_size=10_000,
+    snapshot_every=64,
+    checkpoint_every=64,
+)
+"""The policy-search jobs' smoke sizes (`--preset smoke`): a run of a minute or two through
+every part of the loop, to try a change, not to see learning."""
+
+
 def build_policy_env(config: PolicyQDOptions) -> AbstractQDEnv:
     """The config's environment with its episode length and noise settings."""
     return make_env(

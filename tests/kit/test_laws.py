@@ -213,7 +213,11 @@ AGENTS = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", AGENTS)
+# The fast tier keeps one on-policy and the user's off-policy agent; the whole suite all five.
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[pytest.mark.slow] * (n in ("td3", "sac", "ippo"))) for n in AGENTS],
+)
 def test_builtin_agents_and_the_users_ddpg_keep_every_law(name):
     agent, env = AGENTS[name]
     check_agent(agent, env, max_examples=2)

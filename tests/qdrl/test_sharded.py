@@ -35,7 +35,8 @@ CONFIG = q.PBTEmitterConfig(
 )  # fmt: skip
 
 
-@pytest.mark.parametrize("devices", [1, 4])
+# One device is in the slow tier: `test_me_pbt.py` keeps ME-PBT's invariants there in the fast one.
+@pytest.mark.parametrize("devices", [pytest.param(1, marks=pytest.mark.slow), 4])
 def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     assert len(jax.devices()) >= devices, "conftest asks for 4 host devices"
     config = dataclasses.replace(CONFIG, num_devices=devices)
