@@ -11,7 +11,7 @@ COMMON="--env walker2d_uni --episode-length 100 --cells 256 --cvt-samples 20000 
  --batch-size 64 --random-init 256 --init-batch-size 128 --critic-steps 300 --pg-steps 10 \
  --hidden 64,64 --minibatch-size 100 --pg-lr 0.005 --buffer-size 200000 \
  --policy-init lecun_uniform --critic-init lecun_uniform --snapshot-every 3200 \
- --checkpoint-every 3200 --num-reevals 4 --no-progress --no-plots"
+ --checkpoint-every 3200 --reevaluations 4 --no-progress --no-plots"
 SEEDS=${SEEDS:-0,1,2,3,4}
 for algo in dcrl pga me; do
   case $algo in

@@ -32,7 +32,7 @@ import time
 SMALL = {
     "map-elites": [
         "--task", "sphere", "--genotype-dim", "3", "--cells", "64", "--cvt-samples", "2000",
-        "--batch-size", "64", "--iterations", "20000", "--log-period", "50",
+        "--batch-size", "64", "--iterations", "20000", "--log-every", "50",
         "--checkpoint-every", "500",
     ],
     "pgame": [

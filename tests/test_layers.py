@@ -184,7 +184,7 @@ def test_the_command_leaves_jax_platforms_alone(tmp_path, monkeypatch, capsys):
 
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     args = ["run", "map-elites", "--task", "sphere", "--genotype-dim", "3", "--grid", "--cells",
-            "3", "--batch-size", "4", "--iterations", "2", "--log-period", "2", "--no-plots",
+            "3", "--batch-size", "4", "--iterations", "2", "--log-every", "2", "--no-plots",
             "--no-progress", "--out", str(tmp_path / "run")]  # fmt: skip
     assert main(args) == 0
     import os

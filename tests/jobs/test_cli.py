@@ -15,7 +15,7 @@ from eqx_qd.jobs._choices import machine_choices
 
 SMALL = [
     "run", "map-elites", "--task", "sphere", "--genotype-dim", "4", "--grid", "--cells", "5",
-    "--batch-size", "16", "--iterations", "20", "--log-period", "5", "--no-progress",
+    "--batch-size", "16", "--iterations", "20", "--log-every", "5", "--no-progress",
 ]  # fmt: skip
 
 

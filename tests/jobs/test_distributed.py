@@ -217,7 +217,7 @@ def _cli(port: int, pid: int, *options: str) -> list[str]:
 
 ENDLESS = [  # (no --devices: a multi-process run takes every device of every process)
     "run", "map-elites", "--genotype-dim", "4", "--cells", "32",
-    "--cvt-samples", "1000", "--batch-size", "8", "--iterations", "1000000", "--log-period", "5",
+    "--cvt-samples", "1000", "--batch-size", "8", "--iterations", "1000000", "--log-every", "5",
     "--checkpoint-every", "10", "--no-plots", "--no-progress",
 ]  # fmt: skip
 

@@ -409,7 +409,7 @@ def test_a_fork_continues_a_chosen_checkpoint_and_leaves_its_source(tmp_path):
 def test_cli_resumes_and_forks(tmp_path, capsys):
     out = tmp_path / "run"
     base = ["run", "map-elites", "--task", "sphere", "--genotype-dim", "3", "--cells", "16",
-            "--cvt-samples", "500", "--batch-size", "8", "--log-period", "2",
+            "--cvt-samples", "500", "--batch-size", "8", "--log-every", "2",
             "--checkpoint-every", "4", "--no-progress", "--no-plots"]  # fmt: skip
     assert main([*base, "--iterations", "8", "--out", str(out)]) == 0
     assert main(["run", "map-elites", "--resume", str(out), "--iterations", "12",
@@ -452,7 +452,7 @@ def test_kill_at_random_moments_leaves_a_resumable_folder(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XDG_CACHE_HOME": str(tmp_path / "cache")}
     args = [sys.executable, "-m", "eqx_qd.cli", "run", "map-elites", "--task", "sphere",
             "--genotype-dim", "3", "--cells", "16", "--cvt-samples", "500", "--batch-size", "8",
-            "--iterations", "400", "--log-period", "2", "--checkpoint-every", "4",
+            "--iterations", "400", "--log-every", "2", "--checkpoint-every", "4",
             "--no-progress", "--no-plots"]  # fmt: skip
     out = tmp_path / "run"
     rng = random.Random(0)

@@ -15,7 +15,7 @@ from eqx_qd.cli import main
 
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
-OPTIONS = ["--log-period", "2", "--checkpoint-every", "40", "--no-progress", "--no-plots"]
+OPTIONS = ["--log-every", "2", "--checkpoint-every", "40", "--no-progress", "--no-plots"]
 
 
 def _command(*args: str) -> list[str]:
@@ -74,7 +74,7 @@ def test_a_plugin_job_is_listed_and_its_folder_needs_the_plugin(tmp_path, capsys
     assert main(["--plugin", "user_job", "list"]) == 0
     assert "hill-climb" in capsys.readouterr().out
     out = tmp_path / "run"
-    small = ["--iterations", "6", "--log-period", "2", "--checkpoint-every", "2"]
+    small = ["--iterations", "6", "--log-every", "2", "--checkpoint-every", "2"]
     assert main(["--plugin", "user_job", "run", "hill-climb", *small, "--out", str(out)]) == 0
     assert jobs.run_status(out)["status"] == "finished"
     assert [c.step for c in jobs.list_checkpoints(out)] == [4, 6]
