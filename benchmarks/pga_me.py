@@ -49,7 +49,7 @@ def main():
     hparams = q.rl.TD3HParams(critic_lr=3e-4, policy_lr=3e-4, discount=0.99, tau=0.005)
     emitter = q.pgame_emitter(
         batch_size=a.batch,
-        proportion_evo=0.5,
+        ga_fraction=0.5,
         td3=td3,
         hparams=hparams,
         critic_steps=a.critic_steps,

@@ -355,14 +355,14 @@ def test_pgame_emitter_names_its_bad_arguments():
     td3 = _td3()
     common = dict(td3=td3, hparams=q.rl.TD3HParams(), critic_steps=1, pg_steps=1,
                   pg_lr=1e-3, buffer_size=8)  # fmt: skip
-    _raises(lambda: q.pgame_emitter(batch_size=1, proportion_evo=0.5, **common), "batch_size")
-    _raises(lambda: q.pgame_emitter(batch_size=4, proportion_evo=1.5, **common), "proportion_evo")
+    _raises(lambda: q.pgame_emitter(batch_size=1, ga_fraction=0.5, **common), "batch_size")
+    _raises(lambda: q.pgame_emitter(batch_size=4, ga_fraction=1.5, **common), "ga_fraction")
     _raises(
-        lambda: q.pgame_emitter(batch_size=4, proportion_evo=0.5, convention="x", **common),
+        lambda: q.pgame_emitter(batch_size=4, ga_fraction=0.5, convention="x", **common),
         "pgame_emitter: convention",
     )
     _raises(lambda: pga_me.pgame_split(1, 0.5, "original"), "pgame_split: batch_size")
-    _raises(lambda: pga_me.pgame_split(4, math.nan, "original"), "pgame_split: proportion_evo")
+    _raises(lambda: pga_me.pgame_split(4, math.nan, "original"), "pgame_split: ga_fraction")
     _raises(lambda: pga_me.pgame_split(4, 0.5, "torch"), "pgame_split: convention")
     sbx = q.SBXCrossover(eta_c=1.0)
     _raises(lambda: q.MutatedVariation(sbx, sbx), "mutation")

@@ -239,31 +239,31 @@ CONVENTIONS = ("original", "qdax")
 """The two conventions `pgame_emitter` follows (see `pgame_split` and `QualityPGEmitter`)."""
 
 
-def pgame_split(batch_size: int, proportion_evo: float, convention: str) -> tuple[int, int]:
+def pgame_split(batch_size: int, ga_fraction: float, convention: str) -> tuple[int, int]:
     """The GA count and the policy-gradient count (the greedy actor included) of a PGA-ME batch
-    of `batch_size` with GA fraction `proportion_evo`, under `convention`.
+    of `batch_size` with GA fraction `ga_fraction`, under `convention`.
 
     `"original"` (Nilsson & Cully's code) keeps the greedy actor's slot apart and gives the GA
-    `floor(proportion_evo * (batch_size - 1))` of the rest: 49 GA, 50 PG and the greedy actor
-    in a batch of 100. `"qdax"` gives the GA `floor(proportion_evo * batch_size)`: 50 GA,
+    `floor(ga_fraction * (batch_size - 1))` of the rest: 49 GA, 50 PG and the greedy actor
+    in a batch of 100. `"qdax"` gives the GA `floor(ga_fraction * batch_size)`: 50 GA,
     49 PG and the greedy actor. Either way the greedy actor keeps its slot.
     """
-    return _split(batch_size, proportion_evo, convention, "pgame_split")
+    return _split(batch_size, ga_fraction, convention, "pgame_split")
 
 
-def _split(batch_size: int, proportion_evo: float, convention: str, where: str) -> tuple[int, int]:
+def _split(batch_size: int, ga_fraction: float, convention: str, where: str) -> tuple[int, int]:
     check.integer(f"{where}: batch_size", batch_size, minimum=2)
-    check.fraction(f"{where}: proportion_evo", proportion_evo)
+    check.fraction(f"{where}: ga_fraction", ga_fraction)
     check.one_of(f"{where}: convention", convention, CONVENTIONS)
     others = batch_size - 1 if convention == "original" else batch_size
-    num_evo = min(int(proportion_evo * others), batch_size - 1)
+    num_evo = min(int(ga_fraction * others), batch_size - 1)
     return num_evo, batch_size - num_evo
 
 
 def pgame_emitter(
     *,
     batch_size: int,
-    proportion_evo: float,
+    ga_fraction: float,
     td3: TD3,
     hparams: TD3HParams,
     critic_steps: int,
@@ -285,19 +285,19 @@ def pgame_emitter(
     is given: a variation alone, a mutation alone, or a variation whose children are then
     mutated (the original code's `crossover_op` and `mutation_op`).
 
-    With `proportion_evo = 1` the greedy actor still takes one slot, so the emitter always
+    With `ga_fraction = 1` the greedy actor still takes one slot, so the emitter always
     keeps training the critic on the evaluated transitions. `convention` also sets how the
     greedy actor starts and whether the critic trains before the first batch (see
     `QualityPGEmitter`: `"original"` copies the best elite and warms the critic up; `"qdax"`
     starts from the first initial genotype, cold).
 
-    **Arguments:** `batch_size`, `proportion_evo`; `iso_sigma`, `line_sigma`,
+    **Arguments:** `batch_size`, `ga_fraction`; `iso_sigma`, `line_sigma`,
     `variation`, `mutation` (the GA); `td3`, `hparams`, `critic_steps`,
     `pg_steps`, `pg_lr`, `buffer_size` (the `QualityPGEmitter` fields); `selector`
     (shared by both halves); `convention`; `axis_name` (`QualityPGEmitter`'s, to run over a
     mesh: `batch_size` and `buffer_size` are then each device's).
     """
-    num_evo, pg_batch_size = _split(batch_size, proportion_evo, convention, "pgame_emitter")
+    num_evo, pg_batch_size = _split(batch_size, ga_fraction, convention, "pgame_emitter")
     if variation is None and mutation is None:
         variation = IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma)
     members: list[AbstractEmitter] = []

@@ -137,7 +137,7 @@ def build_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3
         )
         emitter = pgame_emitter(
             batch_size=config.batch_size // n,
-            proportion_evo=config.ga_fraction,
+            ga_fraction=config.ga_fraction,
             td3=td3,
             hparams=hparams,
             critic_steps=config.critic_steps,

@@ -89,7 +89,7 @@ def test_the_qd_rl_emitters_keep_every_law():
     td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
                    minibatch_size=8, num_envs=2, buffer_size=64)  # fmt: skip
     pgame = q.pgame_emitter(
-        batch_size=4, proportion_evo=0.5, td3=td3, hparams=q.rl.TD3HParams(), critic_steps=2,
+        batch_size=4, ga_fraction=0.5, td3=td3, hparams=q.rl.TD3HParams(), critic_steps=2,
         pg_steps=2, pg_lr=1e-3, buffer_size=256,
     )  # fmt: skip
     policies = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), 6))

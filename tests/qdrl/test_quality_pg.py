@@ -49,46 +49,44 @@ def _init(emitter, scored, key):
 
 
 @pytest.mark.parametrize(
-    "batch_size, proportion_evo, original, qdax",
+    "batch_size, ga_fraction, original, qdax",
     [(100, 0.5, (49, 51), (50, 50)), (64, 0.5, (31, 33), (32, 32)), (2, 0.5, (0, 2), (1, 1)),
      (2, 1.0, (1, 1), (1, 1)), (10, 0.0, (0, 10), (0, 10)), (10, 0.25, (2, 8), (2, 8))],
 )  # fmt: skip
-def test_batch_split_of_both_conventions(batch_size, proportion_evo, original, qdax):
+def test_batch_split_of_both_conventions(batch_size, ga_fraction, original, qdax):
     # (GA, PG with the greedy actor): the original's 49 / 50 + 1 and QDax's 50 / 49 + 1.
-    assert pga_me.pgame_split(batch_size, proportion_evo, "original") == original
-    assert pga_me.pgame_split(batch_size, proportion_evo, "qdax") == qdax
+    assert pga_me.pgame_split(batch_size, ga_fraction, "original") == original
+    assert pga_me.pgame_split(batch_size, ga_fraction, "qdax") == qdax
 
 
 @given(st.integers(2, 300), st.floats(0.0, 1.0), st.sampled_from(["original", "qdax"]))
-def test_batch_split_keeps_the_greedy_slot(batch_size, proportion_evo, convention):
-    num_evo, pg_batch_size = pga_me.pgame_split(batch_size, proportion_evo, convention)
+def test_batch_split_keeps_the_greedy_slot(batch_size, ga_fraction, convention):
+    num_evo, pg_batch_size = pga_me.pgame_split(batch_size, ga_fraction, convention)
     assert num_evo + pg_batch_size == batch_size and pg_batch_size >= 1 and num_evo >= 0
     others = batch_size - 1 if convention == "original" else batch_size
-    assert num_evo == min(int(proportion_evo * others), batch_size - 1)
+    assert num_evo == min(int(ga_fraction * others), batch_size - 1)
 
 
 def test_pgame_emitter_follows_its_convention():
     common = dict(td3=TD3, hparams=q.rl.TD3HParams(), critic_steps=1, pg_steps=1,
                   pg_lr=1e-3, buffer_size=100)  # fmt: skip
-    ga, pg = q.pgame_emitter(batch_size=100, proportion_evo=0.5, **common).emitters
+    ga, pg = q.pgame_emitter(batch_size=100, ga_fraction=0.5, **common).emitters
     assert (ga.batch_size, pg.batch_size) == (49, 51)
     assert pg.greedy_init == "best" and pg.critic_warmup is True
-    ga, pg = q.pgame_emitter(
-        batch_size=100, proportion_evo=0.5, convention="qdax", **common
-    ).emitters
+    ga, pg = q.pgame_emitter(batch_size=100, ga_fraction=0.5, convention="qdax", **common).emitters
     assert (ga.batch_size, pg.batch_size) == (50, 50)
     assert pg.greedy_init == "first" and pg.critic_warmup is False
-    ga, pg = q.pgame_emitter(batch_size=2, proportion_evo=1.0, **common).emitters
+    ga, pg = q.pgame_emitter(batch_size=2, ga_fraction=1.0, **common).emitters
     assert (ga.batch_size, pg.batch_size) == (1, 1)  # one GA slot beside the greedy actor
-    (only_pg,) = q.pgame_emitter(batch_size=10, proportion_evo=0.0, **common).emitters
+    (only_pg,) = q.pgame_emitter(batch_size=10, ga_fraction=0.0, **common).emitters
     assert isinstance(only_pg, q.QualityPGEmitter) and only_pg.batch_size == 10
     with pytest.raises(ValueError, match="pgame_emitter: convention"):
-        q.pgame_emitter(batch_size=10, proportion_evo=0.5, convention="pytorch", **common)
+        q.pgame_emitter(batch_size=10, ga_fraction=0.5, convention="pytorch", **common)
 
 
 def test_pgame_emitter_ga_operators():
     common = dict(td3=TD3, hparams=q.rl.TD3HParams(), critic_steps=1, pg_steps=1,
-                  pg_lr=1e-3, buffer_size=100, batch_size=10, proportion_evo=0.5)  # fmt: skip
+                  pg_lr=1e-3, buffer_size=100, batch_size=10, ga_fraction=0.5)  # fmt: skip
     ga = q.pgame_emitter(**common).emitters[0]
     assert isinstance(ga.variation, q.IsoLineVariation) and ga.mutation is None
     assert float(ga.variation.iso_sigma) == np.float32(0.005)
@@ -232,7 +230,7 @@ def test_composed_pgame_buffer_takes_the_ga_offspring_transitions_too(scored, ge
     original code's workers send every evaluation's transitions; QDax's `use_all_data`)."""
     policies, descriptors, fitnesses, extra, repertoire = scored
     emitter = q.pgame_emitter(
-        batch_size=6, proportion_evo=0.5, td3=TD3, hparams=q.rl.TD3HParams(),
+        batch_size=6, ga_fraction=0.5, td3=TD3, hparams=q.rl.TD3HParams(),
         critic_steps=1, pg_steps=1, pg_lr=1e-2, buffer_size=500, convention="qdax",
     )  # fmt: skip
     ga, pg = emitter.emitters
