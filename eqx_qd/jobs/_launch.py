@@ -64,7 +64,7 @@ def load_plugins(modules: Sequence[str] = ()) -> None:
             raise ValueError(f"plugin {name}: cannot import it: {type(e).__name__}: {e}") from e
 
 
-def process_count(num_processes: int | None = None, distributed: bool = False) -> int | None:
+def requested_processes(num_processes: int | None = None, distributed: bool = False) -> int | None:
     """The processes of the run asked for: `num_processes`, or with `distributed` the
     scheduler's count from the environment (`SLURM_NTASKS`, `OMPI_COMM_WORLD_SIZE`); `None`
     when unknown before joining."""
@@ -129,7 +129,7 @@ def launch(
         raise ValueError(
             "process_id needs a multi-process run to join (num_processes and a coordinator)"
         )
-    processes = process_count(num_processes, distributed) if multi else 1
+    processes = requested_processes(num_processes, distributed) if multi else 1
     if multi and known is not None and not known.multi_process:
         several = ", ".join(n for n, j in JOBS.items() if j.multi_process)
         raise ValueError(f"{known.name} runs in one process; the multi-process jobs are {several}")

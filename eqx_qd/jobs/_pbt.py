@@ -9,13 +9,12 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax.random as jr
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .._misc import place_on
 from .._validate import fraction, positive_int
 from ..rl._pbt import (
     init_population,
     PBT,
+    place_members,
     population_without_optimiser_states,
 )
 from ..rl._spaces import log_uniform_learning_rates, Uniform
@@ -177,7 +176,7 @@ class _PBTJob(LoopJob[_PBTPlan, Any]):
         return {"mean": row["mean_return"], "max": row["max_return"]}
 
     def start(self, plan: _PBTPlan, clock: RunClock) -> Chunk:
-        return Chunk(_placed(plan.init(), plan.mesh), 0, {})
+        return Chunk(place_members(plan.init(), plan.mesh), 0, {})
 
     def resumed_state(self, plan: _PBTPlan, resumed) -> Any:
         pop, r = resumed.state, resumed.step
@@ -189,7 +188,7 @@ class _PBTJob(LoopJob[_PBTPlan, Any]):
             pop, sources = plan.pbt.exploit(pop, returns, key=exploit_key)
             for row, s in zip(rows, np.asarray(sources).tolist()):
                 row[-1] = s
-        return _placed(pop, plan.mesh)
+        return place_members(pop, plan.mesh)
 
     def advance(self, plan: _PBTPlan, pop, step: int, clock: RunClock) -> Chunk:
         config, r = plan.config, step
@@ -273,14 +272,6 @@ class _PBTJob(LoopJob[_PBTPlan, Any]):
             f"done: {result.config.rounds} rounds, final mean return {last['mean_return']:.6g} "
             f"(max {last['max_return']:.6g})"
         )
-
-
-def _placed(pop, mesh):
-    """The population with its members split over `mesh` (as it is with `None`)."""
-    if mesh is None:
-        return pop
-    (axis,) = mesh.axis_names
-    return place_on(pop, NamedSharding(mesh, P(axis)))
 
 
 register_job(_PBTJob())

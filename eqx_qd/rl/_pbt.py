@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._compile import jit
@@ -233,9 +233,8 @@ class PBT(eqx.Module):
         sources = jnp.arange(self.population_size, dtype=jnp.int32)
         if exploit:
             population, sources = self.exploit(population, returns, key=exploit_key)
-            if mesh is not None:  # members copied across devices move back to their own
-                (axis,) = mesh.axis_names
-                population = place_on(population, NamedSharding(mesh, P(axis)))
+            # Members copied across devices move back to their own.
+            population = place_members(population, mesh)
         return population, PBTRound(hparams, returns, env_steps, sources)
 
     def exploit(
@@ -257,6 +256,15 @@ class PBT(eqx.Module):
 @jit
 def _update(pbt: PBT, population, returns, *, key):
     return pbt.update(population, returns, key=key)
+
+
+def place_members(tree: PyTree, mesh: Mesh | None) -> PyTree:
+    """`tree` (leading axis: the members) with its members split over the one axis of
+    `mesh`; as it is with `None` (one device)."""
+    if mesh is None:
+        return tree
+    (axis,) = mesh.axis_names
+    return place_on(tree, NamedSharding(mesh, P(axis)))
 
 
 def copy_into(
@@ -612,10 +620,8 @@ def train_population_sharded(
     # device) and one returned by this function meet the same compiled program: otherwise
     # the second call compiled it again (`benchmarks/sac.py --devices 2`: 73-75 s, steady
     # calls 29-33 s).
-    (axis,) = mesh.axis_names
-    members = NamedSharding(mesh, P(axis))
-    dyn = place_on(dyn, members)
-    keys = place_on(jr.split(key, n), members)
+    dyn = place_members(dyn, mesh)
+    keys = place_members(jr.split(key, n), mesh)
     train = _train_mapped_xla if isinstance(agent, AbstractPPOLearner) else _train_mapped
     return train(agent, env, dyn, static, keys, num_iterations, mesh)
 
