@@ -50,7 +50,9 @@ from ._emitters.gradient_arborescence import (
 )
 from ._emitters.mixing import MixingEmitter as MixingEmitter
 from ._emitters.rankers import AbstractRanker as AbstractRanker, ranker as ranker
+from ._es_base import AbstractEvolutionStrategy as AbstractEvolutionStrategy
 from ._kmeans import cvt_centroids as cvt_centroids
+from ._lm_ma_es import LMMAES as LMMAES, LMMAESState as LMMAESState
 from ._map_elites import (
     Asked as Asked,
     MAPElites as MAPElites,
@@ -65,6 +67,7 @@ from ._metrics import (
     QDMetrics as QDMetrics,
 )
 from ._nearest import nearest_centroid as nearest_centroid
+from ._openai_es import OpenAIES as OpenAIES, OpenAIESState as OpenAIESState
 from ._qdrl.dcrl import (
     conditioned_transitions as conditioned_transitions,
     dcrl_emitter as dcrl_emitter,
@@ -117,11 +120,13 @@ from ._selectors import (
     NSLCSelector as NSLCSelector,
     UniformSelector as UniformSelector,
 )
+from ._sep_cma_es import SepCMAES as SepCMAES, SepCMAESState as SepCMAESState
 from ._sharded import (
     device_mesh as device_mesh,
     init_sharded as init_sharded,
     run_sharded as run_sharded,
 )
+from ._strategies import EVOLUTION_STRATEGIES as EVOLUTION_STRATEGIES
 from ._tasks import (
     AbstractScorer as AbstractScorer,
     AbstractTask as AbstractTask,
@@ -256,4 +261,12 @@ __all__ = [
     "UniformMutation",
     "UniformSelector",
     "UnstructuredRepertoire",
+    "AbstractEvolutionStrategy",
+    "LMMAES",
+    "LMMAESState",
+    "OpenAIES",
+    "OpenAIESState",
+    "SepCMAES",
+    "SepCMAESState",
+    "EVOLUTION_STRATEGIES",
 ]

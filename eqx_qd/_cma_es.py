@@ -20,6 +20,16 @@ from jaxtyping import Array, Bool, Float, Int, ScalarLike
 
 from . import _validate as check
 from ._custom_types import PRNGKey
+from ._es_base import (
+    AbstractEvolutionStrategy,
+    check_bounds,
+    default_batch_size,
+    flat,
+    if_parents,
+    resample_in_bounds,
+    RESAMPLE_TRIES as RESAMPLE_TRIES,
+    select,
+)
 from ._misc import f32, i32
 
 
@@ -29,12 +39,6 @@ def batched_decompositions() -> bool:
     backend."""
     return jax.default_backend() != "cpu"
 
-
-RESAMPLE_TRIES = 100
-"""Draws per candidate before an out-of-bounds candidate is clipped into the bounds (pyribs
-redraws on and warns). In a box small against `sigma` in many dimensions most candidates end
-clipped (95.6% at dim 20, sigma 1, box [-1, 1]) and CMA-ES is told points it did not sample:
-start with a `sigma0` well inside the box."""
 
 NEWTON_STEPS = 2
 """Newton-Schulz steps a `square_roots="newton"` refresh takes from the previous `C^-1/2`."""
@@ -109,7 +113,7 @@ def parent_weights(
 
 
 @typing.final
-class CMAES(eqx.Module):
+class CMAES(AbstractEvolutionStrategy[CMAESState]):
     """CMA-ES over `dim` variables, `batch_size` candidates per generation.
 
     The update is the one of pyribs 0.12's `CMAEvolutionStrategy` (itself after pycma's
@@ -161,22 +165,14 @@ class CMAES(eqx.Module):
         check.positive_int("CMAES.dim", dim)
         check.one_of("CMAES.square_roots", square_roots, SQUARE_ROOTS)
         if batch_size is None:
-            batch_size = 4 + int(3 * math.log(dim))
+            batch_size = default_batch_size(dim)
         check.integer("CMAES.batch_size", batch_size, minimum=2)
         check.positive("CMAES.sigma0", sigma0)
         self.dim = dim
         self.batch_size = batch_size
         self.sigma0 = sigma0
         self.square_roots = square_roots
-        self.lower = jnp.broadcast_to(jnp.asarray(lower, jnp.float32), (dim,))
-        self.upper = jnp.broadcast_to(jnp.asarray(upper, jnp.float32), (dim,))
-        if check.is_concrete(self.lower) and check.is_concrete(self.upper):
-            if bool(jnp.any(jnp.isnan(self.lower))) or bool(jnp.any(jnp.isnan(self.upper))):
-                raise ValueError("CMAES: lower and upper must not hold NaN")
-            check.ordered("CMAES.lower", self.lower, "CMAES.upper", self.upper)
-            self.bounded = bool(jnp.any(jnp.isfinite(self.lower) | jnp.isfinite(self.upper)))
-        else:
-            self.bounded = True
+        self.lower, self.upper, self.bounded = check_bounds("CMAES", dim, lower, upper)
 
     @property
     def lazy_gap_evals(self) -> float:
@@ -215,26 +211,7 @@ class CMAES(eqx.Module):
             z = state.sigma * jr.normal(k, (self.batch_size, self.dim))
             return z @ state.sqrt.T + state.mean[None, :]
 
-        def outside(x) -> Bool[Array, " batch"]:
-            return jnp.any((x < self.lower[None, :]) | (x > self.upper[None, :]), axis=-1)
-
-        key, first = jr.split(key)
-        solutions = draw(first)
-        if not self.bounded:
-            return solutions
-
-        def cond(carry):
-            _, x, tries = carry
-            return jnp.any(outside(x)) & (tries < RESAMPLE_TRIES)
-
-        def body(carry):
-            k, x, tries = carry
-            k, sub = jr.split(k)
-            fresh = draw(sub)
-            return k, jnp.where(outside(x)[:, None], fresh, x), tries + 1
-
-        _, solutions, _ = jax.lax.while_loop(cond, body, (key, solutions, i32(1)))
-        return jnp.clip(solutions, self.lower[None, :], self.upper[None, :])
+        return resample_in_bounds(draw, self.lower, self.upper, self.bounded, key=key)
 
     def tell(
         self,
@@ -284,7 +261,7 @@ class CMAES(eqx.Module):
         )
         counted = eqx.tree_at(lambda s: s.evaluations, state, evaluations)
         told = eqx.tree_at(lambda s: s.evaluations, told, evaluations)
-        return jax.tree.map(lambda a, b: jnp.where(num_parents > 0, a, b), told, counted)
+        return if_parents(num_parents, told, counted)
 
     def refresh(self, state: CMAESState) -> CMAESState:
         """`C^1/2`, `C^-1/2` and the eigenvalue figures recomputed if more than
@@ -337,7 +314,7 @@ class CMAES(eqx.Module):
             return jax.lax.map(lambda s: self.refresh(s), states)
         due = self._due(states)
         if self.square_roots == "eigh":
-            return _where(due, jax.vmap(self._decompose)(states), states)
+            return select(due, jax.vmap(self._decompose)(states), states)
         trying = due & self._tries_newton(states)
         fresh, exact = jax.lax.cond(
             jnp.any(trying),
@@ -346,10 +323,10 @@ class CMAES(eqx.Module):
             states,
         )
         exact = due & (exact | ~trying)
-        fresh = _where(due & ~exact, fresh, states)
+        fresh = select(due & ~exact, fresh, states)
         return jax.lax.cond(
             jnp.any(exact),
-            lambda s: _where(exact, jax.vmap(self._decompose)(s), s),
+            lambda s: select(exact, jax.vmap(self._decompose)(s), s),
             lambda s: s,
             fresh,
         )
@@ -442,17 +419,7 @@ class CMAES(eqx.Module):
         they are not exact, but the refresh decomposed wherever the exact ones could decide
         otherwise."""
         area = state.sigma * jnp.sqrt(state.max_eigenvalue)
-        spread = jnp.linalg.norm(jnp.atleast_1d(sorted_values[0] - sorted_values[-1]))
-        return (state.condition > CONDITION_LIMIT) | (area < AREA_LIMIT) | (spread < 1e-12)
-
-
-def _where(which: Bool[Array, " population"], new: CMAESState, old: CMAESState) -> CMAESState:
-    """`new`'s strategies where `which`, `old`'s elsewhere."""
-
-    def pick(a, b):
-        return jnp.where(which.reshape(which.shape + (1,) * (a.ndim - which.ndim)), a, b)
-
-    return jax.tree.map(pick, new, old)
+        return (state.condition > CONDITION_LIMIT) | (area < AREA_LIMIT) | flat(sorted_values)
 
 
 def _rates(weights, dim: int, xp: types.ModuleType = jnp):

@@ -173,3 +173,15 @@ def resolve_matmul_dtype(matmul_dtype: str) -> str:
     if matmul_dtype != "auto":
         return matmul_dtype
     return "bfloat16" if machine().fast_bfloat16 else "float32"
+
+
+def memory_bytes() -> int:
+    """The memory an array of the default device may take: the accelerator's limit where JAX
+    reports one (`memory_stats()["bytes_limit"]`), else the host's physical memory."""
+    try:
+        stats = jax.devices()[0].memory_stats() or {}
+    except Exception:  # a backend without memory statistics
+        stats = {}
+    if "bytes_limit" in stats:
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -1,4 +1,5 @@
-"""CMA-ME's and CMA-MAE's emitter: a population of CMA-ES that rank by the archive.
+"""CMA-ME's and CMA-MAE's emitter: a population of evolution strategies (CMA-ES, sep-CMA-ES,
+LM-MA-ES or OpenAI-ES) that rank by the archive.
 
 pyribs' `EvolutionStrategyEmitter` steps its emitters one after another in Python; here the
 `num_emitters` strategies are one state with a leading axis, sampled, told and restarted in
@@ -6,6 +7,8 @@ one `vmap`.
 """
 
 import typing
+from collections.abc import Mapping
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -14,11 +17,12 @@ import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, Key, ScalarLike
 
 from .. import _validate as check
-from .._cma_es import _where, CMAES, CMAESState
 from .._custom_types import Extra, Genotypes, PRNGKey
+from .._es_base import AbstractEvolutionStrategy, select
 from .._misc import i32
 from .._repertoire import AbstractRepertoire, AddInfo, valid_candidates
 from .._selectors import uniform_filled
+from .._strategies import check_population_memory, EVOLUTION_STRATEGIES, make_es
 from .base import AbstractRestartingEmitter, Lineage, Origin
 from .rankers import AbstractRanker, ranker as _ranker
 
@@ -30,14 +34,60 @@ RESTART_RULES = ("basic", "no_improvement")
 class EvolutionStrategyEmitterState(eqx.Module):
     """The population's strategies (leading axis `num_emitters` on every field).
 
-    **Fields:** `es`, the `CMAESState`s; `direction` `(num_emitters, num_descriptors)`, each
+    **Fields:** `es`, the strategies' states (`CMAESState`, `SepCMAESState`, `LMMAESState` or
+    `OpenAIESState`, by the emitter's `es`); `direction` `(num_emitters, num_descriptors)`, each
     ranker's random direction; `iterations` and `restarts` per emitter.
     """
 
-    es: CMAESState
+    es: eqx.Module
     direction: Float[Array, "num_emitters num_descriptors"]
     iterations: Int[Array, " num_emitters"]
     restarts: Int[Array, " num_emitters"]
+
+
+def _named_es(owner, name, x0, sigma0, batch_size, lower, upper, es_options, square_roots):
+    """Strategy `name` over `x0`'s dimension, its errors named by the emitter's arguments."""
+    if not isinstance(name, str):
+        raise ValueError(
+            f"{owner}.es must be a strategy's name or an AbstractEvolutionStrategy, got {name!r}"
+        )
+    options = dict(es_options or {})
+    if square_roots is not None:
+        if name != "cma_es":
+            raise ValueError(f"{owner}: square_roots is an option of es 'cma_es', not {name!r}")
+        options["square_roots"] = square_roots
+    if sigma0 is None:
+        raise ValueError(f"{owner}: sigma0 must be given with es {name!r}")
+    try:
+        return make_es(owner, name, x0.shape[0], batch_size, sigma0, lower, upper, options)
+    except ValueError as e:
+        named = str(e).replace(f"{owner}: ", "")
+        for cls in EVOLUTION_STRATEGIES.values():
+            named = named.replace(f"{cls.__name__}.batch_size", "emitter_batch_size")
+            named = named.replace(f"{cls.__name__}.", "").replace(f"{cls.__name__}: ", "")
+        raise ValueError(f"{owner}: {named}") from None
+
+
+def _given_es(owner, es, x0, sigma0, batch_size, lower, upper, es_options, square_roots):
+    """A strategy built by the caller: it brings its own settings, so the emitter's ES
+    arguments must be unset, and its dimension must be `x0`'s."""
+    given = {
+        "sigma0": sigma0 is not None,
+        "emitter_batch_size": batch_size is not None,
+        "lower": not (check.is_concrete(lower) and bool(jnp.all(jnp.asarray(lower) == -jnp.inf))),
+        "upper": not (check.is_concrete(upper) and bool(jnp.all(jnp.asarray(upper) == jnp.inf))),
+        "es_options": bool(es_options),
+        "square_roots": square_roots is not None,
+    }
+    clash = [name for name, set_ in given.items() if set_]
+    if clash:
+        raise ValueError(
+            f"{owner}: es is a {type(es).__name__} built already, which brings its own "
+            f"settings; leave {', '.join(clash)} unset (sigma0=None)"
+        )
+    if es.dim != x0.shape[0]:
+        raise ValueError(f"{owner}: es is over {es.dim} variables, x0 has {x0.shape[0]}")
+    return es
 
 
 def check_rules(owner: str, selection_rule: str, restart_rule: "str | int") -> None:
@@ -96,18 +146,18 @@ def restart_points(
 
 
 def ranked_generation(
-    es: CMAES,
+    es: AbstractEvolutionStrategy,
     ranker: AbstractRanker,
     selection_rule: str,
     restart_rule: "str | int",
-    es_state: CMAESState,
+    es_state: eqx.Module,
     direction: Float[Array, " num_descriptors"],
     iterations: Int[Array, ""],
     told: Float[Array, "batch dim"],
     fitnesses: Float[Array, " batch"],
     descriptors: Float[Array, "batch num_descriptors"],
     add_info: AddInfo,
-) -> tuple[CMAESState, Int[Array, " batch"], Int[Array, ""], Int[Array, ""], Array]:
+) -> tuple[eqx.Module, Int[Array, " batch"], Int[Array, ""], Int[Array, ""], Array]:
     """One strategy's generation, as pyribs' emitters end their `tell`: `ranker` orders the
     batch (`fitnesses`, `descriptors`, `add_info`, the strategy's `direction`), the parents are
     counted by `selection_rule`, `es` is told the samples `told` in that order, and the
@@ -132,32 +182,46 @@ def ranked_generation(
 
 @typing.final
 class EvolutionStrategyEmitter(AbstractRestartingEmitter[EvolutionStrategyEmitterState]):
-    """`num_emitters` CMA-ES, each drawing `emitter_batch_size` genotypes per iteration
-    around its mean, ranked by `ranker` after insertion (pyribs' `EvolutionStrategyEmitter`).
+    """`num_emitters` evolution strategies (full CMA-ES by default), each drawing
+    `emitter_batch_size` genotypes per iteration, ranked by `ranker` after insertion (pyribs'
+    `EvolutionStrategyEmitter`).
 
     CMA-ME: ranker `2imp`, selection `filter`, restart `no_improvement`. CMA-MAE: ranker
     `imp`, selection `mu`, restart `basic`, with `MAPElites(archive_learning_rate=...)`.
     A strategy restarts (a fresh distribution at an elite drawn uniformly from the archive, or
-    at `x0` while the archive is empty, and a new random direction) when CMA-ES's tolerances
+    at `x0` while the archive is empty, and a new random direction) when its ES's tolerances
     say so or its `restart_rule` does; the elite is drawn only then.
     Genotypes are flat `(batch, dim)` arrays.
 
+    `es` chooses the strategy, as pyribs' `es` argument does: `"cma_es"` (full covariance,
+    three `dim x dim` matrices per strategy), or for genotypes too large for that (neural
+    policies: Tjanaka et al.'s "Scalable CMA-MAE") `"sep_cma_es"` (diagonal), `"lm_ma_es"`
+    (`n_vectors` directions) or `"openai_es"` (Adam on a rank-based gradient estimate).
+    `es_options` are the strategy's own options (`SepCMAES`, `LMMAES`'s `n_vectors`,
+    `OpenAIES`'s `mirror_sampling`, `learning_rate`, `beta1`, `beta2`, `epsilon`,
+    `l2_coeff`); `square_roots` is CMA-ES's (how it refreshes `C^1/2` and `C^-1/2`:
+    `"newton"` by default, or pyribs' `"eigh"`). `es` may also be a strategy built already
+    (a subclass of `AbstractEvolutionStrategy` of your own): it brings its dimension, batch
+    size, step size and bounds, so `sigma0` is None and the other ES arguments stay unset. A
+    population whose states would not fit in the device's memory is refused with what it
+    would need.
+
     **Fields:**
 
-    - `es`: the `CMAES` (its `dim`, per-emitter `batch_size` from `emitter_batch_size`,
-      `sigma0`, the bounds `lower` / `upper` of the genotypes, and `square_roots`: how it
-      refreshes `C^1/2` and `C^-1/2`, `"newton"` by default or pyribs' `"eigh"`).
+    - `es`: the `AbstractEvolutionStrategy` (its `dim`, per-emitter `batch_size` from
+      `emitter_batch_size`, `sigma0` and the bounds `lower` / `upper` of the genotypes).
     - `num_emitters`: strategies side by side (static).
     - `x0`: `(dim,)`, every strategy's first mean.
     - `ranker`: an `AbstractRanker`.
     - `selection_rule`: `"filter"` (the candidates that passed their cell's threshold are the
-      parents) or `"mu"` (the better half).
-    - `restart_rule`: `"no_improvement"` (restart when no candidate passed), `"basic"` (CMA-ES's
-      tolerances only) or an int `N` (every `N` iterations).
+      parents) or `"mu"` (the better half). OpenAI-ES weighs every candidate by its rank
+      whatever the rule.
+    - `restart_rule`: `"no_improvement"` (restart when no candidate passed), `"basic"` (the
+      ES's tolerances only) or an int `N` (every `N` iterations).
     - `batch_size`: `num_emitters * es.batch_size`.
     """
 
-    es: CMAES
+    es: AbstractEvolutionStrategy
     x0: Float[Array, " dim"]
     ranker: AbstractRanker
     num_emitters: int = eqx.field(static=True)
@@ -168,7 +232,7 @@ class EvolutionStrategyEmitter(AbstractRestartingEmitter[EvolutionStrategyEmitte
     def __init__(
         self,
         x0: Float[Array, " dim"],
-        sigma0: ScalarLike,
+        sigma0: ScalarLike | None,
         *,
         num_emitters: int = 15,
         emitter_batch_size: int | None = None,
@@ -177,18 +241,23 @@ class EvolutionStrategyEmitter(AbstractRestartingEmitter[EvolutionStrategyEmitte
         restart_rule: "str | int" = "no_improvement",
         lower: ScalarLike | Float[Array, " dim"] = -jnp.inf,
         upper: ScalarLike | Float[Array, " dim"] = jnp.inf,
-        square_roots: str = "newton",
+        es: "str | AbstractEvolutionStrategy" = "cma_es",
+        es_options: Mapping[str, Any] | None = None,
+        square_roots: str | None = None,
     ):
+        owner = "EvolutionStrategyEmitter"
         x0 = jnp.asarray(x0, jnp.float32)
         if x0.ndim != 1:
-            raise ValueError(f"EvolutionStrategyEmitter.x0 must have shape (dim,), got {x0.shape}")
-        check.positive_int("EvolutionStrategyEmitter.num_emitters", num_emitters)
-        check_rules("EvolutionStrategyEmitter", selection_rule, restart_rule)
-        try:
-            self.es = CMAES(x0.shape[0], emitter_batch_size, sigma0, lower, upper, square_roots)
-        except ValueError as e:
-            named = str(e).replace("CMAES.batch_size", "emitter_batch_size").replace("CMAES.", "")
-            raise ValueError(f"EvolutionStrategyEmitter: {named}") from None
+            raise ValueError(f"{owner}.x0 must have shape (dim,), got {x0.shape}")
+        check.positive_int(f"{owner}.num_emitters", num_emitters)
+        check_rules(owner, selection_rule, restart_rule)
+        settings = (x0, sigma0, emitter_batch_size, lower, upper, es_options, square_roots)
+        if isinstance(es, AbstractEvolutionStrategy):
+            self.es = _given_es(owner, es, *settings)
+        else:
+            self.es = _named_es(owner, es, *settings)
+        name = es if isinstance(es, str) else type(es).__name__
+        check_population_memory(owner, name, self.es, num_emitters)
         self.x0 = x0
         self.ranker = _ranker(ranker)
         self.num_emitters = num_emitters
@@ -292,7 +361,7 @@ class EvolutionStrategyEmitter(AbstractRestartingEmitter[EvolutionStrategyEmitte
         )
         # Fresh strategies (never due: their square roots are the identity's) where they stop.
         fresh = jax.vmap(self.es.init)(restart_points(repertoire, stop, pick_keys, self.x0))
-        es_state = _where(stop, fresh, es_state)
+        es_state = select(stop, fresh, es_state)
         restarts = state.restarts + stop.astype(jnp.int32)
         # Outside the vmap: only the strategies whose lazy gap has passed decompose.
         return EvolutionStrategyEmitterState(

@@ -20,6 +20,7 @@ from jaxtyping import Array, Float, Int, ScalarLike
 from .. import _validate as check
 from .._cma_es import CMAES, CMAESState, parent_weights
 from .._custom_types import Extra, Genotypes, PRNGKey
+from .._es_base import adam_ascent
 from .._misc import f32
 from .._repertoire import AbstractRepertoire, AddInfo
 from .base import AbstractRestartingEmitter, Lineage, Origin
@@ -239,14 +240,9 @@ class GradientArborescenceEmitter(AbstractRestartingEmitter[GradientArborescence
     def _optimiser_step(self, theta, moment1, moment2, steps, step):
         if self.optimizer == "gradient_ascent":
             return theta + self.lr * step, moment1, moment2, steps
-        gradient = -step
-        steps = steps + 1
-        t = steps.astype(jnp.float32)
-        scale = self.lr * jnp.sqrt(1.0 - self.beta2**t) / (1.0 - self.beta1**t)
-        moment1 = self.beta1 * moment1 + (1.0 - self.beta1) * gradient
-        moment2 = self.beta2 * moment2 + (1.0 - self.beta2) * gradient * gradient
-        theta = theta - scale * moment1 / (jnp.sqrt(moment2) + self.adam_epsilon)
-        return theta, moment1, moment2, steps
+        return adam_ascent(
+            theta, moment1, moment2, steps, step, self.lr, self.beta1, self.beta2, self.adam_epsilon
+        )
 
     def state_update(
         self,
