@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from .._machine import MATMUL_DTYPES
 from .._repertoire import AbstractRepertoire, DNSRepertoire, UnstructuredRepertoire
+from .._strategies import EVOLUTION_STRATEGIES
 from .._tessellation import AbstractTessellation
 from .._validate import non_negative, positive, positive_int
 from ._config import JobConfig, option
@@ -208,6 +209,18 @@ class EmitterOptions(JobConfig):
     num_emitters: int = option(
         15, "CMA emitters side by side (the cma_* emitters share batch_size)", check=positive_int
     )
+    es: str = option(
+        "cma_es",
+        "the CMA emitters' strategy (cma_me, cma_mae): cma_es (full covariance), sep_cma_es, "
+        "lm_ma_es or openai_es (for genotypes too large for a covariance)",
+        check=_one_of(*EVOLUTION_STRATEGIES),
+    )
+    es_vectors: int | None = option(
+        None, "LM-MA-ES's direction vectors (lm_ma_es; default: the per-emitter batch)"
+    )
+    es_learning_rate: float | None = option(
+        None, "OpenAI-ES's Adam learning rate (openai_es; default pyribs' 0.001)"
+    )
     gradient_lr: float = option(1.0, "CMA-MEGA's gradient-ascent step (cma_mega)", check=positive)
     archive_learning_rate: float = option(
         1.0, "CMA-MAE's archive learning rate, in [0, 1] (1 with threshold_min -inf: elitist)"
@@ -231,6 +244,21 @@ class EmitterOptions(JobConfig):
             raise ValueError("archive_learning_rate below 1 needs a finite threshold_min")
         if self.sigma0 is not None and not self.sigma0 > 0:
             raise ValueError(f"sigma0 must be positive, got {self.sigma0}")
+        for key, value, owner in (
+            ("es_vectors", self.es_vectors, "lm_ma_es"),
+            ("es_learning_rate", self.es_learning_rate, "openai_es"),
+        ):
+            if value is not None and self.es != owner:
+                raise ValueError(f"{key} is an option of es {owner!r}; es is {self.es!r}")
+            if value is not None and key == "es_vectors":
+                positive_int(key, value)
+            elif value is not None:
+                positive(key, value)
+        if self.es != "cma_es" and self.emitter not in ("cma_me", "cma_mae"):
+            raise ValueError(
+                f"es {self.es!r} is a choice of the cma_me and cma_mae emitters, not of "
+                f"{self.emitter!r}"
+            )
 
     @property
     def anneals(self) -> bool:

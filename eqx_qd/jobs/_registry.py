@@ -425,10 +425,22 @@ def _cma(name: str) -> Callable[..., AbstractEmitter]:
     ranker, selection, restart = CMA_RULES[name]
 
     def make(
-        *, batch_size: int, task: AbstractTask, sigma0: float = 0.5, num_emitters: int = 15
+        *,
+        batch_size: int,
+        task: AbstractTask,
+        sigma0: float = 0.5,
+        num_emitters: int = 15,
+        es: str = "cma_es",
+        es_vectors: int | None = None,
+        es_learning_rate: float | None = None,
     ) -> AbstractEmitter:
         per = _per_emitter(batch_size, num_emitters, name)
         x0 = task.init_genotypes(1, key=jax.random.key(0))[0]
+        options: dict[str, Any] = {}
+        if es_vectors is not None:
+            options["n_vectors"] = es_vectors
+        if es_learning_rate is not None:
+            options["learning_rate"] = es_learning_rate
         return EvolutionStrategyEmitter(
             x0,
             sigma0,
@@ -437,6 +449,8 @@ def _cma(name: str) -> Callable[..., AbstractEmitter]:
             ranker=ranker,
             selection_rule=selection,
             restart_rule=restart,
+            es=es,
+            es_options=options,
         )
 
     return make
@@ -473,7 +487,10 @@ def _cma_gradient(name: str) -> Callable[..., AbstractEmitter]:
 
 
 EMITTERS.register(
-    "cma_me", _cma("cma_me"), help="CMA-ME: CMA-ES emitters, 2imp / filter / no_improvement"
+    "cma_me",
+    _cma("cma_me"),
+    help="CMA-ME: CMA-ES emitters (es: or sep_cma_es, lm_ma_es, openai_es), 2imp / filter / "
+    "no_improvement",
 )
 EMITTERS.register(
     "cma_mae",

@@ -13,6 +13,7 @@ import pytest
 import eqx_qd as q
 from eqx_qd import jobs
 from eqx_qd.cli import build_parser, main
+from eqx_qd.jobs._map_elites import build_map_elites
 
 
 TINY_ME = dict(
@@ -212,6 +213,25 @@ def test_unknown_names_and_options_are_named():
         jobs.make_agent("td3", q.envs.PointMaze(), hidden=(8,), minibatch_size=4).minibatch_size
         == 4
     )
+
+
+def test_the_cma_emitters_take_the_strategy_and_its_options():
+    """`--es` and its options reach the emitter; an option of another strategy, or a
+    strategy for an emitter that has none, is named before anything runs."""
+    base = dict(task="sphere", genotype_dim=20, emitter="cma_mae", batch_size=20, num_emitters=2)
+    lm = jobs.MAPElitesConfig(**base, es="lm_ma_es", es_vectors=3)
+    algo, _ = build_map_elites(lm)
+    assert isinstance(algo.emitter.es, q.LMMAES) and algo.emitter.es.n_vectors == 3
+    openai = jobs.MAPElitesConfig(**base, es="openai_es", es_learning_rate=0.02)
+    algo, _ = build_map_elites(openai)
+    assert isinstance(algo.emitter.es, q.OpenAIES)
+    assert float(algo.emitter.es.learning_rate) == pytest.approx(0.02)
+    with pytest.raises(ValueError, match="es_vectors is an option of es 'lm_ma_es'; es is"):
+        jobs.MAPElitesConfig(**base, es="sep_cma_es", es_vectors=3)
+    with pytest.raises(ValueError, match="is a choice of the cma_me and cma_mae emitters"):
+        jobs.MAPElitesConfig(task="sphere", es="lm_ma_es")
+    with pytest.raises(ValueError, match="es"):
+        jobs.MAPElitesConfig(**base, es="pycma")
 
 
 def test_the_agent_options_take_the_hidden_products_type():
