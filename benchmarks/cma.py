@@ -1,5 +1,6 @@
-"""CMA-ME / CMA-MAE / CMA-MEGA on pyribs' sphere protocol: ours, or pyribs' (`--peer ribs`, run
-with pyribs' interpreter), for one algorithm and a number of iterations.
+"""CMA-ME / CMA-MAE / CMA-MEGA / OG-MAP-Elites / OMG-MEGA on pyribs' sphere protocol: ours, or
+pyribs' (`--peer ribs`, run with pyribs' interpreter), for one algorithm and a number of
+iterations.
 
 The protocol of pyribs' `examples/sphere.py`: the 100-D projected sphere, a 100 x 100 grid over
 `+-256`, 15 emitters x 36 candidates per iteration (CMA-MEGA: 35 branches and `theta`),
@@ -9,7 +10,12 @@ With `--out`, pyribs' run is also written as a peer run folder (its result archi
 iterations and at the end) that `eqx-qd report` compares with the jobs' runs
 (`benchmarks/cma_seeds.sh`).
 
-Usage: python benchmarks/cma.py [cma_me|cma_mae|cma_mega] [--iterations 500] [--seed 0]
+`--es` runs CMA-ME / CMA-MAE with another strategy (pyribs' `es`: sep_cma_es, lm_ma_es,
+openai_es; each at pyribs' defaults), on both sides.
+
+Usage: python benchmarks/cma.py [cma_me|cma_mae|cma_mega|og_map_elites|omg_mega]
+       [--iterations 500] [--seed 0]
+       [--es cma_es|sep_cma_es|lm_ma_es|openai_es]
        /tmp/ribs_venv/bin/python benchmarks/cma.py cma_me --peer ribs [--out FOLDER]
        JAX_PLATFORMS=cpu /tmp/qdax_venv/bin/python benchmarks/cma.py cma_me --peer qdax
 """
@@ -22,10 +28,16 @@ import numpy as np
 
 
 DIM, CELLS, EMITTERS, BATCH = 100, (100, 100), 15, 36
+# pyribs' sphere example's gradient-operator settings: sigma, sigma_g, measure_gradients,
+# normalize_grad; one emitter of 270 points and their 270 steps.
+GRADIENT_OPERATORS = {
+    "og_map_elites": (0.5, 0.5, False, False),
+    "omg_mega": (0.0, 10.0, True, True),
+}
 BOUND = DIM / 2 * 5.12
 
 
-def ours(algorithm: str, iterations: int, seed: int) -> dict:
+def ours(algorithm: str, iterations: int, seed: int, es: str = "cma_es") -> dict:
     import jax
     import jax.numpy as jnp
     import jax.random as jr
@@ -38,14 +50,20 @@ def ours(algorithm: str, iterations: int, seed: int) -> dict:
     annealing = {}
     if algorithm == "cma_me":
         emitter = q.EvolutionStrategyEmitter(
-            x0, 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH
+            x0, 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH, es=es
         )
     elif algorithm == "cma_mae":
         emitter = q.EvolutionStrategyEmitter(
             x0, 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH,
-            ranker="imp", selection_rule="mu", restart_rule="basic",
+            ranker="imp", selection_rule="mu", restart_rule="basic", es=es,
         )  # fmt: skip
         annealing = dict(archive_learning_rate=0.01, threshold_min=0.0)
+    elif algorithm in GRADIENT_OPERATORS:
+        sigma, sigma_g, measure_gradients, normalize_grad = GRADIENT_OPERATORS[algorithm]
+        emitter = q.GradientOperatorEmitter(
+            task, x0, sigma=sigma, sigma_g=sigma_g, measure_gradients=measure_gradients,
+            normalize_grad=normalize_grad, branches=EMITTERS * BATCH // 2,
+        )  # fmt: skip
     else:
         emitter = q.GradientArborescenceEmitter(
             task, x0, 10.0, 1.0, num_descriptors=2, num_emitters=EMITTERS, branches=BATCH - 1,
@@ -62,7 +80,7 @@ def ours(algorithm: str, iterations: int, seed: int) -> dict:
     jax.block_until_ready(metrics)
     seconds = time.perf_counter() - t0
     return dict(
-        side="eqx_qd", algorithm=algorithm, iterations=iterations, seconds=seconds,
+        side="eqx_qd", algorithm=algorithm, es=es, iterations=iterations, seconds=seconds,
         compile_s=compile_s, qd_score=float(metrics.qd_score[-1]),
         coverage=float(metrics.coverage[-1]),
     )  # fmt: skip
@@ -84,17 +102,26 @@ def _sphere(x):
 
 
 LOG_PERIOD = 50  # the jobs' CMA presets log every 50 iterations too
-_NAMES = {"cma_me": "CMA-ME", "cma_mae": "CMA-MAE", "cma_mega": "CMA-MEGA"}
+_NAMES = {
+    "cma_me": "CMA-ME",
+    "cma_mae": "CMA-MAE",
+    "cma_mega": "CMA-MEGA",
+    "og_map_elites": "OG-MAP-Elites",
+    "omg_mega": "OMG-MEGA",
+}
 
 
-def _write_peer_run(out: str, library: str, algorithm: str, rows: list, fitnesses) -> None:
+def _write_peer_run(
+    out: str, library: str, algorithm: str, rows: list, fitnesses, es: str = "cma_es"
+) -> None:
     """A peer run folder that `eqx-qd report` reads beside the jobs' runs
     (`eqx_qd.jobs.read_peer_curves`): peer.json, progress.csv, fitnesses.npy."""
     import csv
     import os
 
     os.makedirs(out, exist_ok=True)
-    about = {"library": library, "algorithm": _NAMES[algorithm], "task": "projected_sphere"}
+    name = _NAMES[algorithm] + ("" if es == "cma_es" else f" ({es})")  # as `eqx-qd report`
+    about = {"library": library, "algorithm": name, "task": "projected_sphere"}
     with open(os.path.join(out, "peer.json"), "w") as f:
         json.dump(about, f)
     with open(os.path.join(out, "progress.csv"), "w", newline="") as f:
@@ -104,9 +131,28 @@ def _write_peer_run(out: str, library: str, algorithm: str, rows: list, fitnesse
     np.save(os.path.join(out, "fitnesses.npy"), np.asarray(fitnesses, np.float64))
 
 
-def ribs(algorithm: str, iterations: int, seed: int, out: str | None = None) -> dict:
+def _warm_up(es: str) -> None:
+    """One generation of a throwaway pyribs strategy `es`, so numba's compiles of its helpers
+    fall outside the timed loop (as our compile does)."""
+    from ribs.emitters.opt import _get_es
+
+    opt = _get_es(es, sigma0=0.5, solution_dim=DIM, batch_size=BATCH, seed=0)
+    opt.reset(np.zeros(DIM))
+    x = opt.ask()
+    order = np.argsort(-_sphere(x)[0])
+    opt.tell(order, _sphere(x)[0][order], BATCH // 2)
+    opt.check_stop(_sphere(x)[0][order])
+
+
+def ribs(
+    algorithm: str, iterations: int, seed: int, out: str | None = None, es: str = "cma_es"
+) -> dict:
     from ribs.archives import GridArchive
-    from ribs.emitters import EvolutionStrategyEmitter, GradientArborescenceEmitter
+    from ribs.emitters import (
+        EvolutionStrategyEmitter,
+        GradientArborescenceEmitter,
+        GradientOperatorEmitter,
+    )
     from ribs.schedulers import Scheduler
 
     ranges = [(-BOUND, BOUND)] * 2
@@ -114,7 +160,16 @@ def ribs(algorithm: str, iterations: int, seed: int, out: str | None = None) -> 
     archive = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges, seed=seed, **kw)
     result = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges) if kw else None
     seeds = np.random.SeedSequence(seed).spawn(EMITTERS)
-    if algorithm == "cma_mega":
+    dqd = algorithm in ("cma_mega", *GRADIENT_OPERATORS)
+    if algorithm in GRADIENT_OPERATORS:
+        sigma, sigma_g, measure_gradients, normalize_grad = GRADIENT_OPERATORS[algorithm]
+        emitters = [
+            GradientOperatorEmitter(archive, sigma=sigma, sigma_g=sigma_g, x0=np.zeros(DIM),
+                                    measure_gradients=measure_gradients,
+                                    normalize_grad=normalize_grad,
+                                    batch_size=EMITTERS * BATCH // 2, seed=seeds[0])
+        ]  # fmt: skip
+    elif algorithm == "cma_mega":
         emitters = [
             GradientArborescenceEmitter(archive, x0=np.zeros(DIM), sigma0=10.0, lr=1.0,
                                         grad_opt="gradient_ascent", selection_rule="mu",
@@ -129,14 +184,15 @@ def ribs(algorithm: str, iterations: int, seed: int, out: str | None = None) -> 
         )
         emitters = [
             EvolutionStrategyEmitter(archive, x0=np.zeros(DIM), sigma0=0.5, batch_size=BATCH,
-                                     seed=s, **rules)
+                                     seed=s, es=es, **rules)
             for s in seeds
         ]  # fmt: skip
     scheduler = Scheduler(archive, emitters, result)
+    _warm_up(es)  # numba compiles the strategies' helpers on first call: compile apart
     rows = []  # the --out folder's progress: evaluations, qd_score, coverage, max_fitness
     t0 = time.perf_counter()
     for i in range(iterations):
-        if algorithm == "cma_mega":
+        if dqd:
             x = scheduler.ask_dqd()
             objective, measures, jac = _sphere(x)
             scheduler.tell_dqd(objective, measures, jac)
@@ -154,9 +210,9 @@ def ribs(algorithm: str, iterations: int, seed: int, out: str | None = None) -> 
         data = scheduler.result_archive.data(["index", "objective"])
         fitnesses = np.full(CELLS[0] * CELLS[1], -np.inf)
         fitnesses[data["index"]] = data["objective"]
-        _write_peer_run(out, f"pyribs {ribs_version}", algorithm, rows, fitnesses)
+        _write_peer_run(out, f"pyribs {ribs_version}", algorithm, rows, fitnesses, es)
     return dict(
-        side="pyribs", algorithm=algorithm, iterations=iterations, seconds=seconds,
+        side="pyribs", algorithm=algorithm, es=es, iterations=iterations, seconds=seconds,
         qd_score=float(stats.qd_score), coverage=float(stats.coverage),
     )  # fmt: skip
 
@@ -215,20 +271,25 @@ def qdax(algorithm: str, iterations: int, seed: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("algorithm", nargs="?", default="cma_me",
-                        choices=["cma_me", "cma_mae", "cma_mega"])  # fmt: skip
+    parser.add_argument("algorithm", nargs="?", default="cma_me", choices=list(_NAMES))
     parser.add_argument("--iterations", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peer", choices=["ribs", "qdax"], default=None)
     parser.add_argument("--out", help="pyribs' run as a peer run folder for eqx-qd report")
+    parser.add_argument("--es", default="cma_es",
+                        choices=["cma_es", "sep_cma_es", "lm_ma_es", "openai_es"])  # fmt: skip
     args = parser.parse_args()
+    if args.es != "cma_es" and args.algorithm not in ("cma_me", "cma_mae"):
+        parser.error("--es is a choice of cma_me and cma_mae")
     if args.out and args.peer != "ribs":
         parser.error("--out writes pyribs' runs (ours: eqx-qd run map-elites --preset cma-me)")
     if args.peer == "ribs":
-        print(json.dumps(ribs(args.algorithm, args.iterations, args.seed, args.out)))
+        print(json.dumps(ribs(args.algorithm, args.iterations, args.seed, args.out, args.es)))
         return
-    run = {"qdax": qdax, None: ours}[args.peer]
-    print(json.dumps(run(args.algorithm, args.iterations, args.seed)))
+    if args.peer == "qdax":
+        print(json.dumps(qdax(args.algorithm, args.iterations, args.seed)))
+        return
+    print(json.dumps(ours(args.algorithm, args.iterations, args.seed, args.es)))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""One CMA-ES engine's generations: ours (`CMAES`) or evosax's `CMA_ES` (`--side evosax`, run
-with an interpreter that has evosax), for the CMA family's shape: 15 strategies x 36
-candidates x 100 variables, vmapped, `--generations` in one `lax.scan` on the shifted sphere,
-the better half as parents. Prints one JSON line: seconds per generation (median of
-`--rounds`, compile apart) and the best fitness reached.
+"""One evolution strategy's generations: ours (`CMAES`, or `--es` another of
+`EVOLUTION_STRATEGIES`) or evosax's counterpart (`--side evosax`, run with an interpreter that
+has evosax: `CMA_ES`, `Sep_CMA_ES`, `LM_MA_ES`, `Open_ES` with Adam), for the CMA family's
+shape: 15 strategies x 36 candidates x `--dim` variables (100), vmapped, `--generations` in
+one `lax.scan` on the shifted sphere, the better half as parents. Prints one JSON line: seconds
+per generation (median of `--rounds`, compile apart) and the best fitness reached.
 
-Usage: python benchmarks/cma_engine.py [--side ours|evosax] [--generations 200] [--rounds 3]
+Usage: python benchmarks/cma_engine.py [--side ours|evosax] [--es cma_es] [--dim 100]
+       [--generations 200] [--rounds 3]
 """
 
 import argparse
@@ -24,10 +26,10 @@ def _loss(x):  # the sphere, shifted to 2.048: minimised
     return jnp.sum((x - 2.048) ** 2, axis=-1)
 
 
-def ours(generations: int):
+def ours(generations: int, name: str = "cma_es"):
     import eqx_qd as q
 
-    es = q.CMAES(N, B, sigma0=0.5)
+    es = q.EVOLUTION_STRATEGIES[name](N, B, 0.5)
 
     def step(state, key):
         keys = jr.split(key, E)
@@ -42,11 +44,20 @@ def ours(generations: int):
     return init, step
 
 
-def evosax(generations: int):
-    from evosax.algorithms import CMA_ES
+def evosax(generations: int, name: str = "cma_es"):
+    import optax
+    from evosax import algorithms
 
-    strategy = CMA_ES(population_size=B, solution=jnp.zeros(N))
-    params = strategy.default_params.replace(std_init=0.5)
+    cls = {"cma_es": "CMA_ES", "sep_cma_es": "Sep_CMA_ES", "lm_ma_es": "LM_MA_ES"}.get(name)
+    if cls is None:  # OpenAI-ES with Adam, pyribs' default rate
+        strategy = algorithms.Open_ES(
+            population_size=B, solution=jnp.zeros(N), optimizer=optax.adam(1e-3),
+            std_schedule=optax.constant_schedule(0.5),
+        )  # fmt: skip
+        params = strategy.default_params
+    else:
+        strategy = getattr(algorithms, cls)(population_size=B, solution=jnp.zeros(N))
+        params = strategy.default_params.replace(std_init=0.5)
 
     def step(state, key):
         ask_keys, tell_keys = jr.split(key)
@@ -64,10 +75,15 @@ def evosax(generations: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--side", choices=["ours", "evosax"], default="ours")
+    parser.add_argument("--es", default="cma_es",
+                        choices=["cma_es", "sep_cma_es", "lm_ma_es", "openai_es"])  # fmt: skip
+    parser.add_argument("--dim", type=int, default=100)
     parser.add_argument("--generations", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    init, step = (ours if args.side == "ours" else evosax)(args.generations)
+    global N
+    N = args.dim
+    init, step = (ours if args.side == "ours" else evosax)(args.generations, args.es)
     run = jax.jit(lambda s, k: jax.lax.scan(step, s, jr.split(k, args.generations)))
     t0 = time.perf_counter()
     compiled = run.lower(init, jr.key(1)).compile()
@@ -80,7 +96,8 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
         best = float(jnp.min(losses))
     out = dict(
-        side=args.side, generations=args.generations, compile_s=round(compile_s, 2),
+        side=args.side, es=args.es, dim=args.dim, generations=args.generations,
+        compile_s=round(compile_s, 2),
         ms_per_generation=round(1000 * statistics.median(times) / args.generations, 3),
         best_loss=best,
     )  # fmt: skip

@@ -48,6 +48,7 @@ from ._emitters.gradient_arborescence import (
     GradientArborescenceEmitter as GradientArborescenceEmitter,
     GradientArborescenceEmitterState as GradientArborescenceEmitterState,
 )
+from ._emitters.gradient_operator import GradientOperatorEmitter as GradientOperatorEmitter
 from ._emitters.mixing import MixingEmitter as MixingEmitter
 from ._emitters.rankers import AbstractRanker as AbstractRanker, ranker as ranker
 from ._es_base import AbstractEvolutionStrategy as AbstractEvolutionStrategy
@@ -92,6 +93,7 @@ from ._qdrl.scoring import (
     ChunkedScorer as ChunkedScorer,
     DiscardDead as DiscardDead,
     episode_transitions as episode_transitions,
+    FlatPolicyTask as FlatPolicyTask,
     PolicyScorer as PolicyScorer,
     reevaluate as reevaluate,
     Reevaluation as Reevaluation,
@@ -109,6 +111,7 @@ from ._repertoire import (
     elites_box as elites_box,
     init_repertoire as init_repertoire,
     MAPElitesRepertoire as MAPElitesRepertoire,
+    SlidingBoundariesRepertoire as SlidingBoundariesRepertoire,
     to_dataframe as to_dataframe,
     UnstructuredRepertoire as UnstructuredRepertoire,
 )
@@ -138,6 +141,7 @@ from ._tasks import (
 )
 from ._tessellation import (
     AbstractTessellation as AbstractTessellation,
+    CategoricalTessellation as CategoricalTessellation,
     CVTTessellation as CVTTessellation,
     GridTessellation as GridTessellation,
 )
@@ -191,6 +195,7 @@ __all__ = [
     "conditioned_transitions",
     "cqd_score",
     "cvt_centroids",
+    "CategoricalTessellation",
     "CVTTessellation",
     "dcrl_emitter",
     "DCRLEmitter",
@@ -213,6 +218,7 @@ __all__ = [
     "Genotypes",
     "GradientArborescenceEmitter",
     "GradientArborescenceEmitterState",
+    "GradientOperatorEmitter",
     "GridTessellation",
     "init_repertoire",
     "init_sharded",
@@ -236,6 +242,7 @@ __all__ = [
     "PBTEmitterConfig",
     "PBTEmitterState",
     "pgame_emitter",
+    "FlatPolicyTask",
     "PolicyScorer",
     "PolynomialMutation",
     "PRNGKey",
@@ -267,6 +274,7 @@ __all__ = [
     "OpenAIES",
     "OpenAIESState",
     "SepCMAES",
+    "SlidingBoundariesRepertoire",
     "SepCMAESState",
     "EVOLUTION_STRATEGIES",
 ]

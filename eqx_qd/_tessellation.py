@@ -1,14 +1,16 @@
 """Cells of a repertoire: how a descriptor maps to a cell index.
 
-Two tessellations: a regular grid (index computed arithmetically) and a centroidal Voronoi
-tessellation (CVT, index of the nearest centroid, through a bucket index where one pays). CVT
-centroids come from k-means written in JAX (`_kmeans.py`).
+Three tessellations: a regular grid (index computed arithmetically), the cells of categorical
+descriptors (each combination of categories a cell), and a centroidal Voronoi tessellation
+(CVT, index of the nearest centroid, through a bucket index where one pays). CVT centroids
+come from k-means written in JAX (`_kmeans.py`).
 """
 
 import abc
 import os
 import typing
 from collections.abc import Sequence
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -89,6 +91,71 @@ class GridTessellation(AbstractTessellation):
         scaled = (descriptors - self.minval[None]) / (self.maxval - self.minval)[None] * bins
         # NaN descriptors floor to an arbitrary cell; callers mask them (they are never inserted).
         return _flat_cell(scaled, self.bins)
+
+
+@typing.final
+class CategoricalTessellation(AbstractTessellation):
+    """Descriptors from finite sets: dimension `i` takes one of `categories[i]` (numbers; give
+    names a code each, `0, 1, ...`), and each combination is a cell, in row-major order over
+    the dimensions (pyribs' `CategoricalArchive`). A `MAPElitesRepertoire` over it is that
+    archive, annealing included.
+
+    A finite descriptor outside its dimension's set is an error naming it, at run time
+    (`eqx.error_if`: the program stops before the candidate is stored). A failed evaluation's
+    NaN descriptor is not an error: the repertoire refuses it as it refuses any.
+
+    **Arguments:** `categories`, one sequence of distinct numbers per descriptor dimension.
+    """
+
+    categories: tuple[tuple[float, ...], ...] = eqx.field(static=True)
+    centroids: Centroids
+
+    def __init__(self, categories: Sequence[Any]):
+        try:
+            cats = tuple(tuple(float(c) for c in dim) for dim in categories)
+        except (TypeError, ValueError):
+            raise ValueError(
+                "CategoricalTessellation.categories must be sequences of numbers (give named "
+                f"categories a code each), got {categories!r}"
+            ) from None
+        if not cats or any(len(dim) == 0 for dim in cats):
+            raise ValueError(
+                "CategoricalTessellation.categories needs at least one dimension and one "
+                f"category per dimension, got {categories!r}"
+            )
+        for i, dim in enumerate(cats):
+            if not all(np.isfinite(dim)):
+                raise ValueError(f"CategoricalTessellation.categories[{i}] must be finite: {dim}")
+            if len(set(dim)) != len(dim):
+                raise ValueError(f"CategoricalTessellation.categories[{i}] repeats a value: {dim}")
+        self.categories = cats
+        mesh = jnp.meshgrid(*[jnp.asarray(dim, jnp.float32) for dim in cats], indexing="ij")
+        self.centroids = jnp.stack([m.reshape(-1) for m in mesh], axis=-1)
+
+    @property
+    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+        """The smallest and largest category of each dimension."""
+        low = jnp.asarray([min(dim) for dim in self.categories], jnp.float32)
+        high = jnp.asarray([max(dim) for dim in self.categories], jnp.float32)
+        return low, high
+
+    def index(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
+        _check_points(descriptors, self.num_descriptors)
+        coords, unknown = [], jnp.zeros(descriptors.shape[:1], bool)
+        for i, dim in enumerate(self.categories):
+            column = descriptors[:, i].astype(jnp.float32)
+            matches = column[:, None] == jnp.asarray(dim, jnp.float32)[None, :]
+            coords.append(jnp.argmax(matches, axis=1).astype(jnp.int32))
+            unknown = unknown | (~jnp.any(matches, axis=1) & jnp.isfinite(column))
+        sizes = tuple(len(dim) for dim in self.categories)
+        strides = np.cumprod((1, *sizes[::-1]))[:-1][::-1].astype(np.int32)
+        cells = jnp.sum(jnp.stack(coords, axis=1) * jnp.asarray(strides)[None], axis=1)
+        return eqx.error_if(
+            cells,
+            jnp.any(unknown),
+            "CategoricalTessellation.index: a descriptor is not one of its dimension's "
+            f"categories {self.categories}",
+        )
 
 
 @typing.final

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._custom_types import PRNGKey
 from .._repertoire import AbstractCellRepertoire, AbstractRepertoire, MAPElitesRepertoire
+from .._tessellation import CategoricalTessellation
 from .runner import Broken, ID_OFFSET, keep_python_random, known_laws, one_at_a_time, run_laws
 
 
@@ -107,6 +108,7 @@ class _RepertoireContext:
             unit = np.asarray(offer.descriptors, np.float32).reshape(batch_size, -1)
             with np.errstate(invalid="ignore", over="ignore"):
                 descriptors = (low + unit * (high - low)).astype(np.float32)
+            descriptors = _in_the_categories(start, descriptors)
             extra = None
             if start.extra is not None:
                 extra = jax.tree.map(
@@ -120,6 +122,23 @@ class _RepertoireContext:
     @staticmethod
     def add(repertoire: AbstractRepertoire, c: _Candidates):
         return _add(repertoire, c.genotypes, c.descriptors, c.fitnesses, c.extra)
+
+
+def _in_the_categories(repertoire: AbstractRepertoire, descriptors: np.ndarray) -> np.ndarray:
+    """Over categorical cells, each finite drawn descriptor moved to its dimension's nearest
+    category (a value outside the sets is an error by contract, not a case); NaN and
+    infinities stay."""
+    cells = getattr(repertoire, "tessellation", None)
+    if not isinstance(cells, CategoricalTessellation):
+        return descriptors
+    out = descriptors.copy()
+    for i, dim in enumerate(cells.categories):
+        values = np.asarray(dim, np.float32)
+        column = out[:, i]
+        finite = np.isfinite(column)
+        nearest = values[np.argmin(np.abs(column[finite, None] - values[None, :]), axis=1)]
+        column[finite] = nearest
+    return out
 
 
 def _draw_rows(rng: np.random.Generator, stored, batch_size: int) -> np.ndarray:
@@ -213,8 +232,13 @@ def _reference_add(rep: AbstractRepertoire, c: _Candidates):
     desc = np.asarray(rep.descriptors).copy()
     rows = [np.asarray(x).copy() for x in jax.tree.leaves(rep.genotypes)]
     offered = [np.asarray(x) for x in jax.tree.leaves(c.genotypes)]
-    cells = np.asarray(rep.cell_of(jnp.where(c.valid()[:, None], c.descriptors, 0.0)))
-    for i in np.flatnonzero(c.valid()):
+    valid = c.valid()
+    if not valid.any():
+        return fit, desc, rows
+    # Refused candidates are looked up at a valid one's descriptor, which any cells accept.
+    stand_in = c.descriptors[np.argmax(valid)][None, :]
+    cells = np.asarray(rep.cell_of(jnp.where(valid[:, None], c.descriptors, stand_in)))
+    for i in np.flatnonzero(valid):
         cell = cells[i]
         if c.fitnesses[i] > fit[cell]:
             fit[cell], desc[cell] = c.fitnesses[i], c.descriptors[i]
@@ -257,7 +281,10 @@ def _law_rep_order(ctx: _RepertoireContext) -> None:
     stores the same elites in the same slots."""
     c = ctx.offers[1]
     valid = c.valid()
-    cells = np.asarray(ctx.after_first.cell_of(jnp.where(valid[:, None], c.descriptors, 0.0)))
+    if not valid.any():
+        return
+    stand_in = c.descriptors[np.argmax(valid)][None, :]  # as in `_reference_add`
+    cells = np.asarray(ctx.after_first.cell_of(jnp.where(valid[:, None], c.descriptors, stand_in)))
     pairs = [(cells[i], c.fitnesses[i]) for i in np.flatnonzero(valid)]
     if len(set(pairs)) < len(pairs):
         return  # a tie in a cell: the lowest index wins, which the order decides
@@ -336,7 +363,8 @@ def check_repertoire(
 
     - `repertoire`: the repertoire to start from (usually empty: `MAPElitesRepertoire.empty`,
       your class's constructor); the batches' genotypes are shaped like its rows, their
-      descriptors drawn around its `extent` (NaN and infinities included).
+      descriptors drawn around its `extent` (NaN and infinities included; over a
+      `CategoricalTessellation`, each finite one moved to its nearest category).
     - `batch_size`: candidates per batch.
     - `elitist`: whether `add` keeps, per cell or slot, only strictly fitter candidates, so
       that the `elitist` and `reference` laws apply. `None`: a `MAPElitesRepertoire` without

@@ -8,11 +8,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._tasks import AbstractScorer
+from .._tasks import AbstractScorer, AbstractTask
 from ..envs._base import AbstractQDEnv, EnvState
 from ..envs._rollout import _play_many, Episode, rollout_states, Transition
 from ..rl._base import AbstractAgent
@@ -107,6 +108,68 @@ class PolicyScorer(AbstractScorer):
             episodes.transitions.next_state_desc, episodes.valid
         )
         return episodes.returns, descriptors, ScoringExtra(episodes)
+
+
+@typing.final
+class FlatPolicyTask(AbstractTask):
+    """Policies as flat parameter vectors: a task whose genotypes are `(batch, genotype_dim)`
+    rows, each unravelled into a policy shaped like `template` and played by a `PolicyScorer`
+    on `env`. The ES emitters (CMA-ME, CMA-MAE, and at neural-network sizes their scalable
+    strategies: `EvolutionStrategyEmitter(es="lm_ma_es")`) search flat vectors; this is how
+    they search policies, as pyribs' scalable CMA-MAE trains controllers.
+
+    **Fields:** `scorer`, the `PolicyScorer`; `template`, a policy (any module `obs ->
+    action`) whose array leaves give the shapes and whose other leaves (activations, sizes)
+    every genotype shares; `genotype_dim` (static), the number of its parameters, in
+    `jax.flatten_util.ravel_pytree` order.
+    """
+
+    scorer: PolicyScorer
+    template: eqx.Module
+    genotype_dim: int = eqx.field(static=True)
+
+    def __init__(self, env: AbstractQDEnv, template: eqx.Module):
+        self.scorer = PolicyScorer(env)
+        self.template = template
+        params = eqx.filter(template, eqx.is_array)
+        self.genotype_dim = int(ravel_pytree(params)[0].shape[0])
+        if self.genotype_dim == 0:
+            raise ValueError("FlatPolicyTask: the template policy has no array parameters")
+
+    @property
+    def num_descriptors(self) -> int:
+        return self.scorer.env.descriptor_size
+
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        """The environment's per-dimension bounds' lowest and highest."""
+        lower, upper = self.scorer.env.descriptor_bounds
+        return float(min(lower)), float(max(upper))
+
+    @property
+    def qd_offset(self) -> float:
+        return self.scorer.qd_offset
+
+    def flatten(self, policy: eqx.Module) -> Float[Array, " genotype_dim"]:
+        """`policy`'s parameters as one genotype (the inverse of `policies` for one row)."""
+        return ravel_pytree(eqx.filter(policy, eqx.is_array))[0]
+
+    def policies(self, genotypes: Float[Array, "batch genotype_dim"]) -> eqx.Module:
+        """The stacked population of policies the rows of `genotypes` hold."""
+        check.rows("FlatPolicyTask: genotypes", genotypes, (self.genotype_dim,))
+        params, static = eqx.partition(self.template, eqx.is_array)
+        _, unravel = ravel_pytree(params)
+        return eqx.combine(jax.vmap(unravel)(genotypes), static)
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch num_descriptors"], ScoringExtra]:
+        return self.scorer(self.policies(genotypes), key=key)
+
+    def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
+        """`num` copies of the template's parameters (the ES emitters start their strategies
+        at the first; build the template with the initialisation you want them to start from)."""
+        return jnp.broadcast_to(self.flatten(self.template), (num, self.genotype_dim))
 
 
 def _population_size(policies) -> int:

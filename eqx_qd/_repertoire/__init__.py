@@ -14,6 +14,7 @@ from ._dns import (
     DNSRepertoire as DNSRepertoire,
 )
 from ._export import to_dataframe as to_dataframe
+from ._sliding import SlidingBoundariesRepertoire as SlidingBoundariesRepertoire
 from ._tessellated import (
     Annealing as Annealing,
     bytes_per_cell as bytes_per_cell,

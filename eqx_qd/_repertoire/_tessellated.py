@@ -200,7 +200,10 @@ class MAPElitesRepertoire(AbstractCellRepertoire):
         fitnesses = fitnesses.astype(jnp.float32)
         n = self.num_cells
         valid = valid_candidates(fitnesses, descriptors)
-        cells = self.tessellation.index(jnp.where(valid[:, None], descriptors, 0.0))
+        # A refused candidate is looked up at the first centroid, a point every tessellation
+        # accepts (0.0 may not be a category of a CategoricalTessellation).
+        stand_in = self.tessellation.centroids[0][None, :]
+        cells = self.tessellation.index(jnp.where(valid[:, None], descriptors, stand_in))
         offered = jnp.where(valid, fitnesses, -jnp.inf)
         previous = self.fitnesses[cells]
         occupied = jnp.isfinite(previous)

@@ -222,6 +222,12 @@ class EmitterOptions(JobConfig):
         None, "OpenAI-ES's Adam learning rate (openai_es; default pyribs' 0.001)"
     )
     gradient_lr: float = option(1.0, "CMA-MEGA's gradient-ascent step (cma_mega)", check=positive)
+    operator_sigma: float | None = option(
+        None, "the gradient-operator emitters' elite perturbation (og_map_elites 0.5, omg_mega 0)"
+    )
+    gradient_sigma: float | None = option(
+        None, "the gradient-operator emitters' gradient step (og_map_elites 0.5, omg_mega 10)"
+    )
     archive_learning_rate: float = option(
         1.0, "CMA-MAE's archive learning rate, in [0, 1] (1 with threshold_min -inf: elitist)"
     )
@@ -244,6 +250,9 @@ class EmitterOptions(JobConfig):
             raise ValueError("archive_learning_rate below 1 needs a finite threshold_min")
         if self.sigma0 is not None and not self.sigma0 > 0:
             raise ValueError(f"sigma0 must be positive, got {self.sigma0}")
+        for key in ("operator_sigma", "gradient_sigma"):
+            if getattr(self, key) is not None:
+                non_negative(key, getattr(self, key))
         for key, value, owner in (
             ("es_vectors", self.es_vectors, "lm_ma_es"),
             ("es_learning_rate", self.es_learning_rate, "openai_es"),

@@ -59,7 +59,8 @@ class MAPElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions
 
 def _sphere_protocol(emitter: str, **more: Any) -> dict[str, Any]:
     """pyribs' `examples/sphere.py` protocol: the 100-D projected sphere, a 100 x 100 grid,
-    15 emitters x 36 candidates, 10,000 iterations."""
+    15 emitters x 36 candidates (the gradient-operator emitters: 270 points and their 270
+    steps), 10,000 iterations."""
     return dict(
         task="projected_sphere",
         genotype_dim=100,
@@ -80,6 +81,8 @@ MAPElitesConfig.PRESETS = {
     "cma-mae": _sphere_protocol("cma_mae", archive_learning_rate=0.01, threshold_min=0.0),
     "cma-mega": _sphere_protocol("cma_mega"),
     "cma-maega": _sphere_protocol("cma_maega", archive_learning_rate=0.01, threshold_min=0.0),
+    "og-map-elites": _sphere_protocol("og_map_elites"),
+    "omg-mega": _sphere_protocol("omg_mega"),
 }
 MAPElitesConfig.RENAMED = {"log_period": "log_every"}  # an older folder's key
 

@@ -26,6 +26,7 @@ import jax
 from .._emitters.base import AbstractEmitter
 from .._emitters.evolution_strategy import EvolutionStrategyEmitter
 from .._emitters.gradient_arborescence import GradientArborescenceEmitter
+from .._emitters.gradient_operator import GradientOperatorEmitter
 from .._emitters.mixing import MixingEmitter
 from .._tasks import AbstractTask, Arm, ProjectedSphere, Rastrigin, Sphere
 from .._variation import GaussianMutation, IsoLineVariation
@@ -486,6 +487,56 @@ def _cma_gradient(name: str) -> Callable[..., AbstractEmitter]:
     return make
 
 
+# pyribs' sphere example's settings for the gradient-operator emitters (sigma, sigma_g,
+# measure_gradients, normalize_grad).
+GRADIENT_OPERATOR_RULES = {
+    "og_map_elites": (0.5, 0.5, False, False),
+    "omg_mega": (0.0, 10.0, True, True),
+}
+
+
+def _gradient_operator(name: str) -> Callable[..., AbstractEmitter]:
+    sigma_default, sigma_g_default, measure_gradients, normalize_grad = GRADIENT_OPERATOR_RULES[
+        name
+    ]
+
+    def make(
+        *,
+        batch_size: int,
+        task: AbstractTask,
+        operator_sigma: float | None = None,
+        gradient_sigma: float | None = None,
+    ) -> AbstractEmitter:
+        if batch_size % 2:
+            raise ValueError(
+                f"emitter {name}: batch_size ({batch_size}) must be even (half points, half "
+                "their gradient steps)"
+            )
+        x0 = task.init_genotypes(1, key=jax.random.key(0))[0]
+        return GradientOperatorEmitter(
+            task,
+            x0,
+            sigma=sigma_default if operator_sigma is None else operator_sigma,
+            sigma_g=sigma_g_default if gradient_sigma is None else gradient_sigma,
+            measure_gradients=measure_gradients,
+            normalize_grad=normalize_grad,
+            branches=batch_size // 2,
+        )
+
+    return make
+
+
+EMITTERS.register(
+    "og_map_elites",
+    _gradient_operator("og_map_elites"),
+    help="OG-MAP-Elites: elites + N(0, 0.5^2), then a 0.5 step along the fitness gradient",
+)
+EMITTERS.register(
+    "omg_mega",
+    _gradient_operator("omg_mega"),
+    help="OMG-MEGA: elites stepped by a random mix (sigma_g 10) of normalised fitness and "
+    "descriptor gradients",
+)
 EMITTERS.register(
     "cma_me",
     _cma("cma_me"),

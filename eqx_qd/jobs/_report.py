@@ -27,7 +27,14 @@ fraction of the cells; `plain_qd_score` and `averaged_max_fitness` are PGA-ME's)
 P_METHODS = ("auto", "exact", "asymptotic")
 
 
-_CMA = {"cma_me": "CMA-ME", "cma_mae": "CMA-MAE", "cma_mega": "CMA-MEGA", "cma_maega": "CMA-MAEGA"}
+_CMA = {
+    "cma_me": "CMA-ME",
+    "cma_mae": "CMA-MAE",
+    "cma_mega": "CMA-MEGA",
+    "cma_maega": "CMA-MAEGA",
+    "og_map_elites": "OG-MAP-Elites",
+    "omg_mega": "OMG-MEGA",
+}
 _WITHOUT_CELLS = {"dns": "DNS", "unstructured": "novelty archive"}
 
 
@@ -36,7 +43,8 @@ def group_of(result: RunResult) -> str:
     without its policy gradients (`gradient_op = false`) is `MAP-Elites`; the DCRL-ME job
     without actor injection (`ai_batch_size = 0`) is `DCG-ME`; a MAP-Elites job
     is named by its emitter (`CMA-ME`, ..., `MAP-Elites` for the GA, its emitter added when
-    not iso-line) and its repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
+    not iso-line), its strategy when not full CMA-ES (`CMA-MAE (lm_ma_es)`) and its
+    repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
     `MAP-Elites (novelty archive)`)."""
     config = result.config
     job = config.JOB
@@ -49,6 +57,8 @@ def group_of(result: RunResult) -> str:
         algorithm = _CMA.get(
             emitter, "MAP-Elites" if emitter == "iso_line" else f"MAP-Elites ({emitter})"
         )
+        if getattr(config, "es", "cma_es") != "cma_es":
+            algorithm = f"{algorithm} ({config.es})"  # type: ignore[attr-defined]
         kind = _WITHOUT_CELLS.get(getattr(config, "repertoire", "cvt"))
         if kind == "DNS" and algorithm == "MAP-Elites":
             algorithm = "DNS"

@@ -331,3 +331,44 @@ def test_the_bucket_index_on_centroids_sharing_a_coordinate():
     points = jnp.asarray(np.stack([rng.uniform(size=500), rng.uniform(0.0, 1.0, 500)], axis=1))
     full = q.CVTTessellation(centroids, index_min_cells=10**6)
     np.testing.assert_array_equal(indexed.index(points), full.index(points))
+
+
+# --- Categorical descriptors ---------------------------------------------------------------------
+
+
+CATEGORICAL = q.CategoricalTessellation([(0, 1, 2), (-1.0, 3.0)])
+
+
+def test_each_combination_of_categories_is_a_cell_in_row_major_order():
+    assert CATEGORICAL.num_cells == 6 and CATEGORICAL.num_descriptors == 2
+    descriptors = jnp.asarray([[0, -1], [0, 3], [1, -1], [2, 3], [1, 3]], jnp.float32)
+    np.testing.assert_array_equal(CATEGORICAL.index(descriptors), [0, 1, 2, 5, 3])
+    # The centroids are the combinations themselves, in cell order.
+    np.testing.assert_array_equal(CATEGORICAL.index(CATEGORICAL.centroids), np.arange(6))
+    low, high = CATEGORICAL.extent
+    np.testing.assert_array_equal(low, [0, -1]) and np.testing.assert_array_equal(high, [2, 3])
+
+
+def test_a_categorical_repertoire_keeps_one_elite_per_combination():
+    repertoire = q.MAPElitesRepertoire.empty(CATEGORICAL, jnp.zeros(3))
+    descriptors = jnp.asarray([[1, 3], [1, 3], [2, -1], [jnp.nan, 3]], jnp.float32)
+    fitnesses = jnp.asarray([1.0, 5.0, 2.0, 9.0])
+    repertoire, _ = eqx.filter_jit(lambda r, g, d, f: r.add(g, d, f))(
+        repertoire, jnp.arange(12.0).reshape(4, 3), descriptors, fitnesses
+    )
+    assert int(repertoire.num_filled) == 2  # the NaN descriptor is refused, not an error
+    assert float(repertoire.fitnesses[3]) == 5.0 and float(repertoire.fitnesses[4]) == 2.0
+
+
+def test_a_descriptor_outside_its_categories_is_named():
+    with pytest.raises(Exception, match=r"a descriptor is not one of its dimension's categories"):
+        index = eqx.filter_jit(lambda cells, d: cells.index(d))
+        jax.block_until_ready(index(CATEGORICAL, jnp.asarray([[0.0, 3.0], [0.5, 3.0]])))
+    with pytest.raises(ValueError, match=r"categories\[1\] repeats a value"):
+        q.CategoricalTessellation([(0, 1), (2, 2)])
+    with pytest.raises(ValueError, match=r"must be sequences of numbers"):
+        q.CategoricalTessellation([("walk", "run")])
+    with pytest.raises(ValueError, match=r"at least one dimension and one category"):
+        q.CategoricalTessellation([(0, 1), ()])
+    with pytest.raises(ValueError, match=r"categories\[0\] must be finite"):
+        q.CategoricalTessellation([(0, float("inf"))])

@@ -58,6 +58,8 @@ def _builtin(name: str) -> q.AbstractEmitter:
     if name == "bandit":
         pool = [jobs.make_emitter("cma_me", batch_size=4, task=TASK, num_emitters=1)] * 3
         return q.BanditEmitter(pool, 2)
+    if name in ("og_map_elites", "omg_mega"):
+        return jobs.make_emitter(name, batch_size=6, task=TASK)
     return jobs.make_emitter(name, batch_size=6, task=TASK, num_emitters=2)
 
 
@@ -68,6 +70,8 @@ BUILTIN = [
     "cma_mae",
     "cma_mega",
     "cma_maega",
+    "og_map_elites",
+    "omg_mega",
     "composed",
     "bandit",
 ]
@@ -76,7 +80,8 @@ BUILTIN = [
 @pytest.mark.parametrize("name", BUILTIN)
 def test_builtin_emitters_keep_every_law(name):
     emitter = _builtin(name)
-    scoring = TASK if name.startswith("cma_mega") or name.startswith("cma_maega") else None
+    differentiates = ("cma_mega", "cma_maega", "og_map_elites", "omg_mega")
+    scoring = TASK if name in differentiates else None
     check_emitter(emitter, POPULATION, scoring_fn=scoring, max_examples=5)
 
 
@@ -159,6 +164,9 @@ def _repertoire(name: str) -> q.AbstractRepertoire:
     if name == "cvt":
         centroids = jr.uniform(jr.key(0), (12, 2))
         return q.MAPElitesRepertoire.empty(q.CVTTessellation(centroids), GENOTYPE)
+    if name == "categorical":
+        cells = q.CategoricalTessellation([(0.0, 0.5, 1.0), (-1.0, 3.0)])
+        return q.MAPElitesRepertoire.empty(cells, GENOTYPE)
     if name == "annealing":  # CMA-MAE's archive
         return q.MAPElitesRepertoire.empty(GRID, GENOTYPE, learning_rate=0.5, threshold_min=-50.0)
     if name == "dns":
@@ -167,7 +175,7 @@ def _repertoire(name: str) -> q.AbstractRepertoire:
 
 
 @pytest.mark.parametrize(
-    "name", ["grid", "grid_with_ids", "cvt", "annealing", "dns", "unstructured"]
+    "name", ["grid", "grid_with_ids", "cvt", "categorical", "annealing", "dns", "unstructured"]
 )
 def test_builtin_repertoires_keep_every_law_that_applies(name):
     check_repertoire(_repertoire(name), max_examples=10)
