@@ -42,7 +42,9 @@ instead of ``v1``), pgame,
 dcrl_me (QDax: our ``peers/qdax_dcrl_me.py``, no peer script covers it; QDax on brax v1 as
 the pgame row),
 dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mepbt (QDax); ppo, ippo
-(jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax;
+(jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax,
+sep_cma_mae, lm_ma_mae, openai_es_mae (CMA-MAE with pyribs' scalable strategies),
+og_map_elites, omg_mega (pyribs' gradient-operator emitter);
 dns, dns_add, dns_add10k (QDax's repository DNS: ``$EQX_QD_QDAX_HEAD``, see ``dns.py``),
 dns_ribs (pyribs' ``DNSArchive``).
 The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
@@ -403,10 +405,11 @@ def _sac(
 _SPLIT_TITLE = "SAC population as above, split over 2 host devices (ours {}, QDax float32)"
 
 
-def _cma(algorithm: str, title: str, peer: str = "pyribs 0.12") -> _Versus:
+def _cma(algorithm: str, title: str, peer: str = "pyribs 0.12", es: str = "cma_es") -> _Versus:
     """A CMA-family row: ``cma.py`` on pyribs' sphere protocol (100-D, 100 x 100 grid, 15 x 36),
-    500 iterations, ours against pyribs' (or QDax's CMA-ME); seconds, compile apart for ours."""
-    ours = [os.path.join(HERE, "cma.py"), algorithm, "--iterations", "500"]
+    500 iterations, ours against pyribs' (or QDax's CMA-ME), with the strategy ``es``; seconds,
+    compile apart for ours (and numba's for pyribs' strategies)."""
+    ours = [os.path.join(HERE, "cma.py"), algorithm, "--iterations", "500", "--es", es]
     python = (lambda a: a.ribs_python) if peer.startswith("pyribs") else (lambda a: a.qdax_python)
     flag = "ribs" if peer.startswith("pyribs") else "qdax"
     return _Versus(
@@ -513,6 +516,11 @@ VERSUS = {
     "cma_mae": _cma("cma_mae", "CMA-MAE (lr 0.01), as above"),
     "cma_mega": _cma("cma_mega", "CMA-MEGA (gradient ascent), as above"),
     "cma_me_qdax": _cma("cma_me", "CMA-ME as above, QDax's improvement emitters", "QDax 0.5.0"),
+    "sep_cma_mae": _cma("cma_mae", "CMA-MAE with sep-CMA-ES, as above", es="sep_cma_es"),
+    "lm_ma_mae": _cma("cma_mae", "CMA-MAE with LM-MA-ES, as above", es="lm_ma_es"),
+    "openai_es_mae": _cma("cma_mae", "CMA-MAE with OpenAI-ES, as above", es="openai_es"),
+    "og_map_elites": _cma("og_map_elites", "OG-MAP-Elites, as above, 270 points + 270 steps"),
+    "omg_mega": _cma("omg_mega", "OMG-MEGA, as above, 270 points + 270 steps"),
     "dns": _dns("loop", _DNS_LOOP, "QDax repository"),
     "dns_ribs": _dns("loop", _DNS_LOOP, "pyribs 0.12"),
     "dns_add": _dns("insert", _DNS_ADD.format(1024), "QDax repository"),

@@ -314,6 +314,7 @@ def _run(emitter, iterations, key):
     return q.run(algo, state, iterations, key=jr.fold_in(key, 1))
 
 
+@pytest.mark.slow
 def test_the_emitter_runs_the_strategy_it_is_given(getkey):
     for name, cls in q.EVOLUTION_STRATEGIES.items():
         assert type(_mae(name).es) is cls

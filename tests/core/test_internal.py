@@ -73,6 +73,7 @@ def test_filter_cond_and_while_loop_carry_non_array_leaves():
         filter_cond(True, swap, lambda m: m, c)
 
 
+@pytest.mark.slow  # a statistical test of many draws
 def test_random_permutation_is_a_uniform_permutation():
     from eqx_qd.internal import random_permutation
 

@@ -124,6 +124,7 @@ def test_emptied_keeps_the_settings_and_the_first_bounds():
     assert not np.array_equal(ours.extent[0], LOWER)  # ours remapped
 
 
+@pytest.mark.slow
 def test_map_elites_runs_on_it(getkey):
     task = q.Arm(4)
     archive = q.SlidingBoundariesRepertoire.empty(

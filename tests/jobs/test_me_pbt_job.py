@@ -57,6 +57,7 @@ def test_the_me_pbt_command_s_run_replays_its_elites_and_reports(tmp_path, capsy
     assert "rounds to 0 agents" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_run_folders_plot_repertoires_of_any_dimension(tmp_path):
     from eqx_qd.jobs._qd_outputs import write_qd_outputs
 

@@ -77,7 +77,10 @@ BUILTIN = [
 ]
 
 
-@pytest.mark.parametrize("name", BUILTIN)
+# The bandit's law runs in the whole suite (its members' emitters are in the fast tier).
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] * (n == "bandit")) for n in BUILTIN]
+)
 def test_builtin_emitters_keep_every_law(name):
     emitter = _builtin(name)
     differentiates = ("cma_mega", "cma_maega", "og_map_elites", "omg_mega")
@@ -111,6 +114,7 @@ def test_the_qd_rl_emitters_keep_every_law():
                   scoring_fn=q.PolicyScorer(maze, agent=td3), max_examples=2)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_dcrl_me_emitter_keeps_every_law():
     """DCRL-ME's (GA + conditioned policy gradients + injected actors), on policies scored by
     their episodes (a test of its own: the suite's two workers share the QD x RL laws)."""
@@ -185,7 +189,15 @@ def test_the_docs_repertoire_keeps_every_law():
     check_repertoire(SimpleGrid.create(DIM), elitist=True, max_examples=10)
 
 
-@pytest.mark.parametrize("planted", list(PLANTED_REPERTOIRES), ids=lambda c: c.__name__)
+# The fast tier keeps one planted repertoire (the cheapest); the whole suite all of them.
+@pytest.mark.parametrize(
+    "planted",
+    [
+        pytest.param(c, marks=[pytest.mark.slow] * (c.__name__ != "StoresNaN"))
+        for c in PLANTED_REPERTOIRES
+    ],
+    ids=lambda c: c.__name__,
+)
 def test_each_planted_repertoire_breaks_its_law_by_name(planted):
     law = PLANTED_REPERTOIRES[planted]
     with pytest.raises(LawBroken) as caught:
@@ -221,10 +233,11 @@ AGENTS = {
 }  # fmt: skip
 
 
-# The fast tier keeps one on-policy and the user's off-policy agent; the whole suite all five.
+# The fast tier keeps the user's off-policy agent (the on-policy ones run their contract there,
+# `tests/rl/test_contract.py`); the whole suite all five.
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=[pytest.mark.slow] * (n in ("td3", "sac", "ippo"))) for n in AGENTS],
+    [pytest.param(n, marks=[pytest.mark.slow] * (n != "ddpg")) for n in AGENTS],
 )
 def test_builtin_agents_and_the_users_ddpg_keep_every_law(name):
     agent, env = AGENTS[name]
@@ -305,7 +318,12 @@ class _Constant(q.rl.AbstractPolicy):
         return self.value
 
 
-@pytest.mark.parametrize("name", sorted(RANKERS))
+# The novelty rankers' laws run in the whole suite (`test_beyond_cells.py` checks them against
+# their references in the fast tier).
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=[pytest.mark.slow] * (n in ("novelty", "nslc"))) for n in RANKERS],
+)
 def test_builtin_rankers_keep_every_law(name):
     """Every built-in ranker puts failed candidates last (issue 76, item 1: `imp`, `obj`,
     `rd`, `novelty` and `nslc` had put them first; the law then found `obj` and `rd` ranking a

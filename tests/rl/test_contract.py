@@ -86,7 +86,10 @@ def test_every_agent_acts_trains_and_evaluates(name):
         assert bool(jnp.all(space.contains(getattr(pop.agent_state.hparams, hp_name))))
 
 
-@pytest.mark.parametrize("name", SINGLE)
+# The fast tier keeps the user's agent; the whole suite every one.
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] * (n != "ddpg")) for n in SINGLE]
+)
 def test_me_pbt_over_every_agent(name):
     agent = AGENTS[name]
     config = q.PBTEmitterConfig(

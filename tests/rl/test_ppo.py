@@ -342,6 +342,7 @@ def test_zero_learning_rates_leave_networks_unchanged():
 _TRAIN = eqx.filter_jit(lambda agent, run, n, key: agent.train(LINE, run, n, key=key))
 
 
+@pytest.mark.slow
 def test_training_in_two_calls_with_one_key_equals_one_call():
     """Iteration `i`'s key is the call's key folded with `i`: 1 + 2 iterations with one key
     are the 3-iteration run, and a second call with the first's key does not replay its noise
@@ -358,6 +359,7 @@ def test_training_in_two_calls_with_one_key_equals_one_call():
     assert not bool(eqx.tree_equal(other.agent_state.actor, twice.agent_state.actor))
 
 
+@pytest.mark.slow
 def test_sweep_is_one_vmap_over_hyperparameters():
     agent = line_agent()
     grid = q.rl.PPOHParams.stack([FAST_HPARAMS, q.rl.PPOHParams(actor_lr=0.0, critic_lr=3e-3)])
