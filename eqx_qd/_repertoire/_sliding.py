@@ -100,16 +100,17 @@ class SlidingBoundariesRepertoire(AbstractRepertoire):
         check.positive(f"{owner}: epsilon", epsilon)
         low, high = _bounds(lower, len(dims), "lower"), _bounds(upper, len(dims), "upper")
         check.ordered(f"{owner}: lower", low, f"{owner}: upper", high)
-        edges = np.full((len(dims), max(dims) + 1), np.nan, np.float32)
-        for i, (d, lo, hi) in enumerate(zip(dims, np.asarray(low), np.asarray(high))):
-            edges[i, : d + 1] = np.linspace(lo, hi, d + 1)
+        # In jnp: `MAPElites.init` calls `emptied` under `jit`, with the bounds traced.
+        edges = jnp.full((len(dims), max(dims) + 1), jnp.nan, jnp.float32)
+        for i, d in enumerate(dims):
+            edges = edges.at[i, : d + 1].set(jnp.linspace(low[i], high[i], d + 1))
         cells = math.prod(dims)
         return cls(
             genotypes=tree_zeros_batch(genotype, cells),
             fitnesses=jnp.full((cells,), -jnp.inf, jnp.float32),
             descriptors=jnp.zeros((cells, len(dims)), jnp.float32),
             extra=None if extra is None else tree_zeros_batch(extra, cells),
-            boundaries=jnp.asarray(edges),
+            boundaries=edges,
             filled_order=jnp.full((cells,), _NEVER, jnp.int32),
             buffer_genotypes=tree_zeros_batch(genotype, buffer_capacity),
             buffer_fitnesses=jnp.full((buffer_capacity,), -jnp.inf, jnp.float32),

@@ -11,9 +11,14 @@ from typing import Any
 import jax.numpy as jnp
 
 from .._machine import MATMUL_DTYPES
-from .._repertoire import AbstractRepertoire, DNSRepertoire, UnstructuredRepertoire
+from .._repertoire import (
+    AbstractRepertoire,
+    DNSRepertoire,
+    SlidingBoundariesRepertoire,
+    UnstructuredRepertoire,
+)
 from .._strategies import EVOLUTION_STRATEGIES
-from .._tessellation import AbstractTessellation
+from .._tessellation import AbstractTessellation, GridTessellation
 from .._validate import non_negative, positive, positive_int
 from ._config import JobConfig, option
 from ._registry import AGENTS, EMITTERS, ENVIRONMENTS
@@ -113,15 +118,18 @@ class AgentOptions(JobConfig):
 @dataclasses.dataclass(frozen=True)
 class RepertoireOptions(JobConfig):
     """Which repertoire a QD job keeps: one elite per cell (`cvt`; `grid` in the MAP-Elites
-    job), or a repertoire without cells (`dns`, `unstructured`) of `capacity` elites, reported
-    on a passive archive over the job's cells (`MAPElites.init(..., result=)`)."""
+    job), a repertoire without cells (`dns`, `unstructured`) of `capacity` elites, or a grid
+    whose boundaries move with the data (`sliding`, `cells` bins per descriptor); the last
+    three are reported on a passive archive over the job's cells
+    (`MAPElites.init(..., result=)`)."""
 
     repertoire: str = option(
         "cvt",
         "cvt | grid: one elite per cell; dns | unstructured: no cells (Dominated Novelty "
-        "Search's population, novelty search's archive), reported on a passive archive over "
+        "Search's population, novelty search's archive); sliding: pyribs' sliding-boundaries "
+        "grid of cells bins per descriptor; the last three reported on a passive archive over "
         "the job's cells",
-        check=_one_of("cvt", "grid", "dns", "unstructured"),
+        check=_one_of("cvt", "grid", "dns", "unstructured", "sliding"),
     )
     capacity: int | None = option(
         None, "dns / unstructured: elites kept (default: as many as the job's cells)"
@@ -135,27 +143,60 @@ class RepertoireOptions(JobConfig):
     local_competition: bool = option(
         True, "unstructured: a candidate that is not novel may replace its worse nearest elite"
     )
+    remap_frequency: int = option(
+        100, "sliding: candidates between two remaps of the boundaries", check=positive_int
+    )
+    buffer_capacity: int | None = option(
+        None, "sliding: recent candidates the boundaries follow (default: 1,000 or the batch)"
+    )
 
     def check(self) -> None:
         super().check()
         if self.capacity is not None and self.capacity < 1:
             raise ValueError(f"capacity must be a positive integer, got {self.capacity}")
+        if self.buffer_capacity is not None:
+            positive_int("buffer_capacity", self.buffer_capacity)
 
     @property
     def cell_free(self) -> bool:
-        """Whether the repertoire has no cells (DNS, the unstructured archive)."""
-        return self.repertoire in ("dns", "unstructured")
+        """Whether the repertoire has no fixed cells (DNS, the unstructured archive, the
+        sliding-boundaries grid): it is reported on a passive archive, and cannot anneal."""
+        return self.repertoire in ("dns", "unstructured", "sliding")
 
     def repertoire_for(
-        self, tessellation: AbstractTessellation, num_descriptors: int
+        self, tessellation: AbstractTessellation, num_descriptors: int, *, largest_batch: int
     ) -> AbstractTessellation | AbstractRepertoire:
         """What `MAPElites.init` builds the repertoire from: the tessellation itself, or an
         empty DNS / unstructured repertoire of `capacity` (default: the tessellation's cells),
-        which `init` shapes after the initial population."""
+        or an empty sliding-boundaries grid (a grid's bins per descriptor, or about as many
+        cells as a CVT's, over its extent; a buffer of `buffer_capacity`, by default pyribs'
+        1,000 or `largest_batch`, the most candidates one insertion offers), which `init`
+        shapes after the initial population."""
         if not self.cell_free:
             return tessellation
         capacity = self.capacity or tessellation.num_cells
         placeholder = jnp.zeros(())  # MAPElites.init re-shapes it (AbstractRepertoire.emptied)
+        if self.repertoire == "sliding":
+            if isinstance(tessellation, GridTessellation):
+                dims = tessellation.bins
+            else:
+                dims = (max(1, round(tessellation.num_cells ** (1 / num_descriptors))),)
+                dims = dims * num_descriptors
+            buffer = self.buffer_capacity or max(1000, largest_batch)
+            if buffer < largest_batch:
+                raise ValueError(
+                    f"buffer_capacity ({buffer}) must be at least the {largest_batch} candidates "
+                    "one insertion offers: a batch would push its own candidates out"
+                )
+            lower, upper = tessellation.extent
+            return SlidingBoundariesRepertoire.empty(
+                dims,
+                lower,
+                upper,
+                placeholder,
+                remap_frequency=self.remap_frequency,
+                buffer_capacity=buffer,
+            )
         if self.repertoire == "dns":
             return DNSRepertoire.empty(capacity, placeholder, num_descriptors, k=self.neighbours)
         return UnstructuredRepertoire.empty(

@@ -199,7 +199,9 @@ class _ExternalPlan:
         tess_key, self.init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
         self.algorithm, _ = build_map_elites(config, self.task)
         tessellation = build_tessellation(config, self.task, key=tess_key)
-        self.repertoire = config.repertoire_for(tessellation, config.num_descriptors)
+        self.repertoire = config.repertoire_for(
+            tessellation, config.num_descriptors, largest_batch=config.batch_size
+        )
         self.result = config.result_for(tessellation)
         self.genotypes = self.task.init_genotypes(config.batch_size, key=pop_key)
         self.keys = iteration_keys(config, key=run_key)

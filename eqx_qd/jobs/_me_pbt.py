@@ -259,7 +259,8 @@ class _MEPBTJob(LoopJob[_MEPBTPlan, Any]):
             num_samples=config.cvt_samples,
             key=cvt_key,
         )
-        repertoire = config.repertoire_for(cells, env.descriptor_size)
+        largest = config.devices * emitter.batch_size
+        repertoire = config.repertoire_for(cells, env.descriptor_size, largest_batch=largest)
         result = config.result_for(cells)
         if mesh is not None:
             genotypes = emitter.initial_genotypes(config.devices * emitter.batch_size, key=pop_key)

@@ -573,7 +573,8 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
         genotypes = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(
             jr.split(pop_key, config.random_init)
         )
-        repertoire = config.repertoire_for(tessellation, env.descriptor_size)
+        largest = max(config.batch_size * config.devices, config.random_init)
+        repertoire = config.repertoire_for(tessellation, env.descriptor_size, largest_batch=largest)
         result = config.result_for(tessellation)
         init_args = (
             algo,

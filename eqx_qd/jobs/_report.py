@@ -35,7 +35,7 @@ _CMA = {
     "og_map_elites": "OG-MAP-Elites",
     "omg_mega": "OMG-MEGA",
 }
-_WITHOUT_CELLS = {"dns": "DNS", "unstructured": "novelty archive"}
+_WITHOUT_CELLS = {"dns": "DNS", "unstructured": "novelty archive", "sliding": "sliding boundaries"}
 
 
 def group_of(result: RunResult) -> str:

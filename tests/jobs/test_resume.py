@@ -506,20 +506,24 @@ def test_a_cma_run_lengthened_equals_the_longer_run(tmp_path, preset):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("repertoire", ["dns", "unstructured"])
+@pytest.mark.parametrize("repertoire", ["dns", "unstructured", "sliding"])
 def test_a_run_without_cells_resumes_equal_and_reports_its_result_grid(tmp_path, repertoire):
     small = dict(
         genotype_dim=6, cells=4, grid=True, batch_size=8, log_every=2, repertoire=repertoire,
-        capacity=24, novelty_threshold=0.05,
+        capacity=24, novelty_threshold=0.05, remap_frequency=10,  # sliding remaps 5 times
     )  # fmt: skip
     config = jobs.MAPElitesConfig(iterations=6, **small)
     longer = jobs.run(config, tmp_path / "long", progress=False, plots=False)
     jobs.run(jobs.MAPElitesConfig(iterations=2, **small), tmp_path / "short", progress=False)
     again = jobs.resume(tmp_path / "short", iterations=6, progress=False, plots=False)
     assert _same_arrays(_key_data(longer.state), _key_data(again.state))
-    kind = {"dns": eqx_qd.DNSRepertoire, "unstructured": eqx_qd.UnstructuredRepertoire}
+    kind = {
+        "dns": eqx_qd.DNSRepertoire,
+        "unstructured": eqx_qd.UnstructuredRepertoire,
+        "sliding": eqx_qd.SlidingBoundariesRepertoire,
+    }
     assert isinstance(longer.state.repertoire, kind[repertoire])
-    assert longer.state.repertoire.capacity == 24
+    assert longer.state.repertoire.capacity == (16 if repertoire == "sliding" else 24)
     # What the folder holds and reports is the passive 4 x 4 grid, as for any grid run.
     assert longer.repertoire.num_cells == 16
     loaded = jobs.load_run(tmp_path / "long")
