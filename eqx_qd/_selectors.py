@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from . import _validate as check
 from ._custom_types import PRNGKey
@@ -81,12 +81,26 @@ def uniform_filled(
     are filled; with none filled the indices are 0 and no error is raised, for callers that
     fall back to something else (a restarting emitter's first mean)."""
     filled = jnp.isfinite(fitnesses)
-    num_filled = jnp.sum(filled, dtype=jnp.int32)
-    # Positions of the filled cells, packed at the front; a uniform draw over that prefix
-    # costs O(num_cells + num) instead of a categorical over all cells per draw.
-    (packed,) = jnp.nonzero(filled, size=fitnesses.shape[0], fill_value=0)
+    counts = filled_counts(filled)  # counts[i]: filled cells among 0..i
+    num_filled = counts[-1]
+    # The d-th filled cell is the first whose count reaches d + 1: O(num_cells + num log
+    # num_cells), the same cells `nonzero`'s packed positions give, at a fraction of its cost
+    # on a CPU (a categorical over all cells per draw would be O(num_cells num)).
     draws = jr.randint(key, (num,), 0, jnp.maximum(num_filled, 1))
-    return packed[draws].astype(jnp.int32), num_filled
+    cells = jnp.searchsorted(counts, draws + 1, side="left").astype(jnp.int32)
+    return jnp.where(num_filled > 0, cells, 0), num_filled
+
+
+def filled_counts(filled: Bool[Array, " n"]) -> Int[Array, " n"]:
+    """The inclusive running count of `filled`, `(n,)` int32, by blocks of 128: XLA's CPU
+    cumulative sum over one long axis is several times slower than over short rows."""
+    n, width = filled.shape[0], 128
+    num_blocks = -(-n // width)
+    rows = jnp.pad(filled.astype(jnp.int32), (0, num_blocks * width - n))
+    rows = rows.reshape(num_blocks, width)
+    within = jnp.cumsum(rows, axis=1)
+    before = jnp.cumsum(within[:, -1]) - within[:, -1]
+    return (within + before[:, None]).reshape(-1)[:n]
 
 
 @typing.final

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import eqx_qd as q
+from eqx_qd._selectors import filled_counts, uniform_filled
 
 
 BATCH, DIM = 16, 5
@@ -244,3 +245,27 @@ def test_uniform_mutation_draws_uniformly_at_its_rate():
     grid = np.linspace(1.6, 2.4, 81)
     assert _max_cdf_gap(moved, lambda g: np.clip((g - 1.6) / 0.8, 0.0, 1.0), grid) < 0.01
     assert moved.min() >= 1.6 and moved.max() <= 2.4
+
+
+@given(
+    size=st.sampled_from([1, 5, 127, 128, 129, 1000]),
+    share=st.sampled_from([0.0, 0.01, 0.5, 1.0]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_uniform_draws_are_the_filled_cells_packed_positions(size, share, seed):
+    """The d-th filled cell found by a search in the running counts is the one a packed list
+    of the filled cells (`nonzero`) holds at d: the same draws as before the search, on any
+    size around the counts' blocks of 128, empty and full included."""
+    key = jr.key(seed)
+    fitnesses = jnp.where(jr.uniform(jr.fold_in(key, 1), (size,)) < share, 1.0, -jnp.inf)
+    cells, num_filled = _UNIFORM(fitnesses, key)
+    filled = np.isfinite(np.asarray(fitnesses))
+    np.testing.assert_array_equal(filled_counts(jnp.asarray(filled)), np.cumsum(filled))
+    assert int(num_filled) == filled.sum()
+    draws = np.asarray(jr.randint(key, (37,), 0, max(int(filled.sum()), 1)))
+    packed = np.flatnonzero(filled)
+    want = packed[draws] if filled.any() else np.zeros(37, np.int32)
+    np.testing.assert_array_equal(cells, want)
+
+
+_UNIFORM = eqx.filter_jit(lambda f, k: uniform_filled(f, 37, key=k))
