@@ -26,6 +26,7 @@ from ._es_base import (
     default_batch_size,
     flat,
     if_parents,
+    parent_weights as parent_weights,
     resample_in_bounds,
     RESAMPLE_TRIES as RESAMPLE_TRIES,
     select,
@@ -96,20 +97,6 @@ class CMAESState(eqx.Module):
     uncertainty: Float[Array, ""]
     evaluations: Int[Array, ""]
     updated_at: Int[Array, ""]
-
-
-def parent_weights(
-    num_parents: int | Int[Array, ""], batch_size: int, xp: types.ModuleType = jnp
-) -> Float[Array | np.ndarray, " batch"]:
-    """Recombination weights of the `num_parents` best of a batch of `batch_size`:
-    `log(mu + 1/2) - log(i)` for ranks `i = 1..mu`, normalised to sum 1; zero past `mu`.
-    (`xp=numpy` computes them on the host in float64, as pyribs does, for the sizes fixed at
-    construction.)"""
-    dtype = jnp.float32 if xp is jnp else np.float64
-    ranks = xp.arange(1, batch_size + 1, dtype=dtype)
-    mu = xp.asarray(num_parents).astype(dtype)
-    raw = xp.where(ranks <= mu, xp.log(mu + 0.5) - xp.log(ranks), 0.0)
-    return raw / xp.maximum(xp.sum(raw), 1e-30)
 
 
 @typing.final

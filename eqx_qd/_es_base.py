@@ -15,6 +15,7 @@ OpenAI-ES divides by its step size).
 
 import abc
 import math
+import types
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -22,6 +23,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from equinox import AbstractVar
 from jaxtyping import Array, Bool, Float, Int, PyTree, ScalarLike
 
@@ -87,6 +89,20 @@ def resample_in_bounds(
 
     _, solutions, _ = jax.lax.while_loop(cond, body, (key, solutions, i32(1)))
     return jnp.clip(solutions, lower[None, :], upper[None, :])
+
+
+def parent_weights(
+    num_parents: int | Int[Array, ""], batch_size: int, xp: types.ModuleType = jnp
+) -> Float[Array | np.ndarray, " batch"]:
+    """Recombination weights of the `num_parents` best of a batch of `batch_size`:
+    `log(mu + 1/2) - log(i)` for ranks `i = 1..mu`, normalised to sum 1; zero past `mu`.
+    (`xp=numpy` computes them on the host in float64, as pyribs does, for the sizes fixed at
+    construction.)"""
+    dtype = jnp.float32 if xp is jnp else np.float64
+    ranks = xp.arange(1, batch_size + 1, dtype=dtype)
+    mu = xp.asarray(num_parents).astype(dtype)
+    raw = xp.where(ranks <= mu, xp.log(mu + 0.5) - xp.log(ranks), 0.0)
+    return raw / xp.maximum(xp.sum(raw), 1e-30)
 
 
 def check_bounds(

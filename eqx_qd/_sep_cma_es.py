@@ -10,7 +10,6 @@ import jax.random as jr
 from jaxtyping import Array, Bool, Float, Int, ScalarLike
 
 from . import _validate as check
-from ._cma_es import parent_weights
 from ._custom_types import PRNGKey
 from ._es_base import (
     AbstractEvolutionStrategy,
@@ -18,6 +17,7 @@ from ._es_base import (
     default_batch_size,
     flat,
     if_parents,
+    parent_weights,
     resample_in_bounds,
 )
 from ._misc import f32, i32
