@@ -28,7 +28,6 @@ from ._custom_types import (
 from ._emitters.bandit import (
     BanditEmitter as BanditEmitter,
     BanditEmitterState as BanditEmitterState,
-    ucb1_choice as ucb1_choice,
 )
 from ._emitters.base import (
     AbstractEmitter as AbstractEmitter,
@@ -70,12 +69,9 @@ from ._metrics import (
 from ._nearest import nearest_centroid as nearest_centroid
 from ._openai_es import OpenAIES as OpenAIES, OpenAIESState as OpenAIESState
 from ._qdrl.dcrl import (
-    conditioned_transitions as conditioned_transitions,
     dcrl_emitter as dcrl_emitter,
     DCRLEmitter as DCRLEmitter,
     DCRLEmitterState as DCRLEmitterState,
-    descriptor_similarity as descriptor_similarity,
-    DescriptorTransition as DescriptorTransition,
     inject_actor as inject_actor,
     normalise_descriptors as normalise_descriptors,
 )
@@ -105,10 +101,8 @@ from ._repertoire import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,
     Annealing as Annealing,
-    competition_fitness as competition_fitness,
     DNSRepertoire as DNSRepertoire,
     Elites as Elites,
-    elites_box as elites_box,
     init_repertoire as init_repertoire,
     MAPElitesRepertoire as MAPElitesRepertoire,
     SlidingBoundariesRepertoire as SlidingBoundariesRepertoire,
@@ -137,7 +131,6 @@ from ._tasks import (
     ProjectedSphere as ProjectedSphere,
     Rastrigin as Rastrigin,
     Sphere as Sphere,
-    uniform_genotypes as uniform_genotypes,
 )
 from ._tessellation import (
     AbstractTessellation as AbstractTessellation,
@@ -190,9 +183,7 @@ __all__ = [
     "ChunkedScorer",
     "CMAES",
     "CMAESState",
-    "competition_fitness",
     "ComposedEmitter",
-    "conditioned_transitions",
     "cqd_score",
     "cvt_centroids",
     "CategoricalTessellation",
@@ -200,14 +191,11 @@ __all__ = [
     "dcrl_emitter",
     "DCRLEmitter",
     "DCRLEmitterState",
-    "descriptor_similarity",
     "Descriptors",
-    "DescriptorTransition",
     "device_mesh",
     "DiscardDead",
     "DNSRepertoire",
     "Elites",
-    "elites_box",
     "envs",
     "episode_transitions",
     "EvolutionStrategyEmitter",
@@ -263,8 +251,6 @@ __all__ = [
     "Sphere",
     "StepInfo",
     "to_dataframe",
-    "ucb1_choice",
-    "uniform_genotypes",
     "UniformMutation",
     "UniformSelector",
     "UnstructuredRepertoire",

@@ -16,6 +16,11 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
 - **the machine** (`machine()`, a `Machine`): what the package reads of it at run time (JAX's
   backend, the CPU and its vector features) for the choices whose faster code path depends on
   it, and `host_devices_per_core` (one host device per usable core, before JAX starts).
+- **parts of the algorithms, for variants of them**: `elites_box` (the box around a
+  repertoire's elites, the `extent` of one without bounds), `uniform_genotypes` (a task's
+  uniform initial genotypes), `competition_fitness` (DNS's), `ucb1_choice` (the bandit's),
+  and DCRL-ME's descriptor-conditioned transitions (`DescriptorTransition`,
+  `descriptor_similarity`, `conditioned_transitions`).
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
   `check.fraction`, `check.in_range`, `check.finite`, ...) every `__check_init__` uses, with
   `is_concrete`.
@@ -24,6 +29,7 @@ Semi-public: documented and tested, but it may change faster than the top level.
 """
 
 from . import _validate as check
+from ._emitters.bandit import ucb1_choice as ucb1_choice
 from ._machine import (
     host_devices_per_core as host_devices_per_core,
     Machine as Machine,
@@ -45,8 +51,18 @@ from ._misc import (
     tree_top_k as tree_top_k,
     tree_zeros_batch as tree_zeros_batch,
 )
-from ._repertoire import bytes_per_cell as bytes_per_cell
+from ._qdrl.dcrl import (
+    conditioned_transitions as conditioned_transitions,
+    descriptor_similarity as descriptor_similarity,
+    DescriptorTransition as DescriptorTransition,
+)
+from ._repertoire import (
+    bytes_per_cell as bytes_per_cell,
+    competition_fitness as competition_fitness,
+    elites_box as elites_box,
+)
 from ._sharded import place_sharded as place_sharded, scan_sharded as scan_sharded
+from ._tasks import uniform_genotypes as uniform_genotypes
 from ._validate import is_concrete as is_concrete
 
 
@@ -54,6 +70,11 @@ __all__ = [
     "batch_size_of",
     "bytes_per_cell",
     "check",
+    "competition_fitness",
+    "conditioned_transitions",
+    "descriptor_similarity",
+    "DescriptorTransition",
+    "elites_box",
     "f32",
     "filter_cond",
     "filter_scan",
@@ -61,8 +82,8 @@ __all__ = [
     "host_devices_per_core",
     "i32",
     "is_concrete",
-    "Machine",
     "machine",
+    "Machine",
     "place_sharded",
     "random_permutation",
     "scan_sharded",
@@ -73,4 +94,6 @@ __all__ = [
     "tree_take",
     "tree_top_k",
     "tree_zeros_batch",
+    "ucb1_choice",
+    "uniform_genotypes",
 ]

@@ -60,7 +60,7 @@ class DNSRepertoire(AbstractRepertoire):
 
     `add` pools the stored solutions with the batch, gives each its competition fitness (the
     mean distance in descriptor space to its `k` nearest fitter solutions of the pool, `+inf`
-    for a solution nothing beats: `eqx_qd.competition_fitness`) and keeps the
+    for a solution nothing beats: `eqx_qd.internal.competition_fitness`) and keeps the
     `capacity` highest, ties to the lower pool position (stored solutions first, then the
     batch in order). A solution survives by being good for where it is: the best of a region
     always does, a solution crowded by fitter neighbours does not. No descriptor bounds are

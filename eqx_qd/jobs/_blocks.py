@@ -291,9 +291,12 @@ class EmitterOptions(JobConfig):
             raise ValueError("archive_learning_rate below 1 needs a finite threshold_min")
         if self.sigma0 is not None and not self.sigma0 > 0:
             raise ValueError(f"sigma0 must be positive, got {self.sigma0}")
-        for key in ("operator_sigma", "gradient_sigma"):
-            if getattr(self, key) is not None:
-                non_negative(key, getattr(self, key))
+        for key, value in (
+            ("operator_sigma", self.operator_sigma),
+            ("gradient_sigma", self.gradient_sigma),
+        ):
+            if value is not None:
+                non_negative(key, value)
         for key, value, owner in (
             ("es_vectors", self.es_vectors, "lm_ma_es"),
             ("es_learning_rate", self.es_learning_rate, "openai_es"),

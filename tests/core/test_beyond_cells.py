@@ -98,7 +98,7 @@ def _pool(draw, n_min=1, n_max=12, width=2):
     return f, d
 
 
-_competition = eqx.filter_jit(q.competition_fitness)
+_competition = eqx.filter_jit(q.internal.competition_fitness)
 
 
 @given(pool=_pool(), k=st.integers(1, 4), count_equal=st.booleans())

@@ -775,7 +775,7 @@ def test_ucb1_choice_is_pyribs_choice():
         reselect = active & (rng.random(n) < 0.5)
         selections = rng.integers(0, 4, n).astype(np.float32) * 12
         successes = np.minimum(rng.integers(0, 30, n), selections).astype(np.float32)
-        got = q.ucb1_choice(
+        got = q.internal.ucb1_choice(
             jnp.asarray(active), jnp.asarray(reselect), jnp.asarray(successes),
             jnp.asarray(selections), k, 0.05,
         )  # fmt: skip
@@ -802,7 +802,7 @@ def test_ucb1_choice_weighs_exploration_by_its_formula():
         if np.min(np.diff(ucb)) < 1e-4 * np.max(np.abs(ucb)):
             continue
         none = np.zeros(n, bool)
-        got = q.ucb1_choice(
+        got = q.internal.ucb1_choice(
             jnp.asarray(none), jnp.asarray(none), jnp.asarray(successes),
             jnp.asarray(selections), k, zeta,
         )  # fmt: skip

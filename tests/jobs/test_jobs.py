@@ -323,7 +323,7 @@ class _Ring(q.AbstractTask):
         return 1.0
 
     def init_genotypes(self, num, *, key):
-        return q.uniform_genotypes(self, num, key=key)
+        return q.internal.uniform_genotypes(self, num, key=key)
 
     def __call__(self, genotypes, *, key):
         radius = jnp.linalg.norm(genotypes[:, :2] - 0.5, axis=-1)

@@ -60,7 +60,7 @@ def test_normalisation_and_similarity_by_hand():
     d = jnp.array([[0.0, 1.0], [1.0, 4.0]])
     np.testing.assert_allclose(q.normalise_descriptors(d, low, high), [[0, -0.5], [1, 1]])
     t = jnp.array([[0.3, -0.1], [1.0, 1.0]])
-    got = q.descriptor_similarity(jnp.array([[0.0, 0.3], [1.0, 1.0]]), t, jnp.float32(0.1))
+    got = q.internal.descriptor_similarity(jnp.array([[0.0, 0.3], [1.0, 1.0]]), t, jnp.float32(0.1))
     np.testing.assert_allclose(got, [np.exp(-0.5 / 0.1), 1.0], rtol=1e-6)
 
 
@@ -82,14 +82,14 @@ def test_conditioned_critic_loss_and_target_by_hand(scored, getkey):
     f = lambda *shape: rng.uniform(-1, 1, shape).astype(np.float32)
     obs, action, next_obs, desc, target = f(n, 2), f(n, 2), f(n, 2), f(n, 2), f(n, 2)
     reward, terminated = f(n), np.array([0, 1, 0, 0, 1, 0], np.float32)
-    rows = q.DescriptorTransition(
+    rows = q.internal.DescriptorTransition(
         q.envs.Transition(
             *map(jnp.asarray, (obs, action, reward, next_obs, terminated, np.zeros(n, np.float32)))
         ),  # fmt: skip
         jnp.asarray(desc),
         jnp.asarray(target),
     )
-    batch = q.conditioned_transitions(rows, jnp.float32(0.5), 1.5)
+    batch = q.internal.conditioned_transitions(rows, jnp.float32(0.5), 1.5)
     key = getkey()
     got = emitter.conditioned_agent.critic_loss(state.critic, state, batch, key=key)
 
