@@ -344,6 +344,7 @@ def test_dns_in_the_loop_reports_a_passive_grid_and_learns(getkey):
     assert float(history.coverage[-1]) == pytest.approx(float(state.result.num_filled) / 64)
 
 
+@pytest.mark.slow
 def test_novelty_search_with_an_es_emitter(getkey):
     es = q.EvolutionStrategyEmitter(
         jnp.zeros(4),

@@ -244,6 +244,7 @@ def test_builtin_agents_and_the_users_ddpg_keep_every_law(name):
     check_agent(agent, env, max_examples=2)
 
 
+@pytest.mark.slow
 def test_the_normalising_base_of_a_planted_agent_keeps_every_law():
     check_agent(Normalising(DDPG(**OFF, hidden=8)), MAZE, max_examples=2)
 

@@ -196,6 +196,7 @@ def test_state_update_labels_every_row_with_its_target(scored, getkey):
     np.testing.assert_array_equal(new.pg_targets, repertoire.descriptors[new.pg_cells])
 
 
+@pytest.mark.slow
 def test_dcg_me_plays_the_conditioned_actor_for_data(scored, getkey):
     policies, descriptors, fitnesses, extra, repertoire = scored
     emitter = _emitter(pg_batch_size=4, ai_batch_size=0, actor_evals=3, scorer=SCORER)

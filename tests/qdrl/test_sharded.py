@@ -35,8 +35,10 @@ CONFIG = q.PBTEmitterConfig(
 )  # fmt: skip
 
 
-# One device is in the slow tier: `test_me_pbt.py` keeps ME-PBT's invariants there in the fast one.
-@pytest.mark.parametrize("devices", [pytest.param(1, marks=pytest.mark.slow), 4])
+# In the slow tier: `test_me_pbt.py` keeps ME-PBT's invariants in the fast one, and the
+# population tests below keep a mesh there.
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 4])
 def test_me_pbt_over_a_mesh_keeps_its_invariants(devices):
     assert len(jax.devices()) >= devices, "conftest asks for 4 host devices"
     config = dataclasses.replace(CONFIG, num_devices=devices)
@@ -130,6 +132,7 @@ def test_population_training_splits_over_the_mesh():
         q.rl.train_population_sharded(AGENT, ENV, pop, 1, mesh=q.device_mesh(3), key=jr.key(0))
 
 
+@pytest.mark.slow
 def test_population_training_does_not_depend_on_the_layout():
     """Each member trains with the key `train_population` gives it, wherever it lies: over 1,
     2 or 4 devices, the same population."""

@@ -54,6 +54,7 @@ def test_agent_learns_the_point_maze_with_bfloat16_products(name):
     assert float(jnp.mean(evaluation.returns)) > -60.0  # as in float32 (random: about -160)
 
 
+@pytest.mark.slow
 def test_bfloat16_products_round_the_hidden_inputs_and_accumulate_in_float32(getkey):
     key = getkey()
     net32 = q.rl.MLP(5, 3, (64, 48, 32), key=key)
@@ -117,6 +118,7 @@ def test_bfloat16_gradients_are_bfloat16_products_of_rounded_operands(getkey):
     assert [a.endswith("bf16>") and b.endswith("bf16>") for a, b in products] == [True] * 3
 
 
+@pytest.mark.slow
 def test_networks_called_on_a_batch_match_their_vmapped_calls(getkey):
     obs, action = jr.normal(getkey(), (2, 5, 3)), jnp.tanh(jr.normal(getkey(), (2, 5, 2)))
     eps = jr.normal(getkey(), (2, 5, 2))

@@ -60,7 +60,10 @@ def _leaves(tree):
     return [x for x in jax.tree.leaves(tree) if eqx.is_array(x)]
 
 
-@pytest.mark.parametrize("name", AGENTS)
+# The fast tier keeps every agent but SAC (TD3 trains off-policy there); the whole suite all.
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.slow] * (n == "sac")) for n in AGENTS]
+)
 def test_every_agent_acts_trains_and_evaluates(name):
     agent = AGENTS[name]
     pop, metrics = _population(name)

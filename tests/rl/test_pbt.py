@@ -91,6 +91,7 @@ def test_nan_returns_rank_last(population, pbt_update):
     assert 1 in np.asarray(info.replaced).tolist()
 
 
+@pytest.mark.slow
 def test_the_compiled_exploit_is_the_eager_update(population):
     """`PBT.exploit` runs `update` as one program (eagerly it was most of a short round): the
     same population bit for bit, and each member's source from the same record."""

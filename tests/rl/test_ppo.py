@@ -181,6 +181,7 @@ def test_ppo_learns_the_same_task_as_a_team_of_one():
         agent.init_run(q.envs.SingleAgentView(env), run.agent_state, key=jr.key(0))
 
 
+@pytest.mark.slow
 def test_observation_statistics_follow_the_rollouts():
     agent = q.rl.IPPO.for_env(LINE, normalise_observations=True, **FAST)
     run = start(agent, key=jr.key(2))
@@ -389,6 +390,7 @@ def _episodes(agent, run, num_episodes, deterministic=True, *, key):
     return q.envs.evaluate_episodes(LINE, policy, num_episodes, key=key)
 
 
+@pytest.mark.slow
 def test_evaluation_reports_full_episodes():
     state, _ = trained_line_run("independent")
     agent = line_agent()
