@@ -23,7 +23,7 @@ from ._custom_types import PRNGKey
 from ._es_base import (
     AbstractEvolutionStrategy,
     check_bounds,
-    default_batch_size,
+    check_sizes,
     flat,
     if_parents,
     parent_weights as parent_weights,
@@ -149,12 +149,8 @@ class CMAES(AbstractEvolutionStrategy[CMAESState]):
         upper: ScalarLike | Float[Array, " dim"] = jnp.inf,
         square_roots: str = "newton",
     ):
-        check.positive_int("CMAES.dim", dim)
         check.one_of("CMAES.square_roots", square_roots, SQUARE_ROOTS)
-        if batch_size is None:
-            batch_size = default_batch_size(dim)
-        check.integer("CMAES.batch_size", batch_size, minimum=2)
-        check.positive("CMAES.sigma0", sigma0)
+        batch_size = check_sizes("CMAES", dim, batch_size, sigma0)
         self.dim = dim
         self.batch_size = batch_size
         self.sigma0 = sigma0

@@ -50,6 +50,17 @@ def default_batch_size(dim: int) -> int:
     return 4 + int(3 * math.log(dim))
 
 
+def check_sizes(owner: str, dim: int, batch_size: int | None, sigma0: ScalarLike) -> int:
+    """Every strategy's arguments checked (`dim` a positive int, `batch_size` an int of at
+    least 2, `sigma0` positive; errors start with `owner`); returns the batch size, pyribs'
+    default (`default_batch_size`) when `batch_size` is None."""
+    check.positive_int(f"{owner}.dim", dim)
+    batch_size = default_batch_size(dim) if batch_size is None else batch_size
+    check.integer(f"{owner}.batch_size", batch_size, minimum=2)
+    check.positive(f"{owner}.sigma0", sigma0)
+    return batch_size
+
+
 def flat(sorted_values: Float[Array, "batch ..."]) -> Bool[Array, ""]:
     """Whether the ranking values, best first, are flat: the norm of best minus worst below
     `FLAT_SPREAD` (the norm, as the values may be pairs)."""

@@ -16,7 +16,7 @@ from ._custom_types import PRNGKey
 from ._es_base import (
     AbstractEvolutionStrategy,
     check_bounds,
-    default_batch_size,
+    check_sizes,
     flat,
     if_parents,
     parent_weights,
@@ -82,9 +82,7 @@ class LMMAES(AbstractEvolutionStrategy[LMMAESState]):
         upper: ScalarLike | Float[Array, " dim"] = jnp.inf,
         n_vectors: int | None = None,
     ):
-        check.positive_int("LMMAES.dim", dim)
-        batch_size = default_batch_size(dim) if batch_size is None else batch_size
-        check.integer("LMMAES.batch_size", batch_size, minimum=2)
+        batch_size = check_sizes("LMMAES", dim, batch_size, sigma0)
         if batch_size > dim:
             raise ValueError(
                 f"LMMAES.batch_size ({batch_size}) must not exceed dim ({dim}): its path rate "
@@ -92,7 +90,6 @@ class LMMAES(AbstractEvolutionStrategy[LMMAESState]):
             )
         n_vectors = batch_size if n_vectors is None else n_vectors
         check.positive_int("LMMAES.n_vectors", n_vectors)
-        check.positive("LMMAES.sigma0", sigma0)
         self.dim, self.batch_size, self.n_vectors, self.sigma0 = dim, batch_size, n_vectors, sigma0
         self.lower, self.upper, self.bounded = check_bounds("LMMAES", dim, lower, upper)
 

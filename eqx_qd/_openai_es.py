@@ -15,6 +15,7 @@ from ._es_base import (
     AbstractEvolutionStrategy,
     adam_ascent,
     check_bounds,
+    check_sizes,
     default_batch_size,
     flat,
     resample_in_bounds,
@@ -94,14 +95,13 @@ class OpenAIES(AbstractEvolutionStrategy[OpenAIESState]):
         if batch_size is None:
             batch_size = default_batch_size(dim)
             batch_size += batch_size % 2  # pyribs rounds its default up to even
-        check.integer("OpenAIES.batch_size", batch_size, minimum=2)
+        batch_size = check_sizes("OpenAIES", dim, batch_size, sigma0)
         if not isinstance(mirror_sampling, bool):
             raise ValueError(f"OpenAIES.mirror_sampling must be a bool, got {mirror_sampling!r}")
         if mirror_sampling and batch_size % 2:
             raise ValueError(
                 f"OpenAIES.batch_size must be even with mirror_sampling, got {batch_size}"
             )
-        check.positive("OpenAIES.sigma0", sigma0)
         check.positive("OpenAIES.learning_rate", learning_rate)
         for name, beta in (("beta1", beta1), ("beta2", beta2)):
             check.in_range(f"OpenAIES.{name}", beta, 0.0, 1.0)

@@ -14,7 +14,7 @@ from ._custom_types import PRNGKey
 from ._es_base import (
     AbstractEvolutionStrategy,
     check_bounds,
-    default_batch_size,
+    check_sizes,
     flat,
     if_parents,
     parent_weights,
@@ -91,10 +91,7 @@ class SepCMAES(AbstractEvolutionStrategy[SepCMAESState]):
         lower: ScalarLike | Float[Array, " dim"] = -jnp.inf,
         upper: ScalarLike | Float[Array, " dim"] = jnp.inf,
     ):
-        check.positive_int("SepCMAES.dim", dim)
-        batch_size = default_batch_size(dim) if batch_size is None else batch_size
-        check.integer("SepCMAES.batch_size", batch_size, minimum=2)
-        check.positive("SepCMAES.sigma0", sigma0)
+        batch_size = check_sizes("SepCMAES", dim, batch_size, sigma0)
         self.dim, self.batch_size, self.sigma0 = dim, batch_size, sigma0
         self.lower, self.upper, self.bounded = check_bounds("SepCMAES", dim, lower, upper)
 

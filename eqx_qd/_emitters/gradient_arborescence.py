@@ -53,6 +53,28 @@ class GradientArborescenceEmitterState(eqx.Module):
     restarts: Int[Array, " num_emitters"]
 
 
+def task_jacobian(
+    scoring_fn: Callable,
+    theta: Float[Array, " dim"],
+    normalize_grad: bool,
+    epsilon: Float[Array, ""],
+    *,
+    key: PRNGKey,
+) -> Float[Array, "m dim"]:
+    """`(1 + num_descriptors, dim)`: the gradients of the fitness and the descriptors of
+    `scoring_fn` at `theta`, by reverse-mode autodiff; with `normalize_grad`, each row divided
+    by its norm plus `epsilon` (pyribs' normalisation)."""
+
+    def outputs(x):
+        fitnesses, descriptors, _ = scoring_fn(x[None], key=key)
+        return jnp.concatenate([fitnesses, descriptors[0]])
+
+    jac = jax.jacrev(outputs)(theta)
+    if normalize_grad:
+        jac = jac / (jnp.linalg.norm(jac, axis=-1, keepdims=True) + epsilon)
+    return jac
+
+
 @typing.final
 class GradientArborescenceEmitter(AbstractRestartingEmitter[GradientArborescenceEmitterState]):
     """`num_emitters` gradient arborescences (pyribs' `GradientArborescenceEmitter`): each
@@ -160,14 +182,7 @@ class GradientArborescenceEmitter(AbstractRestartingEmitter[GradientArborescence
         return jnp.sum(state.restarts)
 
     def _jacobian(self, theta: Float[Array, " dim"], key: PRNGKey) -> Float[Array, "m dim"]:
-        def outputs(x):
-            fitnesses, descriptors, _ = self.scoring_fn(x[None], key=key)
-            return jnp.concatenate([fitnesses, descriptors[0]])
-
-        jac = jax.jacrev(outputs)(theta)
-        if self.normalize_grad:
-            jac = jac / (jnp.linalg.norm(jac, axis=-1, keepdims=True) + self.epsilon)
-        return jac
+        return task_jacobian(self.scoring_fn, theta, self.normalize_grad, self.epsilon, key=key)
 
     def _start(self, theta, direction, iterations, restarts, key) -> tuple:
         """A strategy (re)started at `theta`: fresh coefficients' CMA-ES at 0, fresh Adam."""

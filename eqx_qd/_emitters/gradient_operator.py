@@ -17,6 +17,7 @@ from .._misc import f32, tree_take
 from .._repertoire import AbstractRepertoire, Elites
 from .._selectors import uniform_filled
 from .base import AbstractStatelessEmitter, Lineage, Origin, parent_ids
+from .gradient_arborescence import task_jacobian
 
 
 OPERATORS = ("isotropic", "iso_line_dd")
@@ -111,19 +112,6 @@ class GradientOperatorEmitter(AbstractStatelessEmitter):
         self.operator_type = operator_type
         self.branches, self.batch_size = branches, 2 * branches
 
-    def _jacobian(self, theta: Float[Array, " dim"], key: PRNGKey) -> Float[Array, "m dim"]:
-        """`(1 + num_descriptors, dim)`: the gradients of the fitness and the descriptors at
-        `theta`, normalised with `normalize_grad`."""
-
-        def outputs(x):
-            fitnesses, descriptors, _ = self.scoring_fn(x[None], key=key)
-            return jnp.concatenate([fitnesses, descriptors[0]])
-
-        jac = jax.jacrev(outputs)(theta)
-        if self.normalize_grad:
-            jac = jac / (jnp.linalg.norm(jac, axis=-1, keepdims=True) + self.epsilon)
-        return jac
-
     def emit(
         self, repertoire: AbstractRepertoire, state: None, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
@@ -162,7 +150,9 @@ class GradientOperatorEmitter(AbstractStatelessEmitter):
         else:
             theta = parents + noise
         theta = jnp.clip(theta, self.lower[None, :], self.upper[None, :])
-        jacobians = jax.vmap(self._jacobian)(theta, jr.split(jac_key, n))
+        jacobians = jax.vmap(
+            lambda x, k: task_jacobian(self.scoring_fn, x, self.normalize_grad, self.epsilon, key=k)
+        )(theta, jr.split(jac_key, n))
         if self.measure_gradients:
             coefficients = self.sigma_g * jr.normal(coef_key, jacobians.shape[:2])
             coefficients = coefficients.at[:, 0].set(jnp.abs(coefficients[:, 0]))
