@@ -13,7 +13,13 @@ iterations and at the end) that `eqx-qd report` compares with the jobs' runs
 `--es` runs CMA-ME / CMA-MAE with another strategy (pyribs' `es`: sep_cma_es, lm_ma_es,
 openai_es; each at pyribs' defaults), on both sides.
 
-Usage: python benchmarks/cma.py [cma_me|cma_mae|cma_mega|og_map_elites|omg_mega]
+`dms` and `dds` are the example's Discount Model Search and Density Descent Search: CMA-MAE's
+emitters on a discount model (learning rate 0.1, threshold 0, the MLP 128 x 128 trained on
+[0, 100] read as [0, 1], 100 empty points; pyribs needs PyTorch) and sigma0 1.5 emitters
+ranked by a KDE of 10,000 recent descriptors (bandwidth 25.6), each beside the 100 x 100 result
+grid the emitters restart from.
+
+Usage: python benchmarks/cma.py [cma_me|cma_mae|cma_mega|og_map_elites|omg_mega|dms|dds]
        [--iterations 500] [--seed 0]
        [--es cma_es|sep_cma_es|lm_ma_es|openai_es]
        /tmp/ribs_venv/bin/python benchmarks/cma.py cma_me --peer ribs [--out FOLDER]
@@ -58,6 +64,8 @@ def ours(algorithm: str, iterations: int, seed: int, es: str = "cma_es") -> dict
             ranker="imp", selection_rule="mu", restart_rule="basic", es=es,
         )  # fmt: skip
         annealing = dict(archive_learning_rate=0.01, threshold_min=0.0)
+    elif algorithm in ("dms", "dds"):
+        emitter = None  # below, with its archive
     elif algorithm in GRADIENT_OPERATORS:
         sigma, sigma_g, measure_gradients, normalize_grad = GRADIENT_OPERATORS[algorithm]
         emitter = q.GradientOperatorEmitter(
@@ -69,8 +77,24 @@ def ours(algorithm: str, iterations: int, seed: int, es: str = "cma_es") -> dict
             task, x0, 10.0, 1.0, num_descriptors=2, num_emitters=EMITTERS, branches=BATCH - 1,
             selection_rule="mu", optimizer="gradient_ascent",
         )  # fmt: skip
+    repertoire = cells
+    if algorithm in ("dms", "dds"):
+        dds = algorithm == "dds"
+        emitter = q.EvolutionStrategyEmitter(
+            x0, 1.5 if dds else 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH,
+            ranker="density" if dds else "imp", selection_rule="mu", restart_rule="basic",
+        )  # fmt: skip
+        if dds:
+            repertoire = q.DensityRepertoire.empty(
+                cells, x0, bandwidth=25.6, buffer_size=10_000, key=jr.key(seed + 2)
+            )
+        else:
+            repertoire = q.DiscountModelRepertoire.empty(
+                cells, x0, learning_rate=0.1, threshold_min=0.0, discount_range=(0.0, 100.0),
+                key=jr.key(seed + 2),
+            )  # fmt: skip
     algo = q.MAPElites(emitter, task, **annealing)
-    state, _ = algo.init(task.init_genotypes(1, key=jr.key(seed)), cells, key=jr.key(seed))
+    state, _ = algo.init(task.init_genotypes(1, key=jr.key(seed)), repertoire, key=jr.key(seed))
     key = jr.key(seed + 1)
     t0 = time.perf_counter()
     compiled = q.run.lower(algo, state, iterations, key=key).compile()  # compile apart
@@ -108,6 +132,8 @@ _NAMES = {
     "cma_mega": "CMA-MEGA",
     "og_map_elites": "OG-MAP-Elites",
     "omg_mega": "OMG-MEGA",
+    "dms": "DMS",
+    "dds": "DDS",
 }
 
 
@@ -144,6 +170,34 @@ def _warm_up(es: str) -> None:
     opt.check_stop(_sphere(x)[0][order])
 
 
+def _guide(algorithm: str, result, seed: int):
+    """pyribs' archive that guides DMS or DDS beside `result` (the example's settings)."""
+    if algorithm == "dds":
+        from ribs.archives import DensityArchive
+
+        return DensityArchive(
+            measure_dim=2, buffer_size=10_000, density_method="kde", bandwidth=25.6, seed=seed
+        )
+    import torch
+    from ribs.archives import DiscountArchive
+    from ribs.discount_models import DiscountModelManager, MLP
+
+    torch.manual_seed(seed)  # the MLP's initialisation and the minibatch shuffles
+    model = MLP([[2, 128], [128, 128], [128, 1]], torch.nn.ReLU)
+    manager = DiscountModelManager(
+        model, torch.optim.Adam(model.parameters(), lr=0.001, betas=(0.9, 0.999)),
+        torch.device("cpu"), train_epochs=5, train_cutoff_loss=0.05, train_batch_size=32,
+        normalize_measures="negative_one_one", measures_low=[-BOUND] * 2,
+        measures_high=[BOUND] * 2, normalize_discount="zero_one", discount_low=0.0,
+        discount_high=100.0,
+    )  # fmt: skip
+    return DiscountArchive(
+        solution_dim=DIM, measure_dim=2, learning_rate=0.1, threshold_min=0,
+        discount_model_manager=manager, result_archive=result, init_train_points=1000,
+        empty_points=100, seed=seed,
+    )  # fmt: skip
+
+
 def ribs(
     algorithm: str, iterations: int, seed: int, out: str | None = None, es: str = "cma_es"
 ) -> dict:
@@ -160,6 +214,10 @@ def ribs(
     archive = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges, seed=seed, **kw)
     result = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges) if kw else None
     seeds = np.random.SeedSequence(seed).spawn(EMITTERS)
+    guided = algorithm in ("dms", "dds")
+    if guided:  # the emitters restart from the result archive (pass_result_archive_to_emitters)
+        result = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges, seed=seed)
+        archive = _guide(algorithm, result, seed)
     dqd = algorithm in ("cma_mega", *GRADIENT_OPERATORS)
     if algorithm in GRADIENT_OPERATORS:
         sigma, sigma_g, measure_gradients, normalize_grad = GRADIENT_OPERATORS[algorithm]
@@ -179,16 +237,21 @@ def ribs(
     else:
         rules = (
             dict(ranker="imp", selection_rule="mu", restart_rule="basic")
-            if algorithm == "cma_mae"
+            if algorithm in ("cma_mae", "dms")
             else dict(ranker="2imp", selection_rule="filter", restart_rule="no_improvement")
         )
+        if algorithm == "dds":
+            rules = dict(ranker="density", selection_rule="mu", restart_rule="basic")
         emitters = [
-            EvolutionStrategyEmitter(archive, x0=np.zeros(DIM), sigma0=0.5, batch_size=BATCH,
-                                     seed=s, es=es, **rules)
+            EvolutionStrategyEmitter(result if guided else archive, x0=np.zeros(DIM),
+                                     sigma0=1.5 if algorithm == "dds" else 0.5,
+                                     batch_size=BATCH, seed=s, es=es, **rules)
             for s in seeds
         ]  # fmt: skip
     scheduler = Scheduler(archive, emitters, result)
     _warm_up(es)  # numba compiles the strategies' helpers on first call: compile apart
+    if algorithm == "dms":
+        archive.init_discount_model()
     rows = []  # the --out folder's progress: evaluations, qd_score, coverage, max_fitness
     t0 = time.perf_counter()
     for i in range(iterations):
@@ -199,6 +262,8 @@ def ribs(
         x = scheduler.ask()
         objective, measures, _ = _sphere(x)
         scheduler.tell(objective, measures)
+        if algorithm == "dms":
+            archive.train_discount_model()  # after tell, as pyribs' example
         if out and ((i + 1) % LOG_PERIOD == 0 or i + 1 == iterations):
             st = scheduler.result_archive.stats
             rows.append((EMITTERS * BATCH * (i + 1), st.qd_score, st.coverage, st.obj_max))

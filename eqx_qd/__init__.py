@@ -65,6 +65,7 @@ from ._metrics import (
     norm_qd_score as norm_qd_score,
     qd_metrics as qd_metrics,
     QDMetrics as QDMetrics,
+    soft_qd_score as soft_qd_score,
 )
 from ._nearest import nearest_centroid as nearest_centroid
 from ._openai_es import OpenAIES as OpenAIES, OpenAIESState as OpenAIESState
@@ -101,6 +102,9 @@ from ._repertoire import (
     AddInfo as AddInfo,
     AddStatus as AddStatus,
     Annealing as Annealing,
+    DensityRepertoire as DensityRepertoire,
+    discount_mlp as discount_mlp,
+    DiscountModelRepertoire as DiscountModelRepertoire,
     DNSRepertoire as DNSRepertoire,
     Elites as Elites,
     init_repertoire as init_repertoire,
@@ -263,4 +267,8 @@ __all__ = [
     "SlidingBoundariesRepertoire",
     "SepCMAESState",
     "EVOLUTION_STRATEGIES",
+    "DensityRepertoire",
+    "DiscountModelRepertoire",
+    "discount_mlp",
+    "soft_qd_score",
 ]

@@ -15,7 +15,12 @@ from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters.base import AbstractEmitter
 from ._metrics import qd_metrics, QDMetrics
 from ._misc import f32, filter_scan, i32, tree_all_gather, tree_take
-from ._repertoire import AbstractRepertoire, AddInfo, MAPElitesRepertoire
+from ._repertoire import (
+    AbstractGuidedRepertoire,
+    AbstractRepertoire,
+    AddInfo,
+    MAPElitesRepertoire,
+)
 from ._tasks import AbstractScorer
 from ._tessellation import AbstractTessellation
 
@@ -49,8 +54,14 @@ class MAPElitesState(eqx.Module):
 
     @property
     def elites(self) -> AbstractRepertoire:
-        """The repertoire a run reports: `result` when there is one, else `repertoire`."""
-        return self.repertoire if self.result is None else self.result
+        """The repertoire a run reports: `result` when there is one; else the result archive a
+        guided repertoire (`DensityRepertoire`, `DiscountModelRepertoire`) keeps; else
+        `repertoire`."""
+        if self.result is not None:
+            return self.result
+        if isinstance(self.repertoire, AbstractGuidedRepertoire):
+            return self.repertoire.result
+        return self.repertoire
 
 
 class StepInfo(eqx.Module):

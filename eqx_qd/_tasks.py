@@ -13,6 +13,7 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
+import numpy as np
 from jaxtyping import Array, Float
 
 from . import _validate as check
@@ -207,28 +208,40 @@ SPHERE_SHIFT = 0.4 * 5.12
 @typing.final
 class ProjectedSphere(AbstractTask):
     """The sphere with linear-projection descriptors of the CMA-ME and CMA-MAE papers (pyribs'
-    `examples/sphere.py`): the CMA family's benchmark.
+    `examples/sphere.py`): the CMA family's benchmark; with `descriptor_dim` above 2, the 10-,
+    20- and 50-D linear-projection tasks of Discount Model Search (Tjanaka et al., 2026).
 
     Fitness: `100 * (1 - sum((x - 2.048)^2) / worst)`, `worst = dim * (5.12 + 2.048)^2`, so
-    that 100 is the optimum and the box `[-5.12, 5.12]^dim` scores at least 0. Descriptors:
-    the sums of the first and of the last `dim // 2` coordinates, each coordinate outside
-    `[-5.12, 5.12]` replaced by `5.12 / x`; they lie in `+-(dim / 2) * 5.12`
-    (`descriptor_bounds`). Differentiable almost everywhere, so CMA-MEGA takes its gradients
-    by autodiff. Initial genotypes are zeros (pyribs' `x0`). QD offset 0.
+    that 100 is the optimum and the box `[-5.12, 5.12]^dim` scores at least 0 (the DMS paper's
+    objective times 100, as pyribs' example scales it). Descriptors: the coordinates cut into
+    `descriptor_dim` consecutive blocks (block `i` from `i * dim // descriptor_dim`), each
+    summed after every coordinate outside `[-5.12, 5.12]` is replaced by `5.12 / x`; they lie
+    in `+-(dim / descriptor_dim) * 5.12` (`descriptor_bounds`). Differentiable almost
+    everywhere, so CMA-MEGA takes its gradients by autodiff. Initial genotypes are zeros
+    (pyribs' `x0`). QD offset 0.
+
+    **Fields:** `genotype_dim` (100), `descriptor_dim` (2; at most `genotype_dim`).
     """
 
     genotype_dim: int = eqx.field(default=100, static=True)
+    descriptor_dim: int = eqx.field(default=2, static=True)
 
     def __check_init__(self):
         _check_dim("ProjectedSphere", self.genotype_dim, 2)
+        check.integer("ProjectedSphere.descriptor_dim", self.descriptor_dim, minimum=1)
+        if self.descriptor_dim > self.genotype_dim:
+            raise ValueError(
+                f"ProjectedSphere.descriptor_dim ({self.descriptor_dim}) must be at most "
+                f"genotype_dim ({self.genotype_dim}): each descriptor sums a block of genes"
+            )
 
     @property
     def num_descriptors(self) -> int:
-        return 2
+        return self.descriptor_dim
 
     @property
     def descriptor_bounds(self) -> tuple[float, float]:
-        half = self.genotype_dim / 2 * 5.12
+        half = self.genotype_dim / self.descriptor_dim * 5.12
         return (-half, half)
 
     @property
@@ -241,16 +254,17 @@ class ProjectedSphere(AbstractTask):
 
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
-    ) -> tuple[Float[Array, " batch"], Float[Array, "batch 2"], None]:
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch num_descriptors"], None]:
         _check_genotypes(self, genotypes)
-        dim = self.genotype_dim
+        dim, k = self.genotype_dim, self.descriptor_dim
         worst = dim * (5.12 + SPHERE_SHIFT) ** 2
         raw = jnp.sum((genotypes - SPHERE_SHIFT) ** 2, axis=-1)
         fitnesses = (raw - worst) / (0.0 - worst) * 100.0
         outside = jnp.abs(genotypes) > 5.12
         folded = jnp.where(outside, 5.12 / jnp.where(outside, genotypes, 1.0), genotypes)
-        half = dim // 2
-        descriptors = jnp.stack(
-            [jnp.sum(folded[:, :half], axis=-1), jnp.sum(folded[:, half:], axis=-1)], axis=-1
-        )
+        # Block membership as a (dim, k) 0/1 matrix: one product sums every block.
+        edges = (np.arange(k + 1) * dim) // k
+        genes = np.arange(dim)[:, None]
+        block = (genes >= edges[None, :-1]) & (genes < edges[None, 1:])
+        descriptors = folded @ jnp.asarray(block, folded.dtype)
         return fitnesses, descriptors, None

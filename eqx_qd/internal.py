@@ -20,7 +20,9 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   repertoire's elites, the `extent` of one without bounds), `uniform_genotypes` (a task's
   uniform initial genotypes), `competition_fitness` (DNS's), `ucb1_choice` (the bandit's),
   and DCRL-ME's descriptor-conditioned transitions (`DescriptorTransition`,
-  `descriptor_similarity`, `conditioned_transitions`).
+  `descriptor_similarity`, `conditioned_transitions`); the guided repertoires' base
+  (`AbstractGuidedRepertoire`: an elitist result archive beside a model of the descriptor
+  space), Density Descent Search's `kde_density` and `Reservoir` (Li's reservoir sample).
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
   `check.fraction`, `check.in_range`, `check.finite`, ...) every `__check_init__` uses, with
   `is_concrete`.
@@ -57,9 +59,12 @@ from ._qdrl.dcrl import (
     DescriptorTransition as DescriptorTransition,
 )
 from ._repertoire import (
+    AbstractGuidedRepertoire as AbstractGuidedRepertoire,
     bytes_per_cell as bytes_per_cell,
     competition_fitness as competition_fitness,
     elites_box as elites_box,
+    kde_density as kde_density,
+    Reservoir as Reservoir,
 )
 from ._sharded import place_sharded as place_sharded, scan_sharded as scan_sharded
 from ._tasks import uniform_genotypes as uniform_genotypes
@@ -67,6 +72,7 @@ from ._validate import is_concrete as is_concrete
 
 
 __all__ = [
+    "AbstractGuidedRepertoire",
     "batch_size_of",
     "bytes_per_cell",
     "check",
@@ -82,10 +88,12 @@ __all__ = [
     "host_devices_per_core",
     "i32",
     "is_concrete",
+    "kde_density",
     "machine",
     "Machine",
     "place_sharded",
     "random_permutation",
+    "Reservoir",
     "scan_sharded",
     "tree_all_gather",
     "tree_concatenate",

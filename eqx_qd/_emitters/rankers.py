@@ -139,12 +139,19 @@ class TwoStageRandomDirectionRanker(AbstractRanker):
         return ranked, jnp.stack([status, projections], axis=-1)
 
 
+_COMPUTED_BY = {
+    "novelty": "an eqx_qd.UnstructuredRepertoire",
+    "local_competition": "an eqx_qd.UnstructuredRepertoire(local_competition=True)",
+    "density": "an eqx_qd.DensityRepertoire",
+}
+
+
 def _needs(add_info: AddInfo, field: str, owner: str) -> Array:
     value = getattr(add_info, field)
     if value is None:
         raise ValueError(
-            f"{owner} ranks by AddInfo.{field}, which this repertoire does not compute: use an "
-            "eqx_qd.UnstructuredRepertoire (local_competition=True for local_competition)"
+            f"{owner} ranks by AddInfo.{field}, which this repertoire does not compute: use "
+            f"{_COMPUTED_BY[field]}"
         )
     return value
 
@@ -178,6 +185,19 @@ class NSLCRanker(AbstractRanker):
         return jnp.lexsort((rows, -crowding, front)), objectives
 
 
+@typing.final
+class DensityRanker(AbstractRanker):
+    """`density`: by the density estimate of the descriptor space where each candidate landed
+    (`AddInfo.density`), lowest first: Density Descent Search (Lee et al., 2024), pyribs'
+    `DensityRanker`. Needs a `DensityRepertoire`."""
+
+    def rank(self, direction, fitnesses, descriptors, add_info):
+        density = _needs(add_info, "density", "DensityRanker")
+        key = _unless_failed(density, fitnesses, descriptors)
+        # numpy's `argsort(density)`: ascending (ties in index order); failed last.
+        return jnp.argsort(jnp.where(jnp.isnan(key), jnp.inf, key), stable=True), density
+
+
 RANKERS: dict[str, type[AbstractRanker]] = {
     "imp": ImprovementRanker,
     "2imp": TwoStageImprovementRanker,
@@ -187,6 +207,7 @@ RANKERS: dict[str, type[AbstractRanker]] = {
     "2rd": TwoStageRandomDirectionRanker,
     "novelty": NoveltyRanker,
     "nslc": NSLCRanker,
+    "density": DensityRanker,
 }
 """pyribs' short names of the rankers."""
 
@@ -207,6 +228,8 @@ def ranker(name: "str | AbstractRanker") -> AbstractRanker:
       `UnstructuredRepertoire`: novelty search.
     - `nslc` (`NSLCRanker`): non-dominated fronts of (novelty, local competition), each by
       crowding distance (pyribs' `nslc`), with `UnstructuredRepertoire(local_competition=True)`.
+    - `density` (`DensityRanker`): by `AddInfo.density`, lowest first, with a
+      `DensityRepertoire`: Density Descent Search.
     """
     if isinstance(name, AbstractRanker):
         return name

@@ -9,11 +9,21 @@ from ._base import (
     elites_box as elites_box,
     valid_candidates as valid_candidates,
 )
+from ._discount import (
+    discount_mlp as discount_mlp,
+    DiscountModelRepertoire as DiscountModelRepertoire,
+)
 from ._dns import (
     competition_fitness as competition_fitness,
     DNSRepertoire as DNSRepertoire,
 )
 from ._export import to_dataframe as to_dataframe
+from ._guided import (
+    AbstractGuidedRepertoire as AbstractGuidedRepertoire,
+    DensityRepertoire as DensityRepertoire,
+    kde_density as kde_density,
+    Reservoir as Reservoir,
+)
 from ._sliding import SlidingBoundariesRepertoire as SlidingBoundariesRepertoire
 from ._tessellated import (
     Annealing as Annealing,

@@ -57,6 +57,9 @@ class AddInfo(eqx.Module):
     - `novelty`: the mean distance to the `k` nearest stored elites when the candidate was
       judged, or `None` where the repertoire computes none (what `NoveltyRanker` sorts by).
     - `local_competition`: how many of those neighbours the candidate beats, or `None`.
+    - `density`: the density of the descriptor space where the candidate landed, estimated
+      before the batch entered (`DensityRepertoire`), or `None` (what `DensityRanker` sorts
+      by, lowest first).
     """
 
     cell: Int[Array, " batch"]
@@ -66,6 +69,7 @@ class AddInfo(eqx.Module):
     value: Float[Array, " batch"]
     novelty: Float[Array, " batch"] | None = None
     local_competition: Int[Array, " batch"] | None = None
+    density: Float[Array, " batch"] | None = None
 
     @property
     def inserted(self) -> Bool[Array, " batch"]:

@@ -10,9 +10,12 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from .._custom_types import PRNGKey
 from .._machine import MATMUL_DTYPES
 from .._repertoire import (
     AbstractRepertoire,
+    DensityRepertoire,
+    DiscountModelRepertoire,
     DNSRepertoire,
     SlidingBoundariesRepertoire,
     UnstructuredRepertoire,
@@ -21,7 +24,7 @@ from .._strategies import EVOLUTION_STRATEGIES
 from .._tessellation import AbstractTessellation, GridTessellation
 from .._validate import non_negative, positive, positive_int
 from ._config import JobConfig, option
-from ._registry import AGENTS, EMITTERS, ENVIRONMENTS
+from ._registry import AGENTS, EMITTERS, ENVIRONMENTS, restart_rule_value
 from .checks import Choices
 
 
@@ -121,15 +124,18 @@ class RepertoireOptions(JobConfig):
     job), a repertoire without cells (`dns`, `unstructured`) of `capacity` elites, or a grid
     whose boundaries move with the data (`sliding`, `cells` bins per descriptor); the last
     three are reported on a passive archive over the job's cells
-    (`MAPElites.init(..., result=)`)."""
+    (`MAPElites.init(..., result=)`). `discount` (Discount Model Search) and `density`
+    (Density Descent Search) keep the elites over the job's cells beside a model that guides
+    the CMA emitters (the jobs with an `emitter`)."""
 
     repertoire: str = option(
         "cvt",
         "cvt | grid: one elite per cell; dns | unstructured: no cells (Dominated Novelty "
         "Search's population, novelty search's archive); sliding: pyribs' sliding-boundaries "
         "grid of cells bins per descriptor; the last three reported on a passive archive over "
-        "the job's cells",
-        check=_one_of("cvt", "grid", "dns", "unstructured", "sliding"),
+        "the job's cells; discount: Discount Model Search's archive (give threshold_min); "
+        "density: Density Descent Search's (emitter dds)",
+        check=_one_of("cvt", "grid", "dns", "unstructured", "sliding", "discount", "density"),
     )
     capacity: int | None = option(
         None, "dns / unstructured: elites kept (default: as many as the job's cells)"
@@ -149,6 +155,30 @@ class RepertoireOptions(JobConfig):
     buffer_capacity: int | None = option(
         None, "sliding: recent candidates the boundaries follow (default: 1,000 or the batch)"
     )
+    empty_points: int = option(
+        100,
+        "discount: centres of empty cells the model trains on each iteration",
+        check=positive_int,
+    )
+    discount_epochs: int = option(
+        5, "discount: most epochs of one training of the model", check=positive_int
+    )
+    discount_low: float | None = option(
+        None, "discount: fitness read as 0 by the model (with discount_high; default: none)"
+    )
+    discount_high: float | None = option(
+        None, "discount: fitness read as 1 by the model (pyribs' sphere: 0 and 100)"
+    )
+    bandwidth: float | None = option(
+        None,
+        "density: the kernel's width (default: a twentieth of the descriptor box's widest "
+        "side, pyribs' 25.6 over the sphere's 512)",
+    )
+    density_buffer: int = option(
+        10_000,
+        "density: descriptors the density estimate keeps (a reservoir sample)",
+        check=positive_int,
+    )
 
     def check(self) -> None:
         super().check()
@@ -156,6 +186,25 @@ class RepertoireOptions(JobConfig):
             raise ValueError(f"capacity must be a positive integer, got {self.capacity}")
         if self.buffer_capacity is not None:
             positive_int("buffer_capacity", self.buffer_capacity)
+        if self.bandwidth is not None:
+            positive("bandwidth", self.bandwidth)
+        if (self.discount_low is None) != (self.discount_high is None):
+            raise ValueError("discount_low and discount_high go together (or neither)")
+        if self.discount_low is not None and not self.discount_low < self.discount_high:  # type: ignore[operator]
+            raise ValueError(
+                f"discount_low ({self.discount_low}) must be below discount_high "
+                f"({self.discount_high})"
+            )
+        if self.guided and not hasattr(self, "emitter"):
+            raise ValueError(
+                f"repertoire {self.repertoire!r} guides the CMA emitters' rankings: a job with "
+                "an emitter (map-elites, external) runs it"
+            )
+
+    @property
+    def guided(self) -> bool:
+        """Whether the repertoire is Discount Model Search's or Density Descent Search's."""
+        return self.repertoire in ("discount", "density")
 
     @property
     def cell_free(self) -> bool:
@@ -164,18 +213,50 @@ class RepertoireOptions(JobConfig):
         return self.repertoire in ("dns", "unstructured", "sliding")
 
     def repertoire_for(
-        self, tessellation: AbstractTessellation, num_descriptors: int, *, largest_batch: int
+        self,
+        tessellation: AbstractTessellation,
+        num_descriptors: int,
+        *,
+        largest_batch: int,
+        key: PRNGKey | None = None,
     ) -> AbstractTessellation | AbstractRepertoire:
         """What `MAPElites.init` builds the repertoire from: the tessellation itself, or an
         empty DNS / unstructured repertoire of `capacity` (default: the tessellation's cells),
         or an empty sliding-boundaries grid (a grid's bins per descriptor, or about as many
         cells as a CVT's, over its extent; a buffer of `buffer_capacity`, by default pyribs'
-        1,000 or `largest_batch`, the most candidates one insertion offers), which `init`
-        shapes after the initial population."""
+        1,000 or `largest_batch`, the most candidates one insertion offers), or a discount /
+        density archive over the tessellation (drawing from `key`), which `init` shapes after
+        the initial population."""
+        placeholder = jnp.zeros(())  # MAPElites.init re-shapes it (AbstractRepertoire.emptied)
+        if self.guided:
+            if key is None:
+                raise ValueError(f"repertoire {self.repertoire!r} draws random numbers: give key")
+            if self.repertoire == "density":
+                lower, upper = tessellation.extent
+                bandwidth = self.bandwidth
+                if bandwidth is None:
+                    bandwidth = 0.05 * float(jnp.max(upper - lower))
+                return DensityRepertoire.empty(
+                    tessellation,
+                    placeholder,
+                    bandwidth=bandwidth,
+                    buffer_size=self.density_buffer,
+                    key=key,
+                )
+            low, high = self.discount_low, self.discount_high
+            return DiscountModelRepertoire.empty(
+                tessellation,
+                placeholder,
+                learning_rate=self.archive_learning_rate,  # type: ignore[attr-defined]
+                threshold_min=self.threshold_min,  # type: ignore[attr-defined]
+                empty_points=self.empty_points,
+                train_epochs=self.discount_epochs,
+                discount_range=None if low is None else (low, high),
+                key=key,
+            )
         if not self.cell_free:
             return tessellation
         capacity = self.capacity or tessellation.num_cells
-        placeholder = jnp.zeros(())  # MAPElites.init re-shapes it (AbstractRepertoire.emptied)
         if self.repertoire == "sliding":
             if isinstance(tessellation, GridTessellation):
                 dims = tessellation.bins
@@ -269,6 +350,11 @@ class EmitterOptions(JobConfig):
     gradient_sigma: float | None = option(
         None, "the gradient-operator emitters' gradient step (og_map_elites 0.5, omg_mega 10)"
     )
+    restart_rule: str | None = option(
+        None,
+        "CMA emitters' restart rule: basic, no_improvement or a number of iterations "
+        "without a new cell (default: the algorithm's, pyribs' sphere example's)",
+    )
     archive_learning_rate: float = option(
         1.0, "CMA-MAE's archive learning rate, in [0, 1] (1 with threshold_min -inf: elitist)"
     )
@@ -307,16 +393,48 @@ class EmitterOptions(JobConfig):
                 positive_int(key, value)
             elif value is not None:
                 positive(key, value)
-        if self.es != "cma_es" and self.emitter not in ("cma_me", "cma_mae"):
+        repertoire = getattr(self, "repertoire", None)  # with RepertoireOptions
+        if repertoire in ("discount", "density") and self.emitter not in CMA_EMITTERS:
             raise ValueError(
-                f"es {self.es!r} is a choice of the cma_me and cma_mae emitters, not of "
+                f"repertoire {repertoire!r} guides the CMA emitters' rankings: take emitter "
+                f"{' or '.join(CMA_EMITTERS)}, not {self.emitter!r}"
+            )
+        if repertoire == "discount" and not self.anneals:
+            raise ValueError(
+                "repertoire 'discount' trains its model towards threshold_min: give a finite "
+                "threshold_min (the paper's 0) and archive_learning_rate (its 0.1)"
+            )
+        if repertoire == "density" and self.anneals:
+            raise ValueError(
+                "repertoire 'density' keeps no thresholds: archive_learning_rate / "
+                "threshold_min are CMA-MAE's and Discount Model Search's"
+            )
+        if self.emitter == "dds" and repertoire != "density":
+            raise ValueError(
+                "emitter 'dds' ranks by the density estimate of --repertoire density, not of "
+                f"{repertoire!r}"
+            )
+        if self.es != "cma_es" and self.emitter not in CMA_EMITTERS:
+            raise ValueError(
+                f"es {self.es!r} is a choice of the {', '.join(CMA_EMITTERS)} emitters, not of "
                 f"{self.emitter!r}"
             )
+        if self.restart_rule is not None:
+            if self.emitter not in CMA_EMITTERS:
+                raise ValueError(
+                    f"restart_rule is an option of the {', '.join(CMA_EMITTERS)} emitters, not "
+                    f"of {self.emitter!r}"
+                )
+            restart_rule_value(self.restart_rule)
 
     @property
     def anneals(self) -> bool:
         """Whether the archive is CMA-MAE's (a finite `threshold_min`)."""
         return self.threshold_min != float("-inf")
+
+
+CMA_EMITTERS = ("cma_me", "cma_mae", "dds")
+"""The emitters that rank by what a discount or density archive reports."""
 
 
 def search_spaces(config: AgentOptions, agent: Any) -> dict[str, Any]:

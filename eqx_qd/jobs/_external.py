@@ -200,7 +200,10 @@ class _ExternalPlan:
         self.algorithm, _ = build_map_elites(config, self.task)
         tessellation = build_tessellation(config, self.task, key=tess_key)
         self.repertoire = config.repertoire_for(
-            tessellation, config.num_descriptors, largest_batch=config.batch_size
+            tessellation,
+            config.num_descriptors,
+            largest_batch=config.batch_size,
+            key=jr.fold_in(self.init_key, 1),
         )
         self.result = config.result_for(tessellation)
         self.genotypes = self.task.init_genotypes(config.batch_size, key=pop_key)

@@ -76,6 +76,17 @@ def _sphere_protocol(emitter: str, **more: Any) -> dict[str, Any]:
     )
 
 
+def _projected_10d(emitter: str, **more: Any) -> dict[str, Any]:
+    """The DMS paper's 10-D linear-projection protocol: `_sphere_protocol` on
+    `projected_sphere_10d` over a CVT of 10,000 cells, CMA restarts after 100 iterations
+    without a new cell (its DDS: basic restarts)."""
+    protocol = _sphere_protocol(emitter, restart_rule="100")
+    protocol.update(
+        task="projected_sphere_10d", grid=False, cells=10_000, cvt_samples=100_000, **more
+    )
+    return protocol
+
+
 MAPElitesConfig.PRESETS = {
     "cma-me": _sphere_protocol("cma_me"),
     "cma-mae": _sphere_protocol("cma_mae", archive_learning_rate=0.01, threshold_min=0.0),
@@ -86,6 +97,28 @@ MAPElitesConfig.PRESETS = {
     # autodiff): its sigma_g 0.5 is ours 25.69.
     "og-map-elites": _sphere_protocol("og_map_elites", gradient_sigma=0.5 * 7.168**2),
     "omg-mega": _sphere_protocol("omg_mega"),
+    # Discount Model Search and Density Descent Search as pyribs' sphere example runs them.
+    "dms": _sphere_protocol(
+        "cma_mae",
+        repertoire="discount",
+        archive_learning_rate=0.1,
+        threshold_min=0.0,
+        discount_low=0.0,
+        discount_high=100.0,
+    ),
+    "dds": _sphere_protocol("dds", repertoire="density", bandwidth=25.6),
+    # The 10-D linear-projection task of the DMS paper: 10,000 CVT cells (k-means over
+    # 100,000 uniform points), restarts after 100 iterations without a new cell.
+    "cma-mae-10d": _projected_10d("cma_mae", archive_learning_rate=0.01, threshold_min=0.0),
+    "dms-10d": _projected_10d(
+        "cma_mae",
+        repertoire="discount",
+        archive_learning_rate=0.1,
+        threshold_min=0.0,
+        discount_low=0.0,
+        discount_high=100.0,
+    ),
+    "dds-10d": _projected_10d("dds", repertoire="density", bandwidth=5.12, restart_rule="basic"),
 }
 MAPElitesConfig.RENAMED = {"log_period": "log_every"}  # an older folder's key
 
@@ -134,7 +167,8 @@ def build_map_elites(
     emitter = make_emitter(config.emitter, batch_size=config.batch_size, **params)
     axis = "p" if getattr(config, "devices", 1) > 1 else None
     annealing = {}
-    if config.anneals:
+    # A discount archive takes the learning rate and threshold_min itself (repertoire_for).
+    if config.anneals and not getattr(config, "guided", False):
         annealing = dict(
             archive_learning_rate=config.archive_learning_rate,
             threshold_min=config.threshold_min,
@@ -218,7 +252,9 @@ class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
         tessellation = build_tessellation(config, task, key=tess_key)
         largest = config.batch_size * config.devices
         num_descriptors = task.num_descriptors
-        repertoire = config.repertoire_for(tessellation, num_descriptors, largest_batch=largest)
+        repertoire = config.repertoire_for(
+            tessellation, num_descriptors, largest_batch=largest, key=jr.fold_in(init_key, 1)
+        )
         result = config.result_for(tessellation)
         mesh = job_mesh(config.devices)
         genotypes = task.init_genotypes(config.batch_size * config.devices, key=pop_key)

@@ -272,6 +272,17 @@ for _name, _cls, _dim in (
 
     TASKS.register(_name, _task, help=(_cls.__doc__ or "").split("\n")[0])
 
+for _k in (10, 20, 50):
+
+    def _projected(*, genotype_dim: int = 100, _k: int = _k) -> AbstractTask:
+        return ProjectedSphere(genotype_dim=genotype_dim, descriptor_dim=_k)
+
+    TASKS.register(
+        f"projected_sphere_{_k}d",
+        _projected,
+        help=f"the projected sphere with {_k} descriptors (Discount Model Search's {_k}-D LP)",
+    )
+
 
 def _off_policy(cls: type[AbstractOffPolicyAgent], **fixed: Any) -> Callable[..., AbstractAgent]:
     def make(
@@ -413,27 +424,45 @@ def _per_emitter(batch_size: int, num_emitters: int, name: str) -> int:
     return batch_size // num_emitters
 
 
+def restart_rule_value(text: str) -> str | int:
+    """`--restart-rule` as the emitter takes it: `basic`, `no_improvement`, or a positive
+    number of iterations."""
+    if text in ("basic", "no_improvement"):
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(
+            f"restart_rule must be basic, no_improvement or a positive integer, got {text!r}"
+        )
+    return value
+
+
 # pyribs' sphere example's rules for each algorithm (ranker, selection, restart).
 CMA_RULES = {
     "cma_me": ("2imp", "filter", "no_improvement"),
     "cma_mae": ("imp", "mu", "basic"),
     "cma_mega": ("2imp", "mu", "no_improvement"),
     "cma_maega": ("imp", "filter", "basic"),
+    "dds": ("density", "mu", "basic"),
 }
 
 
-def _cma(name: str) -> Callable[..., AbstractEmitter]:
+def _cma(name: str, default_sigma0: float = 0.5) -> Callable[..., AbstractEmitter]:
     ranker, selection, restart = CMA_RULES[name]
 
     def make(
         *,
         batch_size: int,
         task: AbstractTask,
-        sigma0: float = 0.5,
+        sigma0: float = default_sigma0,
         num_emitters: int = 15,
         es: str = "cma_es",
         es_vectors: int | None = None,
         es_learning_rate: float | None = None,
+        restart_rule: str | None = None,
     ) -> AbstractEmitter:
         per = _per_emitter(batch_size, num_emitters, name)
         x0 = task.init_genotypes(1, key=jax.random.key(0))[0]
@@ -449,7 +478,7 @@ def _cma(name: str) -> Callable[..., AbstractEmitter]:
             emitter_batch_size=per,
             ranker=ranker,
             selection_rule=selection,
-            restart_rule=restart,
+            restart_rule=restart if restart_rule is None else restart_rule_value(restart_rule),
             es=es,
             es_options=options,
         )
@@ -547,6 +576,12 @@ EMITTERS.register(
     "cma_mae",
     _cma("cma_mae"),
     help="CMA-MAE's emitters (imp / mu / basic); give archive_learning_rate and threshold_min",
+)
+EMITTERS.register(
+    "dds",
+    _cma("dds", default_sigma0=1.5),
+    help="Density Descent Search's emitters (density / mu / basic, sigma0 1.5); take "
+    "--repertoire density",
 )
 EMITTERS.register(
     "cma_mega",

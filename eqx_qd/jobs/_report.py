@@ -34,6 +34,7 @@ _CMA = {
     "cma_maega": "CMA-MAEGA",
     "og_map_elites": "OG-MAP-Elites",
     "omg_mega": "OMG-MEGA",
+    "dds": "DDS",
 }
 _WITHOUT_CELLS = {"dns": "DNS", "unstructured": "novelty archive", "sliding": "sliding boundaries"}
 
@@ -45,7 +46,8 @@ def group_of(result: RunResult) -> str:
     is named by its emitter (`CMA-ME`, ..., `MAP-Elites` for the GA, its emitter added when
     not iso-line), its strategy when not full CMA-ES (`CMA-MAE (lm_ma_es)`) and its
     repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
-    `MAP-Elites (novelty archive)`)."""
+    `MAP-Elites (novelty archive)`); CMA-MAE's emitters on a discount archive are `DMS`
+    (`DMS (lm_ma_es)`), the `dds` emitter on a density archive `DDS`."""
     config = result.config
     job = config.JOB
     if job == "pgame":
@@ -59,7 +61,14 @@ def group_of(result: RunResult) -> str:
         )
         if getattr(config, "es", "cma_es") != "cma_es":
             algorithm = f"{algorithm} ({config.es})"  # type: ignore[attr-defined]
-        kind = _WITHOUT_CELLS.get(getattr(config, "repertoire", "cvt"))
+        repertoire = getattr(config, "repertoire", "cvt")
+        if repertoire == "discount":  # DMS: CMA-MAE's emitters on a discount model
+            algorithm = algorithm.replace("CMA-MAE", "DMS") + (
+                "" if emitter == "cma_mae" else " (discount model)"
+            )
+        elif repertoire == "density" and emitter != "dds":
+            algorithm = f"{algorithm} (density archive)"
+        kind = _WITHOUT_CELLS.get(repertoire)
         if kind == "DNS" and algorithm == "MAP-Elites":
             algorithm = "DNS"
         elif kind is not None:

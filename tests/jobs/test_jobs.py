@@ -228,7 +228,7 @@ def test_the_cma_emitters_take_the_strategy_and_its_options():
     assert float(algo.emitter.es.learning_rate) == pytest.approx(0.02)
     with pytest.raises(ValueError, match="es_vectors is an option of es 'lm_ma_es'; es is"):
         jobs.MAPElitesConfig(**base, es="sep_cma_es", es_vectors=3)
-    with pytest.raises(ValueError, match="is a choice of the cma_me and cma_mae emitters"):
+    with pytest.raises(ValueError, match="is a choice of the cma_me, cma_mae, dds emitters"):
         jobs.MAPElitesConfig(task="sphere", es="lm_ma_es")
     with pytest.raises(ValueError, match="es"):
         jobs.MAPElitesConfig(**base, es="pycma")

@@ -533,6 +533,50 @@ def test_a_run_without_cells_resumes_equal_and_reports_its_result_grid(tmp_path,
     )
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("preset", ["dms", "dds"])
+def test_a_guided_run_resumes_equal_and_reports_its_result_grid(tmp_path, preset):
+    # The discount model (its weights, Adam's moments, the archive's own random stream) and
+    # the density reservoir travel in the checkpoints.
+    small = dict(
+        genotype_dim=6, cells=4, batch_size=8, num_emitters=2, log_every=2, empty_points=4,
+        density_buffer=20,
+    )  # fmt: skip
+    config = jobs.MAPElitesConfig.preset(preset, iterations=6, **small)
+    longer = jobs.run(config, tmp_path / "long", progress=False, plots=False)
+    short = jobs.MAPElitesConfig.preset(preset, iterations=2, **small)
+    jobs.run(short, tmp_path / "short", progress=False, plots=False)
+    again = jobs.resume(tmp_path / "short", iterations=6, progress=False, plots=False)
+    assert _same_arrays(_key_data(longer.state), _key_data(again.state))
+    kind = {"dms": eqx_qd.DiscountModelRepertoire, "dds": eqx_qd.DensityRepertoire}[preset]
+    assert isinstance(longer.state.repertoire, kind)
+    assert isinstance(longer.repertoire, eqx_qd.MAPElitesRepertoire)  # the result grid
+    assert longer.repertoire.num_cells == 16 and int(longer.repertoire.num_filled) > 1
+    loaded = jobs.load_run(tmp_path / "long")
+    assert np.array_equal(loaded.repertoire.fitnesses, longer.repertoire.fitnesses)
+    name = {"dms": "DMS", "dds": "DDS"}[preset]
+    assert jobs.group_of(longer) == f"{name} on projected_sphere"
+
+
+def test_guided_repertoires_refuse_what_they_cannot_run():
+    with pytest.raises(ValueError, match="give a finite threshold_min"):
+        jobs.MAPElitesConfig(repertoire="discount", emitter="cma_mae")
+    with pytest.raises(ValueError, match="guides the CMA emitters' rankings: take emitter"):
+        jobs.MAPElitesConfig(repertoire="density", emitter="iso_line")
+    with pytest.raises(ValueError, match="emitter 'dds' ranks by the density estimate"):
+        jobs.MAPElitesConfig(emitter="dds")
+    with pytest.raises(ValueError, match="keeps no thresholds"):
+        jobs.MAPElitesConfig.preset("dds", archive_learning_rate=0.1, threshold_min=0.0)
+    with pytest.raises(ValueError, match="a job with an emitter"):
+        jobs.PGAMEConfig(repertoire="discount")
+    with pytest.raises(ValueError, match="discount_low and discount_high go together"):
+        jobs.MAPElitesConfig.preset("dms", discount_high=None)
+    with pytest.raises(ValueError, match="restart_rule must be basic, no_improvement or a"):
+        jobs.MAPElitesConfig.preset("dms", restart_rule="sometimes")
+    with pytest.raises(ValueError, match="restart_rule is an option of the"):
+        jobs.MAPElitesConfig(restart_rule="basic")
+
+
 def test_a_run_without_cells_refuses_annealing():
     with pytest.raises(ValueError, match="no cells to anneal"):
         jobs.MAPElitesConfig(repertoire="dns", archive_learning_rate=0.1, threshold_min=0.0)

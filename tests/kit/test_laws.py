@@ -334,6 +334,11 @@ def test_builtin_rankers_keep_every_law(name):
         repertoire = q.UnstructuredRepertoire.empty(
             8, jnp.zeros(1), 2, k=2, novelty_threshold=0.1, local_competition=True
         )
+    if name == "density":
+        cells = q.GridTessellation((4, 4), 0.0, 1.0)
+        repertoire = q.DensityRepertoire.empty(
+            cells, jnp.zeros(1), bandwidth=0.2, buffer_size=16, key=jax.random.key(0)
+        )
     check_ranker(q.ranker(name), repertoire=repertoire, max_examples=30)
 
 
