@@ -44,7 +44,8 @@ the pgame row),
 dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mepbt (QDax); ppo, ippo
 (jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax,
 sep_cma_mae, lm_ma_mae, openai_es_mae (CMA-MAE with pyribs' scalable strategies),
-og_map_elites, omg_mega (pyribs' gradient-operator emitter);
+og_map_elites, omg_mega (pyribs' gradient-operator emitter), dms, dds (its Discount Model
+Search and Density Descent Search);
 dns, dns_add, dns_add10k (QDax's repository DNS: ``$EQX_QD_QDAX_HEAD``, see ``dns.py``),
 dns_ribs (pyribs' ``DNSArchive``).
 The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
@@ -521,6 +522,8 @@ VERSUS = {
     "openai_es_mae": _cma("cma_mae", "CMA-MAE with OpenAI-ES, as above", es="openai_es"),
     "og_map_elites": _cma("og_map_elites", "OG-MAP-Elites, as above, 270 points + 270 steps"),
     "omg_mega": _cma("omg_mega", "OMG-MEGA, as above, 270 points + 270 steps"),
+    "dms": _cma("dms", "Discount Model Search, as above (pyribs with PyTorch)"),
+    "dds": _cma("dds", "Density Descent Search, as above (KDE of 10,000 descriptors)"),
     "dns": _dns("loop", _DNS_LOOP, "QDax repository"),
     "dns_ribs": _dns("loop", _DNS_LOOP, "pyribs 0.12"),
     "dns_add": _dns("insert", _DNS_ADD.format(1024), "QDax repository"),

@@ -59,9 +59,10 @@ class DiscountModelRepertoire(AbstractGuidedRepertoire):
       without replacement: `threshold_min`.
 
     The model starts (in `empty`) trained towards `threshold_min` at `init_train_points` cell
-    centres. Descriptors are scaled to `[-1, 1]` over the tessellation's extent before the model
-    sees them; with `discount_range=(low, high)` its outputs are read on `[0, 1]` over that
-    range (pyribs' `normalize_discount="zero_one"`). The whole step, training included, is one
+    centres. Descriptors are scaled to `[-1, 1]` over the tessellation's extent (a grid's
+    bounds, a CVT's centroids' box) before the model sees them; with `discount_range=(low,
+    high)` its outputs are read on `[0, 1]` over that range (pyribs'
+    `normalize_discount="zero_one"`). The whole step, training included, is one
     compiled program; pyribs trains after `tell` from what `add` cached, the same data in the
     same order.
 
