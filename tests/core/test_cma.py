@@ -551,6 +551,8 @@ def _cma(x0=jnp.zeros(10), **kw):
     return q.EvolutionStrategyEmitter(x0, 0.5, **(defaults | kw))
 
 
+# The fast tier keeps the rankers' law that a failed candidate ranks last (`imp` included).
+@pytest.mark.slow
 def test_cma_mae_treats_a_failed_evaluation_as_the_worst_candidate(getkey):
     """Told through `MAPElites.tell` with one evaluation failed (fitness -inf, descriptor
     NaN), CMA-MAE's strategy moves as if that candidate were the worst of the batch (a finite

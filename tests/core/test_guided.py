@@ -190,7 +190,8 @@ def test_a_discount_archive_ranks_by_the_model_before_training_and_keeps_elites(
     assert int(again.num_filled) == 0
 
 
-@pytest.mark.parametrize("which", ["density", "discount"])
+# The fast tier keeps the discount archive's laws (the two share their result archive's add).
+@pytest.mark.parametrize("which", [pytest.param("density", marks=pytest.mark.slow), "discount"])
 def test_the_guided_archives_pass_the_repertoire_laws(which):
     if which == "density":
         rep = q.DensityRepertoire.empty(
@@ -201,6 +202,8 @@ def test_the_guided_archives_pass_the_repertoire_laws(which):
     check_repertoire(rep, elitist=True, max_examples=8)
 
 
+# The whole suite runs the learning tests; the fast tier keeps each archive's own checks above.
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["dms", "dds"])
 def test_dms_and_dds_learn_on_the_projected_sphere(algorithm):
     task = q.ProjectedSphere(10, descriptor_dim=3)

@@ -319,11 +319,14 @@ class _Constant(q.rl.AbstractPolicy):
         return self.value
 
 
-# The novelty rankers' laws run in the whole suite (`test_beyond_cells.py` checks them against
-# their references in the fast tier).
+# The novelty and density rankers' laws run in the whole suite (`test_beyond_cells.py` and
+# `test_guided.py` check them against their references in the fast tier).
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=[pytest.mark.slow] * (n in ("novelty", "nslc"))) for n in RANKERS],
+    [
+        pytest.param(n, marks=[pytest.mark.slow] * (n in ("novelty", "nslc", "density")))
+        for n in RANKERS
+    ],
 )
 def test_builtin_rankers_keep_every_law(name):
     """Every built-in ranker puts failed candidates last (issue 76, item 1: `imp`, `obj`,

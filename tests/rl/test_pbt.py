@@ -47,6 +47,8 @@ def _member(pop, i):
     return q.internal.tree_take(pop, i)
 
 
+# The fast tier keeps a whole PBT round (`test_a_pbt_round_is_train_evaluate_exploit`).
+@pytest.mark.slow
 @settings(max_examples=15, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(
     returns=st.lists(
