@@ -7,6 +7,7 @@ from jaxtyping import Array, Float, Int
 
 from . import _validate as check
 from ._custom_types import PRNGKey
+from ._knn import squared_distances
 from ._repertoire import AbstractRepertoire
 
 
@@ -192,7 +193,7 @@ def soft_qd_score(
     def light(batch):
         points, keep = batch
         points = lower[None, :] + points * (upper - lower)[None, :]
-        sq = jnp.sum((points[:, None, :] - centres[None, :, :]) ** 2, axis=-1)
+        sq = squared_distances(points, centres)
         value = jnp.max(quality[None, :] * jnp.exp(-sq / (2.0 * sigma**2)), axis=1)
         return jnp.sum(jnp.where(keep, value, 0.0))
 

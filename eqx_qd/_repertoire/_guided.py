@@ -18,6 +18,7 @@ from jaxtyping import Array, Float, Int, ScalarLike
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
+from .._knn import squared_distances
 from .._misc import f32, i32
 from .._tessellation import AbstractTessellation
 from ._base import AbstractCellRepertoire, AddInfo, AddStatus, valid_candidates
@@ -87,14 +88,9 @@ def kde_density(
     `buffer`, as pyribs' DensityArchive computes it with kernel width `bandwidth` (`h`):
     `sum_j phi(|p - b_j| / h) / (count h)` with `phi` the standard normal density (divided by
     `h`, not `h**d`: pyribs' scale, which only the rankings read). Zero while the buffer is
-    empty. Squared distances by the expansion `|p|^2 + |b|^2 - 2 p.b` (a matrix product; no
+    empty. Squared distances as the neighbour searches take them (`squared_distances`: no
     `(n, capacity, d)` array)."""
-    sq = (
-        jnp.sum(points**2, axis=1)[:, None]
-        + jnp.sum(buffer**2, axis=1)[None, :]
-        - 2.0 * points @ buffer.T
-    )
-    sq = jnp.maximum(sq, 0.0) / bandwidth**2
+    sq = squared_distances(points, buffer) / bandwidth**2
     used = jnp.arange(buffer.shape[0]) < count
     kernel = jnp.where(used[None, :], jnp.exp(-0.5 * sq), 0.0)
     total = jnp.sum(kernel, axis=1) / jnp.sqrt(2.0 * jnp.pi)
