@@ -11,7 +11,9 @@ iterations and at the end) that `eqx-qd report` compares with the jobs' runs
 (`benchmarks/cma_seeds.sh`).
 
 `--es` runs CMA-ME / CMA-MAE with another strategy (pyribs' `es`: sep_cma_es, lm_ma_es,
-openai_es; each at pyribs' defaults), on both sides.
+openai_es; each at pyribs' defaults), on both sides. `--square-roots eigh` has our CMA-ES
+refresh its square roots by eigendecompositions (pyribs' way) instead of Newton steps;
+`--float32` gives pyribs float32 archives, so its CMA-ES runs in float32, as ours does.
 
 `dms` and `dds` are the example's Discount Model Search and Density Descent Search: CMA-MAE's
 emitters on a discount model (learning rate 0.1, threshold 0, the MLP 128 x 128 trained on
@@ -21,7 +23,7 @@ grid the emitters restart from.
 
 Usage: python benchmarks/cma.py [cma_me|cma_mae|cma_mega|og_map_elites|omg_mega|dms|dds]
        [--iterations 500] [--seed 0]
-       [--es cma_es|sep_cma_es|lm_ma_es|openai_es]
+       [--es cma_es|sep_cma_es|lm_ma_es|openai_es] [--square-roots newton|eigh] [--float32]
        /tmp/ribs_venv/bin/python benchmarks/cma.py cma_me --peer ribs [--out FOLDER]
        JAX_PLATFORMS=cpu /tmp/qdax_venv/bin/python benchmarks/cma.py cma_me --peer qdax
 """
@@ -43,7 +45,9 @@ GRADIENT_OPERATORS = {
 BOUND = DIM / 2 * 5.12
 
 
-def ours(algorithm: str, iterations: int, seed: int, es: str = "cma_es") -> dict:
+def ours(
+    algorithm: str, iterations: int, seed: int, es: str = "cma_es", square_roots: str = "newton"
+) -> dict:
     import jax
     import jax.numpy as jnp
     import jax.random as jr
@@ -54,14 +58,17 @@ def ours(algorithm: str, iterations: int, seed: int, es: str = "cma_es") -> dict
     cells = q.GridTessellation(CELLS, -BOUND, BOUND)
     x0 = jnp.zeros(DIM)
     annealing = {}
+    roots = square_roots if es == "cma_es" else None  # an option of CMA-ES only
     if algorithm == "cma_me":
         emitter = q.EvolutionStrategyEmitter(
-            x0, 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH, es=es
-        )
+            x0, 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH, es=es,
+            square_roots=roots,
+        )  # fmt: skip
     elif algorithm == "cma_mae":
         emitter = q.EvolutionStrategyEmitter(
             x0, 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH,
             ranker="imp", selection_rule="mu", restart_rule="basic", es=es,
+            square_roots=roots,
         )  # fmt: skip
         annealing = dict(archive_learning_rate=0.01, threshold_min=0.0)
     elif algorithm in ("dms", "dds"):
@@ -83,6 +90,7 @@ def ours(algorithm: str, iterations: int, seed: int, es: str = "cma_es") -> dict
         emitter = q.EvolutionStrategyEmitter(
             x0, 1.5 if dds else 0.5, num_emitters=EMITTERS, emitter_batch_size=BATCH,
             ranker="density" if dds else "imp", selection_rule="mu", restart_rule="basic",
+            square_roots=square_roots,
         )  # fmt: skip
         if dds:
             repertoire = q.DensityRepertoire.empty(
@@ -199,7 +207,12 @@ def _guide(algorithm: str, result, seed: int):
 
 
 def ribs(
-    algorithm: str, iterations: int, seed: int, out: str | None = None, es: str = "cma_es"
+    algorithm: str,
+    iterations: int,
+    seed: int,
+    out: str | None = None,
+    es: str = "cma_es",
+    float32: bool = False,
 ) -> dict:
     from ribs.archives import GridArchive
     from ribs.emitters import (
@@ -211,12 +224,13 @@ def ribs(
 
     ranges = [(-BOUND, BOUND)] * 2
     kw = dict(threshold_min=0, learning_rate=0.01) if algorithm == "cma_mae" else {}
-    archive = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges, seed=seed, **kw)
-    result = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges) if kw else None
+    dtype = dict(dtype=np.float32) if float32 else {}
+    archive = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges, seed=seed, **kw, **dtype)
+    result = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges, **dtype) if kw else None
     seeds = np.random.SeedSequence(seed).spawn(EMITTERS)
     guided = algorithm in ("dms", "dds")
     if guided:  # the emitters restart from the result archive (pass_result_archive_to_emitters)
-        result = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges, seed=seed)
+        result = GridArchive(solution_dim=DIM, dims=CELLS, ranges=ranges, seed=seed, **dtype)
         archive = _guide(algorithm, result, seed)
     dqd = algorithm in ("cma_mega", *GRADIENT_OPERATORS)
     if algorithm in GRADIENT_OPERATORS:
@@ -343,18 +357,23 @@ def main() -> None:
     parser.add_argument("--out", help="pyribs' run as a peer run folder for eqx-qd report")
     parser.add_argument("--es", default="cma_es",
                         choices=["cma_es", "sep_cma_es", "lm_ma_es", "openai_es"])  # fmt: skip
+    parser.add_argument("--square-roots", default="newton", choices=["newton", "eigh"],
+                        help="ours: how CMA-ES refreshes C^1/2 and C^-1/2")  # fmt: skip
+    parser.add_argument("--float32", action="store_true",
+                        help="pyribs: float32 archives (and so float32 strategies)")  # fmt: skip
     args = parser.parse_args()
     if args.es != "cma_es" and args.algorithm not in ("cma_me", "cma_mae"):
         parser.error("--es is a choice of cma_me and cma_mae")
     if args.out and args.peer != "ribs":
         parser.error("--out writes pyribs' runs (ours: eqx-qd run map-elites --preset cma-me)")
     if args.peer == "ribs":
-        print(json.dumps(ribs(args.algorithm, args.iterations, args.seed, args.out, args.es)))
+        run = ribs(args.algorithm, args.iterations, args.seed, args.out, args.es, args.float32)
+        print(json.dumps(run))
         return
     if args.peer == "qdax":
         print(json.dumps(qdax(args.algorithm, args.iterations, args.seed)))
         return
-    print(json.dumps(ours(args.algorithm, args.iterations, args.seed, args.es)))
+    print(json.dumps(ours(args.algorithm, args.iterations, args.seed, args.es, args.square_roots)))
 
 
 if __name__ == "__main__":
