@@ -18,6 +18,7 @@ from jaxtyping import Array, Float
 
 from . import _validate as check
 from ._custom_types import Extra, PRNGKey
+from ._misc import f32
 
 
 class AbstractScorer(eqx.Module):
@@ -268,3 +269,60 @@ class ProjectedSphere(AbstractTask):
         block = (genes >= edges[None, :-1]) & (genes < edges[None, 1:])
         descriptors = folded @ jnp.asarray(block, folded.dtype)
         return fitnesses, descriptors, None
+
+
+@typing.final
+class Noisy(AbstractTask):
+    """`task` with Gaussian noise: on the genes before scoring (`genotype_noise`), then on the
+    fitness (`fitness_noise`) and on each descriptor coordinate (`descriptor_noise`), each the
+    standard deviation of its noise (0: none). QDax 0.5's `noisy_arm_scoring_function` is
+    `Noisy(Arm(...), ...)`, with its keys: the call's key splits into four, the first for the
+    inner task, then the fitness', the descriptor's and the genes' noise (QDax names the
+    standard deviations `fit_variance`, `desc_variance`, `params_variance`).
+
+    **Fields:** `task`; `fitness_noise`, `descriptor_noise`, `genotype_noise` (float32 leaves,
+    non-negative).
+    """
+
+    task: AbstractTask
+    fitness_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+    descriptor_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+    genotype_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+
+    def __check_init__(self):
+        if not isinstance(self.task, AbstractTask):
+            raise TypeError(f"Noisy.task must be an AbstractTask, got {type(self.task).__name__}")
+        check.non_negative("Noisy.fitness_noise", self.fitness_noise)
+        check.non_negative("Noisy.descriptor_noise", self.descriptor_noise)
+        check.non_negative("Noisy.genotype_noise", self.genotype_noise)
+
+    @property
+    def genotype_dim(self) -> int:
+        return self.task.genotype_dim
+
+    @property
+    def num_descriptors(self) -> int:
+        return self.task.num_descriptors
+
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        return self.task.descriptor_bounds
+
+    @property
+    def qd_offset(self) -> float:
+        return self.task.qd_offset
+
+    def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
+        """The inner task's initial genotypes."""
+        return self.task.init_genotypes(num, key=key)
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch num_descriptors"], Extra]:
+        _check_genotypes(self, genotypes)
+        key, f_key, d_key, g_key = jr.split(key, 4)
+        noisy_genes = genotypes + jr.normal(g_key, genotypes.shape) * self.genotype_noise
+        fitnesses, descriptors, extra = self.task(noisy_genes, key=key)
+        fitnesses = fitnesses + jr.normal(f_key, fitnesses.shape) * self.fitness_noise
+        descriptors = descriptors + jr.normal(d_key, descriptors.shape) * self.descriptor_noise
+        return fitnesses, descriptors, extra

@@ -1,7 +1,8 @@
 """Config blocks the jobs share: `RunOptions`, which every job's config has,
 `AgentOptions`, which the jobs that train a registered agent have (PBT, ME-PBT), and
-`RepertoireOptions`, which the QD jobs have (MAP-Elites, PGA-ME, ME-PBT), and `CellOptions`
-and `EmitterOptions`, the cells and the registered emitter of the MAP-Elites job. A config
+`RepertoireOptions`, which the QD jobs have (MAP-Elites, PGA-ME, ME-PBT), `CellOptions`
+and `EmitterOptions`, the cells and the registered emitter of the MAP-Elites job, and
+`NoiseOptions`, its sampling and corrected metrics. A config
 inherits its blocks; `default_of` re-declares a block's field with the job's own default,
 keeping its help and check, so a key means one thing in every job."""
 
@@ -20,9 +21,10 @@ from .._repertoire import (
     SlidingBoundariesRepertoire,
     UnstructuredRepertoire,
 )
+from .._sampling import ESTIMATORS
 from .._strategies import EVOLUTION_STRATEGIES
 from .._tessellation import AbstractTessellation, GridTessellation
-from .._validate import non_negative, positive, positive_int
+from .._validate import non_negative, non_negative_int, positive, positive_int
 from ._config import JobConfig, option
 from ._registry import AGENTS, EMITTERS, ENVIRONMENTS, restart_rule_value
 from .checks import Choices
@@ -453,3 +455,38 @@ def search_spaces(config: AgentOptions, agent: Any) -> dict[str, Any]:
     if not spaces:
         raise ValueError("fixed_hparams leaves PBT nothing to explore")
     return spaces
+
+
+@dataclasses.dataclass(frozen=True)
+class NoiseOptions(JobConfig):
+    """QD under noise in a job: `samples` scorings per candidate, of which the `estimator`
+    estimate is kept (MAP-Elites-sampling, `Sampled`; the `evaluations` column counts every
+    scoring), and `reevaluations`: at each logged row, every elite scored that many times again
+    and the corrected figures logged beside the stored ones (`reevaluated`, median estimates:
+    `corrected_qd_score`, `corrected_coverage`, `corrected_max_fitness`,
+    `fitness_reproducibility`, `descriptor_reproducibility`)."""
+
+    samples: int = option(
+        1,
+        "scorings per candidate, their --estimator estimate kept (MAP-Elites-sampling)",
+        check=positive_int,
+    )
+    estimator: str = option(
+        "mean",
+        "what a candidate's samples come to: mean, median, mode or closest",
+        check=_one_of(*ESTIMATORS),
+    )
+    reevaluations: int = option(
+        0,
+        "at each logged row, score every elite this many times again and log the corrected "
+        "QD-score, coverage, max fitness and reproducibility (0: not)",
+        check=non_negative_int,
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.samples == 1 and self.estimator != "mean":
+            raise ValueError(
+                f"estimator {self.estimator!r} chooses among a candidate's samples: give "
+                "samples above 1"
+            )

@@ -19,11 +19,12 @@ from .._custom_types import PRNGKey
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES, QDMetrics
 from .._misc import filter_scan
+from .._sampling import corrected_metrics, CorrectedMetrics, reevaluated, Sampled
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
 from .._validate import positive_int
-from ._blocks import CellOptions, EmitterOptions, RepertoireOptions, RunOptions
+from ._blocks import CellOptions, EmitterOptions, NoiseOptions, RepertoireOptions, RunOptions
 from ._config import JobConfig, option
 from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
@@ -35,7 +36,7 @@ from ._resume import RunClock
 
 
 @dataclasses.dataclass(frozen=True)
-class MAPElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions):
+class MAPElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, NoiseOptions, RunOptions):
     """Settings of the MAP-Elites job (`jobs.run`, `eqx-qd run map-elites`)."""
 
     JOB: ClassVar[str] = "map-elites"
@@ -152,9 +153,12 @@ def build_map_elites(
     config: JobConfig, task: AbstractTask | None = None
 ) -> tuple[MAPElites, AbstractTask]:
     """The algorithm (the task is its scoring function) and the task: `task`, or the
-    config's registered one."""
+    config's registered one, `Sampled` with `samples` above 1 (`NoiseOptions`)."""
     if task is None:
         task = make_task(config.task, genotype_dim=config.genotype_dim)
+    samples = getattr(config, "samples", 1)
+    if samples > 1:
+        task = Sampled(task, samples, config.estimator, config.estimator)
     entry = EMITTERS.get(config.emitter)
     params = {
         k: getattr(config, k)
@@ -191,13 +195,21 @@ def read_cells_run(
 
 
 def _row(
-    iteration: int, config: MAPElitesConfig, wall: float, metrics: QDMetrics
+    iteration: int,
+    config: MAPElitesConfig,
+    wall: float,
+    metrics: QDMetrics,
+    corrected: CorrectedMetrics | None = None,
 ) -> dict[str, float | int]:
-    """A progress row: `metrics` holds scalars, or a history whose last entry is logged."""
-    evaluations = config.batch_size * config.devices * (iteration + 1)
+    """A progress row: `metrics` holds scalars, or a history whose last entry is logged;
+    `corrected`, the reevaluated figures of the same repertoire (`reevaluations`)."""
+    evaluations = config.batch_size * config.devices * config.samples * (iteration + 1)
     row = {"iteration": iteration, "evaluations": evaluations, "wall_s": wall}
     for k, v in metrics.as_dict().items():
         row[k] = np.ravel(np.asarray(v))[-1].item()
+    if corrected is not None:
+        for k in CORRECTED_NAMES:
+            row[k] = np.asarray(getattr(corrected, k.removeprefix("corrected_"))).item()
     return row
 
 
@@ -223,9 +235,41 @@ class _MAPElitesPlan(typing.NamedTuple):
     chunk: Callable[[MAPElitesState, Key[Array, " n"]], tuple[MAPElitesState, QDMetrics]]
     keys: Key[Array, " iterations"]
     mesh: Any
+    corrected: Callable[[MAPElitesState, int], CorrectedMetrics] | None
 
 
 _HEADER = ["iteration", "evaluations", "wall_s", *METRIC_NAMES]
+CORRECTED_NAMES = (
+    "corrected_qd_score",
+    "corrected_coverage",
+    "corrected_max_fitness",
+    "fitness_reproducibility",
+    "descriptor_reproducibility",
+)
+"""The columns `reevaluations` adds to `progress.csv` (`CorrectedMetrics`' figures)."""
+
+
+def _header(config: MAPElitesConfig) -> list[str]:
+    return _HEADER + list(CORRECTED_NAMES) * (config.reevaluations > 0)
+
+
+def _corrector(
+    config: MAPElitesConfig, task: AbstractTask, *, key: PRNGKey
+) -> Callable[[MAPElitesState, int], CorrectedMetrics] | None:
+    """`(state, iteration) -> CorrectedMetrics` of the state's elites, reevaluated
+    `reevaluations` times by the task without sampling, with a key of the iteration; `None`
+    without reevaluations."""
+    if config.reevaluations == 0:
+        return None
+    inner = task.task if isinstance(task, Sampled) else task
+
+    @jit
+    def figures(elites, iteration):
+        k = jr.fold_in(key, iteration)
+        again = reevaluated(elites, inner, config.reevaluations, key=k)
+        return corrected_metrics(again, inner.qd_offset)
+
+    return lambda state, iteration: to_host(figures(to_host(state.elites), iteration))
 
 
 class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
@@ -270,10 +314,12 @@ class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
                 state, history = scan_sharded(algo, state, mesh=mesh, keys=keys)
                 return state, jax.tree.map(lambda x: x[0], to_host(history))  # equal everywhere
 
-        return _MAPElitesPlan(config, init, chunk, iteration_keys(config, key=run_key), mesh)
+        corrected = _corrector(config, task, key=jr.fold_in(init_key, 2))
+        keys = iteration_keys(config, key=run_key)
+        return _MAPElitesPlan(config, init, chunk, keys, mesh, corrected)
 
     def headers(self, plan: _MAPElitesPlan) -> dict[str, list[str]]:
-        return {PROGRESS_FILE: _HEADER}
+        return {PROGRESS_FILE: _header(plan.config)}
 
     def like(self, plan: _MAPElitesPlan) -> MAPElitesState:
         return eqx.filter_eval_shape(plan.init)[0]
@@ -283,7 +329,8 @@ class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
 
     def start(self, plan: _MAPElitesPlan, clock: RunClock) -> Chunk:
         state, metrics = plan.init()
-        row = _row(0, plan.config, clock(), to_host(metrics))
+        corrected = None if plan.corrected is None else plan.corrected(state, 0)
+        row = _row(0, plan.config, clock(), to_host(metrics), corrected)
         return Chunk(state, 0, {PROGRESS_FILE: [list(row.values())]})
 
     def resumed_state(self, plan: _MAPElitesPlan, resumed) -> MAPElitesState:
@@ -294,12 +341,14 @@ class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
         # Chunks end on multiples of log_every, wherever the run (re)started.
         n = min(config.log_every - step % config.log_every, config.iterations - step)
         state, history = plan.chunk(state, plan.keys[step : step + n])
-        row = _row(step + n, config, clock(), history)
+        corrected = None if plan.corrected is None else plan.corrected(state, step + n)
+        row = _row(step + n, config, clock(), history, corrected)
         return Chunk(state, step + n, {PROGRESS_FILE: [list(row.values())]})
 
     def finish(self, plan: _MAPElitesPlan, folder, state, logs, plots: bool) -> RunResult:
         rows = logs[PROGRESS_FILE]
-        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_HEADER)}
+        header = _header(plan.config)
+        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(header)}
         repertoire = to_host(state.elites)  # every process, in step (CMA-MAE: its result)
         if folder is not None:
             write_qd_outputs(folder, repertoire, columns, plots=plots)

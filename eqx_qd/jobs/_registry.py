@@ -28,7 +28,7 @@ from .._emitters.evolution_strategy import EvolutionStrategyEmitter
 from .._emitters.gradient_arborescence import GradientArborescenceEmitter
 from .._emitters.gradient_operator import GradientOperatorEmitter
 from .._emitters.mixing import MixingEmitter
-from .._tasks import AbstractTask, Arm, ProjectedSphere, Rastrigin, Sphere
+from .._tasks import AbstractTask, Arm, Noisy, ProjectedSphere, Rastrigin, Sphere
 from .._variation import GaussianMutation, IsoLineVariation
 from ..envs._base import AbstractEnv
 from ..envs._brax import BraxQDEnv, QD_BRAX_TASKS
@@ -271,6 +271,17 @@ for _name, _cls, _dim in (
         return _cls(genotype_dim=genotype_dim)  # type: ignore[call-arg]
 
     TASKS.register(_name, _task, help=(_cls.__doc__ or "").split("\n")[0])
+
+
+def _noisy_arm(*, genotype_dim: int = 8) -> AbstractTask:
+    return Noisy(Arm(genotype_dim), fitness_noise=0.1, descriptor_noise=0.1, genotype_noise=0.05)
+
+
+TASKS.register(
+    "noisy_arm",
+    _noisy_arm,
+    help="the arm with QDax's noisy_arm noise: fitness and descriptor sd 0.1, genes sd 0.05",
+)
 
 for _k in (10, 20, 50):
 

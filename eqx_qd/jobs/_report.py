@@ -20,9 +20,19 @@ from ._job import load_run, RunResult
 from ._status import run_status
 
 
-REPORT_METRICS = ("qd_score", "plain_qd_score", "coverage", "max_fitness", "averaged_max_fitness")
+REPORT_METRICS = (
+    "qd_score",
+    "plain_qd_score",
+    "coverage",
+    "max_fitness",
+    "averaged_max_fitness",
+    "corrected_qd_score",
+    "corrected_coverage",
+    "corrected_max_fitness",
+)
 """The curves and final values a report compares, where the runs log them (`coverage` as a
-fraction of the cells; `plain_qd_score` and `averaged_max_fitness` are PGA-ME's)."""
+fraction of the cells; `plain_qd_score` and `averaged_max_fitness` are PGA-ME's; the
+`corrected_` figures, the repertoire reevaluated, those of runs with `reevaluations`)."""
 
 P_METHODS = ("auto", "exact", "asymptotic")
 
@@ -47,7 +57,8 @@ def group_of(result: RunResult) -> str:
     not iso-line), its strategy when not full CMA-ES (`CMA-MAE (lm_ma_es)`) and its
     repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
     `MAP-Elites (novelty archive)`); CMA-MAE's emitters on a discount archive are `DMS`
-    (`DMS (lm_ma_es)`), the `dds` emitter on a density archive `DDS`."""
+    (`DMS (lm_ma_es)`), the `dds` emitter on a density archive `DDS`; with `samples`,
+    `MAP-Elites, 4 samples (median)`."""
     config = result.config
     job = config.JOB
     if job == "pgame":
@@ -73,6 +84,9 @@ def group_of(result: RunResult) -> str:
             algorithm = "DNS"
         elif kind is not None:
             algorithm = f"{algorithm} ({kind})"
+        samples = getattr(config, "samples", 1)
+        if samples > 1:  # MAP-Elites-sampling: the samples and their estimate
+            algorithm = f"{algorithm}, {samples} samples ({config.estimator})"  # type: ignore[attr-defined]
     else:
         algorithm = {"me-pbt": "ME-PBT"}.get(job, job)
     task = getattr(config, "env", None) or getattr(config, "task", None)

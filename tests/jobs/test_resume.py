@@ -558,6 +558,41 @@ def test_a_guided_run_resumes_equal_and_reports_its_result_grid(tmp_path, preset
     assert jobs.group_of(longer) == f"{name} on projected_sphere"
 
 
+@pytest.mark.e2e
+def test_a_sampled_run_with_corrected_figures_resumes_equal(tmp_path):
+    # Sampling scores every candidate 3 times (the evaluations column counts them); each
+    # logged row reevaluates the elites with a key of its iteration, so a resumed run logs the
+    # same corrected figures.
+    small = dict(
+        task="noisy_arm", batch_size=8, cells=8, cvt_samples=200, log_every=2, samples=3,
+        estimator="median", reevaluations=5,
+    )  # fmt: skip
+    longer = jobs.run(jobs.MAPElitesConfig(iterations=6, **small), tmp_path / "long",
+                      progress=False, plots=False)  # fmt: skip
+    jobs.run(jobs.MAPElitesConfig(iterations=2, **small), tmp_path / "short", progress=False,
+             plots=False)  # fmt: skip
+    jobs.resume(tmp_path / "short", iterations=6, progress=False, plots=False)
+    assert _same_files(tmp_path / "long", tmp_path / "short", ["progress.csv"]) == {
+        "progress.csv": True
+    }
+    progress = longer.progress
+    assert list(progress["evaluations"]) == [24 * (i + 1) for i in range(0, 7, 2)]
+    assert np.all(progress["corrected_qd_score"] <= progress["qd_score"] + 1e-6)
+    assert np.all(np.isfinite(progress["fitness_reproducibility"]))
+    assert jobs.group_of(longer) == "MAP-Elites, 3 samples (median) on noisy_arm"
+
+
+def test_noise_options_refuse_what_they_cannot_run():
+    with pytest.raises(ValueError, match="estimator 'median' chooses among a candidate's sampl"):
+        jobs.MAPElitesConfig(estimator="median")
+    with pytest.raises(ValueError, match="estimator: unknown 'average'"):
+        jobs.MAPElitesConfig(samples=2, estimator="average")
+    with pytest.raises(ValueError, match="samples"):
+        jobs.MAPElitesConfig(samples=0)
+    with pytest.raises(ValueError, match="reevaluations"):
+        jobs.MAPElitesConfig(reevaluations=-1)
+
+
 def test_guided_repertoires_refuse_what_they_cannot_run():
     with pytest.raises(ValueError, match="give a finite threshold_min"):
         jobs.MAPElitesConfig(repertoire="discount", emitter="cma_mae")

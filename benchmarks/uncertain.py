@@ -1,0 +1,168 @@
+"""Sampling estimators, spreads and corrected metrics: ours against QDax 0.5's functions on the
+same inputs and the same keys.
+
+QDax's side (`--peer qdax`, run with QDax's interpreter) scores fixed genotypes on its noisy
+arm (`noisy_arm_scoring_function`, fitness and descriptor noise 0.1, gene noise 0.05): 16
+samples each through `multi_sample_scoring_function`, every extractor of `utils/sampling.py`
+on them, a repertoire over 64 fixed centroids, and `reevaluation_reproducibility_function`
+with 32 reevaluations; it writes inputs and outputs to an `.npz`. Ours (`--check FILE`) runs
+`q.sample_scores`, `q.estimate`, `q.spread`, `q.reevaluated` and `q.corrected_metrics` with
+the same keys and prints the largest differences.
+
+The keys are shared: QDax 0.5 runs on JAX 0.4.28, whose threefry draws are those of newer
+JAX with `jax_threefry_partitionable` off, which our side sets. QDax's reproducibility
+function splits its key once before sampling; ours is given that split key.
+
+Usage: JAX_PLATFORMS=cpu /tmp/qdax_venv/bin/python benchmarks/uncertain.py --peer qdax --out F
+       python benchmarks/uncertain.py --check F.npz
+"""
+
+import argparse
+import json
+
+import numpy as np
+
+
+NUM, DIM, SAMPLES, REEVALS, CELLS = 256, 8, 16, 32, 64
+NOISE = dict(fitness=0.1, descriptor=0.1, genotype=0.05)  # QDax's noisy_arm test settings
+EXTRACTORS = ("average", "median", "mode", "closest")  # ours: mean, median, mode, closest
+SPREAD_NAMES = ("std", "mad", "iqr")
+
+
+def _inputs() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    genotypes = rng.uniform(size=(NUM, DIM)).astype(np.float32)
+    centroids = rng.uniform(size=(CELLS, 2)).astype(np.float32)
+    return genotypes, centroids
+
+
+def _mean_distance(samples: np.ndarray, picks: np.ndarray) -> np.ndarray:
+    """Per row, the mean Euclidean distance from its pick to its samples (float64)."""
+    x = samples.reshape(len(samples), samples.shape[1], -1).astype(np.float64)
+    p = picks.reshape(len(samples), 1, -1).astype(np.float64)
+    return np.mean(np.linalg.norm(x - p, axis=-1), axis=1)
+
+
+def qdax(out: str) -> None:
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from qdax.core.containers.mapelites_repertoire import MapElitesRepertoire
+    from qdax.tasks.arm import noisy_arm_scoring_function
+    from qdax.utils import sampling
+    from qdax.utils.uncertainty_metrics import reevaluation_reproducibility_function
+
+    genotypes, centroids = _inputs()
+    scoring = functools.partial(
+        noisy_arm_scoring_function, fit_variance=NOISE["fitness"],
+        desc_variance=NOISE["descriptor"], params_variance=NOISE["genotype"],
+    )  # fmt: skip
+    g = jnp.asarray(genotypes)
+    all_f, all_d, _ = sampling.multi_sample_scoring_function(g, jax.random.key(1), scoring, SAMPLES)
+    saved = dict(genotypes=genotypes, centroids=centroids, all_f=all_f, all_d=all_d)
+    for name in EXTRACTORS:
+        saved[f"est_f_{name}"] = getattr(sampling, name)(all_f)
+        saved[f"est_d_{name}"] = getattr(sampling, name)(all_d)
+    for name in SPREAD_NAMES:
+        saved[f"spread_f_{name}"] = getattr(sampling, name)(all_f)
+        saved[f"spread_d_{name}"] = getattr(sampling, name)(all_d)
+    f, d, _ = scoring(g, jax.random.key(2))
+    repertoire = MapElitesRepertoire.init(g, f, d, jnp.asarray(centroids))
+    empty = MapElitesRepertoire.init(g, jnp.full_like(f, -jnp.inf), d, jnp.asarray(centroids))
+    corrected, fit_rep, desc_rep = reevaluation_reproducibility_function(
+        repertoire, jax.random.key(3), empty, scoring, REEVALS
+    )
+    filled = repertoire.fitnesses > -jnp.inf
+    saved.update(
+        rep_genotypes=repertoire.genotypes, rep_fitnesses=repertoire.fitnesses,
+        rep_descriptors=repertoire.descriptors, corrected_fitnesses=corrected.fitnesses,
+        fit_reproducibility=fit_rep.fitnesses, desc_reproducibility=desc_rep.fitnesses,
+        corrected_qd_score=jnp.sum(jnp.where(corrected.fitnesses > -jnp.inf,
+                                             corrected.fitnesses + 1.0, 0.0)),
+        mean_fit_reproducibility=jnp.mean(fit_rep.fitnesses, where=filled),
+        mean_desc_reproducibility=jnp.mean(desc_rep.fitnesses, where=filled),
+    )  # fmt: skip
+    np.savez(out, **{k: np.asarray(v) for k, v in saved.items()})
+    print(json.dumps({"side": "qdax", "out": out}))
+
+
+def check(path: str) -> dict:
+    import jax
+
+    jax.config.update("jax_threefry_partitionable", False)  # JAX 0.4.28's draws
+    import jax.numpy as jnp
+    import jax.random as jr
+
+    import eqx_qd as q
+
+    ref = dict(np.load(path))
+    task = q.Noisy(q.Arm(DIM), NOISE["fitness"], NOISE["descriptor"], NOISE["genotype"])
+    s = q.sample_scores(task, jnp.asarray(ref["genotypes"]), SAMPLES, key=jr.key(1))
+    gaps = {
+        "samples_fitness": np.max(np.abs(np.asarray(s.fitnesses) - ref["all_f"])),
+        "samples_descriptor": np.max(np.abs(np.asarray(s.descriptors) - ref["all_d"])),
+    }
+    ours = {"average": "mean"}
+    for name in EXTRACTORS:
+        for which, x in (("f", ref["all_f"]), ("d", ref["all_d"])):
+            got = np.asarray(q.estimate(jnp.asarray(x), ours.get(name, name)))
+            want = ref[f"est_{which}_{name}"]
+            if name == "closest":
+                # Ties are real: with an even number of scalar samples the two middle ones are
+                # equally close on average, and each side picks by its rounding. Compared: the
+                # mean distance of the pick to the row's samples (float64), and the picks.
+                gaps[f"closest_{which}_picks_differ"] = int(np.sum(np.any(
+                    np.abs(got - want).reshape(len(x), -1) > 1e-6, axis=1)))  # fmt: skip
+                got, want = _mean_distance(x, got), _mean_distance(x, want)
+            gaps[f"{name}_{which}"] = np.max(np.abs(got - want))
+    for name in SPREAD_NAMES:
+        for which, x in (("f", ref["all_f"]), ("d", ref["all_d"])):
+            got = np.asarray(q.spread(jnp.asarray(x), name))
+            gaps[f"{name}_{which}"] = np.max(np.abs(got - ref[f"spread_{which}_{name}"]))
+    repertoire = q.MAPElitesRepertoire(
+        genotypes=jnp.asarray(ref["rep_genotypes"]),
+        fitnesses=jnp.asarray(ref["rep_fitnesses"][:, 0]),
+        descriptors=jnp.asarray(ref["rep_descriptors"]),
+        tessellation=q.CVTTessellation(ref["centroids"]),
+    )
+    _, sampling_key = jr.split(jr.key(3))  # QDax's reproducibility function splits once
+    again = q.reevaluated(repertoire, task, REEVALS, key=sampling_key)
+    m = q.corrected_metrics(again, 1.0)
+    want = ref["corrected_fitnesses"][:, 0]
+    got = np.asarray(again.repertoire.fitnesses)
+    assert np.array_equal(np.isfinite(got), np.isfinite(want)), "the filled cells differ"
+    finite = np.isfinite(want)
+    gaps["corrected_fitnesses"] = np.max(np.abs(got[finite] - want[finite]))
+    gaps["corrected_qd_score"] = abs(float(m.qd_score) - float(ref["corrected_qd_score"]))
+    gaps["fitness_reproducibility"] = abs(
+        float(m.fitness_reproducibility) - float(ref["mean_fit_reproducibility"])
+    )
+    gaps["descriptor_reproducibility"] = abs(
+        float(m.descriptor_reproducibility) - float(ref["mean_desc_reproducibility"])
+    )
+    out = {k: float(v) for k, v in gaps.items()}
+    out["corrected_qd_score"] = float(m.qd_score)
+    out["qdax_corrected_qd_score"] = float(ref["corrected_qd_score"])
+    out["largest_gap"] = float(max(v for k, v in gaps.items() if not k.endswith("differ")))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--peer", choices=["qdax"], default=None)
+    parser.add_argument("--out", help="QDax's side: the .npz to write")
+    parser.add_argument("--check", help="ours: the .npz QDax's side wrote")
+    args = parser.parse_args()
+    if args.peer == "qdax":
+        if not args.out:
+            parser.error("--peer qdax writes its figures: give --out FILE.npz")
+        qdax(args.out)
+        return
+    if not args.check:
+        parser.error("give --check FILE.npz (written by --peer qdax)")
+    print(json.dumps(check(args.check), indent=1))
+
+
+if __name__ == "__main__":
+    main()
