@@ -13,12 +13,17 @@ The keys are shared: QDax 0.5 runs on JAX 0.4.28, whose threefry draws are those
 JAX with `jax_threefry_partitionable` off, which our side sets. QDax's reproducibility
 function splits its key once before sampling; ours is given that split key.
 
+`--speed` times MAP-Elites-sampling on each side instead (`SPEED`).
+
 Usage: JAX_PLATFORMS=cpu /tmp/qdax_venv/bin/python benchmarks/uncertain.py --peer qdax --out F
        python benchmarks/uncertain.py --check F.npz
+       [JAX_PLATFORMS=cpu /tmp/qdax_venv/bin/python] benchmarks/uncertain.py --speed [--peer qdax]
 """
 
 import argparse
 import json
+import os
+import time
 
 import numpy as np
 
@@ -148,12 +153,112 @@ def check(path: str) -> dict:
     return out
 
 
+SPEED = dict(dim=100, candidates=128, samples=8, iterations=200)
+"""`--speed`: MAP-Elites-sampling on the 100-joint noisy arm, 128 candidates x 8 samples (1,024
+scorings) per iteration over QDax's CVT of 1,024 cells, iso+line-DD (0.005, 0.05), 200
+iterations in one compiled loop, compile apart, medians of `--rounds`."""
+SHARED_BENCH = os.environ.get(
+    "EQX_QD_SHARED_BENCH",
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "bench"),
+)
+CENTROIDS = os.path.join(SHARED_BENCH, "qdax", "centroids_cvt1024_2d.npy")
+
+
+def _timed(run, rounds: int) -> list[float]:
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def speed_qdax(rounds: int) -> dict:
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from qdax.core.emitters.mutation_operators import isoline_variation
+    from qdax.core.emitters.standard_emitters import MixingEmitter
+    from qdax.core.map_elites import MAPElites
+    from qdax.tasks.arm import noisy_arm_scoring_function
+    from qdax.utils.metrics import default_qd_metrics
+    from qdax.utils.sampling import sampling
+
+    noisy = functools.partial(
+        noisy_arm_scoring_function, fit_variance=NOISE["fitness"],
+        desc_variance=NOISE["descriptor"], params_variance=NOISE["genotype"],
+    )  # fmt: skip
+    scoring = functools.partial(sampling, scoring_fn=noisy, num_samples=SPEED["samples"])
+    emitter = MixingEmitter(
+        mutation_fn=None, variation_percentage=1.0, batch_size=SPEED["candidates"],
+        variation_fn=functools.partial(isoline_variation, iso_sigma=0.005, line_sigma=0.05),
+    )  # fmt: skip
+    algo = MAPElites(scoring, emitter, functools.partial(default_qd_metrics, qd_offset=1.0))
+    genotypes = jax.random.uniform(jax.random.key(0), (SPEED["candidates"], SPEED["dim"]))
+    centroids = jnp.asarray(np.load(CENTROIDS))
+    repertoire, emitter_state, _ = jax.jit(algo.init)(genotypes, centroids, jax.random.key(1))
+
+    def loop(repertoire, emitter_state, key):
+        (repertoire, _, _), metrics = jax.lax.scan(
+            algo.scan_update, (repertoire, emitter_state, key), (), length=SPEED["iterations"]
+        )
+        return repertoire.fitnesses, metrics["qd_score"]
+
+    t0 = time.perf_counter()
+    compiled = jax.jit(loop).lower(repertoire, emitter_state, jax.random.key(2)).compile()
+    compile_s = time.perf_counter() - t0
+    out = {}
+    times = _timed(
+        lambda: out.update(r=jax.block_until_ready(
+            compiled(repertoire, emitter_state, jax.random.key(2)))), rounds,
+    )  # fmt: skip
+    return dict(side="qdax", seconds=float(np.median(times)), rounds=times, compile_s=compile_s,
+                qd_score=float(out["r"][1][-1]))  # fmt: skip
+
+
+def speed_ours(rounds: int) -> dict:
+    import jax
+    import jax.random as jr
+
+    import eqx_qd as q
+
+    noisy = q.Noisy(q.Arm(SPEED["dim"]), NOISE["fitness"], NOISE["descriptor"], NOISE["genotype"])
+    task = q.Sampled(noisy, SPEED["samples"])
+    emitter = q.MixingEmitter(
+        SPEED["candidates"],
+        1.0,
+        variation=q.IsoLineVariation(0.005, 0.05),  # unclipped, as QDax
+    )
+    algo = q.MAPElites(emitter, task)
+    cells = q.CVTTessellation(np.load(CENTROIDS))
+    genotypes = jr.uniform(jr.key(0), (SPEED["candidates"], SPEED["dim"]))
+    state, _ = algo.init(genotypes, cells, key=jr.key(1))
+    key = jr.key(2)
+    t0 = time.perf_counter()
+    compiled = q.run.lower(algo, state, SPEED["iterations"], key=key).compile()
+    compile_s = time.perf_counter() - t0
+    out = {}
+    times = _timed(
+        lambda: out.update(r=jax.block_until_ready(compiled(algo, state, SPEED["iterations"],
+                                                            key=key))), rounds,
+    )  # fmt: skip
+    return dict(side="eqx_qd", seconds=float(np.median(times)), rounds=times, compile_s=compile_s,
+                qd_score=float(out["r"][1].qd_score[-1]))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", choices=["qdax"], default=None)
     parser.add_argument("--out", help="QDax's side: the .npz to write")
     parser.add_argument("--check", help="ours: the .npz QDax's side wrote")
+    parser.add_argument("--speed", action="store_true", help="time MAP-Elites-sampling")
+    parser.add_argument("--rounds", type=int, default=1, help="--speed: timed runs (median)")
     args = parser.parse_args()
+    if args.speed:
+        run = speed_qdax if args.peer == "qdax" else speed_ours
+        print(json.dumps(run(args.rounds)))
+        return
     if args.peer == "qdax":
         if not args.out:
             parser.error("--peer qdax writes its figures: give --out FILE.npz")
