@@ -18,6 +18,7 @@ from ._misc import f32, filter_scan, i32, tree_all_gather, tree_take
 from ._repertoire import (
     AbstractGuidedRepertoire,
     AbstractRepertoire,
+    AbstractSampledRepertoire,
     AddInfo,
     MAPElitesRepertoire,
 )
@@ -231,6 +232,12 @@ class MAPElites(eqx.Module):
         ids = self._first_id(jnp.zeros((), jnp.int32), n) + jnp.arange(n, dtype=jnp.int32)
         every = tree_all_gather((genotypes, descriptors, fitnesses, ids), self.axis_name)
         ids_or_none = every[3] if self.lineage else None
+        sampled = isinstance(repertoire, AbstractSampledRepertoire)
+        if sampled and self.lineage:
+            raise ValueError(
+                f"MAPElites.init: {type(repertoire).__name__} inserts by the scoring's samples "
+                "and stores no ids: lineage=True cannot run on it"
+            )
         first = tree_take(every[0], 0)
         first_id = None if ids_or_none is None else ids_or_none[0]
         annealed = self.archive_learning_rate is not None
@@ -256,7 +263,9 @@ class MAPElites(eqx.Module):
                 "MAPElites.init: repertoire must be an eqx_qd.AbstractTessellation or an "
                 f"eqx_qd.AbstractRepertoire, got {type(repertoire).__name__}"
             )
-        built, _ = empty.add(*every[:3], ids_or_none)
+        # A sampled repertoire takes the scoring's extra (its samples) where others take ids.
+        offered = tree_all_gather(extra, self.axis_name) if sampled else ids_or_none
+        built, _ = empty.add(*every[:3], offered)
         passive = None
         if result is not None:
             if not isinstance(result, AbstractTessellation):
@@ -319,7 +328,10 @@ class MAPElites(eqx.Module):
             (genotypes, descriptors, fitnesses, ids, emit_extra), self.axis_name
         )
         ids_or_none = all_ids if self.lineage else None
-        repertoire, add_info = state.repertoire.add(all_g, all_d, all_f, ids_or_none)
+        offered = ids_or_none
+        if isinstance(state.repertoire, AbstractSampledRepertoire):
+            offered = tree_all_gather(extra, self.axis_name)  # the samples it inserts by
+        repertoire, add_info = state.repertoire.add(all_g, all_d, all_f, offered)
         result = state.result
         if result is not None:
             result, result_info = result.add(all_g, all_d, all_f, ids_or_none)

@@ -119,11 +119,15 @@ def sample_scores(
 
 class SampledExtra(eqx.Module):
     """What a `Sampled` task returns beside its estimates: each candidate's `fitness_spread`
-    `(batch,)` and `descriptor_spread` `(batch, num_descriptors)` over its samples, and the
+    `(batch,)` and `descriptor_spread` `(batch, num_descriptors)` over its samples, the
+    samples themselves (`fitness_samples` `(batch, num_samples)`, `descriptor_samples`
+    `(batch, num_samples, num_descriptors)`: what `LowSpreadRepertoire` inserts by), and the
     inner task's `extra` of every sample (sample axis second)."""
 
     fitness_spread: Float[Array, " batch"]
     descriptor_spread: Float[Array, "batch num_descriptors"]
+    fitness_samples: Float[Array, "batch num_samples"]
+    descriptor_samples: Float[Array, "batch num_samples num_descriptors"]
     extra: Extra
 
 
@@ -177,7 +181,11 @@ class Sampled(AbstractTask):
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch num_descriptors"], SampledExtra]:
         s = sample_scores(self.task, genotypes, self.num_samples, key=key)
         extra = SampledExtra(
-            spread(s.fitnesses, self.spread), spread(s.descriptors, self.spread), s.extra
+            spread(s.fitnesses, self.spread),
+            spread(s.descriptors, self.spread),
+            s.fitnesses,
+            s.descriptors,
+            s.extra,
         )
         return (
             estimate(s.fitnesses, self.fitness_estimator),

@@ -24,6 +24,11 @@ from ._guided import (
     kde_density as kde_density,
     Reservoir as Reservoir,
 )
+from ._low_spread import (
+    AbstractSampledRepertoire as AbstractSampledRepertoire,
+    dispersion as dispersion,
+    LowSpreadRepertoire as LowSpreadRepertoire,
+)
 from ._sliding import SlidingBoundariesRepertoire as SlidingBoundariesRepertoire
 from ._tessellated import (
     Annealing as Annealing,

@@ -18,6 +18,7 @@ from .._repertoire import (
     DensityRepertoire,
     DiscountModelRepertoire,
     DNSRepertoire,
+    LowSpreadRepertoire,
     SlidingBoundariesRepertoire,
     UnstructuredRepertoire,
 )
@@ -128,7 +129,8 @@ class RepertoireOptions(JobConfig):
     three are reported on a passive archive over the job's cells
     (`MAPElites.init(..., result=)`). `discount` (Discount Model Search) and `density`
     (Density Descent Search) keep the elites over the job's cells beside a model that guides
-    the CMA emitters (the jobs with an `emitter`)."""
+    the CMA emitters (the jobs with an `emitter`). `low_spread` is MAP-Elites Low-Spread's
+    archive over the job's cells (the jobs with `samples`)."""
 
     repertoire: str = option(
         "cvt",
@@ -136,8 +138,11 @@ class RepertoireOptions(JobConfig):
         "Search's population, novelty search's archive); sliding: pyribs' sliding-boundaries "
         "grid of cells bins per descriptor; the last three reported on a passive archive over "
         "the job's cells; discount: Discount Model Search's archive (give threshold_min); "
-        "density: Density Descent Search's (emitter dds)",
-        check=_one_of("cvt", "grid", "dns", "unstructured", "sliding", "discount", "density"),
+        "density: Density Descent Search's (emitter dds); low_spread: MAP-Elites Low-Spread's "
+        "cells (give samples)",
+        check=_one_of(
+            "cvt", "grid", "dns", "unstructured", "sliding", "discount", "density", "low_spread"
+        ),
     )
     capacity: int | None = option(
         None, "dns / unstructured: elites kept (default: as many as the job's cells)"
@@ -197,6 +202,11 @@ class RepertoireOptions(JobConfig):
                 f"discount_low ({self.discount_low}) must be below discount_high "
                 f"({self.discount_high})"
             )
+        if self.repertoire == "low_spread" and not isinstance(self, NoiseOptions):
+            raise ValueError(
+                "repertoire 'low_spread' inserts candidates by their samples: a job with "
+                "samples (map-elites) runs it"
+            )
         if self.guided and not hasattr(self, "emitter"):
             raise ValueError(
                 f"repertoire {self.repertoire!r} guides the CMA emitters' rankings: a job with "
@@ -230,6 +240,8 @@ class RepertoireOptions(JobConfig):
         density archive over the tessellation (drawing from `key`), which `init` shapes after
         the initial population."""
         placeholder = jnp.zeros(())  # MAPElites.init re-shapes it (AbstractRepertoire.emptied)
+        if self.repertoire == "low_spread":
+            return LowSpreadRepertoire.empty(tessellation, placeholder)
         if self.guided:
             if key is None:
                 raise ValueError(f"repertoire {self.repertoire!r} draws random numbers: give key")
@@ -406,6 +418,11 @@ class EmitterOptions(JobConfig):
                 "repertoire 'discount' trains its model towards threshold_min: give a finite "
                 "threshold_min (the paper's 0) and archive_learning_rate (its 0.1)"
             )
+        if repertoire == "low_spread" and self.anneals:
+            raise ValueError(
+                "repertoire 'low_spread' keeps the elites themselves: archive_learning_rate / "
+                "threshold_min (CMA-MAE's) do not apply"
+            )
         if repertoire == "density" and self.anneals:
             raise ValueError(
                 "repertoire 'density' keeps no thresholds: archive_learning_rate / "
@@ -485,6 +502,11 @@ class NoiseOptions(JobConfig):
 
     def check(self) -> None:
         super().check()
+        if getattr(self, "repertoire", None) == "low_spread" and self.samples == 1:
+            raise ValueError(
+                "repertoire 'low_spread' judges a candidate by the spread of its samples: give "
+                "samples above 1 (ME-LS's 5, say)"
+            )
         if self.samples == 1 and self.estimator != "mean":
             raise ValueError(
                 f"estimator {self.estimator!r} chooses among a candidate's samples: give "

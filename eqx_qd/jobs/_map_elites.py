@@ -19,6 +19,7 @@ from .._custom_types import PRNGKey
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES, QDMetrics
 from .._misc import filter_scan
+from .._repertoire import LowSpreadRepertoire
 from .._sampling import corrected_metrics, CorrectedMetrics, reevaluated, Sampled
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
@@ -350,6 +351,8 @@ class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
         header = _header(plan.config)
         columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(header)}
         repertoire = to_host(state.elites)  # every process, in step (CMA-MAE: its result)
+        if isinstance(repertoire, LowSpreadRepertoire):  # ME-LS: its cells, spreads aside
+            repertoire = repertoire.to_map_elites()
         if folder is not None:
             write_qd_outputs(folder, repertoire, columns, plots=plots)
         return RunResult(

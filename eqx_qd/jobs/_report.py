@@ -58,7 +58,7 @@ def group_of(result: RunResult) -> str:
     repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
     `MAP-Elites (novelty archive)`); CMA-MAE's emitters on a discount archive are `DMS`
     (`DMS (lm_ma_es)`), the `dds` emitter on a density archive `DDS`; with `samples`,
-    `MAP-Elites, 4 samples (median)`."""
+    `MAP-Elites, 4 samples (median)`; on a low-spread archive `ME-LS, 5 samples`."""
     config = result.config
     job = config.JOB
     if job == "pgame":
@@ -85,7 +85,10 @@ def group_of(result: RunResult) -> str:
         elif kind is not None:
             algorithm = f"{algorithm} ({kind})"
         samples = getattr(config, "samples", 1)
-        if samples > 1:  # MAP-Elites-sampling: the samples and their estimate
+        if repertoire == "low_spread":  # ME-LS: the cells by the samples, their spread
+            name = "ME-LS" if algorithm == "MAP-Elites" else f"{algorithm} (low spread)"
+            algorithm = f"{name}, {samples} samples"
+        elif samples > 1:  # MAP-Elites-sampling: the samples and their estimate
             algorithm = f"{algorithm}, {samples} samples ({config.estimator})"  # type: ignore[attr-defined]
     else:
         algorithm = {"me-pbt": "ME-PBT"}.get(job, job)

@@ -252,3 +252,116 @@ def test_reevaluated_runs_under_jit():
     run = jax.jit(lambda r, k: q.corrected_metrics(q.reevaluated(r, NOISY, 4, key=k), 1.0))
     m = run(rep, jr.key(1))
     assert np.isfinite(float(m.qd_score)) and 0 < int(m.num_filled) <= CELLS.num_cells
+
+
+# -- MAP-Elites Low-Spread ----------------------------------------------------------------
+
+
+def _np_low_spread_add(state, centroids, genotypes, fitness_samples, descriptor_samples):
+    """QDax 0.5's `MELSRepertoire.add` in NumPy (nearest-centroid cells, the mode cell the
+    smallest most frequent index, the mean fitness, the pairs' mean distance), with our rule
+    for a batch's candidates that pass in one cell: the fittest, the lowest index on ties."""
+    fit, desc, spreads, genes = (np.array(a) for a in state)
+    b, n, _ = descriptor_samples.shape
+    d2 = ((descriptor_samples[:, :, None, :] - centroids[None, None]) ** 2).sum(-1)
+    sample_cells = d2.argmin(-1)
+    winners = {}
+    for i in range(b):
+        values, counts = np.unique(sample_cells[i], return_counts=True)
+        cell = values[np.argmax(counts)]
+        f = fitness_samples[i].astype(np.float64).mean()
+        pairs = [np.linalg.norm(descriptor_samples[i, a] - descriptor_samples[i, c])
+                 for a in range(n) for c in range(a + 1, n)]  # fmt: skip
+        s = float(np.mean(pairs)) if pairs else 0.0
+        if f > fit[cell] and s <= spreads[cell] + 1e-6 * (s > 0):
+            if cell not in winners or f > winners[cell][0]:
+                winners[cell] = (f, s, i)
+    for cell, (f, s, i) in winners.items():
+        fit[cell], spreads[cell], genes[cell], desc[cell] = f, s, genotypes[i], centroids[cell]
+    return fit, desc, spreads, genes
+
+
+CENTROIDS = np.random.default_rng(3).uniform(size=(12, 2)).astype(np.float32)
+SPREAD_CELLS = q.CVTTessellation(CENTROIDS)
+
+
+@settings(deadline=None, max_examples=20)
+@given(seed=st.integers(0, 10_000), num_samples=st.integers(1, 5), batches=st.integers(1, 3))
+def test_low_spread_insertion_matches_a_numpy_reference(seed, num_samples, batches):
+    rng = np.random.default_rng(seed)
+    rep = q.LowSpreadRepertoire.empty(SPREAD_CELLS, jnp.zeros(3))
+    state = (rep.fitnesses, rep.descriptors, rep.spreads, rep.genotypes)
+    for _ in range(batches):
+        b = 7
+        genotypes = rng.normal(size=(b, 3)).astype(np.float32)
+        centre = rng.uniform(size=(b, 1, 2))
+        samples = (centre + rng.normal(scale=0.1, size=(b, num_samples, 2))).astype(np.float32)
+        fits = rng.normal(size=(b, num_samples)).astype(np.float32)
+        extra = q.SampledExtra(
+            jnp.zeros(b), jnp.zeros((b, 2)), jnp.asarray(fits), jnp.asarray(samples), None
+        )
+        rep, info = rep.add(jnp.asarray(genotypes), jnp.asarray(samples.mean(1)),
+                            jnp.asarray(fits.mean(1)), extra)  # fmt: skip
+        state = _np_low_spread_add(state, CENTROIDS, genotypes, fits, samples)
+        np.testing.assert_allclose(rep.fitnesses, state[0], rtol=1e-5)
+        np.testing.assert_allclose(rep.descriptors, state[1], rtol=1e-6)
+        np.testing.assert_allclose(rep.spreads, state[2], rtol=1e-5)
+        np.testing.assert_allclose(rep.genotypes, state[3])
+        assert int(jnp.sum(info.inserted)) <= b
+
+
+def test_a_fitter_but_more_spread_candidate_does_not_enter():
+    rep = q.LowSpreadRepertoire.empty(SPREAD_CELLS, jnp.zeros(3))
+    c = CENTROIDS[0]
+
+    def offer(rep, fitness, scale):
+        samples = jnp.asarray(c + np.array([[-scale, 0.0], [scale, 0.0]]), jnp.float32)[None]
+        extra = q.SampledExtra(jnp.zeros(1), jnp.zeros((1, 2)),
+                               jnp.full((1, 2), fitness), samples, None)  # fmt: skip
+        return rep.add(jnp.zeros((1, 3)), samples[:, 0], jnp.full((1,), fitness), extra)
+
+    rep, info = offer(rep, 1.0, 0.001)
+    assert bool(info.inserted[0]) and float(rep.spreads[0]) == pytest.approx(0.002, rel=1e-4)
+    rep, info = offer(rep, 2.0, 0.002)  # fitter, but twice as spread
+    assert not bool(info.inserted[0]) and float(rep.fitnesses[0]) == 1.0
+    rep, info = offer(rep, 1.5, 0.0005)  # fitter and tighter
+    assert bool(info.inserted[0]) and float(rep.fitnesses[0]) == 1.5
+
+
+def test_low_spread_keeps_the_repertoire_laws():
+    from eqx_qd.testing import check_repertoire
+
+    # One sample each (no extra): spread 0 never loses to a stored spread, so the archive is
+    # elitist; it stores its cells' centroids, not the candidates' descriptors, so the laws
+    # that look for the offered rows ('from_candidates', 'reference') do not apply.
+    rep = q.LowSpreadRepertoire.empty(SPREAD_CELLS, jnp.zeros(3))
+    laws = ["finite", "elitist", "order", "select", "checkpoint"]
+    check_repertoire(rep, elitist=True, laws=laws, max_examples=8)
+
+
+def test_me_ls_runs_in_map_elites_on_the_samples_and_refuses_lineage():
+    noisy = q.Noisy(ARM, fitness_noise=0.1, descriptor_noise=0.1)
+    cells = q.GridTessellation((6, 6), 0.0, 1.0)
+    genotypes = ARM.init_genotypes(32, key=jr.key(0))
+    emitter = q.MixingEmitter(32, 1.0, variation=q.IsoLineVariation(0.005, 0.05))
+    algo = q.MAPElites(emitter, q.Sampled(noisy, 4))
+    state, _ = algo.init(genotypes, q.LowSpreadRepertoire.empty(cells, genotypes[0]),
+                         key=jr.key(1))  # fmt: skip
+    first = int(state.repertoire.num_filled)
+    state, history = q.run(algo, state, 20, key=jr.key(2))
+    rep = state.repertoire
+    assert int(rep.num_filled) > first
+    filled = np.asarray(rep.filled)
+    assert np.all(np.asarray(rep.spreads)[filled] > 0) and np.all(np.isinf(rep.spreads[~filled]))
+    # Every stored descriptor is its cell's centroid.
+    np.testing.assert_allclose(rep.descriptors[filled], cells.centroids[filled], atol=1e-6)
+    with pytest.raises(ValueError, match="lineage=True cannot run on it"):
+        q.MAPElites(emitter, q.Sampled(noisy, 4), lineage=True).init(
+            genotypes, q.LowSpreadRepertoire.empty(cells, genotypes[0]), key=jr.key(1)
+        )
+
+
+def test_low_spread_refuses_an_extra_that_is_not_samples():
+    rep = q.LowSpreadRepertoire.empty(SPREAD_CELLS, jnp.zeros(3))
+    with pytest.raises(TypeError, match="extra"):  # beartype, or the message without it
+        rep.add(jnp.zeros((2, 3)), jnp.zeros((2, 2)), jnp.zeros(2), jnp.arange(2))

@@ -582,6 +582,26 @@ def test_a_sampled_run_with_corrected_figures_resumes_equal(tmp_path):
     assert jobs.group_of(longer) == "MAP-Elites, 3 samples (median) on noisy_arm"
 
 
+@pytest.mark.e2e
+def test_an_me_ls_run_resumes_equal_and_writes_its_cells(tmp_path):
+    # The low-spread archive (its spreads too) travels in the checkpoints; the folder holds
+    # its elites as a MAP-Elites repertoire over the same cells.
+    small = dict(
+        task="noisy_arm", batch_size=8, cells=8, cvt_samples=200, log_every=2, samples=3,
+        repertoire="low_spread",
+    )  # fmt: skip
+    longer = jobs.run(jobs.MAPElitesConfig(iterations=4, **small), tmp_path / "long",
+                      progress=False, plots=False)  # fmt: skip
+    jobs.run(jobs.MAPElitesConfig(iterations=2, **small), tmp_path / "short", progress=False,
+             plots=False)  # fmt: skip
+    again = jobs.resume(tmp_path / "short", iterations=4, progress=False, plots=False)
+    assert _same_arrays(_key_data(longer.state), _key_data(again.state))
+    assert isinstance(longer.state.repertoire, eqx_qd.LowSpreadRepertoire)
+    loaded = jobs.load_run(tmp_path / "long")
+    assert np.array_equal(loaded.repertoire.fitnesses, longer.repertoire.fitnesses)
+    assert jobs.group_of(longer) == "ME-LS, 3 samples on noisy_arm"
+
+
 def test_noise_options_refuse_what_they_cannot_run():
     with pytest.raises(ValueError, match="estimator 'median' chooses among a candidate's sampl"):
         jobs.MAPElitesConfig(estimator="median")
@@ -591,6 +611,13 @@ def test_noise_options_refuse_what_they_cannot_run():
         jobs.MAPElitesConfig(samples=0)
     with pytest.raises(ValueError, match="reevaluations"):
         jobs.MAPElitesConfig(reevaluations=-1)
+    with pytest.raises(ValueError, match="judges a candidate by the spread of its samples"):
+        jobs.MAPElitesConfig(repertoire="low_spread")
+    with pytest.raises(ValueError, match="low_spread' keeps the elites themselves"):
+        jobs.MAPElitesConfig(repertoire="low_spread", samples=3, emitter="cma_mae",
+                             archive_learning_rate=0.1, threshold_min=0.0)  # fmt: skip
+    with pytest.raises(ValueError, match="a job with samples \\(map-elites\\) runs it"):
+        jobs.PGAMEConfig(repertoire="low_spread")
 
 
 def test_guided_repertoires_refuse_what_they_cannot_run():

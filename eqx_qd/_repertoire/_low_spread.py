@@ -1,0 +1,210 @@
+"""MAP-Elites Low-Spread's archive (Mace, Flageat, Cully, 2023): cells whose elites are
+placed by their samples, kept only while a newcomer is both fitter and less spread."""
+
+import typing
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from .._custom_types import Extra, Genotypes
+from .._misc import tree_scatter, tree_zeros_batch
+from .._sampling import SampledExtra
+from .._tessellation import AbstractTessellation
+from ._base import AbstractCellRepertoire, AbstractRepertoire, AddInfo, AddStatus
+from ._tessellated import MAPElitesRepertoire
+
+
+class AbstractSampledRepertoire(AbstractRepertoire):
+    """A repertoire that inserts candidates by their samples: its `add` takes as `extra` the
+    scoring's `SampledExtra` (score with `Sampled(task, n)`), or `None` for one sample each
+    (the descriptor and fitness given). `MAPElites` hands it the scoring's extra; it stores no
+    per-elite extra (no `lineage`)."""
+
+
+def _mode_cell(cells: Int[Array, "batch n"]) -> Int[Array, " batch"]:
+    """Per row, the most frequent cell; the smallest index among equally frequent ones (QDax's
+    `_mode`: `jnp.unique`'s first value with the top count)."""
+    counts = jnp.sum(cells[:, :, None] == cells[:, None, :], axis=2)
+    top = counts == jnp.max(counts, axis=1, keepdims=True)
+    return jnp.min(jnp.where(top, cells, jnp.iinfo(jnp.int32).max), axis=1)
+
+
+def dispersion(samples: Float[Array, "batch n num_descriptors"]) -> Float[Array, " batch"]:
+    """Per row, the mean Euclidean distance over the distinct pairs of its `n` descriptor
+    samples (ME-LS's spread; 0 for one sample)."""
+    n = samples.shape[1]
+    if n == 1:
+        return jnp.zeros(samples.shape[0], jnp.float32)
+    gaps = samples[:, :, None, :] - samples[:, None, :, :]
+    distances = jnp.sqrt(jnp.sum(gaps * gaps, axis=-1))
+    upper = jnp.triu(jnp.ones((n, n), bool), k=1)
+    return jnp.sum(jnp.where(upper, distances, 0.0), axis=(1, 2)) / (n * (n - 1) / 2)
+
+
+@typing.final
+class LowSpreadRepertoire(AbstractCellRepertoire, AbstractSampledRepertoire):
+    """MAP-Elites Low-Spread's archive (QDax 0.5's `MELSRepertoire`): one elite per cell, the
+    cell a candidate's most frequent over its descriptor samples, its stored descriptor that
+    cell's centroid, its fitness the mean of its fitness samples, its spread the mean distance
+    between its descriptor samples (`dispersion`). A candidate replaces a cell's elite when it
+    is fitter and no more spread (an empty cell: any finite candidate). Among a batch's
+    candidates that pass in one cell, the fittest enters (the lowest index on ties; QDax keeps
+    whichever its scatter writes last).
+
+    **Fields:** `genotypes`, `fitnesses` `(num_cells,)`, `descriptors` `(num_cells,
+    num_descriptors)` (centroids), `spreads` `(num_cells,)` (`inf` in an empty cell),
+    `tessellation`, `extra` (always `None`). Build one with `LowSpreadRepertoire.empty`.
+    """
+
+    genotypes: Genotypes
+    fitnesses: Float[Array, " num_cells"]
+    descriptors: Float[Array, "num_cells num_descriptors"]
+    spreads: Float[Array, " num_cells"]
+    tessellation: AbstractTessellation
+    extra: None = None
+
+    def __check_init__(self):
+        self.check_layout()
+        n, d = self.tessellation.num_cells, self.tessellation.num_descriptors
+        if self.fitnesses.shape != (n,) or self.descriptors.shape != (n, d):
+            raise ValueError(
+                f"LowSpreadRepertoire: fitnesses and descriptors must have shapes ({n},) and "
+                f"({n}, {d}) for its tessellation, got {self.fitnesses.shape} and "
+                f"{self.descriptors.shape}"
+            )
+        if self.spreads.shape != (n,):
+            raise ValueError(f"spreads must have shape ({n},), got {self.spreads.shape}")
+        if self.extra is not None:
+            raise ValueError("LowSpreadRepertoire stores no extra (no lineage)")
+
+    @classmethod
+    def empty(
+        cls, tessellation: AbstractTessellation, genotype: Genotypes
+    ) -> "LowSpreadRepertoire":
+        """An empty archive over `tessellation`, its cells holding zeros shaped like one
+        unbatched `genotype`."""
+        n = tessellation.num_cells
+        return cls(
+            genotypes=tree_zeros_batch(genotype, n),
+            fitnesses=jnp.full((n,), -jnp.inf, jnp.float32),
+            descriptors=jnp.zeros((n, tessellation.num_descriptors), jnp.float32),
+            spreads=jnp.full((n,), jnp.inf, jnp.float32),
+            tessellation=tessellation,
+        )
+
+    def emptied(self, genotype: Genotypes, extra: Extra = None) -> "LowSpreadRepertoire":
+        """An empty archive over the same cells (`extra` must be `None`)."""
+        if extra is not None:
+            raise ValueError("LowSpreadRepertoire stores no extra (no lineage)")
+        return LowSpreadRepertoire.empty(self.tessellation, genotype)
+
+    @property
+    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+        """The tessellation's bounds."""
+        return self.tessellation.extent
+
+    @property
+    def num_cells(self) -> int:
+        """The number of cells of the tessellation."""
+        return self.tessellation.num_cells
+
+    def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
+        """The cell index of each descriptor."""
+        return self.tessellation.index(descriptors)
+
+    def to_map_elites(self) -> MAPElitesRepertoire:
+        """The elites as a `MAPElitesRepertoire` over the same cells, the spreads left out:
+        what the jobs write, plot and read back."""
+        return MAPElitesRepertoire(
+            genotypes=self.genotypes,
+            fitnesses=self.fitnesses,
+            descriptors=self.descriptors,
+            tessellation=self.tessellation,
+        )
+
+    def add(
+        self,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Float[Array, " batch"],
+        extra: SampledExtra | None = None,
+    ) -> tuple["LowSpreadRepertoire", AddInfo]:
+        """Insert a batch by its samples (see the class): `extra` is the `SampledExtra` of a
+        `Sampled` task (its `fitness_samples` and `descriptor_samples` decide; `descriptors`
+        and `fitnesses`, the task's estimates, are only checked), or `None`: one sample each,
+        the given descriptor and fitness, spread 0."""
+        self.check_candidates(genotypes, descriptors, fitnesses)
+        batch = fitnesses.shape[0]
+        if extra is None:
+            fitness_samples = fitnesses[:, None]
+            descriptor_samples = descriptors[:, None, :]
+        elif isinstance(extra, SampledExtra):
+            fitness_samples = extra.fitness_samples
+            descriptor_samples = extra.descriptor_samples
+            d = self.tessellation.num_descriptors
+            if fitness_samples.ndim != 2 or fitness_samples.shape[0] != batch:
+                raise ValueError(
+                    f"extra.fitness_samples must have shape ({batch}, num_samples), got "
+                    f"{fitness_samples.shape}"
+                )
+            n = fitness_samples.shape[1]
+            if descriptor_samples.shape != (batch, n, d):
+                raise ValueError(
+                    f"extra.descriptor_samples must have shape ({batch}, {n}, {d}), got "
+                    f"{descriptor_samples.shape}"
+                )
+        else:
+            raise TypeError(
+                "LowSpreadRepertoire.add: extra must be the SampledExtra of a Sampled task (or "
+                f"None for one sample each), got {type(extra).__name__}"
+            )
+        fitness_samples = fitness_samples.astype(jnp.float32)
+        descriptor_samples = descriptor_samples.astype(jnp.float32)
+        valid = jnp.all(jnp.isfinite(fitness_samples), axis=1) & jnp.all(
+            jnp.isfinite(descriptor_samples), axis=(1, 2)
+        )
+        safe = jnp.where(valid[:, None, None], descriptor_samples, self.tessellation.centroids[0])
+        n = safe.shape[1]
+        sample_cells = self.tessellation.index(safe.reshape(batch * n, -1)).reshape(batch, n)
+        cells = _mode_cell(sample_cells)
+        fitness = jnp.mean(fitness_samples, axis=1)
+        spread = dispersion(safe)
+        offered = jnp.where(valid, fitness, -jnp.inf)
+        previous = self.fitnesses[cells]
+        occupied = jnp.isfinite(previous)
+        passes = valid & (offered > previous) & (spread <= self.spreads[cells])
+        num_cells = self.num_cells
+        contest = jnp.where(passes, offered, -jnp.inf)
+        best = jnp.full((num_cells,), -jnp.inf, jnp.float32).at[cells].max(contest)
+        rows = jnp.arange(batch, dtype=jnp.int32)
+        holds = passes & (contest == best[cells])
+        first = jnp.where(holds, rows, batch)
+        winner = jnp.full((num_cells,), batch, jnp.int32).at[cells].min(first)
+        inserted = passes & (winner[cells] == rows)
+        target = jnp.where(inserted, cells, num_cells)
+        centroids = self.tessellation.centroids[cells]
+        new = eqx.tree_at(
+            lambda r: (r.genotypes, r.fitnesses, r.descriptors, r.spreads),
+            self,
+            (
+                tree_scatter(self.genotypes, target, genotypes),
+                self.fitnesses.at[target].set(fitness, mode="drop"),
+                self.descriptors.at[target].set(centroids, mode="drop"),
+                self.spreads.at[target].set(spread, mode="drop"),
+            ),
+        )
+
+        def judged(hit):
+            return jnp.where(
+                hit, jnp.where(occupied, AddStatus.IMPROVED, AddStatus.NEW), AddStatus.NOT_ADDED
+            ).astype(jnp.int32)
+
+        info = AddInfo(
+            cell=jnp.where(valid, cells, -1).astype(jnp.int32),
+            status=judged(inserted),
+            delta=jnp.where(valid, fitness - previous, jnp.nan),
+            threshold_status=judged(passes),
+            value=jnp.where(valid, fitness - jnp.where(occupied, previous, 0.0), jnp.nan),
+        )
+        return new, info
