@@ -247,6 +247,93 @@ def speed_ours(rounds: int) -> dict:
                 qd_score=float(out["r"][1].qd_score[-1]))  # fmt: skip
 
 
+MELS_RUN = dict(dim=8, candidates=128, samples=5, reevaluations=32, log_every=50)
+"""`--mels`: ME-LS on the 8-joint noisy arm (QDax's noise), 128 candidates x 5 samples (the
+ME-LS example's count) per iteration over QDax's CVT of 1,024 cells, iso+line-DD (0.005,
+0.05), the corrected figures (32 reevaluations, median) every 50 iterations. Ours is the
+MAP-Elites job (`mels_seeds.sh`); this is QDax's side, written as a peer run folder."""
+
+
+def mels_qdax(seed: int, iterations: int, out: str) -> dict:
+    import csv
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    from qdax.core.containers.mapelites_repertoire import MapElitesRepertoire
+    from qdax.core.emitters.mutation_operators import isoline_variation
+    from qdax.core.emitters.standard_emitters import MixingEmitter
+    from qdax.core.mels import MELS
+    from qdax.tasks.arm import noisy_arm_scoring_function
+    from qdax.utils.metrics import default_qd_metrics
+    from qdax.utils.uncertainty_metrics import reevaluation_function
+
+    noisy = functools.partial(
+        noisy_arm_scoring_function, fit_variance=NOISE["fitness"],
+        desc_variance=NOISE["descriptor"], params_variance=NOISE["genotype"],
+    )  # fmt: skip
+    emitter = MixingEmitter(
+        mutation_fn=None, variation_percentage=1.0, batch_size=MELS_RUN["candidates"],
+        variation_fn=functools.partial(isoline_variation, iso_sigma=0.005, line_sigma=0.05),
+    )  # fmt: skip
+    metrics = functools.partial(default_qd_metrics, qd_offset=1.0)
+    algo = MELS(noisy, emitter, metrics, MELS_RUN["samples"])
+    centroids = jnp.asarray(np.load(CENTROIDS))
+    key = jax.random.key(seed)
+    key, k_genes, k_init = jax.random.split(key, 3)
+    genotypes = jax.random.uniform(k_genes, (MELS_RUN["candidates"], MELS_RUN["dim"]))
+    repertoire, emitter_state, _ = algo.init(genotypes, centroids, k_init)
+
+    @jax.jit
+    def chunk(repertoire, emitter_state, key):
+        (repertoire, emitter_state, key), _ = jax.lax.scan(
+            algo.scan_update, (repertoire, emitter_state, key), (), length=MELS_RUN["log_every"]
+        )
+        return repertoire, emitter_state, key
+
+    @jax.jit
+    def corrected(repertoire, key):
+        plain = MapElitesRepertoire(
+            genotypes=repertoire.genotypes, fitnesses=repertoire.fitnesses,
+            descriptors=repertoire.descriptors, centroids=repertoire.centroids,
+            extra_scores=repertoire.extra_scores, keys_extra_scores=repertoire.keys_extra_scores,
+        )  # fmt: skip
+        empty = MapElitesRepertoire.init(
+            genotypes=plain.genotypes, fitnesses=jnp.full_like(plain.fitnesses, -jnp.inf),
+            descriptors=plain.descriptors, centroids=centroids,
+        )  # fmt: skip
+        again = reevaluation_function(plain, key, empty, noisy, MELS_RUN["reevaluations"])
+        return default_qd_metrics(again, 1.0)
+
+    per_iteration = MELS_RUN["candidates"] * MELS_RUN["samples"]
+    rows = []
+
+    def log(step, repertoire, key):
+        m, c = metrics(repertoire), corrected(repertoire, jax.random.fold_in(key, step))
+        rows.append([per_iteration * (step + 1), float(m["qd_score"]),
+                     float(m["coverage"]) / 100, float(m["max_fitness"]),
+                     float(c["qd_score"]), float(c["coverage"]) / 100,
+                     float(c["max_fitness"])])  # fmt: skip
+
+    log(0, repertoire, key)
+    for step in range(MELS_RUN["log_every"], iterations + 1, MELS_RUN["log_every"]):
+        repertoire, emitter_state, key = chunk(repertoire, emitter_state, key)
+        log(step, repertoire, key)
+    os.makedirs(out, exist_ok=True)
+    about = {"library": "QDax 0.5.0", "algorithm": f"ME-LS, {MELS_RUN['samples']} samples",
+             "task": "noisy_arm"}  # fmt: skip
+    with open(os.path.join(out, "peer.json"), "w") as f:
+        json.dump(about, f)
+    with open(os.path.join(out, "progress.csv"), "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["evaluations", "qd_score", "coverage", "max_fitness",
+                         "corrected_qd_score", "corrected_coverage",
+                         "corrected_max_fitness"])  # fmt: skip
+        writer.writerows(rows)
+    np.save(os.path.join(out, "fitnesses.npy"), np.asarray(repertoire.fitnesses, np.float64))
+    return dict(side="qdax", seed=seed, qd_score=rows[-1][1], corrected_qd_score=rows[-1][4])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peer", choices=["qdax"], default=None)
@@ -254,7 +341,15 @@ def main() -> None:
     parser.add_argument("--check", help="ours: the .npz QDax's side wrote")
     parser.add_argument("--speed", action="store_true", help="time MAP-Elites-sampling")
     parser.add_argument("--rounds", type=int, default=1, help="--speed: timed runs (median)")
+    parser.add_argument("--mels", action="store_true", help="QDax's ME-LS run (--out FOLDER)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--iterations", type=int, default=1000)
     args = parser.parse_args()
+    if args.mels:
+        if args.peer != "qdax" or not args.out:
+            parser.error("--mels is QDax's side: give --peer qdax --out FOLDER (ours: the job)")
+        print(json.dumps(mels_qdax(args.seed, args.iterations, args.out)))
+        return
     if args.speed:
         run = speed_qdax if args.peer == "qdax" else speed_ours
         print(json.dumps(run(args.rounds)))
