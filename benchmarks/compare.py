@@ -45,8 +45,8 @@ dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mepbt (QDax); ppo, i
 (jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax,
 sep_cma_mae, lm_ma_mae, openai_es_mae (CMA-MAE with pyribs' scalable strategies),
 og_map_elites, omg_mega (pyribs' gradient-operator emitter), dms, dds (its Discount Model
-Search and Density Descent Search); sampling (MAP-Elites-sampling on QDax's noisy arm,
-``uncertain.py --speed``);
+Search and Density Descent Search); sampling, mels (MAP-Elites-sampling and ME-LS on QDax's
+noisy arm, ``uncertain.py --speed [--mels]``);
 dns, dns_add, dns_add10k (QDax's repository DNS: ``$EQX_QD_QDAX_HEAD``, see ``dns.py``),
 dns_ribs (pyribs' ``DNSArchive``).
 The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
@@ -440,11 +440,11 @@ def _dns(workload: str, title: str, peer: str, capacity: int = 1024) -> _Versus:
     )  # fmt: skip
 
 
-def _sampling(title: str) -> _Versus:
+def _sampling(title: str, *more: str) -> _Versus:
     """The MAP-Elites-sampling row: ``uncertain.py --speed`` (noisy arm, 100 joints, 128
     candidates x 8 samples, QDax's CVT of 1,024 cells, 200 iterations), ours against QDax
     0.5's ``sampling`` scoring in its ``MAPElites``; seconds, compile apart on both sides."""
-    ours = [os.path.join(HERE, "uncertain.py"), "--speed"]
+    ours = [os.path.join(HERE, "uncertain.py"), "--speed", *more]
     return _Versus(
         title, "s / 200 iterations", False, "QDax 0.5.0",
         lambda a, s: [sys.executable, *ours], lambda a, s: [a.qdax_python, *ours, "--peer", "qdax"],
@@ -539,6 +539,7 @@ VERSUS = {
     "dms": _cma("dms", "Discount Model Search, as above (pyribs with PyTorch)"),
     "dds": _cma("dds", "Density Descent Search, as above (KDE of 10,000 descriptors)"),
     "sampling": _sampling("MAP-Elites-sampling, noisy arm (100 joints), 128 x 8, CVT 1,024"),
+    "mels": _sampling("ME-LS, as above", "--mels"),
     "dns": _dns("loop", _DNS_LOOP, "QDax repository"),
     "dns_ribs": _dns("loop", _DNS_LOOP, "pyribs 0.12"),
     "dns_add": _dns("insert", _DNS_ADD.format(1024), "QDax repository"),

@@ -13,7 +13,8 @@ The keys are shared: QDax 0.5 runs on JAX 0.4.28, whose threefry draws are those
 JAX with `jax_threefry_partitionable` off, which our side sets. QDax's reproducibility
 function splits its key once before sampling; ours is given that split key.
 
-`--speed` times MAP-Elites-sampling on each side instead (`SPEED`).
+`--speed` times MAP-Elites-sampling on each side instead (`SPEED`), `--speed --mels` ME-LS
+(QDax's `MELS` and `MELSRepertoire`; ours `LowSpreadRepertoire`) at the same sizes.
 
 Usage: JAX_PLATFORMS=cpu /tmp/qdax_venv/bin/python benchmarks/uncertain.py --peer qdax --out F
        python benchmarks/uncertain.py --check F.npz
@@ -173,7 +174,7 @@ def _timed(run, rounds: int) -> list[float]:
     return times
 
 
-def speed_qdax(rounds: int) -> dict:
+def speed_qdax(rounds: int, mels: bool = False) -> dict:
     import functools
 
     import jax
@@ -194,7 +195,12 @@ def speed_qdax(rounds: int) -> dict:
         mutation_fn=None, variation_percentage=1.0, batch_size=SPEED["candidates"],
         variation_fn=functools.partial(isoline_variation, iso_sigma=0.005, line_sigma=0.05),
     )  # fmt: skip
-    algo = MAPElites(scoring, emitter, functools.partial(default_qd_metrics, qd_offset=1.0))
+    metrics = functools.partial(default_qd_metrics, qd_offset=1.0)
+    algo = MAPElites(scoring, emitter, metrics)
+    if mels:  # ME-LS: its algorithm samples the noisy arm itself
+        from qdax.core.mels import MELS
+
+        algo = MELS(noisy, emitter, metrics, SPEED["samples"])
     genotypes = jax.random.uniform(jax.random.key(0), (SPEED["candidates"], SPEED["dim"]))
     centroids = jnp.asarray(np.load(CENTROIDS))
     repertoire, emitter_state, _ = jax.jit(algo.init)(genotypes, centroids, jax.random.key(1))
@@ -213,11 +219,11 @@ def speed_qdax(rounds: int) -> dict:
         lambda: out.update(r=jax.block_until_ready(
             compiled(repertoire, emitter_state, jax.random.key(2)))), rounds,
     )  # fmt: skip
-    return dict(side="qdax", seconds=float(np.median(times)), rounds=times, compile_s=compile_s,
-                qd_score=float(out["r"][1][-1]))  # fmt: skip
+    return dict(side="qdax", mels=mels, seconds=float(np.median(times)), rounds=times,
+                compile_s=compile_s, qd_score=float(out["r"][1][-1]))  # fmt: skip
 
 
-def speed_ours(rounds: int) -> dict:
+def speed_ours(rounds: int, mels: bool = False) -> dict:
     import jax
     import jax.random as jr
 
@@ -233,7 +239,8 @@ def speed_ours(rounds: int) -> dict:
     algo = q.MAPElites(emitter, task)
     cells = q.CVTTessellation(np.load(CENTROIDS))
     genotypes = jr.uniform(jr.key(0), (SPEED["candidates"], SPEED["dim"]))
-    state, _ = algo.init(genotypes, cells, key=jr.key(1))
+    archive = q.LowSpreadRepertoire.empty(cells, genotypes[0]) if mels else cells
+    state, _ = algo.init(genotypes, archive, key=jr.key(1))
     key = jr.key(2)
     t0 = time.perf_counter()
     compiled = q.run.lower(algo, state, SPEED["iterations"], key=key).compile()
@@ -243,8 +250,8 @@ def speed_ours(rounds: int) -> dict:
         lambda: out.update(r=jax.block_until_ready(compiled(algo, state, SPEED["iterations"],
                                                             key=key))), rounds,
     )  # fmt: skip
-    return dict(side="eqx_qd", seconds=float(np.median(times)), rounds=times, compile_s=compile_s,
-                qd_score=float(out["r"][1].qd_score[-1]))  # fmt: skip
+    return dict(side="eqx_qd", mels=mels, seconds=float(np.median(times)), rounds=times,
+                compile_s=compile_s, qd_score=float(out["r"][1].qd_score[-1]))  # fmt: skip
 
 
 MELS_RUN = dict(dim=8, candidates=128, samples=5, reevaluations=32, log_every=50)
@@ -345,14 +352,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--iterations", type=int, default=1000)
     args = parser.parse_args()
-    if args.mels:
+    if args.mels and not args.speed:
         if args.peer != "qdax" or not args.out:
             parser.error("--mels is QDax's side: give --peer qdax --out FOLDER (ours: the job)")
         print(json.dumps(mels_qdax(args.seed, args.iterations, args.out)))
         return
     if args.speed:
         run = speed_qdax if args.peer == "qdax" else speed_ours
-        print(json.dumps(run(args.rounds)))
+        print(json.dumps(run(args.rounds, args.mels)))
         return
     if args.peer == "qdax":
         if not args.out:
