@@ -55,16 +55,15 @@ def _samples(seed: int, shape: tuple[int, ...], ties: bool) -> np.ndarray:
     return rng.normal(size=shape).astype(np.float32)
 
 
-@settings(deadline=None, max_examples=25)
+@settings(deadline=None, max_examples=12)
 @given(
     seed=st.integers(0, 10_000),
-    batch=st.integers(1, 4),
-    num_samples=st.integers(1, 7),
-    trailing=st.sampled_from([(), (1,), (3,)]),
+    num_samples=st.sampled_from([1, 4, 7]),  # one, even (closest ties), odd
+    trailing=st.sampled_from([(), (3,)]),
     ties=st.booleans(),
 )
-def test_estimators_and_spreads_match_numpy(seed, batch, num_samples, trailing, ties):
-    x = _samples(seed, (batch, num_samples, *trailing), ties)
+def test_estimators_and_spreads_match_numpy(seed, num_samples, trailing, ties):
+    x = _samples(seed, (3, num_samples, *trailing), ties)
     for how, reference in NP_ESTIMATORS.items():
         got = np.asarray(q.estimate(jnp.asarray(x), how))
         np.testing.assert_allclose(got, reference(x), rtol=1e-5, atol=1e-5, err_msg=how)
@@ -229,6 +228,7 @@ def test_the_corrected_repertoire_is_a_direct_reevaluation():
     assert int(m.num_filled) == int(np.isfinite(best).sum())
 
 
+@pytest.mark.slow  # the corrected repertoire's reference test stays in the fast tier
 def test_noise_makes_the_stored_qd_score_overstate_the_corrected_one():
     """Elites kept for one lucky draw score lower when run again: the corrected QD-score of
     a noisy repertoire is below its stored QD-score."""
@@ -285,8 +285,8 @@ CENTROIDS = np.random.default_rng(3).uniform(size=(12, 2)).astype(np.float32)
 SPREAD_CELLS = q.CVTTessellation(CENTROIDS)
 
 
-@settings(deadline=None, max_examples=20)
-@given(seed=st.integers(0, 10_000), num_samples=st.integers(1, 5), batches=st.integers(1, 3))
+@settings(deadline=None, max_examples=10)
+@given(seed=st.integers(0, 10_000), num_samples=st.sampled_from([1, 4]), batches=st.integers(1, 3))
 def test_low_spread_insertion_matches_a_numpy_reference(seed, num_samples, batches):
     rng = np.random.default_rng(seed)
     rep = q.LowSpreadRepertoire.empty(SPREAD_CELLS, jnp.zeros(3))
@@ -339,6 +339,7 @@ def test_low_spread_keeps_the_repertoire_laws():
     check_repertoire(rep, elitist=True, laws=laws, max_examples=8)
 
 
+@pytest.mark.slow  # the archive's reference test and laws stay in the fast tier
 def test_me_ls_runs_in_map_elites_on_the_samples_and_refuses_lineage():
     noisy = q.Noisy(ARM, fitness_noise=0.1, descriptor_noise=0.1)
     cells = q.GridTessellation((6, 6), 0.0, 1.0)
