@@ -22,7 +22,7 @@ from jaxtyping import Array, Float, Int
 from . import _validate as check
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._metrics import qd_metrics, QDMetrics
-from ._repertoire._base import AbstractRepertoire
+from ._repertoire import AbstractRepertoire, SampledExtra
 from ._tasks import AbstractScorer, AbstractTask
 
 
@@ -115,20 +115,6 @@ def sample_scores(
         jr.split(key, num_samples)
     )
     return Samples(fitnesses, descriptors, extra)
-
-
-class SampledExtra(eqx.Module):
-    """What a `Sampled` task returns beside its estimates: each candidate's `fitness_spread`
-    `(batch,)` and `descriptor_spread` `(batch, num_descriptors)` over its samples, the
-    samples themselves (`fitness_samples` `(batch, num_samples)`, `descriptor_samples`
-    `(batch, num_samples, num_descriptors)`: what `LowSpreadRepertoire` inserts by), and the
-    inner task's `extra` of every sample (sample axis second)."""
-
-    fitness_spread: Float[Array, " batch"]
-    descriptor_spread: Float[Array, "batch num_descriptors"]
-    fitness_samples: Float[Array, "batch num_samples"]
-    descriptor_samples: Float[Array, "batch num_samples num_descriptors"]
-    extra: Extra
 
 
 @typing.final

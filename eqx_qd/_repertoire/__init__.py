@@ -24,10 +24,10 @@ from ._guided import (
     kde_density as kde_density,
     Reservoir as Reservoir,
 )
-from ._low_spread import (
+from ._low_spread import dispersion as dispersion, LowSpreadRepertoire as LowSpreadRepertoire
+from ._sampled import (
     AbstractSampledRepertoire as AbstractSampledRepertoire,
-    dispersion as dispersion,
-    LowSpreadRepertoire as LowSpreadRepertoire,
+    SampledExtra as SampledExtra,
 )
 from ._sliding import SlidingBoundariesRepertoire as SlidingBoundariesRepertoire
 from ._tessellated import (

@@ -9,17 +9,10 @@ from jaxtyping import Array, Float, Int
 
 from .._custom_types import Extra, Genotypes
 from .._misc import tree_scatter, tree_zeros_batch
-from .._sampling import SampledExtra
 from .._tessellation import AbstractTessellation
-from ._base import AbstractCellRepertoire, AbstractRepertoire, AddInfo, AddStatus
+from ._base import AbstractCellRepertoire, AddInfo, AddStatus
+from ._sampled import AbstractSampledRepertoire, SampledExtra
 from ._tessellated import MAPElitesRepertoire
-
-
-class AbstractSampledRepertoire(AbstractRepertoire):
-    """A repertoire that inserts candidates by their samples: its `add` takes as `extra` the
-    scoring's `SampledExtra` (score with `Sampled(task, n)`), or `None` for one sample each
-    (the descriptor and fitness given). `MAPElites` hands it the scoring's extra; it stores no
-    per-elite extra (no `lineage`)."""
 
 
 def _mode_cell(cells: Int[Array, "batch n"]) -> Int[Array, " batch"]:
