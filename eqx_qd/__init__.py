@@ -147,6 +147,7 @@ from ._strategies import EVOLUTION_STRATEGIES as EVOLUTION_STRATEGIES
 from ._tasks import (
     AbstractScorer as AbstractScorer,
     AbstractTask as AbstractTask,
+    AbstractWrappedTask as AbstractWrappedTask,
     Arm as Arm,
     Noisy as Noisy,
     ProjectedSphere as ProjectedSphere,
@@ -194,6 +195,7 @@ __all__ = [
     "AbstractTessellation",
     "AbstractVariation",
     "AbstractWholeBatchEmitter",
+    "AbstractWrappedTask",
     "AddInfo",
     "AddStatus",
     "Annealing",

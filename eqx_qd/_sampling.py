@@ -23,7 +23,7 @@ from . import _validate as check
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._metrics import qd_metrics, QDMetrics
 from ._repertoire import AbstractRepertoire, SampledExtra
-from ._tasks import AbstractScorer, AbstractTask
+from ._tasks import AbstractScorer, AbstractWrappedTask
 
 
 def _flat_samples(samples: Float[Array, "batch num_samples ..."]) -> Float[Array, "batch n m"]:
@@ -118,7 +118,7 @@ def sample_scores(
 
 
 @typing.final
-class Sampled(AbstractTask):
+class Sampled(AbstractWrappedTask):
     """`task` scored `num_samples` times per candidate (MAP-Elites-sampling): the fitness and
     descriptor returned are the samples' `fitness_estimator` / `descriptor_estimator`
     (`ESTIMATORS`), their `spread` (`SPREADS`) in the `SampledExtra`. Each candidate costs
@@ -128,39 +128,16 @@ class Sampled(AbstractTask):
     `spread` (static names).
     """
 
-    task: AbstractTask
     num_samples: int = eqx.field(static=True)
     fitness_estimator: str = eqx.field(default="mean", static=True)
     descriptor_estimator: str = eqx.field(default="mean", static=True)
     spread: str = eqx.field(default="std", static=True)
 
     def __check_init__(self):
-        if not isinstance(self.task, AbstractTask):
-            raise TypeError(f"Sampled.task must be an AbstractTask, got {type(self.task).__name__}")
         check.positive_int("Sampled.num_samples", self.num_samples)
         check.one_of("Sampled.fitness_estimator", self.fitness_estimator, ESTIMATORS)
         check.one_of("Sampled.descriptor_estimator", self.descriptor_estimator, ESTIMATORS)
         check.one_of("Sampled.spread", self.spread, SPREADS)
-
-    @property
-    def genotype_dim(self) -> int:
-        return self.task.genotype_dim
-
-    @property
-    def num_descriptors(self) -> int:
-        return self.task.num_descriptors
-
-    @property
-    def descriptor_bounds(self) -> tuple[float, float]:
-        return self.task.descriptor_bounds
-
-    @property
-    def qd_offset(self) -> float:
-        return self.task.qd_offset
-
-    def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
-        """The inner task's initial genotypes."""
-        return self.task.init_genotypes(num, key=key)
 
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey

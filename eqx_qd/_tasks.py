@@ -271,30 +271,20 @@ class ProjectedSphere(AbstractTask):
         return fitnesses, descriptors, None
 
 
-@typing.final
-class Noisy(AbstractTask):
-    """`task` with Gaussian noise: on the genes before scoring (`genotype_noise`), then on the
-    fitness (`fitness_noise`) and on each descriptor coordinate (`descriptor_noise`), each the
-    standard deviation of its noise (0: none). QDax 0.5's `noisy_arm_scoring_function` is
-    `Noisy(Arm(...), ...)`, with its keys: the call's key splits into four, the first for the
-    inner task, then the fitness', the descriptor's and the genes' noise (QDax names the
-    standard deviations `fit_variance`, `desc_variance`, `params_variance`).
-
-    **Fields:** `task`; `fitness_noise`, `descriptor_noise`, `genotype_noise` (float32 leaves,
-    non-negative).
-    """
+class AbstractWrappedTask(AbstractTask):
+    """A task made from another, `task`, whose facts it keeps: the genotype size, the
+    descriptors and their bounds, the QD offset and the initial genotypes (`Noisy`,
+    `Sampled`). A subclass says how it scores (`__call__`); its own fields come after
+    `task`."""
 
     task: AbstractTask
-    fitness_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
-    descriptor_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
-    genotype_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
 
     def __check_init__(self):
         if not isinstance(self.task, AbstractTask):
-            raise TypeError(f"Noisy.task must be an AbstractTask, got {type(self.task).__name__}")
-        check.non_negative("Noisy.fitness_noise", self.fitness_noise)
-        check.non_negative("Noisy.descriptor_noise", self.descriptor_noise)
-        check.non_negative("Noisy.genotype_noise", self.genotype_noise)
+            raise TypeError(
+                f"{type(self).__name__}.task must be an AbstractTask, got "
+                f"{type(self.task).__name__}"
+            )
 
     @property
     def genotype_dim(self) -> int:
@@ -315,6 +305,29 @@ class Noisy(AbstractTask):
     def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
         """The inner task's initial genotypes."""
         return self.task.init_genotypes(num, key=key)
+
+
+@typing.final
+class Noisy(AbstractWrappedTask):
+    """`task` with Gaussian noise: on the genes before scoring (`genotype_noise`), then on the
+    fitness (`fitness_noise`) and on each descriptor coordinate (`descriptor_noise`), each the
+    standard deviation of its noise (0: none). QDax 0.5's `noisy_arm_scoring_function` is
+    `Noisy(Arm(...), ...)`, with its keys: the call's key splits into four, the first for the
+    inner task, then the fitness', the descriptor's and the genes' noise (QDax names the
+    standard deviations `fit_variance`, `desc_variance`, `params_variance`).
+
+    **Fields:** `task`; `fitness_noise`, `descriptor_noise`, `genotype_noise` (float32 leaves,
+    non-negative).
+    """
+
+    fitness_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+    descriptor_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+    genotype_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+
+    def __check_init__(self):
+        check.non_negative("Noisy.fitness_noise", self.fitness_noise)
+        check.non_negative("Noisy.descriptor_noise", self.descriptor_noise)
+        check.non_negative("Noisy.genotype_noise", self.genotype_noise)
 
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey

@@ -97,6 +97,34 @@ class Elites(eqx.Module):
     extra: Extra
 
 
+def cell_info(
+    valid: Bool[Array, " batch"],
+    cells: Int[Array, " batch"],
+    occupied: Bool[Array, " batch"],
+    inserted: Bool[Array, " batch"],
+    passes: Bool[Array, " batch"],
+    delta: Float[Array, " batch"],
+    value: Float[Array, " batch"],
+) -> "AddInfo":
+    """The `AddInfo` of an insertion into cells: each candidate's `cells`, its `status` from
+    whether it was `inserted` and its `threshold_status` from whether it `passes` (`NEW` into
+    a cell not `occupied` before the batch, else `IMPROVED`), its `delta` and `value`; a
+    candidate not `valid` gets cell -1 and NaN for both."""
+
+    def judged(hit):
+        return jnp.where(
+            hit, jnp.where(occupied, AddStatus.IMPROVED, AddStatus.NEW), AddStatus.NOT_ADDED
+        ).astype(jnp.int32)
+
+    return AddInfo(
+        cell=jnp.where(valid, cells, -1).astype(jnp.int32),
+        status=judged(inserted),
+        delta=jnp.where(valid, delta, jnp.nan),
+        threshold_status=judged(passes),
+        value=jnp.where(valid, value, jnp.nan),
+    )
+
+
 def valid_candidates(fitnesses: Fitnesses, descriptors: Descriptors) -> Bool[Array, " batch"]:
     """Which candidates may be stored: finite fitness and every descriptor finite."""
     return jnp.isfinite(fitnesses) & jnp.all(jnp.isfinite(descriptors), axis=-1)

@@ -10,7 +10,7 @@ from jaxtyping import Array, Float, Int
 from .._custom_types import Extra, Genotypes
 from .._misc import tree_scatter, tree_zeros_batch
 from .._tessellation import AbstractTessellation
-from ._base import AbstractCellRepertoire, AddInfo, AddStatus
+from ._base import AbstractCellRepertoire, AddInfo, cell_info
 from ._sampled import AbstractSampledRepertoire, SampledExtra
 from ._tessellated import MAPElitesRepertoire
 
@@ -188,16 +188,6 @@ class LowSpreadRepertoire(AbstractCellRepertoire, AbstractSampledRepertoire):
             ),
         )
 
-        def judged(hit):
-            return jnp.where(
-                hit, jnp.where(occupied, AddStatus.IMPROVED, AddStatus.NEW), AddStatus.NOT_ADDED
-            ).astype(jnp.int32)
-
-        info = AddInfo(
-            cell=jnp.where(valid, cells, -1).astype(jnp.int32),
-            status=judged(inserted),
-            delta=jnp.where(valid, fitness - previous, jnp.nan),
-            threshold_status=judged(passes),
-            value=jnp.where(valid, fitness - jnp.where(occupied, previous, 0.0), jnp.nan),
-        )
+        value = fitness - jnp.where(occupied, previous, 0.0)
+        info = cell_info(valid, cells, occupied, inserted, passes, fitness - previous, value)
         return new, info

@@ -11,7 +11,7 @@ from .. import _validate as check
 from .._custom_types import Extra, Genotypes
 from .._misc import batch_size_of, f32, is_none, tree_scatter, tree_take, tree_zeros_batch
 from .._tessellation import AbstractTessellation
-from ._base import AbstractCellRepertoire, AddInfo, AddStatus, valid_candidates
+from ._base import AbstractCellRepertoire, AddInfo, cell_info, valid_candidates
 
 
 class Annealing(eqx.Module):
@@ -239,19 +239,9 @@ class MAPElitesRepertoire(AbstractCellRepertoire):
             is_leaf=is_none,
         )
 
-        def judged(hit):
-            return jnp.where(
-                hit, jnp.where(occupied, AddStatus.IMPROVED, AddStatus.NEW), AddStatus.NOT_ADDED
-            ).astype(jnp.int32)
-
         # A rejected candidate (non-finite fitness or descriptor) has no cell and no delta.
-        info = AddInfo(
-            cell=jnp.where(valid, cells, -1).astype(jnp.int32),
-            status=judged(inserted),
-            delta=jnp.where(valid, fitnesses - previous, jnp.nan),
-            threshold_status=judged(passes),
-            value=jnp.where(valid, fitnesses - jnp.where(occupied, bar, empty_bar), jnp.nan),
-        )
+        value = fitnesses - jnp.where(occupied, bar, empty_bar)
+        info = cell_info(valid, cells, occupied, inserted, passes, fitnesses - previous, value)
         return new, info
 
     def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
