@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, Int, PyTree
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree, Shaped
 
 from ._custom_types import PRNGKey
 
@@ -70,6 +70,16 @@ def random_permutation(n: int, *, key: PRNGKey) -> Int[Array, " {n}"]:
         order = jax.lax.sort(packed) & low
         perm = order if perm is None else perm[order]  # the first round needs no gather
     return perm.astype(jnp.int32)
+
+
+def most_frequent(x: Shaped[Array, "batch n ..."]) -> Shaped[Array, "batch ..."]:
+    """Per row of `x` (and per trailing coordinate), the most frequent of its `n` values along
+    axis 1; the smallest among equally frequent ones (the first of `jnp.unique`'s sorted values
+    with the top count, as QDax's modes take it). Pairwise counts: for a few values per row."""
+    counts = jnp.sum(x[:, :, None] == x[:, None, :], axis=2)
+    top = counts == jnp.max(counts, axis=1, keepdims=True)
+    fill = jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).max
+    return jnp.min(jnp.where(top, x, fill), axis=1)
 
 
 def tree_take(tree: _T, idx: Int[Array, "..."] | int) -> _T:

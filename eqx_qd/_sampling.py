@@ -21,31 +21,18 @@ from jaxtyping import Array, Float, Int
 
 from . import _validate as check
 from ._custom_types import Extra, Genotypes, PRNGKey
+from ._knn import squared_distances
 from ._metrics import qd_metrics, QDMetrics
+from ._misc import most_frequent, tree_take
 from ._repertoire import AbstractRepertoire, SampledExtra
 from ._tasks import AbstractScorer, AbstractWrappedTask
-
-
-def _flat_samples(samples: Float[Array, "batch num_samples ..."]) -> Float[Array, "batch n m"]:
-    return samples.reshape(samples.shape[0], samples.shape[1], -1)
-
-
-def _mode(samples: Float[Array, "batch num_samples ..."]) -> Float[Array, "batch ..."]:
-    """Per row and coordinate, the most frequent value; among equally frequent values the
-    smallest (QDax's `mode`: the first of `jnp.unique`'s sorted values with the top count)."""
-    x = _flat_samples(samples)  # (batch, n, m)
-    counts = jnp.sum(x[:, :, None, :] == x[:, None, :, :], axis=2)  # (batch, n, m)
-    top = counts == jnp.max(counts, axis=1, keepdims=True)
-    out = jnp.min(jnp.where(top, x, jnp.inf), axis=1)
-    return out.reshape(samples.shape[:1] + samples.shape[2:])
 
 
 def _closest(samples: Float[Array, "batch num_samples ..."]) -> Float[Array, "batch ..."]:
     """Per row, the sample with the smallest mean Euclidean distance to the row's samples (an
     approximate geometric median; the first on ties, as QDax's `closest`)."""
-    x = _flat_samples(samples)
-    gaps = x[:, :, None, :] - x[:, None, :, :]
-    distances = jnp.sqrt(jnp.sum(gaps * gaps, axis=-1))  # (batch, n, n)
+    x = samples.reshape(samples.shape[0], samples.shape[1], -1)
+    distances = jnp.sqrt(jax.vmap(lambda s: squared_distances(s, s))(x))  # (batch, n, n)
     best = jnp.argmin(jnp.mean(distances, axis=1), axis=1)
     picked = jnp.take_along_axis(samples, best.reshape((-1, 1) + (1,) * (samples.ndim - 2)), 1)
     return picked[:, 0]
@@ -63,7 +50,7 @@ def _iqr(samples: Float[Array, "batch num_samples ..."]) -> Float[Array, "batch 
 ESTIMATORS: dict[str, Callable[[Array], Array]] = {
     "mean": lambda s: jnp.mean(s, axis=1),
     "median": lambda s: jnp.median(s, axis=1),
-    "mode": _mode,
+    "mode": most_frequent,  # per coordinate, the smallest on ties (QDax's `mode`)
     "closest": _closest,
 }
 """What one value a candidate's samples come to, by name: `samples (batch, num_samples, ...)
@@ -200,7 +187,7 @@ def reevaluated(
     filled = repertoire.filled
     fitnesses = jnp.where(filled, estimate(s.fitnesses, fitness_estimator), -jnp.inf)
     descriptors = estimate(s.descriptors, descriptor_estimator)
-    empty = repertoire.emptied(_one(repertoire.genotypes))
+    empty = repertoire.emptied(tree_take(repertoire.genotypes, 0))
     corrected, _ = empty.add(repertoire.genotypes, descriptors, fitnesses.astype(jnp.float32))
     fitness_spread = jnp.where(filled, spread(s.fitnesses, spread_of), jnp.nan)
     descriptor_spread = jnp.mean(spread(s.descriptors, spread_of), axis=-1)
@@ -209,10 +196,6 @@ def reevaluated(
         fitness_spread.astype(jnp.float32),
         jnp.where(filled, descriptor_spread, jnp.nan).astype(jnp.float32),
     )
-
-
-def _one(genotypes: Genotypes) -> Genotypes:
-    return jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, genotypes)
 
 
 class CorrectedMetrics(eqx.Module):

@@ -97,6 +97,20 @@ class Elites(eqx.Module):
     extra: Extra
 
 
+def cell_winners(
+    cells: Int[Array, " batch"], offered: Float[Array, " batch"], num_cells: int
+) -> Bool[Array, " batch"]:
+    """Which candidates hold, each in its cell, the batch's best `offered` value, the lowest
+    batch index among ties (deterministic, order-free up to ties); a `-inf` offer never wins."""
+    batch = offered.shape[0]
+    best = jnp.full((num_cells,), -jnp.inf, jnp.float32).at[cells].max(offered)
+    holds_best = jnp.isfinite(offered) & (offered == best[cells])
+    rows = jnp.arange(batch, dtype=jnp.int32)
+    first = jnp.where(holds_best, rows, batch)
+    winner = jnp.full((num_cells,), batch, jnp.int32).at[cells].min(first)
+    return winner[cells] == rows
+
+
 def cell_info(
     valid: Bool[Array, " batch"],
     cells: Int[Array, " batch"],

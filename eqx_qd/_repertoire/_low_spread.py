@@ -4,23 +4,17 @@ placed by their samples, kept only while a newcomer is both fitter and less spre
 import typing
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from .._custom_types import Extra, Genotypes
-from .._misc import tree_scatter, tree_zeros_batch
+from .._knn import squared_distances
+from .._misc import most_frequent, tree_scatter, tree_zeros_batch
 from .._tessellation import AbstractTessellation
-from ._base import AbstractCellRepertoire, AddInfo, cell_info
+from ._base import AbstractCellRepertoire, AddInfo, cell_info, cell_winners
 from ._sampled import AbstractSampledRepertoire, SampledExtra
 from ._tessellated import MAPElitesRepertoire
-
-
-def _mode_cell(cells: Int[Array, "batch n"]) -> Int[Array, " batch"]:
-    """Per row, the most frequent cell; the smallest index among equally frequent ones (QDax's
-    `_mode`: `jnp.unique`'s first value with the top count)."""
-    counts = jnp.sum(cells[:, :, None] == cells[:, None, :], axis=2)
-    top = counts == jnp.max(counts, axis=1, keepdims=True)
-    return jnp.min(jnp.where(top, cells, jnp.iinfo(jnp.int32).max), axis=1)
 
 
 def dispersion(samples: Float[Array, "batch n num_descriptors"]) -> Float[Array, " batch"]:
@@ -29,8 +23,7 @@ def dispersion(samples: Float[Array, "batch n num_descriptors"]) -> Float[Array,
     n = samples.shape[1]
     if n == 1:
         return jnp.zeros(samples.shape[0], jnp.float32)
-    gaps = samples[:, :, None, :] - samples[:, None, :, :]
-    distances = jnp.sqrt(jnp.sum(gaps * gaps, axis=-1))
+    distances = jnp.sqrt(jax.vmap(lambda s: squared_distances(s, s))(samples))
     upper = jnp.triu(jnp.ones((n, n), bool), k=1)
     return jnp.sum(jnp.where(upper, distances, 0.0), axis=(1, 2)) / (n * (n - 1) / 2)
 
@@ -160,7 +153,7 @@ class LowSpreadRepertoire(AbstractCellRepertoire, AbstractSampledRepertoire):
         safe = jnp.where(valid[:, None, None], descriptor_samples, self.tessellation.centroids[0])
         n = safe.shape[1]
         sample_cells = self.tessellation.index(safe.reshape(batch * n, -1)).reshape(batch, n)
-        cells = _mode_cell(sample_cells)
+        cells = most_frequent(sample_cells)  # QDax's mode: the smallest on ties
         fitness = jnp.mean(fitness_samples, axis=1)
         spread = dispersion(safe)
         offered = jnp.where(valid, fitness, -jnp.inf)
@@ -168,13 +161,8 @@ class LowSpreadRepertoire(AbstractCellRepertoire, AbstractSampledRepertoire):
         occupied = jnp.isfinite(previous)
         passes = valid & (offered > previous) & (spread <= self.spreads[cells])
         num_cells = self.num_cells
-        contest = jnp.where(passes, offered, -jnp.inf)
-        best = jnp.full((num_cells,), -jnp.inf, jnp.float32).at[cells].max(contest)
-        rows = jnp.arange(batch, dtype=jnp.int32)
-        holds = passes & (contest == best[cells])
-        first = jnp.where(holds, rows, batch)
-        winner = jnp.full((num_cells,), batch, jnp.int32).at[cells].min(first)
-        inserted = passes & (winner[cells] == rows)
+        # The fittest of the candidates that pass in a cell (finite exactly where they pass).
+        inserted = cell_winners(cells, jnp.where(passes, offered, -jnp.inf), num_cells)
         target = jnp.where(inserted, cells, num_cells)
         centroids = self.tessellation.centroids[cells]
         new = eqx.tree_at(

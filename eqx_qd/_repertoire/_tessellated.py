@@ -11,7 +11,7 @@ from .. import _validate as check
 from .._custom_types import Extra, Genotypes
 from .._misc import batch_size_of, f32, is_none, tree_scatter, tree_take, tree_zeros_batch
 from .._tessellation import AbstractTessellation
-from ._base import AbstractCellRepertoire, AddInfo, cell_info, valid_candidates
+from ._base import AbstractCellRepertoire, AddInfo, cell_info, cell_winners, valid_candidates
 
 
 class Annealing(eqx.Module):
@@ -195,7 +195,6 @@ class MAPElitesRepertoire(AbstractCellRepertoire):
         - `extra`: per-candidate data to store beside each elite (ids), exactly when the
           repertoire stores extra.
         """
-        batch = fitnesses.shape[0]
         self.check_batch(genotypes, descriptors, fitnesses, extra)
         fitnesses = fitnesses.astype(jnp.float32)
         n = self.num_cells
@@ -215,12 +214,8 @@ class MAPElitesRepertoire(AbstractCellRepertoire):
             bar = jnp.where(occupied, self.annealing.thresholds[cells], self.annealing.floor)
             empty_bar = jnp.where(jnp.isneginf(self.annealing.floor), 0.0, self.annealing.floor)
         passes = valid & (offered > bar)
-        # Best offer per cell, then its lowest-index holder: deterministic, order-free up to ties.
-        best = jnp.full((n,), -jnp.inf, jnp.float32).at[cells].max(offered)
-        holds_best = valid & (offered == best[cells])
-        rows = jnp.arange(batch, dtype=jnp.int32)
-        winner = jnp.full((n,), batch, jnp.int32).at[cells].min(jnp.where(holds_best, rows, batch))
-        inserted = (winner[cells] == rows) & passes
+        # Best offer per cell (an offer is finite exactly when valid), if it passes.
+        inserted = cell_winners(cells, offered, n) & passes
         target = jnp.where(inserted, cells, n)  # row n is out of range: dropped by the scatter
 
         annealing = self.annealing
