@@ -6,8 +6,8 @@ arm (`noisy_arm_scoring_function`, fitness and descriptor noise 0.1, gene noise 
 samples each through `multi_sample_scoring_function`, every extractor of `utils/sampling.py`
 on them, a repertoire over 64 fixed centroids, and `reevaluation_reproducibility_function`
 with 32 reevaluations; it writes inputs and outputs to an `.npz`. Ours (`--check FILE`) runs
-`q.sample_scores`, `q.estimate`, `q.spread`, `q.reevaluated` and `q.corrected_metrics` with
-the same keys and prints the largest differences.
+`internal.sample_scores`, `internal.estimate`, `internal.spread`, `q.reevaluated` and
+`q.corrected_metrics` with the same keys and prints the largest differences.
 
 The keys are shared: QDax 0.5 runs on JAX 0.4.28, whose threefry draws are those of newer
 JAX with `jax_threefry_partitionable` off, which our side sets. QDax's reproducibility
@@ -101,10 +101,11 @@ def check(path: str) -> dict:
     import jax.random as jr
 
     import eqx_qd as q
+    from eqx_qd import internal
 
     ref = dict(np.load(path))
     task = q.Noisy(q.Arm(DIM), NOISE["fitness"], NOISE["descriptor"], NOISE["genotype"])
-    s = q.sample_scores(task, jnp.asarray(ref["genotypes"]), SAMPLES, key=jr.key(1))
+    s = internal.sample_scores(task, jnp.asarray(ref["genotypes"]), SAMPLES, key=jr.key(1))
     gaps = {
         "samples_fitness": np.max(np.abs(np.asarray(s.fitnesses) - ref["all_f"])),
         "samples_descriptor": np.max(np.abs(np.asarray(s.descriptors) - ref["all_d"])),
@@ -112,7 +113,7 @@ def check(path: str) -> dict:
     ours = {"average": "mean"}
     for name in EXTRACTORS:
         for which, x in (("f", ref["all_f"]), ("d", ref["all_d"])):
-            got = np.asarray(q.estimate(jnp.asarray(x), ours.get(name, name)))
+            got = np.asarray(internal.estimate(jnp.asarray(x), ours.get(name, name)))
             want = ref[f"est_{which}_{name}"]
             if name == "closest":
                 # Ties are real: with an even number of scalar samples the two middle ones are
@@ -124,7 +125,7 @@ def check(path: str) -> dict:
             gaps[f"{name}_{which}"] = np.max(np.abs(got - want))
     for name in SPREAD_NAMES:
         for which, x in (("f", ref["all_f"]), ("d", ref["all_d"])):
-            got = np.asarray(q.spread(jnp.asarray(x), name))
+            got = np.asarray(internal.spread(jnp.asarray(x), name))
             gaps[f"{name}_{which}"] = np.max(np.abs(got - ref[f"spread_{which}_{name}"]))
     repertoire = q.MAPElitesRepertoire(
         genotypes=jnp.asarray(ref["rep_genotypes"]),

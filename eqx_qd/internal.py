@@ -22,7 +22,11 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   and DCRL-ME's descriptor-conditioned transitions (`DescriptorTransition`,
   `descriptor_similarity`, `conditioned_transitions`); the guided repertoires' base
   (`AbstractGuidedRepertoire`: an elitist result archive beside a model of the descriptor
-  space), Density Descent Search's `kde_density` and `Reservoir` (Li's reservoir sample).
+  space), Density Descent Search's `kde_density` and `Reservoir` (Li's reservoir sample);
+  under noise, the repertoires that insert by a candidate's samples
+  (`AbstractSampledRepertoire`, ME-LS's `dispersion`), the samples themselves
+  (`sample_scores`, `Samples`) and what they come to (`estimate` / `ESTIMATORS`, `spread` /
+  `SPREADS`), from which `Sampled` and `reevaluated` are made.
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
   `check.fraction`, `check.in_range`, `check.finite`, ...) every `__check_init__` uses, with
   `is_concrete`.
@@ -60,11 +64,21 @@ from ._qdrl.dcrl import (
 )
 from ._repertoire import (
     AbstractGuidedRepertoire as AbstractGuidedRepertoire,
+    AbstractSampledRepertoire as AbstractSampledRepertoire,
     bytes_per_cell as bytes_per_cell,
     competition_fitness as competition_fitness,
+    dispersion as dispersion,
     elites_box as elites_box,
     kde_density as kde_density,
     Reservoir as Reservoir,
+)
+from ._sampling import (
+    estimate as estimate,
+    ESTIMATORS as ESTIMATORS,
+    sample_scores as sample_scores,
+    Samples as Samples,
+    spread as spread,
+    SPREADS as SPREADS,
 )
 from ._sharded import place_sharded as place_sharded, scan_sharded as scan_sharded
 from ._tasks import uniform_genotypes as uniform_genotypes
@@ -73,6 +87,7 @@ from ._validate import is_concrete as is_concrete
 
 __all__ = [
     "AbstractGuidedRepertoire",
+    "AbstractSampledRepertoire",
     "batch_size_of",
     "bytes_per_cell",
     "check",
@@ -80,7 +95,10 @@ __all__ = [
     "conditioned_transitions",
     "descriptor_similarity",
     "DescriptorTransition",
+    "dispersion",
     "elites_box",
+    "estimate",
+    "ESTIMATORS",
     "f32",
     "filter_cond",
     "filter_scan",
@@ -94,7 +112,11 @@ __all__ = [
     "place_sharded",
     "random_permutation",
     "Reservoir",
+    "sample_scores",
+    "Samples",
     "scan_sharded",
+    "spread",
+    "SPREADS",
     "tree_all_gather",
     "tree_concatenate",
     "tree_scatter",

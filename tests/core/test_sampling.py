@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import eqx_qd as q
+from eqx_qd import internal
 
 
 # -- NumPy statements of QDax's extractors (axis 1 is the samples' axis) -------------------
@@ -65,29 +66,29 @@ def _samples(seed: int, shape: tuple[int, ...], ties: bool) -> np.ndarray:
 def test_estimators_and_spreads_match_numpy(seed, num_samples, trailing, ties):
     x = _samples(seed, (3, num_samples, *trailing), ties)
     for how, reference in NP_ESTIMATORS.items():
-        got = np.asarray(q.estimate(jnp.asarray(x), how))
+        got = np.asarray(internal.estimate(jnp.asarray(x), how))
         np.testing.assert_allclose(got, reference(x), rtol=1e-5, atol=1e-5, err_msg=how)
     for how, reference in NP_SPREADS.items():
-        got = np.asarray(q.spread(jnp.asarray(x), how))
+        got = np.asarray(internal.spread(jnp.asarray(x), how))
         np.testing.assert_allclose(got, reference(x), rtol=1e-5, atol=1e-5, err_msg=how)
 
 
 def test_mode_takes_the_most_frequent_value_and_the_smallest_on_ties():
     x = jnp.asarray([[3.0, 1.0, 3.0, 2.0], [5.0, 4.0, 4.0, 5.0]])
-    np.testing.assert_array_equal(q.estimate(x, "mode"), [3.0, 4.0])
+    np.testing.assert_array_equal(internal.estimate(x, "mode"), [3.0, 4.0])
 
 
 def test_closest_returns_a_whole_sample():
     x = jnp.asarray([[[0.0, 0.0], [1.0, 1.0], [0.9, 1.1], [10.0, -5.0]]])
-    np.testing.assert_array_equal(q.estimate(x, "closest"), [[1.0, 1.0]])
+    np.testing.assert_array_equal(internal.estimate(x, "closest"), [[1.0, 1.0]])
 
 
 def test_unknown_names_are_refused():
     x = jnp.zeros((2, 3))
     with pytest.raises(ValueError, match="how.*'average'"):
-        q.estimate(x, "average")
+        internal.estimate(x, "average")
     with pytest.raises(ValueError, match="how.*'var'"):
-        q.spread(x, "var")
+        internal.spread(x, "var")
 
 
 # -- The noisy task -----------------------------------------------------------------------
@@ -133,7 +134,7 @@ NOISY = q.Noisy(ARM, fitness_noise=0.1, descriptor_noise=0.1, genotype_noise=0.0
 
 def test_sample_scores_uses_one_split_key_per_sample():
     genotypes = ARM.init_genotypes(4, key=jr.key(3))
-    s = q.sample_scores(NOISY, genotypes, 5, key=jr.key(4))
+    s = internal.sample_scores(NOISY, genotypes, 5, key=jr.key(4))
     assert s.fitnesses.shape == (4, 5) and s.descriptors.shape == (4, 5, 2)
     for i, k in enumerate(jr.split(jr.key(4), 5)):
         f, d, _ = NOISY(genotypes, key=k)
@@ -147,8 +148,8 @@ def test_sampled_returns_the_estimates_and_spreads_of_its_samples(fitness_estima
                      spread="mad")  # fmt: skip
     genotypes = ARM.init_genotypes(4, key=jr.key(5))
     fitnesses, descriptors, extra = task(genotypes, key=jr.key(6))
-    s = q.sample_scores(NOISY, genotypes, 6, key=jr.key(6))
-    np.testing.assert_allclose(fitnesses, q.estimate(s.fitnesses, fitness_estimator))
+    s = internal.sample_scores(NOISY, genotypes, 6, key=jr.key(6))
+    np.testing.assert_allclose(fitnesses, internal.estimate(s.fitnesses, fitness_estimator))
     np.testing.assert_allclose(descriptors, np.median(s.descriptors, axis=1), atol=1e-6)
     np.testing.assert_allclose(extra.fitness_spread, NP_SPREADS["mad"](np.asarray(s.fitnesses)),
                                atol=1e-6)  # fmt: skip
@@ -209,7 +210,7 @@ def test_the_corrected_repertoire_is_a_direct_reevaluation():
     rep = _repertoire(NOISY, seed=4)
     key = jr.key(9)
     result = q.reevaluated(rep, NOISY, 16, key=key)
-    s = q.sample_scores(NOISY, rep.genotypes, 16, key=key)
+    s = internal.sample_scores(NOISY, rep.genotypes, 16, key=key)
     f = np.median(np.asarray(s.fitnesses), axis=1)
     d = np.median(np.asarray(s.descriptors), axis=1)
     cells = np.asarray(CELLS.index(jnp.asarray(d)))
