@@ -43,6 +43,7 @@ from ._emitters.evolution_strategy import (
     EvolutionStrategyEmitter as EvolutionStrategyEmitter,
     EvolutionStrategyEmitterState as EvolutionStrategyEmitterState,
 )
+from ._emitters.extraction import Extraction as Extraction
 from ._emitters.gradient_arborescence import (
     GradientArborescenceEmitter as GradientArborescenceEmitter,
     GradientArborescenceEmitterState as GradientArborescenceEmitterState,
@@ -107,6 +108,7 @@ from ._repertoire import (
     DiscountModelRepertoire as DiscountModelRepertoire,
     DNSRepertoire as DNSRepertoire,
     Elites as Elites,
+    ExtractRepertoire as ExtractRepertoire,
     init_repertoire as init_repertoire,
     LowSpreadRepertoire as LowSpreadRepertoire,
     MAPElitesRepertoire as MAPElitesRepertoire,
@@ -218,6 +220,8 @@ __all__ = [
     "episode_transitions",
     "EvolutionStrategyEmitter",
     "EvolutionStrategyEmitterState",
+    "Extraction",
+    "ExtractRepertoire",
     "Fitnesses",
     "FitnessProportionalSelector",
     "GaussianMutation",

@@ -13,6 +13,7 @@ from . import _validate as check
 from ._compile import jit
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters.base import AbstractEmitter
+from ._emitters.extraction import Extraction, ExtractionExtra
 from ._metrics import qd_metrics, QDMetrics
 from ._misc import f32, filter_scan, i32, tree_all_gather, tree_take
 from ._repertoire import (
@@ -22,6 +23,7 @@ from ._repertoire import (
     AddInfo,
     MAPElitesRepertoire,
 )
+from ._repertoire._extract import ExtractOffer, ExtractRepertoire
 from ._tasks import AbstractScorer
 from ._tessellation import AbstractTessellation
 
@@ -238,6 +240,17 @@ class MAPElites(eqx.Module):
                 f"MAPElites.init: {type(repertoire).__name__} inserts by the scoring's samples "
                 "and stores no ids: lineage=True cannot run on it"
             )
+        extracting = isinstance(repertoire, ExtractRepertoire)
+        if extracting and self.lineage:
+            raise ValueError(
+                "MAPElites.init: ExtractRepertoire re-inserts elites by their estimates and "
+                "stores no ids: lineage=True cannot run on it"
+            )
+        if isinstance(self.emitter, Extraction) and self.axis_name is not None:
+            raise ValueError(
+                "MAPElites: Extraction on several devices would extract the same elites on "
+                "each: run Extract-ME on one device"
+            )
         first = tree_take(every[0], 0)
         first_id = None if ids_or_none is None else ids_or_none[0]
         annealed = self.archive_learning_rate is not None
@@ -265,6 +278,8 @@ class MAPElites(eqx.Module):
             )
         # A sampled repertoire takes the scoring's extra (its samples) where others take ids.
         offered = tree_all_gather(extra, self.axis_name) if sampled else ids_or_none
+        if extracting:  # the estimation buffers count the scorings behind each score
+            offered = ExtractOffer.of(None, extra, every[2].shape[0])
         built, _ = empty.add(*every[:3], offered)
         passive = None
         if result is not None:
@@ -331,6 +346,9 @@ class MAPElites(eqx.Module):
         offered = ids_or_none
         if isinstance(state.repertoire, AbstractSampledRepertoire):
             offered = tree_all_gather(extra, self.axis_name)  # the samples it inserts by
+        elif isinstance(state.repertoire, ExtractRepertoire):  # which rows were extracted
+            sources = all_extra.sources if isinstance(all_extra, ExtractionExtra) else None
+            offered = ExtractOffer.of(sources, extra, all_f.shape[0])
         repertoire, add_info = state.repertoire.add(all_g, all_d, all_f, offered)
         result = state.result
         if result is not None:

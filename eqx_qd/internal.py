@@ -26,7 +26,8 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   under noise, the repertoires that insert by a candidate's samples
   (`AbstractSampledRepertoire`, ME-LS's `dispersion`), the samples themselves
   (`sample_scores`, `Samples`) and what they come to (`estimate` / `ESTIMATORS`, `spread` /
-  `SPREADS`), from which `Sampled` and `reevaluated` are made.
+  `SPREADS`), from which `Sampled` and `reevaluated` are made; Extract-ME's pieces between
+  its emitter and its repertoire (`Extracted`, `ExtractionExtra`, `ExtractOffer`).
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
   `check.fraction`, `check.in_range`, `check.finite`, ...) every `__check_init__` uses, with
   `is_concrete`.
@@ -36,6 +37,7 @@ Semi-public: documented and tested, but it may change faster than the top level.
 
 from . import _validate as check
 from ._emitters.bandit import ucb1_choice as ucb1_choice
+from ._emitters.extraction import ExtractionExtra as ExtractionExtra
 from ._machine import (
     host_devices_per_core as host_devices_per_core,
     Machine as Machine,
@@ -69,6 +71,8 @@ from ._repertoire import (
     competition_fitness as competition_fitness,
     dispersion as dispersion,
     elites_box as elites_box,
+    Extracted as Extracted,
+    ExtractOffer as ExtractOffer,
     kde_density as kde_density,
     Reservoir as Reservoir,
 )
@@ -99,6 +103,9 @@ __all__ = [
     "elites_box",
     "estimate",
     "ESTIMATORS",
+    "Extracted",
+    "ExtractionExtra",
+    "ExtractOffer",
     "f32",
     "filter_cond",
     "filter_scan",

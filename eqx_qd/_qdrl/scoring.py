@@ -13,6 +13,7 @@ from jaxtyping import Array, Float
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
+from .._misc import f32
 from .._tasks import AbstractScorer, AbstractTask
 from ..envs._base import AbstractQDEnv, EnvState
 from ..envs._rollout import _play_many, Episode, rollout_states, Transition
@@ -46,6 +47,10 @@ def episode_transitions(extra: ScoringExtra) -> tuple[Transition, Float[Array, "
     return rows, flat(extra.episodes.valid)
 
 
+_SCORE_NOISE = 0x5C0E
+"""What the call's key is folded with for the scores' noise."""
+
+
 @typing.final
 class PolicyScorer(AbstractScorer):
     """A MAP-Elites scoring function for policy genotypes.
@@ -57,10 +62,17 @@ class PolicyScorer(AbstractScorer):
 
     With `agent`, genotypes are that agent's training states instead (ME-PBT), played with
     `agent.act(state, obs, deterministic=True)`.
+
+    `fitness_noise` and `descriptor_noise` add Gaussian noise of those standard deviations to
+    each episode's return and to each descriptor coordinate (0: none), drawn from a key folded
+    off the call's (the episodes' keys are the same with and without): with the environment's
+    `reset_noise` and `obs_noise`, the noisy variants of a QD task for uncertain-QD studies.
     """
 
     env: AbstractQDEnv
     agent: AbstractAgent | None = None
+    fitness_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+    descriptor_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
 
     def __check_init__(self):
         if not isinstance(self.env, AbstractQDEnv):
@@ -70,6 +82,8 @@ class PolicyScorer(AbstractScorer):
             )
         if self.agent is not None:
             check.same_sizes(self.agent, self.env, "PolicyScorer")
+        check.non_negative("PolicyScorer.fitness_noise", self.fitness_noise)
+        check.non_negative("PolicyScorer.descriptor_noise", self.descriptor_noise)
 
     @property
     def qd_offset(self) -> float:
@@ -107,7 +121,10 @@ class PolicyScorer(AbstractScorer):
         descriptors = jax.vmap(self.env.descriptor)(
             episodes.transitions.next_state_desc, episodes.valid
         )
-        return episodes.returns, descriptors, ScoringExtra(episodes)
+        f_key, d_key = jr.split(jr.fold_in(key, _SCORE_NOISE))
+        returns = episodes.returns + self.fitness_noise * jr.normal(f_key, episodes.returns.shape)
+        descriptors = descriptors + self.descriptor_noise * jr.normal(d_key, descriptors.shape)
+        return returns, descriptors, ScoringExtra(episodes)
 
 
 @typing.final

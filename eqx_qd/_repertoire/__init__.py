@@ -18,6 +18,11 @@ from ._dns import (
     DNSRepertoire as DNSRepertoire,
 )
 from ._export import to_dataframe as to_dataframe
+from ._extract import (
+    Extracted as Extracted,
+    ExtractOffer as ExtractOffer,
+    ExtractRepertoire as ExtractRepertoire,
+)
 from ._guided import (
     AbstractGuidedRepertoire as AbstractGuidedRepertoire,
     DensityRepertoire as DensityRepertoire,

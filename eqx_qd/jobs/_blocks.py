@@ -18,6 +18,7 @@ from .._repertoire import (
     DensityRepertoire,
     DiscountModelRepertoire,
     DNSRepertoire,
+    ExtractRepertoire,
     LowSpreadRepertoire,
     SlidingBoundariesRepertoire,
     UnstructuredRepertoire,
@@ -130,7 +131,8 @@ class RepertoireOptions(JobConfig):
     (`MAPElites.init(..., result=)`). `discount` (Discount Model Search) and `density`
     (Density Descent Search) keep the elites over the job's cells beside a model that guides
     the CMA emitters (the jobs with an `emitter`). `low_spread` is MAP-Elites Low-Spread's
-    archive over the job's cells (the jobs with `samples`)."""
+    archive over the job's cells, `extract` Extract-ME's (`depth` solutions per cell, an
+    `extraction` share of every batch re-scoring elites; the jobs with `samples`)."""
 
     repertoire: str = option(
         "cvt",
@@ -139,10 +141,26 @@ class RepertoireOptions(JobConfig):
         "grid of cells bins per descriptor; the last three reported on a passive archive over "
         "the job's cells; discount: Discount Model Search's archive (give threshold_min); "
         "density: Density Descent Search's (emitter dds); low_spread: MAP-Elites Low-Spread's "
-        "cells (give samples)",
+        "cells (give samples); extract: Extract-ME's cells with depth, elites re-scored",
         check=_one_of(
-            "cvt", "grid", "dns", "unstructured", "sliding", "discount", "density", "low_spread"
+            "cvt",
+            "grid",
+            "dns",
+            "unstructured",
+            "sliding",
+            "discount",
+            "density",
+            "low_spread",
+            "extract",
         ),
+    )
+    depth: int = option(
+        8, "extract: solutions a cell keeps, by estimated fitness", check=positive_int
+    )
+    extraction: float = option(
+        0.5,
+        "extract: share of each batch spent re-scoring elites drawn from the archive (the rest "
+        "are offspring)",
     )
     capacity: int | None = option(
         None, "dns / unstructured: elites kept (default: as many as the job's cells)"
@@ -207,6 +225,23 @@ class RepertoireOptions(JobConfig):
                 "repertoire 'low_spread' inserts candidates by their samples: a job with "
                 "samples (map-elites) runs it"
             )
+        if self.repertoire == "extract" and not isinstance(self, NoiseOptions):
+            raise ValueError(
+                "repertoire 'extract' (Extract-ME) re-scores elites within the batch: a job "
+                "with samples (map-elites) runs it"
+            )
+        if not 0.0 < self.extraction < 1.0:
+            raise ValueError(
+                f"extraction must be a share of the batch strictly between 0 and 1, got "
+                f"{self.extraction}"
+            )
+        if self.repertoire != "extract":
+            for name, default in (("depth", 8), ("extraction", 0.5)):
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name} is an option of repertoire 'extract' (Extract-ME), not of "
+                        f"{self.repertoire!r}"
+                    )
         if self.guided and not hasattr(self, "emitter"):
             raise ValueError(
                 f"repertoire {self.repertoire!r} guides the CMA emitters' rankings: a job with "
@@ -242,6 +277,8 @@ class RepertoireOptions(JobConfig):
         placeholder = jnp.zeros(())  # MAPElites.init re-shapes it (AbstractRepertoire.emptied)
         if self.repertoire == "low_spread":
             return LowSpreadRepertoire.empty(tessellation, placeholder)
+        if self.repertoire == "extract":
+            return ExtractRepertoire.empty(tessellation, placeholder, self.depth)
         if self.guided:
             if key is None:
                 raise ValueError(f"repertoire {self.repertoire!r} draws random numbers: give key")
@@ -418,10 +455,10 @@ class EmitterOptions(JobConfig):
                 "repertoire 'discount' trains its model towards threshold_min: give a finite "
                 "threshold_min (the paper's 0) and archive_learning_rate (its 0.1)"
             )
-        if repertoire == "low_spread" and self.anneals:
+        if repertoire in ("low_spread", "extract") and self.anneals:
             raise ValueError(
-                "repertoire 'low_spread' keeps the elites themselves: archive_learning_rate / "
-                "threshold_min (CMA-MAE's) do not apply"
+                f"repertoire {repertoire!r} keeps the elites themselves: archive_learning_rate "
+                "/ threshold_min (CMA-MAE's) do not apply"
             )
         if repertoire == "density" and self.anneals:
             raise ValueError(
@@ -506,6 +543,11 @@ class NoiseOptions(JobConfig):
             raise ValueError(
                 "repertoire 'low_spread' judges a candidate by the spread of its samples: give "
                 "samples above 1 (ME-LS's 5, say)"
+            )
+        if getattr(self, "repertoire", None) == "extract" and getattr(self, "devices", 1) > 1:
+            raise ValueError(
+                "repertoire 'extract' (Extract-ME) runs on one device: each device would "
+                "extract the same elites"
             )
         if self.samples == 1 and self.estimator != "mean":
             raise ValueError(

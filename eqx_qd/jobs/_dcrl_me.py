@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from .._map_elites import MAPElites
 from .._qdrl.dcrl import dcrl_emitter
-from .._qdrl.scoring import DiscardDead, PolicyScorer
+from .._qdrl.scoring import DiscardDead
 from .._validate import finite, non_negative, non_negative_int, positive, positive_int
 from ..envs._base import AbstractQDEnv
 from ..rl._layers import INITS
@@ -20,7 +20,14 @@ from ..rl._td3 import TD3, TD3HParams
 from . import checks
 from ._config import option
 from ._job import register_job, Translator
-from ._policy_qd import ga_operators, policy_agent, PolicyQDJob, PolicyQDOptions, SMOKE_SIZES
+from ._policy_qd import (
+    build_policy_scorer,
+    ga_operators,
+    policy_agent,
+    PolicyQDJob,
+    PolicyQDOptions,
+    SMOKE_SIZES,
+)
 from ._registry import ENVIRONMENTS
 from ._translators import QDAX_NAMES, read_dcrl_me_config
 
@@ -202,7 +209,7 @@ def build_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, 
         policy_noise=config.policy_noise,
         noise_clip=config.noise_clip,
     )
-    scorer = PolicyScorer(env)
+    scorer = build_policy_scorer(config, env)
     variation, mutation = ga_operators(config)
     emitter = dcrl_emitter(
         td3=td3,

@@ -16,11 +16,12 @@ from jaxtyping import Array, Key
 
 from .._compile import jit
 from .._custom_types import PRNGKey
+from .._emitters.extraction import Extraction
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES, QDMetrics
 from .._misc import filter_scan
-from .._repertoire import LowSpreadRepertoire
-from .._sampling import corrected_metrics, CorrectedMetrics, reevaluated, Sampled
+from .._repertoire import ExtractRepertoire, LowSpreadRepertoire
+from .._sampling import CorrectedMetrics, Sampled
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
 from .._tessellation import AbstractTessellation, CVTTessellation, GridTessellation
@@ -31,7 +32,14 @@ from ._distributed import job_mesh, to_host
 from ._folder import RunFolder
 from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
-from ._qd_outputs import qd_summary, read_qd_run, read_repertoire, write_qd_outputs
+from ._qd_outputs import (
+    CORRECTED_NAMES,
+    corrector,
+    qd_summary,
+    read_qd_run,
+    read_repertoire,
+    write_qd_outputs,
+)
 from ._registry import EMITTERS, make_emitter, make_task, TASKS
 from ._resume import RunClock
 
@@ -169,7 +177,13 @@ def build_map_elites(
     if "task" in entry.options():
         # The CMA emitters start at the task's genotype; CMA-MEGA differentiates the task.
         params["task"] = task
-    emitter = make_emitter(config.emitter, batch_size=config.batch_size, **params)
+    batch_size, extracted = config.batch_size, 0
+    if getattr(config, "repertoire", None) == "extract":  # Extract-ME: the batch shared
+        extracted = extracted_per_batch(config.batch_size, config.extraction)
+        batch_size -= extracted
+    emitter = make_emitter(config.emitter, batch_size=batch_size, **params)
+    if extracted:
+        emitter = Extraction(emitter, extracted)
     axis = "p" if getattr(config, "devices", 1) > 1 else None
     annealing = {}
     # A discount archive takes the learning rate and threshold_min itself (repertoire_for).
@@ -179,6 +193,17 @@ def build_map_elites(
             threshold_min=config.threshold_min,
         )
     return MAPElites(emitter, task, task.qd_offset, axis_name=axis, **annealing), task
+
+
+def extracted_per_batch(batch_size: int, extraction: float) -> int:
+    """How many of a batch of `batch_size` re-score elites under Extract-ME: the `extraction`
+    share, rounded, at least one and leaving at least one offspring."""
+    if batch_size < 2:
+        raise ValueError(
+            f"repertoire 'extract' shares the batch between offspring and re-scored elites: "
+            f"batch_size must be at least 2, got {batch_size}"
+        )
+    return min(max(round(extraction * batch_size), 1), batch_size - 1)
 
 
 def read_cells_run(
@@ -240,14 +265,6 @@ class _MAPElitesPlan(typing.NamedTuple):
 
 
 _HEADER = ["iteration", "evaluations", "wall_s", *METRIC_NAMES]
-CORRECTED_NAMES = (
-    "corrected_qd_score",
-    "corrected_coverage",
-    "corrected_max_fitness",
-    "fitness_reproducibility",
-    "descriptor_reproducibility",
-)
-"""The columns `reevaluations` adds to `progress.csv` (`CorrectedMetrics`' figures)."""
 
 
 def _header(config: MAPElitesConfig) -> list[str]:
@@ -263,14 +280,7 @@ def _corrector(
     if config.reevaluations == 0:
         return None
     inner = task.task if isinstance(task, Sampled) else task
-
-    @jit
-    def figures(elites, iteration):
-        k = jr.fold_in(key, iteration)
-        again = reevaluated(elites, inner, config.reevaluations, key=k)
-        return corrected_metrics(again, inner.qd_offset)
-
-    return lambda state, iteration: to_host(figures(to_host(state.elites), iteration))
+    return corrector(inner, config.reevaluations, inner.qd_offset, key=key)
 
 
 class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
@@ -351,8 +361,8 @@ class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
         header = _header(plan.config)
         columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(header)}
         repertoire = to_host(state.elites)  # every process, in step (CMA-MAE: its result)
-        if isinstance(repertoire, LowSpreadRepertoire):  # ME-LS: its cells, spreads aside
-            repertoire = repertoire.to_map_elites()
+        if isinstance(repertoire, LowSpreadRepertoire | ExtractRepertoire):
+            repertoire = repertoire.to_map_elites()  # the elites, spreads / depth aside
         if folder is not None:
             write_qd_outputs(folder, repertoire, columns, plots=plots)
         return RunResult(

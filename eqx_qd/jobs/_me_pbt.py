@@ -18,6 +18,7 @@ from .._metrics import METRIC_NAMES
 from .._misc import tree_take
 from .._qdrl.me_pbt import BANDS, PBTEmitter, PBTEmitterConfig
 from .._qdrl.scoring import PolicyScorer
+from .._sampling import CorrectedMetrics
 from .._sharded import init_sharded, scan_sharded
 from .._tessellation import CVTTessellation
 from .._validate import fraction, non_negative, non_negative_int, positive_int
@@ -31,6 +32,9 @@ from ._folder import RunFolder
 from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
 from ._qd_outputs import (
+    CORRECTED_NAMES,
+    corrected_row,
+    corrector,
     hparams_columns,
     qd_summary,
     read_qd_run,
@@ -59,6 +63,12 @@ class MEPBTConfig(RepertoireOptions, AgentOptions, RunOptions):
     JOB: ClassVar[str] = "me-pbt"
 
     iterations: int = option(40, "MAP-Elites iterations", check=positive_int, aliases=("--iters",))
+    corrected_reevaluations: int = option(
+        0,
+        "at each row, score every elite this many times again and log the corrected QD-score, "
+        "coverage, max fitness and reproducibility (0: not)",
+        check=non_negative_int,
+    )
     pg_population_size: int = option(10, "PBT agents (per device)", check=positive_int)
     ga_population_size: int = option(
         10, "GA children per iteration (per device)", check=non_negative_int
@@ -221,6 +231,11 @@ class _MEPBTPlan(typing.NamedTuple):
     keys: Any
     mesh: Any
     hparams_header: list[str]
+    corrected: Callable[[Any, int], CorrectedMetrics] | None = None
+
+    @property
+    def progress_header(self) -> list[str]:
+        return _PROGRESS_HEADER + list(CORRECTED_NAMES) * (self.corrected is not None)
 
 
 class _MEPBTJob(LoopJob[_MEPBTPlan, Any]):
@@ -278,10 +293,19 @@ class _MEPBTJob(LoopJob[_MEPBTPlan, Any]):
             step = lambda s, k: _step(algo, s, key=k)
         keys = jr.split(run_key, config.iterations)  # a longer run's first keys are the same
         names = eqx.filter_eval_shape(lambda: emitter.agent.init(key=jr.key(0))).hparams.names()
-        return _MEPBTPlan(config, emitter, init, step, keys, mesh, _hparams_header(names))
+        corrected = None
+        if config.corrected_reevaluations > 0:  # keys of their own: the run's are unchanged
+            corrected = corrector(
+                algo.scoring_fn,
+                config.corrected_reevaluations,
+                algo.qd_offset,
+                key=jr.fold_in(jr.key(config.seed), 0xC0),
+            )
+        header = _hparams_header(names)
+        return _MEPBTPlan(config, emitter, init, step, keys, mesh, header, corrected)
 
     def headers(self, plan: _MEPBTPlan) -> dict[str, list[str]]:
-        return {PROGRESS_FILE: _PROGRESS_HEADER, "hparams.csv": plan.hparams_header}
+        return {PROGRESS_FILE: plan.progress_header, "hparams.csv": plan.hparams_header}
 
     def like(self, plan: _MEPBTPlan) -> Any:
         return eqx.filter_eval_shape(plan.init)[0]
@@ -303,6 +327,8 @@ class _MEPBTJob(LoopJob[_MEPBTPlan, Any]):
         played = evaluations * plan.config.episode_length  # QDax's accounting: full episodes
         row = [iteration, evaluations, played + trained, played, trained, clock()]
         row += [float(v) for v in metrics.as_dict().values()]
+        if plan.corrected is not None:
+            row += corrected_row(plan.corrected(state, iteration))
         return {PROGRESS_FILE: [row], "hparams.csv": _hparams_rows(iteration, table)}
 
     def start(self, plan: _MEPBTPlan, clock: RunClock) -> Chunk:
@@ -319,7 +345,8 @@ class _MEPBTJob(LoopJob[_MEPBTPlan, Any]):
     def finish(self, plan: _MEPBTPlan, folder, state, logs, plots: bool) -> RunResult:
         env = plan.emitter.env
         rows = logs[PROGRESS_FILE]
-        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_PROGRESS_HEADER)}
+        header = plan.progress_header
+        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(header)}
         header = plan.hparams_header
         table = {k: np.asarray([r[j] for r in logs["hparams.csv"]]) for j, k in enumerate(header)}
         repertoire = to_host(state.elites)  # every process, in step (without cells: the CVT)

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from .._emitters.mixing import ga_emitter
 from .._map_elites import MAPElites
 from .._qdrl.pga_me import CONVENTIONS, pgame_emitter
-from .._qdrl.scoring import DiscardDead, PolicyScorer
+from .._qdrl.scoring import DiscardDead
 from .._validate import fraction, non_negative, positive_int
 from ..envs._base import AbstractQDEnv
 from ..rl._td3 import TD3, TD3HParams
@@ -19,6 +19,7 @@ from . import checks
 from ._config import option
 from ._job import register_job, Translator
 from ._policy_qd import (
+    build_policy_scorer,
     ga_operators,
     policy_agent,
     PolicyQDJob,
@@ -124,7 +125,7 @@ def build_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3
     td3 = policy_agent(config, env)
     n = config.devices
     axis = "p" if n > 1 else None
-    scorer = PolicyScorer(env)
+    scorer = build_policy_scorer(config, env)
     variation, mutation = ga_operators(config)
     if config.gradient_op:
         hparams = TD3HParams(

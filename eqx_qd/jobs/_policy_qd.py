@@ -24,6 +24,7 @@ from .._metrics import QDMetrics
 from .._misc import filter_scan, tree_take
 from .._qdrl.scoring import ChunkedScorer, DiscardDead, PolicyScorer, reevaluate
 from .._repertoire import AddStatus, MAPElitesRepertoire
+from .._sampling import CorrectedMetrics
 from .._sharded import init_mapped, step_mapped
 from .._tessellation import CVTTessellation
 from .._validate import finite, fraction, non_negative, non_negative_int, positive_int
@@ -47,7 +48,15 @@ from ._distributed import job_mesh, to_host
 from ._folder import RunFolder, user_cache_dir
 from ._job import RunResult, Translator
 from ._loop import Chunk, LoopJob
-from ._qd_outputs import read_qd_run, read_repertoire, repertoire_axes
+from ._qd_outputs import (
+    corrected_figures,
+    CORRECTED_NAMES,
+    corrected_row,
+    corrector,
+    read_qd_run,
+    read_repertoire,
+    repertoire_axes,
+)
 from ._registry import ENVIRONMENTS, make_env
 from ._resume import RunClock
 
@@ -129,9 +138,26 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
     buffer_size: int = option(200_000, "replay buffer capacity", check=positive_int)
     reset_noise: bool = option(True, "random initial states (stochastic task)")
     obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
-    deterministic: bool = option(False, "no reset or observation noise (QDax's tasks)")
+    fitness_noise: float = option(
+        0.0, "std of gaussian noise on each episode's return (stochastic task)", check=non_negative
+    )
+    descriptor_noise: float = option(
+        0.0,
+        "std of gaussian noise on each descriptor coordinate (stochastic task)",
+        check=non_negative,
+    )
+    deterministic: bool = option(
+        False, "no reset, observation, fitness or descriptor noise (QDax's tasks)"
+    )
     reevaluations: int = option(
         10, "re-evaluations of the best for its averaged fitness", check=positive_int
+    )
+    corrected_reevaluations: int = option(
+        0,
+        "at each snapshot's row, score every elite this many times again and log the corrected "
+        "QD-score, coverage, max fitness and reproducibility (0: not; costs that many episodes "
+        "per cell)",
+        check=non_negative_int,
     )
     policy_init: str = option(
         "xavier_uniform",
@@ -209,10 +235,12 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
             )
         if self.affine and not self.normalise:
             raise ValueError("affine needs normalise (it sets the layer normalisations' scale)")
-        if self.deterministic and self.obs_noise > 0:
-            raise ValueError(
-                f"deterministic and obs_noise = {self.obs_noise} contradict each other"
-            )
+        for name in ("obs_noise", "fitness_noise", "descriptor_noise"):
+            if self.deterministic and getattr(self, name) > 0:
+                raise ValueError(
+                    f"deterministic and {name} = {getattr(self, name)} contradict each other: "
+                    "a deterministic task has no noise to add"
+                )
         if self.use_cached_cvt and self.centroids is not None:
             raise ValueError("use_cached_cvt and centroids both choose the centroids: give one")
 
@@ -249,6 +277,13 @@ def build_policy_env(config: PolicyQDOptions) -> AbstractQDEnv:
         episode_length=config.episode_length,
         reset_noise=config.reset_noise and not config.deterministic,
         obs_noise=0.0 if config.deterministic else config.obs_noise,
+    )
+
+
+def build_policy_scorer(config: PolicyQDOptions, env: AbstractQDEnv) -> PolicyScorer:
+    """The scorer of policies on `env` with the config's fitness and descriptor noise."""
+    return PolicyScorer(
+        env, fitness_noise=config.fitness_noise, descriptor_noise=config.descriptor_noise
     )
 
 
@@ -341,6 +376,10 @@ def policy_tessellation(
     return tess
 
 
+_CORRECTED_KEY = 0xC0
+"""What the seed's key is folded with for the corrected figures' reevaluations."""
+
+
 def _plain_scorer(algo: MAPElites):
     """The scorer without `DiscardDead` (re-evaluations score every episode, as the repo's)."""
     fn = algo.scoring_fn
@@ -363,6 +402,32 @@ class IterationLog(eqx.Module):
     reeval_fitness: jax.Array
     reeval_descriptor: jax.Array
     plain_qd_score: jax.Array
+    corrected: CorrectedMetrics | None = None
+
+
+class SnapshotFigures(eqx.Module):
+    """When and how the corrected figures are taken inside a chunk: at the iteration whose
+    evaluations (`first + iteration * batch`) pass a multiple of `period`, every elite scored
+    `num` more times with `jr.fold_in(key, evaluations)`; the same rows whatever the chunks."""
+
+    num: int = eqx.field(static=True)
+    period: int = eqx.field(static=True)
+    first: int = eqx.field(static=True)
+    batch: int = eqx.field(static=True)
+    key: PRNGKey
+
+    def at(self, algo: MAPElites, state: MAPElitesState) -> CorrectedMetrics:
+        """The state's corrected figures where its iteration passes a snapshot, else NaN."""
+        evals = self.first + state.iteration * self.batch
+        passes = evals // self.period > (evals - self.batch) // self.period
+        take = lambda e: corrected_figures(
+            _plain_scorer(algo), self.num, algo.qd_offset, self.key, e, evals
+        )
+        skipped = jax.tree.map(
+            lambda x: jnp.full(x.shape, jnp.nan if x.dtype.kind == "f" else -1, x.dtype),
+            jax.eval_shape(take, state.elites),
+        )
+        return jax.lax.cond(passes, take, lambda e: skipped, state.elites)
 
 
 def _plain_qd_score(repertoire: MAPElitesRepertoire) -> jax.Array:
@@ -379,13 +444,19 @@ def _best_reevaluation(algo: MAPElites, repertoire: MAPElitesRepertoire, n: int,
 
 @jit(donate="all-except-first")  # the old state's buffers (replay buffer) reused
 def _run_chunk(
-    algo: MAPElites, state: MAPElitesState, keys: jax.Array, reevaluations: int, mesh: Any = None
+    algo: MAPElites,
+    state: MAPElitesState,
+    keys: jax.Array,
+    reevaluations: int,
+    mesh: Any = None,
+    snapshots: SnapshotFigures | None = None,
 ):
     def body(s, k):
         step_key, reeval_key = jr.split(k)
         s, metrics, info = algo.step(s, key=step_key)
         fit, desc = _best_reevaluation(algo, s.elites, reevaluations, reeval_key)
-        return s, IterationLog(metrics, info, fit, desc, _plain_qd_score(s.elites))
+        corrected = None if snapshots is None else snapshots.at(algo, s)
+        return s, IterationLog(metrics, info, fit, desc, _plain_qd_score(s.elites), corrected)
 
     if mesh is None:
         return filter_scan(body, state, keys)
@@ -414,7 +485,7 @@ def _init(algo, init_algo, genotypes, repertoire, result, key, reevaluations, me
 _TYPE_NAMES = {int(t): t.name.lower() for t in Origin}
 
 
-def _progress_header(d: int) -> list[str]:
+def _progress_header(d: int, corrected: bool = False) -> list[str]:
     return [
         "evaluations",
         "env_steps",
@@ -430,6 +501,7 @@ def _progress_header(d: int) -> list[str]:
         "p95_fitness",
         "averaged_max_fitness",
         *[f"averaged_max_descriptor_{i}" for i in range(d)],
+        *(CORRECTED_NAMES if corrected else ()),
     ]
 
 
@@ -509,6 +581,7 @@ class PolicyQDPlan(typing.NamedTuple):
     init_args: tuple
     run_keys: jax.Array
     mesh: Any  # the devices each batch is spread over (`None`: one device)
+    snapshots: "SnapshotFigures | None" = None  # the corrected figures' settings
 
 
 class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
@@ -587,11 +660,21 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
             mesh,
         )
         run_keys = jr.split(run_key, config.num_iterations)
-        return PolicyQDPlan(config, env, algo, tessellation, init_args, run_keys, mesh)
+        snapshots = None
+        if config.corrected_reevaluations > 0:  # keys of their own: the run's are unchanged
+            snapshots = SnapshotFigures(
+                config.corrected_reevaluations,
+                config.snapshot_every,
+                config.random_init,
+                config.batch_size,
+                jr.fold_in(jr.key(config.seed), _CORRECTED_KEY),
+            )
+        return PolicyQDPlan(config, env, algo, tessellation, init_args, run_keys, mesh, snapshots)
 
     def headers(self, plan: PolicyQDPlan) -> dict[str, list[str]]:
         d = plan.env.descriptor_size
-        return {"progress.csv": _progress_header(d), "actors.csv": _actors_header(d)}
+        corrected = plan.snapshots is not None
+        return {"progress.csv": _progress_header(d, corrected), "actors.csv": _actors_header(d)}
 
     def like(self, plan: PolicyQDPlan) -> MAPElitesState:
         return eqx.filter_eval_shape(_init, *plan.init_args)[0]
@@ -620,6 +703,12 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
         ]
         steps = self.env_steps(config, evals)
         row = _progress_row(evals, steps, clock(), m, float(plain), float(fit), desc)
+        if plan.snapshots is not None:  # the first row: the random policies' figures
+            snap = plan.snapshots
+            figures = corrector(
+                _plain_scorer(plan.algo), snap.num, plan.algo.qd_offset, key=snap.key
+            )
+            row += corrected_row(figures(state, evals))
         return Chunk(state, evals, {"progress.csv": [row], "actors.csv": actors})
 
     def advance(self, plan: PolicyQDPlan, state, step: int, clock: RunClock) -> Chunk:
@@ -629,7 +718,12 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
         # Chunks end on multiples of `chunk`, wherever the run (re)started.
         n = min(chunk - done % chunk, config.num_iterations - done)
         state, logs = _run_chunk(
-            plan.algo, state, plan.run_keys[done : done + n], config.reevaluations, plan.mesh
+            plan.algo,
+            state,
+            plan.run_keys[done : done + n],
+            config.reevaluations,
+            plan.mesh,
+            plan.snapshots,
         )
         logs = to_host(logs)  # every process, in step
         metrics = {k: np.asarray(v) for k, v in logs.metrics.as_dict().items()}
@@ -658,6 +752,10 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
             fit, desc = float(reeval_fit[i]), reeval_desc[i]
             progress.append(_progress_row(evals, steps, wall, m, float(plain_qd[i]), fit, desc))
             actors.extend(_actor_rows(evals, {k: v[i] for k, v in columns.items()}))
+        if plan.snapshots is not None:  # NaN but at the iterations that pass a snapshot
+            corrected = to_host(logs.corrected)
+            for i, row in enumerate(progress):
+                row += corrected_row(jax.tree.map(lambda x: x[i], corrected))
         return Chunk(state, evals, {"progress.csv": progress, "actors.csv": actors})
 
     def resumed_state(self, plan: PolicyQDPlan, resumed) -> MAPElitesState:
@@ -672,7 +770,7 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
                 folder.write_csv(f"archive_{step}.csv", *_archive_rows(elites))
 
     def finish(self, plan: PolicyQDPlan, folder, state, logs, plots: bool) -> RunResult:
-        header = _progress_header(plan.env.descriptor_size)
+        header = _progress_header(plan.env.descriptor_size, plan.snapshots is not None)
         table = np.asarray(logs["progress.csv"], dtype=np.float64)
         prog = {h: table[:, j] for j, h in enumerate(header)}
         state = to_host(state)  # every process, in step (the whole state on each)

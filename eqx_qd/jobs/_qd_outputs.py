@@ -5,14 +5,70 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
 import numpy as np
 
-from .._repertoire import MAPElitesRepertoire
+from .._compile import jit
+from .._custom_types import PRNGKey
+from .._repertoire import ExtractRepertoire, MAPElitesRepertoire
+from .._sampling import corrected_metrics, CorrectedMetrics, reevaluated
 from .._tessellation import AbstractTessellation, CVTTessellation
 from ..envs._base import AbstractQDEnv
 from ._config import JobConfig
+from ._distributed import to_host
 from ._folder import RunFolder
 from ._job import PROGRESS_FILE, RunResult
+
+
+CORRECTED_NAMES = (
+    "corrected_qd_score",
+    "corrected_coverage",
+    "corrected_max_fitness",
+    "fitness_reproducibility",
+    "descriptor_reproducibility",
+)
+"""The columns a QD job's reevaluations add to `progress.csv` (`CorrectedMetrics`' figures)."""
+
+
+def corrected_figures(scorer, num: int, qd_offset, key, elites, at) -> CorrectedMetrics:
+    """`elites` (an Extract-ME archive: its layer 0) scored `num` more times by `scorer` with
+    `jr.fold_in(key, at)` (`reevaluated`, median estimates): their `CorrectedMetrics` with
+    `qd_offset`. Pure: jit it, or call it in a scan."""
+    if isinstance(elites, ExtractRepertoire):  # the elites, the depth aside
+        elites = elites.to_map_elites()
+    again = reevaluated(elites, scorer, num, key=jr.fold_in(key, at))
+    return corrected_metrics(again, qd_offset)
+
+
+_corrected_jit = jit(corrected_figures)
+
+
+def corrector(
+    scorer: Callable, num: int, qd_offset: float | jax.Array, *, key: PRNGKey
+) -> Callable[[Any, int], CorrectedMetrics]:
+    """`(state, at) -> CorrectedMetrics`: the state's elites (`state.elites`; an Extract-ME
+    archive's layer 0) scored `num` more times by `scorer` with `jr.fold_in(key, at)`
+    (`reevaluated`, median estimates), the corrected figures with `qd_offset`: what a QD job
+    logs at its rows, the same after a resume (one compiled program for every row and run)."""
+
+    def figures(state, at: int) -> CorrectedMetrics:
+        elites = to_host(state.elites)
+        at = jnp.asarray(at, jnp.int32)  # traced: one program for every row
+        return to_host(_corrected_jit(scorer, num, qd_offset, key, elites, at))
+
+    return figures
+
+
+def corrected_row(corrected: CorrectedMetrics | None) -> list[float]:
+    """The `CORRECTED_NAMES` columns of one row: `corrected`'s figures, or NaN for a row
+    without them."""
+    if corrected is None:
+        return [float("nan")] * len(CORRECTED_NAMES)
+    return [
+        float(np.asarray(getattr(corrected, k.removeprefix("corrected_")))) for k in CORRECTED_NAMES
+    ]
 
 
 def write_qd_outputs(

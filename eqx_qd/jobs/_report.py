@@ -88,6 +88,11 @@ def group_of(result: RunResult) -> str:
         if repertoire == "low_spread":  # ME-LS: the cells by the samples, their spread
             name = "ME-LS" if algorithm == "MAP-Elites" else f"{algorithm} (low spread)"
             algorithm = f"{name}, {samples} samples"
+        elif repertoire == "extract":  # Extract-ME: depth and the share re-scored
+            name = "Extract-ME" if algorithm == "MAP-Elites" else f"{algorithm} (extract)"
+            algorithm = f"{name}, depth {config.depth}, {config.extraction:g} extracted"  # type: ignore[attr-defined]
+            if samples > 1:
+                algorithm += f", {samples} samples ({config.estimator})"  # type: ignore[attr-defined]
         elif samples > 1:  # MAP-Elites-sampling: the samples and their estimate
             algorithm = f"{algorithm}, {samples} samples ({config.estimator})"  # type: ignore[attr-defined]
     else:

@@ -270,6 +270,29 @@ def test_reevaluation_statistics(getkey):
         q.reevaluate(scorer, policies, 0, key=getkey())
 
 
+def test_score_noise_adds_its_standard_deviations_and_keeps_the_episodes(getkey):
+    # On a deterministic maze every score is the same episode's; the scorer's noise is then
+    # exactly a gaussian of its standard deviation on the return and on each descriptor
+    # coordinate, and the episodes (their transitions) are the noiseless scorer's.
+    env = q.envs.PointMaze(walls=False)
+    policies = eqx.filter_vmap(_constant_policy)(jnp.tile(jnp.array([[0.3, 0.7]]), (400, 1)))
+    key = getkey()
+    plain_f, plain_d, plain_x = q.PolicyScorer(env)(policies, key=key)
+    noisy = q.PolicyScorer(env, fitness_noise=0.5, descriptor_noise=0.05)
+    f, d, x = eqx.filter_jit(noisy.__call__)(policies, key=key)
+    np.testing.assert_array_equal(x.episodes.returns, plain_x.episodes.returns)
+    assert float(jnp.std(f - plain_f)) == pytest.approx(0.5, rel=0.1)
+    assert float(jnp.std(d - plain_d)) == pytest.approx(0.05, rel=0.1)
+    assert abs(float(jnp.mean(f - plain_f))) < 0.1
+    np.testing.assert_array_equal(
+        q.PolicyScorer(env, fitness_noise=0.0)(policies, key=key)[0], plain_f
+    )
+    with pytest.raises(ValueError, match="fitness_noise"):
+        q.PolicyScorer(env, fitness_noise=-1.0)
+    with pytest.raises(ValueError, match="contradict each other"):
+        jobs.PGAMEConfig(deterministic=True, descriptor_noise=0.1)
+
+
 def test_reward_offsets_are_qdax_s():
     # QDax 0.5.0, qdax/tasks/brax/v2/__init__.py (and v1): `reward_offset`, the minimum reward
     # per step, times the episode length is the QD-score offset. The same table here keeps

@@ -51,6 +51,7 @@ MEPBT = dict(
     buffer_size=200, hidden=(8,), minibatch_size=8, fraction_best_to_replace_from=0.25,
     fraction_to_replace_from_best=0.25, fraction_to_replace_from_samples=0.25, cells=16,
     cvt_samples=1000, episode_length=20, iterations=5, checkpoint_every=2,
+    corrected_reevaluations=2,
 )  # fmt: skip
 PBT = dict(
     population_size=4, rounds=4, agent="td3", iterations_per_round=3, num_envs=2, hidden=(8,),
@@ -76,7 +77,20 @@ EXTERNAL = dict(
 CASES = {
     "map-elites": (jobs.MAPElitesConfig(**ME), "iteration", 7),
     "external": (jobs.ExternalConfig(**EXTERNAL), "iteration", 3),
-    "pgame": (jobs.PGAMEConfig(**PGAME), "evaluations", 64 + 32 * 9),
+    # A noisy task with its corrected figures at every snapshot: resumed equal too.
+    "pgame": (
+        jobs.PGAMEConfig(
+            **{
+                **PGAME,
+                "deterministic": False,
+                "fitness_noise": 0.05,
+                "descriptor_noise": 0.01,
+                "corrected_reevaluations": 2,
+            }
+        ),  # fmt: skip
+        "evaluations",
+        64 + 32 * 9,
+    ),
     "dcrl-me": (jobs.DCRLMEConfig(**DCRL), "evaluations", 64 + 32 * 9),
     "me-pbt": (jobs.MEPBTConfig(**MEPBT), "iteration", 3),
     "pbt": (jobs.PBTConfig(**PBT), "round", 2),
@@ -283,11 +297,24 @@ def test_a_lengthened_run_equals_the_longer_run(interrupted):
     for j, s in enumerate(steps):
         for column in whole.progress:
             if s in rows and column not in SECONDS:
-                assert lengthened.progress[column][j] == whole.progress[column][rows[s]], (
-                    name, s, column,
-                )  # fmt: skip
+                got, want = lengthened.progress[column][j], whole.progress[column][rows[s]]
+                if column.startswith("corrected_") and np.isnan(want) and s == short_end:
+                    continue  # the shorter run's end was a snapshot: its figures are logged
+                assert got == want or (np.isnan(got) and np.isnan(want)), (name, s, column)
     wall = lengthened.progress["wall_s"]  # seconds spent, going on over the resume
     assert np.all(np.isfinite(wall)) and np.all(np.diff(wall) >= 0)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("interrupted", ["pgame"], indirect=True)  # the same run as above
+def test_a_policy_run_logs_its_corrected_figures_at_the_snapshots(interrupted):
+    # The first row (the random policies) and each iteration that passes a multiple of
+    # snapshot_every (160 evaluations) carry the corrected figures; the other rows NaN.
+    name, root, whole, *_ = interrupted
+    evals, corrected = whole.progress["evaluations"], whole.progress["corrected_qd_score"]
+    assert list(evals[np.isfinite(corrected)]) == [64, 160, 320, 480]
+    assert np.all(np.isfinite(whole.progress["fitness_reproducibility"][np.isfinite(corrected)]))
+    assert jobs.group_of(whole) == "PGA-ME on point_maze"
 
 
 @pytest.mark.e2e
@@ -602,6 +629,29 @@ def test_an_me_ls_run_resumes_equal_and_writes_its_cells(tmp_path):
     assert jobs.group_of(longer) == "ME-LS, 3 samples on noisy_arm"
 
 
+@pytest.mark.e2e
+def test_an_extract_me_run_resumes_equal_and_spends_its_batch(tmp_path):
+    # The depth, the buffers and the extraction's draws travel in the checkpoints; a quarter of
+    # each batch of 8 re-scores elites, so the evaluations column still counts 8 per iteration.
+    small = dict(
+        task="noisy_arm", batch_size=8, cells=8, cvt_samples=200, log_every=2,
+        repertoire="extract", depth=3, extraction=0.25, reevaluations=3,
+    )  # fmt: skip
+    longer = jobs.run(jobs.MAPElitesConfig(iterations=4, **small), tmp_path / "long",
+                      progress=False, plots=False)  # fmt: skip
+    jobs.run(jobs.MAPElitesConfig(iterations=2, **small), tmp_path / "short", progress=False,
+             plots=False)  # fmt: skip
+    again = jobs.resume(tmp_path / "short", iterations=4, progress=False, plots=False)
+    assert _same_arrays(_key_data(longer.state), _key_data(again.state))
+    state = longer.state
+    assert isinstance(state.repertoire, eqx_qd.ExtractRepertoire)
+    assert state.repertoire.depth == 3 and int(state.repertoire.counts.max()) > 1
+    assert list(longer.progress["evaluations"]) == [8, 24, 40]
+    loaded = jobs.load_run(tmp_path / "long")
+    assert np.array_equal(loaded.repertoire.fitnesses, longer.repertoire.fitnesses)
+    assert jobs.group_of(longer) == "Extract-ME, depth 3, 0.25 extracted on noisy_arm"
+
+
 def test_noise_options_refuse_what_they_cannot_run():
     with pytest.raises(ValueError, match="estimator 'median' chooses among a candidate's sampl"):
         jobs.MAPElitesConfig(estimator="median")
@@ -618,6 +668,17 @@ def test_noise_options_refuse_what_they_cannot_run():
                              archive_learning_rate=0.1, threshold_min=0.0)  # fmt: skip
     with pytest.raises(ValueError, match="a job with samples \\(map-elites\\) runs it"):
         jobs.PGAMEConfig(repertoire="low_spread")
+    with pytest.raises(ValueError, match="Extract-ME\\) re-scores elites within the batch"):
+        jobs.PGAMEConfig(repertoire="extract")
+    with pytest.raises(ValueError, match="depth is an option of repertoire 'extract'"):
+        jobs.MAPElitesConfig(depth=4)
+    with pytest.raises(ValueError, match="extraction must be a share of the batch"):
+        jobs.MAPElitesConfig(repertoire="extract", extraction=1.0)
+    with pytest.raises(ValueError, match="runs on one device"):
+        jobs.MAPElitesConfig(repertoire="extract", devices=2)
+    with pytest.raises(ValueError, match="'extract' keeps the elites themselves"):
+        jobs.MAPElitesConfig(repertoire="extract", emitter="cma_mae",
+                             archive_learning_rate=0.1, threshold_min=0.0)  # fmt: skip
 
 
 def test_guided_repertoires_refuse_what_they_cannot_run():
