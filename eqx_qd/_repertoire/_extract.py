@@ -275,8 +275,7 @@ class ExtractRepertoire(AbstractCellRepertoire):
         stored_rows = jnp.arange(depth)[None, :] * n + jnp.arange(n)[:, None]  # (n, depth)
         pool = jnp.concatenate([stored_rows, slots + table], axis=1)  # rows of stored ++ batch
         pool_f = jnp.concatenate([stored_f, mean_f, jnp.full((1,), -jnp.inf, jnp.float32)])
-        pool_values = pool_f[pool]
-        best = jnp.argsort(-pool_values, axis=1, stable=True)[:, :depth]
+        _, best = jax.lax.top_k(pool_f[pool], depth)  # equal values: the lower index first
         chosen = jnp.take_along_axis(pool, best, axis=1).T  # (depth, n)
         every_f = pool_f
         every_d = jnp.concatenate([flat_d, mean_d, jnp.zeros((1, mean_d.shape[1]))])
