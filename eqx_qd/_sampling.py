@@ -184,13 +184,46 @@ def reevaluated(
     check.one_of("reevaluated: descriptor_estimator", descriptor_estimator, ESTIMATORS)
     check.one_of("reevaluated: spread_of", spread_of, SPREADS)
     s = sample_scores(scorer, repertoire.genotypes, num_reevaluations, key=key)
+    return rebuilt(
+        repertoire,
+        s,
+        fitness_estimator=fitness_estimator,
+        descriptor_estimator=descriptor_estimator,
+        spread_of=spread_of,
+    )
+
+
+def rebuilt(
+    repertoire: AbstractRepertoire,
+    samples: "Samples",
+    *,
+    fitness_estimator: str = "median",
+    descriptor_estimator: str = "median",
+    spread_of: str = "std",
+) -> Reevaluated:
+    """`reevaluated`'s result from samples scored elsewhere (an evaluator outside JAX):
+    `samples.fitnesses` `(num_cells, n)` and `samples.descriptors` `(num_cells, n,
+    num_descriptors)`, row `i` the samples of `repertoire`'s slot `i` (what an empty slot holds
+    is ignored; a NaN sample makes its elite's estimates NaN under the median, and the elite is
+    then not stored: a failed re-evaluation counts as not reproduced). `fitness_estimator`,
+    `descriptor_estimator` and `spread_of` as in `reevaluated`."""
+    check.one_of("rebuilt: fitness_estimator", fitness_estimator, ESTIMATORS)
+    check.one_of("rebuilt: descriptor_estimator", descriptor_estimator, ESTIMATORS)
+    check.one_of("rebuilt: spread_of", spread_of, SPREADS)
+    n = repertoire.capacity
+    if samples.fitnesses.ndim != 2 or samples.fitnesses.shape[0] != n:
+        raise ValueError(
+            f"rebuilt: samples.fitnesses must have shape ({n}, num_samples), got "
+            f"{samples.fitnesses.shape}"
+        )
     filled = repertoire.filled
-    fitnesses = jnp.where(filled, estimate(s.fitnesses, fitness_estimator), -jnp.inf)
-    descriptors = estimate(s.descriptors, descriptor_estimator)
+    fitnesses = estimate(samples.fitnesses, fitness_estimator)
+    fitnesses = jnp.where(filled & jnp.isfinite(fitnesses), fitnesses, -jnp.inf)
+    descriptors = estimate(samples.descriptors, descriptor_estimator)
     empty = repertoire.emptied(tree_take(repertoire.genotypes, 0))
     corrected, _ = empty.add(repertoire.genotypes, descriptors, fitnesses.astype(jnp.float32))
-    fitness_spread = jnp.where(filled, spread(s.fitnesses, spread_of), jnp.nan)
-    descriptor_spread = jnp.mean(spread(s.descriptors, spread_of), axis=-1)
+    fitness_spread = jnp.where(filled, spread(samples.fitnesses, spread_of), jnp.nan)
+    descriptor_spread = jnp.mean(spread(samples.descriptors, spread_of), axis=-1)
     return Reevaluated(
         corrected,
         fitness_spread.astype(jnp.float32),

@@ -26,7 +26,8 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   under noise, the repertoires that insert by a candidate's samples
   (`AbstractSampledRepertoire`, ME-LS's `dispersion`), the samples themselves
   (`sample_scores`, `Samples`) and what they come to (`estimate` / `ESTIMATORS`, `spread` /
-  `SPREADS`), from which `Sampled` and `reevaluated` are made; Extract-ME's pieces between
+  `SPREADS`), from which `Sampled` and `reevaluated` are made (`rebuilt`: `reevaluated` from
+  samples scored elsewhere); Extract-ME's pieces between
   its emitter and its repertoire (`Extracted`, `ExtractionExtra`, `ExtractOffer`).
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
   `check.fraction`, `check.in_range`, `check.finite`, ...) every `__check_init__` uses, with
@@ -79,6 +80,7 @@ from ._repertoire import (
 from ._sampling import (
     estimate as estimate,
     ESTIMATORS as ESTIMATORS,
+    rebuilt as rebuilt,
     sample_scores as sample_scores,
     Samples as Samples,
     spread as spread,
@@ -118,6 +120,7 @@ __all__ = [
     "Machine",
     "place_sharded",
     "random_permutation",
+    "rebuilt",
     "Reservoir",
     "sample_scores",
     "Samples",

@@ -89,3 +89,11 @@ def counted_arm(genotype):
     if stop is not None and len(CALLS) == int(stop):
         raise KeyboardInterrupt
     return arm(genotype)
+
+
+def noisy_sphere(genotype):
+    """`sphere` with Gaussian noise (0.05) on the fitness and each descriptor: a simulator
+    whose every run differs."""
+    f, d = sphere(genotype)
+    rng = np.random.default_rng()
+    return f + 0.05 * float(rng.normal()), [x + 0.05 * float(rng.normal()) for x in d]

@@ -26,7 +26,8 @@ import numpy as np
 from .._compile import jit
 from .._map_elites import Asked, MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES
-from .._validate import positive_int
+from .._sampling import corrected_metrics, rebuilt, Samples
+from .._validate import non_negative_int, positive_int
 from ..external import (
     AbstractPool,
     DaskPool,
@@ -44,7 +45,7 @@ from ._folder import RunFolder
 from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
 from ._map_elites import build_map_elites, build_tessellation, iteration_keys, read_cells_run
-from ._qd_outputs import qd_summary, write_qd_outputs
+from ._qd_outputs import CORRECTED_NAMES, corrected_row, qd_summary, write_qd_outputs
 from ._resume import Checkpointer, RunClock
 
 
@@ -52,6 +53,8 @@ EVALUATIONS_FILE = "evaluations.csv"
 """Every candidate's outcome, one row each."""
 JOURNAL = "journal"
 """The folder of outcomes as they arrive, one file per batch not yet checkpointed."""
+REEVALUATION = "reevaluation-"
+"""The journal's name of a logged row's re-evaluations, before its iteration."""
 
 
 def _warn_of_negative_scores(fitnesses: np.ndarray, qd_offset: float) -> None:
@@ -116,6 +119,12 @@ class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions)
     )
     checkpoint_every: int = option(
         10, "iterations between checkpoints (and one at the end)", check=positive_int
+    )
+    reevaluations: int = option(
+        0,
+        "at each logged row, evaluate every elite this many more times on the pool and log the "
+        "corrected QD-score, coverage, max fitness and reproducibility (0: not)",
+        check=non_negative_int,
     )
 
     def check(self) -> None:
@@ -361,12 +370,49 @@ class _JournalCheckpointer(Checkpointer):
             journal = self.folder.subfolder(JOURNAL, create=False)
             for name in os.listdir(journal.path):
                 stem = name.removesuffix(".jsonl")
-                if stem == "init" or (stem.isdigit() and int(stem) < step):
+                again = stem.removeprefix(REEVALUATION)  # a logged row's re-evaluations
+                if (
+                    stem == "init"
+                    or (stem.isdigit() and int(stem) < step)
+                    or (stem.startswith(REEVALUATION) and again.isdigit() and int(again) <= step)
+                ):
                     os.remove(journal.file(name))
         return saved
 
 
 _HEADER = ["iteration", "evaluations", "wall_s", *METRIC_NAMES, "failed", "eval_s"]
+
+
+def _header(config: ExternalConfig) -> list[str]:
+    return _HEADER + list(CORRECTED_NAMES) * (config.reevaluations > 0)
+
+
+@jit
+def _corrected(repertoire, fitnesses, descriptors, qd_offset):
+    samples = Samples(fitnesses, descriptors, None)
+    return corrected_metrics(rebuilt(repertoire, samples), qd_offset)
+
+
+def _reevaluation(plan: _ExternalPlan, state: MAPElitesState, step: int) -> list[float]:
+    """The corrected figures of `state`'s elites, each evaluated `reevaluations` more times
+    on the pool (journaled under `REEVALUATION` and the row's iteration: a resumed run takes
+    them back); neither the failures nor the seconds count in the run's columns."""
+    k = plan.config.reevaluations
+    elites = state.elites
+    filled = np.flatnonzero(np.asarray(elites.filled))
+    rows = np.repeat(np.asarray(elites.genotypes)[filled], k, axis=0)
+    n, d = elites.capacity, elites.num_descriptors
+    fitnesses = np.full((n, k), np.nan, np.float32)
+    descriptors = np.full((n, k, d), np.nan, np.float32)
+    if filled.size:
+        out = plan.submit(rows, f"{REEVALUATION}{step:08d}").result()
+        f = np.where(np.isfinite(out.fitnesses), out.fitnesses, np.nan)
+        fitnesses[filled] = f.reshape(filled.size, k)
+        descriptors[filled] = out.descriptors.reshape(filled.size, k, d)
+    figures = _corrected(
+        elites, jnp.asarray(fitnesses), jnp.asarray(descriptors), plan.config.qd_offset
+    )
+    return corrected_row(figures)
 
 
 def _evaluation_header(num_descriptors: int) -> list[str]:
@@ -427,7 +473,7 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
 
     def headers(self, plan: _ExternalPlan) -> dict[str, list[str]]:
         return {
-            PROGRESS_FILE: _HEADER,
+            PROGRESS_FILE: _header(plan.config),
             EVALUATIONS_FILE: _evaluation_header(plan.config.num_descriptors),
         }
 
@@ -452,10 +498,13 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
             config, folder, resumed, origin=self.step_offset, enabled=enabled
         )
 
-    def _row(self, plan: _ExternalPlan, step: int, clock: RunClock, metrics) -> list[Any]:
+    def _row(self, plan: _ExternalPlan, step: int, clock: RunClock, metrics, state) -> list[Any]:
         row = [step, plan.config.batch_size * (step + 1), clock()]
         row += [np.ravel(np.asarray(v))[-1].item() for v in metrics.as_dict().values()]
-        return [*row, plan.failed, round(plan.eval_s, 3)]
+        row += [plan.failed, round(plan.eval_s, 3)]
+        if plan.config.reevaluations > 0:
+            row += _reevaluation(plan, state.state if isinstance(state, _Ahead) else state, step)
+        return row
 
     def start(self, plan: _ExternalPlan, clock: RunClock) -> Chunk:
         evaluations = plan.evaluate(plan.genotypes, "init", clock)
@@ -467,7 +516,7 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
         _warn_of_negative_scores(evaluations.fitnesses, plan.config.qd_offset)
         state, metrics = plan.init_scored(evaluations)
         rows = {
-            PROGRESS_FILE: [self._row(plan, 0, clock, metrics)],
+            PROGRESS_FILE: [self._row(plan, 0, clock, metrics, state)],
             EVALUATIONS_FILE: _evaluation_rows(0, evaluations),
         }
         if plan.config.overlap:  # the first batch, asked from the first state
@@ -499,7 +548,7 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
                 )
             evaluated += _evaluation_rows(i + 1, evaluations)
         rows = {
-            PROGRESS_FILE: [self._row(plan, step + n, clock, metrics)],
+            PROGRESS_FILE: [self._row(plan, step + n, clock, metrics, state)],
             EVALUATIONS_FILE: evaluated,
         }
         return Chunk(state, step + n, rows)
@@ -527,7 +576,8 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
     def finish(self, plan: _ExternalPlan, folder, state, logs, plots: bool) -> RunResult:
         plan.close()
         rows = logs[PROGRESS_FILE]
-        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_HEADER)}
+        header = _header(plan.config)
+        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(header)}
         state = state.state if isinstance(state, _Ahead) else state
         repertoire = state.elites
         if folder is not None:

@@ -2,6 +2,7 @@
 (`qdax/utils/sampling.py`), the noisy task against its definition, and the corrected repertoire
 and its metrics against a direct reevaluation."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -246,6 +247,24 @@ def test_reevaluated_refuses_bad_settings():
         q.reevaluated(rep, ARM, 0, key=jr.key(0))
     with pytest.raises(ValueError, match="fitness_estimator"):
         q.reevaluated(rep, ARM, 2, fitness_estimator="best", key=jr.key(0))
+    with pytest.raises(ValueError, match="samples.fitnesses must have shape"):
+        internal.rebuilt(rep, internal.Samples(jnp.zeros((3, 2)), jnp.zeros((3, 2, 2)), None))
+
+
+def test_rebuilt_from_outside_samples_is_reevaluated_and_drops_failed_elites():
+    rep = _repertoire(NOISY, seed=4)
+    key = jr.key(9)
+    s = internal.sample_scores(NOISY, rep.genotypes, 5, key=key)
+    direct = q.reevaluated(rep, NOISY, 5, key=key)
+    again = internal.rebuilt(rep, s)
+    np.testing.assert_array_equal(again.repertoire.fitnesses, direct.repertoire.fitnesses)
+    # One failed re-evaluation (NaN) of an elite: it is not reproduced, so not stored.
+    first = int(np.flatnonzero(np.asarray(rep.filled))[0])
+    broken = internal.Samples(s.fitnesses.at[first, 0].set(jnp.nan), s.descriptors, None)
+    out = internal.rebuilt(rep, broken)
+    without = eqx.tree_at(lambda r: r.fitnesses, rep, rep.fitnesses.at[first].set(-jnp.inf))
+    expected = internal.rebuilt(without, s)
+    np.testing.assert_array_equal(out.repertoire.fitnesses, expected.repertoire.fitnesses)
 
 
 def test_reevaluated_runs_under_jit():

@@ -62,6 +62,25 @@ def test_a_run_records_every_candidate_and_equals_itself_on_processes(tmp_path):
     _same_repertoire(again.repertoire, there.repertoire)
 
 
+def test_reevaluations_log_the_corrected_figures_and_leave_no_journal(tmp_path):
+    # A deterministic evaluator: its elites re-evaluate to themselves, so the corrected
+    # figures are the stored ones and the spreads 0. A noisy one: the corrected figures fall
+    # below the stored ones. Neither counts its re-evaluations as the run's evaluations.
+    small = dict(SMALL, evaluator="external_evaluators:sphere", iterations=2, reevaluations=3,
+                 qd_offset=10.0)  # fmt: skip
+    run = jobs.run(jobs.ExternalConfig(**small), tmp_path / "plain", progress=False, plots=False)
+    p = run.progress
+    np.testing.assert_allclose(p["corrected_qd_score"], p["qd_score"], rtol=1e-6)
+    np.testing.assert_array_equal(p["corrected_coverage"], p["coverage"])
+    assert np.all(p["fitness_reproducibility"] < 1e-6) and list(p["evaluations"]) == [8, 16, 24]
+    assert os.listdir(tmp_path / "plain" / "journal") == []
+    noisy = dict(small, evaluator="external_evaluators:noisy_sphere", iterations=4, cells=4)
+    run = jobs.run(jobs.ExternalConfig(**noisy), tmp_path / "noisy", progress=False, plots=False)
+    p = run.progress
+    assert np.all(p["fitness_reproducibility"] > 0)
+    assert p["corrected_qd_score"][-1] < p["qd_score"][-1]
+
+
 @pytest.mark.e2e
 def test_a_run_killed_mid_batch_resumes_without_evaluating_again(tmp_path, monkeypatch):
     whole = jobs.run(jobs.ExternalConfig(**SMALL), tmp_path / "whole", progress=False)
