@@ -101,7 +101,7 @@ class ExtractRepertoire(AbstractCellRepertoire):
                 f"ExtractRepertoire: layer_descriptors must have shape ({depth}, {n}, {d}), "
                 f"got {self.layer_descriptors.shape}"
             )
-        for leaf in jax.tree.leaves(self.layer_genotypes):
+        for leaf in jax.tree.leaves(eqx.filter(self.layer_genotypes, eqx.is_array)):
             if jnp.shape(leaf)[:2] != (depth, n):
                 raise ValueError(
                     f"ExtractRepertoire: layer_genotypes must have leading axes ({depth}, {n}), "
@@ -141,7 +141,7 @@ class ExtractRepertoire(AbstractCellRepertoire):
     @property
     def genotypes(self) -> Genotypes:
         """The elites' genotypes (layer 0), leading axis `num_cells`."""
-        return jax.tree.map(lambda x: x[0], self.layer_genotypes)
+        return tree_take(self.layer_genotypes, 0)
 
     @property
     def fitnesses(self) -> Float[Array, " num_cells"]:
@@ -280,8 +280,13 @@ class ExtractRepertoire(AbstractCellRepertoire):
         every_f = pool_f
         every_d = jnp.concatenate([flat_d, mean_d, jnp.zeros((1, mean_d.shape[1]))])
         every_c = jnp.concatenate([flat_c, total.astype(jnp.int32), jnp.zeros((1,), jnp.int32)])
-        flat_g = jax.tree.map(lambda x: x.reshape((slots,) + x.shape[2:]), self.layer_genotypes)
-        offered_g = jax.tree.map(lambda x, v: v.astype(x.dtype), flat_g, genotypes)
+        flat_g = jax.tree.map(
+            lambda x: x.reshape((slots,) + x.shape[2:]) if eqx.is_array(x) else x,
+            self.layer_genotypes,
+        )
+        offered_g = jax.tree.map(
+            lambda x, v: v.astype(x.dtype) if eqx.is_array(x) else x, flat_g, genotypes
+        )
         every_g = tree_concatenate([flat_g, offered_g, tree_take(offered_g, jnp.array([0]))])
         new = eqx.tree_at(
             lambda r: (r.layer_genotypes, r.layer_fitnesses, r.layer_descriptors, r.layer_counts),

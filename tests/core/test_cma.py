@@ -587,6 +587,7 @@ def test_restart_rules(getkey):
     assert bool(jnp.all(state.emitter_state.es.sigma != 0.5))
 
 
+@pytest.mark.slow  # the restart rules' test stays in the fast tier
 def test_an_empty_archive_is_no_error_and_a_restart_there_starts_at_x0(getkey):
     """An annealing archive whose `threshold_min` is above every fitness stays empty. The
     restart elite used to be drawn every iteration, so CMA-MAE's first update failed ("cannot

@@ -12,6 +12,9 @@ import eqx_qd as q
 from eqx_qd import internal
 
 
+_add = eqx.filter_jit(lambda rep, g, d, f, offer: rep.add(g, d, f, offer))
+"""The insertion, compiled once per shape (the tests' batches share one)."""
+
 CENTROIDS = np.random.default_rng(5).uniform(size=(6, 2)).astype(np.float32)
 CELLS = q.CVTTessellation(CENTROIDS)
 DEPTH = 3
@@ -54,7 +57,7 @@ def _np_add(state, genotypes, descriptors, fitnesses, sources, samples):
     return out
 
 
-@settings(deadline=None, max_examples=12)
+@settings(deadline=None, max_examples=8)
 @given(seed=st.integers(0, 10_000), samples=st.sampled_from([1, 3]), batches=st.integers(1, 3))
 def test_insertion_and_buffers_match_a_numpy_reference(seed, samples, batches):
     rng = np.random.default_rng(seed)
@@ -73,8 +76,8 @@ def test_insertion_and_buffers_match_a_numpy_reference(seed, samples, batches):
             sources[: picked.size] = picked
             sources[-1] = -2
         offer = internal.ExtractOffer(jnp.asarray(sources), jnp.full((b,), samples, jnp.int32))
-        rep, info = rep.add(jnp.asarray(genotypes), jnp.asarray(descriptors),
-                            jnp.asarray(fitnesses), offer)  # fmt: skip
+        rep, info = _add(rep, jnp.asarray(genotypes), jnp.asarray(descriptors),
+                         jnp.asarray(fitnesses), offer)  # fmt: skip
         state = _np_add(state, genotypes, descriptors, fitnesses, sources, np.full(b, samples))
         np.testing.assert_allclose(rep.layer_fitnesses, state[0], rtol=1e-5, atol=1e-6)
         filled = np.isfinite(state[0])
@@ -148,7 +151,7 @@ def test_every_iteration_spends_exactly_the_batch_on_offspring_and_extraction():
     state, _ = algo.init(genotypes, rep, key=jr.key(1))
     counts0 = int(jnp.sum(state.repertoire.layer_counts))
     step = eqx.filter_jit(algo.step)
-    for k in range(3):
+    for k in range(2):
         before = int(state.evaluations)
         new, _, info = step(state, key=jr.key(10 + k))
         assert int(new.evaluations) - before == 16
@@ -186,3 +189,14 @@ def test_extract_me_refuses_bad_settings():
     with pytest.raises(ValueError, match="shape"):
         offer = internal.ExtractOffer(jnp.full((3,), -1), jnp.ones(3, jnp.int32))
         rep.add(genotypes[:2], jnp.zeros((2, 2)), jnp.zeros(2), offer)
+
+
+def test_policy_genotypes_with_functions_as_leaves_are_stored():
+    # An MLP's activation is a leaf that is not an array: kept as it is in every slot.
+    mlps = eqx.filter_vmap(lambda k: eqx.nn.MLP(2, 2, 4, 1, key=k))(jr.split(jr.key(0), 5))
+    one = internal.tree_take(mlps, 0)
+    rep = q.ExtractRepertoire.empty(GRID, one, 2)
+    rep, _ = rep.add(mlps, jnp.asarray(np.linspace(0.05, 0.95, 10).reshape(5, 2)), jnp.arange(5.0))
+    assert int(rep.num_filled) == 5 and isinstance(rep.genotypes, eqx.nn.MLP)
+    out = rep.extract(2, key=jr.key(1))
+    assert out.genotypes.activation is one.activation

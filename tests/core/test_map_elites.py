@@ -134,6 +134,7 @@ def test_mixing_emitter_is_validated():
         q.MixingEmitter(batch_size=0, variation_percentage=1.0)
 
 
+@pytest.mark.slow  # policy genotypes in the loop: test_envs' maze run stays fast
 def test_policy_genotypes_run_in_scan(getkey):
     """Genotypes with non-array leaves (MLP activations) go through the scanned loop."""
 

@@ -62,6 +62,7 @@ def test_a_run_records_every_candidate_and_equals_itself_on_processes(tmp_path):
     _same_repertoire(again.repertoire, there.repertoire)
 
 
+@pytest.mark.e2e
 def test_reevaluations_log_the_corrected_figures_and_leave_no_journal(tmp_path):
     # A deterministic evaluator: its elites re-evaluate to themselves, so the corrected
     # figures are the stored ones and the spreads 0. A noisy one: the corrected figures fall

@@ -60,6 +60,7 @@ def test_the_emitter_checks_agent_environment_and_spaces_against_each_other():
     q.PBTEmitter(AGENT, ENV, two, AGENT.hparam_spaces, iso, axis_name="p")
 
 
+@pytest.mark.slow  # ME-PBT's contract over an agent stays in the fast tier (test_contract)
 def test_me_pbt_keeps_its_invariants(getkey):
     emitter = q.PBTEmitter(AGENT, ENV, CONFIG, AGENT.hparam_spaces, q.IsoLineVariation(0.01, 0.1))
     scorer = q.PolicyScorer(ENV, agent=AGENT)
