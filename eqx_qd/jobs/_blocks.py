@@ -223,12 +223,12 @@ class RepertoireOptions(JobConfig):
         if self.repertoire == "low_spread" and not isinstance(self, NoiseOptions):
             raise ValueError(
                 "repertoire 'low_spread' inserts candidates by their samples: a job with "
-                "samples (map-elites) runs it"
+                "samples (map-elites, external) runs it"
             )
         if self.repertoire == "extract" and not isinstance(self, NoiseOptions):
             raise ValueError(
                 "repertoire 'extract' (Extract-ME) re-scores elites within the batch: a job "
-                "with samples (map-elites) runs it"
+                "with samples (map-elites, external) runs it"
             )
         if not 0.0 < self.extraction < 1.0:
             raise ValueError(

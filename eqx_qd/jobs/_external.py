@@ -26,8 +26,9 @@ import numpy as np
 from .._compile import jit
 from .._map_elites import Asked, MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES
-from .._sampling import corrected_metrics, rebuilt, Samples
-from .._validate import non_negative_int, positive_int
+from .._repertoire import SampledExtra
+from .._sampling import corrected_metrics, estimate, rebuilt, Samples, spread
+from .._validate import positive_int
 from ..external import (
     AbstractPool,
     DaskPool,
@@ -39,13 +40,19 @@ from ..external import (
     SequentialPool,
     Status,
 )
-from ._blocks import CellOptions, EmitterOptions, RepertoireOptions, RunOptions
+from ._blocks import CellOptions, EmitterOptions, NoiseOptions, RepertoireOptions, RunOptions
 from ._config import option
 from ._folder import RunFolder
 from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
 from ._map_elites import build_map_elites, build_tessellation, iteration_keys, read_cells_run
-from ._qd_outputs import CORRECTED_NAMES, corrected_row, qd_summary, write_qd_outputs
+from ._qd_outputs import (
+    as_written,
+    CORRECTED_NAMES,
+    corrected_row,
+    qd_summary,
+    write_qd_outputs,
+)
 from ._resume import Checkpointer, RunClock
 
 
@@ -75,7 +82,7 @@ def _warn_of_negative_scores(fitnesses: np.ndarray, qd_offset: float) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions):
+class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, NoiseOptions, RunOptions):
     """Settings of the external job (`jobs.run`, `eqx-qd run external`)."""
 
     JOB: ClassVar[str] = "external"
@@ -119,12 +126,6 @@ class ExternalConfig(EmitterOptions, CellOptions, RepertoireOptions, RunOptions)
     )
     checkpoint_every: int = option(
         10, "iterations between checkpoints (and one at the end)", check=positive_int
-    )
-    reevaluations: int = option(
-        0,
-        "at each logged row, evaluate every elite this many more times on the pool and log the "
-        "corrected QD-score, coverage, max fitness and reproducibility (0: not)",
-        check=non_negative_int,
     )
 
     def check(self) -> None:
@@ -228,8 +229,7 @@ class _ExternalPlan:
         return _init_scored(
             self.algorithm,
             self.genotypes,
-            jnp.asarray(evaluations.descriptors),
-            jnp.asarray(evaluations.fitnesses),
+            *self.scored(evaluations),
             self.repertoire,
             key=self.init_key,
             result=self.result,
@@ -242,12 +242,13 @@ class _ExternalPlan:
         longer = dataclasses.replace(self.config, iterations=i + 1)
         return iteration_keys(longer, key=self.run_key)[i]
 
-    def submit(self, genotypes: Any, label: str) -> concurrent.futures.Future:
-        """Start evaluating the batch on the pool, journaling each outcome as it arrives and
-        taking back those the journal holds for this batch (a resumed run's)."""
+    def submit(self, genotypes: Any, label: str, repeat: int = 1) -> concurrent.futures.Future:
+        """Start evaluating the batch on the pool, each row `repeat` times in a row (a
+        sampled run's samples), journaling each outcome as it arrives and taking back those
+        the journal holds for this batch (a resumed run's)."""
         if self.pool is None:
             self.pool = self.config.pool()
-        rows = np.asarray(genotypes)
+        rows = np.repeat(np.asarray(genotypes), repeat, axis=0)
         digests = [_digest(r) for r in rows]
         done: dict[int, Outcome] = {}
         journal = None
@@ -288,8 +289,23 @@ class _ExternalPlan:
         return evaluations
 
     def evaluate(self, genotypes: Any, label: str, clock: RunClock) -> Evaluations:
-        """`submit`, then `wait`."""
-        return self.wait(self.submit(genotypes, label), clock)
+        """`submit` (each candidate `samples` times), then `wait`."""
+        return self.wait(self.submit(genotypes, label, self.config.samples), clock)
+
+    def scored(self, evaluations: Evaluations) -> tuple[Any, Any, Any]:
+        """What `tell` takes from a batch's evaluations: its descriptors, fitnesses and
+        extra; with `samples` above 1, each candidate's `estimator` estimates over its samples
+        (a failed sample makes them NaN: the candidate is not stored) and a `SampledExtra`."""
+        n = self.config.samples
+        if n == 1:
+            return jnp.asarray(evaluations.descriptors), jnp.asarray(evaluations.fitnesses), None
+        fitnesses = np.where(np.isfinite(evaluations.fitnesses), evaluations.fitnesses, np.nan)
+        d = self.config.num_descriptors
+        return _estimates(
+            jnp.asarray(fitnesses.reshape(-1, n)),
+            jnp.asarray(evaluations.descriptors.reshape(-1, n, d)),
+            self.config.estimator,
+        )
 
     def close(self) -> None:
         if self.pool is not None:
@@ -328,10 +344,23 @@ def _read_journal(path: str, digests: list[str]) -> dict[int, Outcome]:
 
 
 @jit
-def _init_scored(algorithm, genotypes, descriptors, fitnesses, repertoire, *, key, result):
+def _init_scored(algorithm, genotypes, descriptors, fitnesses, extra, repertoire, *, key, result):
     return algorithm.init_scored(
-        genotypes, descriptors, fitnesses, repertoire, key=key, result=result
+        genotypes, descriptors, fitnesses, repertoire, extra, key=key, result=result
     )
+
+
+@jit
+def _estimates(fitnesses, descriptors, estimator: str):
+    """A sampled batch's estimates and `SampledExtra` (what `Sampled` returns in JAX)."""
+    extra = SampledExtra(
+        spread(fitnesses, "std"),
+        spread(descriptors, "std"),
+        fitnesses,
+        descriptors,
+        None,
+    )
+    return estimate(descriptors, estimator), estimate(fitnesses, estimator), extra
 
 
 @jit
@@ -340,8 +369,10 @@ def _ask(algorithm: MAPElites, state: MAPElitesState, *, key):
 
 
 @jit
-def _tell(algorithm: MAPElites, state: MAPElitesState, asked, genotypes, descriptors, fitnesses):
-    state, metrics, _ = algorithm.tell(state, asked, genotypes, descriptors, fitnesses)
+def _tell(
+    algorithm: MAPElites, state: MAPElitesState, asked, genotypes, descriptors, fitnesses, extra
+):
+    state, metrics, _ = algorithm.tell(state, asked, genotypes, descriptors, fitnesses, extra)
     return state, metrics
 
 
@@ -478,7 +509,7 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
         }
 
     def like(self, plan: _ExternalPlan) -> "MAPElitesState | _Ahead":
-        n, d = plan.config.batch_size, plan.config.num_descriptors
+        n, d = plan.config.batch_size * plan.config.samples, plan.config.num_descriptors
         scored = Evaluations.of(
             [Outcome(Status.OK, 0.0, (0.0,) * d, 0.0)] * n, d
         )  # shapes only: nothing is evaluated
@@ -499,7 +530,8 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
         )
 
     def _row(self, plan: _ExternalPlan, step: int, clock: RunClock, metrics, state) -> list[Any]:
-        row = [step, plan.config.batch_size * (step + 1), clock()]
+        config = plan.config
+        row = [step, config.batch_size * config.samples * (step + 1), clock()]
         row += [np.ravel(np.asarray(v))[-1].item() for v in metrics.as_dict().values()]
         row += [plan.failed, round(plan.eval_s, 3)]
         if plan.config.reevaluations > 0:
@@ -539,12 +571,7 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
                 genotypes, asked = _ask(plan.algorithm, state, key=plan.keys[i])
                 evaluations = plan.evaluate(genotypes, f"{i:08d}", clock)
                 state, metrics = _tell(
-                    plan.algorithm,
-                    state,
-                    asked,
-                    genotypes,
-                    jnp.asarray(evaluations.descriptors),
-                    jnp.asarray(evaluations.fitnesses),
+                    plan.algorithm, state, asked, genotypes, *plan.scored(evaluations)
                 )
             evaluated += _evaluation_rows(i + 1, evaluations)
         rows = {
@@ -557,19 +584,15 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
         """Iteration `i` one batch ahead: batch `i` (asked before the last tell) is being
         evaluated; batch `i + 1` is asked from the state before batch `i` is told, and
         queued behind it, so the workers never wait for the driver."""
-        current = plan.ahead or plan.submit(ahead.genotypes, f"{i:08d}")  # (a resumed run)
+        samples = plan.config.samples
+        current = plan.ahead or plan.submit(ahead.genotypes, f"{i:08d}", samples)  # (resumed)
         plan.ahead = None
         following = _ahead(plan, ahead.state, i + 1)
         if i + 1 < plan.config.iterations:  # the last batch asked is kept, not evaluated
-            plan.ahead = plan.submit(following.genotypes, f"{i + 1:08d}")
+            plan.ahead = plan.submit(following.genotypes, f"{i + 1:08d}", samples)
         evaluations = plan.wait(current, clock)
         state, metrics = _tell(
-            plan.algorithm,
-            ahead.state,
-            ahead.asked,
-            ahead.genotypes,
-            jnp.asarray(evaluations.descriptors),
-            jnp.asarray(evaluations.fitnesses),
+            plan.algorithm, ahead.state, ahead.asked, ahead.genotypes, *plan.scored(evaluations)
         )
         return _Ahead(state, following.genotypes, following.asked), evaluations, metrics
 
@@ -579,7 +602,7 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
         header = _header(plan.config)
         columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(header)}
         state = state.state if isinstance(state, _Ahead) else state
-        repertoire = state.elites
+        repertoire = as_written(state.elites)  # ME-LS, Extract-ME: the elites, their cells
         if folder is not None:
             write_qd_outputs(folder, repertoire, columns, plots=plots)
         return RunResult(

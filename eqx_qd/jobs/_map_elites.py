@@ -20,7 +20,6 @@ from .._emitters.extraction import Extraction
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES, QDMetrics
 from .._misc import filter_scan
-from .._repertoire import ExtractRepertoire, LowSpreadRepertoire
 from .._sampling import CorrectedMetrics, Sampled
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
@@ -33,6 +32,7 @@ from ._folder import RunFolder
 from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
 from ._qd_outputs import (
+    as_written,
     CORRECTED_NAMES,
     corrector,
     qd_summary,
@@ -361,8 +361,7 @@ class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
         header = _header(plan.config)
         columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(header)}
         repertoire = to_host(state.elites)  # every process, in step (CMA-MAE: its result)
-        if isinstance(repertoire, LowSpreadRepertoire | ExtractRepertoire):
-            repertoire = repertoire.to_map_elites()  # the elites, spreads / depth aside
+        repertoire = as_written(repertoire)  # ME-LS, Extract-ME: the elites, their cells
         if folder is not None:
             write_qd_outputs(folder, repertoire, columns, plots=plots)
         return RunResult(

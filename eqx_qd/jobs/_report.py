@@ -58,14 +58,16 @@ def group_of(result: RunResult) -> str:
     repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
     `MAP-Elites (novelty archive)`); CMA-MAE's emitters on a discount archive are `DMS`
     (`DMS (lm_ma_es)`), the `dds` emitter on a density archive `DDS`; with `samples`,
-    `MAP-Elites, 4 samples (median)`; on a low-spread archive `ME-LS, 5 samples`."""
+    `MAP-Elites, 4 samples (median)`; on a low-spread archive `ME-LS, 5 samples`; on an
+    Extract-ME archive `Extract-ME, depth 8, 0.5 extracted`. The external job is named as the
+    MAP-Elites job, on its evaluator (`MAP-Elites on eqx_qd.external:arm`)."""
     config = result.config
     job = config.JOB
     if job == "pgame":
         algorithm = "PGA-ME" if config.gradient_op else "MAP-Elites"  # type: ignore[attr-defined]
     elif job == "dcrl-me":
         algorithm = "DCRL-ME" if config.ai_batch_size else "DCG-ME"  # type: ignore[attr-defined]
-    elif job == "map-elites":
+    elif job in ("map-elites", "external"):  # the external job: MAP-Elites over its evaluator
         emitter = getattr(config, "emitter", "iso_line")
         algorithm = _CMA.get(
             emitter, "MAP-Elites" if emitter == "iso_line" else f"MAP-Elites ({emitter})"
@@ -97,7 +99,11 @@ def group_of(result: RunResult) -> str:
             algorithm = f"{algorithm}, {samples} samples ({config.estimator})"  # type: ignore[attr-defined]
     else:
         algorithm = {"me-pbt": "ME-PBT"}.get(job, job)
-    task = getattr(config, "env", None) or getattr(config, "task", None)
+    task = (
+        getattr(config, "env", None)
+        or getattr(config, "task", None)
+        or getattr(config, "evaluator", None)
+    )
     return f"{algorithm} on {task}" if task else algorithm
 
 

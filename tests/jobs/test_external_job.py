@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+import eqx_qd
 from eqx_qd import jobs
 
 
@@ -80,6 +81,30 @@ def test_reevaluations_log_the_corrected_figures_and_leave_no_journal(tmp_path):
     p = run.progress
     assert np.all(p["fitness_reproducibility"] > 0)
     assert p["corrected_qd_score"][-1] < p["qd_score"][-1]
+
+
+@pytest.mark.e2e
+def test_sampling_me_ls_and_extract_me_run_over_an_evaluator_outside_jax(tmp_path):
+    # Each candidate evaluated 3 times on the pool (one evaluations.csv row per sample), its
+    # estimates told; ME-LS inserts by those samples; Extract-ME shares the batch with the
+    # elites it re-evaluates. The evaluations column counts every evaluation.
+    small = dict(SMALL, evaluator="external_evaluators:noisy_sphere", iterations=3,
+                 qd_offset=10.0, samples=3, estimator="median")  # fmt: skip
+    run = jobs.run(jobs.ExternalConfig(**small), tmp_path / "s", progress=False, plots=False)
+    assert list(run.progress["evaluations"]) == [24, 48, 72, 96]
+    assert len(_rows(tmp_path / "s" / "evaluations.csv")) == 1 + 96
+    assert (
+        jobs.group_of(run) == "MAP-Elites, 3 samples (median) on external_evaluators:noisy_sphere"
+    )
+    me_ls = dict(small, repertoire="low_spread")
+    run = jobs.run(jobs.ExternalConfig(**me_ls), tmp_path / "m", progress=False, plots=False)
+    assert isinstance(run.state.repertoire, eqx_qd.LowSpreadRepertoire)
+    assert int(run.repertoire.num_filled) > 0
+    extract = dict(SMALL, evaluator="external_evaluators:noisy_sphere", iterations=3,
+                   qd_offset=10.0, repertoire="extract", depth=2, reevaluations=2)  # fmt: skip
+    run = jobs.run(jobs.ExternalConfig(**extract), tmp_path / "e", progress=False, plots=False)
+    assert int(run.state.repertoire.counts.max()) > 1  # elites re-evaluated within the batch
+    assert np.all(np.isfinite(run.progress["corrected_qd_score"]))
 
 
 @pytest.mark.e2e

@@ -666,7 +666,7 @@ def test_noise_options_refuse_what_they_cannot_run():
     with pytest.raises(ValueError, match="low_spread' keeps the elites themselves"):
         jobs.MAPElitesConfig(repertoire="low_spread", samples=3, emitter="cma_mae",
                              archive_learning_rate=0.1, threshold_min=0.0)  # fmt: skip
-    with pytest.raises(ValueError, match="a job with samples \\(map-elites\\) runs it"):
+    with pytest.raises(ValueError, match="a job with samples \\(map-elites, external\\) runs it"):
         jobs.PGAMEConfig(repertoire="low_spread")
     with pytest.raises(ValueError, match="Extract-ME\\) re-scores elites within the batch"):
         jobs.PGAMEConfig(repertoire="extract")
