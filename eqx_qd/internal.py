@@ -23,7 +23,9 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   `descriptor_similarity`, `conditioned_transitions`); the guided repertoires' base
   (`AbstractGuidedRepertoire`: an elitist result archive beside a model of the descriptor
   space), Density Descent Search's `kde_density` and `Reservoir` (Li's reservoir sample);
-  under noise, the repertoires that insert by a candidate's samples
+  the repertoires that keep a tessellation's elites beside state of their own
+  (`AbstractRepertoireOverCells`, their elites `to_map_elites`); under noise, the repertoires
+  that insert by a candidate's samples
   (`AbstractSampledRepertoire`, ME-LS's `dispersion`), the samples themselves
   (`sample_scores`, `Samples`) and what they come to (`estimate` / `ESTIMATORS`, `spread` /
   `SPREADS`), from which `Sampled` and `reevaluated` are made (`rebuilt`: `reevaluated` from
@@ -67,6 +69,7 @@ from ._qdrl.dcrl import (
 )
 from ._repertoire import (
     AbstractGuidedRepertoire as AbstractGuidedRepertoire,
+    AbstractRepertoireOverCells as AbstractRepertoireOverCells,
     AbstractSampledRepertoire as AbstractSampledRepertoire,
     bytes_per_cell as bytes_per_cell,
     competition_fitness as competition_fitness,
@@ -93,6 +96,7 @@ from ._validate import is_concrete as is_concrete
 
 __all__ = [
     "AbstractGuidedRepertoire",
+    "AbstractRepertoireOverCells",
     "AbstractSampledRepertoire",
     "batch_size_of",
     "bytes_per_cell",

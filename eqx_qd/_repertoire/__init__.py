@@ -36,6 +36,7 @@ from ._sampled import (
 )
 from ._sliding import SlidingBoundariesRepertoire as SlidingBoundariesRepertoire
 from ._tessellated import (
+    AbstractRepertoireOverCells as AbstractRepertoireOverCells,
     Annealing as Annealing,
     bytes_per_cell as bytes_per_cell,
     init_repertoire as init_repertoire,

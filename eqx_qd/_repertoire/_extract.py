@@ -15,9 +15,9 @@ from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import tree_concatenate, tree_take, tree_zeros_batch
 from .._tessellation import AbstractTessellation
-from ._base import AbstractCellRepertoire, AddInfo, cell_info
+from ._base import AddInfo, cell_info
 from ._sampled import SampledExtra
-from ._tessellated import MAPElitesRepertoire
+from ._tessellated import AbstractRepertoireOverCells
 
 
 NEW = -1
@@ -59,7 +59,7 @@ class ExtractOffer(eqx.Module):
 
 
 @typing.final
-class ExtractRepertoire(AbstractCellRepertoire):
+class ExtractRepertoire(AbstractRepertoireOverCells):
     """The container of Extract-ME: every cell keeps its `depth` best solutions by estimated
     fitness (the depth-ordering operator), layer 0 holding the cell's elite; each solution
     keeps an estimation buffer, its `counts` of scorings and the running means of their
@@ -157,30 +157,6 @@ class ExtractRepertoire(AbstractCellRepertoire):
     def counts(self) -> Int[Array, " num_cells"]:
         """How many scorings each elite's estimates average (0 in an empty cell)."""
         return self.layer_counts[0]
-
-    @property
-    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
-        """The tessellation's bounds."""
-        return self.tessellation.extent
-
-    @property
-    def num_cells(self) -> int:
-        """The number of cells of the tessellation."""
-        return self.tessellation.num_cells
-
-    def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
-        """The cell index of each descriptor."""
-        return self.tessellation.index(descriptors)
-
-    def to_map_elites(self) -> MAPElitesRepertoire:
-        """The elites (layer 0) as a `MAPElitesRepertoire` over the same cells, the depth and
-        the counts left out: what the jobs write, plot and read back."""
-        return MAPElitesRepertoire(
-            genotypes=self.genotypes,
-            fitnesses=self.fitnesses,
-            descriptors=self.descriptors,
-            tessellation=self.tessellation,
-        )
 
     def extract(self, num: int, *, key: PRNGKey) -> Extracted:
         """`num` distinct elites drawn uniformly among the filled cells (layer 0), to be scored

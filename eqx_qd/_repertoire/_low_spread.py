@@ -6,15 +6,15 @@ import typing
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Float
 
 from .._custom_types import Extra, Genotypes
 from .._knn import squared_distances
 from .._misc import most_frequent, tree_scatter, tree_zeros_batch
 from .._tessellation import AbstractTessellation
-from ._base import AbstractCellRepertoire, AddInfo, cell_info, cell_winners
+from ._base import AddInfo, cell_info, cell_winners
 from ._sampled import AbstractSampledRepertoire, SampledExtra
-from ._tessellated import MAPElitesRepertoire
+from ._tessellated import AbstractRepertoireOverCells
 
 
 def dispersion(samples: Float[Array, "batch n num_descriptors"]) -> Float[Array, " batch"]:
@@ -29,7 +29,7 @@ def dispersion(samples: Float[Array, "batch n num_descriptors"]) -> Float[Array,
 
 
 @typing.final
-class LowSpreadRepertoire(AbstractCellRepertoire, AbstractSampledRepertoire):
+class LowSpreadRepertoire(AbstractRepertoireOverCells, AbstractSampledRepertoire):
     """MAP-Elites Low-Spread's archive (QDax 0.5's `MELSRepertoire`): one elite per cell, the
     cell a candidate's most frequent over its descriptor samples, its stored descriptor that
     cell's centroid, its fitness the mean of its fitness samples, its spread the mean distance
@@ -84,30 +84,6 @@ class LowSpreadRepertoire(AbstractCellRepertoire, AbstractSampledRepertoire):
         if extra is not None:
             raise ValueError("LowSpreadRepertoire stores no extra (no lineage)")
         return LowSpreadRepertoire.empty(self.tessellation, genotype)
-
-    @property
-    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
-        """The tessellation's bounds."""
-        return self.tessellation.extent
-
-    @property
-    def num_cells(self) -> int:
-        """The number of cells of the tessellation."""
-        return self.tessellation.num_cells
-
-    def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
-        """The cell index of each descriptor."""
-        return self.tessellation.index(descriptors)
-
-    def to_map_elites(self) -> MAPElitesRepertoire:
-        """The elites as a `MAPElitesRepertoire` over the same cells, the spreads left out:
-        what the jobs write, plot and read back."""
-        return MAPElitesRepertoire(
-            genotypes=self.genotypes,
-            fitnesses=self.fitnesses,
-            descriptors=self.descriptors,
-            tessellation=self.tessellation,
-        )
 
     def add(
         self,

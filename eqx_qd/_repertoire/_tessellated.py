@@ -284,3 +284,36 @@ def bytes_per_cell(repertoire: MAPElitesRepertoire) -> int:
         )
     leaves = [x for x in jax.tree.leaves(repertoire.genotypes) if eqx.is_array(x)]
     return sum(x.nbytes for x in leaves) // repertoire.num_cells
+
+
+class AbstractRepertoireOverCells(AbstractCellRepertoire):
+    """A repertoire that keeps one elite per cell of a `tessellation` beside state of its own
+    (ME-LS's spreads, Extract-ME's depth and estimation buffers): its cells are the
+    tessellation's, and `to_map_elites` gives its elites as a `MAPElitesRepertoire`, what the
+    jobs write, plot and read back. Subclasses declare `tessellation` and the contract's
+    fields."""
+
+    tessellation: eqx.AbstractVar[AbstractTessellation]
+
+    @property
+    def extent(self) -> tuple[Float[Array, " num_descriptors"], Float[Array, " num_descriptors"]]:
+        """The tessellation's bounds."""
+        return self.tessellation.extent
+
+    @property
+    def num_cells(self) -> int:
+        """The number of cells of the tessellation."""
+        return self.tessellation.num_cells
+
+    def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
+        """The cell index of each descriptor."""
+        return self.tessellation.index(descriptors)
+
+    def to_map_elites(self) -> MAPElitesRepertoire:
+        """The elites as a `MAPElitesRepertoire` over the same cells, the rest left out."""
+        return MAPElitesRepertoire(
+            genotypes=self.genotypes,
+            fitnesses=self.fitnesses,
+            descriptors=self.descriptors,
+            tessellation=self.tessellation,
+        )

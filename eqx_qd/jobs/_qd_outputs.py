@@ -12,7 +12,7 @@ import numpy as np
 
 from .._compile import jit
 from .._custom_types import PRNGKey
-from .._repertoire import ExtractRepertoire, LowSpreadRepertoire, MAPElitesRepertoire
+from .._repertoire import AbstractRepertoireOverCells, ExtractRepertoire, MAPElitesRepertoire
 from .._sampling import corrected_metrics, CorrectedMetrics, reevaluated
 from .._tessellation import AbstractTessellation, CVTTessellation
 from ..envs._base import AbstractQDEnv
@@ -75,7 +75,7 @@ def as_written(repertoire: Any) -> Any:
     """The repertoire a QD job writes, plots and reads back: ME-LS's and Extract-ME's elites as
     a `MAPElitesRepertoire` over the same cells (their spreads, depth and counts stay in the
     checkpoints); any other as it is."""
-    if isinstance(repertoire, LowSpreadRepertoire | ExtractRepertoire):
+    if isinstance(repertoire, AbstractRepertoireOverCells):
         return repertoire.to_map_elites()
     return repertoire
 
