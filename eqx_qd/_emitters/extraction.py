@@ -75,7 +75,13 @@ class Extraction(AbstractEmitter[Any]):
         key: PRNGKey,
     ) -> Any:
         """The offspring emitter's initial state (from the whole initial population)."""
-        self._extracting(repertoire, "init")
+        archive = self._extracting(repertoire, "init")
+        if self.num_extracted > archive.num_cells:
+            raise ValueError(
+                f"Extraction: num_extracted ({self.num_extracted}) exceeds the archive's "
+                f"{archive.num_cells} cells: extract fewer (in a job: a smaller --extraction or "
+                "--batch-size, or more --cells)"
+            )
         return self.emitter.init(repertoire, genotypes, descriptors, fitnesses, extra, key=key)
 
     def emit(

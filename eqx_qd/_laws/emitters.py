@@ -58,7 +58,7 @@ class _Harness(eqx.Module):
     emitter: AbstractEmitter
     population: Genotypes
     tessellation: AbstractTessellation
-    scoring_fn: ScoringFn | None = eqx.field(static=True)
+    scoring_fn: ScoringFn | None  # a scorer with array fields (noise levels) is traced
 
     def repertoire(self, filled, fitnesses, members) -> MAPElitesRepertoire:
         n = self.tessellation.num_cells

@@ -14,6 +14,7 @@ from jaxtyping import Array, Float
 from .. import _validate as check
 from .._custom_types import PRNGKey
 from .._misc import f32
+from .._sampling import estimate, ESTIMATORS
 from .._tasks import AbstractScorer, AbstractTask
 from ..envs._base import AbstractQDEnv, EnvState
 from ..envs._rollout import _play_many, Episode, rollout_states, Transition
@@ -67,12 +68,19 @@ class PolicyScorer(AbstractScorer):
     each episode's return and to each descriptor coordinate (0: none), drawn from a key folded
     off the call's (the episodes' keys are the same with and without): with the environment's
     `reset_noise` and `obs_noise`, the noisy variants of a QD task for uncertain-QD studies.
+
+    With `num_samples` above 1 every genotype plays that many episodes (MAP-Elites-sampling:
+    sample `i` with `jr.split(key, num_samples)[i]`, vmapped) and its fitness and descriptor
+    are their `estimator` estimates (`internal.ESTIMATORS`); the `ScoringExtra` holds the
+    samples' episodes side by side in time, `(batch, num_samples * episode_length)` steps.
     """
 
     env: AbstractQDEnv
     agent: AbstractAgent | None = None
     fitness_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
     descriptor_noise: Float[Array, ""] = eqx.field(default=0.0, converter=f32)
+    num_samples: int = eqx.field(default=1, static=True)
+    estimator: str = eqx.field(default="mean", static=True)
 
     def __check_init__(self):
         if not isinstance(self.env, AbstractQDEnv):
@@ -84,6 +92,8 @@ class PolicyScorer(AbstractScorer):
             check.same_sizes(self.agent, self.env, "PolicyScorer")
         check.non_negative("PolicyScorer.fitness_noise", self.fitness_noise)
         check.non_negative("PolicyScorer.descriptor_noise", self.descriptor_noise)
+        check.positive_int("PolicyScorer.num_samples", self.num_samples)
+        check.one_of("PolicyScorer.estimator", self.estimator, ESTIMATORS)
 
     @property
     def qd_offset(self) -> float:
@@ -103,6 +113,14 @@ class PolicyScorer(AbstractScorer):
         # `rollout` of each genotype with its key, the time loop outside the batch.
         return _play_many(self.env, act, policies, jr.split(key, n))
 
+    @property
+    def one_sample(self) -> "PolicyScorer":
+        """This scorer with one episode per genotype (its noise kept): what re-evaluations
+        play, each of them one evaluation."""
+        if self.num_samples == 1:
+            return self
+        return PolicyScorer(self.env, self.agent, self.fitness_noise, self.descriptor_noise)
+
     def replay(self, genotype, *, key: PRNGKey) -> tuple[Episode, EnvState]:
         """One genotype (not stacked) played as scoring plays it, with the environment's
         states (`rollout_states`): to look at what an elite does. On a deterministic task the
@@ -117,14 +135,30 @@ class PolicyScorer(AbstractScorer):
     def __call__(
         self, policies, *, key: PRNGKey
     ) -> tuple[Float[Array, " batch"], Float[Array, "batch num_descriptors"], ScoringExtra]:
-        episodes = self.episodes(policies, key=key)
-        descriptors = jax.vmap(self.env.descriptor)(
-            episodes.transitions.next_state_desc, episodes.valid
-        )
+        n = self.num_samples
+        if n == 1:
+            episodes = self.episodes(policies, key=key)
+        else:  # sample i played with jr.split(key, n)[i], the samples vmapped
+            episodes = jax.vmap(lambda k: self.episodes(policies, key=k))(jr.split(key, n))
+        descriptor = jax.vmap(self.env.descriptor)
+        if n > 1:
+            descriptor = jax.vmap(descriptor)
+        descriptors = descriptor(episodes.transitions.next_state_desc, episodes.valid)
         f_key, d_key = jr.split(jr.fold_in(key, _SCORE_NOISE))
         returns = episodes.returns + self.fitness_noise * jr.normal(f_key, episodes.returns.shape)
         descriptors = descriptors + self.descriptor_noise * jr.normal(d_key, descriptors.shape)
-        return returns, descriptors, ScoringExtra(episodes)
+        if n == 1:
+            return returns, descriptors, ScoringExtra(episodes)
+        # Each genotype's samples side by side in time: (batch, samples * time) steps, so the
+        # replay buffers and DiscardDead read them as one long episode's.
+        side_by_side = jax.tree.map(
+            lambda x: jnp.moveaxis(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), episodes
+        )
+        return (
+            estimate(returns.T, self.estimator),
+            estimate(jnp.moveaxis(descriptors, 0, 1), self.estimator),
+            ScoringExtra(side_by_side),
+        )
 
 
 @typing.final

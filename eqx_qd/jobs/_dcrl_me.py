@@ -227,7 +227,8 @@ def build_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, 
         variation=variation,
         mutation=mutation,
         actor_evals=config.actor_evals // n,
-        scorer=scorer if config.actor_evals else None,
+        # The conditioned actor's episodes are training data: one each, sampled or not.
+        scorer=build_policy_scorer(config, env, sampled=False) if config.actor_evals else None,
         axis_name=axis,
     )
     scoring = scorer if config.insert_dead else DiscardDead(scorer)
@@ -236,11 +237,12 @@ def build_dcrl_me(config: DCRLMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, 
 
 
 def with_actor_episodes(config: DCRLMEConfig, evaluations: int) -> int:
-    """Environment steps after `evaluations` evaluations: one full episode each, and after
-    the random start, the conditioned actor's `actor_evals` episodes per iteration (its
-    transitions feed the critic)."""
+    """Environment steps after `evaluations` evaluations: one full episode each (`samples`
+    each with sampling), and after the random start, the conditioned actor's `actor_evals`
+    episodes per iteration (its transitions feed the critic)."""
     iterations = max(0, evaluations - config.random_init) // config.batch_size
-    return (evaluations + iterations * config.actor_evals) * config.episode_length
+    episodes = evaluations * config.samples + iterations * config.actor_evals
+    return episodes * config.episode_length
 
 
 register_job(

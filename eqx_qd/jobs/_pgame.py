@@ -159,8 +159,9 @@ def build_pgame(config: PGAMEConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3
 
 def full_episodes(config: PolicyQDOptions, evaluations: int) -> int:
     """Environment steps after `evaluations` evaluations: one full episode each (QDax's
-    accounting; the critic's transitions come from these episodes)."""
-    return evaluations * config.episode_length
+    accounting; the critic's transitions come from these episodes), `samples` each with
+    sampling."""
+    return evaluations * config.samples * config.episode_length
 
 
 register_job(

@@ -24,7 +24,7 @@ from .._metrics import QDMetrics
 from .._misc import filter_scan, tree_take
 from .._qdrl.scoring import ChunkedScorer, DiscardDead, PolicyScorer, reevaluate
 from .._repertoire import AddStatus, MAPElitesRepertoire
-from .._sampling import CorrectedMetrics
+from .._sampling import CorrectedMetrics, ESTIMATORS
 from .._sharded import init_mapped, step_mapped
 from .._tessellation import CVTTessellation
 from .._validate import finite, fraction, non_negative, non_negative_int, positive_int
@@ -138,6 +138,17 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
     buffer_size: int = option(200_000, "replay buffer capacity", check=positive_int)
     reset_noise: bool = option(True, "random initial states (stochastic task)")
     obs_noise: float = option(0.0, "observation noise std (stochastic task)", check=non_negative)
+    samples: int = option(
+        1,
+        "episodes per candidate, their --estimator estimate kept (MAP-Elites-sampling; the "
+        "evaluations budget counts candidates, env_steps every episode)",
+        check=positive_int,
+    )
+    estimator: str = option(
+        "mean",
+        "what a candidate's samples come to: mean, median, mode or closest",
+        check=checks.one_of(*ESTIMATORS),
+    )
     fitness_noise: float = option(
         0.0, "std of gaussian noise on each episode's return (stochastic task)", check=non_negative
     )
@@ -235,6 +246,11 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
             )
         if self.affine and not self.normalise:
             raise ValueError("affine needs normalise (it sets the layer normalisations' scale)")
+        if self.samples == 1 and self.estimator != "mean":
+            raise ValueError(
+                f"estimator {self.estimator!r} chooses among a candidate's samples: give "
+                "samples above 1"
+            )
         for name in ("obs_noise", "fitness_noise", "descriptor_noise"):
             if self.deterministic and getattr(self, name) > 0:
                 raise ValueError(
@@ -280,10 +296,17 @@ def build_policy_env(config: PolicyQDOptions) -> AbstractQDEnv:
     )
 
 
-def build_policy_scorer(config: PolicyQDOptions, env: AbstractQDEnv) -> PolicyScorer:
-    """The scorer of policies on `env` with the config's fitness and descriptor noise."""
+def build_policy_scorer(
+    config: PolicyQDOptions, env: AbstractQDEnv, sampled: bool = True
+) -> PolicyScorer:
+    """The scorer of policies on `env` with the config's fitness and descriptor noise and,
+    when `sampled`, its `samples` episodes per candidate and their `estimator`."""
     return PolicyScorer(
-        env, fitness_noise=config.fitness_noise, descriptor_noise=config.descriptor_noise
+        env,
+        fitness_noise=config.fitness_noise,
+        descriptor_noise=config.descriptor_noise,
+        num_samples=config.samples if sampled else 1,
+        estimator=config.estimator if sampled else "mean",
     )
 
 
@@ -381,9 +404,11 @@ _CORRECTED_KEY = 0xC0
 
 
 def _plain_scorer(algo: MAPElites):
-    """The scorer without `DiscardDead` (re-evaluations score every episode, as the repo's)."""
+    """The scorer without `DiscardDead` (re-evaluations score every episode, as the repo's),
+    one episode per genotype (each re-evaluation is one evaluation)."""
     fn = algo.scoring_fn
-    return fn.scorer if isinstance(fn, DiscardDead) else fn
+    fn = fn.scorer if isinstance(fn, DiscardDead) else fn
+    return fn.one_sample if isinstance(fn, PolicyScorer) else fn
 
 
 def _chunk_length(config: PolicyQDOptions) -> int:

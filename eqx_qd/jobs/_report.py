@@ -58,15 +58,19 @@ def group_of(result: RunResult) -> str:
     repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
     `MAP-Elites (novelty archive)`); CMA-MAE's emitters on a discount archive are `DMS`
     (`DMS (lm_ma_es)`), the `dds` emitter on a density archive `DDS`; with `samples`,
-    `MAP-Elites, 4 samples (median)`; on a low-spread archive `ME-LS, 5 samples`; on an
-    Extract-ME archive `Extract-ME, depth 8, 0.5 extracted`. The external job is named as the
-    MAP-Elites job, on its evaluator (`MAP-Elites on eqx_qd.external:arm`)."""
+    `MAP-Elites, 4 samples (median)` (`PGA-ME, 4 samples (mean)`); on a low-spread archive
+    `ME-LS, 5 samples`; on an Extract-ME archive `Extract-ME, depth 8, 0.5 extracted`. The
+    external job is named as the MAP-Elites job, on its evaluator (`MAP-Elites on
+    eqx_qd.external:arm`)."""
     config = result.config
     job = config.JOB
-    if job == "pgame":
-        algorithm = "PGA-ME" if config.gradient_op else "MAP-Elites"  # type: ignore[attr-defined]
-    elif job == "dcrl-me":
-        algorithm = "DCRL-ME" if config.ai_batch_size else "DCG-ME"  # type: ignore[attr-defined]
+    if job in ("pgame", "dcrl-me"):
+        if job == "pgame":
+            algorithm = "PGA-ME" if config.gradient_op else "MAP-Elites"  # type: ignore[attr-defined]
+        else:
+            algorithm = "DCRL-ME" if config.ai_batch_size else "DCG-ME"  # type: ignore[attr-defined]
+        if getattr(config, "samples", 1) > 1:  # MAP-Elites-sampling of policies
+            algorithm = f"{algorithm}, {config.samples} samples ({config.estimator})"  # type: ignore[attr-defined]
     elif job in ("map-elites", "external"):  # the external job: MAP-Elites over its evaluator
         emitter = getattr(config, "emitter", "iso_line")
         algorithm = _CMA.get(

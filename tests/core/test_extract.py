@@ -182,6 +182,8 @@ def test_extract_me_refuses_bad_settings():
         rep.extract(26, key=jr.key(0))
     with pytest.raises(TypeError, match="ExtractRepertoire"):
         q.MAPElites(q.Extraction(inner, 2), ARM).init(genotypes, GRID, key=jr.key(1))
+    with pytest.raises(ValueError, match="exceeds the archive's 25 cells"):
+        q.MAPElites(q.Extraction(inner, 26), ARM).init(genotypes, rep, key=jr.key(1))
     with pytest.raises(ValueError, match="lineage=True cannot run on it"):
         q.MAPElites(q.Extraction(inner, 2), ARM, lineage=True).init(genotypes, rep, key=jr.key(1))
     with pytest.raises(TypeError, match="extra"):  # beartype, or the message without it

@@ -293,6 +293,35 @@ def test_score_noise_adds_its_standard_deviations_and_keeps_the_episodes(getkey)
         jobs.PGAMEConfig(deterministic=True, descriptor_noise=0.1)
 
 
+def test_a_sampled_policy_scorer_estimates_over_its_episodes(getkey):
+    # Sample i is the one-episode scorer's call with jr.split(key, n)[i]; the fitness and
+    # descriptor are the samples' estimates; the extra holds the episodes side by side.
+    env = q.envs.PointMaze(walls=False, reset_noise=0.1)
+    policies = eqx.filter_vmap(_constant_policy)(jnp.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]]))
+    key, n = getkey(), 4
+    single = q.PolicyScorer(env)
+    each = [single(policies, key=k) for k in jr.split(key, n)]
+    for estimator, reduce in (("mean", np.mean), ("median", np.median)):
+        sampled = q.PolicyScorer(env, num_samples=n, estimator=estimator)
+        f, d, extra = sampled(policies, key=key)
+        want_f = reduce(np.stack([np.asarray(e[0]) for e in each]), axis=0)
+        want_d = reduce(np.stack([np.asarray(e[1]) for e in each]), axis=0)
+        np.testing.assert_allclose(f, want_f, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(d, want_d, rtol=1e-5, atol=1e-6)
+    assert extra.episodes.valid.shape == (3, n * env.episode_length)
+    np.testing.assert_array_equal(
+        extra.episodes.transitions.reward[:, : env.episode_length],
+        each[0][2].episodes.transitions.reward,
+    )
+    assert sampled.one_sample.num_samples == 1 and single.one_sample is single
+    with pytest.raises(ValueError, match="num_samples"):
+        q.PolicyScorer(env, num_samples=0)
+    with pytest.raises(ValueError, match="estimator"):
+        q.PolicyScorer(env, num_samples=2, estimator="best")
+    with pytest.raises(ValueError, match="chooses among a candidate's samples"):
+        jobs.PGAMEConfig(estimator="median")
+
+
 def test_reward_offsets_are_qdax_s():
     # QDax 0.5.0, qdax/tasks/brax/v2/__init__.py (and v1): `reward_offset`, the minimum reward
     # per step, times the episode length is the QD-score offset. The same table here keeps

@@ -77,7 +77,7 @@ EXTERNAL = dict(
 CASES = {
     "map-elites": (jobs.MAPElitesConfig(**ME), "iteration", 7),
     "external": (jobs.ExternalConfig(**EXTERNAL), "iteration", 3),
-    # A noisy task with its corrected figures at every snapshot: resumed equal too.
+    # A noisy task, sampled twice, with its corrected figures at every snapshot: resumed equal.
     "pgame": (
         jobs.PGAMEConfig(
             **{
@@ -86,6 +86,7 @@ CASES = {
                 "fitness_noise": 0.05,
                 "descriptor_noise": 0.01,
                 "corrected_reevaluations": 2,
+                "samples": 2,
             }
         ),  # fmt: skip
         "evaluations",
@@ -309,12 +310,14 @@ def test_a_lengthened_run_equals_the_longer_run(interrupted):
 @pytest.mark.parametrize("interrupted", ["pgame"], indirect=True)  # the same run as above
 def test_a_policy_run_logs_its_corrected_figures_at_the_snapshots(interrupted):
     # The first row (the random policies) and each iteration that passes a multiple of
-    # snapshot_every (160 evaluations) carry the corrected figures; the other rows NaN.
+    # snapshot_every (160 evaluations) carry the corrected figures; the other rows NaN. Each
+    # candidate plays two episodes (env_steps counts both).
     name, root, whole, *_ = interrupted
     evals, corrected = whole.progress["evaluations"], whole.progress["corrected_qd_score"]
     assert list(evals[np.isfinite(corrected)]) == [64, 160, 320, 480]
     assert np.all(np.isfinite(whole.progress["fitness_reproducibility"][np.isfinite(corrected)]))
-    assert jobs.group_of(whole) == "PGA-ME on point_maze"
+    assert jobs.group_of(whole) == "PGA-ME, 2 samples (mean) on point_maze"
+    np.testing.assert_array_equal(whole.progress["env_steps"], evals * 2 * 50)  # 2 episodes each
 
 
 @pytest.mark.e2e
