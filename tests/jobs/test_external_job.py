@@ -2,6 +2,7 @@
 per-candidate records, its journal and resume in the middle of a batch."""
 
 import csv
+import dataclasses
 import json
 import os
 import signal
@@ -90,16 +91,17 @@ def test_sampling_me_ls_and_extract_me_run_over_an_evaluator_outside_jax(tmp_pat
     # elites it re-evaluates. The evaluations column counts every evaluation.
     small = dict(SMALL, evaluator="external_evaluators:noisy_sphere", iterations=3,
                  qd_offset=10.0, samples=3, estimator="median")  # fmt: skip
-    run = jobs.run(jobs.ExternalConfig(**small), tmp_path / "s", progress=False, plots=False)
-    assert list(run.progress["evaluations"]) == [24, 48, 72, 96]
-    assert len(_rows(tmp_path / "s" / "evaluations.csv")) == 1 + 96
-    assert (
-        jobs.group_of(run) == "MAP-Elites, 3 samples (median) on external_evaluators:noisy_sphere"
-    )
     me_ls = dict(small, repertoire="low_spread")
     run = jobs.run(jobs.ExternalConfig(**me_ls), tmp_path / "m", progress=False, plots=False)
+    assert list(run.progress["evaluations"]) == [24, 48, 72, 96]
+    assert len(_rows(tmp_path / "m" / "evaluations.csv")) == 1 + 96
     assert isinstance(run.state.repertoire, eqx_qd.LowSpreadRepertoire)
     assert int(run.repertoire.num_filled) > 0
+    assert jobs.group_of(run) == "ME-LS, 3 samples on external_evaluators:noisy_sphere"
+    sampled = dataclasses.replace(run, config=jobs.ExternalConfig(**small))  # plain sampling
+    assert jobs.group_of(sampled) == (
+        "MAP-Elites, 3 samples (median) on external_evaluators:noisy_sphere"
+    )
     extract = dict(SMALL, evaluator="external_evaluators:noisy_sphere", iterations=3,
                    qd_offset=10.0, repertoire="extract", depth=2, reevaluations=2)  # fmt: skip
     run = jobs.run(jobs.ExternalConfig(**extract), tmp_path / "e", progress=False, plots=False)

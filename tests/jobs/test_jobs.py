@@ -73,12 +73,13 @@ def test_dcrl_me_papers_preset_is_the_former_default():
     )
 
 
-@pytest.mark.brax
+@pytest.mark.e2e
 def test_the_dcrl_me_smoke_preset_runs_every_part(tmp_path):
-    """DCRL-ME's smoke preset in a minute or two: GA, policy-gradient and injected children,
-    snapshots, checkpoints."""
-    result = jobs.run(jobs.DCRLMEConfig.preset("smoke"), tmp_path / "run", plots=False,
-                      progress=False)  # fmt: skip
+    """DCRL-ME's smoke preset: GA, policy-gradient and injected children, snapshots,
+    checkpoints; on the point maze (DCRL-ME's default on brax's walker runs in
+    test_job_defaults and the notebook: the walker's compiles once are enough for the suite)."""
+    config = jobs.DCRLMEConfig.preset("smoke", env="point_maze", reward_offset=2.83)
+    result = jobs.run(config, tmp_path / "run", plots=False, progress=False)
     assert result.progress["evaluations"].tolist() == [64, 96, 128, 160, 192]
     assert [c.step for c in jobs.list_checkpoints(tmp_path / "run")] == [128, 192]
     assert {"archive_128.csv", "archive_192.csv", "actors.csv"} <= set(os.listdir(tmp_path / "run"))
