@@ -15,7 +15,7 @@ from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import tree_concatenate, tree_take, tree_zeros_batch
 from .._tessellation import AbstractTessellation
-from ._base import AddInfo, cell_info
+from ._base import AddInfo, cell_info, valid_candidates
 from ._sampled import SampledExtra
 from ._tessellated import AbstractRepertoireOverCells
 
@@ -212,7 +212,7 @@ class ExtractRepertoire(AbstractRepertoireOverCells):
         sources = extra.sources
         fitnesses = fitnesses.astype(jnp.float32)
         descriptors = descriptors.astype(jnp.float32)
-        scored = jnp.isfinite(fitnesses) & jnp.all(jnp.isfinite(descriptors), axis=-1)
+        scored = valid_candidates(fitnesses, descriptors)
         src = jnp.clip(sources, 0, slots - 1)
         extracted = (sources >= 0) & jnp.isfinite(flat_f[src])
         valid = scored & (sources != VOID)
