@@ -208,3 +208,25 @@ def test_no_library_module_overrides_a_concrete_method():
                     overrides.append(f"{cls.__qualname__}.{name} over {base.__qualname__}")
                 break
     assert overrides == [], overrides
+
+
+TOP_LEVEL = {
+    ".ci", ".gitignore", "CHANGELOG.md", "README.md", "benchmarks", "conftest.py", "docs",
+    "eqx_qd", "mkdocs.yml", "notebooks", "pyproject.toml", "tests",
+}  # fmt: skip
+"""What the repository's top level tracks: the design card's layout and the CI, docs and
+benchmark folders; a run's or a report's output folder (`runs/`, `report/`) is not source."""
+
+
+def test_the_top_level_tracks_only_the_repository_s_parts():
+    import shutil
+    import subprocess
+
+    root = PACKAGE.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True
+    ).stdout.split()
+    tracked = {path.split("/")[0] for path in listed}
+    assert tracked <= TOP_LEVEL, sorted(tracked - TOP_LEVEL)
