@@ -3,12 +3,15 @@
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from . import _validate as check
 from ._custom_types import PRNGKey
 from ._knn import squared_distances
+from ._pareto import hypervolume
 from ._repertoire import AbstractRepertoire
+from ._repertoire._pareto import ParetoRepertoire
 
 
 class QDMetrics(eqx.Module):
@@ -199,3 +202,91 @@ def soft_qd_score(
 
     total = jnp.sum(jax.lax.map(light, (unit, used)))
     return total / num_samples * jnp.prod(upper - lower)
+
+
+class MOQDMetrics(eqx.Module):
+    """Summary of a multi-objective repertoire (`ParetoRepertoire`; scalars, or a leading time
+    axis for a history), every hypervolume taken with respect to one reference point.
+
+    - `moqd_score`: the sum over cells of the hypervolume of the cell's front (MOME's
+      MOQD-score; QDax reports the per-cell values and its example sums them).
+    - `global_hypervolume`: the hypervolume of every stored solution together, that is of
+      the global Pareto front.
+    - `max_hypervolume`: the largest hypervolume of one cell (`-inf` for an empty archive).
+    - `max_sum_scores`: the largest sum of objectives of a stored solution.
+    - `coverage`: the fraction of cells holding a front, in `[0, 1]` (QDax: a percentage).
+    - `num_solutions`: how many solutions the fronts hold.
+    """
+
+    moqd_score: Float[Array, "*t"]
+    global_hypervolume: Float[Array, "*t"]
+    max_hypervolume: Float[Array, "*t"]
+    max_sum_scores: Float[Array, "*t"]
+    coverage: Float[Array, "*t"]
+    num_solutions: Int[Array, "*t"]
+
+    def as_dict(self) -> dict[str, Array]:
+        """The metrics by name."""
+        return {name: getattr(self, name) for name in MOQD_METRIC_NAMES}
+
+
+MOQD_METRIC_NAMES = tuple(MOQDMetrics.__dataclass_fields__)
+
+
+def per_cell_hypervolumes(
+    repertoire: ParetoRepertoire, reference_point: Float[Array, " num_objectives"]
+) -> Float[Array, " num_cells"]:
+    """The hypervolume of each cell's front of `repertoire` with respect to
+    `reference_point` (0 for an empty cell): the terms of the MOQD-score."""
+    return jax.vmap(lambda f, m: hypervolume(f, reference_point, m))(
+        repertoire.front_objectives, repertoire.front_filled
+    )
+
+
+def moqd_metrics(
+    repertoire: ParetoRepertoire, reference_point: Float[Array, " num_objectives"]
+) -> MOQDMetrics:
+    """`MOQDMetrics` of `repertoire` with respect to `reference_point` `(num_objectives,)`:
+    a solution adds volume only where it is strictly above the reference point on every
+    objective, so choose one that every solution beats (`check_reference_point` says
+    whether it does; a task's `reference_point` does by construction)."""
+    reference_point = jnp.asarray(reference_point, jnp.float32)
+    check.shape("moqd_metrics: reference_point", reference_point, (repertoire.num_objectives,))
+    check.finite("moqd_metrics: reference_point", reference_point)
+    filled = repertoire.front_filled
+    per_cell = per_cell_hypervolumes(repertoire, reference_point)
+    occupied = jnp.any(filled, axis=-1)
+    flat_filled = filled.reshape(-1)
+    sums = repertoire.fitnesses
+    return MOQDMetrics(
+        moqd_score=jnp.sum(jnp.where(occupied, per_cell, 0.0)),
+        global_hypervolume=hypervolume(repertoire.objectives, reference_point, flat_filled),
+        max_hypervolume=jnp.max(jnp.where(occupied, per_cell, -jnp.inf)),
+        max_sum_scores=jnp.max(sums),
+        coverage=jnp.mean(occupied.astype(jnp.float32)),
+        num_solutions=jnp.sum(flat_filled, dtype=jnp.int32),
+    )
+
+
+def check_reference_point(
+    repertoire: ParetoRepertoire, reference_point: Float[Array, " num_objectives"]
+) -> None:
+    """Raise a `ValueError` naming the objective and the stored value when some solution of
+    `repertoire` is not strictly above `reference_point` on every objective (its volume
+    would be lost from the hypervolumes). Host-side: call it outside `jit`."""
+    reference_point = np.asarray(reference_point, np.float32)
+    check.shape(
+        "check_reference_point: reference_point", reference_point, (repertoire.num_objectives,)
+    )
+    objectives = np.asarray(repertoire.objectives)
+    filled = np.asarray(repertoire.front_filled).reshape(-1)
+    if not filled.any():
+        return
+    worst = objectives[filled].min(axis=0)
+    for j, (low, ref) in enumerate(zip(worst, reference_point)):
+        if not low > ref:
+            raise ValueError(
+                f"reference_point does not bound the fronts: objective {j} has a stored value "
+                f"{low:g}, not above the reference {ref:g}; give a reference point below "
+                "every solution (the task's reference_point is)"
+            )

@@ -1,4 +1,4 @@
-"""MAP-Elites (and ME-PBT) over a mesh of devices with `jax.shard_map`.
+"""MAP-Elites (and ME-PBT, MOME) over a mesh of devices with `jax.shard_map`.
 
 The repertoire is replicated: each device emits and scores its own batch, then inserts the
 gathered batches of all devices, so every copy stays equal. Emitter states are per device
@@ -16,8 +16,9 @@ from . import _validate as check
 from ._compile import jit
 from ._custom_types import PRNGKey
 from ._map_elites import MAPElites, MAPElitesState
-from ._metrics import QDMetrics
+from ._metrics import MOQDMetrics, QDMetrics
 from ._misc import batch_size_of, filter_scan, is_none, place_on
+from ._mome import MOME, MOMEState
 from ._repertoire import AbstractRepertoire
 from ._tessellation import AbstractTessellation
 
@@ -32,7 +33,7 @@ def device_mesh(num_devices: int | None = None, axis_name: str = "p") -> Mesh:
     return Mesh(np.array(devices[:n]), (axis_name,))
 
 
-def _check(algo: MAPElites, mesh: Mesh) -> str:
+def _check(algo: MAPElites | MOME, mesh: Mesh) -> str:
     (axis,) = mesh.axis_names
     if algo.axis_name != axis:
         raise ValueError(
@@ -42,13 +43,13 @@ def _check(algo: MAPElites, mesh: Mesh) -> str:
     return axis
 
 
-def _split(state: MAPElitesState):
+def _split(state: MAPElitesState | MOMEState):
     """(replicated part, per-device emitter state) as (dynamic, static) pairs."""
     rest = eqx.tree_at(lambda s: s.emitter_state, state, None, is_leaf=is_none)
     return eqx.partition(rest, eqx.is_array), eqx.partition(state.emitter_state, eqx.is_array)
 
 
-def _join(rest, emitter_state) -> MAPElitesState:
+def _join(rest, emitter_state) -> MAPElitesState | MOMEState:
     return eqx.tree_at(lambda s: s.emitter_state, rest, emitter_state, is_leaf=is_none)
 
 
@@ -57,14 +58,14 @@ _drop_axis = lambda tree: jax.tree.map(lambda x: x[0], tree)
 
 
 def init_sharded(
-    algo: MAPElites,
+    algo: MAPElites | MOME,
     genotypes,
     tessellation: AbstractTessellation | AbstractRepertoire,
     *,
     mesh: Mesh,
     key: PRNGKey,
     result: AbstractTessellation | None = None,
-) -> tuple[MAPElitesState, QDMetrics]:
+) -> tuple[MAPElitesState | MOMEState, QDMetrics | MOQDMetrics]:
     """`algo.init` over `mesh`: `genotypes` (leading axis divisible by the number of
     devices) are split among the devices, and the repertoire (over `tessellation`, or the
     repertoire given there, with the optional passive `result` grid as in `MAPElites.init`)
@@ -82,8 +83,13 @@ def init_sharded(
 
 
 def run_sharded(
-    algo: MAPElites, state: MAPElitesState, num_iterations: int, *, mesh: Mesh, key: PRNGKey
-) -> tuple[MAPElitesState, QDMetrics]:
+    algo: MAPElites | MOME,
+    state: MAPElitesState | MOMEState,
+    num_iterations: int,
+    *,
+    mesh: Mesh,
+    key: PRNGKey,
+) -> tuple[MAPElitesState | MOMEState, QDMetrics | MOQDMetrics]:
     """`num_iterations` iterations of `algo.update` in one `lax.scan` on every device of
     `mesh`, from `state` (as `init_sharded` returns it). Iteration `i` uses
     `jax.random.split(key, num_iterations)[i]`.
@@ -96,8 +102,8 @@ def run_sharded(
 
 
 def scan_sharded(
-    algo: MAPElites, state: MAPElitesState, *, mesh: Mesh, keys: Key[Array, " n"]
-) -> tuple[MAPElitesState, QDMetrics]:
+    algo: MAPElites | MOME, state: MAPElitesState | MOMEState, *, mesh: Mesh, keys: Key[Array, " n"]
+) -> tuple[MAPElitesState | MOMEState, QDMetrics | MOQDMetrics]:
     """`run_sharded` of `algo` from `state` on `mesh`, with the iterations' keys given:
     `keys` `(n,)`, one per iteration (a job that resumes mid-way derives each iteration's
     key from its index)."""
@@ -134,7 +140,7 @@ def _run_mapped(algo, rest_dyn, es_dyn, keys, mesh, rest_static, es_static):
     return mapped(rest_dyn, es_dyn, keys)
 
 
-def place_sharded(state: MAPElitesState, *, mesh: Mesh) -> MAPElitesState:
+def place_sharded(state: MAPElitesState | MOMEState, *, mesh: Mesh) -> MAPElitesState | MOMEState:
     """Lay `state` out on `mesh` as `init_sharded` returns it (repertoire replicated,
     emitter state split along its leading device axis), from host arrays holding the whole
     state: a checkpoint read back. Across processes, each process gives the whole state and
@@ -180,7 +186,7 @@ def init_mapped(fn, genotypes, *args, mesh: Mesh):
     return state, eqx.combine(out_dyn, statics["out"])
 
 
-def step_mapped(fn, state: MAPElitesState, *args, mesh: Mesh):
+def step_mapped(fn, state: MAPElitesState | MOMEState, *args, mesh: Mesh):
     """Inside a jitted function: `fn(state, *args)` on every device of `mesh`, `state` laid
     out as `init_sharded` returns it, `args` whole, where `fn` returns `(new_state, out)`
     with `out` equal on every device (a scan of `MAPElites.step` on the mesh's axis and its

@@ -339,3 +339,137 @@ class Noisy(AbstractWrappedTask):
         fitnesses = fitnesses + jr.normal(f_key, fitnesses.shape) * self.fitness_noise
         descriptors = descriptors + jr.normal(d_key, descriptors.shape) * self.descriptor_noise
         return fitnesses, descriptors, extra
+
+
+def _floats(values: Any) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+class _MultiObjective(AbstractTask):
+    """Shared by the lagged multi-objective benchmarks: genes in `[minval, maxval]`, one
+    objective per lag, descriptors the first `descriptor_dim` genes."""
+
+    genotype_dim: eqx.AbstractVar[int]
+    descriptor_dim: eqx.AbstractVar[int]
+    lags: eqx.AbstractVar[tuple[float, ...]]
+    minval: eqx.AbstractVar[float]
+    maxval: eqx.AbstractVar[float]
+
+    def _check(self) -> None:
+        name = type(self).__name__
+        _check_dim(name, self.genotype_dim, 1)
+        check.integer(f"{name}.descriptor_dim", self.descriptor_dim, minimum=1)
+        if self.descriptor_dim > self.genotype_dim:
+            raise ValueError(
+                f"{name}.descriptor_dim ({self.descriptor_dim}) exceeds genotype_dim "
+                f"({self.genotype_dim}): the descriptors are the first genes"
+            )
+        if len(self.lags) < 2:
+            raise ValueError(f"{name}.lags must give at least two objectives, got {self.lags}")
+        check.ordered(f"{name}.minval", self.minval, f"{name}.maxval", self.maxval)
+
+    @property
+    def num_objectives(self) -> int:
+        """One objective per lag."""
+        return len(self.lags)
+
+    @property
+    def num_descriptors(self) -> int:
+        return self.descriptor_dim
+
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        return (self.minval, self.maxval)
+
+    def _reach(self) -> np.ndarray:
+        """Per objective, the largest distance from a gene in bounds to its lag."""
+        lags = np.asarray(self.lags, np.float64)
+        return np.maximum(np.abs(self.minval - lags), np.abs(self.maxval - lags))
+
+    def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
+        """`num` genotypes drawn uniformly in `[minval, maxval]^genotype_dim`."""
+        return jr.uniform(key, (num, self.genotype_dim), minval=self.minval, maxval=self.maxval)
+
+    def _descriptors(self, genotypes: Array) -> Array:
+        return jnp.clip(genotypes[:, : self.descriptor_dim], self.minval, self.maxval)
+
+
+@typing.final
+class MultiObjectiveRastrigin(_MultiObjective):
+    """The multi-objective Rastrigin of MOME's paper and QDax's MOME example: objective `j`
+    is Rastrigin centred on `lags[j]`, `-(10 n + sum_i ((x_i - l_j)^2 - 10 cos(2 pi (x_i -
+    l_j))))`, maximised; two objectives with QDax's lags `(0, 2.2)` by default, genes in
+    `[-2, 4]`. Descriptors: the first `descriptor_dim` genes (clipped to the bounds).
+
+    `reference_point`: `-n (d_j^2 + 20) - 1` per objective (`d_j` the farthest a gene in
+    bounds is from `l_j`), strictly below every genotype in bounds, so every solution adds
+    to the hypervolumes. QDax's example takes `(-150, -150)`, which no front reaches (see the
+    migration guide). `qd_offset`: the largest of its magnitudes.
+
+    **Fields:** `genotype_dim` (100), `descriptor_dim` (2), `lags`, `minval`, `maxval`.
+    """
+
+    genotype_dim: int = eqx.field(default=100, static=True)
+    descriptor_dim: int = eqx.field(default=2, static=True)
+    lags: tuple[float, ...] = eqx.field(default=(0.0, 2.2), static=True, converter=_floats)
+    minval: float = eqx.field(default=-2.0, static=True)
+    maxval: float = eqx.field(default=4.0, static=True)
+
+    def __check_init__(self):
+        self._check()
+
+    @property
+    def reference_point(self) -> Float[Array, " num_objectives"]:
+        """Below every genotype in bounds on every objective (see the class)."""
+        return jnp.asarray(-self.genotype_dim * (self._reach() ** 2 + 20.0) - 1.0, jnp.float32)
+
+    @property
+    def qd_offset(self) -> float:
+        return float(np.max(self.genotype_dim * (self._reach() ** 2 + 20.0) + 1.0))
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, "batch num_objectives"], Float[Array, "batch num_descriptors"], None]:
+        _check_genotypes(self, genotypes)
+        lags = jnp.asarray(self.lags, jnp.float32)
+        y = genotypes[:, None, :] - lags[None, :, None]
+        terms = y**2 - 10.0 * jnp.cos(2.0 * jnp.pi * y)
+        objectives = -(10.0 * self.genotype_dim + jnp.sum(terms, axis=-1))
+        return objectives, self._descriptors(genotypes), None
+
+
+@typing.final
+class MultiObjectiveSphere(_MultiObjective):
+    """Multi-objective sphere: objective `j` is `-sum_i (x_i - l_j)^2`, maximised (QDax's
+    sphere centred on each lag), two objectives with lags `(0, 2.2)` by default, genes in
+    `[-2, 4]`. Descriptors: the first `descriptor_dim` genes (clipped). `reference_point`:
+    `-n d_j^2 - 1` per objective, below every genotype in bounds.
+
+    **Fields:** `genotype_dim` (100), `descriptor_dim` (2), `lags`, `minval`, `maxval`.
+    """
+
+    genotype_dim: int = eqx.field(default=100, static=True)
+    descriptor_dim: int = eqx.field(default=2, static=True)
+    lags: tuple[float, ...] = eqx.field(default=(0.0, 2.2), static=True, converter=_floats)
+    minval: float = eqx.field(default=-2.0, static=True)
+    maxval: float = eqx.field(default=4.0, static=True)
+
+    def __check_init__(self):
+        self._check()
+
+    @property
+    def reference_point(self) -> Float[Array, " num_objectives"]:
+        """Below every genotype in bounds on every objective."""
+        return jnp.asarray(-self.genotype_dim * self._reach() ** 2 - 1.0, jnp.float32)
+
+    @property
+    def qd_offset(self) -> float:
+        return float(np.max(self.genotype_dim * self._reach() ** 2 + 1.0))
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, "batch num_objectives"], Float[Array, "batch num_descriptors"], None]:
+        _check_genotypes(self, genotypes)
+        lags = jnp.asarray(self.lags, jnp.float32)
+        y = genotypes[:, None, :] - lags[None, :, None]
+        return -jnp.sum(y**2, axis=-1), self._descriptors(genotypes), None

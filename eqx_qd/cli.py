@@ -424,7 +424,7 @@ def _split_line(config: Any) -> str:
 
 def _listing() -> str:
     """What `eqx-qd list` prints: every job and every registered name, with help and options."""
-    from .jobs import AGENTS, EMITTERS, ENVIRONMENTS, JOBS, TASKS
+    from .jobs import AGENTS, EMITTERS, ENVIRONMENTS, JOBS, MO_TASKS, TASKS
 
     lines = ["jobs (eqx-qd run JOB --help for their options):"]
     for job in JOBS.values():
@@ -432,6 +432,7 @@ def _listing() -> str:
         lines.append(f"  {job.name:18s} {job.help}{presets}")
     for title, registry in (
         ("tasks (map-elites --task)", TASKS),
+        ("multi-objective tasks (mome --task)", MO_TASKS),
         ("environments (--env)", ENVIRONMENTS),
         ("agents (pbt / me-pbt --agent)", AGENTS),
         ("emitters (map-elites --emitter)", EMITTERS),

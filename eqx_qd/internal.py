@@ -30,7 +30,10 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   (`sample_scores`, `Samples`) and what they come to (`estimate` / `ESTIMATORS`, `spread` /
   `SPREADS`), from which `Sampled` and `reevaluated` are made (`rebuilt`: `reevaluated` from
   samples scored elsewhere); Extract-ME's pieces between
-  its emitter and its repertoire (`Extracted`, `ExtractionExtra`, `ExtractOffer`).
+  its emitter and its repertoire (`Extracted`, `ExtractionExtra`, `ExtractOffer`); for
+  multi-objective variants, Pareto dominance (`dominates`, `non_dominated`), the cells'
+  hypervolumes (`per_cell_hypervolumes`) and the GA baselines' base
+  (`AbstractPopulationRepertoire`: survivors of stored + batch by a ranking of its own).
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
   `check.fraction`, `check.in_range`, `check.finite`, ...) every `__check_init__` uses, with
   `is_concrete`.
@@ -46,6 +49,7 @@ from ._machine import (
     Machine as Machine,
     machine as machine,
 )
+from ._metrics import per_cell_hypervolumes as per_cell_hypervolumes
 from ._misc import (
     batch_size_of as batch_size_of,
     f32 as f32,
@@ -62,6 +66,7 @@ from ._misc import (
     tree_top_k as tree_top_k,
     tree_zeros_batch as tree_zeros_batch,
 )
+from ._pareto import dominates as dominates, non_dominated as non_dominated
 from ._qdrl.dcrl import (
     conditioned_transitions as conditioned_transitions,
     descriptor_similarity as descriptor_similarity,
@@ -69,6 +74,7 @@ from ._qdrl.dcrl import (
 )
 from ._repertoire import (
     AbstractGuidedRepertoire as AbstractGuidedRepertoire,
+    AbstractPopulationRepertoire as AbstractPopulationRepertoire,
     AbstractRepertoireOverCells as AbstractRepertoireOverCells,
     AbstractSampledRepertoire as AbstractSampledRepertoire,
     bytes_per_cell as bytes_per_cell,
@@ -96,6 +102,7 @@ from ._validate import is_concrete as is_concrete
 
 __all__ = [
     "AbstractGuidedRepertoire",
+    "AbstractPopulationRepertoire",
     "AbstractRepertoireOverCells",
     "AbstractSampledRepertoire",
     "batch_size_of",
@@ -106,6 +113,7 @@ __all__ = [
     "descriptor_similarity",
     "DescriptorTransition",
     "dispersion",
+    "dominates",
     "elites_box",
     "estimate",
     "ESTIMATORS",
@@ -120,8 +128,10 @@ __all__ = [
     "i32",
     "is_concrete",
     "kde_density",
-    "machine",
     "Machine",
+    "machine",
+    "non_dominated",
+    "per_cell_hypervolumes",
     "place_sharded",
     "random_permutation",
     "rebuilt",

@@ -1,6 +1,6 @@
 """Plots that return matplotlib figures: repertoire heatmaps (grid and CVT, rasterised), QD
 metric curves, cumulative fitness density, PBT hyperparameters and returns, learning curves,
-trajectories in a task's arena.
+trajectories in a task's arena, Pareto fronts and the per-cell hypervolume map.
 
 A public namespace of its own (`from eqx_qd import plotting`) so that `import eqx_qd` does not
 import matplotlib. Nothing here writes files: the jobs save figures through their run folder.
@@ -21,7 +21,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ._repertoire import AbstractRepertoire, MAPElitesRepertoire
+from ._metrics import per_cell_hypervolumes
+from ._pareto import non_dominated
+from ._repertoire import (
+    AbstractMultiObjectiveRepertoire,
+    AbstractRepertoire,
+    MAPElitesRepertoire,
+    ParetoRepertoire,
+)
 from ._tessellation import GridTessellation
 from .envs._base import AbstractQDEnv
 
@@ -167,6 +174,97 @@ def plot_repertoire(
     return fig
 
 
+def plot_hypervolume_map(
+    repertoire: ParetoRepertoire,
+    reference_point: ArrayLike,
+    ax: Axes | None = None,
+    **kwargs,
+) -> Figure:
+    """Heatmap of each cell's hypervolume (MOME's per-cell MOQD-score) over the descriptor
+    space: `plot_repertoire` of `repertoire`'s cells, coloured by the hypervolume of their
+    fronts with respect to `reference_point` `(num_objectives,)`; empty cells stay white.
+    `ax` and `**kwargs` (`bounds`, `cmap`, `vmin`, `vmax`, `descriptor_names`...) go to
+    `plot_repertoire`. **Returns:** the figure."""
+    if not isinstance(repertoire, ParetoRepertoire):
+        raise TypeError(
+            f"plot_hypervolume_map: repertoire must be a ParetoRepertoire, got "
+            f"{type(repertoire).__name__}"
+        )
+    volumes = per_cell_hypervolumes(repertoire, jnp.asarray(reference_point, jnp.float32))
+    occupied = np.asarray(repertoire.occupied)
+    n = repertoire.num_cells
+    cells = MAPElitesRepertoire(
+        genotypes=jnp.zeros((n, 1)),
+        fitnesses=jnp.asarray(np.where(occupied, np.asarray(volumes), -np.inf), jnp.float32),
+        descriptors=repertoire.front_descriptors[:, 0],
+        tessellation=repertoire.tessellation,
+    )
+    kwargs.setdefault("label", "hypervolume")
+    fig = plot_repertoire(cells, ax=ax, **kwargs)
+    drawn = ax if ax is not None else fig.axes[0]
+    drawn.set_title(f"hypervolume per cell: {int(occupied.sum())}/{n} cells hold a front")
+    return fig
+
+
+def plot_pareto_fronts(
+    repertoire: AbstractMultiObjectiveRepertoire,
+    cells: Sequence[int] | None = None,
+    ax: Axes | None = None,
+    with_global: bool = True,
+    objective_names: Sequence[str] | None = None,
+) -> Figure:
+    """The solutions `repertoire` stores, in the plane of its two objectives: each cell's
+    front in its own colour (a `ParetoRepertoire`; only `cells` when given), or a
+    population's solutions, and with `with_global` the global Pareto front of everything
+    stored as a black staircase. `ax`: the axes to draw on (a new figure by default);
+    `objective_names`: the two axis labels. **Returns:** the figure."""
+    if not isinstance(repertoire, AbstractMultiObjectiveRepertoire):
+        raise TypeError(
+            "plot_pareto_fronts: repertoire must be an AbstractMultiObjectiveRepertoire, got "
+            f"{type(repertoire).__name__}"
+        )
+    if repertoire.num_objectives != 2:
+        raise ValueError(
+            f"plot_pareto_fronts draws two objectives, the repertoire keeps "
+            f"{repertoire.num_objectives}"
+        )
+    names = list(objective_names) if objective_names is not None else ["objective 1", "objective 2"]
+    if len(names) != 2:
+        raise ValueError(f"plot_pareto_fronts: objective_names must hold 2 names, got {names!r}")
+    fig = ax.figure if ax is not None else plt.figure(figsize=(5.2, 4.2))
+    ax = ax if ax is not None else fig.add_subplot()
+    objectives = np.asarray(repertoire.objectives)
+    filled = np.all(np.isfinite(objectives), axis=-1)
+    if isinstance(repertoire, ParetoRepertoire):
+        length = repertoire.front_length
+        owner = np.arange(objectives.shape[0]) // length
+        chosen = range(repertoire.num_cells) if cells is None else list(cells)
+        for c in chosen:
+            if not 0 <= c < repertoire.num_cells:
+                raise ValueError(
+                    f"plot_pareto_fronts: cell {c} is not one of the {repertoire.num_cells} cells"
+                )
+        keep = filled & np.isin(owner, list(chosen))
+        colour = plt.get_cmap("Spectral")(owner[keep] / max(1, repertoire.num_cells - 1))
+        ax.scatter(objectives[keep, 0], objectives[keep, 1], s=8, c=colour)
+        title = f"fronts of {len(set(owner[keep].tolist()))} cells"
+    else:
+        ax.scatter(objectives[filled, 0], objectives[filled, 1], s=8)
+        title = f"population: {int(filled.sum())} solutions"
+    if with_global and filled.any():
+        front_mask = np.asarray(non_dominated(jnp.asarray(objectives), jnp.asarray(filled)))
+        front = objectives[front_mask]
+        front = front[np.argsort(front[:, 0])]
+        label = f"global front ({len(front)})"
+        ax.step(front[:, 0], front[:, 1], where="post", color="black", lw=1.2, label=label)
+        ax.legend(loc="lower left")
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[1])
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
 def _plot_pairs(repertoire, shown, lo, hi, names, cmap, vmin, vmax, label, title, ax) -> Figure:
     """Descriptors 3 and up: a lower-triangular grid, one panel per pair (i < j)."""
     if ax is not None:
@@ -205,6 +303,12 @@ _PANELS = (
     ("max_fitness", "max fitness"),
     ("mean_fitness", "mean fitness"),
 )
+_MOQD_PANELS = (
+    ("moqd_score", "MOQD-score"),
+    ("global_hypervolume", "global hypervolume"),
+    ("coverage", "coverage"),
+    ("max_sum_scores", "max sum of objectives"),
+)
 
 
 def plot_metrics(
@@ -212,7 +316,9 @@ def plot_metrics(
     x_key: str = "evaluations",
     top_key: str | None = None,
 ) -> Figure:
-    """QD-score, coverage, max and mean fitness against `history[x_key]`; with `top_key`
+    """QD-score, coverage, max and mean fitness against `history[x_key]` (a multi-objective
+    history, with `moqd_score`: MOQD-score, global hypervolume, coverage and max sum of
+    objectives); with `top_key`
     (e.g. `"env_steps"`, increasing with `x_key`) a second scale on top of each panel, so
     the curves read against both (evaluations and environment steps, as QDax plots them)."""
     fig, axes = plt.subplots(2, 2, figsize=(9, 6.4 if top_key else 6))
@@ -222,7 +328,8 @@ def plot_metrics(
         len(top) != len(x) or np.any(np.diff(x) <= 0) or np.any(np.diff(top) < 0)
     ):
         raise ValueError(f"plot_metrics: {top_key!r} must grow with {x_key!r}, one value per row")
-    for ax, (key, label) in zip(axes.ravel(), _PANELS):
+    panels = _MOQD_PANELS if "moqd_score" in history else _PANELS
+    for ax, (key, label) in zip(axes.ravel(), panels):
         ax.plot(x, np.asarray(history[key]))
         ax.set_title(label)
         ax.set_xlabel(x_key)
@@ -495,8 +602,10 @@ __all__ = [
     "plot_fitness_density",
     "plot_hparams",
     "plot_hparams_distribution",
+    "plot_hypervolume_map",
     "plot_learning_curve",
     "plot_metrics",
+    "plot_pareto_fronts",
     "plot_population_returns",
     "plot_repertoire",
     "plot_repertoire_hparams",

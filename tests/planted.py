@@ -260,6 +260,51 @@ class KeepsNewest(SimpleGrid):
         return jnp.isfinite(fitness) & jnp.all(jnp.isfinite(descriptor))
 
 
+@typing.final
+class ForgetsFronts(q.AbstractMultiObjectiveRepertoire):
+    """A multi-objective archive that keeps only the last batch's fronts (a correct
+    `ParetoRepertoire` emptied before each batch): a stored solution leaves for nothing that
+    dominates it (law `never_dominated_away`)."""
+
+    inner: q.ParetoRepertoire
+
+    @classmethod
+    def create(cls, dim: int):
+        cells = q.GridTessellation((2, 2), 0.0, 1.0)
+        return cls(q.ParetoRepertoire.empty(cells, jnp.zeros(dim), 2, front_length=2))
+
+    @property
+    def genotypes(self):
+        return self.inner.genotypes
+
+    @property
+    def objectives(self):
+        return self.inner.objectives
+
+    @property
+    def descriptors(self):
+        return self.inner.descriptors
+
+    @property
+    def extra(self):
+        return None
+
+    @property
+    def extent(self):
+        return self.inner.extent
+
+    def uniform_slots(self, num, *, key):
+        return self.inner.uniform_slots(num, key=key)
+
+    def emptied(self, genotype, extra=None):
+        return ForgetsFronts(self.inner.emptied(genotype))
+
+    def add(self, genotypes, descriptors, fitnesses, extra=None):
+        fresh = self.inner.emptied(jax.tree.map(lambda x: x[0], genotypes))
+        inner, info = fresh.add(genotypes, descriptors, fitnesses)
+        return ForgetsFronts(inner), info
+
+
 PLANTED_REPERTOIRES = {
     KeepsInfinite: "finite",
     StoresNaN: "finite",
@@ -269,6 +314,7 @@ PLANTED_REPERTOIRES = {
     CountsInStatic: "checkpoint",
     StoresCentres: "from_candidates",
     KeepsNewest: "order",
+    ForgetsFronts: "never_dominated_away",
 }
 """Each planted repertoire and the law it breaks."""
 

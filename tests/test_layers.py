@@ -146,6 +146,7 @@ print("command", main(["list"]))
 """
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: the import-layer contracts
 def test_the_core_runs_without_the_extras_and_each_missing_extra_is_named():
     """`pip install eqx_qd` gives the QD core, the agents and the pure-JAX environments; each
     other part, used without its extra, says which extra to install (issue 69)."""

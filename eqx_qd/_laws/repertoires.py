@@ -14,7 +14,13 @@ import jax.random as jr
 import numpy as np
 
 from .._custom_types import PRNGKey
-from .._repertoire import AbstractCellRepertoire, AbstractRepertoire, MAPElitesRepertoire
+from .._repertoire import (
+    AbstractCellRepertoire,
+    AbstractMultiObjectiveRepertoire,
+    AbstractRepertoire,
+    MAPElitesRepertoire,
+    ParetoRepertoire,
+)
 from .._tessellation import CategoricalTessellation
 from .runner import Broken, ID_OFFSET, keep_python_random, known_laws, one_at_a_time, run_laws
 
@@ -88,7 +94,10 @@ class _Candidates(typing.NamedTuple):
     extra: Any
 
     def valid(self) -> np.ndarray:
-        return np.isfinite(self.fitnesses) & np.isfinite(self.descriptors).all(axis=-1)
+        finite = np.isfinite(self.fitnesses)
+        if finite.ndim == 2:  # objective vectors: every objective finite
+            finite = finite.all(axis=-1)
+        return finite & np.isfinite(self.descriptors).all(axis=-1)
 
     def permuted(self, order: np.ndarray) -> "_Candidates":
         return jax.tree.map(lambda x: np.asarray(x)[order], self)
@@ -115,6 +124,11 @@ class _RepertoireContext:
                     lambda row: _ids(row, batch_size, offset=(i + 1) * ID_OFFSET), start.extra
                 )
             fitnesses = np.asarray(offer.fitnesses, np.float32)
+            if isinstance(start, AbstractMultiObjectiveRepertoire):
+                # The drawn fitness is the first objective; the others small integers, so
+                # that dominance, ties and equal vectors all occur.
+                others = rng.integers(-2, 3, size=(batch_size, start.num_objectives - 1))
+                fitnesses = np.concatenate([fitnesses[:, None], others.astype(np.float32)], 1)
             self.offers.append(_Candidates(genotypes, descriptors, fitnesses, extra))
         self.after_first = self.add(start, self.offers[0])[0]
         self.after_second = self.add(self.after_first, self.offers[1])[0]
@@ -169,9 +183,18 @@ def _rows(genotypes, fitnesses, descriptors, idx) -> list[tuple[int, bytes]]:
 
 
 def _slots(repertoire: AbstractRepertoire) -> list[tuple[int, bytes]]:
-    """Each filled slot as (slot, its elite as bytes)."""
+    """Each filled slot as (slot, its elite as bytes: a multi-objective repertoire's with its
+    objective vector)."""
     filled = np.flatnonzero(np.asarray(repertoire.filled))
-    return _rows(repertoire.genotypes, repertoire.fitnesses, repertoire.descriptors, filled)
+    scores = _scores(repertoire)
+    return _rows(repertoire.genotypes, scores, repertoire.descriptors, filled)
+
+
+def _scores(repertoire: AbstractRepertoire):
+    """What a slot is scored by: its objective vector, or its fitness."""
+    if isinstance(repertoire, AbstractMultiObjectiveRepertoire):
+        return repertoire.objectives
+    return repertoire.fitnesses
 
 
 def _candidate_rows(c: _Candidates) -> set[bytes]:
@@ -194,6 +217,14 @@ def _law_rep_finite(ctx: _RepertoireContext) -> None:
         desc = np.asarray(rep.descriptors)[np.isfinite(fit)]
         if desc.size and not np.isfinite(desc).all():
             raise Broken(f"after the {name} batch, an elite holds a non-finite descriptor")
+        if isinstance(rep, AbstractMultiObjectiveRepertoire):
+            objectives = np.asarray(rep.objectives)
+            whole = np.isfinite(objectives).all(-1) | np.isneginf(objectives).all(-1)
+            if not whole.all():
+                raise Broken(
+                    f"after the {name} batch, slots {np.flatnonzero(~whole)[:5].tolist()} hold "
+                    "objective vectors neither finite nor empty (-inf)"
+                )
 
 
 def _law_rep_from_candidates(ctx: _RepertoireContext) -> None:
@@ -222,6 +253,27 @@ def _law_rep_elitist(ctx: _RepertoireContext) -> None:
     scores = [_qd_score(r, floor) for r in (ctx.start, ctx.after_first, ctx.after_second)]
     if not scores[0] <= scores[1] <= scores[2]:
         raise Broken(f"the QD-score went {scores[0]:g} -> {scores[1]:g} -> {scores[2]:g}")
+
+
+def _law_rep_never_dominated_away(ctx: _RepertoireContext) -> None:
+    """(Elitist multi-objective repertoires, a `ParetoRepertoire`.) A solution stored before
+    a batch is still stored after it, or a solution stored after it dominates it: nothing
+    leaves for a solution the repertoire does not keep."""
+    for name, before, after in (
+        ("first", ctx.start, ctx.after_first),
+        ("second", ctx.after_first, ctx.after_second),
+    ):
+        kept = {row for _, row in _slots(after)}
+        now = np.asarray(after.objectives)[np.asarray(after.filled)]
+        objectives = np.asarray(before.objectives)
+        for (slot, row), vector in zip(_slots(before), objectives[np.asarray(before.filled)]):
+            if row in kept:
+                continue
+            if not np.any(np.all(now >= vector, -1) & np.any(now > vector, -1)):
+                raise Broken(
+                    f"the {name} batch removed slot {slot}'s solution {vector.tolist()}, which "
+                    "nothing stored after it dominates"
+                )
 
 
 def _reference_add(rep: AbstractRepertoire, c: _Candidates):
@@ -337,6 +389,7 @@ REPERTOIRE_LAWS: dict[str, Callable[[_RepertoireContext], None]] = {
     "finite": _law_rep_finite,
     "from_candidates": _law_rep_from_candidates,
     "elitist": _law_rep_elitist,
+    "never_dominated_away": _law_rep_never_dominated_away,
     "reference": _law_rep_reference,
     "order": _law_rep_order,
     "select": _law_rep_select,
@@ -344,7 +397,8 @@ REPERTOIRE_LAWS: dict[str, Callable[[_RepertoireContext], None]] = {
 }
 """The laws `check_repertoire` runs, by name (each function's docstring states its law);
 `elitist` and `reference` apply to elitist repertoires, `reference` and `order` to those
-with cells (an `AbstractCellRepertoire`)."""
+with cells (an `AbstractCellRepertoire`), `never_dominated_away` (instead of `elitist`) to
+elitist multi-objective ones."""
 
 
 def check_repertoire(
@@ -367,8 +421,10 @@ def check_repertoire(
       `CategoricalTessellation`, each finite one moved to its nearest category).
     - `batch_size`: candidates per batch.
     - `elitist`: whether `add` keeps, per cell or slot, only strictly fitter candidates, so
-      that the `elitist` and `reference` laws apply. `None`: a `MAPElitesRepertoire` without
-      annealing is elitist; other repertoires are not.
+      that the `elitist` and `reference` laws apply (for a multi-objective repertoire: that a
+      solution leaves only for one that dominates it, the `never_dominated_away` law).
+      `None`: a `MAPElitesRepertoire` without annealing and a `ParetoRepertoire` are
+      elitist; other repertoires are not.
     - `laws`: a subset of the law names (a law that does not apply is refused).
     - `max_examples`: cases hypothesis tries per law (drawn the same way every run).
     """
@@ -377,11 +433,15 @@ def check_repertoire(
             "check_repertoire: repertoire must be an eqx_qd.AbstractRepertoire, got "
             f"{type(repertoire).__name__}"
         )
+    multi = isinstance(repertoire, AbstractMultiObjectiveRepertoire)
     if elitist is None:
-        elitist = isinstance(repertoire, MAPElitesRepertoire) and repertoire.annealing is None
+        elitist = (
+            isinstance(repertoire, MAPElitesRepertoire) and repertoire.annealing is None
+        ) or isinstance(repertoire, ParetoRepertoire)
     cells = isinstance(repertoire, AbstractCellRepertoire)
     applies = {
-        "elitist": elitist,
+        "elitist": elitist and not multi,
+        "never_dominated_away": elitist and multi,
         "reference": elitist and cells,
         "order": cells,
     }

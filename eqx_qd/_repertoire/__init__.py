@@ -2,6 +2,7 @@
 
 from ._base import (
     AbstractCellRepertoire as AbstractCellRepertoire,
+    AbstractMultiObjectiveRepertoire as AbstractMultiObjectiveRepertoire,
     AbstractRepertoire as AbstractRepertoire,
     AddInfo as AddInfo,
     AddStatus as AddStatus,
@@ -30,6 +31,12 @@ from ._guided import (
     Reservoir as Reservoir,
 )
 from ._low_spread import dispersion as dispersion, LowSpreadRepertoire as LowSpreadRepertoire
+from ._pareto import ParetoRepertoire as ParetoRepertoire
+from ._population import (
+    AbstractPopulationRepertoire as AbstractPopulationRepertoire,
+    NSGA2Repertoire as NSGA2Repertoire,
+    SPEA2Repertoire as SPEA2Repertoire,
+)
 from ._sampled import (
     AbstractSampledRepertoire as AbstractSampledRepertoire,
     SampledExtra as SampledExtra,

@@ -249,8 +249,12 @@ class AbstractRepertoire(eqx.Module):
     def select(
         self, num: int, *, selector: AbstractSelector = UniformSelector(), key: PRNGKey
     ) -> Elites:
-        """Draw `num` elites (with replacement) with `selector` (uniform by default)."""
-        idx = selector.choose(self.fitnesses, self.descriptors, num, key=key)
+        """Draw `num` elites (with replacement) with `selector` (uniform by default). A
+        multi-objective repertoire's uniform draw is its own (`uniform_slots`)."""
+        if isinstance(self, AbstractMultiObjectiveRepertoire) and type(selector) is UniformSelector:
+            idx = self.uniform_slots(num, key=key)
+        else:
+            idx = selector.choose(self.fitnesses, self.descriptors, num, key=key)
         return Elites(
             genotypes=tree_take(self.genotypes, idx),
             fitnesses=self.fitnesses[idx],
@@ -263,18 +267,27 @@ class AbstractRepertoire(eqx.Module):
         self,
         genotypes: Genotypes,
         descriptors: Float[Array, "batch num_descriptors"],
-        fitnesses: Float[Array, " batch"],
+        fitnesses: Float[Array, " batch"] | Float[Array, "batch num_objectives"],
         *,
         where: str = "",
         batch_size: int | None = None,
     ) -> None:
         """Refuse a scored batch that does not fit this repertoire: `fitnesses` not
-        `(batch,)` (`(batch_size,)` when given), `descriptors` not `(batch,
+        `(batch,)` (`(batch_size,)` when given; `(batch, num_objectives)` for an
+        `AbstractMultiObjectiveRepertoire`), `descriptors` not `(batch,
         num_descriptors)`, genotypes of another batch size or another structure or row shape
         than the stored ones. Each error starts with `where` and names the argument, the
         expected and the received shapes. Static facts: free under jit. `add` and the emitters'
         `init` / `state_update` call it."""
         prefix = f"{where}: " if where else ""
+        if isinstance(self, AbstractMultiObjectiveRepertoire):
+            m = self.num_objectives
+            if jnp.ndim(fitnesses) != 2 or jnp.shape(fitnesses)[1] != m:
+                raise ValueError(
+                    f"{prefix}fitnesses must have shape (batch, {m}): this repertoire keeps "
+                    f"{m} objectives, got {jnp.shape(fitnesses)}"
+                )
+            fitnesses = fitnesses[:, 0]
         if jnp.ndim(fitnesses) != 1:
             raise ValueError(f"{prefix}fitnesses must have shape (batch,), got {fitnesses.shape}")
         batch = fitnesses.shape[0]
@@ -351,3 +364,35 @@ class AbstractCellRepertoire(AbstractRepertoire):
     @abc.abstractmethod
     def cell_of(self, descriptors: Float[Array, "batch num_descriptors"]) -> Int[Array, " batch"]:
         """The cell index `(batch,)` of each descriptor `(batch, num_descriptors)`."""
+
+
+class AbstractMultiObjectiveRepertoire(AbstractRepertoire):
+    """A repertoire whose candidates are scored on several objectives, every one
+    higher-is-better (`ParetoRepertoire`, `NSGA2Repertoire`, `SPEA2Repertoire`): `add` takes
+    fitnesses of shape `(batch, num_objectives)`, `objectives` holds each slot's vector
+    (`-inf` in an empty slot), and the contract's `fitnesses` are a scalar view, each
+    solution's sum of objectives (what emitters built for one objective see). The uniform
+    selector draws through `uniform_slots`, the repertoire's own uniform draw.
+
+    To make one, subclass, declare the contract's fields and `objectives`, implement `add`,
+    `emptied`, `extent` and `uniform_slots`, and mark the class `typing.final`.
+    """
+
+    objectives: eqx.AbstractVar[Float[Array, "capacity num_objectives"]]
+
+    @property
+    def num_objectives(self) -> int:
+        """The length of an objective vector."""
+        return self.objectives.shape[-1]
+
+    @property
+    def fitnesses(self) -> Float[Array, " capacity"]:
+        """Every slot's sum of objectives (`-inf` in an empty slot): the scalar view."""
+        filled = jnp.all(jnp.isfinite(self.objectives), axis=-1)
+        total = jnp.sum(jnp.where(filled[:, None], self.objectives, 0.0), axis=-1)
+        return jnp.where(filled, total, -jnp.inf)
+
+    @abc.abstractmethod
+    def uniform_slots(self, num: int, *, key: PRNGKey) -> Int[Array, " num"]:
+        """`num` slots drawn with replacement, what `select` gives with the uniform
+        selector."""

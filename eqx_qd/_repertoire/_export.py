@@ -7,7 +7,8 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from ._base import AbstractRepertoire
+from ._base import AbstractMultiObjectiveRepertoire, AbstractRepertoire
+from ._pareto import ParetoRepertoire
 
 
 if typing.TYPE_CHECKING:
@@ -28,6 +29,10 @@ def to_dataframe(repertoire: AbstractRepertoire) -> "pandas.DataFrame":
     `jax.flatten_util.ravel_pytree` order) and, when the repertoire stores `extra`, `extra`
     (one value per elite, such as its id) or `extra_0`, ....
 
+    A multi-objective repertoire adds `objective_0`, ... (its objective vector; `objective`
+    is then the sum); a `ParetoRepertoire` adds `cell` and `position` (in its cell's front),
+    one row per solution.
+
     Needs pandas (`pip install 'eqx_qd[pandas]'`)."""
     try:
         import pandas
@@ -43,6 +48,11 @@ def to_dataframe(repertoire: AbstractRepertoire) -> "pandas.DataFrame":
         "index": np.flatnonzero(keep),
         "objective": np.asarray(repertoire.fitnesses)[keep],
     }
+    if isinstance(repertoire, AbstractMultiObjectiveRepertoire):
+        for i, col in enumerate(np.asarray(repertoire.objectives)[keep].T):
+            columns[f"objective_{i}"] = col
+    if isinstance(repertoire, ParetoRepertoire):
+        columns["cell"], columns["position"] = np.divmod(columns["index"], repertoire.front_length)
     for i, col in enumerate(np.asarray(repertoire.descriptors)[keep].T):
         columns[f"measures_{i}"] = col
     for i, col in enumerate(_flat_rows(repertoire.genotypes, keep).T):

@@ -61,6 +61,7 @@ from ._launch import Launch as Launch, launch as launch, load_plugins as load_pl
 from ._loop import Chunk as Chunk, LoopJob as LoopJob, Rows as Rows
 from ._map_elites import MAPElitesConfig as MAPElitesConfig
 from ._me_pbt import MEPBTConfig as MEPBTConfig
+from ._mome import MO_TASKS as MO_TASKS, MOMEConfig as MOMEConfig
 from ._pbt import PBTConfig as PBTConfig
 from ._pgame import PGAMEConfig as PGAMEConfig
 from ._policy_qd import (
@@ -123,11 +124,11 @@ __all__ = [
     "Job",
     "JobConfig",
     "JOBS",
-    "Launch",
     "launch",
+    "Launch",
     "list_checkpoints",
-    "load_repertoire",
     "load_plugins",
+    "load_repertoire",
     "load_run",
     "LogSink",
     "LoopJob",
@@ -139,6 +140,8 @@ __all__ = [
     "MAPElitesConfig",
     "mean_return",
     "MEPBTConfig",
+    "MO_TASKS",
+    "MOMEConfig",
     "option",
     "PBTConfig",
     "PGAMEConfig",
@@ -148,16 +151,16 @@ __all__ = [
     "population_devices",
     "Progress",
     "read_config",
+    "read_curves",
     "read_log",
     "read_peer_curves",
-    "read_curves",
     "records_of",
     "register_job",
     "Registry",
-    "Replay",
     "replay",
-    "Report",
+    "Replay",
     "report",
+    "Report",
     "restore_checkpoint",
     "resume",
     "Rows",

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from .._qdrl.scoring import PolicyScorer
-from .._repertoire import MAPElitesRepertoire
+from .._repertoire import AbstractRepertoire
 from ._checkpoints import list_checkpoints
 from ._config import job_of_toml, JobConfig
 from ._distributed import (
@@ -48,7 +48,8 @@ class RunResult:
     - `state`: the run's final state: a `MAPElitesState` (QD jobs), the PBT population, or the
       IPPO `PPOState`. From `load_run`: the population (PBT) or the latest checkpoint (IPPO);
       `None` for the QD jobs, whose folder keeps the repertoire only.
-    - `repertoire`: the final repertoire of the QD jobs.
+    - `repertoire`: the final repertoire of the QD jobs (a `MAPElitesRepertoire`; the
+      `mome` job's `ParetoRepertoire`).
     - `tables`: the job's other CSV files by name (`hparams`, `actors`), as columns.
     """
 
@@ -56,7 +57,7 @@ class RunResult:
     folder: str | None
     progress: dict[str, np.ndarray]
     state: Any = None
-    repertoire: MAPElitesRepertoire | None = None
+    repertoire: AbstractRepertoire | None = None
     tables: dict[str, dict[str, np.ndarray]] = dataclasses.field(default_factory=dict)
 
     @property

@@ -22,6 +22,8 @@ from ._status import run_status
 
 REPORT_METRICS = (
     "qd_score",
+    "moqd_score",
+    "global_hypervolume",
     "plain_qd_score",
     "coverage",
     "max_fitness",
@@ -32,7 +34,8 @@ REPORT_METRICS = (
 )
 """The curves and final values a report compares, where the runs log them (`coverage` as a
 fraction of the cells; `plain_qd_score` and `averaged_max_fitness` are PGA-ME's; the
-`corrected_` figures, the repertoire reevaluated, those of runs with `reevaluations`)."""
+`corrected_` figures, the repertoire reevaluated, those of runs with `reevaluations`;
+`moqd_score` and `global_hypervolume` the multi-objective job's)."""
 
 P_METHODS = ("auto", "exact", "asymptotic")
 
@@ -101,6 +104,8 @@ def group_of(result: RunResult) -> str:
                 algorithm += f", {samples} samples ({config.estimator})"  # type: ignore[attr-defined]
         elif samples > 1:  # MAP-Elites-sampling: the samples and their estimate
             algorithm = f"{algorithm}, {samples} samples ({config.estimator})"  # type: ignore[attr-defined]
+    elif job == "mome":  # the multi-objective job: its algorithm
+        algorithm = {"mome": "MOME", "nsga2": "NSGA-II", "spea2": "SPEA2"}[config.algorithm]  # type: ignore[attr-defined]
     else:
         algorithm = {"me-pbt": "ME-PBT"}.get(job, job)
     task = (

@@ -442,6 +442,7 @@ def test_novelty_search_with_the_ga(selector, getkey):
     assert int(state.repertoire.num_filled) > int(first.num_filled) + 20
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: test_nslc_ranker_is_the_reference
 def test_nslc_selector_is_the_crowded_tournament(getkey):
     rep = q.UnstructuredRepertoire.empty(24, jnp.zeros(()), 2, novelty_threshold=0.01, k=3)
     d = jr.uniform(getkey(), (18, 2))

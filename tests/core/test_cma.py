@@ -576,6 +576,7 @@ def test_cma_mae_treats_a_failed_evaluation_as_the_worst_candidate(getkey):
     assert float(jnp.linalg.norm(failed[0] - genotypes[worst])) >= before
 
 
+@pytest.mark.slow  # the fast tier's budget; fast siblings: the restart tests below it
 def test_restart_rules(getkey):
     every = _cma(restart_rule=3, selection_rule="mu", ranker="imp")
     state, _ = _run(every, 7, getkey())
@@ -696,6 +697,7 @@ def test_adam_is_pyribs_adam():
         np.testing.assert_allclose(out[0], theta, rtol=1e-5)
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: kit/test_laws.py's cma_mega
 def test_cma_mega_steps_theta_to_the_weighted_mean_of_its_best_branches(getkey):
     """pyribs' gradient step, written out: theta moves (`gradient_ascent`, `lr`) to the
     recombination of its branches ranked by the ranker (`obj`: by fitness, with the fitnesses

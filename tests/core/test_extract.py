@@ -142,6 +142,7 @@ ARM = q.Noisy(q.Arm(4), fitness_noise=0.1, descriptor_noise=0.1)
 GRID = q.GridTessellation((5, 5), 0.0, 1.0)
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: test_a_lucky_elite_falls_behind_...
 def test_every_iteration_spends_exactly_the_batch_on_offspring_and_extraction():
     genotypes = ARM.init_genotypes(16, key=jr.key(0))
     emitter = q.Extraction(q.MixingEmitter(12, 1.0, variation=q.IsoLineVariation(0.01, 0.1)), 4)
@@ -193,6 +194,7 @@ def test_extract_me_refuses_bad_settings():
         rep.add(genotypes[:2], jnp.zeros((2, 2)), jnp.zeros(2), offer)
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: test_repertoire.py's non-array leaves
 def test_policy_genotypes_with_functions_as_leaves_are_stored():
     # An MLP's activation is a leaf that is not an array: kept as it is in every slot.
     mlps = eqx.filter_vmap(lambda k: eqx.nn.MLP(2, 2, 4, 1, key=k))(jr.split(jr.key(0), 5))

@@ -73,6 +73,7 @@ def test_map_elites_improves_the_repertoire(state0):
     assert int(history.num_filled[-1]) >= int(start.num_filled)
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: kit/test_laws.py's emitter laws
 def test_emitters_emit_batch_size(state0, getkey):
     composed = q.ComposedEmitter(
         [

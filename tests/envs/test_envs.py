@@ -466,6 +466,7 @@ def test_brax_task_errors():
         jobs.make_env("maze")
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: the policy-QD jobs on the maze
 def test_map_elites_over_policies_on_the_maze(getkey):
     env = q.envs.PointMaze(length=50)
     scorer = q.PolicyScorer(env)

@@ -20,6 +20,7 @@ FEW = {
     "external": lambda: {"iterations": 2},
     "ippo": lambda: {"iterations": 2},
     "me-pbt": lambda: {"iterations": 2},
+    "mome": lambda: {"iterations": 4},
     "pbt": lambda: {"rounds": 2},
     "pgame": lambda: _after_random_start("pgame", 2),
     "dcrl-me": lambda: _after_random_start("dcrl-me", 2),

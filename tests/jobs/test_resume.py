@@ -62,6 +62,10 @@ IPPO = dict(
     num_agents=2, size=6, episode_length=8, rollout_length=8, num_envs=4, num_minibatches=2,
     iterations=4, eval_frequency=2, eval_episodes=4,
 )  # fmt: skip
+MOME = dict(
+    genotype_dim=4, cells=6, cvt_samples=300, front_length=4, batch_size=8, iterations=12,
+    log_every=2, checkpoint_every=4, variation_percentage=0.5,
+)  # fmt: skip
 
 # tests/ is on the path: the evaluator's module, as a user's would be.
 EXTERNAL = dict(
@@ -96,6 +100,7 @@ CASES = {
     "me-pbt": (jobs.MEPBTConfig(**MEPBT), "iteration", 3),
     "pbt": (jobs.PBTConfig(**PBT), "round", 2),
     "ippo": (jobs.IPPOConfig(**IPPO), "iterations", 2),
+    "mome": (jobs.MOMEConfig(**MOME), "iteration", 7),
 }
 
 # (the config's length key, a shorter length, off the logs' and checkpoints' grid where the
@@ -108,6 +113,7 @@ SHORTER = {
     "me-pbt": ("iterations", 3),
     "pbt": ("rounds", 3),
     "ippo": ("iterations", 3),
+    "mome": ("iterations", 7),
 }
 
 # What each job's folder holds once the job has run with its figures drawn: every name in
@@ -131,6 +137,8 @@ FOLDERS = {
             "progress.csv", "returns.png", "status.json"},
     "ippo": {"agent.json", "checkpoints", "config.toml", "hparams.json", "learning_curve.png",
              "progress.csv", "status.json"},
+    "mome": {"centroids.npy", "checkpoints", "config.toml", "fronts.png", "hypervolume.png",
+             "progress.csv", "progress.png", "repertoire.eqx", "status.json"},
 }  # fmt: skip
 
 

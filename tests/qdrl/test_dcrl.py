@@ -64,6 +64,7 @@ def test_normalisation_and_similarity_by_hand():
     np.testing.assert_allclose(got, [np.exp(-0.5 / 0.1), 1.0], rtol=1e-6)
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: the DCRL emitter's other tests
 def test_conditioned_critic_loss_and_target_by_hand(scored, getkey):
     """The loss TD3 takes on `conditioned_transitions`: targets from the target actor and the
     twin target critics at `(next_obs, target)`, smoothing noise clipped, rewards

@@ -227,6 +227,7 @@ def _arrays(tree):
     return jax.tree.leaves(eqx.filter(tree, eqx.is_array))
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: test_a_pbt_round_is_train_...
 def test_population_trains_in_groups_side_by_side(population):
     """`train_population`'s groups: each member trains with its own key in any grouping (the
     numbers equal one program's up to float rounding), and the groups run side by side on

@@ -220,6 +220,7 @@ def test_kl_early_stop_triggers_with_a_tiny_threshold():
     assert {"actor_loss", "entropy", "kl", "actor_epochs"} <= set(huge_metrics)
 
 
+@pytest.mark.slow  # the fast tier's budget; fast sibling: the PPO contract tests
 def test_jaxagents_convention_is_its_minibatches_standardisation_and_kl():
     """`convention="jaxagents"` against jaxagents 0.2.5's `IPPO` update written out from its
     source: trajectories laid out `(env, time, agent)`, one fixed order of the environments

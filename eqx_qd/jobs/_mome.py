@@ -1,0 +1,288 @@
+"""The multi-objective job (`eqx-qd run mome`): MOME, NSGA-II or SPEA2 on a registered
+multi-objective task, the MOQD metrics logged every `log_every` iterations."""
+
+import dataclasses
+import math
+import typing
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Key
+
+from .._compile import jit
+from .._emitters.mixing import MixingEmitter
+from .._metrics import check_reference_point, MOQD_METRIC_NAMES, MOQDMetrics
+from .._misc import filter_scan
+from .._mome import MOME, MOMEState
+from .._repertoire import NSGA2Repertoire, ParetoRepertoire, SPEA2Repertoire
+from .._sharded import init_sharded, scan_sharded
+from .._tasks import MultiObjectiveRastrigin, MultiObjectiveSphere
+from .._tessellation import CVTTessellation, GridTessellation
+from .._validate import fraction, non_negative, positive_int
+from .._variation import PolynomialMutation, UniformCrossover
+from ._blocks import _one_of, CellOptions, RunOptions
+from ._config import option
+from ._distributed import job_mesh, to_host
+from ._folder import RunFolder
+from ._job import PROGRESS_FILE, register_job, RunResult
+from ._loop import Chunk, LoopJob
+from ._map_elites import build_tessellation, iteration_keys
+from ._registry import Registry
+from ._resume import RunClock
+
+
+MO_TASKS: Registry[Callable[..., Any]] = Registry("multi-objective task")
+"""Multi-objective tasks (objectives `(batch, num_objectives)`, a `reference_point`): the
+`mome` job. A factory takes `genotype_dim`."""
+
+MO_TASKS.register(
+    "mo_rastrigin",
+    lambda *, genotype_dim=100: MultiObjectiveRastrigin(genotype_dim=genotype_dim),
+    help="two Rastrigins centred on 0 and 2.2, genes in [-2, 4] (QDax's MOME example)",
+)
+MO_TASKS.register(
+    "mo_sphere",
+    lambda *, genotype_dim=100: MultiObjectiveSphere(genotype_dim=genotype_dim),
+    help="two spheres centred on 0 and 2.2, genes in [-2, 4]",
+)
+
+ALGORITHMS = {"mome": "MOME", "nsga2": "NSGA-II", "spea2": "SPEA2"}
+
+
+def _reference(key: str, value: Any) -> None:
+    if value is not None and not all(math.isfinite(v) for v in value):
+        raise ValueError(f"{key}: every coordinate must be finite, got {value}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MOMEConfig(CellOptions, RunOptions):
+    """Settings of the multi-objective job (`jobs.run`, `eqx-qd run mome`). The defaults are
+    QDax's MOME example: bi-objective Rastrigin on 100 genes, 64 CVT cells, fronts of 50,
+    batch 100, every child by crossover."""
+
+    JOB: ClassVar[str] = "mome"
+
+    algorithm: str = option(
+        "mome", "mome (Pareto fronts in cells), nsga2 or spea2", check=_one_of(*ALGORITHMS)
+    )
+    task: str = option("mo_rastrigin", "multi-objective task", check=MO_TASKS.check())
+    genotype_dim: int = option(100, "genes per genotype", check=positive_int)
+    cells: int = option(64, "CVT cells, or bins per descriptor with --grid", check=positive_int)
+    front_length: int = option(50, "solutions a cell's front holds", check=positive_int)
+    population: int = option(1000, "NSGA-II / SPEA2 population size", check=positive_int)
+    neighbours: int | None = option(None, "SPEA2's k (default: sqrt of the pool)")
+    batch_size: int = option(
+        100, "candidates per iteration", check=positive_int, aliases=("--batch",)
+    )
+    variation_percentage: float = option(
+        1.0, "share of the batch made by crossover, the rest by mutation", check=fraction
+    )
+    swap_rate: float = option(
+        1.0 - math.exp(-0.5),
+        "uniform crossover: share of genes from the second parent (QDax's 0.5 proportion)",
+        check=fraction,
+    )
+    mutation_rate: float = option(
+        0.6, "polynomial mutation: share of genes mutated", check=fraction
+    )
+    eta: float = option(1.0, "polynomial mutation's distribution index", check=non_negative)
+    reference_point: tuple[float, ...] | None = option(
+        None, "hypervolume reference point (default: the task's)", check=_reference
+    )
+    iterations: int = option(1000, "iterations", check=positive_int, aliases=("--iters",))
+    devices: int = option(
+        1,
+        "devices to shard over, batch_size candidates each (on a CPU, host devices are made)",
+        check=positive_int,
+    )
+    log_every: int = option(10, "iterations per logged row (one jitted call)", check=positive_int)
+    checkpoint_every: int = option(
+        100, "iterations between checkpoints (and one at the end)", check=positive_int
+    )
+
+    def check(self) -> None:
+        super().check()
+        if self.neighbours is not None and self.neighbours < 1:
+            raise ValueError(f"neighbours must be at least 1, got {self.neighbours}")
+
+
+MOMEConfig.PRESETS = {}
+
+
+def build_mome(config: MOMEConfig):
+    """The algorithm, the task and the reference point of `config`."""
+    task = MO_TASKS.make(config.task, genotype_dim=config.genotype_dim)
+    reference = task.reference_point
+    if config.reference_point is not None:
+        if len(config.reference_point) != task.num_objectives:
+            raise ValueError(
+                f"reference_point has {len(config.reference_point)} coordinates, task "
+                f"{config.task!r} has {task.num_objectives} objectives"
+            )
+        reference = jnp.asarray(config.reference_point, jnp.float32)
+    emitter = MixingEmitter(
+        batch_size=config.batch_size,
+        variation_percentage=config.variation_percentage,
+        variation=UniformCrossover(config.swap_rate),
+        mutation=PolynomialMutation(config.eta, config.mutation_rate, task.minval, task.maxval),
+    )
+    axis = "p" if config.devices > 1 else None
+    algo = MOME(emitter, task, reference, front_length=config.front_length, axis_name=axis)
+    return algo, task
+
+
+def _row(iteration: int, config: MOMEConfig, wall: float, metrics: MOQDMetrics) -> dict:
+    evaluations = config.batch_size * config.devices * (iteration + 1)
+    row = {"iteration": iteration, "evaluations": evaluations}
+    row["wall_s"] = wall
+    for k, v in metrics.as_dict().items():
+        row[k] = np.ravel(np.asarray(v))[-1].item()
+    return row
+
+
+_HEADER = ["iteration", "evaluations", "wall_s", *MOQD_METRIC_NAMES]
+
+
+@jit(donate="all-except-first")
+def _run_keys(algo: MOME, state: MOMEState, keys: Key[Array, " n"]):
+    return filter_scan(lambda s, k: algo.update(s, key=k), state, keys)
+
+
+class _Plan(typing.NamedTuple):
+    config: MOMEConfig
+    init: Callable[[], tuple[MOMEState, MOQDMetrics]]
+    chunk: Callable[[MOMEState, Key[Array, " n"]], tuple[MOMEState, MOQDMetrics]]
+    keys: Key[Array, " iterations"]
+    mesh: Any
+    reference: Array
+
+
+class _MOMEJob(LoopJob[_Plan, MOMEState]):
+    """Run MOME (or NSGA-II / SPEA2, with a passive Pareto grid for the metrics) as `config`
+    says; with `out_dir`, write the run folder: `config.toml`, `progress.csv` (iteration,
+    evaluations, `wall_s` and the `MOQDMetrics` columns), `repertoire.eqx` (the Pareto
+    archive the metrics read), `centroids.npy` and, with `plots`, `hypervolume.png` (each
+    cell's hypervolume), `fronts.png` (the fronts and the global front) and `progress.png`.
+    Checkpoints every `checkpoint_every` iterations and at the end; `resume` continues."""
+
+    name = "mome"
+    config_cls = MOMEConfig
+    help = "MOME, NSGA-II or SPEA2 on a multi-objective task (default: QDax's MOME example)"
+    resume_may_change = ("iterations",)
+
+    def best(self, metrics) -> float:
+        return float(np.mean(metrics["moqd_score"]))
+
+    def bar(self, row) -> dict[str, float]:
+        shown = {"moqd": "moqd_score", "hv": "global_hypervolume"}
+        return {k: row[c] for k, c in shown.items() if c in row}
+
+    def plan(self, config: MOMEConfig) -> _Plan:
+        tess_key, init_key, pop_key, run_key = jr.split(jr.key(config.seed), 4)
+        algo, task = build_mome(config)
+        tessellation = build_tessellation(config, task, key=tess_key)
+        genotypes = task.init_genotypes(config.batch_size * config.devices, key=pop_key)
+        first = genotypes[0]
+        m, d = task.num_objectives, task.num_descriptors
+        result = None
+        if config.algorithm == "mome":
+            repertoire = tessellation
+        else:
+            result = tessellation
+            if config.algorithm == "nsga2":
+                repertoire = NSGA2Repertoire.empty(config.population, first, m, d)
+            else:
+                repertoire = SPEA2Repertoire.empty(
+                    config.population, first, m, d, config.neighbours
+                )
+        mesh = job_mesh(config.devices)
+        if mesh is None:
+            init = lambda: jit(algo.init)(genotypes, repertoire, key=init_key, result=result)
+            chunk = lambda state, keys: _run_keys(algo, state, keys)
+        else:
+            init = lambda: init_sharded(
+                algo, genotypes, repertoire, key=init_key, mesh=mesh, result=result
+            )
+
+            def chunk(state, keys):
+                state, history = scan_sharded(algo, state, mesh=mesh, keys=keys)
+                return state, jax.tree.map(lambda x: x[0], to_host(history))  # equal everywhere
+
+        keys = iteration_keys(config, key=run_key)
+        return _Plan(config, init, chunk, keys, mesh, algo.reference_point)
+
+    def headers(self, plan: _Plan) -> dict[str, list[str]]:
+        return {PROGRESS_FILE: _HEADER}
+
+    def like(self, plan: _Plan) -> MOMEState:
+        return eqx.filter_eval_shape(plan.init)[0]
+
+    def total(self, config: MOMEConfig) -> int:
+        return config.iterations
+
+    def start(self, plan: _Plan, clock: RunClock) -> Chunk:
+        state, metrics = plan.init()
+        if plan.config.reference_point is not None:
+            check_reference_point(to_host(state.elites), plan.reference)
+        row = _row(0, plan.config, clock(), to_host(metrics))
+        return Chunk(state, 0, {PROGRESS_FILE: [list(row.values())]})
+
+    def resumed_state(self, plan: _Plan, resumed) -> MOMEState:
+        return resumed.state_on(plan.mesh)
+
+    def advance(self, plan: _Plan, state, step: int, clock: RunClock) -> Chunk:
+        config = plan.config
+        n = min(config.log_every - step % config.log_every, config.iterations - step)
+        state, history = plan.chunk(state, plan.keys[step : step + n])
+        row = _row(step + n, config, clock(), to_host(history))
+        return Chunk(state, step + n, {PROGRESS_FILE: [list(row.values())]})
+
+    def finish(self, plan: _Plan, folder, state, logs, plots: bool) -> RunResult:
+        rows = logs[PROGRESS_FILE]
+        columns = {k: np.asarray([r[j] for r in rows]) for j, k in enumerate(_HEADER)}
+        repertoire = to_host(state.elites)
+        if folder is not None:
+            folder.write_columns(PROGRESS_FILE, columns)
+            folder.write_eqx("repertoire.eqx", repertoire)
+            folder.write_npy("centroids.npy", np.asarray(repertoire.tessellation.centroids))
+            if plots:
+                from ..plotting import plot_hypervolume_map, plot_metrics, plot_pareto_fronts
+
+                folder.write_figure(
+                    "hypervolume.png", plot_hypervolume_map(repertoire, plan.reference)
+                )
+                folder.write_figure("fronts.png", plot_pareto_fronts(repertoire))
+                folder.write_figure("progress.png", plot_metrics(columns, "evaluations"))
+        return RunResult(
+            plan.config, None if folder is None else folder.path, columns, state, repertoire
+        )
+
+    def load(self, folder: RunFolder, config: MOMEConfig) -> RunResult:
+        task = MO_TASKS.make(config.task, genotype_dim=config.genotype_dim)
+        if config.uses_grid:
+            lo, hi = task.descriptor_bounds
+            tess = GridTessellation((config.cells,) * task.num_descriptors, lo, hi)
+        else:
+            tess = CVTTessellation(folder.read_npy("centroids.npy"))
+        genotype = jnp.zeros((config.genotype_dim,), jnp.float32)
+        like = eqx.filter_eval_shape(
+            lambda: ParetoRepertoire.empty(tess, genotype, task.num_objectives, config.front_length)
+        )
+        repertoire = folder.read_eqx("repertoire.eqx", like)
+        return RunResult(config, folder.path, folder.read_columns(PROGRESS_FILE), None, repertoire)
+
+    def summary(self, result: RunResult) -> str:
+        last = result.last
+        return (
+            f"done: {int(last['evaluations'])} evaluations, MOQD-score "
+            f"{last['moqd_score']:.6g}, global hypervolume {last['global_hypervolume']:.6g}, "
+            f"coverage {100 * last['coverage']:.1f}%, {int(last['num_solutions'])} solutions"
+        )
+
+
+register_job(_MOMEJob())
