@@ -31,7 +31,8 @@ def _volume_above(q: Float[Array, "n m"]) -> Float[Array, ""]:
     """The volume of the union of the boxes `[0, q_i]` (every entry of `q` non-negative; a
     zero row adds nothing), by slicing along the last objective: its values in descending
     order cut the union into slabs, each the last objective's gap times the volume, in the
-    remaining objectives, of the rows at or above it. `O(n^(m-1) log n)`."""
+    remaining objectives, of the rows at or above it. `O(n log n)` for two objectives,
+    `O(n^2)` for three, `O(n^(m-1) log n)` beyond."""
     n, m = q.shape
     if m == 1:
         return jnp.max(q[:, 0], initial=0.0)
@@ -43,6 +44,18 @@ def _volume_above(q: Float[Array, "n m"]) -> Float[Array, ""]:
         widths = jax.lax.cummax(q[:, 0])
         return jnp.sum(gaps * widths)
     rows = jnp.arange(n)
+    if m == 3:
+        # Each slab's area is the 2-D volume of the rows at or above it: with the rows sorted
+        # once by the first objective, a row left out of a slab takes height 0 and the
+        # staircase over the others is a running max, so every slab costs O(n), not a sort.
+        by_x = jnp.argsort(-q[:, 0], stable=True)
+        xs, ys, level = q[by_x, 0], q[by_x, 1], rows[by_x]
+        widths = xs - jnp.concatenate([xs[1:], jnp.zeros((1,), q.dtype)])
+
+        def area(k):
+            return jnp.sum(widths * jax.lax.cummax(jnp.where(level <= k, ys, 0.0)))
+
+        return jnp.sum(gaps * jax.lax.map(area, rows, batch_size=256))
 
     def slab(k):
         kept = jnp.where((rows <= k)[:, None], q[:, :-1], 0.0)
@@ -62,7 +75,7 @@ def hypervolume(
     their Pareto front; a point not strictly above the reference point on every objective
     adds nothing either (QDax's `compute_hypervolume` gives such points signed areas; on a
     front that the reference point bounds the two agree). Exact in any number of objectives,
-    `O(n log n)` for two, `O(n^2 log n)` for three.
+    `O(n log n)` for two, `O(n^2)` for three.
 
     **Arguments:** `points` `(n, m)`, `reference_point` `(m,)`, `mask` `(n,)` or `None`.
     """

@@ -46,6 +46,13 @@ MO_TASKS.register(
     help="two Rastrigins centred on 0 and 2.2, genes in [-2, 4] (QDax's MOME example)",
 )
 MO_TASKS.register(
+    "mo_rastrigin3",
+    lambda *, genotype_dim=100: MultiObjectiveRastrigin(
+        genotype_dim=genotype_dim, lags=(0.0, 1.1, 2.2)
+    ),
+    help="three Rastrigins centred on 0, 1.1 and 2.2, genes in [-2, 4]",
+)
+MO_TASKS.register(
     "mo_sphere",
     lambda *, genotype_dim=100: MultiObjectiveSphere(genotype_dim=genotype_dim),
     help="two spheres centred on 0 and 2.2, genes in [-2, 4]",
@@ -167,7 +174,8 @@ class _MOMEJob(LoopJob[_Plan, MOMEState]):
     says; with `out_dir`, write the run folder: `config.toml`, `progress.csv` (iteration,
     evaluations, `wall_s` and the `MOQDMetrics` columns), `repertoire.eqx` (the Pareto
     archive the metrics read), `centroids.npy` and, with `plots`, `hypervolume.png` (each
-    cell's hypervolume), `fronts.png` (the fronts and the global front) and `progress.png`.
+    cell's hypervolume), `fronts.png` (the fronts and the global front, two objectives) and
+    `progress.png`.
     Checkpoints every `checkpoint_every` iterations and at the end; `resume` continues."""
 
     name = "mome"
@@ -256,7 +264,8 @@ class _MOMEJob(LoopJob[_Plan, MOMEState]):
                 folder.write_figure(
                     "hypervolume.png", plot_hypervolume_map(repertoire, plan.reference)
                 )
-                folder.write_figure("fronts.png", plot_pareto_fronts(repertoire))
+                if repertoire.num_objectives == 2:  # a plane of two objectives
+                    folder.write_figure("fronts.png", plot_pareto_fronts(repertoire))
                 folder.write_figure("progress.png", plot_metrics(columns, "evaluations"))
         return RunResult(
             plan.config, None if folder is None else folder.path, columns, state, repertoire

@@ -141,8 +141,8 @@ def test_insertion_matches_the_numpy_reference(batches):
 
 @settings(deadline=None, max_examples=30)
 @given(
-    st.integers(2, 3),
-    st.lists(st.lists(st.integers(-2, 5), min_size=3, max_size=3), min_size=1, max_size=7),
+    st.integers(2, 4),
+    st.lists(st.lists(st.integers(-2, 5), min_size=4, max_size=4), min_size=1, max_size=7),
 )
 def test_hypervolume_matches_a_direct_computation(m, rows):
     points = np.asarray(rows, np.float32)[:, :m]

@@ -46,6 +46,15 @@ def test_ga_baselines_run_in_the_job(algorithm):
     assert jobs.group_of(result) == f"{name} on mo_sphere"
 
 
+def test_a_tri_objective_run_writes_its_folder(tmp_path):
+    config = jobs.MOMEConfig(task="mo_rastrigin3", iterations=5, **SMALL)
+    result = jobs.run(config, tmp_path / "run", progress=False, plots=True)
+    assert result.repertoire.num_objectives == 3
+    assert result.progress["moqd_score"][-1] > result.progress["moqd_score"][0]
+    assert (tmp_path / "run" / "hypervolume.png").is_file()
+    assert not (tmp_path / "run" / "fronts.png").exists()  # a plane of two objectives only
+
+
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="reference_point has 3 coordinates"):
         jobs.run(
