@@ -273,20 +273,16 @@ class AbstractRepertoire(eqx.Module):
         batch_size: int | None = None,
     ) -> None:
         """Refuse a scored batch that does not fit this repertoire: `fitnesses` not
-        `(batch,)` (`(batch_size,)` when given; `(batch, num_objectives)` for an
-        `AbstractMultiObjectiveRepertoire`), `descriptors` not `(batch,
+        `(batch,)` (`(batch_size,)` when given; an `AbstractMultiObjectiveRepertoire` takes
+        its objective vectors `(batch, num_objectives)` too, and the emitters check their
+        scalar view), `descriptors` not `(batch,
         num_descriptors)`, genotypes of another batch size or another structure or row shape
         than the stored ones. Each error starts with `where` and names the argument, the
         expected and the received shapes. Static facts: free under jit. `add` and the emitters'
         `init` / `state_update` call it."""
         prefix = f"{where}: " if where else ""
-        if isinstance(self, AbstractMultiObjectiveRepertoire):
-            m = self.num_objectives
-            if jnp.ndim(fitnesses) != 2 or jnp.shape(fitnesses)[1] != m:
-                raise ValueError(
-                    f"{prefix}fitnesses must have shape (batch, {m}): this repertoire keeps "
-                    f"{m} objectives, got {jnp.shape(fitnesses)}"
-                )
+        if isinstance(self, AbstractMultiObjectiveRepertoire) and jnp.ndim(fitnesses) != 1:
+            self.check_objectives(fitnesses, where=where)  # (the emitters give the scalar view)
             fitnesses = fitnesses[:, 0]
         if jnp.ndim(fitnesses) != 1:
             raise ValueError(f"{prefix}fitnesses must have shape (batch,), got {fitnesses.shape}")
@@ -396,3 +392,14 @@ class AbstractMultiObjectiveRepertoire(AbstractRepertoire):
     def uniform_slots(self, num: int, *, key: PRNGKey) -> Int[Array, " num"]:
         """`num` slots drawn with replacement, what `select` gives with the uniform
         selector."""
+
+    def check_objectives(self, fitnesses, *, where: str = "") -> None:
+        """Refuse `fitnesses` that are not objective vectors `(batch, num_objectives)` (what
+        `add` takes), naming the objective count; errors start with `where`."""
+        prefix = f"{where}: " if where else ""
+        m = self.num_objectives
+        if jnp.ndim(fitnesses) != 2 or jnp.shape(fitnesses)[1] != m:
+            raise ValueError(
+                f"{prefix}fitnesses must have shape (batch, {m}): this repertoire keeps "
+                f"{m} objectives, got {jnp.shape(fitnesses)}"
+            )

@@ -191,6 +191,7 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
         """
         if extra is not None:
             raise ValueError("ParetoRepertoire stores no extra (no lineage)")
+        self.check_objectives(fitnesses, where="ParetoRepertoire.add")
         self.check_candidates(genotypes, descriptors, fitnesses, where="ParetoRepertoire.add")
         fitnesses = fitnesses.astype(jnp.float32)
         batch, length, num_cells = fitnesses.shape[0], self.front_length, self.num_cells

@@ -97,6 +97,7 @@ class AbstractPopulationRepertoire(AbstractMultiObjectiveRepertoire):
         """
         if extra is not None:
             raise ValueError(f"{type(self).__name__} stores no extra (no lineage)")
+        self.check_objectives(fitnesses, where=f"{type(self).__name__}.add")
         self.check_candidates(genotypes, descriptors, fitnesses, where=f"{type(self).__name__}.add")
         fitnesses = fitnesses.astype(jnp.float32)
         n, batch = self.capacity, fitnesses.shape[0]

@@ -442,3 +442,38 @@ def test_mome_over_two_devices_keeps_one_archive():
     assert int(first.num_solutions) == int(
         q.moqd_metrics(alone.repertoire, task.reference_point).num_solutions
     )
+
+
+def _improves(emitter, task):
+    cells = q.GridTessellation([3, 3], -2.0, 4.0)
+    algo = q.MOME(emitter, task, task.reference_point, front_length=4)
+    state, first = algo.init(task.init_genotypes(8, key=jr.key(0)), cells, key=jr.key(1))
+    _, history = q.run_mome(algo, state, 5, key=jr.key(2))
+    assert float(history.moqd_score[-1]) > float(first.moqd_score)
+
+
+def test_emitters_check_the_scalar_view_on_the_pareto_archive():
+    """Emitters check what they learn from against the archive: the scalar view, each
+    candidate's sum of objectives (a composed GA checks its members' batches)."""
+    ga = q.MixingEmitter(batch_size=4, variation_percentage=1.0, variation=q.UniformCrossover())
+    composed = q.ComposedEmitter([ga, ga])
+    rep, info = _filled_repertoire()
+    g, d = jnp.zeros((8, 2)), jnp.full((8, 2), 0.5)
+    sums = jnp.arange(8.0)
+    state = composed.init(rep, g, d, sums, None, key=jr.key(0))
+    composed.state_update(state, rep, g, d, sums, None, add_info=_eight(info), key=jr.key(1))
+    rep.check_candidates(g, d, jnp.zeros((8, 2)))  # objective vectors pass too
+    with pytest.raises(ValueError, match=r"fitnesses must have shape \(batch, 2\)"):
+        rep.check_candidates(g, d, jnp.zeros((8, 3)))
+
+
+def _eight(info):
+    return jax.tree.map(lambda x: jnp.concatenate([x, x[:2]]) if x is not None else None, info)
+
+
+@pytest.mark.slow  # the fast tier's budget; fast sibling: the composed GA above
+def test_a_cma_me_emitter_improves_the_fronts():
+    from eqx_qd import jobs
+
+    task = q.MultiObjectiveSphere(genotype_dim=4)
+    _improves(jobs.make_emitter("cma_me", batch_size=8, task=task, num_emitters=2), task)
