@@ -355,7 +355,7 @@ class _MultiObjective(AbstractTask):
     minval: eqx.AbstractVar[float]
     maxval: eqx.AbstractVar[float]
 
-    def _check(self) -> None:
+    def __check_init__(self):
         name = type(self).__name__
         _check_dim(name, self.genotype_dim, 1)
         check.integer(f"{name}.descriptor_dim", self.descriptor_dim, minimum=1)
@@ -386,6 +386,20 @@ class _MultiObjective(AbstractTask):
         lags = np.asarray(self.lags, np.float64)
         return np.maximum(np.abs(self.minval - lags), np.abs(self.maxval - lags))
 
+    @abc.abstractmethod
+    def _worst_per_gene(self) -> np.ndarray:
+        """Per objective, the most one gene in bounds can take off it."""
+
+    @property
+    def reference_point(self) -> Float[Array, " num_objectives"]:
+        """Below every genotype in bounds on every objective (see the class)."""
+        return jnp.asarray(-self.genotype_dim * self._worst_per_gene() - 1.0, jnp.float32)
+
+    @property
+    def qd_offset(self) -> float:
+        """The largest magnitude of the reference point."""
+        return float(np.max(self.genotype_dim * self._worst_per_gene() + 1.0))
+
     def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
         """`num` genotypes drawn uniformly in `[minval, maxval]^genotype_dim`."""
         return jr.uniform(key, (num, self.genotype_dim), minval=self.minval, maxval=self.maxval)
@@ -415,17 +429,8 @@ class MultiObjectiveRastrigin(_MultiObjective):
     minval: float = eqx.field(default=-2.0, static=True)
     maxval: float = eqx.field(default=4.0, static=True)
 
-    def __check_init__(self):
-        self._check()
-
-    @property
-    def reference_point(self) -> Float[Array, " num_objectives"]:
-        """Below every genotype in bounds on every objective (see the class)."""
-        return jnp.asarray(-self.genotype_dim * (self._reach() ** 2 + 20.0) - 1.0, jnp.float32)
-
-    @property
-    def qd_offset(self) -> float:
-        return float(np.max(self.genotype_dim * (self._reach() ** 2 + 20.0) + 1.0))
+    def _worst_per_gene(self) -> np.ndarray:
+        return self._reach() ** 2 + 20.0
 
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
@@ -454,17 +459,8 @@ class MultiObjectiveSphere(_MultiObjective):
     minval: float = eqx.field(default=-2.0, static=True)
     maxval: float = eqx.field(default=4.0, static=True)
 
-    def __check_init__(self):
-        self._check()
-
-    @property
-    def reference_point(self) -> Float[Array, " num_objectives"]:
-        """Below every genotype in bounds on every objective."""
-        return jnp.asarray(-self.genotype_dim * self._reach() ** 2 - 1.0, jnp.float32)
-
-    @property
-    def qd_offset(self) -> float:
-        return float(np.max(self.genotype_dim * self._reach() ** 2 + 1.0))
+    def _worst_per_gene(self) -> np.ndarray:
+        return self._reach() ** 2
 
     def __call__(
         self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey

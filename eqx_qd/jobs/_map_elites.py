@@ -20,6 +20,7 @@ from .._emitters.extraction import Extraction
 from .._map_elites import MAPElites, MAPElitesState
 from .._metrics import METRIC_NAMES, QDMetrics
 from .._misc import filter_scan
+from .._mome import MOME, MOMEState
 from .._sampling import CorrectedMetrics, Sampled
 from .._sharded import init_sharded, scan_sharded
 from .._tasks import AbstractTask
@@ -251,8 +252,30 @@ def iteration_keys(config: JobConfig, *, key: PRNGKey) -> Key[Array, " iteration
 
 
 @jit(donate="all-except-first")  # the old state's buffers are reused
-def _run_keys(algo: MAPElites, state: MAPElitesState, keys: Key[Array, " n"]):
+def _run_keys(algo: MAPElites | MOME, state: MAPElitesState | MOMEState, keys: Key[Array, " n"]):
     return filter_scan(lambda s, k: algo.update(s, key=k), state, keys)
+
+
+def loop_runners(
+    algo: MAPElites | MOME, genotypes, repertoire, *, key: PRNGKey, result, devices: int
+) -> tuple[Callable[[], Any], Callable[[Any, Key[Array, " n"]], Any], Any]:
+    """`(init, chunk, mesh)` of a QD loop job: `init()` the algorithm's `init` of `genotypes`
+    over `repertoire` (with its passive `result`), `chunk(state, keys)` the iterations of
+    `keys` in one jitted scan returning the state and the metrics history; over `devices`
+    devices (a mesh: `init_sharded` and `scan_sharded`, the history's first device row) or
+    on one (`mesh` `None`)."""
+    mesh = job_mesh(devices)
+    if mesh is None:
+        init = lambda: jit(algo.init)(genotypes, repertoire, key=key, result=result)
+        chunk = lambda state, keys: _run_keys(algo, state, keys)
+        return init, chunk, None
+    init = lambda: init_sharded(algo, genotypes, repertoire, key=key, mesh=mesh, result=result)
+
+    def chunk(state, keys):
+        state, history = scan_sharded(algo, state, mesh=mesh, keys=keys)
+        return state, jax.tree.map(lambda x: x[0], to_host(history))  # equal everywhere
+
+    return init, chunk, mesh
 
 
 class _MAPElitesPlan(typing.NamedTuple):
@@ -311,20 +334,10 @@ class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
             tessellation, num_descriptors, largest_batch=largest, key=jr.fold_in(init_key, 1)
         )
         result = config.result_for(tessellation)
-        mesh = job_mesh(config.devices)
         genotypes = task.init_genotypes(config.batch_size * config.devices, key=pop_key)
-        if mesh is None:
-            init = lambda: jit(algo.init)(genotypes, repertoire, key=init_key, result=result)
-            chunk = lambda state, keys: _run_keys(algo, state, keys)
-        else:
-            init = lambda: init_sharded(
-                algo, genotypes, repertoire, key=init_key, mesh=mesh, result=result
-            )
-
-            def chunk(state, keys):
-                state, history = scan_sharded(algo, state, mesh=mesh, keys=keys)
-                return state, jax.tree.map(lambda x: x[0], to_host(history))  # equal everywhere
-
+        init, chunk, mesh = loop_runners(
+            algo, genotypes, repertoire, key=init_key, result=result, devices=config.devices
+        )
         corrected = _corrector(config, task, key=jr.fold_in(init_key, 2))
         keys = iteration_keys(config, key=run_key)
         return _MAPElitesPlan(config, init, chunk, keys, mesh, corrected)

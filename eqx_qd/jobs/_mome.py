@@ -8,30 +8,26 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Key
 
-from .._compile import jit
 from .._emitters.mixing import MixingEmitter
 from .._metrics import check_reference_point, MOQD_METRIC_NAMES, MOQDMetrics
-from .._misc import filter_scan
 from .._mome import MOME, MOMEState
 from .._repertoire import NSGA2Repertoire, ParetoRepertoire, SPEA2Repertoire
-from .._sharded import init_sharded, scan_sharded
 from .._tasks import MultiObjectiveRastrigin, MultiObjectiveSphere
 from .._tessellation import CVTTessellation, GridTessellation
 from .._validate import fraction, non_negative, positive_int
 from .._variation import PolynomialMutation, UniformCrossover
 from ._blocks import _one_of, CellOptions, RunOptions
 from ._config import option
-from ._distributed import job_mesh, to_host
+from ._distributed import to_host
 from ._folder import RunFolder
 from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
-from ._map_elites import build_tessellation, iteration_keys
+from ._map_elites import build_tessellation, iteration_keys, loop_runners
 from ._registry import Registry
 from ._resume import RunClock
 
@@ -155,11 +151,6 @@ def _row(iteration: int, config: MOMEConfig, wall: float, metrics: MOQDMetrics) 
 _HEADER = ["iteration", "evaluations", "wall_s", *MOQD_METRIC_NAMES]
 
 
-@jit(donate="all-except-first")
-def _run_keys(algo: MOME, state: MOMEState, keys: Key[Array, " n"]):
-    return filter_scan(lambda s, k: algo.update(s, key=k), state, keys)
-
-
 class _Plan(typing.NamedTuple):
     config: MOMEConfig
     init: Callable[[], tuple[MOMEState, MOQDMetrics]]
@@ -208,19 +199,9 @@ class _MOMEJob(LoopJob[_Plan, MOMEState]):
                 repertoire = SPEA2Repertoire.empty(
                     config.population, first, m, d, config.neighbours
                 )
-        mesh = job_mesh(config.devices)
-        if mesh is None:
-            init = lambda: jit(algo.init)(genotypes, repertoire, key=init_key, result=result)
-            chunk = lambda state, keys: _run_keys(algo, state, keys)
-        else:
-            init = lambda: init_sharded(
-                algo, genotypes, repertoire, key=init_key, mesh=mesh, result=result
-            )
-
-            def chunk(state, keys):
-                state, history = scan_sharded(algo, state, mesh=mesh, keys=keys)
-                return state, jax.tree.map(lambda x: x[0], to_host(history))  # equal everywhere
-
+        init, chunk, mesh = loop_runners(
+            algo, genotypes, repertoire, key=init_key, result=result, devices=config.devices
+        )
         keys = iteration_keys(config, key=run_key)
         return _Plan(config, init, chunk, keys, mesh, algo.reference_point)
 

@@ -374,32 +374,6 @@ def test_populations_refuse_nan_and_stay_full():
     assert sorted(np.asarray(rep.genotypes)[:, 0].tolist()) == [0.0, 2.0, 4.0]
 
 
-@pytest.mark.slow  # the fast tier's sibling: tests/jobs/test_mome_job.py's GA baselines
-@pytest.mark.parametrize("population", ["nsga2", "spea2"])
-def test_ga_baselines_learn_and_report_a_pareto_grid(population):
-    task = q.MultiObjectiveSphere(genotype_dim=4)
-    emitter = q.MixingEmitter(
-        batch_size=16, variation_percentage=0.0,
-        mutation=q.PolynomialMutation(eta_m=5.0, mutation_rate=0.5, min_genotype=-2.0,
-                                      max_genotype=4.0),
-    )  # fmt: skip
-    algo = q.MOME(emitter, task, task.reference_point, front_length=4)
-    genotypes = task.init_genotypes(16, key=jr.key(0))
-    make = q.NSGA2Repertoire if population == "nsga2" else q.SPEA2Repertoire
-    rep = make.empty(16, genotypes[0], 2, 2)
-    grid = q.GridTessellation([3, 3], -2.0, 4.0)
-    with pytest.raises(ValueError, match="result=tessellation"):
-        algo.init(genotypes, rep, key=jr.key(1))
-    state, first = algo.init(genotypes, rep, key=jr.key(1), result=grid)
-    final, history = q.run_mome(algo, state, 30, key=jr.key(2))
-    population_volume = q.hypervolume(final.repertoire.objectives, task.reference_point)
-    start_volume = q.hypervolume(state.repertoire.objectives, task.reference_point)
-    assert float(population_volume) > float(start_volume)
-    assert float(history.global_hypervolume[-1]) > float(first.global_hypervolume)
-    assert float(history.moqd_score[-1]) > float(first.moqd_score)
-    assert int(jnp.sum(jnp.isfinite(final.repertoire.fitnesses))) == 16
-
-
 # The fast tier keeps the Pareto archive's laws (the populations' survivors have their
 # reference test there); the whole suite all three.
 @pytest.mark.parametrize(
