@@ -213,12 +213,20 @@ def read_cells_run(
     """The `RunResult` of a MAP-Elites-like folder (`config` with `CellOptions` and a
     `genotype_dim`): its repertoire read over the grid the config names (`num_descriptors`
     bins of `cells` within `bounds`), or over the CVT centroids the folder stores."""
-    tess = None
-    if config.uses_grid:
-        tess = GridTessellation((config.cells,) * num_descriptors, *bounds)
+    tess = folder_cells(folder, config, num_descriptors, bounds)
     genotype = lambda: jnp.zeros((config.genotype_dim,), jnp.float32)
     repertoire = read_repertoire(folder, genotype, tessellation=tess)
     return read_qd_run(folder, config, repertoire)
+
+
+def folder_cells(
+    folder: RunFolder, config: JobConfig, num_descriptors: int, bounds: tuple[float, float]
+) -> AbstractTessellation:
+    """The cells a QD run folder was written over: the grid its `config` names
+    (`num_descriptors` bins of `cells` within `bounds`), or the CVT of its `centroids.npy`."""
+    if config.uses_grid:
+        return GridTessellation((config.cells,) * num_descriptors, *bounds)
+    return CVTTessellation(folder.read_npy("centroids.npy"))
 
 
 def _row(

@@ -18,7 +18,6 @@ from .._metrics import check_reference_point, MOQD_METRIC_NAMES, MOQDMetrics
 from .._mome import MOME, MOMEState
 from .._repertoire import NSGA2Repertoire, ParetoRepertoire, SPEA2Repertoire
 from .._tasks import MultiObjectiveRastrigin, MultiObjectiveSphere
-from .._tessellation import CVTTessellation, GridTessellation
 from .._validate import fraction, non_negative, positive_int
 from .._variation import PolynomialMutation, UniformCrossover
 from ._blocks import _one_of, CellOptions, RunOptions
@@ -27,7 +26,7 @@ from ._distributed import to_host
 from ._folder import RunFolder
 from ._job import PROGRESS_FILE, register_job, RunResult
 from ._loop import Chunk, LoopJob
-from ._map_elites import build_tessellation, iteration_keys, loop_runners
+from ._map_elites import build_tessellation, folder_cells, iteration_keys, loop_runners
 from ._registry import Registry
 from ._resume import RunClock
 
@@ -254,11 +253,7 @@ class _MOMEJob(LoopJob[_Plan, MOMEState]):
 
     def load(self, folder: RunFolder, config: MOMEConfig) -> RunResult:
         task = MO_TASKS.make(config.task, genotype_dim=config.genotype_dim)
-        if config.uses_grid:
-            lo, hi = task.descriptor_bounds
-            tess = GridTessellation((config.cells,) * task.num_descriptors, lo, hi)
-        else:
-            tess = CVTTessellation(folder.read_npy("centroids.npy"))
+        tess = folder_cells(folder, config, task.num_descriptors, task.descriptor_bounds)
         genotype = jnp.zeros((config.genotype_dim,), jnp.float32)
         like = eqx.filter_eval_shape(
             lambda: ParetoRepertoire.empty(tess, genotype, task.num_objectives, config.front_length)
