@@ -222,6 +222,7 @@ def test_the_compile_cache_is_filled_once_and_reused(tmp_path):
     cache = tmp_path / "cache"
     env = {**os.environ, "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     env.pop("EQX_QD_COMPILE_CACHE")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the suite's own (conftest.py)
     # The command's own pick of the CPU fusion generator, not the suite's (conftest.py):
     # XLA_FLAGS naming the option would be the user's choice, and the command says so.
     env["XLA_FLAGS"] = " ".join(
