@@ -48,7 +48,8 @@ og_map_elites, omg_mega (pyribs' gradient-operator emitter), dms, dds (its Disco
 Search and Density Descent Search); sampling, mels (MAP-Elites-sampling and ME-LS on QDax's
 noisy arm, ``uncertain.py --speed [--mels]``);
 dns, dns_add, dns_add10k (QDax's repository DNS: ``$EQX_QD_QDAX_HEAD``, see ``dns.py``),
-dns_ribs (pyribs' ``DNSArchive``).
+dns_ribs (pyribs' ``DNSArchive``); mome (QDax's MOME example, ``mome.py --speed``); kheperax
+(Kheperax's standard maze in QDax's virtualenv, ``kheperax_maze.py --speed``).
 The default runs the MAP-Elites rows and k-means; ``--only all`` runs everything
 (about 120 minutes for 3 rounds on a 2-core CPU). Prints the machine (``lscpu``'s model name,
 family and model number, and its vector flags among avx2, avx512f, avx512_bf16 and amx_bf16),
@@ -547,6 +548,15 @@ VERSUS = {
         lambda a, s: [a.qdax_python, os.path.join(HERE, "mome.py"), "--speed", "--peer", "qdax"],
         lambda r: r["ms_per_iteration"], lambda r: r["ms_per_iteration"],
         lambda r: r["compile_s"], lambda r: r["compile_s"],
+    ),
+    "kheperax": _Versus(
+        "Kheperax standard maze, 1,000 random policies x 1,000 steps",
+        "s / batch", False, "QDax 0.5.0 + Kheperax 0.2.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "kheperax_maze.py"), "--speed"],
+        lambda a, s: [a.qdax_python, os.path.join(HERE, "kheperax_maze.py"), "--speed",
+                      "--peer", "kheperax"],
+        lambda r: r["s_per_batch"], lambda r: r["s_per_batch"],
+        lambda r: float("nan"), lambda r: float("nan"),
     ),
     "dns": _dns("loop", _DNS_LOOP, "QDax repository"),
     "dns_ribs": _dns("loop", _DNS_LOOP, "pyribs 0.12"),

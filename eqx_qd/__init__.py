@@ -17,6 +17,15 @@ RL: policy scoring, re-evaluation and the PGA-ME and ME-PBT emitters. Beside it:
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError, version as _version
 
 from . import envs as envs, internal as internal, rl as rl
+from ._benchmark_tasks import (
+    ArchimedeanSpiral as ArchimedeanSpiral,
+    Checkered as Checkered,
+    DeceptiveEvolvability as DeceptiveEvolvability,
+    EmptyCircle as EmptyCircle,
+    Islands as Islands,
+    SelfSimilar as SelfSimilar,
+    Square as Square,
+)
 from ._cma_es import CMAES as CMAES, CMAESState as CMAESState
 from ._custom_types import (
     Centroids as Centroids,
@@ -321,4 +330,11 @@ __all__ = [
     "UniformMutation",
     "UniformSelector",
     "UnstructuredRepertoire",
+    "ArchimedeanSpiral",
+    "Checkered",
+    "DeceptiveEvolvability",
+    "EmptyCircle",
+    "Islands",
+    "SelfSimilar",
+    "Square",
 ]

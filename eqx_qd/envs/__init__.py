@@ -1,6 +1,7 @@
 """Environments: the single- and multi-agent protocols, the brax QD tasks and multi-agent
-robots, the point maze, `LineTargets`, fixed-length rollouts with masking, full-episode
-evaluation, and the auto-reset stepping that training loops (yours too) are written with."""
+robots, the point maze, Kheperax's mazes, `LineTargets`, fixed-length rollouts with masking,
+full-episode evaluation, and the auto-reset stepping that training loops (yours too) are
+written with."""
 
 from ._base import (
     AbstractBaseEnv as AbstractBaseEnv,
@@ -19,6 +20,11 @@ from ._base import (
 )
 from ._brax import BraxQDEnv as BraxQDEnv
 from ._brax_multi_agent import BraxMultiAgentEnv as BraxMultiAgentEnv
+from ._kheperax import (
+    KHEPERAX_MAPS as KHEPERAX_MAPS,
+    KheperaxMap as KheperaxMap,
+    KheperaxMaze as KheperaxMaze,
+)
 from ._line_targets import LineTargets as LineTargets
 from ._multi_agent import (
     AbstractMultiAgentEnv as AbstractMultiAgentEnv,
@@ -68,4 +74,7 @@ __all__ = [
     "training_reset",
     "TrainingEnvState",
     "Transition",
+    "KHEPERAX_MAPS",
+    "KheperaxMap",
+    "KheperaxMaze",
 ]

@@ -611,7 +611,7 @@ class _ExternalJob(LoopJob[_ExternalPlan, MAPElitesState | _Ahead]):
 
     def load(self, folder: RunFolder, config) -> RunResult:
         bounds = (config.descriptor_min, config.descriptor_max)
-        return read_cells_run(folder, config, config.num_descriptors, bounds)
+        return read_cells_run(folder, config, config.num_descriptors, bounds, config.genotype_dim)
 
     def summary(self, result: RunResult) -> str:
         failed = int(result.last["failed"])

@@ -52,7 +52,9 @@ class MAPElitesConfig(EmitterOptions, CellOptions, RepertoireOptions, NoiseOptio
     JOB: ClassVar[str] = "map-elites"
 
     task: str = option("rastrigin", "pure-JAX task", check=TASKS.check())
-    genotype_dim: int = option(100, "genes per genotype", check=positive_int)
+    genotype_dim: int | None = option(
+        None, "genes per genotype (default: the task's own)", check=positive_int
+    )
     batch_size: int = option(
         1024, "candidates per iteration", check=positive_int, aliases=("--batch",)
     )
@@ -165,7 +167,7 @@ def build_map_elites(
     """The algorithm (the task is its scoring function) and the task: `task`, or the
     config's registered one, `Sampled` with `samples` above 1 (`NoiseOptions`)."""
     if task is None:
-        task = make_task(config.task, genotype_dim=config.genotype_dim)
+        task = config_task(config)
     samples = getattr(config, "samples", 1)
     if samples > 1:
         task = Sampled(task, samples, config.estimator, config.estimator)
@@ -196,6 +198,13 @@ def build_map_elites(
     return MAPElites(emitter, task, task.qd_offset, axis_name=axis, **annealing), task
 
 
+def config_task(config: JobConfig) -> AbstractTask:
+    """The registered task a config names, with its `genotype_dim` when it gives one (else
+    the task's own size: 100 for rastrigin, 8 for the arm, 1 for the spiral...)."""
+    size = config.genotype_dim
+    return make_task(config.task, **({} if size is None else {"genotype_dim": size}))
+
+
 def extracted_per_batch(batch_size: int, extraction: float) -> int:
     """How many of a batch of `batch_size` re-score elites under Extract-ME: the `extraction`
     share, rounded, at least one and leaving at least one offspring."""
@@ -208,13 +217,18 @@ def extracted_per_batch(batch_size: int, extraction: float) -> int:
 
 
 def read_cells_run(
-    folder: RunFolder, config: JobConfig, num_descriptors: int, bounds: tuple[float, float]
+    folder: RunFolder,
+    config: JobConfig,
+    num_descriptors: int,
+    bounds: tuple[float, float],
+    genotype_dim: int,
 ) -> RunResult:
-    """The `RunResult` of a MAP-Elites-like folder (`config` with `CellOptions` and a
-    `genotype_dim`): its repertoire read over the grid the config names (`num_descriptors`
-    bins of `cells` within `bounds`), or over the CVT centroids the folder stores."""
+    """The `RunResult` of a MAP-Elites-like folder (`config` with `CellOptions`): its
+    repertoire of genotypes of `genotype_dim` genes read over the grid the config names
+    (`num_descriptors` bins of `cells` within `bounds`), or over the CVT centroids the folder
+    stores."""
     tess = folder_cells(folder, config, num_descriptors, bounds)
-    genotype = lambda: jnp.zeros((config.genotype_dim,), jnp.float32)
+    genotype = lambda: jnp.zeros((genotype_dim,), jnp.float32)
     repertoire = read_repertoire(folder, genotype, tessellation=tess)
     return read_qd_run(folder, config, repertoire)
 
@@ -390,8 +404,10 @@ class _MAPElitesJob(LoopJob[_MAPElitesPlan, MAPElitesState]):
         )
 
     def load(self, folder: RunFolder, config) -> RunResult:
-        task = make_task(config.task, genotype_dim=config.genotype_dim)
-        return read_cells_run(folder, config, task.num_descriptors, task.descriptor_bounds)
+        task = config_task(config)
+        return read_cells_run(
+            folder, config, task.num_descriptors, task.descriptor_bounds, task.genotype_dim
+        )
 
     def summary(self, result: RunResult) -> str:
         return qd_summary(result)

@@ -23,6 +23,17 @@ from typing import Any, Generic, TypeVar
 
 import jax
 
+from .._benchmark_tasks import (
+    ArchimedeanSpiral,
+    Checkered,
+    DeceptiveEvolvability,
+    EmptyCircle,
+    Islands,
+    SelfSimilar,
+    SPIRAL_DESCRIPTORS,
+    SPIRAL_GENES,
+    Square,
+)
 from .._emitters.base import AbstractEmitter
 from .._emitters.evolution_strategy import EvolutionStrategyEmitter
 from .._emitters.gradient_arborescence import GradientArborescenceEmitter
@@ -33,6 +44,7 @@ from .._variation import GaussianMutation, IsoLineVariation
 from ..envs._base import AbstractEnv
 from ..envs._brax import BraxQDEnv, QD_BRAX_TASKS
 from ..envs._brax_multi_agent import BraxMultiAgentEnv, MA_BRAX_TASKS
+from ..envs._kheperax import KHEPERAX_MAPS, KheperaxMaze
 from ..envs._line_targets import LineTargets
 from ..envs._multi_agent import AbstractMultiAgentEnv, TimeLimit
 from ..envs._point_maze import PointMaze
@@ -208,6 +220,44 @@ ENVIRONMENTS.register(
 )
 
 
+def _kheperax(maze: str, task: str, quad: bool) -> Callable[..., KheperaxMaze]:
+    def make(
+        *, episode_length: int = 1000, reset_noise: bool = False, obs_noise: float = 0.0
+    ) -> KheperaxMaze:
+        # With reset noise the start is drawn within 0.01 of Kheperax's; obs noise is its
+        # lasers' sensor noise.
+        return KheperaxMaze(
+            maze=maze,
+            task=task,
+            quad=quad,
+            length=episode_length,
+            reset_noise=0.01 if reset_noise else 0.0,
+            laser_noise=obs_noise,
+        )
+
+    return make
+
+
+_KHEPERAX_TASKS = {
+    "plain": "minus the squared wheel speeds",
+    "target": "reward minus the distance to the target",
+    "final_distance": "the final distance to the target",
+}
+for _quad in (False, True):
+    for _maze in KHEPERAX_MAPS:
+        for _task, _what in _KHEPERAX_TASKS.items():
+            _env_name = "_".join(
+                ["kheperax", *(["quad"] if _quad else []), _maze]
+                + ([] if _task == "plain" else [_task])
+            )
+            ENVIRONMENTS.register(
+                _env_name,
+                _kheperax(_maze, _task, _quad),
+                help=f"Kheperax's {'quad ' if _quad else ''}{_maze} maze, {_what}",
+                tags=("qd",),
+            )
+
+
 def _brax_qd(name: str) -> Callable[..., BraxQDEnv]:
     def make(
         *, episode_length: int = 1000, reset_noise: bool = False, obs_noise: float = 0.0
@@ -293,6 +343,79 @@ for _k in (10, 20, 50):
         _projected,
         help=f"the projected sphere with {_k} descriptors (Discount Model Search's {_k}-D LP)",
     )
+
+
+for _name, _cls, _help in (
+    ("square", Square, "fitness 1 - prod(x), descriptors sin(5x)"),
+    ("checkered", Checkered, "fitness prod(sin(50x)), descriptors sin(5x)"),
+    ("empty_circle", EmptyCircle, "fitness a ring around the centre, descriptors sin(40x)"),
+    ("islands", Islands, "fitness prod(x), descriptors the genes rounded to tenths"),
+):
+
+    def _hypervolume(*, genotype_dim: int = 2, _cls: type[AbstractTask] = _cls) -> AbstractTask:
+        return _cls(genotype_dim=genotype_dim)  # type: ignore[call-arg]
+
+    TASKS.register(_name, _hypervolume, help=f"Mouret's hypervolume function {_name}: {_help}")
+
+
+def _continuous_islands(*, genotype_dim: int = 2) -> AbstractTask:
+    return Islands(genotype_dim=genotype_dim, continuous=True)
+
+
+TASKS.register(
+    "continuous_islands",
+    _continuous_islands,
+    help="Mouret's islands with continuous descriptors x - sin(20 pi x) / (20 pi)",
+)
+
+
+def _fixed_size(name: str, size: int, genotype_dim: int) -> None:
+    if genotype_dim != size:
+        raise ValueError(
+            f"task {name!r} has {size} gene{'s' if size > 1 else ''} per genotype; "
+            f"genotype_dim {genotype_dim} asks for another size"
+        )
+
+
+for _genes in SPIRAL_GENES:
+    for _descriptor in SPIRAL_DESCRIPTORS:
+        _spiral_name = f"archimedean_spiral_{_genes}_{_descriptor}"
+
+        def _spiral(
+            *, genotype_dim: int = 1, _g: str = _genes, _d: str = _descriptor, _n=_spiral_name
+        ) -> AbstractTask:
+            _fixed_size(_n, 1, genotype_dim)
+            return ArchimedeanSpiral(genes=_g, descriptor=_d)
+
+        TASKS.register(
+            _spiral_name,
+            _spiral,
+            help=f"the QD-suite's Archimedean spiral, the {_genes.replace('_', ' ')} as gene, "
+            f"{_descriptor} descriptor (fitness 1)",
+        )
+
+
+def _ssf(*, genotype_dim: int = 1) -> AbstractTask:
+    return SelfSimilar(genotype_dim=genotype_dim)
+
+
+TASKS.register(
+    "ssf",
+    _ssf,
+    help="the QD-suite's self-similar function: the norm, frozen on ever longer plateaus",
+)
+
+
+def _deceptive(*, genotype_dim: int = 2) -> AbstractTask:
+    _fixed_size("deceptive_evolvability", 2, genotype_dim)
+    return DeceptiveEvolvability()
+
+
+TASKS.register(
+    "deceptive_evolvability",
+    _deceptive,
+    help="the QD-suite's deceptive evolvability: a 2-gene mixture of two Gaussian hills",
+)
 
 
 def _off_policy(cls: type[AbstractOffPolicyAgent], **fixed: Any) -> Callable[..., AbstractAgent]:

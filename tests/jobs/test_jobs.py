@@ -448,3 +448,22 @@ def test_a_multi_process_run_takes_every_device_unless_told(monkeypatch):
     assert across_processes(default).devices == 4
     assert across_processes(jobs.MAPElitesConfig(devices=2)).devices == 2
     assert across_processes(jobs.PBTConfig()).devices is None  # (its own automatic choice)
+
+
+def test_the_map_elites_job_runs_the_qd_suite_by_name_at_its_own_size(tmp_path):
+    """No genotype_dim: each task's own (1 gene for the spiral, 2 for the others here); a
+    size the task cannot take is named."""
+    for task in ("archimedean_spiral_arc_length_euclidean", "deceptive_evolvability", "islands"):
+        config = jobs.MAPElitesConfig(
+            task=task, grid=True, cells=8, batch_size=16, iterations=4, log_every=2,
+            emitter="gaussian",
+        )  # fmt: skip
+        result = jobs.run(config, tmp_path / task, progress=False, plots=False)
+        assert result.repertoire.genotypes.shape[1:] == (jobs.make_task(task).genotype_dim,)
+        assert result.progress["coverage"][-1] > 0
+        back = jobs.load_run(tmp_path / task)
+        assert back.repertoire.genotypes.shape == result.repertoire.genotypes.shape
+    with pytest.raises(ValueError, match="'deceptive_evolvability' has 2 genes per genotype"):
+        jobs.make_task("deceptive_evolvability", genotype_dim=5)
+    with pytest.raises(ValueError, match="'archimedean_spiral_angle_geodesic' has 1 gene per"):
+        jobs.make_task("archimedean_spiral_angle_geodesic", genotype_dim=100)

@@ -265,6 +265,16 @@ ENVS = {
     "line_targets": TEAM,
     "walk": Walk(),
     "single_agent_view": q.envs.SingleAgentView(q.envs.PointMaze(length=12)),
+    "kheperax": q.envs.KheperaxMaze(length=12),
+    "kheperax_noisy_quad": q.envs.KheperaxMaze(
+        "snake",
+        "final_distance",
+        quad=True,
+        length=12,
+        laser_noise=0.01,
+        wheel_noise=0.005,
+        reset_noise=0.01,
+    ),
 }
 
 
