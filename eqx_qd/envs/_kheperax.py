@@ -112,7 +112,9 @@ class KheperaxMaze(AbstractQDEnv):
     ("plain"), `quad` (False), `length` (1,000 steps), `action_scale` (0.025),
     `laser_noise` (Kheperax's sensor noise, std on the lasers), `wheel_noise` (std on the
     wheel speeds), `reset_noise` (the start drawn uniformly within this distance of
-    Kheperax's, in each coordinate; 0: Kheperax's fixed start).
+    Kheperax's, in each coordinate; 0: Kheperax's fixed start), `minus_one_out_of_range`
+    (False: a laser that hits nothing reads its range; True: -1, Kheperax's
+    `lasers_return_minus_one_if_out_of_range`, which its examples turn on).
     """
 
     maze: str = eqx.field(default="standard", static=True)
@@ -123,6 +125,7 @@ class KheperaxMaze(AbstractQDEnv):
     laser_noise: float = eqx.field(default=0.0, static=True)
     wheel_noise: float = eqx.field(default=0.0, static=True)
     reset_noise: float = eqx.field(default=0.0, static=True)
+    minus_one_out_of_range: bool = eqx.field(default=False, static=True)
 
     radius = 0.015
     laser_range = 0.2
@@ -272,8 +275,9 @@ class KheperaxMaze(AbstractQDEnv):
         if self.laser_noise > 0:  # static: the noiseless task draws nothing
             measure = measure + jr.normal(key, measure.shape) * self.laser_noise
         measure = jnp.maximum(measure, 0.0)
-        measure = jnp.where(jnp.isinf(measure), r, measure)
-        return jnp.where(measure > r, r, measure)
+        missed = -1.0 if self.minus_one_out_of_range else r
+        measure = jnp.where(jnp.isinf(measure), missed, measure)
+        return jnp.where(measure > r, missed, measure)
 
     def _move(self, x, y, angle, d_l, d_r):
         """Kheperax's differential drive: an arc of the wheels' turn, or a straight line when

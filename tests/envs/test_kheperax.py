@@ -110,6 +110,13 @@ def test_lasers_and_bumpers_read_the_walls():
     assert np.asarray(states[8].obs)[3:].tolist() == [-1.0, -1.0]  # still clear
 
 
+def test_a_laser_that_hits_nothing_reads_its_range_or_minus_one():
+    far = q.envs.KheperaxMaze("pointmaze", quad=True)  # the centre: every wall beyond 0.2
+    assert np.asarray(far.reset(key=jr.key(0)).obs)[:3].tolist() == pytest.approx([0.2] * 3)
+    blind = q.envs.KheperaxMaze("pointmaze", quad=True, minus_one_out_of_range=True)
+    assert np.asarray(blind.reset(key=jr.key(0)).obs)[:3].tolist() == [-1.0] * 3
+
+
 def test_the_descriptor_is_the_position_before_the_last_step():
     env = q.envs.KheperaxMaze(length=5)
     descs = jnp.asarray(np.arange(10, dtype=np.float32).reshape(5, 2))
