@@ -10,9 +10,10 @@ QDax's outputs. QDax's QD-suite tasks score every genotype 1: they measure explo
 coverage of the descriptor space), not optimisation, so their QD-score is their coverage.
 """
 
+import abc
 import math
 import typing
-from typing import Any
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -27,9 +28,12 @@ from ._tasks import _check_dim, _check_genotypes, AbstractTask, uniform_genotype
 
 class _Hypervolume(AbstractTask):
     """Shared by Mouret's functions: genes meant in `[0, 1]^n` (not clipped, as in QDax), one
-    descriptor per gene, fitness and descriptors per genotype."""
+    descriptor per gene; a function gives its scores (`_scores`), its descriptor bounds and
+    its QD offset."""
 
     genotype_dim: eqx.AbstractVar[int]
+    bounds: eqx.AbstractClassVar[tuple[float, float]]
+    offset: eqx.AbstractClassVar[float]
 
     def __check_init__(self):
         _check_dim(type(self).__name__, self.genotype_dim, 1)
@@ -38,9 +42,29 @@ class _Hypervolume(AbstractTask):
     def num_descriptors(self) -> int:
         return self.genotype_dim
 
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        return self.bounds
+
+    @property
+    def qd_offset(self) -> float:
+        return self.offset
+
     def init_genotypes(self, num: int, *, key: PRNGKey) -> Float[Array, "{num} genotype_dim"]:
         """`num` genotypes drawn uniformly in `[0, 1]^genotype_dim`."""
         return uniform_genotypes(self, num, key=key)
+
+    @abc.abstractmethod
+    def _scores(
+        self, x: Float[Array, "batch genotype_dim"]
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch genotype_dim"]]:
+        """The fitnesses and descriptors of the genotypes `x`."""
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, " batch"], Float[Array, "batch genotype_dim"], None]:
+        _check_genotypes(self, genotypes)
+        return (*self._scores(genotypes), None)
 
 
 @typing.final
@@ -53,20 +77,11 @@ class Square(_Hypervolume):
     """
 
     genotype_dim: int = eqx.field(default=2, static=True)
+    bounds: ClassVar[tuple[float, float]] = (-1.0, 1.0)
+    offset: ClassVar[float] = 0.0
 
-    @property
-    def descriptor_bounds(self) -> tuple[float, float]:
-        return (-1.0, 1.0)
-
-    @property
-    def qd_offset(self) -> float:
-        return 0.0
-
-    def __call__(
-        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
-    ) -> tuple[Float[Array, " batch"], Float[Array, "batch genotype_dim"], None]:
-        _check_genotypes(self, genotypes)
-        return 1.0 - jnp.prod(genotypes, axis=-1), jnp.sin(5.0 * genotypes), None
+    def _scores(self, x):
+        return 1.0 - jnp.prod(x, axis=-1), jnp.sin(5.0 * x)
 
 
 @typing.final
@@ -79,21 +94,11 @@ class Checkered(_Hypervolume):
     """
 
     genotype_dim: int = eqx.field(default=2, static=True)
+    bounds: ClassVar[tuple[float, float]] = (-1.0, 1.0)
+    offset: ClassVar[float] = 1.0
 
-    @property
-    def descriptor_bounds(self) -> tuple[float, float]:
-        return (-1.0, 1.0)
-
-    @property
-    def qd_offset(self) -> float:
-        return 1.0
-
-    def __call__(
-        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
-    ) -> tuple[Float[Array, " batch"], Float[Array, "batch genotype_dim"], None]:
-        _check_genotypes(self, genotypes)
-        fitnesses = jnp.prod(jnp.sin(genotypes * 50.0), axis=-1)
-        return fitnesses, jnp.sin(genotypes * 5.0), None
+    def _scores(self, x):
+        return jnp.prod(jnp.sin(x * 50.0), axis=-1), jnp.sin(x * 5.0)
 
 
 @typing.final
@@ -107,22 +112,13 @@ class EmptyCircle(_Hypervolume):
     """
 
     genotype_dim: int = eqx.field(default=2, static=True)
+    bounds: ClassVar[tuple[float, float]] = (-1.0, 1.0)
+    offset: ClassVar[float] = 0.0
 
-    @property
-    def descriptor_bounds(self) -> tuple[float, float]:
-        return (-1.0, 1.0)
-
-    @property
-    def qd_offset(self) -> float:
-        return 0.0
-
-    def __call__(
-        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
-    ) -> tuple[Float[Array, " batch"], Float[Array, "batch genotype_dim"], None]:
-        _check_genotypes(self, genotypes)
-        distance = jnp.linalg.norm(genotypes - 0.5, axis=-1)
+    def _scores(self, x):
+        distance = jnp.linalg.norm(x - 0.5, axis=-1)
         fitnesses = jnp.exp(-((distance - 0.5) ** 2.0) / (2.0 * 0.3**2.0))
-        return fitnesses, jnp.sin(40.0 * genotypes), None
+        return fitnesses, jnp.sin(40.0 * x)
 
 
 @typing.final
@@ -138,25 +134,14 @@ class Islands(_Hypervolume):
 
     genotype_dim: int = eqx.field(default=2, static=True)
     continuous: bool = eqx.field(default=False, static=True)
+    bounds: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    offset: ClassVar[float] = 0.0
 
-    @property
-    def descriptor_bounds(self) -> tuple[float, float]:
-        return (0.0, 1.0)
-
-    @property
-    def qd_offset(self) -> float:
-        return 0.0
-
-    def __call__(
-        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
-    ) -> tuple[Float[Array, " batch"], Float[Array, "batch genotype_dim"], None]:
-        _check_genotypes(self, genotypes)
+    def _scores(self, x):
         if self.continuous:
             wave = 20.0 * jnp.pi
-            descriptors = genotypes - jnp.sin(wave * genotypes) / wave
-        else:
-            descriptors = jnp.round(10.0 * genotypes) / 10.0
-        return jnp.prod(genotypes, axis=-1), descriptors, None
+            return jnp.prod(x, axis=-1), x - jnp.sin(wave * x) / wave
+        return jnp.prod(x, axis=-1), jnp.round(10.0 * x) / 10.0
 
 
 SPIRAL_GENES = ("angle", "arc_length")
