@@ -1,7 +1,9 @@
 """The MAP-Elites loop: a stateless algorithm module, its state, and a jitted scan runner."""
 
+import abc
 import typing
 from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import equinox as eqx
 import jax
@@ -95,8 +97,118 @@ class Asked(eqx.Module):
     update_key: PRNGKey
 
 
+_State = TypeVar("_State")
+_Metrics = TypeVar("_Metrics")
+
+
+class AbstractQDLoop(eqx.Module, Generic[_State, _Metrics]):
+    """What the QD loops share (`MAPElites`, `MOME`): an `emitter`, a `scoring_fn`, an
+    `axis_name` (the mesh axis under `shard_map`, or `None`), and the iteration built on
+    `ask` and `tell`. A loop implements `init_scored` (its archive from a scored population)
+    and `tell` (a scored batch inserted, the emitter updated); `init`, `ask`, `step` and
+    `update` come from here, the same for every loop."""
+
+    emitter: eqx.AbstractVar[AbstractEmitter]
+    scoring_fn: eqx.AbstractVar[Callable[..., tuple[Any, Any, Extra]]]
+    axis_name: eqx.AbstractVar[str | None]
+
+    def _device_key(self, key: PRNGKey) -> PRNGKey:
+        """`key`, folded with this device's index under an axis (each device its own)."""
+        if self.axis_name is None:
+            return key
+        return jr.fold_in(key, jax.lax.axis_index(self.axis_name))
+
+    def _own(self, tree: PyTree, n: int) -> PyTree:
+        """This device's `n` rows of a batch gathered over the axis."""
+        if self.axis_name is None:
+            return tree
+        start = jax.lax.axis_index(self.axis_name) * n
+        return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, n), tree)
+
+    def init(
+        self,
+        genotypes: Genotypes,
+        repertoire: AbstractTessellation | AbstractRepertoire,
+        *,
+        key: PRNGKey,
+        result: AbstractTessellation | None = None,
+    ) -> tuple[_State, _Metrics]:
+        """Score the initial population `genotypes` (any pytree with a leading batch axis)
+        with the scoring function, under the first half of `jr.split(key)`, and build the
+        archive and the emitter state from it: `init_scored` with those scores, which says
+        what `repertoire` (a tessellation, or a repertoire whose settings are kept), `key`
+        and `result` (a passive archive over a tessellation, which the metrics report) are.
+
+        **Returns:** the state and the metrics of the reported archive.
+        """
+        score_key, _ = jr.split(self._device_key(key))
+        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
+        return self.init_scored(
+            genotypes, descriptors, fitnesses, repertoire, extra, key=key, result=result
+        )
+
+    @abc.abstractmethod
+    def init_scored(
+        self,
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Any,
+        repertoire: AbstractTessellation | AbstractRepertoire,
+        extra: Extra = None,
+        *,
+        key: PRNGKey,
+        result: AbstractTessellation | None = None,
+    ) -> tuple[_State, _Metrics]:
+        """`init` from a population scored elsewhere: `genotypes` with their `descriptors`,
+        `fitnesses` and scoring `extra`; `repertoire`, `key` and `result` as the loop
+        documents them."""
+
+    def ask(self, state: _State, *, key: PRNGKey) -> tuple[Genotypes, "Asked"]:
+        """The first half of an iteration: the emitter's batch of candidates to evaluate,
+        and what `tell` needs with their scores (`Asked`: the emitter's extra and the keys),
+        given the loop's `state` and a PRNG `key`.
+
+        `ask`, an evaluation of the candidates, then `tell` is `step`: with the scoring
+        function called as `scoring_fn(genotypes, key=asked.score_key)`, the states are
+        exactly those of `step` with the same keys (and of `run`, within its caveat). Pure
+        and jittable; the evaluation in between may be anything (NumPy, a simulator, a
+        subprocess)."""
+        emit_key, score_key, update_key = jr.split(self._device_key(key), 3)
+        genotypes, emit_extra = self.emitter.emit(
+            state.repertoire, state.emitter_state, key=emit_key
+        )
+        return genotypes, Asked(emit_extra, score_key, update_key)
+
+    @abc.abstractmethod
+    def tell(
+        self,
+        state: _State,
+        asked: "Asked",
+        genotypes: Genotypes,
+        descriptors: Float[Array, "batch num_descriptors"],
+        fitnesses: Any,
+        extra: Extra = None,
+    ) -> tuple[_State, _Metrics, "StepInfo"]:
+        """The second half of an iteration: insert the batch `ask` returned (`genotypes`),
+        scored (`descriptors`, `fitnesses`, the scoring's `extra`), into `state`, and update
+        the emitter with `asked`."""
+
+    def step(self, state: _State, *, key: PRNGKey) -> tuple[_State, _Metrics, "StepInfo"]:
+        """One iteration from `state` with a PRNG `key`, also returning the per-candidate
+        `StepInfo`: `ask`, the scoring function, `tell`."""
+        genotypes, asked = self.ask(state, key=key)
+        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=asked.score_key)
+        return self.tell(state, asked, genotypes, descriptors, fitnesses, extra)
+
+    def update(self, state: _State, *, key: PRNGKey) -> tuple[_State, _Metrics]:
+        """One iteration from `state` with a PRNG `key`: the new state and the metrics of the
+        reported archive."""
+        new_state, metrics, _ = self.step(state, key=key)
+        return new_state, metrics
+
+
 @typing.final
-class MAPElites(eqx.Module):
+class MAPElites(AbstractQDLoop[MAPElitesState, QDMetrics]):
     """MAP-Elites: emit a batch, score it, insert it, update the emitter, report metrics.
 
     Stateless: the run lives in `MAPElitesState`. `init` and `update` are pure; wrap them in
@@ -171,47 +283,10 @@ class MAPElites(eqx.Module):
             raise TypeError(f"MAPElites.scoring_fn must be callable, got {self.scoring_fn!r}")
         check.finite("MAPElites.qd_offset", self.qd_offset)
 
-    def _device_key(self, key: PRNGKey) -> PRNGKey:
-        if self.axis_name is None:
-            return key
-        return jr.fold_in(key, jax.lax.axis_index(self.axis_name))
-
     def _first_id(self, state_evaluations, n: int):
         if self.axis_name is None:
             return state_evaluations
         return state_evaluations + jax.lax.axis_index(self.axis_name) * n
-
-    def init(
-        self,
-        genotypes: Genotypes,
-        repertoire: AbstractTessellation | AbstractRepertoire,
-        *,
-        key: PRNGKey,
-        result: AbstractTessellation | None = None,
-    ) -> tuple[MAPElitesState, QDMetrics]:
-        """Score the initial population `genotypes` (any pytree with a leading batch axis)
-        and build the repertoire and the emitter state from it.
-
-        **Arguments:**
-
-        - `genotypes`: the initial population.
-        - `repertoire`: a tessellation (the archive is then a `MAPElitesRepertoire` over it,
-          annealing under CMA-MAE), or any `AbstractRepertoire` (`DNSRepertoire`,
-          `UnstructuredRepertoire`, your own): its settings are kept and its slots shaped after
-          the population (`AbstractRepertoire.emptied`).
-        - `key`: a PRNG key.
-        - `result`: a tessellation over which a passive elitist archive receives every
-          candidate and is what the metrics report (`MAPElitesState.result`): the fair
-          QD-score of a repertoire without cells. CMA-MAE makes one over its own tessellation
-          unless this is given.
-
-        **Returns:** the state and the metrics of the first reported archive.
-        """
-        score_key, _ = jr.split(self._device_key(key))
-        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
-        return self.init_scored(
-            genotypes, descriptors, fitnesses, repertoire, extra, key=key, result=result
-        )
 
     def init_scored(
         self,
@@ -224,11 +299,27 @@ class MAPElites(eqx.Module):
         key: PRNGKey,
         result: AbstractTessellation | None = None,
     ) -> tuple[MAPElitesState, QDMetrics]:
-        """`init` from an initial population scored elsewhere (ask / tell's first step):
-        `genotypes` with their `descriptors`, `fitnesses` and scoring `extra`; `repertoire`,
-        `key` and `result` as in `init`. With the scores `init` would compute (its scoring
-        function called with the first half of `jr.split(key)`), the state is `init`'s. A
-        candidate whose evaluation failed takes a -inf or NaN fitness and is not stored."""
+        """`init` from an initial population scored elsewhere (ask / tell's first step). With
+        the scores `init` would compute (its scoring function called with the first half of
+        `jr.split(key)`), the state is `init`'s. A candidate whose evaluation failed takes a
+        -inf or NaN fitness and is not stored.
+
+        **Arguments:**
+
+        - `genotypes`: the initial population (any pytree with a leading batch axis), with
+          its `descriptors`, `fitnesses` and the scoring's `extra`.
+        - `repertoire`: a tessellation (the archive is then a `MAPElitesRepertoire` over it,
+          annealing under CMA-MAE), or any `AbstractRepertoire` (`DNSRepertoire`,
+          `UnstructuredRepertoire`, your own): its settings are kept and its slots shaped after
+          the population (`AbstractRepertoire.emptied`).
+        - `key`: a PRNG key (its second half seeds the emitter).
+        - `result`: a tessellation over which a passive elitist archive receives every
+          candidate and is what the metrics report (`MAPElitesState.result`): the fair
+          QD-score of a repertoire without cells. CMA-MAE makes one over its own tessellation
+          unless this is given.
+
+        **Returns:** the state and the metrics of the first reported archive.
+        """
         _, emitter_key = jr.split(self._device_key(key))
         n = fitnesses.shape[0]
         ids = self._first_id(jnp.zeros((), jnp.int32), n) + jnp.arange(n, dtype=jnp.int32)
@@ -297,21 +388,6 @@ class MAPElites(eqx.Module):
         state = MAPElitesState(built, emitter_state, 0, every[2].shape[0], passive)
         return state, qd_metrics(state.elites, self.qd_offset)
 
-    def ask(self, state: MAPElitesState, *, key: PRNGKey) -> tuple[Genotypes, "Asked"]:
-        """The first half of an iteration: the emitter's batch of candidates to evaluate,
-        and what `tell` needs with their scores (`Asked`: the emitter's extra and the keys).
-
-        `ask`, an evaluation of the candidates, then `tell` is `step`: with the scoring
-        function called as `scoring_fn(genotypes, key=asked.score_key)`, the states are
-        exactly those of `step` with the same keys (and of `run`, within its caveat). Pure
-        and jittable; the evaluation in between may be anything (NumPy, a simulator, a
-        subprocess)."""
-        emit_key, score_key, update_key = jr.split(self._device_key(key), 3)
-        genotypes, emit_extra = self.emitter.emit(
-            state.repertoire, state.emitter_state, key=emit_key
-        )
-        return genotypes, Asked(emit_extra, score_key, update_key)
-
     def tell(
         self,
         state: MAPElitesState,
@@ -354,10 +430,7 @@ class MAPElites(eqx.Module):
         if result is not None:
             result, result_info = result.add(all_g, all_d, all_f, ids_or_none)
         # Each device's emitter learns from its own slice of the gathered batch.
-        own_info = add_info
-        if self.axis_name is not None:
-            start = jax.lax.axis_index(self.axis_name) * n
-            own_info = jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, n), add_info)
+        own_info = self._own(add_info, n)
         emitter_state = self.emitter.state_update(
             state.emitter_state,
             repertoire,
@@ -379,20 +452,6 @@ class MAPElites(eqx.Module):
         reported = add_info if result is None else result_info
         info = StepInfo(all_f, all_d, reported, all_extra, all_ids)
         return new_state, qd_metrics(new_state.elites, self.qd_offset), info
-
-    def step(
-        self, state: MAPElitesState, *, key: PRNGKey
-    ) -> tuple[MAPElitesState, QDMetrics, StepInfo]:
-        """One iteration, also returning the per-candidate `StepInfo`: `ask`, the scoring
-        function, `tell`."""
-        genotypes, asked = self.ask(state, key=key)
-        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=asked.score_key)
-        return self.tell(state, asked, genotypes, descriptors, fitnesses, extra)
-
-    def update(self, state: MAPElitesState, *, key: PRNGKey) -> tuple[MAPElitesState, QDMetrics]:
-        """One iteration: the new state and the metrics of the new repertoire."""
-        new_state, metrics, _ = self.step(state, key=key)
-        return new_state, metrics
 
 
 @jit

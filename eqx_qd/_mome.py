@@ -5,7 +5,6 @@ import typing
 from collections.abc import Callable
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, Int, PyTree
@@ -14,7 +13,7 @@ from . import _validate as check
 from ._compile import jit
 from ._custom_types import Extra, Genotypes, PRNGKey
 from ._emitters.base import AbstractEmitter
-from ._map_elites import Asked, StepInfo
+from ._map_elites import AbstractQDLoop, Asked, StepInfo
 from ._metrics import moqd_metrics, MOQDMetrics
 from ._misc import f32, filter_scan, i32, tree_all_gather, tree_take
 from ._repertoire import AbstractMultiObjectiveRepertoire, ParetoRepertoire
@@ -52,7 +51,7 @@ class MOMEState(eqx.Module):
 
 
 @typing.final
-class MOME(eqx.Module):
+class MOME(AbstractQDLoop[MOMEState, MOQDMetrics]):
     """MOME: emit a batch, score its objective vectors, insert it into the cells' Pareto
     fronts, update the emitter, report `MOQDMetrics`.
 
@@ -100,18 +99,6 @@ class MOME(eqx.Module):
         """The length of the reference point."""
         return self.reference_point.shape[0]
 
-    def _device_key(self, key: PRNGKey) -> PRNGKey:
-        if self.axis_name is None:
-            return key
-        return jr.fold_in(key, jax.lax.axis_index(self.axis_name))
-
-    def _own(self, tree, n: int):
-        """This device's `n` rows of a batch gathered over the axis."""
-        if self.axis_name is None:
-            return tree
-        start = jax.lax.axis_index(self.axis_name) * n
-        return jax.tree.map(lambda x: jax.lax.dynamic_slice_in_dim(x, start, n), tree)
-
     def _scored(self, fitnesses, where: str):
         m = self.num_objectives
         if jnp.ndim(fitnesses) != 2 or jnp.shape(fitnesses)[1] != m:
@@ -119,27 +106,6 @@ class MOME(eqx.Module):
                 f"{where}: the scoring function must return objectives of shape (batch, {m}) "
                 f"(the reference point has {m}), got {jnp.shape(fitnesses)}"
             )
-
-    def init(
-        self,
-        genotypes: Genotypes,
-        repertoire: AbstractTessellation | AbstractMultiObjectiveRepertoire,
-        *,
-        key: PRNGKey,
-        result: AbstractTessellation | None = None,
-    ) -> tuple[MOMEState, MOQDMetrics]:
-        """Score the initial population `genotypes` and build the archive and the emitter
-        state from it. `repertoire`: a tessellation (fronts of `front_length`), or any
-        `AbstractMultiObjectiveRepertoire` (a `ParetoRepertoire`, a population) whose
-        settings are kept and whose slots are shaped after the population. `key`: a PRNG key.
-        `result`: a tessellation over which a passive `ParetoRepertoire` of `front_length`
-        receives every candidate and is what the metrics report (required with a
-        population). **Returns:** the state and the metrics."""
-        score_key, _ = jr.split(self._device_key(key))
-        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=score_key)
-        return self.init_scored(
-            genotypes, descriptors, fitnesses, repertoire, extra, key=key, result=result
-        )
 
     def init_scored(
         self,
@@ -153,8 +119,14 @@ class MOME(eqx.Module):
         result: AbstractTessellation | None = None,
     ) -> tuple[MOMEState, MOQDMetrics]:
         """`init` from a population scored elsewhere: `genotypes` with their `descriptors`,
-        objective vectors `fitnesses` and scoring `extra`; `repertoire`, `key` and `result`
-        as in `init`, whose state it gives for the same scores."""
+        objective vectors `fitnesses` `(batch, num_objectives)` and scoring `extra`; the state
+        `init` gives for the same scores. `repertoire`: a tessellation (fronts of
+        `front_length`), or any `AbstractMultiObjectiveRepertoire` (a `ParetoRepertoire`, a
+        population) whose settings are kept and whose slots are shaped after the population.
+        `key`: a PRNG key (its second half seeds the emitter). `result`: a tessellation over
+        which a passive `ParetoRepertoire` of `front_length` receives every candidate and is
+        what the metrics report (required with a population). **Returns:** the state and the
+        metrics."""
         self._scored(fitnesses, "MOME.init")
         _, emitter_key = jr.split(self._device_key(key))
         first = tree_take(genotypes, 0)
@@ -196,15 +168,6 @@ class MOME(eqx.Module):
         n = fitnesses.shape[0]
         state = MOMEState(built, emitter_state, 0, n, passive)
         return state, moqd_metrics(state.elites, self.reference_point)
-
-    def ask(self, state: MOMEState, *, key: PRNGKey) -> tuple[Genotypes, Asked]:
-        """The emitter's batch of candidates, and what `tell` needs with their scores (the
-        same split of an iteration as `MAPElites.ask`)."""
-        emit_key, score_key, update_key = jr.split(self._device_key(key), 3)
-        genotypes, emit_extra = self.emitter.emit(
-            state.repertoire, state.emitter_state, key=emit_key
-        )
-        return genotypes, Asked(emit_extra, score_key, update_key)
 
     def tell(
         self,
@@ -249,17 +212,6 @@ class MOME(eqx.Module):
         ids = state.evaluations + jnp.arange(total, dtype=jnp.int32)
         info = StepInfo(_scalar(all_f), all_d, add_info, all_extra, ids)
         return new_state, moqd_metrics(new_state.elites, self.reference_point), info
-
-    def step(self, state: MOMEState, *, key: PRNGKey) -> tuple[MOMEState, MOQDMetrics, StepInfo]:
-        """One iteration, also returning the `StepInfo`: `ask`, the scoring, `tell`."""
-        genotypes, asked = self.ask(state, key=key)
-        fitnesses, descriptors, extra = self.scoring_fn(genotypes, key=asked.score_key)
-        return self.tell(state, asked, genotypes, descriptors, fitnesses, extra)
-
-    def update(self, state: MOMEState, *, key: PRNGKey) -> tuple[MOMEState, MOQDMetrics]:
-        """One iteration: the new state and its metrics."""
-        new_state, metrics, _ = self.step(state, key=key)
-        return new_state, metrics
 
 
 def _scalar(fitnesses: Float[Array, "batch m"]) -> Float[Array, " batch"]:

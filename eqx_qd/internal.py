@@ -33,7 +33,9 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   its emitter and its repertoire (`Extracted`, `ExtractionExtra`, `ExtractOffer`); for
   multi-objective variants, Pareto dominance (`dominates`, `non_dominated`), the cells'
   hypervolumes (`per_cell_hypervolumes`) and the GA baselines' base
-  (`AbstractPopulationRepertoire`: survivors of stored + batch by a ranking of its own).
+  (`AbstractPopulationRepertoire`: survivors of stored + batch by a ranking of its own);
+  the loops' shared base (`AbstractQDLoop`: `init`, `ask`, `step` and `update` of
+  `MAPElites` and `MOME` over their own `init_scored` and `tell`).
 - **validation** (`check`): the one family of tracer-tolerant input checks (`check.positive_int`,
   `check.fraction`, `check.in_range`, `check.finite`, ...) every `__check_init__` uses, with
   `is_concrete`.
@@ -49,6 +51,7 @@ from ._machine import (
     Machine as Machine,
     machine as machine,
 )
+from ._map_elites import AbstractQDLoop as AbstractQDLoop
 from ._metrics import per_cell_hypervolumes as per_cell_hypervolumes
 from ._misc import (
     batch_size_of as batch_size_of,
@@ -102,6 +105,7 @@ from ._validate import is_concrete as is_concrete
 
 __all__ = [
     "AbstractGuidedRepertoire",
+    "AbstractQDLoop",
     "AbstractPopulationRepertoire",
     "AbstractRepertoireOverCells",
     "AbstractSampledRepertoire",
