@@ -404,8 +404,20 @@ class _MultiObjective(AbstractTask):
         """`num` genotypes drawn uniformly in `[minval, maxval]^genotype_dim`."""
         return jr.uniform(key, (num, self.genotype_dim), minval=self.minval, maxval=self.maxval)
 
-    def _descriptors(self, genotypes: Array) -> Array:
-        return jnp.clip(genotypes[:, : self.descriptor_dim], self.minval, self.maxval)
+    @abc.abstractmethod
+    def _objectives(
+        self, y: Float[Array, "batch num_objectives genotype_dim"]
+    ) -> Float[Array, "batch num_objectives"]:
+        """The objectives from `y`, each gene's offset from each objective's lag."""
+
+    def __call__(
+        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
+    ) -> tuple[Float[Array, "batch num_objectives"], Float[Array, "batch num_descriptors"], None]:
+        _check_genotypes(self, genotypes)
+        lags = jnp.asarray(self.lags, jnp.float32)
+        y = genotypes[:, None, :] - lags[None, :, None]
+        descriptors = jnp.clip(genotypes[:, : self.descriptor_dim], self.minval, self.maxval)
+        return self._objectives(y), descriptors, None
 
 
 @typing.final
@@ -432,15 +444,9 @@ class MultiObjectiveRastrigin(_MultiObjective):
     def _worst_per_gene(self) -> np.ndarray:
         return self._reach() ** 2 + 20.0
 
-    def __call__(
-        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
-    ) -> tuple[Float[Array, "batch num_objectives"], Float[Array, "batch num_descriptors"], None]:
-        _check_genotypes(self, genotypes)
-        lags = jnp.asarray(self.lags, jnp.float32)
-        y = genotypes[:, None, :] - lags[None, :, None]
+    def _objectives(self, y):
         terms = y**2 - 10.0 * jnp.cos(2.0 * jnp.pi * y)
-        objectives = -(10.0 * self.genotype_dim + jnp.sum(terms, axis=-1))
-        return objectives, self._descriptors(genotypes), None
+        return -(10.0 * self.genotype_dim + jnp.sum(terms, axis=-1))
 
 
 @typing.final
@@ -462,10 +468,5 @@ class MultiObjectiveSphere(_MultiObjective):
     def _worst_per_gene(self) -> np.ndarray:
         return self._reach() ** 2
 
-    def __call__(
-        self, genotypes: Float[Array, "batch genotype_dim"], *, key: PRNGKey
-    ) -> tuple[Float[Array, "batch num_objectives"], Float[Array, "batch num_descriptors"], None]:
-        _check_genotypes(self, genotypes)
-        lags = jnp.asarray(self.lags, jnp.float32)
-        y = genotypes[:, None, :] - lags[None, :, None]
-        return -jnp.sum(y**2, axis=-1), self._descriptors(genotypes), None
+    def _objectives(self, y):
+        return -jnp.sum(y**2, axis=-1)
