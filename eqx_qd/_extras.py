@@ -11,6 +11,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "plot": ("matplotlib",),
     "jobs": ("tqdm", "scipy", "matplotlib"),
     "testing": ("hypothesis",),
+    "playground": ("mujoco_playground",),
 }
 """Extra -> the modules it installs that the package imports (pyproject's extras hold the
 versions; `all` is every extra)."""

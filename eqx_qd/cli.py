@@ -588,7 +588,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"eqx-qd: {job.name} on {_describe_devices()} ({where})", flush=True)
     print(f"eqx-qd: machine: {machine()}", flush=True)
     auto = getattr(runs[0][0], "matmul_dtype", None) == "auto"  # (the agent jobs' option)
-    print(f"eqx-qd: for this machine: {machine_choices(matmul_auto=auto)}", flush=True)
+    env = getattr(runs[0][0], "env", None)
+    choices = machine_choices(matmul_auto=auto, env=env if isinstance(env, str) else None)
+    print(f"eqx-qd: for this machine: {choices}", flush=True)
     if automatic and getattr(runs[0][0], "devices", 0) is None:
         print(f"eqx-qd: {_split_line(runs[0][0])}", flush=True)
     typed = {k: v for k in job.config_cls.keys() if (v := getattr(args, k, None)) is not None}

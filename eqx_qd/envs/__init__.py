@@ -1,7 +1,7 @@
 """Environments: the single- and multi-agent protocols, the brax QD tasks and multi-agent
-robots, the point maze, Kheperax's mazes, `LineTargets`, fixed-length rollouts with masking,
-full-episode evaluation, and the auto-reset stepping that training loops (yours too) are
-written with."""
+robots, MuJoCo Playground's environments and QD tasks, the point maze, Kheperax's mazes,
+`LineTargets`, fixed-length rollouts with masking, full-episode evaluation, and the auto-reset
+stepping that training loops (yours too) are written with."""
 
 from ._base import (
     AbstractBaseEnv as AbstractBaseEnv,
@@ -31,6 +31,13 @@ from ._multi_agent import (
     MultiAgentState as MultiAgentState,
     SingleAgentView as SingleAgentView,
     TimeLimit as TimeLimit,
+)
+from ._playground import (
+    MENAGERIE_ENV_VAR as MENAGERIE_ENV_VAR,
+    MJX_IMPLS as MJX_IMPLS,
+    PLAYGROUND_QD_TASKS as PLAYGROUND_QD_TASKS,
+    PlaygroundEnv as PlaygroundEnv,
+    PlaygroundQDEnv as PlaygroundQDEnv,
 )
 from ._point_maze import PointMaze as PointMaze
 from ._rollout import (
@@ -77,4 +84,9 @@ __all__ = [
     "KHEPERAX_MAPS",
     "KheperaxMap",
     "KheperaxMaze",
+    "MENAGERIE_ENV_VAR",
+    "MJX_IMPLS",
+    "PLAYGROUND_QD_TASKS",
+    "PlaygroundEnv",
+    "PlaygroundQDEnv",
 ]

@@ -47,6 +47,7 @@ from ..envs._brax_multi_agent import BraxMultiAgentEnv, MA_BRAX_TASKS
 from ..envs._kheperax import KHEPERAX_MAPS, KheperaxMaze
 from ..envs._line_targets import LineTargets
 from ..envs._multi_agent import AbstractMultiAgentEnv, TimeLimit
+from ..envs._playground import PLAYGROUND_QD_TASKS, PlaygroundQDEnv
 from ..envs._point_maze import PointMaze
 from ..rl._base import AbstractAgent
 from ..rl._off_policy import AbstractOffPolicyAgent
@@ -276,6 +277,36 @@ for _name, _spec in QD_BRAX_TASKS.items():
         _name,
         _brax_qd(_name),
         help=f"brax {_spec.robot}, {_what} descriptor{_walls}",
+        tags=("qd",),
+    )
+
+
+def _playground_qd(name: str) -> Callable[..., PlaygroundQDEnv]:
+    def make(
+        *,
+        episode_length: int = 1000,
+        reset_noise: bool = False,
+        obs_noise: float = 0.0,
+        impl: str = "auto",
+    ) -> PlaygroundQDEnv:
+        return PlaygroundQDEnv(
+            name,
+            episode_length=episode_length,
+            reset_noise=reset_noise,
+            obs_noise=obs_noise,
+            impl=impl,
+        )
+
+    return make
+
+
+for _name, _pg in PLAYGROUND_QD_TASKS.items():
+    _what = "feet contacts" if _pg.feet else "final (x, y)"
+    ENVIRONMENTS.register(
+        _name,
+        _playground_qd(_name),
+        help=f"MuJoCo Playground {_pg.robot} ({_pg.env}'s reward), {_what} descriptor; "
+        "extra: playground",
         tags=("qd",),
     )
 
