@@ -12,6 +12,7 @@ task:
 
     JAX_PLATFORMS=cpu python benchmarks/playground.py --contacts [--episodes 10 --length 100]
     JAX_PLATFORMS=cpu python benchmarks/playground.py --speed [--envs 64 --length 100]
+    JAX_PLATFORMS=cpu python benchmarks/playground.py --laws  # check_env on every QD task
 
 `--impl warp --tasks playground_humanoid_omni` times the omni task on Warp (a GPU; the `*_uni`
 tasks read MJX's jax contacts and run on `jax` only).
@@ -165,10 +166,20 @@ def speed(name: str, num_envs: int, length: int, rounds: int, impl: str | None) 
     }
 
 
+def laws(name: str, length: int) -> dict:
+    """`check_env` on task `name` (episodes of `length` steps, two seeds per law)."""
+    from eqx_qd.testing import check_env
+
+    start = time.perf_counter()
+    check_env(jobs.make_env(name, episode_length=length), max_examples=2)
+    return {"task": name, "laws": "kept", "seconds": round(time.perf_counter() - start, 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--contacts", action="store_true")
     parser.add_argument("--speed", action="store_true")
+    parser.add_argument("--laws", action="store_true", help="check_env on every QD task")
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--length", type=int, default=100)
     parser.add_argument("--envs", type=int, default=64)
@@ -181,6 +192,9 @@ def main() -> None:
     if args.contacts:
         for name in args.tasks or UNI:
             print(json.dumps(contacts(name, args.episodes, args.length)), flush=True)
+    if args.laws:
+        for name in args.tasks or q.envs.PLAYGROUND_QD_TASKS:
+            print(json.dumps(laws(name, 8)), flush=True)
     if args.speed:
         for name in args.tasks or ("playground_walker_uni", "walker2d_uni"):
             print(json.dumps(speed(name, args.envs, args.length, args.rounds, args.impl)))

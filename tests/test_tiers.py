@@ -22,6 +22,17 @@ def _bash_lines(text: str) -> list[str]:
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
 
 
+def test_ci_installs_the_readme_s_extras_editable():
+    """`.ci/run` installs the project as the README's test command does (editable, the test
+    extras), with the docs extra for its site build: with uv, which resolves what pip does."""
+    readme = _bash_lines((ROOT / "README.md").read_text())
+    (install,) = [line for line in readme if 'pip install -e ".[test]"' in line]
+    ci = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.startswith(("pip install", "uv pip install"))]  # fmt: skip
+    assert ci == ['uv pip install -q -e ".[test,docs]"'], ci
+    assert "python3 -m venv .venv" in install
+
+
 def test_the_readme_s_test_command_is_the_one_ci_runs():
     readme = _bash_lines((ROOT / "README.md").read_text())
     (install,) = [line for line in readme if 'pip install -e ".[test]"' in line]

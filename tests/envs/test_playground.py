@@ -18,7 +18,9 @@ from eqx_qd.testing import check_env
 
 pytest.importorskip("mujoco_playground")
 
-UNI = ("playground_walker_uni", "playground_hopper_uni", "playground_cheetah_uni")
+# The cheetah (100% of 1,000 steps in the benchmark) is left to `benchmarks/playground.py`
+# for the suite's time; its feet and floor are looked up by name in `test_tasks_by_name`.
+UNI = ("playground_walker_uni", "playground_hopper_uni")
 LENGTH = 40
 
 
@@ -116,6 +118,9 @@ def test_tasks_by_name():
     assert env.descriptor_bounds == ((-10.0, -10.0), (10.0, 10.0))
     walker = jobs.make_env("playground_walker_uni", episode_length=5)
     assert walker.descriptor_names == ("right_foot contact", "left_foot contact")
+    cheetah = jobs.make_env("playground_cheetah_uni", episode_length=5)
+    assert cheetah.descriptor_names == ("bfoot contact", "ffoot contact")
+    assert cheetah._floor == 0 and len(cheetah._feet) == 2  # the ground, then a geom a foot
     humanoid = q.envs.PlaygroundQDEnv("playground_humanoid_uni", episode_length=5)
     assert humanoid.descriptor_names == ("right_foot contact", "left_foot contact")
     assert humanoid.descriptor_size == 2 and humanoid.reward_offset == 0.0
