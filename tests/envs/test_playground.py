@@ -74,6 +74,9 @@ def test_feet_contacts_are_mujocos_own(name):
 @pytest.mark.slow
 def test_playground_environments_keep_every_law():
     check_env(q.envs.PlaygroundQDEnv("playground_walker_uni", episode_length=8), max_examples=2)
+    omni = jobs.make_env("playground_humanoid_omni", episode_length=5)
+    assert omni.descriptor_names == ("final x", "final y") and omni.arena is not None
+    assert omni.descriptor_bounds == ((-10.0, -10.0), (10.0, 10.0)) and omni.impl == "jax"
     check_env(
         q.envs.PlaygroundEnv("CartpoleBalance", episode_length=8, obs_noise=0.01), max_examples=2
     )
@@ -111,16 +114,14 @@ def test_menagerie_robots_say_where_to_find_them(tmp_path, monkeypatch):
 
 
 def test_tasks_by_name():
-    names = jobs.ENVIRONMENTS.names("qd")
-    assert set(q.envs.PLAYGROUND_QD_TASKS) <= set(names)
-    env = jobs.make_env("playground_humanoid_omni", episode_length=5)
-    assert env.descriptor_names == ("final x", "final y")
-    assert env.descriptor_bounds == ((-10.0, -10.0), (10.0, 10.0))
-    walker = jobs.make_env("playground_walker_uni", episode_length=5)
-    assert walker.descriptor_names == ("right_foot contact", "left_foot contact")
+    """The tasks by name, their feet found in the models (the humanoid's two capsules a foot,
+    the cheetah's floor named "ground"); the walker and the omni task are built in the slow
+    tier's law test."""
+    assert set(q.envs.PLAYGROUND_QD_TASKS) <= set(jobs.ENVIRONMENTS.names("qd"))
     cheetah = jobs.make_env("playground_cheetah_uni", episode_length=5)
     assert cheetah.descriptor_names == ("bfoot contact", "ffoot contact")
     assert cheetah._floor == 0 and len(cheetah._feet) == 2  # the ground, then a geom a foot
     humanoid = q.envs.PlaygroundQDEnv("playground_humanoid_uni", episode_length=5)
     assert humanoid.descriptor_names == ("right_foot contact", "left_foot contact")
     assert humanoid.descriptor_size == 2 and humanoid.reward_offset == 0.0
+    assert [len(foot) for foot in humanoid._feet] == [2, 2]
