@@ -18,9 +18,11 @@ from eqx_qd.testing import check_env
 
 pytest.importorskip("mujoco_playground")
 
-# The cheetah (100% of 1,000 steps in the benchmark) is left to `benchmarks/playground.py`
-# for the suite's time; its feet and floor are looked up by name in `test_tasks_by_name`.
-UNI = ("playground_walker_uni", "playground_hopper_uni")
+# The hopper, whose foot meets the floor amid its own body's contacts, is the hard case; the
+# walker and the cheetah (99.9% and 100% of 1,000 steps) are left to `benchmarks/playground.py`
+# for the suite's time (the walker keeps the laws below, the cheetah's names are looked up in
+# `test_tasks_by_name`).
+UNI = ("playground_hopper_uni",)
 LENGTH = 40
 
 
