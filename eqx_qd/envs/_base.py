@@ -228,6 +228,22 @@ def final_descriptor(
     return state_descs[last]
 
 
+def locomotion_descriptor(
+    state_descs: Float[Array, "time d"],
+    valid: Float[Array, " time"],
+    *,
+    feet: bool,
+    bounds: tuple[tuple[float, ...], tuple[float, ...]],
+) -> Float[Array, " d"]:
+    """The locomotion tasks' episode descriptor (brax's and Playground's): with `feet`, the
+    feet-contact rates (`mean_descriptor`); else the final position (`final_descriptor`)
+    clipped to `bounds` `(low, high)`."""
+    if feet:
+        return mean_descriptor(state_descs, valid)
+    low, high = bounds
+    return jnp.clip(final_descriptor(state_descs, valid), jnp.asarray(low), jnp.asarray(high))
+
+
 # ---------------------------------------------------------------------------------------------
 # Auto-reset for training loops, single- and multi-agent
 

@@ -27,8 +27,7 @@ from ._base import (
     AbstractRenderable,
     Arena,
     EnvState,
-    final_descriptor,
-    mean_descriptor,
+    locomotion_descriptor,
 )
 
 
@@ -432,10 +431,9 @@ class BraxQDEnv(AbstractQDEnv, AbstractRenderable):
         state_descs: Float[Array, "time state_desc_dim"],
         valid: Float[Array, " time"],
     ) -> Float[Array, " descriptor_size"]:
-        if self._feet:
-            return mean_descriptor(state_descs, valid)
-        low, high = self.descriptor_bounds
-        return jnp.clip(final_descriptor(state_descs, valid), jnp.asarray(low), jnp.asarray(high))
+        return locomotion_descriptor(
+            state_descs, valid, feet=bool(self._feet), bounds=self.descriptor_bounds
+        )
 
     def _state_desc(self, brax_state: Any) -> Float[Array, " state_desc_dim"]:
         pipeline = brax_state.pipeline_state

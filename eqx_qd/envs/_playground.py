@@ -37,7 +37,7 @@ from .._compile import compiler_options
 from .._custom_types import PRNGKey
 from .._extras import require
 from .._misc import f32
-from ._base import AbstractEnv, AbstractQDEnv, Arena, EnvState, final_descriptor, mean_descriptor
+from ._base import AbstractEnv, AbstractQDEnv, Arena, EnvState, locomotion_descriptor
 
 
 MJX_IMPLS = ("auto", "jax", "warp")
@@ -473,10 +473,9 @@ class PlaygroundQDEnv(_AbstractPlayground, AbstractQDEnv):
         state_descs: Float[Array, "time state_desc_dim"],
         valid: Float[Array, " time"],
     ) -> Float[Array, " descriptor_size"]:
-        if self._feet:
-            return mean_descriptor(state_descs, valid)
-        low, high = self.descriptor_bounds
-        return jnp.clip(final_descriptor(state_descs, valid), jnp.asarray(low), jnp.asarray(high))
+        return locomotion_descriptor(
+            state_descs, valid, feet=bool(self._feet), bounds=self.descriptor_bounds
+        )
 
     def _state_desc(self, state: Any) -> Float[Array, " state_desc_dim"]:
         data = state.data
