@@ -96,6 +96,7 @@ from ._qdrl.me_pbt import (
     PBTEmitterConfig as PBTEmitterConfig,
     PBTEmitterState as PBTEmitterState,
 )
+from ._qdrl.mome_pgx import mome_pgx_emitter as mome_pgx_emitter
 from ._qdrl.pga_me import (
     pgame_emitter as pgame_emitter,
     QualityPGEmitter as QualityPGEmitter,
@@ -275,6 +276,7 @@ __all__ = [
     "MixingEmitter",
     "MOME",
     "MOMEState",
+    "mome_pgx_emitter",
     "moqd_metrics",
     "MOQDMetrics",
     "MultiObjectiveRastrigin",

@@ -27,6 +27,37 @@ def non_dominated(
     return keep & ~jnp.any(beaten, axis=1)
 
 
+def front_crowding(
+    objectives: Float[Array, "n m"], filled: Bool[Array, " n"]
+) -> Float[Array, " n"]:
+    """MOME-PGX's selection weight of each solution of one front (the rows `filled` keeps;
+    0 elsewhere): the mean over objectives of its gaps to the previous and the next solution
+    along that objective, divided by the front's range on it; a front's end, which has one
+    neighbour, counts that gap twice. A flat objective adds nothing. Fronts of one or two
+    solutions weigh theirs equally."""
+    n, m = objectives.shape
+    count = jnp.sum(filled)
+    total = jnp.zeros((n,), objectives.dtype)
+    for j in range(m):
+        values = jnp.where(filled, objectives[:, j], jnp.inf)  # the empty rows last
+        order = jnp.argsort(values, stable=True)
+        position = jnp.zeros((n,), jnp.int32).at[order].set(jnp.arange(n, dtype=jnp.int32))
+        sorted_values = values[order]
+        low = jnp.min(jnp.where(filled, objectives[:, j], jnp.inf))
+        high = jnp.max(jnp.where(filled, objectives[:, j], -jnp.inf))
+        spread = high - low
+        prev = sorted_values[jnp.maximum(position - 1, 0)]
+        nxt = sorted_values[jnp.minimum(position + 1, n - 1)]
+        before = jnp.where(position > 0, values - prev, jnp.nan)
+        after = jnp.where(position < count - 1, nxt - values, jnp.nan)
+        before = jnp.where(jnp.isnan(before), after, before)
+        after = jnp.where(jnp.isnan(after), before, after)
+        gap = jnp.where(spread > 0, (before + after) / jnp.where(spread > 0, spread, 1.0), 0.0)
+        total = total + jnp.where(filled, gap, 0.0)
+    weights = total / m
+    return jnp.where(count <= 2, filled.astype(objectives.dtype), weights)
+
+
 def _volume_above(q: Float[Array, "n m"]) -> Float[Array, ""]:
     """The volume of the union of the boxes `[0, q_i]` (every entry of `q` non-negative; a
     zero row adds nothing), by slicing along the last objective: its values in descending

@@ -31,8 +31,9 @@ optimiser steps, soft updates and agent checks, is in `eqx_qd.rl`.)
   `SPREADS`), from which `Sampled` and `reevaluated` are made (`rebuilt`: `reevaluated` from
   samples scored elsewhere); Extract-ME's pieces between
   its emitter and its repertoire (`Extracted`, `ExtractionExtra`, `ExtractOffer`); for
-  multi-objective variants, Pareto dominance (`dominates`, `non_dominated`), the cells'
-  hypervolumes (`per_cell_hypervolumes`) and the GA baselines' base
+  multi-objective variants, Pareto dominance (`dominates`, `non_dominated`), MOME-PGX's
+  selection weights (`front_crowding`), the cells' hypervolumes (`per_cell_hypervolumes`) and
+  the GA baselines' base
   (`AbstractPopulationRepertoire`: survivors of stored + batch by a ranking of its own);
   the loops' shared base (`AbstractQDLoop`: `init`, `ask`, `step` and `update` of
   `MAPElites` and `MOME` over their own `init_scored` and `tell`).
@@ -69,7 +70,11 @@ from ._misc import (
     tree_top_k as tree_top_k,
     tree_zeros_batch as tree_zeros_batch,
 )
-from ._pareto import dominates as dominates, non_dominated as non_dominated
+from ._pareto import (
+    dominates as dominates,
+    front_crowding as front_crowding,
+    non_dominated as non_dominated,
+)
 from ._qdrl.dcrl import (
     conditioned_transitions as conditioned_transitions,
     descriptor_similarity as descriptor_similarity,
@@ -135,6 +140,7 @@ __all__ = [
     "Machine",
     "machine",
     "non_dominated",
+    "front_crowding",
     "per_cell_hypervolumes",
     "place_sharded",
     "random_permutation",

@@ -305,6 +305,66 @@ class ForgetsFronts(q.AbstractMultiObjectiveRepertoire):
         return ForgetsFronts(inner), info
 
 
+@typing.final
+class CrowdsTooSoon(q.AbstractMultiObjectiveRepertoire):
+    """A crowding Pareto archive that keeps only the newest solution of each front after a
+    batch: non-dominated solutions leave fronts that are not full (law `fronts`; not
+    elitist, as crowding archives are not)."""
+
+    inner: q.ParetoRepertoire
+    elitist: typing.ClassVar[bool] = False
+
+    @classmethod
+    def create(cls, dim: int):
+        cells = q.GridTessellation((2, 2), 0.0, 1.0)
+        return cls(q.ParetoRepertoire.empty(cells, jnp.zeros(dim), 2, 3, crowding=True))
+
+    @property
+    def front_length(self):
+        return self.inner.front_length
+
+    @property
+    def front_objectives(self):
+        return self.inner.front_objectives
+
+    @property
+    def front_filled(self):
+        return self.inner.front_filled
+
+    @property
+    def genotypes(self):
+        return self.inner.genotypes
+
+    @property
+    def objectives(self):
+        return self.inner.objectives
+
+    @property
+    def descriptors(self):
+        return self.inner.descriptors
+
+    @property
+    def extra(self):
+        return None
+
+    @property
+    def extent(self):
+        return self.inner.extent
+
+    def uniform_slots(self, num, *, key):
+        return self.inner.uniform_slots(num, key=key)
+
+    def emptied(self, genotype, extra=None):
+        return CrowdsTooSoon(self.inner.emptied(genotype))
+
+    def add(self, genotypes, descriptors, fitnesses, extra=None):
+        inner, info = self.inner.add(genotypes, descriptors, fitnesses)
+        count = jnp.sum(inner.front_filled, axis=-1)
+        last = jnp.arange(inner.front_length)[None, :] == count[:, None] - 1
+        objectives = jnp.where(last[..., None], inner.front_objectives, -jnp.inf)
+        return CrowdsTooSoon(eqx.tree_at(lambda r: r.front_objectives, inner, objectives)), info
+
+
 PLANTED_REPERTOIRES = {
     KeepsInfinite: "finite",
     StoresNaN: "finite",
@@ -315,6 +375,7 @@ PLANTED_REPERTOIRES = {
     StoresCentres: "from_candidates",
     KeepsNewest: "order",
     ForgetsFronts: "never_dominated_away",
+    CrowdsTooSoon: "fronts",
 }
 """Each planted repertoire and the law it breaks."""
 

@@ -7,6 +7,8 @@ import pathlib
 import re
 import tomllib
 
+import pytest
+
 
 ROOT = pathlib.Path(__file__).parents[1]
 SMOKE = 'SMOKE = os.environ.get("EQX_QD_SMOKE") == "1"'
@@ -63,3 +65,33 @@ def test_every_notebook_with_loops_reads_its_counts_from_its_smoke_line():
         assert code.count(SMOKE) == 1, path.name
         sized = [line for line in code.splitlines() if re.search(r"\bif SMOKE else\b", line)]
         assert sized, f"{path.name}: no count reads SMOKE"
+
+
+def test_a_notebook_whose_kernel_lost_the_port_race_runs_again_once():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nb_conftest", ROOT / "notebooks" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    calls = []
+
+    def raising(*errors):
+        def runtest():
+            calls.append(1)
+            if len(calls) <= len(errors):
+                raise errors[len(calls) - 1]
+
+        return runtest
+
+    calls.clear()
+    module.once_more_on_a_kernel_race(raising(RuntimeError(module.KERNEL_RACE)))()
+    assert len(calls) == 2  # the race, then the run
+    calls.clear()
+    with pytest.raises(ValueError, match="a cell failed"):
+        module.once_more_on_a_kernel_race(raising(ValueError("a cell failed")))()
+    assert len(calls) == 1  # a notebook's own failure is not retried
+    calls.clear()
+    with pytest.raises(RuntimeError, match="Kernel died"):
+        race = RuntimeError(module.KERNEL_RACE)
+        module.once_more_on_a_kernel_race(raising(race, race))()
+    assert len(calls) == 2  # once more only

@@ -15,7 +15,14 @@ import jax.random as jr
 import numpy as np
 
 from .._misc import tree_take
-from ..envs._base import AbstractBaseEnv, AbstractEnv, AbstractQDEnv, autoreset_step, training_reset
+from ..envs._base import (
+    AbstractBaseEnv,
+    AbstractEnv,
+    AbstractMultiObjectiveQDEnv,
+    AbstractQDEnv,
+    autoreset_step,
+    training_reset,
+)
 from ..envs._multi_agent import AbstractMultiAgentEnv
 from ..envs._rollout import rollout
 from ..rl._base import AbstractAgent, check_agent_shapes
@@ -324,6 +331,14 @@ def _expected_shapes(env: AbstractBaseEnv) -> dict[str, tuple[int, ...]]:
     if isinstance(env, AbstractMultiAgentEnv):
         n = env.num_agents
         return {"obs": (n, env.observation_size), "reward": (n,), "terminated": ()}
+    if isinstance(env, AbstractMultiObjectiveQDEnv):  # a reward per objective
+        reward: tuple[int, ...] = (env.num_objectives,)
+        if len(env.reference_point) != env.num_objectives:
+            raise Broken(
+                f"reference_point has {len(env.reference_point)} coordinates for "
+                f"{env.num_objectives} objectives"
+            )
+        return {"obs": (env.observation_size,), "reward": reward, "terminated": ()}
     return {"obs": (env.observation_size,), "reward": (), "terminated": ()}
 
 

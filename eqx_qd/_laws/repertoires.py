@@ -276,6 +276,42 @@ def _law_rep_never_dominated_away(ctx: _RepertoireContext) -> None:
                 )
 
 
+def _law_rep_fronts(ctx: _RepertoireContext) -> None:
+    """(Archives of fronts: a `ParetoRepertoire` under either rule, or any multi-objective
+    repertoire with `front_length`, `front_objectives` and `front_filled`.) No stored
+    solution dominates another of its cell, and a solution stored before a batch and gone
+    after it is dominated by one stored after it, or its cell's front is full after the batch
+    (crowded out: the only way MOME-PGX's rule drops a non-dominated solution)."""
+    for name, before, after in (
+        ("first", ctx.start, ctx.after_first),
+        ("second", ctx.after_first, ctx.after_second),
+    ):
+        length = after.front_length
+        objectives = np.asarray(after.front_objectives)
+        filled = np.asarray(after.front_filled)
+        for cell in range(objectives.shape[0]):
+            front = objectives[cell][filled[cell]]
+            beats = np.all(front[:, None] >= front[None], -1) & np.any(
+                front[:, None] > front[None], -1
+            )
+            if beats.any():
+                raise Broken(
+                    f"after the {name} batch, cell {cell}'s front holds a dominated solution"
+                )
+        kept = {row for _, row in _slots(after)}
+        now = np.asarray(after.objectives)[np.asarray(after.filled)]
+        old = np.asarray(before.objectives)
+        for (slot, row), vector in zip(_slots(before), old[np.asarray(before.filled)]):
+            if row in kept:
+                continue
+            dominated = np.any(np.all(now >= vector, -1) & np.any(now > vector, -1))
+            if not dominated and not filled[slot // length].all():
+                raise Broken(
+                    f"the {name} batch removed slot {slot}'s solution {vector.tolist()}, which "
+                    "nothing stored dominates, from a front that is not full"
+                )
+
+
 def _reference_add(rep: AbstractRepertoire, c: _Candidates):
     """The elitist rule written out: candidate by candidate in batch order, a valid one
     replaces its cell's elite when strictly fitter (so the batch's best wins its cell, the
@@ -390,6 +426,7 @@ REPERTOIRE_LAWS: dict[str, Callable[[_RepertoireContext], None]] = {
     "from_candidates": _law_rep_from_candidates,
     "elitist": _law_rep_elitist,
     "never_dominated_away": _law_rep_never_dominated_away,
+    "fronts": _law_rep_fronts,
     "reference": _law_rep_reference,
     "order": _law_rep_order,
     "select": _law_rep_select,
@@ -398,7 +435,7 @@ REPERTOIRE_LAWS: dict[str, Callable[[_RepertoireContext], None]] = {
 """The laws `check_repertoire` runs, by name (each function's docstring states its law);
 `elitist` and `reference` apply to elitist repertoires, `reference` and `order` to those
 with cells (an `AbstractCellRepertoire`), `never_dominated_away` (instead of `elitist`) to
-elitist multi-objective ones."""
+elitist multi-objective ones, `fronts` to multi-objective archives of fronts."""
 
 
 def check_repertoire(
@@ -423,8 +460,8 @@ def check_repertoire(
     - `elitist`: whether `add` keeps, per cell or slot, only strictly fitter candidates, so
       that the `elitist` and `reference` laws apply (for a multi-objective repertoire: that a
       solution leaves only for one that dominates it, the `never_dominated_away` law).
-      `None`: a `MAPElitesRepertoire` without annealing and a `ParetoRepertoire` are
-      elitist; other repertoires are not.
+      `None`: a `MAPElitesRepertoire` without annealing and a `ParetoRepertoire` without
+      `crowding` are elitist; other repertoires are not.
     - `laws`: a subset of the law names (a law that does not apply is refused).
     - `max_examples`: cases hypothesis tries per law (drawn the same way every run).
     """
@@ -437,13 +474,17 @@ def check_repertoire(
     if elitist is None:
         elitist = (
             isinstance(repertoire, MAPElitesRepertoire) and repertoire.annealing is None
-        ) or isinstance(repertoire, ParetoRepertoire)
+        ) or (isinstance(repertoire, ParetoRepertoire) and not repertoire.crowding)
     cells = isinstance(repertoire, AbstractCellRepertoire)
     applies = {
         "elitist": elitist and not multi,
         "never_dominated_away": elitist and multi,
         "reference": elitist and cells,
         "order": cells,
+        "fronts": multi
+        and all(
+            hasattr(repertoire, a) for a in ("front_length", "front_objectives", "front_filled")
+        ),
     }
     default = [n for n in REPERTOIRE_LAWS if applies.get(n, True)]
     names = known_laws("check_repertoire", REPERTOIRE_LAWS, laws, default)

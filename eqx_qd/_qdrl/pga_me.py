@@ -84,6 +84,9 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
       device varies its own parents (policy-gradient batches of `td3.minibatch_size` from its
       own buffer); the greedy actor is evaluated once, by the first device, and the others
       give its slot one more policy-gradient child.
+    - `objective`: on a multi-objective task (a reward per objective), the objective whose
+      reward the critic and greedy actor learn (MOME-PGX has one such emitter per objective,
+      each with its own critic and buffer); `None` (the default) for one reward per step.
     """
 
     batch_size: int = eqx.field(static=True)
@@ -97,9 +100,12 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
     greedy_init: str = eqx.field(default="best", static=True)
     critic_warmup: bool = eqx.field(default=True, static=True)
     axis_name: str | None = eqx.field(default=None, static=True)
+    objective: int | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check.positive_int("QualityPGEmitter.batch_size", self.batch_size)  # the greedy actor
+        if self.objective is not None:
+            check.integer("QualityPGEmitter.objective", self.objective, minimum=0)
         check.non_negative_int("QualityPGEmitter.critic_steps", self.critic_steps)
         check.non_negative_int("QualityPGEmitter.pg_steps", self.pg_steps)
         check.positive_int("QualityPGEmitter.buffer_size", self.buffer_size)
@@ -127,7 +133,7 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
                 "QualityPGEmitter needs the scoring function to return a ScoringExtra "
                 f"(episodes for the replay buffer), got {type(extra).__name__}"
             )
-        rows, valid = episode_transitions(extra)
+        rows, valid = episode_transitions(extra, objective=self.objective, where=where)
         buffer = ReplayBuffer.empty(self.buffer_size, tree_take(rows, 0))
         critic_key, train_key = jr.split(key)
         greedy = tree_take(genotypes, 0)
@@ -230,7 +236,9 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
         repertoire.check_candidates(
             genotypes, descriptors, fitnesses, where="QualityPGEmitter.state_update"
         )
-        rows, valid = episode_transitions(extra)
+        rows, valid = episode_transitions(
+            extra, objective=self.objective, where="QualityPGEmitter.state_update"
+        )
         state = eqx.tree_at(lambda s: s.buffer, state, state.buffer.insert(rows, mask=valid))
         return self._train_critic(state, key=key)
 

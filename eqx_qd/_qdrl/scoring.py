@@ -28,19 +28,40 @@ class ScoringExtra(eqx.Module):
     episodes: Episode
 
 
-def episode_transitions(extra: ScoringExtra) -> tuple[Transition, Float[Array, " rows"]]:
-    """Flatten a scoring extra's episodes to rows of transitions and their validity mask."""
+def episode_transitions(
+    extra: ScoringExtra, *, objective: int | None = None, where: str = "episode_transitions"
+) -> tuple[Transition, Float[Array, " rows"]]:
+    """Flatten a scoring extra's episodes to rows of transitions and their validity mask.
+
+    `objective`: for a multi-objective task's episodes (a reward per objective), the column
+    each row's reward is taken from; `None` for one reward per step. A mismatch is an error
+    that starts with `where`.
+    """
     if not isinstance(extra, ScoringExtra):
         raise TypeError(
-            f"episode_transitions: extra must be the ScoringExtra of a PolicyScorer, got "
-            f"{type(extra).__name__}"
+            f"{where}: extra must be the ScoringExtra of a PolicyScorer, got {type(extra).__name__}"
         )
     t = extra.episodes.transitions
+    reward = t.reward
+    if reward.ndim > extra.episodes.valid.ndim:  # a reward per objective
+        m = reward.shape[-1]
+        if objective is None:
+            raise ValueError(
+                f"{where}: the episodes hold {m} objectives' rewards; say which one to "
+                f"learn from (objective=0 ... objective={m - 1})"
+            )
+        check.integer(f"{where}: objective", objective, minimum=0, maximum=m - 1)
+        reward = reward[..., objective]
+    elif objective is not None:
+        raise ValueError(
+            f"{where}: objective={objective} given, but the episodes hold one reward per step "
+            "(not a multi-objective task)"
+        )
     flat = lambda x: x.reshape((-1,) + x.shape[2:])
     rows = Transition(
         flat(t.obs),
         flat(t.action),
-        flat(t.reward),
+        flat(reward),
         flat(t.next_obs),
         flat(t.terminated),
         flat(t.truncated),
@@ -63,6 +84,9 @@ class PolicyScorer(AbstractScorer):
 
     With `agent`, genotypes are that agent's training states instead (ME-PBT), played with
     `agent.act(state, obs, deterministic=True)`.
+
+    On a multi-objective task (`envs.AbstractMultiObjectiveQDEnv`) the fitnesses are the
+    episodes' return vectors, `(batch, num_objectives)`: MOME's scoring function.
 
     `fitness_noise` and `descriptor_noise` add Gaussian noise of those standard deviations to
     each episode's return and to each descriptor coordinate (0: none), drawn from a key folded
@@ -134,7 +158,11 @@ class PolicyScorer(AbstractScorer):
 
     def __call__(
         self, policies, *, key: PRNGKey
-    ) -> tuple[Float[Array, " batch"], Float[Array, "batch num_descriptors"], ScoringExtra]:
+    ) -> tuple[
+        Float[Array, " batch"] | Float[Array, "batch num_objectives"],
+        Float[Array, "batch num_descriptors"],
+        ScoringExtra,
+    ]:
         n = self.num_samples
         if n == 1:
             episodes = self.episodes(policies, key=key)
@@ -155,7 +183,7 @@ class PolicyScorer(AbstractScorer):
             lambda x: jnp.moveaxis(x, 0, 1).reshape((x.shape[1], -1) + x.shape[3:]), episodes
         )
         return (
-            estimate(returns.T, self.estimator),
+            estimate(jnp.moveaxis(returns, 0, 1), self.estimator),
             estimate(jnp.moveaxis(descriptors, 0, 1), self.estimator),
             ScoringExtra(side_by_side),
         )

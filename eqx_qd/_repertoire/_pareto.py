@@ -12,13 +12,21 @@ from jaxtyping import Array, Bool, Float, Int
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._misc import tree_zeros_batch
-from .._pareto import dominates
+from .._pareto import dominates, front_crowding
+from .._selectors import crowding_distance
 from .._tessellation import AbstractTessellation
 from ._base import AbstractMultiObjectiveRepertoire, AddInfo, AddStatus
 
 
 def _flat(x: Array) -> Array:
     return x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])
+
+
+def _rank_in_group(groups: Int[Array, " n"]) -> Int[Array, " n"]:
+    """Each element's index within its run of equal values, in `groups` sorted."""
+    index = jnp.arange(groups.shape[0], dtype=jnp.int32)
+    starts = jnp.where(groups != jnp.roll(groups, 1), index, 0).at[0].set(0)
+    return index - jax.lax.cummax(starts)
 
 
 @typing.final
@@ -42,6 +50,15 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
     empty slot), the scalar that emitters and rankers built for one objective see.
     `objectives` holds the vectors.
 
+    With `crowding` (MOME-PGX, Janmohamed, Pierrot and Cully, GECCO 2023), a front that
+    cannot hold the non-dominated set of its members and candidates keeps the `front_length`
+    of them with the largest crowding distance (NSGA-II's, within the cell; a front's ends on
+    any objective are always kept), so a non-dominated member can be crowded out; and
+    parents are drawn from a cell's front in proportion to their crowding distance (a front's
+    end counts twice its one neighbour's gap; fronts of one or two solutions are drawn from
+    uniformly). The paper's code inserts one candidate at a time; this inserts the batch at
+    once (the same fronts when no front overflows).
+
     **Fields:** `front_genotypes` (leading axes `(num_cells, front_length)`),
     `front_objectives` `(num_cells, front_length, num_objectives)` (`-inf` in an empty slot),
     `front_descriptors` `(num_cells, front_length, num_descriptors)`, `tessellation`, `extra`
@@ -53,6 +70,7 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
     front_descriptors: Float[Array, "num_cells front_length num_descriptors"]
     tessellation: AbstractTessellation
     extra: None = None
+    crowding: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
         n, d = self.tessellation.num_cells, self.tessellation.num_descriptors
@@ -76,6 +94,8 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
                 )
         if self.extra is not None:
             raise ValueError("ParetoRepertoire stores no extra (no lineage)")
+        if not isinstance(self.crowding, bool):
+            raise TypeError(f"ParetoRepertoire.crowding must be a bool, got {self.crowding!r}")
 
     @classmethod
     def empty(
@@ -84,10 +104,13 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
         genotype: Genotypes,
         num_objectives: int,
         front_length: int = 50,
+        *,
+        crowding: bool = False,
     ) -> "ParetoRepertoire":
         """An empty archive over `tessellation` whose fronts hold up to `front_length`
         solutions of `num_objectives` objectives, its slots holding zeros shaped like one
-        unbatched `genotype`. QDax's `pareto_front_max_length` is `front_length`."""
+        unbatched `genotype`; `crowding` for MOME-PGX's rules (see the class). QDax's
+        `pareto_front_max_length` is `front_length`."""
         check.integer("ParetoRepertoire.empty: num_objectives", num_objectives, minimum=2)
         check.positive_int("ParetoRepertoire.empty: front_length", front_length)
         n = tessellation.num_cells
@@ -98,6 +121,7 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
                 (n, front_length, tessellation.num_descriptors), jnp.float32
             ),
             tessellation=tessellation,
+            crowding=crowding,
         )
 
     def emptied(self, genotype: Genotypes, extra: Extra = None) -> "ParetoRepertoire":
@@ -106,7 +130,11 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
         if extra is not None:
             raise ValueError("ParetoRepertoire stores no extra (no lineage)")
         return ParetoRepertoire.empty(
-            self.tessellation, genotype, self.num_objectives, self.front_length
+            self.tessellation,
+            genotype,
+            self.num_objectives,
+            self.front_length,
+            crowding=self.crowding,
         )
 
     @property
@@ -155,9 +183,9 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
 
     def uniform_slots(self, num: int, *, key: PRNGKey) -> Int[Array, " num"]:
         """MOME's draw, what `select` does with the uniform selector (the default): a cell
-        uniformly among those holding a front, then a member of its front uniformly (any
-        other selector chooses among the slots by their scalar view). An empty archive gives
-        empty slots."""
+        uniformly among those holding a front, then a member of its front uniformly, or in
+        proportion to its crowding distance with `crowding` (any other selector chooses among
+        the slots by their scalar view). An empty archive gives empty slots."""
         cell_key, member_key = jr.split(key)
         occupied = self.occupied
         cell_logits = jnp.where(occupied, 0.0, -jnp.inf)
@@ -165,9 +193,97 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
         cells = jr.categorical(cell_key, cell_logits, shape=(num,))
         filled = self.front_filled[cells]
         member_logits = jnp.where(filled, 0.0, -jnp.inf)
+        if self.crowding:
+            weights = jax.vmap(front_crowding)(self.front_objectives[cells], filled)
+            member_logits = jnp.where(filled & (weights > 0), jnp.log(weights), -jnp.inf)
+            # a front of equal solutions (no positive weight) is drawn from uniformly
+            member_logits = jnp.where(
+                jnp.any(filled & (weights > 0), axis=-1, keepdims=True),
+                member_logits,
+                jnp.where(filled, 0.0, -jnp.inf),
+            )
         member_logits = jnp.where(jnp.any(filled, axis=-1, keepdims=True), member_logits, 0.0)
         members = jr.categorical(member_key, member_logits, axis=-1)
         return (cells * self.front_length + members).astype(jnp.int32)
+
+    def _in_order(self, cells, same, survives, beats_member, rows):
+        """MOME's rule for the batch (see the class): which candidates enter, which members
+        stay, and each one's position in its cell's new front."""
+        batch, length, num_cells = rows.shape[0], self.front_length, self.num_cells
+        # A full front admits, among the non-dominated candidates of its cell, first those
+        # that dominate a member (they free their place), then the others, each group in
+        # batch order; a member leaves only for a candidate that enters. Which candidates
+        # enter and which members leave depend on each other: start from every survivor
+        # entering and shrink to the fixed point (a few rounds; each only drops candidates).
+        frees = jnp.any(beats_member, axis=-1)
+        order = jnp.where(frees, rows, rows + batch)
+        ahead = same & survives[None, :] & (order[None, :] < order[:, None])
+        ahead_count = jnp.sum(ahead, axis=-1, dtype=jnp.int32)
+
+        def admitted(entering):
+            beaten = beats_member & entering[:, None]
+            killed = (
+                jnp.zeros((num_cells, length), jnp.int32)
+                .at[cells]
+                .max(beaten.astype(jnp.int32))
+                .astype(bool)
+            )
+            kept = self.front_filled & ~killed
+            position = jnp.sum(kept, axis=-1, dtype=jnp.int32)[cells] + ahead_count
+            return survives & (position < length), kept, position
+
+        def changing(carry):
+            entering, previous = carry
+            return jnp.any(entering != previous)
+
+        def shrink(carry):
+            entering, _ = carry
+            return admitted(entering)[0], entering
+
+        start = (admitted(survives)[0], survives)
+        stored_new, _ = jax.lax.while_loop(changing, shrink, start)
+        _, kept, position = admitted(stored_new)
+        member_position = jnp.cumsum(kept, axis=-1, dtype=jnp.int32) - 1
+
+        return stored_new, kept, position, member_position
+
+    def _crowded(self, fitnesses, cells, valid, survives, beats_member):
+        """MOME-PGX's rule for the batch (see the class), in the same terms as `_in_order`."""
+        length, num_cells = self.front_length, self.num_cells
+        # Members no candidate of their cell dominates (a dominated candidate's dominator
+        # dominates them too), and the surviving candidates: each cell's non-dominated set.
+        beaten = (
+            jnp.zeros((num_cells, length), jnp.int32)
+            .at[cells]
+            .max((beats_member & valid[:, None]).astype(jnp.int32))
+            .astype(bool)
+        )
+        member_in = self.front_filled & ~beaten
+        objectives = jnp.concatenate([self.objectives, fitnesses])
+        group = jnp.concatenate([jnp.repeat(jnp.arange(num_cells), length), cells])
+        inside = jnp.concatenate([member_in.reshape(-1), survives])
+        group = jnp.where(inside, group, num_cells)  # everything else in a group of its own
+        finite = jnp.where(inside[:, None], objectives, 0.0)
+        crowd = crowding_distance(finite, group)
+        n = group.shape[0]
+        order = jnp.arange(n)
+        # Within a cell, the largest crowding first (members before candidates, then in order,
+        # among equals): the first `length` stay.
+        by_crowd = jnp.lexsort((order, -crowd, group))
+        rank = jnp.zeros((n,), jnp.int32).at[by_crowd].set(_rank_in_group(group[by_crowd]))
+        stays = inside & (rank < length)
+        # Their places: members first in their old order, then candidates in batch order.
+        by_row = jnp.lexsort((order, jnp.where(stays, group, num_cells)))
+        slot = (
+            jnp.zeros((n,), jnp.int32)
+            .at[by_row]
+            .set(_rank_in_group(jnp.where(stays, group, num_cells)[by_row]))
+        )
+        kept = stays[: num_cells * length].reshape(num_cells, length)
+        member_position = slot[: num_cells * length].reshape(num_cells, length)
+        stored_new = stays[num_cells * length :]
+        position = slot[num_cells * length :]
+        return stored_new, kept, position, member_position
 
     def add(
         self,
@@ -209,40 +325,14 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
         )
         survives = valid & ~beaten_by_member & ~beaten_in_batch
         rows = jnp.arange(batch)
-        # A full front admits, among the non-dominated candidates of its cell, first those
-        # that dominate a member (they free their place), then the others, each group in
-        # batch order; a member leaves only for a candidate that enters. Which candidates
-        # enter and which members leave depend on each other: start from every survivor
-        # entering and shrink to the fixed point (a few rounds; each only drops candidates).
-        frees = jnp.any(beats_member, axis=-1)
-        order = jnp.where(frees, rows, rows + batch)
-        ahead = same & survives[None, :] & (order[None, :] < order[:, None])
-        ahead_count = jnp.sum(ahead, axis=-1, dtype=jnp.int32)
-
-        def admitted(entering):
-            beaten = beats_member & entering[:, None]
-            killed = (
-                jnp.zeros((num_cells, length), jnp.int32)
-                .at[cells]
-                .max(beaten.astype(jnp.int32))
-                .astype(bool)
+        if self.crowding:
+            stored_new, kept, position, member_position = self._crowded(
+                fitnesses, cells, valid, survives, beats_member
             )
-            kept = self.front_filled & ~killed
-            position = jnp.sum(kept, axis=-1, dtype=jnp.int32)[cells] + ahead_count
-            return survives & (position < length), kept, position
-
-        def changing(carry):
-            entering, previous = carry
-            return jnp.any(entering != previous)
-
-        def shrink(carry):
-            entering, _ = carry
-            return admitted(entering)[0], entering
-
-        start = (admitted(survives)[0], survives)
-        stored_new, _ = jax.lax.while_loop(changing, shrink, start)
-        _, kept, position = admitted(stored_new)
-        member_position = jnp.cumsum(kept, axis=-1, dtype=jnp.int32) - 1
+        else:
+            stored_new, kept, position, member_position = self._in_order(
+                cells, same, survives, beats_member, rows
+            )
 
         # Survivors move to the front of their cell, in order; then the stored candidates.
         member_cell = jnp.where(kept, jnp.arange(num_cells)[:, None], num_cells)
@@ -263,7 +353,11 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
         front_objectives = place(self.front_objectives, fitnesses, -jnp.inf)
         front_descriptors = place(self.front_descriptors, descriptors, 0.0)
         new = ParetoRepertoire(
-            front_genotypes, front_objectives, front_descriptors, self.tessellation
+            front_genotypes,
+            front_objectives,
+            front_descriptors,
+            self.tessellation,
+            crowding=self.crowding,
         )
 
         occupied = jnp.any(filled, axis=-1)

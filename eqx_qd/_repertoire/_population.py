@@ -29,18 +29,22 @@ from ._base import (
 class AbstractPopulationRepertoire(AbstractMultiObjectiveRepertoire):
     """A fixed-size multi-objective population without cells: `add` pools the stored
     solutions (first, in slot order) with the batch's valid candidates, orders the pool by
-    `survival_order` and keeps the first `capacity`. Parents are drawn uniformly among the
-    stored solutions (QDax's GA; NSGA-II's paper draws by binary tournament).
+    `survival_order` and keeps the first `capacity`, in that order. Parents are drawn
+    uniformly among the stored solutions (QDax's GA), or with `tournament` by binary
+    tournament, the papers' mating selection: of two stored solutions drawn uniformly, the
+    one earlier in the survival order (NSGA-II's crowded comparison: lower front, then larger
+    crowding distance; SPEA2's lower fitness `F`).
 
     **Fields:** `genotypes` (leading axis `capacity`), `objectives` `(capacity,
     num_objectives)` (`-inf` in an empty slot), `descriptors` `(capacity, num_descriptors)`,
-    `extra` (always `None`).
+    `extra` (always `None`), `tournament` (static).
     """
 
     genotypes: eqx.AbstractVar[Genotypes]
     objectives: eqx.AbstractVar[Float[Array, "capacity num_objectives"]]
     descriptors: eqx.AbstractVar[Float[Array, "capacity num_descriptors"]]
     extra: eqx.AbstractVar[None]
+    tournament: eqx.AbstractVar[bool]
 
     @abc.abstractmethod
     def survival_order(
@@ -72,11 +76,20 @@ class AbstractPopulationRepertoire(AbstractMultiObjectiveRepertoire):
         return elites_box(self)
 
     def uniform_slots(self, num: int, *, key: PRNGKey) -> Int[Array, " num"]:
-        """`num` slots drawn uniformly among the filled ones (any slot when none is)."""
+        """`num` slots drawn uniformly among the filled ones (any slot when none is), or with
+        `tournament` the winners of `num` binary tournaments (the lower of two such draws:
+        the slots hold the survival order)."""
         filled = jnp.all(jnp.isfinite(self.objectives), axis=-1)
         logits = jnp.where(filled, 0.0, -jnp.inf)
         logits = jnp.where(jnp.any(filled), logits, 0.0)
-        return jr.categorical(key, logits, shape=(num,)).astype(jnp.int32)
+        if not self.tournament:
+            return jr.categorical(key, logits, shape=(num,)).astype(jnp.int32)
+        pairs = jr.categorical(key, logits, shape=(num, 2))
+        return jnp.min(pairs, axis=-1).astype(jnp.int32)
+
+    def _check_tournament(self, owner: str) -> None:
+        if not isinstance(self.tournament, bool):
+            raise TypeError(f"{owner}.tournament must be a bool, got {self.tournament!r}")
 
     def add(
         self,
@@ -139,7 +152,9 @@ class AbstractPopulationRepertoire(AbstractMultiObjectiveRepertoire):
         return new, info
 
 
-def _empty_population(owner: str, capacity, genotype, num_objectives, num_descriptors) -> dict:
+def _empty_population(
+    owner: str, capacity, genotype, num_objectives, num_descriptors, tournament: bool
+) -> dict:
     check.positive_int(f"{owner}: capacity", capacity)
     check.integer(f"{owner}: num_objectives", num_objectives, minimum=2)
     check.positive_int(f"{owner}: num_descriptors", num_descriptors)
@@ -147,6 +162,7 @@ def _empty_population(owner: str, capacity, genotype, num_objectives, num_descri
         genotypes=tree_zeros_batch(genotype, capacity),
         objectives=jnp.full((capacity, num_objectives), -jnp.inf, jnp.float32),
         descriptors=jnp.zeros((capacity, num_descriptors), jnp.float32),
+        tournament=tournament,
     )
 
 
@@ -154,30 +170,45 @@ def _empty_population(owner: str, capacity, genotype, num_objectives, num_descri
 class NSGA2Repertoire(AbstractPopulationRepertoire):
     """NSGA-II's population of `capacity` solutions: stored + batch sorted into
     non-dominated fronts, whole fronts kept while they fit, the last one cut by crowding
-    distance (the most isolated first; its ends always). QDax's `NSGA2Repertoire`. Build one
-    with `NSGA2Repertoire.empty`.
+    distance (the most isolated first; its ends always). QDax's `NSGA2Repertoire`; with
+    `tournament`, parents by the paper's binary tournament (see
+    `AbstractPopulationRepertoire`). Build one with `NSGA2Repertoire.empty`.
 
     **Fields:** `genotypes` (leading axis `capacity`), `objectives` `(capacity,
     num_objectives)` (`-inf` in an empty slot), `descriptors` `(capacity, num_descriptors)`,
-    `extra` (always `None`).
+    `extra` (always `None`), `tournament` (static).
     """
 
     genotypes: Genotypes
     objectives: Float[Array, "capacity num_objectives"]
     descriptors: Float[Array, "capacity num_descriptors"]
     extra: None = None
+    tournament: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
         self._check_shapes("NSGA2Repertoire")
+        self._check_tournament("NSGA2Repertoire")
 
     @classmethod
     def empty(
-        cls, capacity: int, genotype: Genotypes, num_objectives: int, num_descriptors: int
+        cls,
+        capacity: int,
+        genotype: Genotypes,
+        num_objectives: int,
+        num_descriptors: int,
+        *,
+        tournament: bool = False,
     ) -> "NSGA2Repertoire":
-        """An empty population of `capacity` slots shaped like one unbatched `genotype`."""
+        """An empty population of `capacity` slots shaped like one unbatched `genotype`;
+        `tournament` for the paper's parent choice."""
         return cls(
             **_empty_population(
-                "NSGA2Repertoire.empty", capacity, genotype, num_objectives, num_descriptors
+                "NSGA2Repertoire.empty",
+                capacity,
+                genotype,
+                num_objectives,
+                num_descriptors,
+                tournament,
             )
         )
 
@@ -186,7 +217,11 @@ class NSGA2Repertoire(AbstractPopulationRepertoire):
         if extra is not None:
             raise ValueError("NSGA2Repertoire stores no extra (no lineage)")
         return NSGA2Repertoire.empty(
-            self.capacity, genotype, self.num_objectives, self.num_descriptors
+            self.capacity,
+            genotype,
+            self.num_objectives,
+            self.num_descriptors,
+            tournament=self.tournament,
         )
 
     def survival_order(
@@ -213,12 +248,14 @@ class SPEA2Repertoire(AbstractPopulationRepertoire):
     distance to its nearest neighbour, ties by the next nearest) leaves, one at a time, until
     they fit; when too few, the rest by lowest `F`. QDax's `SPEA2Repertoire` keeps the lowest
     of a simpler score (how many dominate it strictly on every objective, plus a density of
-    summed squared distances) without the truncation. Build one with `SPEA2Repertoire.empty`.
+    summed squared distances) without the truncation. With `tournament`, parents by the
+    paper's binary tournament (see `AbstractPopulationRepertoire`). Build one with
+    `SPEA2Repertoire.empty`.
 
     **Fields:** `genotypes` (leading axis `capacity`), `objectives` `(capacity,
     num_objectives)` (`-inf` in an empty slot), `descriptors` `(capacity, num_descriptors)`,
     `num_neighbours` (static: `k`, or `None` for the paper's default), `extra` (always
-    `None`).
+    `None`), `tournament` (static).
     """
 
     genotypes: Genotypes
@@ -226,9 +263,11 @@ class SPEA2Repertoire(AbstractPopulationRepertoire):
     descriptors: Float[Array, "capacity num_descriptors"]
     num_neighbours: int | None = eqx.field(default=None, static=True)
     extra: None = None
+    tournament: bool = eqx.field(default=False, static=True)
 
     def __check_init__(self):
         self._check_shapes("SPEA2Repertoire")
+        self._check_tournament("SPEA2Repertoire")
         if self.num_neighbours is not None:
             check.positive_int("SPEA2Repertoire.num_neighbours", self.num_neighbours)
 
@@ -240,12 +279,20 @@ class SPEA2Repertoire(AbstractPopulationRepertoire):
         num_objectives: int,
         num_descriptors: int,
         num_neighbours: int | None = None,
+        *,
+        tournament: bool = False,
     ) -> "SPEA2Repertoire":
         """An empty archive of `capacity` slots shaped like one unbatched `genotype`;
-        `num_neighbours` the `k` of its density (`None`: `sqrt` of the pool)."""
+        `num_neighbours` the `k` of its density (`None`: `sqrt` of the pool); `tournament`
+        for the paper's parent choice."""
         return cls(
             **_empty_population(
-                "SPEA2Repertoire.empty", capacity, genotype, num_objectives, num_descriptors
+                "SPEA2Repertoire.empty",
+                capacity,
+                genotype,
+                num_objectives,
+                num_descriptors,
+                tournament,
             ),
             num_neighbours=num_neighbours,
         )
@@ -255,7 +302,12 @@ class SPEA2Repertoire(AbstractPopulationRepertoire):
         if extra is not None:
             raise ValueError("SPEA2Repertoire stores no extra (no lineage)")
         return SPEA2Repertoire.empty(
-            self.capacity, genotype, self.num_objectives, self.num_descriptors, self.num_neighbours
+            self.capacity,
+            genotype,
+            self.num_objectives,
+            self.num_descriptors,
+            self.num_neighbours,
+            tournament=self.tournament,
         )
 
     def survival_order(

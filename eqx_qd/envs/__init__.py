@@ -1,12 +1,13 @@
-"""Environments: the single- and multi-agent protocols, the brax QD tasks and multi-agent
-robots, MuJoCo Playground's environments and QD tasks, the point maze, Kheperax's mazes,
-`LineTargets`, fixed-length rollouts with masking, full-episode evaluation, and the auto-reset
-stepping that training loops (yours too) are written with."""
+"""Environments: the single- and multi-agent protocols, the brax QD tasks (single- and
+multi-objective) and multi-agent robots, MuJoCo Playground's environments and QD tasks, the
+point maze, Kheperax's mazes, `LineTargets`, fixed-length rollouts with masking, full-episode
+evaluation, and the auto-reset stepping that training loops (yours too) are written with."""
 
 from ._base import (
     AbstractBaseEnv as AbstractBaseEnv,
     AbstractEnv as AbstractEnv,
     AbstractEnvState as AbstractEnvState,
+    AbstractMultiObjectiveQDEnv as AbstractMultiObjectiveQDEnv,
     AbstractQDEnv as AbstractQDEnv,
     AbstractRenderable as AbstractRenderable,
     Arena as Arena,
@@ -18,7 +19,11 @@ from ._base import (
     training_reset as training_reset,
     TrainingEnvState as TrainingEnvState,
 )
-from ._brax import BraxQDEnv as BraxQDEnv
+from ._brax import (
+    BraxMultiObjectiveEnv as BraxMultiObjectiveEnv,
+    BraxQDEnv as BraxQDEnv,
+    MO_BRAX_TASKS as MO_BRAX_TASKS,
+)
 from ._brax_multi_agent import BraxMultiAgentEnv as BraxMultiAgentEnv
 from ._kheperax import (
     KHEPERAX_MAPS as KHEPERAX_MAPS,
@@ -57,12 +62,14 @@ __all__ = [
     "AbstractEnv",
     "AbstractEnvState",
     "AbstractMultiAgentEnv",
+    "AbstractMultiObjectiveQDEnv",
     "AbstractQDEnv",
     "AbstractRenderable",
     "Arena",
     "autoreset_step",
     "AutoResetStep",
     "BraxMultiAgentEnv",
+    "BraxMultiObjectiveEnv",
     "BraxQDEnv",
     "EnvState",
     "Episode",
@@ -85,6 +92,7 @@ __all__ = [
     "KheperaxMap",
     "KheperaxMaze",
     "MENAGERIE_ENV_VAR",
+    "MO_BRAX_TASKS",
     "MJX_IMPLS",
     "PLAYGROUND_QD_TASKS",
     "PlaygroundEnv",

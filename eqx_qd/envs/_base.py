@@ -86,7 +86,9 @@ class EnvState(AbstractEnvState):
 
     - `physics`: the environment's own state (a brax state, a position...).
     - `obs`: the observation, `(obs_dim,)`.
-    - `reward`: the reward of the step that led here (0 after a reset), a scalar.
+    - `reward`: the reward of the step that led here (0 after a reset), a scalar; for a
+      multi-objective task (`AbstractMultiObjectiveQDEnv`), one reward per objective,
+      `(num_objectives,)`.
     - `terminated`: 1.0 when the episode truly ended here (no bootstrap), else 0.0.
     - `state_desc`: `(state_desc_dim,)`, what the episode descriptor is computed from
       (feet contacts, position...).
@@ -94,7 +96,7 @@ class EnvState(AbstractEnvState):
 
     physics: PyTree
     obs: Float[Array, " obs_dim"]
-    reward: Float[Array, ""]
+    reward: Float[Array, ""] | Float[Array, " num_objectives"]
     terminated: Float[Array, ""]
     state_desc: Float[Array, " state_desc_dim"]
 
@@ -198,6 +200,35 @@ class AbstractQDEnv(AbstractEnv):
     def qd_offset(self) -> float:
         """Offset added to every elite's fitness in the QD-score."""
         return float(self.reward_offset) * self.episode_length
+
+
+class AbstractMultiObjectiveQDEnv(AbstractQDEnv):
+    """A QD environment scored on several objectives, every one higher-is-better: its
+    `EnvState.reward` is a vector `(num_objectives,)` (one reward per objective each step), so
+    an episode's return, what `PolicyScorer` gives MOME, is a vector too.
+
+    Agents that learn from one reward (TD3, SAC, PPO, PBT) do not take it: the
+    policy-gradient emitter of MOME-PGX learns objective `i` from column `i`
+    (`QualityPGEmitter(objective=i)`). `reward_offset` bounds minus the per-step sum of the
+    objectives (the repertoire's scalar view).
+    """
+
+    @property
+    @abc.abstractmethod
+    def objective_names(self) -> tuple[str, ...]:
+        """What each objective measures (`("forward", "energy")`), for plots and tables; one
+        name per objective."""
+
+    @property
+    @abc.abstractmethod
+    def reference_point(self) -> tuple[float, ...]:
+        """The point the hypervolumes are measured from, one coordinate per objective: a
+        bound below every episode's return vector (the MOQD metrics' reference point)."""
+
+    @property
+    def num_objectives(self) -> int:
+        """The number of objectives (the length of the reward vector)."""
+        return len(self.objective_names)
 
 
 def _check_descriptor_args(where: str, state_descs: Array, valid: Array) -> None:

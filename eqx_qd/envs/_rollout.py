@@ -30,7 +30,7 @@ class Transition(eqx.Module):
 
     - `obs`, `next_obs`: the observations before and after the step, `(*batch, obs_dim)`.
     - `action`: `(*batch, action_dim)`.
-    - `reward`: `(*batch,)`.
+    - `reward`: `(*batch,)`, or `(*batch, num_objectives)` for a multi-objective task.
     - `terminated`: 1.0 at a true end of episode (no bootstrap).
     - `truncated`: 1.0 at a cut-off (time limit or rollout end), after which the value should
       still be bootstrapped.
@@ -38,7 +38,7 @@ class Transition(eqx.Module):
 
     obs: Float[Array, "*batch obs_dim"]
     action: Float[Array, "*batch action_dim"]
-    reward: Float[Array, "*batch"]
+    reward: Float[Array, "*batch"] | Float[Array, "*batch num_objectives"]
     next_obs: Float[Array, "*batch obs_dim"]
     terminated: Float[Array, "*batch"]
     truncated: Float[Array, "*batch"]
@@ -51,7 +51,7 @@ class QDTransition(eqx.Module):
 
     obs: Float[Array, "*batch obs_dim"]
     action: Float[Array, "*batch action_dim"]
-    reward: Float[Array, "*batch"]
+    reward: Float[Array, "*batch"] | Float[Array, "*batch num_objectives"]
     next_obs: Float[Array, "*batch obs_dim"]
     terminated: Float[Array, "*batch"]
     truncated: Float[Array, "*batch"]
@@ -72,9 +72,13 @@ class Episode(eqx.Module):
     valid: Float[Array, "*batch time"]
 
     @property
-    def returns(self) -> Float[Array, "*batch"]:
-        """The sum of the valid steps' rewards."""
-        return jnp.sum(jnp.where(self.valid > 0, self.transitions.reward, 0.0), axis=-1)
+    def returns(self) -> Float[Array, "*batch"] | Float[Array, "*batch num_objectives"]:
+        """The sum of the valid steps' rewards (one per objective, the last axis, for a
+        multi-objective task)."""
+        reward = self.transitions.reward
+        valid = _per_step(self.valid, reward)
+        time_axis = self.valid.ndim - 1
+        return jnp.sum(jnp.where(valid > 0, reward, 0.0), axis=time_axis)
 
     @property
     def lengths(self) -> Float[Array, "*batch"]:
@@ -147,6 +151,12 @@ def _step(env, policy, state: EnvState, step_key: PRNGKey) -> tuple[EnvState, QD
     return nxt, transition
 
 
+def _per_step(valid: Array, reward: Array) -> Array:
+    """`valid` `(*batch, time)` shaped to multiply `reward`, `(*batch, time)` or `(*batch,
+    time, num_objectives)`."""
+    return valid if reward.ndim == valid.ndim else valid[..., None]
+
+
 def _masked(transitions: QDTransition, valid, length: int) -> QDTransition:
     """Steps past termination may hold garbage (NaN physics): their rewards zeroed, and the
     last step marked `truncated` where the time limit, not termination, ended the episode
@@ -155,7 +165,7 @@ def _masked(transitions: QDTransition, valid, length: int) -> QDTransition:
         lambda t: (t.reward, t.truncated),
         transitions,
         (
-            jnp.where(valid > 0, transitions.reward, 0.0),
+            jnp.where(_per_step(valid, transitions.reward) > 0, transitions.reward, 0.0),
             jnp.broadcast_to(jnp.arange(length) == length - 1, valid.shape).astype(jnp.float32)
             * valid
             * (1.0 - transitions.terminated),

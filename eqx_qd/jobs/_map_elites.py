@@ -136,10 +136,10 @@ MAPElitesConfig.PRESETS = {
 MAPElitesConfig.RENAMED = {"log_period": "log_every"}  # an older folder's key
 
 
-def build_tessellation(
-    config: JobConfig, task: AbstractTask, *, key: jnp.ndarray
-) -> AbstractTessellation:
-    """The grid or CVT of `config` (its `CellOptions`) over the task's descriptor bounds."""
+def build_tessellation(config: JobConfig, task: Any, *, key: jnp.ndarray) -> AbstractTessellation:
+    """The grid or CVT of `config` (its `CellOptions`) over the descriptor bounds of `task`
+    (an `AbstractTask`, or anything with its `num_descriptors` and scalar
+    `descriptor_bounds`: the `mome` job's policy tasks)."""
     lo, hi = task.descriptor_bounds
     if config.uses_grid:
         return GridTessellation((config.cells,) * task.num_descriptors, lo, hi)

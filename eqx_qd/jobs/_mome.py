@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -16,10 +17,14 @@ from jaxtyping import Array, Key
 from .._emitters.mixing import MixingEmitter
 from .._metrics import check_reference_point, MOQD_METRIC_NAMES, MOQDMetrics
 from .._mome import MOME, MOMEState
+from .._qdrl.mome_pgx import mome_pgx_emitter
+from .._qdrl.scoring import PolicyScorer
 from .._repertoire import NSGA2Repertoire, ParetoRepertoire, SPEA2Repertoire
 from .._tasks import MultiObjectiveRastrigin, MultiObjectiveSphere
-from .._validate import fraction, non_negative, positive_int
-from .._variation import PolynomialMutation, UniformCrossover
+from .._validate import fraction, non_negative, non_negative_int, positive_int
+from .._variation import IsoLineVariation, PolynomialMutation, UniformCrossover
+from ..envs._brax import BraxMultiObjectiveEnv, MO_BRAX_TASKS
+from ..rl._td3 import TD3, TD3HParams
 from ._blocks import _one_of, CellOptions, RunOptions
 from ._config import option
 from ._distributed import to_host
@@ -33,7 +38,11 @@ from ._resume import RunClock
 
 MO_TASKS: Registry[Callable[..., Any]] = Registry("multi-objective task")
 """Multi-objective tasks (objectives `(batch, num_objectives)`, a `reference_point`): the
-`mome` job. A factory takes `genotype_dim`."""
+`mome` job. A factory takes `genotype_dim`; those tagged `"policy"` are environments whose
+genotypes are policies (`envs.AbstractMultiObjectiveQDEnv`), and take `episode_length`."""
+
+POLICY = "policy"
+"""The tag of the multi-objective tasks whose genotypes are policies."""
 
 MO_TASKS.register(
     "mo_rastrigin",
@@ -53,7 +62,25 @@ MO_TASKS.register(
     help="two spheres centred on 0 and 2.2, genes in [-2, 4]",
 )
 
-ALGORITHMS = {"mome": "MOME", "nsga2": "NSGA-II", "spea2": "SPEA2"}
+
+def _brax_mo(name: str) -> Callable[..., BraxMultiObjectiveEnv]:
+    def make(*, episode_length: int = 100) -> BraxMultiObjectiveEnv:
+        return BraxMultiObjectiveEnv(name, episode_length=episode_length)
+
+    return make
+
+
+for _name, _spec in MO_BRAX_TASKS.items():
+    MO_TASKS.register(
+        _name,
+        _brax_mo(_name),
+        help=f"brax {_spec.base.removesuffix('_uni')}: "
+        + " / ".join(o for o, _ in _spec.objectives)
+        + ", feet-contact descriptors (policies)",
+        tags=(POLICY,),
+    )
+
+ALGORITHMS = {"mome": "MOME", "mome-pgx": "MOME-PGX", "nsga2": "NSGA-II", "spea2": "SPEA2"}
 
 
 def _reference(key: str, value: Any) -> None:
@@ -70,7 +97,9 @@ class MOMEConfig(CellOptions, RunOptions):
     JOB: ClassVar[str] = "mome"
 
     algorithm: str = option(
-        "mome", "mome (Pareto fronts in cells), nsga2 or spea2", check=_one_of(*ALGORITHMS)
+        "mome",
+        "mome (Pareto fronts in cells), mome-pgx (policy tasks), nsga2 or spea2",
+        check=_one_of(*ALGORITHMS),
     )
     task: str = option("mo_rastrigin", "multi-objective task", check=MO_TASKS.check())
     genotype_dim: int = option(100, "genes per genotype", check=positive_int)
@@ -78,6 +107,9 @@ class MOMEConfig(CellOptions, RunOptions):
     front_length: int = option(50, "solutions a cell's front holds", check=positive_int)
     population: int = option(1000, "NSGA-II / SPEA2 population size", check=positive_int)
     neighbours: int | None = option(None, "SPEA2's k (default: sqrt of the pool)")
+    tournament: bool = option(
+        False, "NSGA-II / SPEA2: parents by binary tournament (the papers'; QDax: uniform)"
+    )
     batch_size: int = option(
         100, "candidates per iteration", check=positive_int, aliases=("--batch",)
     )
@@ -96,6 +128,31 @@ class MOMEConfig(CellOptions, RunOptions):
     reference_point: tuple[float, ...] | None = option(
         None, "hypervolume reference point (default: the task's)", check=_reference
     )
+    episode_length: int = option(100, "steps per episode (policy tasks)", check=positive_int)
+    hidden: tuple[int, ...] = option((64, 64), "policy hidden layer widths (policy tasks)")
+    iso_sigma: float = option(
+        0.005, "policy tasks' GA: iso+line-DD isotropic noise", check=non_negative
+    )
+    line_sigma: float = option(0.05, "policy tasks' GA: iso+line-DD line noise", check=non_negative)
+    pg_batch_size: int | None = option(
+        None,
+        "mome-pgx: candidates of each objective's policy-gradient emitter (default: half the "
+        "batch shared among the objectives; the rest by the GA)",
+    )
+    critic_steps: int = option(300, "mome-pgx: critic steps per iteration", check=non_negative_int)
+    pg_steps: int = option(
+        100, "mome-pgx: policy-gradient steps per offspring", check=non_negative_int
+    )
+    pg_lr: float = option(1e-3, "mome-pgx: policy-gradient learning rate", check=non_negative)
+    critic_lr: float = option(3e-4, "mome-pgx: critic learning rate", check=non_negative)
+    greedy_lr: float = option(3e-4, "mome-pgx: greedy actor learning rate", check=non_negative)
+    critic_hidden: tuple[int, ...] = option((256, 256), "mome-pgx: critic hidden layer widths")
+    minibatch_size: int = option(
+        256, "mome-pgx: transitions per critic / PG step", check=positive_int
+    )
+    buffer_size: int = option(
+        1_000_000, "mome-pgx: each objective's replay buffer capacity", check=positive_int
+    )
     iterations: int = option(1000, "iterations", check=positive_int, aliases=("--iters",))
     devices: int = option(
         1,
@@ -107,18 +164,94 @@ class MOMEConfig(CellOptions, RunOptions):
         100, "iterations between checkpoints (and one at the end)", check=positive_int
     )
 
+    @property
+    def policy_task(self) -> bool:
+        """Whether the task's genotypes are policies (a multi-objective environment)."""
+        return POLICY in MO_TASKS.get(self.task).tags
+
+    def pg_split(self, num_objectives: int) -> tuple[int, int]:
+        """MOME-PGX's GA candidates and each objective's policy-gradient candidates, per
+        device."""
+        batch = self.batch_size
+        pg = batch // (2 * num_objectives) if self.pg_batch_size is None else self.pg_batch_size
+        return batch - num_objectives * pg, pg
+
     def check(self) -> None:
         super().check()
         if self.neighbours is not None and self.neighbours < 1:
             raise ValueError(f"neighbours must be at least 1, got {self.neighbours}")
+        if self.algorithm == "mome-pgx" and not self.policy_task:
+            raise ValueError(
+                f"algorithm mome-pgx learns policies: task {self.task!r} has no environment; "
+                f"choose one of {MO_TASKS.names(POLICY)}"
+            )
+        if self.pg_batch_size is not None and self.pg_batch_size < 1:
+            raise ValueError(f"pg_batch_size must be at least 1, got {self.pg_batch_size}")
+        if self.algorithm == "mome-pgx":
+            m = len(MO_BRAX_TASKS[self.task].objectives) if self.task in MO_BRAX_TASKS else 2
+            ga, pg = self.pg_split(m)
+            if ga < 0 or pg < 1:
+                raise ValueError(
+                    f"batch_size {self.batch_size} cannot hold {m} policy-gradient emitters of "
+                    f"{self.pg_batch_size} candidates (pg_batch_size x objectives <= batch_size, "
+                    "at least 1 each)"
+                )
 
 
 MOMEConfig.PRESETS = {}
 
 
+class _PolicyTask(typing.NamedTuple):
+    """A multi-objective environment seen as the job's task: its scoring, sizes and the
+    policies' initial genotypes."""
+
+    env: Any
+    td3: TD3
+    scorer: PolicyScorer
+
+    @property
+    def num_objectives(self) -> int:
+        return self.env.num_objectives
+
+    @property
+    def num_descriptors(self) -> int:
+        return self.env.descriptor_size
+
+    @property
+    def descriptor_bounds(self) -> tuple[float, float]:
+        low, high = self.env.descriptor_bounds
+        return float(min(low)), float(max(high))
+
+    @property
+    def reference_point(self) -> Array:
+        return jnp.asarray(self.env.reference_point, jnp.float32)
+
+    def init_genotypes(self, num: int, *, key) -> Any:
+        return eqx.filter_vmap(lambda k: self.td3.init_policy(key=k))(jr.split(key, num))
+
+    def genotype(self) -> Any:
+        """One policy (its values do not matter: what a loaded archive's slots look like)."""
+        return self.td3.init_policy(key=jr.key(0))
+
+
+def build_task(config: MOMEConfig) -> Any:
+    """The config's task: a multi-objective function of genotypes, or a `_PolicyTask`."""
+    if not config.policy_task:
+        return MO_TASKS.make(config.task, genotype_dim=config.genotype_dim)
+    env = MO_TASKS.make(config.task, episode_length=config.episode_length)
+    td3 = TD3(
+        observation_size=env.observation_size,
+        action_size=env.action_size,
+        policy_hidden=config.hidden,
+        critic_hidden=config.critic_hidden,
+        minibatch_size=config.minibatch_size,
+    )
+    return _PolicyTask(env, td3, PolicyScorer(env))
+
+
 def build_mome(config: MOMEConfig):
     """The algorithm, the task and the reference point of `config`."""
-    task = MO_TASKS.make(config.task, genotype_dim=config.genotype_dim)
+    task = build_task(config)
     reference = task.reference_point
     if config.reference_point is not None:
         if len(config.reference_point) != task.num_objectives:
@@ -127,14 +260,38 @@ def build_mome(config: MOMEConfig):
                 f"{config.task!r} has {task.num_objectives} objectives"
             )
         reference = jnp.asarray(config.reference_point, jnp.float32)
-    emitter = MixingEmitter(
-        batch_size=config.batch_size,
-        variation_percentage=config.variation_percentage,
-        variation=UniformCrossover(config.swap_rate),
-        mutation=PolynomialMutation(config.eta, config.mutation_rate, task.minval, task.maxval),
-    )
     axis = "p" if config.devices > 1 else None
-    algo = MOME(emitter, task, reference, front_length=config.front_length, axis_name=axis)
+    if isinstance(task, _PolicyTask):
+        variation = IsoLineVariation(iso_sigma=config.iso_sigma, line_sigma=config.line_sigma)
+        if config.algorithm == "mome-pgx":
+            ga, pg = config.pg_split(task.num_objectives)
+            emitter = mome_pgx_emitter(
+                num_objectives=task.num_objectives,
+                ga_batch_size=ga,
+                pg_batch_size=pg,
+                td3=task.td3,
+                hparams=TD3HParams(policy_lr=config.greedy_lr, critic_lr=config.critic_lr),
+                critic_steps=config.critic_steps,
+                pg_steps=config.pg_steps,
+                pg_lr=config.pg_lr,
+                buffer_size=config.buffer_size,
+                variation=variation,
+                axis_name=axis,
+            )
+        else:
+            emitter = MixingEmitter(
+                batch_size=config.batch_size, variation_percentage=1.0, variation=variation
+            )
+        scoring = task.scorer
+    else:
+        emitter = MixingEmitter(
+            batch_size=config.batch_size,
+            variation_percentage=config.variation_percentage,
+            variation=UniformCrossover(config.swap_rate),
+            mutation=PolynomialMutation(config.eta, config.mutation_rate, task.minval, task.maxval),
+        )
+        scoring = task
+    algo = MOME(emitter, scoring, reference, front_length=config.front_length, axis_name=axis)
     return algo, task
 
 
@@ -185,18 +342,26 @@ class _MOMEJob(LoopJob[_Plan, MOMEState]):
         algo, task = build_mome(config)
         tessellation = build_tessellation(config, task, key=tess_key)
         genotypes = task.init_genotypes(config.batch_size * config.devices, key=pop_key)
-        first = genotypes[0]
+        first = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, genotypes)
         m, d = task.num_objectives, task.num_descriptors
         result = None
-        if config.algorithm == "mome":
-            repertoire = tessellation
+        if config.algorithm in ("mome", "mome-pgx"):
+            repertoire = ParetoRepertoire.empty(
+                tessellation,
+                first,
+                m,
+                config.front_length,
+                crowding=config.algorithm == "mome-pgx",
+            )
         else:
             result = tessellation
             if config.algorithm == "nsga2":
-                repertoire = NSGA2Repertoire.empty(config.population, first, m, d)
+                repertoire = NSGA2Repertoire.empty(
+                    config.population, first, m, d, tournament=config.tournament
+                )
             else:
                 repertoire = SPEA2Repertoire.empty(
-                    config.population, first, m, d, config.neighbours
+                    config.population, first, m, d, config.neighbours, tournament=config.tournament
                 )
         init, chunk, mesh = loop_runners(
             algo, genotypes, repertoire, key=init_key, result=result, devices=config.devices
@@ -252,11 +417,22 @@ class _MOMEJob(LoopJob[_Plan, MOMEState]):
         )
 
     def load(self, folder: RunFolder, config: MOMEConfig) -> RunResult:
-        task = MO_TASKS.make(config.task, genotype_dim=config.genotype_dim)
+        task = build_task(config)
         tess = folder_cells(folder, config, task.num_descriptors, task.descriptor_bounds)
-        genotype = jnp.zeros((config.genotype_dim,), jnp.float32)
+
+        def genotype():
+            if isinstance(task, _PolicyTask):
+                return task.genotype()
+            return jnp.zeros((config.genotype_dim,), jnp.float32)
+
         like = eqx.filter_eval_shape(
-            lambda: ParetoRepertoire.empty(tess, genotype, task.num_objectives, config.front_length)
+            lambda: ParetoRepertoire.empty(
+                tess,
+                genotype(),
+                task.num_objectives,
+                config.front_length,
+                crowding=config.algorithm == "mome-pgx",
+            )
         )
         repertoire = folder.read_eqx("repertoire.eqx", like)
         return RunResult(config, folder.path, folder.read_columns(PROGRESS_FILE), None, repertoire)

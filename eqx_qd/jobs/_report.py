@@ -105,7 +105,9 @@ def group_of(result: RunResult) -> str:
         elif samples > 1:  # MAP-Elites-sampling: the samples and their estimate
             algorithm = f"{algorithm}, {samples} samples ({config.estimator})"  # type: ignore[attr-defined]
     elif job == "mome":  # the multi-objective job: its algorithm
-        algorithm = {"mome": "MOME", "nsga2": "NSGA-II", "spea2": "SPEA2"}[config.algorithm]  # type: ignore[attr-defined]
+        from ._mome import ALGORITHMS
+
+        algorithm = ALGORITHMS[config.algorithm]  # type: ignore[attr-defined]
     else:
         algorithm = {"me-pbt": "ME-PBT"}.get(job, job)
     task = (

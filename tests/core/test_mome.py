@@ -451,3 +451,135 @@ def test_a_cma_me_emitter_improves_the_fronts():
 
     task = q.MultiObjectiveSphere(genotype_dim=4)
     _improves(jobs.make_emitter("cma_me", batch_size=8, task=task, num_emitters=2), task)
+
+
+# ------------------------------------------------------------------ MOME-PGX's crowding rules
+
+
+def _np_crowded_insert(objectives, filled, genotypes, g, d, f):
+    """MOME-PGX's rule in NumPy, per cell: the non-dominated set of members and candidates;
+    when it exceeds the front, the `LENGTH` with the largest NSGA-II crowding distance within
+    the cell (members before candidates, then in order, among equals); members keep their
+    order, then the entering candidates in batch order."""
+    valid = np.isfinite(f).all(-1) & np.isfinite(d).all(-1)
+    cells = _np_cell(np.where(valid[:, None], d, 0.0))
+    out = []
+    for c in range(len(CENTROIDS)):
+        members = [j for j in range(LENGTH) if filled[c, j]]
+        mine = [i for i in range(len(f)) if valid[i] and cells[i] == c]
+        pool = [("m", j, objectives[c, j], genotypes[c, j]) for j in members] + [
+            ("c", i, f[i], g[i]) for i in mine
+        ]
+        inside = [p for p in pool if not any(_np_dominates(o[2], p[2]) for o in pool if o is not p)]
+        if len(inside) > LENGTH:
+            obj = np.array([p[2] for p in inside])
+            crowd = _np_crowding(obj, np.zeros(len(inside), int))
+            ranked = sorted(range(len(inside)), key=lambda k: (-crowd[k], k))[:LENGTH]
+            inside = [inside[k] for k in sorted(ranked)]
+        out.append([(p[2], p[3]) for p in inside])
+    return out
+
+
+@settings(deadline=None, max_examples=25)
+@given(batches)
+def test_crowding_insertion_matches_the_numpy_reference(batches):
+    rep = q.ParetoRepertoire.empty(CELLS, jnp.zeros(2), 2, front_length=LENGTH, crowding=True)
+    for step, (rows, places) in enumerate(batches):
+        f = np.asarray(rows, np.float32)
+        d = np.asarray(places, np.float32)
+        g = np.arange(BATCH * 2, dtype=np.float32).reshape(BATCH, 2) + 100 * step
+        want = _np_crowded_insert(
+            np.asarray(rep.front_objectives),
+            np.asarray(rep.front_filled),
+            np.asarray(rep.front_genotypes),
+            g,
+            d,
+            f,
+        )
+        rep, info = _add(rep, jnp.asarray(g), jnp.asarray(d), jnp.asarray(f))
+        objectives, filled = np.asarray(rep.front_objectives), np.asarray(rep.front_filled)
+        genotypes = np.asarray(rep.front_genotypes)
+        for c, front in enumerate(want):
+            n = len(front)
+            assert filled[c, :n].all() and not filled[c, n:].any(), (c, front, objectives[c])
+            for j, (o, gen) in enumerate(front):
+                np.testing.assert_array_equal(objectives[c, j], o)
+                np.testing.assert_array_equal(genotypes[c, j], gen)
+        stored = {tuple(gen) for front in want for _, gen in front}
+        assert [tuple(x) in stored for x in g] == np.asarray(info.inserted).tolist()
+
+
+def _np_front_weights(obj: np.ndarray) -> np.ndarray:
+    """MOME-PGX's selection weights of one front, written out."""
+    n, m = obj.shape
+    if n <= 2:
+        return np.ones(n)
+    total = np.zeros(n)
+    for j in range(m):
+        order = sorted(range(n), key=lambda i: (obj[i, j], i))
+        spread = obj[order[-1], j] - obj[order[0], j]
+        for pos, i in enumerate(order):
+            before = obj[i, j] - obj[order[pos - 1], j] if pos > 0 else None
+            after = obj[order[pos + 1], j] - obj[i, j] if pos < n - 1 else None
+            before = after if before is None else before
+            after = before if after is None else after
+            total[i] += (before + after) / spread if spread > 0 else 0.0
+    return total / m
+
+
+@settings(deadline=None, max_examples=30)
+@given(
+    st.integers(2, 3).flatmap(
+        lambda m: st.lists(st.lists(st.integers(0, 6).map(float), min_size=m, max_size=m),
+                           min_size=1, max_size=5)
+    ),
+)  # fmt: skip
+def test_front_crowding_weights_match_their_definition(rows):
+    from eqx_qd.internal import front_crowding
+
+    obj = np.asarray(rows, np.float32)
+    padded = np.concatenate([obj, np.full((2, obj.shape[1]), 7.0, np.float32)])
+    filled = np.arange(len(padded)) < len(obj)
+    got = np.asarray(jax.jit(front_crowding)(jnp.asarray(padded), jnp.asarray(filled)))
+    np.testing.assert_allclose(got[: len(obj)], _np_front_weights(obj), rtol=1e-5, atol=1e-6)
+    assert np.all(got[len(obj) :] == 0.0)
+
+
+def test_crowding_selection_draws_members_by_their_weights():
+    from eqx_qd.internal import front_crowding
+
+    rep = q.ParetoRepertoire.empty(CELLS, jnp.zeros(2), 2, front_length=4, crowding=True)
+    f = jnp.asarray([[0.0, 6.0], [1.0, 5.0], [5.0, 1.0], [6.0, 0.0]])
+    d = jnp.full((4, 2), 0.1)
+    rep, _ = rep.add(jnp.arange(8.0).reshape(4, 2), d, f)
+    slots = np.asarray(rep.select(6000, key=jr.key(1)).cells)
+    weights = np.asarray(front_crowding(rep.front_objectives[0], rep.front_filled[0]))
+    share = np.bincount(slots, minlength=4)[:4] / len(slots)
+    np.testing.assert_allclose(share, weights / weights.sum(), atol=0.02)
+    assert weights[1] > weights[0]  # (1, 5) has the wider gap to its next neighbour
+
+
+def test_crowding_archive_keeps_the_fronts_law():
+    from eqx_qd.testing import check_repertoire
+
+    start = q.ParetoRepertoire.empty(CELLS, jnp.zeros(2), 2, front_length=2, crowding=True)
+    check_repertoire(start, max_examples=10)
+
+
+def test_a_tournament_population_draws_the_winner_of_two_uniform_draws():
+    # NSGA-II's binary tournament: the slots hold the survival order, so of two uniform draws
+    # the lower slot wins; slot i of n then comes up with probability (2 (n - i) - 1) / n^2.
+    rep = q.NSGA2Repertoire.empty(4, jnp.zeros(2), 2, 2, tournament=True)
+    f = jnp.asarray([[0.0, 0.0], [3.0, 1.0], [1.0, 3.0], [2.0, 2.0]])  # fronts 1, 0, 0, 0
+    rep, _ = rep.add(jnp.arange(8.0).reshape(4, 2), jnp.zeros((4, 2)), f)
+    assert np.asarray(rep.objectives)[-1].tolist() == [0.0, 0.0]  # the dominated one last
+    slots = np.asarray(rep.select(20_000, key=jr.key(0)).cells)
+    share = np.bincount(slots, minlength=4) / len(slots)
+    np.testing.assert_allclose(share, [7 / 16, 5 / 16, 3 / 16, 1 / 16], atol=0.015)
+    assert rep.emptied(jnp.zeros(2)).tournament
+    spea2 = q.SPEA2Repertoire.empty(4, jnp.zeros(2), 2, 2, tournament=True)
+    assert spea2.emptied(jnp.zeros(2)).tournament
+    uniform = q.NSGA2Repertoire.empty(4, jnp.zeros(2), 2, 2)
+    uniform, _ = uniform.add(jnp.arange(8.0).reshape(4, 2), jnp.zeros((4, 2)), f)
+    share = np.bincount(np.asarray(uniform.select(20_000, key=jr.key(0)).cells), minlength=4)
+    np.testing.assert_allclose(share / 20_000, 0.25, atol=0.015)

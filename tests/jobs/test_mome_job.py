@@ -70,3 +70,39 @@ def test_bad_input_is_named():
         jobs.MOMEConfig(algorithm="moead", **SMALL)
     with pytest.raises(ValueError, match="unknown multi-objective task"):
         jobs.MOMEConfig(task="rastrigin", **SMALL)
+
+
+@pytest.mark.brax
+def test_mome_pgx_runs_on_a_brax_task_resumes_equal_and_reads_back(tmp_path):
+    import equinox as eqx
+    import jax
+
+    small = dict(
+        task="hopper_multi", algorithm="mome-pgx", cells=4, cvt_samples=400, front_length=3,
+        batch_size=6, pg_batch_size=2, episode_length=10, hidden=(8,), critic_hidden=(16,),
+        critic_steps=2, pg_steps=2, minibatch_size=8, buffer_size=500, log_every=1,
+        checkpoint_every=1,
+    )  # fmt: skip
+    config = jobs.MOMEConfig(iterations=2, **small)
+    assert config.pg_split(2) == (2, 2)
+    longer = jobs.run(config, tmp_path / "long", progress=False, plots=False)
+    jobs.run(jobs.MOMEConfig(iterations=1, **small), tmp_path / "short", progress=False)
+    again = jobs.resume(tmp_path / "short", iterations=2, progress=False, plots=False)
+    same = jax.tree.map(
+        lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))),
+        eqx.filter(longer.state, eqx.is_array),
+        eqx.filter(again.state, eqx.is_array),
+        is_leaf=lambda x: x is None,
+    )
+    assert all(jax.tree.leaves(same))
+    assert longer.repertoire.crowding and longer.repertoire.num_objectives == 2
+    assert longer.progress["evaluations"].tolist() == [6, 12, 18]
+    back = jobs.load_run(tmp_path / "long")
+    np.testing.assert_array_equal(
+        np.asarray(back.repertoire.front_objectives), np.asarray(longer.repertoire.front_objectives)
+    )
+    assert jobs.group_of(back) == "MOME-PGX on hopper_multi"
+    with pytest.raises(ValueError, match="mome-pgx learns policies: task 'mo_sphere'"):
+        jobs.MOMEConfig(algorithm="mome-pgx", task="mo_sphere")
+    with pytest.raises(ValueError, match="cannot hold 2 policy-gradient emitters of 4"):
+        jobs.MOMEConfig(**{**small, "pg_batch_size": 4})

@@ -209,8 +209,8 @@ def test_each_planted_repertoire_breaks_its_law_by_name(planted):
 
 def test_repertoire_laws_are_named_and_checked():
     assert list(REPERTOIRE_LAWS) == [
-        "finite", "from_candidates", "elitist", "never_dominated_away", "reference", "order",
-        "select", "checkpoint",
+        "finite", "from_candidates", "elitist", "never_dominated_away", "fronts", "reference",
+        "order", "select", "checkpoint",
     ]  # fmt: skip
     with pytest.raises(ValueError, match=r"\['elitist'\] do not apply .*elitist=False"):
         check_repertoire(_repertoire("dns"), laws=["elitist"])
