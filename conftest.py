@@ -60,3 +60,28 @@ if _cache is not None and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     # Every program, however quick its compile (JAX's defaults keep those over a second).
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
+
+
+HEAVY_MARKERS = ("e2e", "brax")
+"""Markers of the tests that take the longest (launched processes, brax's compiles)."""
+
+
+def _weight(item) -> int:
+    """0 for a notebook or a test marked `HEAVY_MARKERS`, 1 for `slow`, 2 for the rest."""
+    if getattr(item, "nbmake", False) or any(item.get_closest_marker(m) for m in HEAVY_MARKERS):
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
+
+
+def pytest_collection_modifyitems(items):
+    """The longest modules first (a module's weight: its heaviest test's), each module's tests
+    kept together and in order (module fixtures are built once), so that the two workers
+    end on many short tests rather than one waiting for the other's last notebook."""
+    weight: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        weight[module] = min(weight.get(module, 2), _weight(item))
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], index)
+    items.sort(key=lambda item: (weight[m := item.nodeid.split("::")[0]], first[m]))

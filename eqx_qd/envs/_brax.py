@@ -156,6 +156,29 @@ DEFAULT_BACKEND = "spring"
 """brax's fastest physics backend on CPU for every robot here (figures in the README)."""
 
 
+@contextlib.contextmanager
+def models_on_this_process():
+    """mujoco-mjx's `put_model` (which brax calls to build every system) places the model on
+    `jax.devices()[0]`: in a run over several processes, process 0's device, whose arrays the
+    other processes cannot use. While a system is built, `jax.devices()` lists this process's
+    own devices first (nothing changes in a one-process run)."""
+    if jax.process_count() == 1:
+        yield
+        return
+    every = jax.devices
+
+    def local_first(backend=None):
+        devices = every(backend)
+        mine = [d for d in devices if d.process_index == jax.process_index()]
+        return mine + [d for d in devices if d.process_index != jax.process_index()]
+
+    jax.devices = local_first
+    try:
+        yield
+    finally:
+        jax.devices = every
+
+
 def _import_brax_envs():
     require("brax", "A brax task")
     # brax prints "Failed to import warp" on stdout and its dependencies (jaxopt, ...) warn about
@@ -170,7 +193,7 @@ def _new_brax_env(robot: str, backend: str, debug: bool, **options: Any) -> Any:
     envs = _import_brax_envs()
     # Built eagerly even when first asked for inside a trace: the cached system must hold no
     # tracers.
-    with warnings.catch_warnings(), jax.ensure_compile_time_eval():
+    with warnings.catch_warnings(), jax.ensure_compile_time_eval(), models_on_this_process():
         warnings.simplefilter("ignore")  # "brax is not actively maintained"
         return envs.get_environment(robot, backend=backend, debug=debug, **options)
 
@@ -238,8 +261,8 @@ def _task_env(name: str, backend: str) -> Any:
     env = _new_brax_env(spec.robot, backend, bool(spec.feet), **dict(spec.brax_options))
     if not (spec.walls or spec.target):
         return env
-    with warnings.catch_warnings(), jax.ensure_compile_time_eval():  # as in _new_brax_env
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(), jax.ensure_compile_time_eval(), models_on_this_process():
+        warnings.simplefilter("ignore")  # as in _new_brax_env
         return _with_walls(env, spec)
 
 

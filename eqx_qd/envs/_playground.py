@@ -38,6 +38,7 @@ from .._custom_types import PRNGKey
 from .._extras import require
 from .._misc import f32
 from ._base import AbstractEnv, AbstractQDEnv, Arena, EnvState, locomotion_descriptor
+from ._brax import models_on_this_process
 
 
 MJX_IMPLS = ("auto", "jax", "warp")
@@ -136,7 +137,7 @@ def _playground_env(name: str, impl: str, menagerie: str | None) -> Any:
         )
     folder = _menagerie_folder(name, menagerie)
     # Built eagerly even when first asked for inside a trace: the cached model holds no tracers.
-    with _quiet(), _menagerie_at(folder), jax.ensure_compile_time_eval():
+    with _quiet(), _menagerie_at(folder), jax.ensure_compile_time_eval(), models_on_this_process():
         try:
             return registry.load(name, config_overrides={"impl": impl})
         except (FileNotFoundError, ValueError) as e:

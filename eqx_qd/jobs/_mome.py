@@ -329,6 +329,7 @@ class _MOMEJob(LoopJob[_Plan, MOMEState]):
     config_cls = MOMEConfig
     help = "MOME, NSGA-II or SPEA2 on a multi-objective task (default: QDax's MOME example)"
     resume_may_change = ("iterations",)
+    multi_process = True
 
     def best(self, metrics) -> float:
         return float(np.mean(metrics["moqd_score"]))

@@ -4,7 +4,7 @@
 run at 127.0.0.1:PORT with two host devices (`jobs.launch`, as a user's script would), runs the
 MAP-Elites job in OUT/map-elites for ITERATIONS - 2 iterations, or with ``resume`` resumes it
 to ITERATIONS - 1 and runs the ME-PBT job in OUT/run for ITERATIONS iterations and the PBT,
-PGA-ME and IPPO jobs in OUT/<job> for ITERATIONS - 1 rounds, batches and iterations, and saves
+PGA-ME, IPPO and MOME jobs in OUT/<job> for ITERATIONS - 1 rounds, batches and iterations, and saves
 this process's view of their results as OUT/process-<id>.npz (ME-PBT's repertoire) and
 OUT/<job>-<id>.npz (logs and final states).
 """
@@ -29,6 +29,7 @@ sys.path[:0] = ["tests/jobs", "tests"]  # the test module, and what it imports
 from test_distributed import (  # noqa: E402
     ippo_config,
     map_elites_config,
+    mome_config,
     PBT_TINY,
     pgame_config,
     saved_run,
@@ -66,3 +67,6 @@ if resume:  # the others run once, fresh
     config = ippo_config(iterations - 1)
     result = jobs.run(config, f"{out}/ippo", progress=False, plots=False)
     np.savez(f"{out}/ippo-{pid}.npz", folder=str(result.folder), **saved_run(result))
+
+    result = jobs.run(mome_config(iterations - 1), f"{out}/mome", progress=False, plots=False)
+    np.savez(f"{out}/mome-{pid}.npz", folder=str(result.folder), **saved_run(result))

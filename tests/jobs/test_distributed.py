@@ -1,7 +1,7 @@
 """Two processes on 127.0.0.1 (``jax.distributed``, CPU collectives through gloo) running the
 jobs over the four devices of both (MAP-Elites stopped and resumed): every process holds the same
 results, only process 0 writes the folders, and the runs equal the same jobs in one process
-(ME-PBT and MAP-Elites on four devices, bit for bit; PGA-ME and IPPO on four devices, PBT on
+(ME-PBT, MAP-Elites and MOME on four devices, bit for bit; PGA-ME and IPPO on four devices, PBT on
 one, up to float rounding); the SLURM recipe; a dead process."""
 
 import socket
@@ -32,6 +32,7 @@ JOBS = (
     "map-elites",
     "pgame",
     "ippo",
+    "mome",
 )  # saved by the worker as OUT/<job>-<process>.npz, beside ME-PBT's
 
 PBT_TINY = dict(
@@ -47,6 +48,15 @@ def map_elites_config(iterations: int, devices: int = 4) -> jobs.MAPElitesConfig
     return jobs.MAPElitesConfig(
         genotype_dim=4, cells=32, cvt_samples=1000, batch_size=8, iterations=iterations,
         log_every=1, devices=devices,
+    )  # fmt: skip
+
+
+def mome_config(iterations: int, devices: int = 4) -> jobs.MOMEConfig:
+    """The tiny MOME run (bi-objective rastrigin, 4 genes, 8 cells, fronts of 3) of
+    `iterations` batches of 4 per device, every iteration logged."""
+    return jobs.MOMEConfig(
+        genotype_dim=4, cells=8, cvt_samples=500, front_length=3, batch_size=4,
+        iterations=iterations, log_every=1, checkpoint_every=1, devices=devices,
     )  # fmt: skip
 
 
@@ -167,6 +177,9 @@ def test_two_processes_hold_one_run_and_resume_to_the_one_process_run(tmp_path):
         jobs.PBTConfig(**PBT_TINY, rounds=3), tmp_path / "pbt", progress=False, plots=False
     )
     _assert_same_run(saved_run(single), second_runs["pbt"][0], rtol=1e-4, atol=1e-5)
+    # MOME's three iterations equal three on four devices of one process, bit for bit.
+    mome = jobs.run(mome_config(3), tmp_path / "mome", progress=False, plots=False)
+    _assert_same_run(saved_run(mome), second_runs["mome"][0], rtol=0.0, atol=0.0)
     # PGA-ME's three batches equal three batches on four devices of one process (its
     # data-parallel critic makes the device count part of the run), up to float rounding: gloo
     # sums the averaged gradients in another order than one process.
