@@ -260,18 +260,11 @@ class KeepsNewest(SimpleGrid):
         return jnp.isfinite(fitness) & jnp.all(jnp.isfinite(descriptor))
 
 
-@typing.final
-class ForgetsFronts(q.AbstractMultiObjectiveRepertoire):
-    """A multi-objective archive that keeps only the last batch's fronts (a correct
-    `ParetoRepertoire` emptied before each batch): a stored solution leaves for nothing that
-    dominates it (law `never_dominated_away`)."""
+class _WrapsParetoArchive(q.AbstractMultiObjectiveRepertoire):
+    """A planted multi-objective archive around a correct `ParetoRepertoire` (`inner`): the
+    contract's views are the inner archive's; each planted class breaks `add` its own way."""
 
-    inner: q.ParetoRepertoire
-
-    @classmethod
-    def create(cls, dim: int):
-        cells = q.GridTessellation((2, 2), 0.0, 1.0)
-        return cls(q.ParetoRepertoire.empty(cells, jnp.zeros(dim), 2, front_length=2))
+    inner: eqx.AbstractVar[q.ParetoRepertoire]
 
     @property
     def genotypes(self):
@@ -297,7 +290,21 @@ class ForgetsFronts(q.AbstractMultiObjectiveRepertoire):
         return self.inner.uniform_slots(num, key=key)
 
     def emptied(self, genotype, extra=None):
-        return ForgetsFronts(self.inner.emptied(genotype))
+        return type(self)(self.inner.emptied(genotype))
+
+
+@typing.final
+class ForgetsFronts(_WrapsParetoArchive):
+    """A multi-objective archive that keeps only the last batch's fronts (a correct
+    `ParetoRepertoire` emptied before each batch): a stored solution leaves for nothing that
+    dominates it (law `never_dominated_away`)."""
+
+    inner: q.ParetoRepertoire
+
+    @classmethod
+    def create(cls, dim: int):
+        cells = q.GridTessellation((2, 2), 0.0, 1.0)
+        return cls(q.ParetoRepertoire.empty(cells, jnp.zeros(dim), 2, front_length=2))
 
     def add(self, genotypes, descriptors, fitnesses, extra=None):
         fresh = self.inner.emptied(jax.tree.map(lambda x: x[0], genotypes))
@@ -306,7 +313,7 @@ class ForgetsFronts(q.AbstractMultiObjectiveRepertoire):
 
 
 @typing.final
-class CrowdsTooSoon(q.AbstractMultiObjectiveRepertoire):
+class CrowdsTooSoon(_WrapsParetoArchive):
     """A crowding Pareto archive that keeps only the newest solution of each front after a
     batch: non-dominated solutions leave fronts that are not full (law `fronts`; not
     elitist, as crowding archives are not)."""
@@ -330,32 +337,6 @@ class CrowdsTooSoon(q.AbstractMultiObjectiveRepertoire):
     @property
     def front_filled(self):
         return self.inner.front_filled
-
-    @property
-    def genotypes(self):
-        return self.inner.genotypes
-
-    @property
-    def objectives(self):
-        return self.inner.objectives
-
-    @property
-    def descriptors(self):
-        return self.inner.descriptors
-
-    @property
-    def extra(self):
-        return None
-
-    @property
-    def extent(self):
-        return self.inner.extent
-
-    def uniform_slots(self, num, *, key):
-        return self.inner.uniform_slots(num, key=key)
-
-    def emptied(self, genotype, extra=None):
-        return CrowdsTooSoon(self.inner.emptied(genotype))
 
     def add(self, genotypes, descriptors, fitnesses, extra=None):
         inner, info = self.inner.add(genotypes, descriptors, fitnesses)

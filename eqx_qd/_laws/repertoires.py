@@ -255,21 +255,32 @@ def _law_rep_elitist(ctx: _RepertoireContext) -> None:
         raise Broken(f"the QD-score went {scores[0]:g} -> {scores[1]:g} -> {scores[2]:g}")
 
 
-def _law_rep_never_dominated_away(ctx: _RepertoireContext) -> None:
-    """(Elitist multi-objective repertoires, a `ParetoRepertoire`.) A solution stored before
-    a batch is still stored after it, or a solution stored after it dominates it: nothing
-    leaves for a solution the repertoire does not keep."""
+def _removed_solutions(ctx: _RepertoireContext):
+    """For each batch: its name, the repertoire after it, and each solution stored before it
+    and gone after it, as (slot before, objective vector, whether a solution stored after it
+    dominates it)."""
     for name, before, after in (
         ("first", ctx.start, ctx.after_first),
         ("second", ctx.after_first, ctx.after_second),
     ):
         kept = {row for _, row in _slots(after)}
         now = np.asarray(after.objectives)[np.asarray(after.filled)]
-        objectives = np.asarray(before.objectives)
-        for (slot, row), vector in zip(_slots(before), objectives[np.asarray(before.filled)]):
-            if row in kept:
-                continue
-            if not np.any(np.all(now >= vector, -1) & np.any(now > vector, -1)):
+        old = np.asarray(before.objectives)[np.asarray(before.filled)]
+        gone = [
+            (slot, vector, bool(np.any(np.all(now >= vector, -1) & np.any(now > vector, -1))))
+            for (slot, row), vector in zip(_slots(before), old)
+            if row not in kept
+        ]
+        yield name, after, gone
+
+
+def _law_rep_never_dominated_away(ctx: _RepertoireContext) -> None:
+    """(Elitist multi-objective repertoires, a `ParetoRepertoire`.) A solution stored before
+    a batch is still stored after it, or a solution stored after it dominates it: nothing
+    leaves for a solution the repertoire does not keep."""
+    for name, after, gone in _removed_solutions(ctx):
+        for slot, vector, dominated in gone:
+            if not dominated:
                 raise Broken(
                     f"the {name} batch removed slot {slot}'s solution {vector.tolist()}, which "
                     "nothing stored after it dominates"
@@ -282,11 +293,7 @@ def _law_rep_fronts(ctx: _RepertoireContext) -> None:
     solution dominates another of its cell, and a solution stored before a batch and gone
     after it is dominated by one stored after it, or its cell's front is full after the batch
     (crowded out: the only way MOME-PGX's rule drops a non-dominated solution)."""
-    for name, before, after in (
-        ("first", ctx.start, ctx.after_first),
-        ("second", ctx.after_first, ctx.after_second),
-    ):
-        length = after.front_length
+    for name, after in (("first", ctx.after_first), ("second", ctx.after_second)):
         objectives = np.asarray(after.front_objectives)
         filled = np.asarray(after.front_filled)
         for cell in range(objectives.shape[0]):
@@ -298,14 +305,10 @@ def _law_rep_fronts(ctx: _RepertoireContext) -> None:
                 raise Broken(
                     f"after the {name} batch, cell {cell}'s front holds a dominated solution"
                 )
-        kept = {row for _, row in _slots(after)}
-        now = np.asarray(after.objectives)[np.asarray(after.filled)]
-        old = np.asarray(before.objectives)
-        for (slot, row), vector in zip(_slots(before), old[np.asarray(before.filled)]):
-            if row in kept:
-                continue
-            dominated = np.any(np.all(now >= vector, -1) & np.any(now > vector, -1))
-            if not dominated and not filled[slot // length].all():
+    for name, after, gone in _removed_solutions(ctx):
+        filled = np.asarray(after.front_filled)
+        for slot, vector, dominated in gone:
+            if not dominated and not filled[slot // after.front_length].all():
                 raise Broken(
                     f"the {name} batch removed slot {slot}'s solution {vector.tolist()}, which "
                     "nothing stored dominates, from a front that is not full"
