@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float, Int, PyTree, Shaped
+from jaxtyping import Array, ArrayLike, Bool, Float, Int, PyTree, Shaped
 
 from ._custom_types import PRNGKey
 
@@ -299,3 +299,22 @@ def device_share(minibatch_size: int, axis_name: str | None, where: str) -> int:
             f"devices of axis {axis_name!r} (a multiple of the count)"
         )
     return minibatch_size // devices
+
+
+def poison_if_empty(tree, empty: Bool[Array, ""]):
+    """`tree` with every floating leaf NaN where `empty`: what a draw from an empty store
+    (repertoire, replay buffer) gives inside a compiled program.
+
+    The check there is not an error: `eqx.error_if` reports through a host callback, and a
+    program holding one is never written to JAX's persistent compilation cache (every job's
+    second process compiled it again) and fails on a machine without a CPU device
+    (`JAX_PLATFORMS=cuda`). NaN propagates instead: offspring of NaN parents score NaN and
+    are never stored, a learner trained on NaN rows shows NaN losses. Called eagerly, the
+    stores raise a `ValueError` first."""
+
+    def poison(x):
+        if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating):
+            return jnp.where(empty, jnp.nan, x)
+        return x
+
+    return jax.tree.map(poison, tree)

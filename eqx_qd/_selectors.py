@@ -18,7 +18,9 @@ from ._knn import k_nearest, mean_of_finite
 class AbstractSelector(eqx.Module):
     """Chooses `num` cell indices among the filled cells (those with finite fitness), given
     what a repertoire stores. Sampling is with replacement. Selecting from an empty repertoire
-    raises a runtime error.
+    is a `ValueError` when the repertoire is concrete; inside a compiled program there is no
+    check (a runtime check is a host callback: `internal.poison_if_empty` says why) and
+    `select` hands out NaN genotypes, from which nothing is ever stored.
 
     Subclass it and implement `choose` for a rule that reads the descriptors (novelty); a rule
     that reads the fitnesses only subclasses `AbstractFitnessSelector` and implements
@@ -71,7 +73,9 @@ def _check_args(owner: str, fitnesses: Array, num: int) -> None:
 
 
 def _check_nonempty(idx: Array, num_filled: Array) -> Array:
-    return eqx.error_if(idx, num_filled == 0, "cannot select from an empty repertoire")
+    if check.is_concrete(num_filled) and int(num_filled) == 0:
+        raise ValueError("cannot select from an empty repertoire")
+    return idx
 
 
 def uniform_filled(

@@ -12,7 +12,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .. import _validate as check
 from .._custom_types import Descriptors, Extra, Fitnesses, Genotypes, PRNGKey
-from .._misc import batch_size_of, tree_concatenate, tree_take, tree_zeros_batch
+from .._misc import batch_size_of, poison_if_empty, tree_concatenate, tree_take, tree_zeros_batch
 from .._selectors import AbstractSelector, UniformSelector
 
 
@@ -253,10 +253,13 @@ class AbstractRepertoire(eqx.Module):
         multi-objective repertoire's uniform draw is its own (`uniform_slots`)."""
         if isinstance(self, AbstractMultiObjectiveRepertoire) and type(selector) is UniformSelector:
             idx = self.uniform_slots(num, key=key)
+            genotypes = tree_take(self.genotypes, idx)
         else:
             idx = selector.choose(self.fitnesses, self.descriptors, num, key=key)
+            empty = ~jnp.any(jnp.isfinite(self.fitnesses))  # (raised above when concrete)
+            genotypes = poison_if_empty(tree_take(self.genotypes, idx), empty)
         return Elites(
-            genotypes=tree_take(self.genotypes, idx),
+            genotypes=genotypes,
             fitnesses=self.fitnesses[idx],
             descriptors=self.descriptors[idx],
             cells=idx,

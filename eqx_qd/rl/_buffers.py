@@ -9,7 +9,7 @@ from jaxtyping import Array, Float, Int, PyTree
 
 from .. import _validate as check
 from .._custom_types import PRNGKey
-from .._misc import batch_size_of, i32, tree_scatter, tree_take, tree_zeros_batch
+from .._misc import batch_size_of, i32, poison_if_empty, tree_scatter, tree_take, tree_zeros_batch
 
 
 @typing.final
@@ -67,7 +67,10 @@ class ReplayBuffer(eqx.Module):
         )
 
     def sample(self, num: int, *, key: PRNGKey) -> PyTree:
-        """`num` items drawn uniformly among those inserted (error if the buffer is empty)."""
+        """`num` items drawn uniformly among those inserted. An empty buffer is a
+        `ValueError` when concrete; inside a compiled program its rows are NaN
+        (`internal.poison_if_empty`: no host callback, so the program stays cacheable)."""
+        if check.is_concrete(self.size) and int(self.size) == 0:
+            raise ValueError("cannot sample from an empty replay buffer")
         idx = jr.randint(key, (num,), 0, jnp.maximum(self.size, 1))
-        idx = eqx.error_if(idx, self.size == 0, "cannot sample from an empty replay buffer")
-        return tree_take(self.data, idx)
+        return poison_if_empty(tree_take(self.data, idx), self.size == 0)

@@ -220,9 +220,19 @@ def test_select_fitness_proportional(getkey):
 
 
 def test_select_from_empty_raises(getkey):
+    """Eagerly a `ValueError`; compiled (no host callback: the program stays in JAX's
+    persistent cache), NaN genotypes, whose offspring are never stored."""
     rep = q.MAPElitesRepertoire.empty(q.GridTessellation((4,)), jnp.zeros(1))
-    with pytest.raises(Exception, match="empty repertoire"):
-        eqx.filter_jit(lambda r, k: r.select(2, key=k).cells)(rep, getkey()).block_until_ready()
+    for selector in (q.UniformSelector(), q.FitnessProportionalSelector()):
+        with pytest.raises(ValueError, match="cannot select from an empty repertoire"):
+            rep.select(2, key=getkey(), selector=selector)
+    drawn = eqx.filter_jit(lambda r, k: r.select(2, key=k).genotypes)(rep, getkey())
+    assert bool(jnp.all(jnp.isnan(drawn)))
+    after, _ = rep.add(drawn, jnp.zeros((2, 1)), jnp.full((2,), jnp.nan))
+    assert int(after.num_filled) == 0
+    one, _ = rep.add(jnp.ones((1, 1)), jnp.zeros((1, 1)), jnp.zeros((1,)))
+    drawn = eqx.filter_jit(lambda r, k: r.select(2, key=k).genotypes)(one, getkey())
+    np.testing.assert_array_equal(drawn, np.ones((2, 1)))
 
 
 def test_bad_shapes_are_named():

@@ -23,6 +23,15 @@ algo = q.MAPElites(emitter, task)
 cells = q.GridTessellation((5, 5), *task.descriptor_bounds)
 state, _ = algo.init(task.init_genotypes(4, key=jr.key(0)), cells, key=jr.key(1))
 jax.block_until_ready(q.run(algo, state, 3, key=jr.key(2))[1].qd_score)
+# A GA draws its parents from the repertoire, TD3 its rows from a replay buffer: their checks
+# of an empty store once were host callbacks, and kept every such program out of the cache.
+iso_line = q.IsoLineVariation(0.01, 0.1)
+ga = q.MixingEmitter(batch_size=8, variation_percentage=1.0, variation=iso_line)
+algo = q.MAPElites(ga, task)
+state, _ = algo.init(task.init_genotypes(8, key=jr.key(3)), cells, key=jr.key(4))
+jax.block_until_ready(q.run(algo, state, 3, key=jr.key(5))[1].qd_score)
+buffer = q.rl.ReplayBuffer.empty(16, jnp.zeros(3)).insert(jnp.ones((4, 3)))
+jax.block_until_ready(jax.jit(lambda b, k: b.sample(8, key=k))(buffer, jr.key(6)))
 print(json.dumps({k.rsplit("/", 1)[-1]: v for k, v in events.items() if "cache" in k}))
 """
 
@@ -32,7 +41,8 @@ def test_a_second_process_compiles_nothing(tmp_path):
     """CMA-ME's programs each compile in a fraction of a second, under JAX's one-second
     threshold: `jax_compilation_cache_dir` alone kept almost none, and a second process
     compiled them all again (issue 76, item 7). With `use_compile_cache`, every program of
-    the second process is a cache hit."""
+    the second process is a cache hit, a GA's and a replay buffer's among them (their
+    empty-store checks were host callbacks, which JAX never writes to the cache)."""
     cache = tmp_path / "cache"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the suite's own (conftest.py)
