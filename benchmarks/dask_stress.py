@@ -3,7 +3,7 @@ which hang, with a 0.5 s timeout, while `--burners` busy processes load the CPU.
 ends a worker, and the candidates queued meanwhile wait for its replacement. Prints, per
 batch, the statuses of the hangs and of the others and the attempts: every hang should be
 TIMEOUT and every other candidate OK on its first run, attempts 1 (issue 76, item 2; the
-suite's test of it, in tests/external, burns two cores for three batches).
+suite's test of it, in tests/external, burns one core for one batch).
 
 Usage: python benchmarks/dask_stress.py [--burners 2] [--batches 3]
 (run from the repository root: `tests/external_evaluators.py` is the evaluator)
