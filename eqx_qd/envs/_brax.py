@@ -30,6 +30,7 @@ from ._base import (
     EnvState,
     locomotion_descriptor,
 )
+from ._mjx import models_on_this_process
 
 
 @contextlib.contextmanager
@@ -154,29 +155,6 @@ _FORWARD_METRIC = {"ant": "reward_forward", "humanoid": "forward_reward"}
 
 DEFAULT_BACKEND = "spring"
 """brax's fastest physics backend on CPU for every robot here (figures in the README)."""
-
-
-@contextlib.contextmanager
-def models_on_this_process():
-    """mujoco-mjx's `put_model` (which brax calls to build every system) places the model on
-    `jax.devices()[0]`: in a run over several processes, process 0's device, whose arrays the
-    other processes cannot use. While a system is built, `jax.devices()` lists this process's
-    own devices first (nothing changes in a one-process run)."""
-    if jax.process_count() == 1:
-        yield
-        return
-    every = jax.devices
-
-    def local_first(backend=None):
-        devices = every(backend)
-        mine = [d for d in devices if d.process_index == jax.process_index()]
-        return mine + [d for d in devices if d.process_index != jax.process_index()]
-
-    jax.devices = local_first
-    try:
-        yield
-    finally:
-        jax.devices = every
 
 
 def _import_brax_envs():

@@ -38,7 +38,7 @@ from .._custom_types import PRNGKey
 from .._extras import require
 from .._misc import f32
 from ._base import AbstractEnv, AbstractQDEnv, Arena, EnvState, locomotion_descriptor
-from ._brax import models_on_this_process
+from ._mjx import models_on_this_process
 
 
 MJX_IMPLS = ("auto", "jax", "warp")
