@@ -206,10 +206,16 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
         members = jr.categorical(member_key, member_logits, axis=-1)
         return (cells * self.front_length + members).astype(jnp.int32)
 
+    def _members_beaten(self, cells, beats):
+        """`(num_cells, front_length)`: the members some candidate dominates, `beats[i, j]`
+        saying candidate `i` dominates member `j` of its cell `cells[i]`."""
+        shape = (self.num_cells, self.front_length)
+        return jnp.zeros(shape, jnp.int32).at[cells].max(beats.astype(jnp.int32)).astype(bool)
+
     def _in_order(self, cells, same, survives, beats_member, rows):
         """MOME's rule for the batch (see the class): which candidates enter, which members
         stay, and each one's position in its cell's new front."""
-        batch, length, num_cells = rows.shape[0], self.front_length, self.num_cells
+        batch, length = rows.shape[0], self.front_length
         # A full front admits, among the non-dominated candidates of its cell, first those
         # that dominate a member (they free their place), then the others, each group in
         # batch order; a member leaves only for a candidate that enters. Which candidates
@@ -221,14 +227,9 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
         ahead_count = jnp.sum(ahead, axis=-1, dtype=jnp.int32)
 
         def admitted(entering):
-            beaten = beats_member & entering[:, None]
-            killed = (
-                jnp.zeros((num_cells, length), jnp.int32)
-                .at[cells]
-                .max(beaten.astype(jnp.int32))
-                .astype(bool)
+            kept = self.front_filled & ~self._members_beaten(
+                cells, beats_member & entering[:, None]
             )
-            kept = self.front_filled & ~killed
             position = jnp.sum(kept, axis=-1, dtype=jnp.int32)[cells] + ahead_count
             return survives & (position < length), kept, position
 
@@ -247,18 +248,12 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
 
         return stored_new, kept, position, member_position
 
-    def _crowded(self, fitnesses, cells, valid, survives, beats_member):
+    def _crowded(self, fitnesses, cells, survives, beats_member):
         """MOME-PGX's rule for the batch (see the class), in the same terms as `_in_order`."""
         length, num_cells = self.front_length, self.num_cells
         # Members no candidate of their cell dominates (a dominated candidate's dominator
         # dominates them too), and the surviving candidates: each cell's non-dominated set.
-        beaten = (
-            jnp.zeros((num_cells, length), jnp.int32)
-            .at[cells]
-            .max((beats_member & valid[:, None]).astype(jnp.int32))
-            .astype(bool)
-        )
-        member_in = self.front_filled & ~beaten
+        member_in = self.front_filled & ~self._members_beaten(cells, beats_member)
         objectives = jnp.concatenate([self.objectives, fitnesses])
         group = jnp.concatenate([jnp.repeat(jnp.arange(num_cells), length), cells])
         inside = jnp.concatenate([member_in.reshape(-1), survives])
@@ -327,7 +322,7 @@ class ParetoRepertoire(AbstractMultiObjectiveRepertoire):
         rows = jnp.arange(batch)
         if self.crowding:
             stored_new, kept, position, member_position = self._crowded(
-                fitnesses, cells, valid, survives, beats_member
+                fitnesses, cells, survives, beats_member
             )
         else:
             stored_new, kept, position, member_position = self._in_order(
