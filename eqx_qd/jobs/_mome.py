@@ -169,6 +169,16 @@ class MOMEConfig(CellOptions, RunOptions):
         """Whether the task's genotypes are policies (a multi-objective environment)."""
         return POLICY in MO_TASKS.get(self.task).tags
 
+    def _check_pg_split(self, num_objectives: int) -> None:
+        """Refuse a batch that cannot hold one policy-gradient emitter per objective."""
+        ga, pg = self.pg_split(num_objectives)
+        if ga < 0 or pg < 1:
+            raise ValueError(
+                f"batch_size {self.batch_size} cannot hold {num_objectives} policy-gradient "
+                f"emitters of {pg} candidates (pg_batch_size x objectives <= batch_size, at "
+                "least 1 each)"
+            )
+
     def pg_split(self, num_objectives: int) -> tuple[int, int]:
         """MOME-PGX's GA candidates and each objective's policy-gradient candidates, per
         device."""
@@ -187,15 +197,9 @@ class MOMEConfig(CellOptions, RunOptions):
             )
         if self.pg_batch_size is not None and self.pg_batch_size < 1:
             raise ValueError(f"pg_batch_size must be at least 1, got {self.pg_batch_size}")
-        if self.algorithm == "mome-pgx":
-            m = len(MO_BRAX_TASKS[self.task].objectives) if self.task in MO_BRAX_TASKS else 2
-            ga, pg = self.pg_split(m)
-            if ga < 0 or pg < 1:
-                raise ValueError(
-                    f"batch_size {self.batch_size} cannot hold {m} policy-gradient emitters of "
-                    f"{self.pg_batch_size} candidates (pg_batch_size x objectives <= batch_size, "
-                    "at least 1 each)"
-                )
+        if self.algorithm == "mome-pgx" and self.task in MO_BRAX_TASKS:
+            # Known before any environment is built; a user's task is checked when built.
+            self._check_pg_split(len(MO_BRAX_TASKS[self.task].objectives))
 
 
 MOMEConfig.PRESETS = {}
@@ -264,6 +268,7 @@ def build_mome(config: MOMEConfig):
     if isinstance(task, _PolicyTask):
         variation = IsoLineVariation(iso_sigma=config.iso_sigma, line_sigma=config.line_sigma)
         if config.algorithm == "mome-pgx":
+            config._check_pg_split(task.num_objectives)
             ga, pg = config.pg_split(task.num_objectives)
             emitter = mome_pgx_emitter(
                 num_objectives=task.num_objectives,

@@ -106,3 +106,27 @@ def test_mome_pgx_runs_on_a_brax_task_resumes_equal_and_reads_back(tmp_path):
         jobs.MOMEConfig(algorithm="mome-pgx", task="mo_sphere")
     with pytest.raises(ValueError, match="cannot hold 2 policy-gradient emitters of 4"):
         jobs.MOMEConfig(**{**small, "pg_batch_size": 4})
+
+
+@pytest.mark.brax
+def test_a_users_policy_task_is_checked_for_its_own_objective_count(monkeypatch):
+    """MOME-PGX needs one policy-gradient emitter per objective: the config checks the
+    split for the built-in brax tasks before anything is built, and the job checks a user's
+    task, whose objective count only its environment knows, when it builds it (the config's
+    check had assumed two)."""
+    from eqx_qd.jobs._mome import MO_TASKS, POLICY
+
+    monkeypatch.setattr(MO_TASKS, "_entries", dict(MO_TASKS._entries))
+    MO_TASKS.register(
+        "my_hopper3",
+        lambda *, episode_length=100: q.envs.BraxMultiObjectiveEnv(
+            "hopper_multi3", episode_length=episode_length
+        ),
+        tags=(POLICY,),
+    )
+    config = jobs.MOMEConfig(
+        algorithm="mome-pgx", task="my_hopper3", batch_size=8, pg_batch_size=3,
+        episode_length=5, iterations=1,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="batch_size 8 cannot hold 3 policy-gradient emitters"):
+        jobs.run(config, None, progress=False, plots=False)
