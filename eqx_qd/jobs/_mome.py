@@ -169,8 +169,9 @@ class MOMEConfig(CellOptions, RunOptions):
         """Whether the task's genotypes are policies (a multi-objective environment)."""
         return POLICY in MO_TASKS.get(self.task).tags
 
-    def _check_pg_split(self, num_objectives: int) -> None:
-        """Refuse a batch that cannot hold one policy-gradient emitter per objective."""
+    def _checked_pg_split(self, num_objectives: int) -> tuple[int, int]:
+        """`pg_split(num_objectives)`, refused when the batch cannot hold one policy-gradient
+        emitter per objective."""
         ga, pg = self.pg_split(num_objectives)
         if ga < 0 or pg < 1:
             raise ValueError(
@@ -178,6 +179,7 @@ class MOMEConfig(CellOptions, RunOptions):
                 f"emitters of {pg} candidates (pg_batch_size x objectives <= batch_size, at "
                 "least 1 each)"
             )
+        return ga, pg
 
     def pg_split(self, num_objectives: int) -> tuple[int, int]:
         """MOME-PGX's GA candidates and each objective's policy-gradient candidates, per
@@ -199,7 +201,7 @@ class MOMEConfig(CellOptions, RunOptions):
             raise ValueError(f"pg_batch_size must be at least 1, got {self.pg_batch_size}")
         if self.algorithm == "mome-pgx" and self.task in MO_BRAX_TASKS:
             # Known before any environment is built; a user's task is checked when built.
-            self._check_pg_split(len(MO_BRAX_TASKS[self.task].objectives))
+            self._checked_pg_split(len(MO_BRAX_TASKS[self.task].objectives))
 
 
 MOMEConfig.PRESETS = {}
@@ -268,8 +270,7 @@ def build_mome(config: MOMEConfig):
     if isinstance(task, _PolicyTask):
         variation = IsoLineVariation(iso_sigma=config.iso_sigma, line_sigma=config.line_sigma)
         if config.algorithm == "mome-pgx":
-            config._check_pg_split(task.num_objectives)
-            ga, pg = config.pg_split(task.num_objectives)
+            ga, pg = config._checked_pg_split(task.num_objectives)
             emitter = mome_pgx_emitter(
                 num_objectives=task.num_objectives,
                 ga_batch_size=ga,
