@@ -41,7 +41,8 @@ spring, the physics ours runs: its copy imports ``qdax.tasks.brax.v2``
 instead of ``v1``), pgame,
 dcrl_me (QDax: our ``peers/qdax_dcrl_me.py``, no peer script covers it; QDax on brax v1 as
 the pgame row),
-dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mepbt (QDax); ppo, ippo
+dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mees (QDax: our
+``peers/qdax_mees.py``, on brax v2 spring), mepbt (QDax); ppo, ippo
 (jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax,
 sep_cma_mae, lm_ma_mae, openai_es_mae (CMA-MAE with pyribs' scalable strategies),
 og_map_elites, omg_mega (pyribs' gradient-operator emitter), dms, dds (its Discount Model
@@ -515,6 +516,15 @@ VERSUS = {
         lambda a, s: [sys.executable, os.path.join(HERE, "dcrl_me.py")],
         lambda a, s: [a.qdax_python, os.path.join(HERE, "peers", "qdax_dcrl_me.py"),
                       "--brax", "v2"],
+        lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
+        lambda r: r["compile_s"], lambda r: r["compile_time_s"],
+    ),
+    "mees": _Versus(
+        "MAP-Elites-ES, walker2d_uni (brax v2 spring on both sides), 200 ES samples, 30 "
+        "generations",
+        "s/iter", False, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "mees.py")],
+        lambda a, s: [a.qdax_python, os.path.join(HERE, "peers", "qdax_mees.py")],
         lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
         lambda r: r["compile_s"], lambda r: r["compile_time_s"],
     ),

@@ -58,6 +58,7 @@ from ._emitters.gradient_arborescence import (
     GradientArborescenceEmitterState as GradientArborescenceEmitterState,
 )
 from ._emitters.gradient_operator import GradientOperatorEmitter as GradientOperatorEmitter
+from ._emitters.me_es import MEESEmitter as MEESEmitter, MEESEmitterState as MEESEmitterState
 from ._emitters.mixing import MixingEmitter as MixingEmitter
 from ._emitters.rankers import AbstractRanker as AbstractRanker, ranker as ranker
 from ._es_base import AbstractEvolutionStrategy as AbstractEvolutionStrategy
@@ -273,6 +274,8 @@ __all__ = [
     "MAPElites",
     "MAPElitesRepertoire",
     "MAPElitesState",
+    "MEESEmitter",
+    "MEESEmitterState",
     "MixingEmitter",
     "MOME",
     "MOMEState",

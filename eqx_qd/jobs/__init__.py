@@ -61,6 +61,7 @@ from ._launch import Launch as Launch, launch as launch, load_plugins as load_pl
 from ._loop import Chunk as Chunk, LoopJob as LoopJob, Rows as Rows
 from ._map_elites import MAPElitesConfig as MAPElitesConfig
 from ._me_pbt import MEPBTConfig as MEPBTConfig
+from ._mees import MEESConfig as MEESConfig
 from ._mome import MO_TASKS as MO_TASKS, MOMEConfig as MOMEConfig
 from ._pbt import PBTConfig as PBTConfig
 from ._pgame import PGAMEConfig as PGAMEConfig
@@ -139,6 +140,7 @@ __all__ = [
     "mann_whitney",
     "MAPElitesConfig",
     "mean_return",
+    "MEESConfig",
     "MEPBTConfig",
     "MO_TASKS",
     "MOMEConfig",

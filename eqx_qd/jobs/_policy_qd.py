@@ -224,10 +224,10 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
                 f"random_init ({self.random_init}) must be a multiple of init_batch_size "
                 f"({self.init_batch_size})"
             )
-        if self.evaluations < self.random_init + self.batch_size:
+        if self.evaluations < self.random_init + self.evaluations_per_iteration:
             raise ValueError(
-                f"evaluations ({self.evaluations}) leaves no batch after random_init "
-                f"({self.random_init}) with batch_size {self.batch_size}"
+                f"evaluations ({self.evaluations}) leaves no iteration after random_init "
+                f"({self.random_init}): one takes {self.evaluations_per_iteration}"
             )
         if self.cvt_samples < self.cells:
             raise ValueError(f"cvt_samples ({self.cvt_samples}) must be at least cells")
@@ -261,8 +261,13 @@ class PolicyQDOptions(RepertoireOptions, RunOptions):
             raise ValueError("use_cached_cvt and centroids both choose the centroids: give one")
 
     @property
+    def evaluations_per_iteration(self) -> int:
+        """The evaluations one iteration costs: its batch (MAP-Elites-ES adds its samples)."""
+        return self.batch_size
+
+    @property
     def num_iterations(self) -> int:
-        return (self.evaluations - self.random_init) // self.batch_size
+        return (self.evaluations - self.random_init) // self.evaluations_per_iteration
 
 
 SMOKE_SIZES: dict[str, Any] = dict(
@@ -414,7 +419,8 @@ def _plain_scorer(algo: MAPElites):
 def _chunk_length(config: PolicyQDOptions) -> int:
     """Iterations per jitted call: about `snapshot_every` evaluations, preferring a divisor of
     the number of iterations so that a single program is compiled."""
-    chunk = min(max(1, config.snapshot_every // config.batch_size), config.num_iterations)
+    per = config.evaluations_per_iteration
+    chunk = min(max(1, config.snapshot_every // per), config.num_iterations)
     divisors = [d for d in range(1, chunk + 1) if config.num_iterations % d == 0]
     return divisors[-1] if 2 * divisors[-1] >= chunk else chunk
 
@@ -691,7 +697,7 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
                 config.corrected_reevaluations,
                 config.snapshot_every,
                 config.random_init,
-                config.batch_size,
+                config.evaluations_per_iteration,
                 jr.fold_in(jr.key(config.seed), _CORRECTED_KEY),
             )
         return PolicyQDPlan(config, env, algo, tessellation, init_args, run_keys, mesh, snapshots)
@@ -706,7 +712,7 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
 
     def total(self, config: PolicyQDOptions) -> int:
         # The last batch's evaluations: the budget, less what does not fill a batch.
-        return config.random_init + config.num_iterations * config.batch_size
+        return config.random_init + config.num_iterations * config.evaluations_per_iteration
 
     def opened(self, plan: PolicyQDPlan, folder: RunFolder) -> None:
         folder.write_npy("centroids.npy", plan.tessellation.centroids)
@@ -739,7 +745,8 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
     def advance(self, plan: PolicyQDPlan, state, step: int, clock: RunClock) -> Chunk:
         config, evals = plan.config, step
         chunk = _chunk_length(config)
-        done = (evals - config.random_init) // config.batch_size
+        per = config.evaluations_per_iteration
+        done = (evals - config.random_init) // per
         # Chunks end on multiples of `chunk`, wherever the run (re)started.
         n = min(chunk - done % chunk, config.num_iterations - done)
         state, logs = _run_chunk(
@@ -771,7 +778,7 @@ class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
         )
         progress, actors = [], []
         for i in range(n):
-            evals += config.batch_size
+            evals += per
             m = {k: float(v[i]) for k, v in metrics.items()}
             steps, wall = self.env_steps(config, evals), clock()
             fit, desc = float(reeval_fit[i]), reeval_desc[i]

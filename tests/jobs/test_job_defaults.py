@@ -24,10 +24,11 @@ FEW = {
     "pbt": lambda: {"rounds": 2},
     "pgame": lambda: _after_random_start("pgame", 2),
     "dcrl-me": lambda: _after_random_start("dcrl-me", 2),
+    "mees": lambda: {"evaluations": 1 + 201},  # the random policy and one generation
 }
 """Each built-in job's budget keys, cut to a few of its steps."""
 
-BRAX = {"pgame", "dcrl-me"}
+BRAX = {"pgame", "dcrl-me", "mees"}
 """The defaults on brax tasks."""
 
 

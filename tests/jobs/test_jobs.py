@@ -36,7 +36,7 @@ def test_every_default_config_round_trips_through_toml(name, tmp_path):
 
 PAPER_SIZED = {"pgame", "dcrl-me", "me-pbt"}
 """The jobs with a published setting, `--preset paper`."""
-SMOKE_SIZED = {"pgame", "dcrl-me"}
+SMOKE_SIZED = {"pgame", "dcrl-me", "mees"}
 """The brax jobs, with `--preset smoke`."""
 
 
@@ -56,7 +56,9 @@ def test_presets_run_one_way(name):
     if name in SMOKE_SIZED:
         smoke, default = config_cls.preset("smoke"), config_cls()
         assert smoke.evaluations * smoke.episode_length <= default.evaluations * 100 // 50
-        assert smoke.cells < default.cells and smoke.critic_steps < default.critic_steps
+        assert smoke.cells < default.cells
+        if name != "mees":  # (MAP-Elites-ES has no critic)
+            assert smoke.critic_steps < default.critic_steps
 
 
 def test_dcrl_me_papers_preset_is_the_former_default():

@@ -46,6 +46,11 @@ DCRL = dict(
     PGAME, pg_batch_size=8, ai_batch_size=8, actor_evals=2,
     reward_offset=2.83,
 )  # fmt: skip
+MEES = dict(
+    env="point_maze", evaluations=1 + 12 * 9, sample_number=8, num_optimizer_steps=2,
+    cells=16, cvt_samples=1000, snapshot_every=36, checkpoint_every=36, hidden=(8,),
+    episode_length=30, novelty_archive_size=64, reevaluations=2,
+)  # fmt: skip
 MEPBT = dict(
     pg_population_size=4, ga_population_size=2, num_training_iterations=2, num_envs=2,
     buffer_size=200, hidden=(8,), minibatch_size=8, fraction_best_to_replace_from=0.25,
@@ -98,6 +103,8 @@ CASES = {
     ),
     "dcrl-me": (jobs.DCRLMEConfig(**DCRL), "evaluations", 64 + 32 * 9),
     "me-pbt": (jobs.MEPBTConfig(**MEPBT), "iteration", 3),
+    # A noisy start (reset noise): the ES samples' episodes resumed equal too.
+    "mees": (jobs.MEESConfig(**MEES), "evaluations", 1 + 9 * 5),
     "pbt": (jobs.PBTConfig(**PBT), "round", 2),
     "ippo": (jobs.IPPOConfig(**IPPO), "iterations", 2),
     "mome": (jobs.MOMEConfig(**MOME), "iteration", 7),
@@ -111,6 +118,7 @@ SHORTER = {
     "pgame": ("evaluations", 64 + 32 * 9),
     "dcrl-me": ("evaluations", 64 + 32 * 9),
     "me-pbt": ("iterations", 3),
+    "mees": ("evaluations", 1 + 9 * 5),
     "pbt": ("rounds", 3),
     "ippo": ("iterations", 3),
     "mome": ("iterations", 7),
@@ -133,6 +141,13 @@ FOLDERS = {
     "pgame": POLICY_QD,
     "dcrl-me": POLICY_QD,
     "me-pbt": QD | {"hparams.csv", "hparams.png", "repertoire_hparams.png"},
+    "mees": QD | {  # snapshots every 36 of 109 evaluations (generations of 1 + 8)
+        "actors.csv",
+        "archive_37.csv",
+        "archive_73.csv",
+        "archive_109.csv",
+        "fitness_density.png",
+    },
     "pbt": {"checkpoints", "config.toml", "hparams.csv", "hparams.png", "population.eqx",
             "progress.csv", "returns.png", "status.json"},
     "ippo": {"agent.json", "checkpoints", "config.toml", "hparams.json", "learning_curve.png",
@@ -344,6 +359,24 @@ def test_dcrl_me_folder_names_its_injected_actors_and_counts_the_actor_episodes(
     best = jobs.replay(root / "whole")  # the deterministic maze plays the best elite again
     assert best.stored_fitness == pytest.approx(float(np.max(whole.repertoire.fitnesses)))
     assert best.episode_return == pytest.approx(best.stored_fitness, rel=1e-5)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("interrupted", ["mees"], indirect=True)  # the same run as above
+def test_mees_folder_counts_the_es_samples_and_names_the_offsprings_roots(interrupted):
+    name, root, whole, *_ = interrupted
+    evals, steps = whole.progress["evaluations"], whole.progress["env_steps"]
+    np.testing.assert_array_equal(evals, 1 + 9 * np.arange(13))  # 1 + 8 samples a generation
+    np.testing.assert_array_equal(steps, evals * 30)  # one episode each, offspring or sample
+    with open(root / "whole" / "actors.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["type"] for r in rows} == {"random", "es"}
+    ids = {r["id"] for r in rows}
+    # Every stored offspring's root is an elite that was stored (-1 only before the first
+    # parent was drawn: the first offspring is the random policy itself).
+    assert all(r["parent_1"] in ids for r in rows if r["type"] == "es" and r["parent_1"] != "-1")
+    assert any(r["parent_1"] != "-1" for r in rows if r["type"] == "es")
+    assert jobs.group_of(whole) == "ME-ES on point_maze"
 
 
 @pytest.mark.e2e
