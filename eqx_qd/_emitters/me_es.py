@@ -21,7 +21,7 @@ from jaxtyping import Array, Bool, Float, Int, ScalarLike
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
 from .._knn import k_nearest, mean_of_finite
-from .._misc import f32, i32, poison_if_empty, tree_take
+from .._misc import f32, from_first_device, i32, poison_if_empty, tree_take
 from .._repertoire import AbstractRepertoire, AddInfo, AddStatus
 from .base import AbstractEmitter, Lineage, Origin
 
@@ -117,6 +117,13 @@ class MEESEmitter(AbstractEmitter[MEESEmitterState]):
     exploring first; `"exploit"` and `"explore"` use one score only (QDax's `use_explore` /
     `use_exploit`). The first offspring is the first initial genotype.
 
+    On several devices (`axis_name`, inside `MAPElites(axis_name=...)`), one ME-ES run is
+    spread: every device holds the same state, scores its share of the samples (the noise is
+    the same on every device, their episodes' keys their own) and gathers every device's
+    scores, so the step is the one device's. The first device emits the offspring; every other
+    device emits it with NaN genes, a placeholder every repertoire refuses, since the loop
+    gives each device a batch of its own.
+
     **Fields:**
 
     - `scoring_fn`: `(genotypes, *, key) -> (fitnesses, descriptors, extra)`, for the samples
@@ -126,7 +133,9 @@ class MEESEmitter(AbstractEmitter[MEESEmitterState]):
       `exploit_num_cell_sample`, `explore_num_cell_sample`: static sizes.
     - `sample_sigma`, `learning_rate`, `l2_coefficient`: float32 leaves.
     - `mode`, `mirror`, `rank_norm`, `optimiser`: static choices.
-    - `batch_size`: 1.
+    - `axis_name`: the mesh axis under `shard_map`, or `None` on one device; `sample_number`
+      must split evenly over its devices.
+    - `batch_size`: 1 (per device).
 
     The samples' evaluations are not counted by the loop (`MAPElitesState.evaluations`
     counts the offspring): a generation costs `1 + sample_number` evaluations.
@@ -148,6 +157,7 @@ class MEESEmitter(AbstractEmitter[MEESEmitterState]):
     mirror: bool = eqx.field(static=True)
     rank_norm: bool = eqx.field(static=True)
     optimiser: str = eqx.field(static=True)
+    axis_name: str | None = eqx.field(static=True)
     batch_size: int = eqx.field(static=True)
 
     def __init__(
@@ -169,6 +179,7 @@ class MEESEmitter(AbstractEmitter[MEESEmitterState]):
         mirror: bool = True,
         rank_norm: bool = True,
         optimiser: str = "adam",
+        axis_name: str | None = None,
     ):
         owner = "MEESEmitter"
         if not callable(scoring_fn):
@@ -208,7 +219,7 @@ class MEESEmitter(AbstractEmitter[MEESEmitterState]):
         self.sample_sigma, self.learning_rate = sample_sigma, learning_rate
         self.l2_coefficient = l2_coefficient
         self.mode, self.mirror, self.rank_norm, self.optimiser = mode, mirror, rank_norm, optimiser
-        self.batch_size = 1
+        self.axis_name, self.batch_size = axis_name, 1
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -223,6 +234,8 @@ class MEESEmitter(AbstractEmitter[MEESEmitterState]):
         key: PRNGKey,
     ) -> MEESEmitterState:
         first = tree_take(genotypes, jnp.zeros((1,), jnp.int32))
+        if self.axis_name is not None:  # every device starts from the first device's
+            first = from_first_device(first, self.axis_name)
         flat = self._flat(first, "init")
         if descriptors.shape[-1] != self.num_descriptors:
             raise ValueError(
@@ -253,8 +266,14 @@ class MEESEmitter(AbstractEmitter[MEESEmitterState]):
         self, repertoire: AbstractRepertoire, state: MEESEmitterState, *, key: PRNGKey
     ) -> tuple[Genotypes, Extra]:
         none = jnp.full((1,), -1, jnp.int32)
-        lineage = Lineage(state.root_id[None], none, jnp.full((1,), int(Origin.ES), jnp.int32))
-        return state.offspring, lineage
+        kind = jnp.full((1,), int(Origin.ES), jnp.int32)
+        if self.axis_name is None:
+            return state.offspring, Lineage(state.root_id[None], none, kind)
+        # One offspring for the run: the other devices' slots hold a placeholder (NaN genes,
+        # refused by every repertoire).
+        other = jax.lax.axis_index(self.axis_name) != 0
+        offspring = poison_if_empty(state.offspring, other)
+        return offspring, Lineage(jnp.where(other, none, state.root_id[None]), none, kind)
 
     def state_update(
         self,
@@ -273,6 +292,11 @@ class MEESEmitter(AbstractEmitter[MEESEmitterState]):
                 "MEESEmitter.state_update: MAP-Elites-ES scores one offspring per generation, "
                 f"got a batch of {fitnesses.shape[0]}"
             )
+        if self.axis_name is not None:  # the first device's offspring and key, on every device
+            genotypes, descriptors, fitnesses, add_info = from_first_device(
+                (genotypes, descriptors, fitnesses, add_info), self.axis_name
+            )
+            key = jr.wrap_key_data(from_first_device(jr.key_data(key), self.axis_name))
         state = self._remember(state, repertoire, genotypes, descriptors, fitnesses, add_info)
         parent_key, sample_key, score_key = jr.split(key, 3)
         generation = state.generation
@@ -360,8 +384,21 @@ class MEESEmitter(AbstractEmitter[MEESEmitterState]):
         eps = jr.normal(sample_key, (half, flat.shape[0]), jnp.float32)
         # Mirrored samples interleaved (+eps_0, -eps_0, +eps_1, ...), as QDax orders them.
         noise = jnp.stack([eps, -eps], axis=1).reshape(n, -1) if self.mirror else eps
-        samples = unravel((flat[None, :] + sigma * noise).astype(flat.dtype))
-        fit, desc, _ = self.scoring_fn(samples, key=score_key)
+        if self.axis_name is None:
+            samples = unravel((flat[None, :] + sigma * noise).astype(flat.dtype))
+            fit, desc, _ = self.scoring_fn(samples, key=score_key)
+        else:  # each device its share, every device's scores gathered in sample order
+            devices = jax.lax.axis_size(self.axis_name)
+            if n % devices:
+                raise ValueError(
+                    f"MEESEmitter: sample_number ({n}) must split evenly over the {devices} "
+                    f"devices of axis {self.axis_name!r}"
+                )
+            share, index = n // devices, jax.lax.axis_index(self.axis_name)
+            mine = jax.lax.dynamic_slice_in_dim(noise, index * share, share)
+            samples = unravel((flat[None, :] + sigma * mine).astype(flat.dtype))
+            fit, desc, _ = self.scoring_fn(samples, key=jr.fold_in(score_key, index))
+            fit, desc = jax.lax.all_gather((fit, desc), self.axis_name, tiled=True)
         scores = jax.lax.cond(
             explore,
             lambda: novelty(desc, archive, archive_count, self.novelty_nearest_neighbors),

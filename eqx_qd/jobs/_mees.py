@@ -40,8 +40,10 @@ class MEESConfig(PolicyQDOptions):
     smoke` a run of a minute through every part. The GA, critic and policy-gradient keys the
     policy-search jobs share are not used.
 
-    One device only: the ES samples of one offspring are the batch to spread, not the
-    offspring, and the loop spreads candidates.
+    On several devices (`devices`), one ME-ES run is spread: each device scores
+    `sample_number / devices` of the samples; the offspring is the first device's, and each
+    other device plays one placeholder episode a generation (a NaN policy, refused; not counted
+    in `evaluations`). `devices` must divide `random_init` and `sample_number`.
     """
 
     JOB: ClassVar[str] = "mees"
@@ -114,11 +116,7 @@ class MEESConfig(PolicyQDOptions):
                 f"batch_size is {self.batch_size}: MAP-Elites-ES emits one offspring a "
                 "generation (its ES samples are the work to spread)"
             )
-        if self.devices != 1:
-            raise ValueError(
-                f"devices is {self.devices}: the mees job runs on one device (its batch is one "
-                "offspring; spreading its ES samples is not built)"
-            )
+        self.check_devices({"sample_number": self.sample_number}, learner=False)
         if self.sample_number < 2 or (self.sample_mirror and self.sample_number % 2):
             raise ValueError(
                 f"sample_number ({self.sample_number}) must be at least 2"
@@ -163,6 +161,7 @@ def build_mees(config: MEESConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
     one episode each) and the TD3 agent whose policy network the genotypes are."""
     td3 = policy_agent(config, env)
     scorer = build_policy_scorer(config, env)
+    axis = "p" if config.devices > 1 else None
     emitter = MEESEmitter(
         build_policy_scorer(config, env, sampled=False),
         num_descriptors=env.descriptor_size,
@@ -180,9 +179,10 @@ def build_mees(config: MEESConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
         mirror=config.sample_mirror,
         rank_norm=config.sample_rank_norm,
         optimiser=config.optimiser,
+        axis_name=axis,
     )
     scoring = scorer if config.insert_dead else DiscardDead(scorer)
-    return MAPElites(emitter, scoring, scorer.qd_offset, lineage=True), td3
+    return MAPElites(emitter, scoring, scorer.qd_offset, lineage=True, axis_name=axis), td3
 
 
 def with_es_samples(config: MEESConfig, evaluations: int) -> int:

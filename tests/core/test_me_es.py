@@ -232,3 +232,45 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="one offspring per generation, got a batch of 2"):
         em.state_update(state.emitter_state, state.repertoire, two, desc, fit, None,
                         add_info=info, key=jr.key(0))  # fmt: skip
+
+
+def test_over_two_devices_the_step_is_the_one_devices():
+    """Spread over a mesh, every device takes the first device's inputs and key, scores its
+    half of the samples and gathers the rest: the next offspring (and state) is the one
+    device's, the same on both devices; the second device emits a NaN placeholder."""
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    one, two = emitter(sample_number=8), emitter(sample_number=8, axis_name="d")
+    algo, state = _started(one, jr.key(13))
+    genotypes = state.emitter_state.offspring
+    fit, desc, _ = quadratic(genotypes, key=jr.key(0))
+    info = _info(1)
+    args = (state.emitter_state, state.repertoire, genotypes, desc, fit)
+    want = one.state_update(*args, None, add_info=info, key=jr.key(14))
+    mesh = Mesh(np.asarray(jax.devices()[:2]), ("d",))
+
+    def on_device(a, k):
+        s = two.state_update(*a, None, add_info=info, key=jr.wrap_key_data(k[0]))
+        emitted, lineage = two.emit(state.repertoire, s, key=jr.key(0))
+        return s.offspring[None], emitted[None], lineage.parent1[None]
+
+    # Each device gets another key: only the first device's is used.
+    keys = jnp.stack([jr.key_data(jr.key(14)), jr.key_data(jr.key(99))])
+    got, emitted, parents = jax.shard_map(
+        on_device, mesh=mesh, in_specs=(P(), P("d")), out_specs=P("d"), check_vma=False
+    )(args, keys)
+    np.testing.assert_allclose(got[0], want.offspring, rtol=1e-6, atol=1e-7)
+    np.testing.assert_array_equal(got[0], got[1])
+    assert bool(jnp.all(jnp.isfinite(emitted[0]))) and bool(jnp.all(jnp.isnan(emitted[1])))
+    assert int(parents[1][0]) == -1
+    with pytest.raises(ValueError, match="sample_number \\(6\\) must split evenly over the 4"):
+        bad = emitter(sample_number=6, axis_name="d")
+        mesh4 = Mesh(np.asarray(jax.devices()[:4]), ("d",))
+
+        def update(a, k):
+            s = bad.state_update(*a, None, add_info=info, key=jr.wrap_key_data(k[0]))
+            return s.generation[None]
+
+        keys4 = jnp.stack([jr.key_data(jr.key(i)) for i in range(4)])
+        jax.shard_map(update, mesh=mesh4, in_specs=(P(), P("d")), out_specs=P("d"),
+                      check_vma=False)(args, keys4)  # fmt: skip

@@ -245,3 +245,29 @@ def test_the_command_makes_host_devices_and_never_picks_the_platform(tmp_path):
     assert lines[0].startswith("eqx-qd: map-elites on 2 cpu devices"), lines
     assert "done: 48 evaluations" in done.stdout, done.stdout  # 2 devices x 8 x (1 + 2)
     assert lines[-1] == "False"  # the command set no JAX_PLATFORMS
+
+
+@pytest.mark.e2e
+def test_mees_over_two_devices_runs_one_es_and_stores_no_placeholder(tmp_path):
+    """`devices = 2`: each device scores half of every generation's samples, both hold the same
+    emitter state, the second device's placeholder (NaN genes) is never stored, and the
+    budget counts one offspring and its samples a generation."""
+    from eqx_qd import jobs
+
+    config = jobs.MEESConfig(
+        env="point_maze", devices=2, random_init=2, init_batch_size=1, sample_number=8,
+        num_optimizer_steps=2, evaluations=2 + 6 * 9, cells=16, cvt_samples=1000,
+        hidden=(8,), episode_length=30, novelty_archive_size=64, reevaluations=2,
+        snapshot_every=18, checkpoint_every=18, deterministic=True,
+    )  # fmt: skip
+    run = jobs.run(config, tmp_path / "two", progress=False, plots=False)
+    np.testing.assert_array_equal(run.progress["evaluations"], 2 + 9 * np.arange(7))
+    es = run.state.emitter_state  # a device axis first
+    for leaf in jax.tree.leaves(eqx.filter(es, eqx.is_array)):
+        np.testing.assert_array_equal(np.asarray(leaf[0]), np.asarray(leaf[1]))
+    assert int(es.generation[0]) == 6
+    fit = np.asarray(run.repertoire.fitnesses)
+    stored = np.asarray(jax.tree.leaves(eqx.filter(run.repertoire.genotypes, eqx.is_array))[0])
+    assert np.isfinite(stored[np.isfinite(fit)]).all() and np.isfinite(fit).sum() >= 2
+    with pytest.raises(ValueError, match="devices \\(2\\) must divide sample_number \\(7\\)"):
+        dataclasses.replace(config, sample_number=7, sample_mirror=False).check()
