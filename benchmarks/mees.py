@@ -10,8 +10,12 @@ notebook: deterministic), policies (64, 64) with lecun initialisation, one initi
 are apart. The QD-score takes QDax's offset (its reward offset times the episode length) on
 both sides.
 
+`--qdax-novelty-rows` makes novelty count one row past the archive's last written one, as
+QDax's mask does (an unwritten zero row until the archive is full): an experiment on where our
+fix and QDax part, not a library option.
+
 Usage: python benchmarks/mees.py [--env walker2d_uni] [--iters 30] [--samples 200]
-       [--seed 42] [--repeats 1]
+       [--seed 42] [--repeats 1] [--qdax-novelty-rows]
 """
 
 import argparse
@@ -41,7 +45,13 @@ def main():
     p.add_argument("--cvt-samples", type=int, default=20_000)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--qdax-novelty-rows", action="store_true")
     a = p.parse_args()
+    if a.qdax_novelty_rows:
+        from eqx_qd._emitters import me_es
+
+        ours = me_es.novelty
+        me_es.novelty = lambda d, archive, count, k: ours(d, archive, count + 1, k)
 
     t_start = time.perf_counter()
     env = jobs.make_env(a.env, episode_length=a.episode_length)  # no reset noise: one start
@@ -88,6 +98,7 @@ def main():
     res = {
         "bench": "mees", "side": "eqx_qd", "env": a.env, "iters": a.iters,
         "samples": a.samples, "seed": a.seed, "centroids": a.centroids, "jax": jax.__version__,
+        "qdax_novelty_rows": a.qdax_novelty_rows,
         "init_s": t_init, "lower_s": t_lower, "compile_s": t_compile, "run_times_s": times,
         "s_per_iter": min(times) / a.iters,
         "qd_score": float(jnp.sum(jnp.where(filled, fit + offset, 0.0))),
