@@ -30,7 +30,7 @@ from ._base import (
     EnvState,
     locomotion_descriptor,
 )
-from ._mjx import models_on_this_process
+from ._mjx import models_on_this_process, step_traced_once
 
 
 @contextlib.contextmanager
@@ -178,17 +178,7 @@ def _new_brax_env(robot: str, backend: str, debug: bool, **options: Any) -> Any:
 
 @functools.lru_cache(maxsize=32)
 def _brax_env(robot: str, backend: str, debug: bool) -> Any:
-    return _step_traced_once(_new_brax_env(robot, backend, debug))
-
-
-def _step_traced_once(env: Any) -> Any:
-    """`env` with its `step` under `jax.jit`: a program with several rollouts (a batch scored,
-    an ES's samples, the best re-evaluated) then traces brax's physics once per process, not
-    once per rollout (JAX caches a nested `jit`'s trace; XLA inlines the call, so the compiled
-    program is the same). It halved the tracing of a MAP-Elites-ES chunk
-    (`benchmarks/log/suite-time.md`)."""
-    env.step = jax.jit(env.step, inline=True)
-    return env
+    return step_traced_once(_new_brax_env(robot, backend, debug))
 
 
 def _with_walls(env: Any, spec: _TaskSpec) -> Any:
@@ -248,10 +238,10 @@ def _task_env(name: str, backend: str) -> Any:
     # Contacts are only recorded by the non-mjx backends when brax runs in debug mode.
     env = _new_brax_env(spec.robot, backend, bool(spec.feet), **dict(spec.brax_options))
     if not (spec.walls or spec.target):
-        return _step_traced_once(env)
+        return step_traced_once(env)
     with warnings.catch_warnings(), jax.ensure_compile_time_eval(), models_on_this_process():
         warnings.simplefilter("ignore")  # as in _new_brax_env
-        return _step_traced_once(_with_walls(env, spec))
+        return step_traced_once(_with_walls(env, spec))
 
 
 @functools.lru_cache(maxsize=32)

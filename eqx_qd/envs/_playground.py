@@ -38,7 +38,7 @@ from .._custom_types import PRNGKey
 from .._extras import require
 from .._misc import f32
 from ._base import AbstractEnv, AbstractQDEnv, Arena, EnvState, locomotion_descriptor
-from ._mjx import models_on_this_process
+from ._mjx import models_on_this_process, step_traced_once
 
 
 MJX_IMPLS = ("auto", "jax", "warp")
@@ -139,7 +139,7 @@ def _playground_env(name: str, impl: str, menagerie: str | None) -> Any:
     # Built eagerly even when first asked for inside a trace: the cached model holds no tracers.
     with _quiet(), _menagerie_at(folder), jax.ensure_compile_time_eval(), models_on_this_process():
         try:
-            return registry.load(name, config_overrides={"impl": impl})
+            return step_traced_once(registry.load(name, config_overrides={"impl": impl}))
         except (FileNotFoundError, ValueError) as e:
             if folder is None:
                 raise
