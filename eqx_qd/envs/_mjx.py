@@ -7,7 +7,7 @@ import jax
 
 
 def step_traced_once(env: Any) -> Any:
-    """`env` (a brax or Playground environment object) with its `step` under
+    """`env` (a brax or Playground environment object) with its `step` and `reset` under
     `jax.jit(inline=True)`: a program with several rollouts (a batch scored, an ES's samples,
     the best re-evaluated) then traces the physics once per process, not once per rollout (JAX
     caches the nested `jit`'s trace and inlines its operations, so the compiled program is the
@@ -15,6 +15,7 @@ def step_traced_once(env: Any) -> Any:
     (`benchmarks/log/suite-time.md`); a plain nested `jit`, a call XLA inlines later, ran
     3-4% slower."""
     env.step = jax.jit(env.step, inline=True)
+    env.reset = jax.jit(env.reset, inline=True)
     return env
 
 
