@@ -1,5 +1,5 @@
-"""What the policy-search QD jobs share (`pgame`, `dcrl-me`): their common options, the task,
-GA operators, policies and CVT built from them, the jitted chunk of iterations, the CSV
+"""What the policy-search QD jobs share (`pgame`, `dcrl-me`, `mees`): their common options, the
+task, GA operators, policies and CVT built from them, the jitted chunk of iterations, the CSV
 schemas of their run folders and their figures.
 """
 
@@ -67,9 +67,9 @@ MUTATION_OPS = ("polynomial_mutation", "gaussian_mutation", "uniform_mutation", 
 
 @dataclasses.dataclass(frozen=True)
 class PolicyQDOptions(RepertoireOptions, RunOptions):
-    """What the policy-search QD jobs share (`pgame`, `dcrl-me`): the task and its noise, the
-    CVT, the budget, the GA's operators, the policies' networks, the TD3 critic's settings and
-    the outputs' periods. Each job's config adds its own keys and defaults."""
+    """What the policy-search QD jobs share (`pgame`, `dcrl-me`, `mees`): the task and its
+    noise, the CVT, the budget, the GA's operators, the policies' networks, the TD3 critic's
+    settings and the outputs' periods. Each job's config adds its own keys and defaults."""
 
     env: str = option("walker2d_uni", "registered QD environment", check=ENVIRONMENTS.check("qd"))
     num_descriptors: int | None = option(None, "descriptor dimensions (checked against the env)")
@@ -616,9 +616,10 @@ class PolicyQDPlan(typing.NamedTuple):
 
 
 class PolicyQDJob(LoopJob[PolicyQDPlan, MAPElitesState]):
-    """A policy-search QD job, given as data: one class runs PGA-MAP-Elites, DCRL-MAP-Elites
-    and DCG-ME, which differ only in their config, how they build the algorithm and how they
-    count environment steps. Each registers an instance (`jobs/_pgame.py`, `jobs/_dcrl_me.py`);
+    """A policy-search QD job, given as data: one class runs PGA-MAP-Elites, DCRL-MAP-Elites,
+    DCG-ME and MAP-Elites-ES, which differ only in their config (and what an iteration costs,
+    `evaluations_per_iteration`), how they build the algorithm and how they count environment
+    steps. Each registers an instance (`jobs/_pgame.py`, `jobs/_dcrl_me.py`, `jobs/_mees.py`);
     a user's variant is one more instance, not a subclass.
 
     The run: `random_init` random policies (scored `init_batch_size` at a time), then batches
