@@ -494,21 +494,23 @@ def test_map_elites_over_policies_on_the_maze(getkey):
 
 @pytest.mark.brax
 def test_a_program_with_several_rollouts_traces_brax_once(monkeypatch):
-    """A brax task's `step` and `reset` are traced once per process: a program that scores two
+    """A brax task's `step` and `reset` are traced once per process: a program that steps two
     batches of other sizes (as a policy job's chunk scores its batch and re-evaluates its best)
-    steps brax's Python code once, and a second program none (the physics' trace is cached)."""
+    runs brax's Python code once, and a second program none (the physics' trace is cached).
+    A fresh robot (the tasks share one per process, which other tests may have traced)."""
     hopper = _brax._import_brax_envs()._envs["hopper"]  # (brax's import warnings muted)
     steps, resets = [], []
     step, reset = hopper.step, hopper.reset
     monkeypatch.setattr(hopper, "step", lambda *a: steps.append(1) or step(*a))
     monkeypatch.setattr(hopper, "reset", lambda *a: resets.append(1) or reset(*a))
-    env = q.envs.BraxQDEnv("hopper_uni", episode_length=3, reset_noise=True)  # a fresh robot
-    scorer = q.PolicyScorer(env)
-    td3 = q.rl.TD3(observation_size=env.observation_size, action_size=env.action_size,
-                   policy_hidden=(4,), critic_hidden=(4,))  # fmt: skip
-    policies = lambda n: eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), n))
-    two = lambda a, b: (scorer(a, key=jr.key(1))[0], scorer(b, key=jr.key(2))[0])
-    jax.make_jaxpr(two)(policies(2), policies(3))  # (building the task traced a reset)
-    assert (len(steps), len(resets)) == (1, 1)
-    jax.make_jaxpr(lambda a: scorer(a, key=jr.key(3))[0])(policies(5))
+    env = _brax._task_env.__wrapped__("hopper_uni", "spring")  # not the cached one
+
+    def play(n, key):
+        states = jax.vmap(env.reset)(jax.vmap(jr.key_data)(jr.split(key, n)))
+        return jax.vmap(env.step)(states, jnp.zeros((n, env.action_size))).reward
+
+    with _brax._brax_numerics():  # (brax's own promotions, as the task calls it)
+        jax.make_jaxpr(lambda k: (play(2, k), play(3, k)))(jr.key(0))
+        assert (len(steps), len(resets)) == (1, 1)
+        jax.make_jaxpr(lambda k: play(5, k))(jr.key(1))
     assert (len(steps), len(resets)) == (1, 1)
