@@ -92,6 +92,7 @@ from ._qdrl.dcrl import (
     inject_actor as inject_actor,
     normalise_descriptors as normalise_descriptors,
 )
+from ._qdrl.diversity import DiversityReward as DiversityReward, StateArchive as StateArchive
 from ._qdrl.me_pbt import (
     PBTEmitter as PBTEmitter,
     PBTEmitterConfig as PBTEmitterConfig,
@@ -100,6 +101,7 @@ from ._qdrl.me_pbt import (
 from ._qdrl.mome_pgx import mome_pgx_emitter as mome_pgx_emitter
 from ._qdrl.pga_me import (
     pgame_emitter as pgame_emitter,
+    qdpg_emitter as qdpg_emitter,
     QualityPGEmitter as QualityPGEmitter,
     QualityPGEmitterState as QualityPGEmitterState,
 )
@@ -243,6 +245,7 @@ __all__ = [
     "DiscardDead",
     "discount_mlp",
     "DiscountModelRepertoire",
+    "DiversityReward",
     "DNSRepertoire",
     "Elites",
     "envs",
@@ -307,6 +310,7 @@ __all__ = [
     "ProjectedSphere",
     "qd_metrics",
     "QDMetrics",
+    "qdpg_emitter",
     "QualityPGEmitter",
     "QualityPGEmitterState",
     "ranker",
@@ -329,6 +333,7 @@ __all__ = [
     "soft_qd_score",
     "SPEA2Repertoire",
     "Sphere",
+    "StateArchive",
     "StepInfo",
     "to_dataframe",
     "UniformCrossover",

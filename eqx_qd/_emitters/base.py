@@ -21,8 +21,10 @@ class Origin(enum.IntEnum):
     """How a candidate was made, per candidate in its `Lineage`: `RANDOM` (an initial
     genotype), `EVO` (GA variation of elites), `GRADIENT` (a policy-gradient step, PGA-ME's
     and ME-PBT's trained agents), `GREEDY` (PGA-ME's greedy actor itself), `ES` (sampled by
-    an evolution strategy) or `INJECTED` (DCRL-ME's conditioned actor specialised to a target
-    descriptor). The jobs write it as the `type` column of their lineage files."""
+    an evolution strategy), `INJECTED` (DCRL-ME's conditioned actor specialised to a target
+    descriptor), `DIVERSITY` and `DIVERSITY_GREEDY` (QDPG's policy-gradient steps on the
+    diversity reward, and that learner's greedy actor). The jobs write it as the `type` column
+    of their lineage files."""
 
     RANDOM = 0
     EVO = 1
@@ -30,6 +32,8 @@ class Origin(enum.IntEnum):
     GREEDY = 3
     ES = 4
     INJECTED = 5
+    DIVERSITY = 6
+    DIVERSITY_GREEDY = 7
 
 
 class Lineage(eqx.Module):

@@ -1,5 +1,6 @@
 """PGA-MAP-Elites (Nilsson & Cully, GECCO 2021): the quality policy-gradient emitter and the
-emitter that mixes it with GA variation.
+emitter that mixes it with GA variation; QDPG (Pierrot et al. 2022, as QDax runs it): one such
+emitter on the task's reward, one on a diversity reward (`diversity.py`), and a GA.
 
 Each iteration, the policy-gradient emitter (1) selects parents from the repertoire and takes
 `pg_steps` Adam steps on each, maximising the critic's Q1(s, pi(s)) over batches from the
@@ -27,14 +28,24 @@ from .._custom_types import Extra, Genotypes, PRNGKey
 from .._emitters.base import AbstractEmitter, AbstractWholeBatchEmitter, Lineage, Origin, parent_ids
 from .._emitters.composed import ComposedEmitter
 from .._emitters.mixing import ga_emitter
-from .._misc import device_share, f32, filter_scan, from_first_device, tree_concatenate, tree_take
+from .._misc import (
+    device_share,
+    f32,
+    filter_scan,
+    from_first_device,
+    is_none,
+    tree_concatenate,
+    tree_take,
+)
 from .._repertoire import AbstractRepertoire, AddInfo
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractMutation, AbstractVariation, IsoLineVariation
+from ..envs._rollout import QDTransition, Transition
 from ..rl._buffers import ReplayBuffer
 from ..rl._optim import apply_adam, init_adam
 from ..rl._policies import DeterministicPolicy
 from ..rl._td3 import TD3, TD3HParams, TD3State
+from .diversity import DiversityReward, StateArchive
 from .scoring import episode_transitions, ScoringExtra
 
 
@@ -44,11 +55,15 @@ class QualityPGEmitterState(eqx.Module):
     **Fields:**
 
     - `td3`: a `TD3State` holding the critic, its targets and the greedy actor.
-    - `buffer`: the replay buffer of every evaluated transition.
+    - `buffer`: the replay buffer of every evaluated transition (`QDTransition` rows, with
+      their state descriptors, when the emitter learns a `diversity` reward).
+    - `archive`: the `StateArchive` of the visited state descriptors the diversity reward is
+      measured against; `None` without one.
     """
 
     td3: TD3State
     buffer: ReplayBuffer
+    archive: StateArchive | None = None
 
 
 @typing.final
@@ -87,6 +102,11 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
     - `objective`: on a multi-objective task (a reward per objective), the objective whose
       reward the critic and greedy actor learn (MOME-PGX has one such emitter per objective,
       each with its own critic and buffer); `None` (the default) for one reward per step.
+    - `diversity`: a `DiversityReward` to learn instead of the task's reward (QDPG's
+      diversity policy gradient, QDax's `DiversityPGEmitter`): every evaluated transition's
+      state descriptor goes through the state's `StateArchive` (on a mesh, every device's, in
+      device order, so the archives stay equal), and the critic learns the rewards relabelled
+      against it; `None` (the default) for the task's reward.
     """
 
     batch_size: int = eqx.field(static=True)
@@ -101,6 +121,7 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
     critic_warmup: bool = eqx.field(default=True, static=True)
     axis_name: str | None = eqx.field(default=None, static=True)
     objective: int | None = eqx.field(default=None, static=True)
+    diversity: DiversityReward | None = None
 
     def __check_init__(self):
         check.positive_int("QualityPGEmitter.batch_size", self.batch_size)  # the greedy actor
@@ -114,6 +135,11 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
         if not isinstance(self.critic_warmup, bool):
             raise TypeError(
                 f"QualityPGEmitter.critic_warmup must be a bool, got {self.critic_warmup!r}"
+            )
+        if self.diversity is not None and self.objective is not None:
+            raise ValueError(
+                "QualityPGEmitter: objective and diversity both choose the reward to learn: "
+                "give one"
             )
 
     def init(
@@ -133,7 +159,7 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
                 "QualityPGEmitter needs the scoring function to return a ScoringExtra "
                 f"(episodes for the replay buffer), got {type(extra).__name__}"
             )
-        rows, valid = episode_transitions(extra, objective=self.objective, where=where)
+        rows, valid = self._rows(extra, where)
         buffer = ReplayBuffer.empty(self.buffer_size, tree_take(rows, 0))
         critic_key, train_key = jr.split(key)
         greedy = tree_take(genotypes, 0)
@@ -149,8 +175,32 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
         td3_state = self.td3.state_from(greedy, self.td3.init_critic(key=critic_key), self.hparams)
         if self.axis_name is not None:  # every device starts from the first device's learner
             td3_state = from_first_device(td3_state, self.axis_name)
-        state = QualityPGEmitterState(td3_state, buffer.insert(rows, mask=valid))
+        archive = None
+        if self.diversity is not None:
+            archive = self._archived(
+                self.diversity.empty_archive(rows.state_desc.shape[-1]), rows, valid
+            )
+        state = QualityPGEmitterState(td3_state, buffer.insert(rows, mask=valid), archive)
         return self._train_critic(state, key=train_key) if self.critic_warmup else state
+
+    def _rows(
+        self, extra: Extra, where: str
+    ) -> tuple[Transition | QDTransition, Float[Array, " rows"]]:
+        """The replay rows of a batch's episodes and their validity: with a `diversity`
+        reward, with their state descriptors."""
+        if self.diversity is None:
+            return episode_transitions(extra, objective=self.objective, where=where)
+        return episode_transitions(extra, where=where, state_descriptors=True)
+
+    def _archived(
+        self, archive: StateArchive, rows: QDTransition, valid: Float[Array, " rows"]
+    ) -> StateArchive:
+        """`archive` after the rows' state descriptors, every device's on a mesh."""
+        desc = rows.state_desc
+        if self.axis_name is not None:
+            gather = lambda x: jax.lax.all_gather(x, self.axis_name, tiled=True)
+            desc, valid = gather(desc), gather(valid)
+        return archive.insert(desc, mask=valid)
 
     def emit(
         self, repertoire: AbstractRepertoire, state: QualityPGEmitterState, *, key: PRNGKey
@@ -159,7 +209,9 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
         pg_batch_size = self.batch_size - 1
         greedy = jax.tree.map(lambda x: x[None] if eqx.is_array(x) else x, state.td3.policy)
         greedy_lineage = Lineage.of(
-            jnp.full((1,), -1, jnp.int32), jnp.full((1,), -1, jnp.int32), Origin.GREEDY
+            jnp.full((1,), -1, jnp.int32),
+            jnp.full((1,), -1, jnp.int32),
+            Origin.GREEDY if self.diversity is None else Origin.DIVERSITY_GREEDY,
         )
         if self.axis_name is not None:
             # The greedy actor is the same on every device: the first evaluates it, the others
@@ -170,7 +222,8 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
         elites = repertoire.select(pg_batch_size, key=select_key, selector=self.selector)
         offspring = self.pg_variation(elites.genotypes, state, key=pg_key)
         ids = parent_ids(elites)
-        lineage = Lineage.of(ids, jnp.full_like(ids, -1), Origin.GRADIENT)
+        kind = Origin.GRADIENT if self.diversity is None else Origin.DIVERSITY
+        lineage = Lineage.of(ids, jnp.full_like(ids, -1), kind)
         if self.axis_name is None:
             return tree_concatenate([offspring, greedy]), tree_concatenate(
                 [lineage, greedy_lineage]
@@ -214,6 +267,8 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
         def body(td3_state, k):
             sample_key, update_key = jr.split(k)
             batch = state.buffer.sample(share, key=sample_key)
+            if self.diversity is not None:
+                batch = self.diversity.relabel(state.archive, batch)
             return self.td3.update(td3_state, batch, axis_name=self.axis_name, key=update_key)
 
         td3_state, _ = filter_scan(body, state.td3, jr.split(key, self.critic_steps))
@@ -236,10 +291,11 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
         repertoire.check_candidates(
             genotypes, descriptors, fitnesses, where="QualityPGEmitter.state_update"
         )
-        rows, valid = episode_transitions(
-            extra, objective=self.objective, where="QualityPGEmitter.state_update"
-        )
+        rows, valid = self._rows(extra, "QualityPGEmitter.state_update")
         state = eqx.tree_at(lambda s: s.buffer, state, state.buffer.insert(rows, mask=valid))
+        if self.diversity is not None:
+            archive = self._archived(state.archive, rows, valid)
+            state = eqx.tree_at(lambda s: s.archive, state, archive, is_leaf=is_none)
         return self._train_critic(state, key=key)
 
 
@@ -328,4 +384,73 @@ def pgame_emitter(
             axis_name=axis_name,
         )
     )
+    return ComposedEmitter(members)
+
+
+def qdpg_emitter(
+    *,
+    quality_batch_size: int,
+    diversity_batch_size: int,
+    ga_batch_size: int,
+    diversity: DiversityReward,
+    td3: TD3,
+    hparams: TD3HParams,
+    critic_steps: int,
+    pg_steps: int,
+    pg_lr: float,
+    buffer_size: int,
+    iso_sigma: float = 0.005,
+    line_sigma: float = 0.05,
+    variation: AbstractVariation | None = None,
+    mutation: AbstractMutation | None = None,
+    selector: AbstractSelector = UniformSelector(),
+    axis_name: str | None = None,
+) -> ComposedEmitter:
+    """The QDPG emitter (Pierrot et al. 2022, as QDax 0.5's `QDPGEmitter`): quality
+    policy-gradient offspring, diversity policy-gradient offspring, then GA offspring.
+
+    - `quality_batch_size`: a `QualityPGEmitter` on the task's reward (its last slot is its
+      greedy actor);
+    - `diversity_batch_size`: a `QualityPGEmitter` on the `diversity` reward, with its own
+      critic, replay buffer, greedy actor and `StateArchive` (QDax's `DiversityPGEmitter`);
+    - `ga_batch_size`: iso+line-DD (`iso_sigma`, `line_sigma`) unless `variation` or
+      `mutation` is given (as `pgame_emitter`); 0 leaves the GA out.
+
+    Both learners start as QDax's (the greedy actor from the first initial genotype, no
+    critic training before the first batch) and both see the whole batch's transitions.
+    `td3`, `hparams`, `critic_steps`, `pg_steps`, `pg_lr`, `buffer_size` are each learner's;
+    `selector` is shared; `axis_name` as `pgame_emitter`'s (the batch sizes and the buffers
+    are then each device's).
+    """
+    check.positive_int("qdpg_emitter: quality_batch_size", quality_batch_size)
+    check.positive_int("qdpg_emitter: diversity_batch_size", diversity_batch_size)
+    check.non_negative_int("qdpg_emitter: ga_batch_size", ga_batch_size)
+    if not isinstance(diversity, DiversityReward):
+        raise TypeError(
+            f"qdpg_emitter: diversity must be a DiversityReward, got {type(diversity).__name__}"
+        )
+    if variation is None and mutation is None:
+        variation = IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma)
+    learner = lambda size, reward: QualityPGEmitter(
+        batch_size=size,
+        td3=td3,
+        hparams=hparams,
+        critic_steps=critic_steps,
+        pg_steps=pg_steps,
+        buffer_size=buffer_size,
+        pg_lr=pg_lr,
+        selector=selector,
+        greedy_init="first",
+        critic_warmup=False,
+        axis_name=axis_name,
+        diversity=reward,
+    )
+    members: list[AbstractEmitter] = [
+        learner(quality_batch_size, None),
+        learner(diversity_batch_size, diversity),
+    ]
+    if ga_batch_size > 0:
+        members.append(
+            ga_emitter(ga_batch_size, variation=variation, mutation=mutation, selector=selector)
+        )
     return ComposedEmitter(members)

@@ -17,7 +17,7 @@ from .._misc import f32
 from .._sampling import estimate, ESTIMATORS
 from .._tasks import AbstractScorer, AbstractTask
 from ..envs._base import AbstractQDEnv, EnvState
-from ..envs._rollout import _play_many, Episode, rollout_states, Transition
+from ..envs._rollout import _play_many, Episode, QDTransition, rollout_states, Transition
 from ..rl._base import AbstractAgent
 
 
@@ -29,13 +29,19 @@ class ScoringExtra(eqx.Module):
 
 
 def episode_transitions(
-    extra: ScoringExtra, *, objective: int | None = None, where: str = "episode_transitions"
-) -> tuple[Transition, Float[Array, " rows"]]:
+    extra: ScoringExtra,
+    *,
+    objective: int | None = None,
+    where: str = "episode_transitions",
+    state_descriptors: bool = False,
+) -> tuple[Transition | QDTransition, Float[Array, " rows"]]:
     """Flatten a scoring extra's episodes to rows of transitions and their validity mask.
 
     `objective`: for a multi-objective task's episodes (a reward per objective), the column
     each row's reward is taken from; `None` for one reward per step. A mismatch is an error
-    that starts with `where`.
+    that starts with `where`. `state_descriptors`: `QDTransition` rows, with each step's state
+    descriptors before and after it (QDPG's diversity reward reads them), instead of
+    `Transition` rows.
     """
     if not isinstance(extra, ScoringExtra):
         raise TypeError(
@@ -58,6 +64,18 @@ def episode_transitions(
             "(not a multi-objective task)"
         )
     flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    if state_descriptors:
+        rows = QDTransition(
+            flat(t.obs),
+            flat(t.action),
+            flat(reward),
+            flat(t.next_obs),
+            flat(t.terminated),
+            flat(t.truncated),
+            flat(t.state_desc),
+            flat(t.next_state_desc),
+        )
+        return rows, flat(extra.episodes.valid)
     rows = Transition(
         flat(t.obs),
         flat(t.action),

@@ -71,6 +71,7 @@ from ._policy_qd import (
     PolicyQDOptions as PolicyQDOptions,
 )
 from ._progress import Progress as Progress
+from ._qdpg import QDPGConfig as QDPGConfig
 from ._registry import (
     AGENTS as AGENTS,
     EMITTERS as EMITTERS,
@@ -152,6 +153,7 @@ __all__ = [
     "PolicyQDOptions",
     "population_devices",
     "Progress",
+    "QDPGConfig",
     "read_config",
     "read_curves",
     "read_log",

@@ -36,7 +36,7 @@ def test_every_default_config_round_trips_through_toml(name, tmp_path):
 
 PAPER_SIZED = {"pgame", "dcrl-me", "me-pbt"}
 """The jobs with a published setting, `--preset paper`."""
-SMOKE_SIZED = {"pgame", "dcrl-me", "mees"}
+SMOKE_SIZED = {"pgame", "dcrl-me", "mees", "qdpg"}
 """The brax jobs, with `--preset smoke`."""
 
 

@@ -271,3 +271,27 @@ def test_mees_over_two_devices_runs_one_es_and_stores_no_placeholder(tmp_path):
     assert np.isfinite(stored[np.isfinite(fit)]).all() and np.isfinite(fit).sum() >= 2
     with pytest.raises(ValueError, match="devices \\(2\\) must divide sample_number \\(7\\)"):
         dataclasses.replace(config, sample_number=7, sample_mirror=False).check()
+
+
+@pytest.mark.e2e
+def test_qdpg_over_two_devices_keeps_one_state_archive(tmp_path):
+    """`devices = 2`: each device takes half of the quality, diversity and GA parts; both
+    critics stay equal over the devices, and so does the diversity learner's archive, which
+    reads every device's state descriptors."""
+    from eqx_qd import jobs
+
+    config = jobs.QDPGConfig(
+        **{k: v for k, v in PGAME_TINY.items() if k != "reevaluations"},
+        ga_fraction=0.25, diversity_fraction=0.25, archive_acceptance_threshold=0.05,
+        devices=2,
+    )  # fmt: skip
+    assert config.split == (4, 2, 2)
+    result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
+    quality, diversity, _ = result.state.emitter_state  # a device axis first
+    learned = (quality.td3.critic, diversity.td3.critic, diversity.td3.policy, diversity.archive)
+    for leaf in jax.tree.leaves(eqx.filter(learned, eqx.is_array)):
+        np.testing.assert_array_equal(np.asarray(leaf[0]), np.asarray(leaf[1]))
+    stored = int(diversity.archive.rows.size[0])
+    assert stored > 10
+    with pytest.raises(ValueError, match=r"devices \(2\) must divide diversity slots \(3\)"):
+        dataclasses.replace(config, batch_size=12).check()

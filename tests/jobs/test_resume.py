@@ -46,6 +46,7 @@ DCRL = dict(
     PGAME, pg_batch_size=8, ai_batch_size=8, actor_evals=2,
     reward_offset=2.83,
 )  # fmt: skip
+QDPG = dict(PGAME, archive_acceptance_threshold=0.05, archive_size=500)
 MEES = dict(
     env="point_maze", evaluations=1 + 12 * 9, sample_number=8, num_optimizer_steps=2,
     cells=16, cvt_samples=1000, snapshot_every=36, checkpoint_every=36, hidden=(8,),
@@ -105,6 +106,7 @@ CASES = {
     "me-pbt": (jobs.MEPBTConfig(**MEPBT), "iteration", 3),
     # A noisy start (reset noise): the ES samples' episodes resumed equal too.
     "mees": (jobs.MEESConfig(**MEES), "evaluations", 1 + 9 * 5),
+    "qdpg": (jobs.QDPGConfig(**QDPG), "evaluations", 64 + 32 * 9),
     "pbt": (jobs.PBTConfig(**PBT), "round", 2),
     "ippo": (jobs.IPPOConfig(**IPPO), "iterations", 2),
     "mome": (jobs.MOMEConfig(**MOME), "iteration", 7),
@@ -119,6 +121,7 @@ SHORTER = {
     "dcrl-me": ("evaluations", 64 + 32 * 9),
     "me-pbt": ("iterations", 3),
     "mees": ("evaluations", 1 + 9 * 5),
+    "qdpg": ("evaluations", 64 + 32 * 9),
     "pbt": ("rounds", 3),
     "ippo": ("iterations", 3),
     "mome": ("iterations", 7),
@@ -140,6 +143,7 @@ FOLDERS = {
     "external": QD | {"evaluations.csv", "journal"},
     "pgame": POLICY_QD,
     "dcrl-me": POLICY_QD,
+    "qdpg": POLICY_QD,
     "me-pbt": QD | {"hparams.csv", "hparams.png", "repertoire_hparams.png"},
     "mees": QD | {  # snapshots every 36 of 109 evaluations (generations of 1 + 8)
         "actors.csv",
@@ -377,6 +381,25 @@ def test_mees_folder_counts_the_es_samples_and_names_the_offsprings_roots(interr
     assert all(r["parent_1"] in ids for r in rows if r["type"] == "es" and r["parent_1"] != "-1")
     assert any(r["parent_1"] != "-1" for r in rows if r["type"] == "es")
     assert jobs.group_of(whole) == "ME-ES on point_maze"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("interrupted", ["qdpg"], indirect=True)  # the same run as above
+def test_qdpg_folder_names_both_learners_children_and_keeps_the_state_archive(interrupted):
+    name, root, whole, *_ = interrupted
+    with open(root / "whole" / "actors.csv", newline="") as f:
+        kinds = {row["type"] for row in csv.DictReader(f)}
+    # (the stored elites' types: a greedy actor is stored only when it improves a cell)
+    assert {"random", "evo", "gradient", "diversity"} <= kinds
+    assert kinds <= {"random", "evo", "gradient", "greedy", "diversity", "diversity_greedy"}
+    assert jobs.group_of(whole) == "QDPG on point_maze"
+    quality, diversity, _ = whole.state.emitter_state
+    assert quality.archive is None
+    archive = diversity.archive  # the maze's positions, kept 0.05 apart
+    stored = np.asarray(archive.stored)
+    assert 10 < len(stored) <= 500
+    gaps = np.linalg.norm(stored[:, None] - stored[None], axis=-1) + np.eye(len(stored))
+    assert gaps.min() > 0.05
 
 
 @pytest.mark.e2e
