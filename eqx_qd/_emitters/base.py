@@ -60,18 +60,24 @@ class Lineage(eqx.Module):
         )
 
 
-def parent_ids(elites: Elites) -> Int[Array, " batch"]:
-    """The selected elites' ids when the repertoire stores them (int `extra`), else `-1`."""
-    if not isinstance(elites, Elites):
-        raise TypeError(f"parent_ids: elites must be an eqx_qd.Elites, got {type(elites).__name__}")
-    extra = elites.extra
+def stored_ids(extra: object) -> Int[Array, " rows"] | None:
+    """The ids a repertoire's (or a selection's) `extra` holds, one per row, when it holds
+    them (a 1-D int array: `MAPElites(lineage=True)`), else `None`."""
     if (
         isinstance(extra, jax.Array)
         and extra.ndim == 1
         and jnp.issubdtype(extra.dtype, jnp.integer)
     ):
         return extra.astype(jnp.int32)
-    return jnp.full(elites.fitnesses.shape, -1, jnp.int32)
+    return None
+
+
+def parent_ids(elites: Elites) -> Int[Array, " batch"]:
+    """The selected elites' ids when the repertoire stores them (int `extra`), else `-1`."""
+    if not isinstance(elites, Elites):
+        raise TypeError(f"parent_ids: elites must be an eqx_qd.Elites, got {type(elites).__name__}")
+    ids = stored_ids(elites.extra)
+    return jnp.full(elites.fitnesses.shape, -1, jnp.int32) if ids is None else ids
 
 
 class AbstractEmitter(eqx.Module, Generic[_State]):

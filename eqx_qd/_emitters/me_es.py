@@ -23,7 +23,7 @@ from .._custom_types import Extra, Genotypes, PRNGKey
 from .._knn import k_nearest, mean_of_finite
 from .._misc import f32, from_first_device, i32, poison_if_empty, tree_take
 from .._repertoire import AbstractRepertoire, AddInfo, AddStatus
-from .base import AbstractEmitter, Lineage, Origin
+from .base import AbstractEmitter, Lineage, Origin, stored_ids
 
 
 MEES_MODES = ("explore_exploit", "exploit", "explore")
@@ -503,8 +503,5 @@ def _uniform_among_best(
 
 def _id_at(repertoire: AbstractRepertoire, cell: Int[Array, ""]) -> Int[Array, ""]:
     """The id the repertoire stores at `cell` (its int `extra`), else `-1`."""
-    extra = repertoire.extra
-    ids = isinstance(extra, jax.Array) and extra.ndim == 1
-    if ids and jnp.issubdtype(extra.dtype, jnp.integer):
-        return extra[cell].astype(jnp.int32)
-    return i32(-1)
+    ids = stored_ids(repertoire.extra)
+    return i32(-1) if ids is None else ids[cell]

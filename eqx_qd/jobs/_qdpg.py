@@ -29,6 +29,7 @@ from ._policy_qd import (
     PolicyQDOptions,
     SMOKE_SIZES,
 )
+from ._registry import ENVIRONMENTS
 
 
 def qdpg_split(batch_size: int, ga_fraction: float, diversity_fraction: float) -> tuple[int, ...]:
@@ -52,11 +53,15 @@ class QDPGConfig(PolicyQDOptions):
     `diversity_fraction` and `ga_fraction` of `batch_size` go to the last two (`qdpg_split`),
     the rest to the first.
 
-    The defaults are a local run of minutes on a laptop CPU (`walker2d_uni`, 100-step
-    episodes, 256 cells, batches of 64); `--preset qdax` is QDax's example notebook (batches of
-    34 + 33 + 33, 250-step deterministic episodes, 100 iterations, 1024 cells, (256, 256)
-    policies); `--preset smoke` a run of a minute or two through every part. `greedy_lr` is
-    both greedy actors' learning rate, the other critic keys are each learner's.
+    The defaults are a local run of minutes on a laptop CPU: the point maze (the QDPG paper's
+    first task: the state descriptor is the position, which the diversity reward spreads),
+    100-step episodes, 256 cells, batches of 64. `--preset qdax` is QDax's example notebook
+    (walker2d_uni, whose state descriptors are the two binary feet contacts: the diversity
+    reward is the same everywhere; batches of 34 + 33 + 33, 250-step episodes from random
+    initial states, 100 iterations, 1024 cells, (256, 256) policies); `--preset smoke` a run
+    of a minute or two through every part. `greedy_lr` is both greedy actors' learning rate,
+    the other critic keys are each learner's; as in QDax, the target critics follow after every
+    critic step (the greedy actors every `policy_delay`).
 
     On several devices each device varies its own share of each part and keeps its own
     buffers; both critics are data parallel, and every device's archive reads every device's
@@ -65,6 +70,13 @@ class QDPGConfig(PolicyQDOptions):
 
     JOB: ClassVar[str] = "qdpg"
 
+    # The shared keys whose defaults are QDPG's (they keep their place in the order).
+    env: str = option(
+        "point_maze",
+        "registered QD environment (one whose state descriptors are positions gives the "
+        "diversity reward its meaning)",
+        check=ENVIRONMENTS.check("qd"),
+    )
     policy_init: str = option(
         "lecun_uniform",
         "the policies' initial weights: lecun_uniform with zero biases (QDax), "
@@ -113,6 +125,7 @@ class QDPGConfig(PolicyQDOptions):
 
 
 QDAX_PRESET: dict[str, Any] = dict(
+    env="walker2d_uni",
     cells=1024,
     cvt_samples=50_000,
     batch_size=100,
@@ -123,12 +136,12 @@ QDAX_PRESET: dict[str, Any] = dict(
     hidden=(256, 256),
     pg_steps=100,
     buffer_size=1_000_000,
-    deterministic=True,
     snapshot_every=1_000,
     checkpoint_every=2_000,
 )
 """QDax's `examples/qdpg.ipynb`: the keys that differ from the local defaults (its initial
-population is one batch of random policies)."""
+population is one batch of random policies; its `reset_fn` draws each episode's initial
+state, as `reset_noise` does)."""
 
 SMOKE_PRESET: dict[str, Any] = dict(SMOKE_SIZES)
 """A run of a minute or two through every part: to try a change, not to see learning."""
@@ -139,7 +152,7 @@ QDPGConfig.PRESETS = {"qdax": QDAX_PRESET, "smoke": SMOKE_PRESET}
 def build_qdpg(config: QDPGConfig, env: AbstractQDEnv) -> tuple[MAPElites, TD3]:
     """The algorithm (`MAPElites` with lineage over `qdpg_emitter`) and the TD3 agent whose
     policy network the genotypes are. With `devices > 1` on the mesh axis `"p"`."""
-    td3 = policy_agent(config, env)
+    td3 = policy_agent(config, env, critic_target_every_step=True)  # QDax's critic update
     n = config.devices
     axis = "p" if n > 1 else None
     quality, diversity, ga = (part // n for part in config.split)
@@ -182,7 +195,7 @@ register_job(
         config_cls=QDPGConfig,
         make=build_qdpg,
         env_steps=full_episodes,
-        help="QDPG (default: walker2d_uni, 10k evaluations of 100 steps)",
+        help="QDPG (default: point_maze, 10k evaluations of 100 steps)",
         description=(
             "The defaults are minutes on a laptop CPU; --preset qdax is QDax's example "
             "notebook, --preset smoke a run of a minute or two. Options override them."

@@ -29,7 +29,7 @@ FEW = {
 }
 """Each built-in job's budget keys, cut to a few of its steps."""
 
-BRAX = {"pgame", "dcrl-me", "mees", "qdpg"}
+BRAX = {"pgame", "dcrl-me", "mees"}
 """The defaults on brax tasks."""
 
 

@@ -115,6 +115,25 @@ def test_the_qd_rl_emitters_keep_every_law():
 
 
 @pytest.mark.slow
+def test_qdpg_emitter_keeps_every_law():
+    """QDPG's (quality and diversity policy gradients, their greedy actors, a GA), on policies
+    scored by their episodes in the maze, whose state descriptors are positions."""
+    maze = q.envs.PointMaze(walls=False, length=6)
+    cells = q.GridTessellation((4, 4), minval=-1.0, maxval=1.0)
+    td3 = q.rl.TD3(observation_size=2, action_size=2, policy_hidden=(8,), critic_hidden=(8,),
+                   minibatch_size=8)  # fmt: skip
+    qdpg = q.qdpg_emitter(
+        quality_batch_size=2, diversity_batch_size=2, ga_batch_size=1,
+        diversity=q.DiversityReward(k=3, scaling=1.0, acceptance_threshold=0.05, archive_size=64),
+        td3=td3, hparams=q.rl.TD3HParams(), critic_steps=2, pg_steps=2, pg_lr=1e-3,
+        buffer_size=256,
+    )  # fmt: skip
+    policies = eqx.filter_vmap(lambda k: td3.init_policy(key=k))(jr.split(jr.key(0), 6))
+    check_emitter(qdpg, policies, tessellation=cells, scoring_fn=q.PolicyScorer(maze),
+                  max_examples=2)  # fmt: skip
+
+
+@pytest.mark.slow
 def test_dcrl_me_emitter_keeps_every_law():
     """DCRL-ME's (GA + conditioned policy gradients + injected actors), on policies scored by
     their episodes (a test of its own: the suite's two workers share the QD x RL laws)."""
