@@ -42,7 +42,8 @@ instead of ``v1``), pgame,
 dcrl_me (QDax: our ``peers/qdax_dcrl_me.py``, no peer script covers it; QDax on brax v1 as
 the pgame row),
 dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mees (QDax: our
-``peers/qdax_mees.py``, on brax v2 spring), mepbt (QDax); ppo, ippo
+``peers/qdax_mees.py``, on brax v2 spring), qdpg (QDax: our ``peers/qdax_qdpg.py``, on brax
+v2 spring), mepbt (QDax); ppo, ippo
 (jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax,
 sep_cma_mae, lm_ma_mae, openai_es_mae (CMA-MAE with pyribs' scalable strategies),
 og_map_elites, omg_mega (pyribs' gradient-operator emitter), dms, dds (its Discount Model
@@ -525,6 +526,16 @@ VERSUS = {
         "s/iter", False, "QDax 0.5.0",
         lambda a, s: [sys.executable, os.path.join(HERE, "mees.py")],
         lambda a, s: [a.qdax_python, os.path.join(HERE, "peers", "qdax_mees.py")],
+        lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
+        lambda r: r["compile_s"], lambda r: r["compile_time_s"],
+    ),
+    "qdpg": _Versus(
+        "QDPG, walker2d_uni (brax v2 spring on both sides), 12 quality + 11 diversity PG + 11 "
+        "GA, 300 critic + 50 PG steps per learner, 5 iterations",
+        "s/iter", False, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "qdpg.py"), "--iters", "5"],
+        lambda a, s: [a.qdax_python, os.path.join(HERE, "peers", "qdax_qdpg.py"), "--iters",
+                      "5"],
         lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
         lambda r: r["compile_s"], lambda r: r["compile_time_s"],
     ),

@@ -28,7 +28,7 @@ import eqx_qd as q
 from eqx_qd import jobs
 
 
-QDAX_REWARD_OFFSET = {"walker2d_uni": 1.413, "ant_uni": 3.24, "hopper_uni": 0.9, "ant_omni": 3.24}
+QDAX_REWARD_OFFSET = {"walker2d_uni": 1.413, "ant_uni": 3.24, "hopper_uni": 0.9, "ant_omni": 3.0}
 """QDax's `reward_offset` of the tasks (its QD-score offset per step)."""
 
 
