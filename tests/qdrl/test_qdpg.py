@@ -174,3 +174,20 @@ def test_diversity_learner_archives_the_batch_and_its_critic_learns_the_reward()
     assert np.corrcoef(q_div, target)[0, 1] > 0.7
     assert np.corrcoef(q_task, data.reward)[0, 1] > 0.9
     assert np.corrcoef(q_task, target)[0, 1] < 0.5
+
+
+def test_the_qdpg_job_splits_its_batch_as_qdax_and_names_a_bad_one():
+    from eqx_qd import jobs
+    from eqx_qd.jobs._qdpg import qdpg_split
+
+    assert qdpg_split(100, 0.33, 0.33) == (34, 33, 33)  # QDax's notebook
+    config = jobs.QDPGConfig()
+    assert config.split == (22, 21, 21) and config.env == "point_maze"
+    qdax = jobs.QDPGConfig.preset("qdax")
+    assert (qdax.env, qdax.split, qdax.episode_length, qdax.num_iterations) == (
+        "walker2d_uni", (34, 33, 33), 250, 100,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="gives 1 quality and 1 diversity slots"):
+        jobs.QDPGConfig(batch_size=4, ga_fraction=0.5, diversity_fraction=0.25)
+    with pytest.raises(ValueError, match="archive_acceptance_threshold"):
+        jobs.QDPGConfig(archive_acceptance_threshold=0.0)
