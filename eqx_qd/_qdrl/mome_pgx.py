@@ -9,7 +9,7 @@ from .._emitters.mixing import ga_emitter
 from .._selectors import AbstractSelector, UniformSelector
 from .._variation import AbstractVariation, IsoLineVariation
 from ..rl._td3 import TD3, TD3HParams
-from .pga_me import QualityPGEmitter
+from .pga_me import qdax_learner
 
 
 def mome_pgx_emitter(
@@ -57,8 +57,8 @@ def mome_pgx_emitter(
         members.append(ga_emitter(ga_batch_size, variation=variation, selector=selector))
     for objective in range(num_objectives):
         members.append(
-            QualityPGEmitter(
-                batch_size=pg_batch_size,
+            qdax_learner(
+                pg_batch_size,
                 td3=td3,
                 hparams=hparams,
                 critic_steps=critic_steps,
@@ -66,8 +66,6 @@ def mome_pgx_emitter(
                 buffer_size=buffer_size,
                 pg_lr=pg_lr,
                 selector=selector,
-                greedy_init="first",
-                critic_warmup=False,
                 axis_name=axis_name,
                 objective=objective,
             )

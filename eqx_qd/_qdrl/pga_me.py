@@ -387,6 +387,15 @@ def pgame_emitter(
     return ComposedEmitter(members)
 
 
+def qdax_learner(batch_size: int, **fields) -> QualityPGEmitter:
+    """A `QualityPGEmitter` started as QDax's learners start (the greedy actor from the first
+    initial genotype, no critic training before the first batch): the learners of QDPG and
+    MOME-PGX. `fields` are the emitter's others."""
+    return QualityPGEmitter(
+        batch_size=batch_size, greedy_init="first", critic_warmup=False, **fields
+    )
+
+
 def qdpg_emitter(
     *,
     quality_batch_size: int,
@@ -431,23 +440,12 @@ def qdpg_emitter(
         )
     if variation is None and mutation is None:
         variation = IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma)
-    learner = lambda size, reward: QualityPGEmitter(
-        batch_size=size,
-        td3=td3,
-        hparams=hparams,
-        critic_steps=critic_steps,
-        pg_steps=pg_steps,
-        buffer_size=buffer_size,
-        pg_lr=pg_lr,
-        selector=selector,
-        greedy_init="first",
-        critic_warmup=False,
-        axis_name=axis_name,
-        diversity=reward,
-    )
+    shared = dict(td3=td3, hparams=hparams, critic_steps=critic_steps, pg_steps=pg_steps,
+                  buffer_size=buffer_size, pg_lr=pg_lr, selector=selector,
+                  axis_name=axis_name)  # fmt: skip
     members: list[AbstractEmitter] = [
-        learner(quality_batch_size, None),
-        learner(diversity_batch_size, diversity),
+        qdax_learner(quality_batch_size, **shared),
+        qdax_learner(diversity_batch_size, diversity=diversity, **shared),
     ]
     if ga_batch_size > 0:
         members.append(
