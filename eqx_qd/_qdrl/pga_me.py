@@ -440,9 +440,16 @@ def qdpg_emitter(
         )
     if variation is None and mutation is None:
         variation = IsoLineVariation(iso_sigma=iso_sigma, line_sigma=line_sigma)
-    shared = dict(td3=td3, hparams=hparams, critic_steps=critic_steps, pg_steps=pg_steps,
-                  buffer_size=buffer_size, pg_lr=pg_lr, selector=selector,
-                  axis_name=axis_name)  # fmt: skip
+    shared = dict(
+        td3=td3,
+        hparams=hparams,
+        critic_steps=critic_steps,
+        pg_steps=pg_steps,
+        buffer_size=buffer_size,
+        pg_lr=pg_lr,
+        selector=selector,
+        axis_name=axis_name,
+    )
     members: list[AbstractEmitter] = [
         qdax_learner(quality_batch_size, **shared),
         qdax_learner(diversity_batch_size, diversity=diversity, **shared),
