@@ -64,10 +64,14 @@ def k_nearest(
     k: int,
     *,
     with_index: bool = False,
+    squared: bool = False,
 ) -> Float[Array, "m k"] | tuple[Float[Array, "m k"], Int[Array, "m k"]]:
     """For each query row `i`, the distances to its `k` nearest points among those that
     `allowed(rows)[.., j]` permits, ascending; `+inf` where fewer than `k` are allowed. With
-    `with_index`, also the points' indices (meaningless where the distance is `+inf`).
+    `with_index`, also the points' indices (meaningless where the distance is `+inf`). With
+    `squared`, the squared distances themselves (no square root taken: a caller that squares
+    the distances again would get another rounding, which XLA may or may not simplify away
+    depending on the program around it).
 
     The queries go through in blocks (`lax.map`), so memory is `O(block * n)`, not
     `O(m * n)`. `k` is clamped to `n`."""
@@ -83,7 +87,7 @@ def k_nearest(
         qb, ib = args
         sq = jnp.where(allowed(jnp.minimum(ib, m - 1)), squared_distances(qb, points), jnp.inf)
         values, columns = smallest(sq, k_eff)
-        return jnp.sqrt(values), columns
+        return (values if squared else jnp.sqrt(values)), columns
 
     out, columns = jax.lax.map(block, (q.reshape(blocks, rows, -1), index.reshape(blocks, rows)))
     out, columns = out.reshape(padded, k_eff)[:m], columns.reshape(padded, k_eff)[:m]
