@@ -153,8 +153,8 @@ class DiversityReward(eqx.Module):
     A transition's reward becomes `scaling * mean(|s - a_i|^2)` over the `k` nearest stored
     state descriptors `a_i` of its state descriptor `s` (the one before the step, as QDax reads
     `transitions.state_desc`). While fewer than `k` are stored the mean is over those stored,
-    and 0 with none: QDax counts the missing neighbours at an infinite distance, which makes
-    every reward infinite until `k` descriptors are stored, and for ever on a task whose
+    and 0 with none: QDax counts the missing neighbours at the largest float's distance, which
+    makes every reward about 1e37 until `k` descriptors are stored, and for ever on a task whose
     state descriptors take fewer than `k` values far apart (two binary feet contacts take
     four).
 

@@ -33,7 +33,6 @@ from .._misc import (
     f32,
     filter_scan,
     from_first_device,
-    is_none,
     tree_concatenate,
     tree_take,
 )
@@ -295,7 +294,7 @@ class QualityPGEmitter(AbstractWholeBatchEmitter[QualityPGEmitterState]):
         state = eqx.tree_at(lambda s: s.buffer, state, state.buffer.insert(rows, mask=valid))
         if self.diversity is not None:
             archive = self._archived(state.archive, rows, valid)
-            state = eqx.tree_at(lambda s: s.archive, state, archive, is_leaf=is_none)
+            state = eqx.tree_at(lambda s: s.archive, state, archive)
         return self._train_critic(state, key=key)
 
 

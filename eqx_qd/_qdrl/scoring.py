@@ -64,26 +64,11 @@ def episode_transitions(
             "(not a multi-objective task)"
         )
     flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    fields = (t.obs, t.action, reward, t.next_obs, t.terminated, t.truncated)
     if state_descriptors:
-        rows = QDTransition(
-            flat(t.obs),
-            flat(t.action),
-            flat(reward),
-            flat(t.next_obs),
-            flat(t.terminated),
-            flat(t.truncated),
-            flat(t.state_desc),
-            flat(t.next_state_desc),
-        )
-        return rows, flat(extra.episodes.valid)
-    rows = Transition(
-        flat(t.obs),
-        flat(t.action),
-        flat(reward),
-        flat(t.next_obs),
-        flat(t.terminated),
-        flat(t.truncated),
-    )
+        rows = QDTransition(*map(flat, fields + (t.state_desc, t.next_state_desc)))
+    else:
+        rows = Transition(*map(flat, fields))
     return rows, flat(extra.episodes.valid)
 
 
