@@ -92,7 +92,7 @@ from ._qdrl.dcrl import (
     inject_actor as inject_actor,
     normalise_descriptors as normalise_descriptors,
 )
-from ._qdrl.diversity import DiversityReward as DiversityReward, StateArchive as StateArchive
+from ._qdrl.diversity import DiversityReward as DiversityReward
 from ._qdrl.me_pbt import (
     PBTEmitter as PBTEmitter,
     PBTEmitterConfig as PBTEmitterConfig,
@@ -333,7 +333,6 @@ __all__ = [
     "soft_qd_score",
     "SPEA2Repertoire",
     "Sphere",
-    "StateArchive",
     "StepInfo",
     "to_dataframe",
     "UniformCrossover",

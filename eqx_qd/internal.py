@@ -81,6 +81,7 @@ from ._qdrl.dcrl import (
     descriptor_similarity as descriptor_similarity,
     DescriptorTransition as DescriptorTransition,
 )
+from ._qdrl.diversity import StateArchive as StateArchive
 from ._repertoire import (
     AbstractGuidedRepertoire as AbstractGuidedRepertoire,
     AbstractPopulationRepertoire as AbstractPopulationRepertoire,
@@ -153,6 +154,7 @@ __all__ = [
     "scan_sharded",
     "spread",
     "SPREADS",
+    "StateArchive",
     "tree_all_gather",
     "tree_concatenate",
     "tree_scatter",

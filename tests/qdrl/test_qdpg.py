@@ -54,7 +54,7 @@ _insert = eqx.filter_jit(lambda archive, rows, mask: archive.insert(rows, mask=m
 )
 def test_archive_insert_is_the_sequential_rule(seed, n, capacity, threshold):
     rng = np.random.default_rng(seed)
-    archive = q.StateArchive.empty(capacity, 2, threshold)
+    archive = q.internal.StateArchive.empty(capacity, 2, threshold)
     for _ in range(3):  # three batches: the later ones meet a stored archive, then a wrapped one
         rows = rng.uniform(-1, 1, (n, 2)).astype(np.float32)
         rows[rng.random(n) < 0.1] = np.nan
@@ -69,7 +69,7 @@ def test_archive_insert_is_the_sequential_rule(seed, n, capacity, threshold):
 
 
 def test_archive_keeps_one_of_a_cluster_and_refuses_bad_input():
-    archive = q.StateArchive.empty(10, 2, 0.1)
+    archive = q.internal.StateArchive.empty(10, 2, 0.1)
     rows = jnp.array([[0.0, 0.0], [0.05, 0.0], [0.3, 0.0], [0.0, 0.09], [0.3, 0.2]])
     archive = archive.insert(rows)
     np.testing.assert_array_equal(archive.stored, rows[jnp.array([0, 2, 4])])
@@ -79,7 +79,7 @@ def test_archive_keeps_one_of_a_cluster_and_refuses_bad_input():
     with pytest.raises(ValueError, match=r"StateArchive.insert: descriptors must be \(n, 2\)"):
         archive.insert(jnp.zeros((3, 3)))
     with pytest.raises(ValueError, match="StateArchive.acceptance_threshold"):
-        q.StateArchive.empty(10, 2, 0.0)
+        q.internal.StateArchive.empty(10, 2, 0.0)
     with pytest.raises(ValueError, match="DiversityReward.k"):
         q.DiversityReward(k=0, scaling=1.0, acceptance_threshold=0.1, archive_size=10)
 
