@@ -43,7 +43,7 @@ dcrl_me (QDax: our ``peers/qdax_dcrl_me.py``, no peer script covers it; QDax on 
 the pgame row),
 dcrl_me_v2 (QDax on brax v2 spring, the physics ours runs), mees (QDax: our
 ``peers/qdax_mees.py``, on brax v2 spring), qdpg (QDax: our ``peers/qdax_qdpg.py``, on brax
-v2 spring), mepbt (QDax); ppo, ippo
+v2 spring), aurora (QDax: our ``peers/qdax_aurora.py``, on brax v2 spring), mepbt (QDax); ppo, ippo
 (jaxagents); cma_me, cma_mae, cma_mega (pyribs' sphere protocol, ``cma.py``), cma_me_qdax,
 sep_cma_mae, lm_ma_mae, openai_es_mae (CMA-MAE with pyribs' scalable strategies),
 og_map_elites, omg_mega (pyribs' gradient-operator emitter), dms, dds (its Discount Model
@@ -538,6 +538,17 @@ VERSUS = {
                       "5"],
         lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
         lambda r: r["compile_s"], lambda r: r["compile_time_s"],
+    ),
+    "aurora": _Versus(
+        "AURORA, walker2d_uni (brax v2 spring on both sides), batches of 100, 100-step "
+        "episodes, 512-slot archive, 6 loops of 5 (trainings at loops 2 and 6 included)",
+        "s/iter", False, "QDax 0.5.0",
+        lambda a, s: [sys.executable, os.path.join(HERE, "aurora.py"), "--loops", "6",
+                      "--target", "512"],
+        lambda a, s: [a.qdax_python, os.path.join(HERE, "peers", "qdax_aurora.py"), "--loops",
+                      "6", "--target", "512"],
+        lambda r: r["s_per_iter"], lambda r: r["s_per_iter"],
+        lambda r: r["first_loop_s"], lambda r: r["first_loop_s"],
     ),
     "mepbt": _Versus(
         "ME-PBT, point maze, 10 PBT-TD3 + 10 GA, (64, 64), 400 steps per agent",

@@ -85,6 +85,7 @@ from ._mome import MOME as MOME, MOMEState as MOMEState, run_mome as run_mome
 from ._nearest import nearest_centroid as nearest_centroid
 from ._openai_es import OpenAIES as OpenAIES, OpenAIESState as OpenAIESState
 from ._pareto import hypervolume as hypervolume
+from ._qdrl.aurora import SequenceAutoencoder as SequenceAutoencoder
 from ._qdrl.dcrl import (
     dcrl_emitter as dcrl_emitter,
     DCRLEmitter as DCRLEmitter,
@@ -118,10 +119,12 @@ from ._qdrl.scoring import (
 from ._repertoire import (
     AbstractCellRepertoire as AbstractCellRepertoire,
     AbstractMultiObjectiveRepertoire as AbstractMultiObjectiveRepertoire,
+    AbstractObservationEncoder as AbstractObservationEncoder,
     AbstractRepertoire as AbstractRepertoire,
     AddInfo as AddInfo,
     AddStatus as AddStatus,
     Annealing as Annealing,
+    AuroraRepertoire as AuroraRepertoire,
     DensityRepertoire as DensityRepertoire,
     discount_mlp as discount_mlp,
     DiscountModelRepertoire as DiscountModelRepertoire,
@@ -205,6 +208,7 @@ __all__ = [
     "AbstractEvolutionStrategy",
     "AbstractFitnessSelector",
     "AbstractMultiObjectiveRepertoire",
+    "AbstractObservationEncoder",
     "AbstractMutation",
     "AbstractRanker",
     "AbstractRepertoire",
@@ -222,6 +226,7 @@ __all__ = [
     "Annealing",
     "Arm",
     "Asked",
+    "AuroraRepertoire",
     "BanditEmitter",
     "BanditEmitterState",
     "CategoricalTessellation",
@@ -329,6 +334,7 @@ __all__ = [
     "ScoringExtra",
     "SepCMAES",
     "SepCMAESState",
+    "SequenceAutoencoder",
     "SlidingBoundariesRepertoire",
     "soft_qd_score",
     "SPEA2Repertoire",

@@ -25,6 +25,7 @@ from ._repertoire import (
     AddInfo,
     MAPElitesRepertoire,
 )
+from ._repertoire._aurora import AuroraOffer, AuroraRepertoire
 from ._repertoire._extract import ExtractOffer, ExtractRepertoire
 from ._tasks import AbstractScorer
 from ._tessellation import AbstractTessellation
@@ -369,6 +370,8 @@ class MAPElites(AbstractQDLoop[MAPElitesState, QDMetrics]):
             )
         # A sampled repertoire takes the scoring's extra (its samples) where others take ids.
         offered = tree_all_gather(extra, self.axis_name) if sampled else ids_or_none
+        if isinstance(repertoire, AuroraRepertoire):  # its encoder observes the scoring's extra
+            offered = AuroraOffer(ids_or_none, tree_all_gather(extra, self.axis_name))
         if extracting:  # the estimation buffers count the scorings behind each score
             offered = ExtractOffer.of(None, extra, every[2].shape[0])
         built, _ = empty.add(*every[:3], offered)
@@ -425,6 +428,8 @@ class MAPElites(AbstractQDLoop[MAPElitesState, QDMetrics]):
         elif isinstance(state.repertoire, ExtractRepertoire):  # which rows were extracted
             sources = all_extra.sources if isinstance(all_extra, ExtractionExtra) else None
             offered = ExtractOffer.of(sources, extra, all_f.shape[0])
+        elif isinstance(state.repertoire, AuroraRepertoire):
+            offered = AuroraOffer(ids_or_none, tree_all_gather(extra, self.axis_name))
         repertoire, add_info = state.repertoire.add(all_g, all_d, all_f, offered)
         result = state.result
         if result is not None:

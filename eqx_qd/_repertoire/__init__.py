@@ -1,5 +1,11 @@
 """Repertoires: the archives a QD run keeps, and what an insertion reports."""
 
+from ._aurora import (
+    AbstractObservationEncoder as AbstractObservationEncoder,
+    aurora_slots as aurora_slots,
+    AuroraOffer as AuroraOffer,
+    AuroraRepertoire as AuroraRepertoire,
+)
 from ._base import (
     AbstractCellRepertoire as AbstractCellRepertoire,
     AbstractMultiObjectiveRepertoire as AbstractMultiObjectiveRepertoire,

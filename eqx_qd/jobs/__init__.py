@@ -17,6 +17,7 @@ from .._extras import require as _require
 _require("jobs", "eqx_qd.jobs (and the eqx-qd command)")
 
 from . import checks as checks
+from ._aurora import aurora_figures as aurora_figures, AuroraConfig as AuroraConfig
 from ._checkpoints import (
     Checkpoint as Checkpoint,
     list_checkpoints as list_checkpoints,
@@ -110,6 +111,8 @@ from ._status import run_status as run_status
 __all__ = [
     "AGENTS",
     "atomic_write",
+    "aurora_figures",
+    "AuroraConfig",
     "Checkpoint",
     "checks",
     "Chunk",

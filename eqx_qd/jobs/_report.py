@@ -61,14 +61,15 @@ def group_of(result: RunResult) -> str:
     repertoire (`DNS` for the GA on a DNS population, `CMA-ME (DNS)`,
     `MAP-Elites (novelty archive)`); CMA-MAE's emitters on a discount archive are `DMS`
     (`DMS (lm_ma_es)`), the `dds` emitter on a density archive `DDS`; the mees job is
-    `ME-ES` (`ME-ES (exploit)` for one phase only), the qdpg job `QDPG`; with `samples`,
+    `ME-ES` (`ME-ES (exploit)` for one phase only), the qdpg job `QDPG`, the aurora job
+    `AURORA` (`PGA-AURORA` with `gradient_op`); with `samples`,
     `MAP-Elites, 4 samples (median)` (`PGA-ME, 4 samples (mean)`); on a low-spread archive
     `ME-LS, 5 samples`; on an Extract-ME archive `Extract-ME, depth 8, 0.5 extracted`. The
     external job is named as the MAP-Elites job, on its evaluator (`MAP-Elites on
     eqx_qd.external:arm`)."""
     config = result.config
     job = config.JOB
-    if job in ("pgame", "dcrl-me", "mees", "qdpg"):
+    if job in ("pgame", "dcrl-me", "mees", "qdpg", "aurora"):
         if job == "pgame":
             algorithm = "PGA-ME" if config.gradient_op else "MAP-Elites"  # type: ignore[attr-defined]
         elif job == "mees":  # MAP-Elites-ES, its variant when not both phases
@@ -76,6 +77,8 @@ def group_of(result: RunResult) -> str:
             algorithm = "ME-ES" if mode == "explore_exploit" else f"ME-ES ({mode})"
         elif job == "qdpg":
             algorithm = "QDPG"
+        elif job == "aurora":
+            algorithm = "PGA-AURORA" if config.gradient_op else "AURORA"  # type: ignore[attr-defined]
         else:
             algorithm = "DCRL-ME" if config.ai_batch_size else "DCG-ME"  # type: ignore[attr-defined]
         if getattr(config, "samples", 1) > 1:  # MAP-Elites-sampling of policies

@@ -26,10 +26,11 @@ FEW = {
     "dcrl-me": lambda: _after_random_start("dcrl-me", 2),
     "mees": lambda: {"evaluations": 1 + 201},  # the random policy and one generation
     "qdpg": lambda: _after_random_start("qdpg", 2),
+    "aurora": lambda: _after_random_start("aurora", 2),
 }
 """Each built-in job's budget keys, cut to a few of its steps."""
 
-BRAX = {"pgame", "dcrl-me", "mees"}
+BRAX = {"pgame", "dcrl-me", "mees", "aurora"}
 """The defaults on brax tasks."""
 
 

@@ -36,7 +36,7 @@ def test_every_default_config_round_trips_through_toml(name, tmp_path):
 
 PAPER_SIZED = {"pgame", "dcrl-me", "me-pbt"}
 """The jobs with a published setting, `--preset paper`."""
-SMOKE_SIZED = {"pgame", "dcrl-me", "mees", "qdpg"}
+SMOKE_SIZED = {"pgame", "dcrl-me", "mees", "qdpg", "aurora"}
 """The brax jobs, with `--preset smoke`."""
 
 
@@ -469,3 +469,22 @@ def test_the_map_elites_job_runs_the_qd_suite_by_name_at_its_own_size(tmp_path):
         jobs.make_task("deceptive_evolvability", genotype_dim=5)
     with pytest.raises(ValueError, match="'archimedean_spiral_angle_geodesic' has 1 gene per"):
         jobs.make_task("archimedean_spiral_angle_geodesic", genotype_dim=100)
+
+
+def test_the_aurora_job_refuses_other_archives_and_presets_qdax_notebook():
+    """The aurora job's archive is AURORA's own: another `--repertoire`, or fewer than 2 slots,
+    is refused with the key named; `--preset qdax` is QDax's example notebook."""
+    with pytest.raises(ValueError, match="repertoire 'dns'.*AURORA's own"):
+        jobs.AuroraConfig(repertoire="dns").check()
+    with pytest.raises(ValueError, match="capacity 1"):
+        jobs.AuroraConfig(capacity=1).check()
+    qdax = jobs.AuroraConfig.preset("qdax")
+    assert (qdax.env, qdax.episode_length, qdax.batch_size) == ("walker2d_uni", 250, 100)
+    assert (qdax.evaluations - qdax.random_init) // qdax.batch_size == 250  # 50 loops of 5
+    assert (qdax.latent_size, qdax.observe_every, qdax.observation_width) == (5, 10, 25)
+    assert (qdax.l_value, qdax.target_size, qdax.aurora_loop) == (0.2, 1024, 5)
+    assert not qdax.gradient_op and qdax.deterministic and qdax.policy_init == "lecun_uniform"
+    pga = jobs.AuroraConfig.preset("pga-qdax")
+    assert pga.gradient_op and pga.ga_fraction == 0.5
+    assert (pga.pg_steps, pga.minibatch_size, pga.critic_steps) == (100, 256, 300)
+    assert (pga.episode_length, pga.evaluations) == (qdax.episode_length, qdax.evaluations)

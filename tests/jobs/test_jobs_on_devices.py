@@ -295,3 +295,21 @@ def test_qdpg_over_two_devices_keeps_one_state_archive(tmp_path):
     assert stored > 10
     with pytest.raises(ValueError, match=r"devices \(2\) must divide diversity slots \(3\)"):
         dataclasses.replace(config, batch_size=12).check()
+
+
+@pytest.mark.e2e
+def test_aurora_over_two_devices_runs_whole(tmp_path):
+    """`devices = 2`: each device varies half of each batch and inserts the whole gathered
+    batch, with every device's episodes (that the copies stay equal is
+    `tests/qdrl/test_aurora.py`'s)."""
+    from eqx_qd import jobs
+
+    config = jobs.AuroraConfig(
+        **{k: v for k, v in PGAME_TINY.items() if k != "reevaluations"},
+        target_size=24, encoder_batch_size=8, encoder_epochs=2, aurora_loop=1,
+        observe_every=5, l_value=0.05, devices=2,
+    )  # fmt: skip
+    result = jobs.run(config, tmp_path / "run", progress=False, plots=False)
+    archive = result.state.repertoire  # replicated: one copy
+    assert int(archive.additions) == 5 and int(archive.num_filled) >= 2
+    assert np.all(np.isfinite(np.asarray(archive.latent)[np.asarray(archive.filled)]))

@@ -47,6 +47,12 @@ DCRL = dict(
     reward_offset=2.83,
 )  # fmt: skip
 QDPG = dict(PGAME, archive_acceptance_threshold=0.05, archive_size=500)
+# Loops of 2 iterations: the encoder trained at the start and at loops 2 and 6, size control
+# at loops 1, 3, 5 and 7 (the run is 15 iterations).
+AURORA = dict(
+    PGAME, target_size=48, encoder_batch_size=16, encoder_epochs=3, later_epochs=2,
+    aurora_loop=2, observe_every=5, l_value=0.05,
+)  # fmt: skip
 MEES = dict(
     env="point_maze", evaluations=1 + 12 * 9, sample_number=8, num_optimizer_steps=2,
     cells=16, cvt_samples=1000, snapshot_every=36, checkpoint_every=36, hidden=(8,),
@@ -107,6 +113,7 @@ CASES = {
     # A noisy start (reset noise): the ES samples' episodes resumed equal too.
     "mees": (jobs.MEESConfig(**MEES), "evaluations", 1 + 9 * 5),
     "qdpg": (jobs.QDPGConfig(**QDPG), "evaluations", 64 + 32 * 9),
+    "aurora": (jobs.AuroraConfig(**AURORA), "evaluations", 64 + 32 * 9),
     "pbt": (jobs.PBTConfig(**PBT), "round", 2),
     "ippo": (jobs.IPPOConfig(**IPPO), "iterations", 2),
     "mome": (jobs.MOMEConfig(**MOME), "iteration", 7),
@@ -125,6 +132,7 @@ SHORTER = {
     # without its loop: the diversity learner's critic then differs from the longer run's by
     # float rounding, about 1e-8; from two iterations on it is the longer run bit for bit.)
     "qdpg": ("evaluations", 64 + 32 * 8),
+    "aurora": ("evaluations", 64 + 32 * 8),
     "pbt": ("rounds", 3),
     "ippo": ("iterations", 3),
     "mome": ("iterations", 7),
@@ -147,6 +155,7 @@ FOLDERS = {
     "pgame": POLICY_QD,
     "dcrl-me": POLICY_QD,
     "qdpg": POLICY_QD,
+    "aurora": POLICY_QD,
     "me-pbt": QD | {"hparams.csv", "hparams.png", "repertoire_hparams.png"},
     "mees": QD | {  # snapshots every 36 of 109 evaluations (generations of 1 + 8)
         "actors.csv",
@@ -403,6 +412,28 @@ def test_qdpg_folder_names_both_learners_children_and_keeps_the_state_archive(in
     assert 10 < len(stored) <= 500
     gaps = np.linalg.norm(stored[:, None] - stored[None], axis=-1) + np.eye(len(stored))
     assert gaps.min() > 0.05
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("interrupted", ["aurora"], indirect=True)  # the same run as above
+def test_aurora_folder_reports_the_passive_grid_and_keeps_the_archive_in_the_state(interrupted):
+    """The state holds AURORA's archive (its encoder trained at the start and at loops 2 and
+    6 of the 15 iterations, its threshold steered at loops 1, 3, 5 and 7); the folder reports
+    the passive CVT over the task's descriptors; `report` names the group."""
+    name, root, whole, *_ = interrupted
+    assert jobs.group_of(whole) == "AURORA on point_maze"
+    archive = whole.state.repertoire
+    assert isinstance(archive, eqx_qd.AuroraRepertoire) and int(archive.additions) == 16
+    assert float(archive.l_value) != 0.05 and int(archive.num_filled) >= 2
+    stored = np.asarray(archive.filled)
+    np.testing.assert_allclose(
+        np.asarray(archive.latent)[stored],
+        np.asarray(archive.encoder(archive.observations))[stored],
+        rtol=1e-4, atol=1e-5,
+    )  # fmt: skip
+    figures = jobs.aurora_figures(archive, 0.0)
+    assert figures["size"] == int(archive.num_filled) and figures["l_value"] > 0
+    assert int(whole.repertoire.num_filled) == int(whole.progress["num_filled"][-1])
 
 
 @pytest.mark.e2e
