@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from hand_grid import grid_figures  # benchmarks/, beside this script
 
 import eqx_qd as q
 from eqx_qd import jobs
@@ -32,16 +33,6 @@ from eqx_qd import jobs
 
 QDAX_REWARD_OFFSET = {"walker2d_uni": 1.413, "ant_uni": 3.24, "hopper_uni": 0.9}
 """QDax's `reward_offset` of the tasks (its QD-score offset per step)."""
-
-
-def grid_figures(descriptors, fitnesses, offset, bins):
-    """QD-score and coverage of the elites' best per cell of a bins x bins grid of [0, 1]^2."""
-    ok = np.isfinite(fitnesses) & np.all(np.isfinite(descriptors), axis=1)
-    cells = np.clip((descriptors[ok] * bins).astype(int), 0, bins - 1)
-    best = {}
-    for c, f in zip(map(tuple, cells), fitnesses[ok]):
-        best[c] = max(best.get(c, -np.inf), f)
-    return float(sum(f + offset for f in best.values())), len(best) / bins**2
 
 
 def main():

@@ -284,6 +284,20 @@ class MAPElites(AbstractQDLoop[MAPElitesState, QDMetrics]):
             raise TypeError(f"MAPElites.scoring_fn must be callable, got {self.scoring_fn!r}")
         check.finite("MAPElites.qd_offset", self.qd_offset)
 
+    def _offer(self, repertoire, ids: Extra, extra: Extra, n: int, sources=None) -> Extra:
+        """What `repertoire.add` takes as its extra for a batch of `n` (gathered over the
+        axis): a sampled repertoire the scoring's extra (the samples it inserts by), Extract-ME's
+        the scorings behind each score and which rows were extracted (`sources`), AURORA's the
+        ids and the scoring's extra (which its encoder observes), any other the `ids` (or
+        `None` without lineage)."""
+        if isinstance(repertoire, AbstractSampledRepertoire):
+            return tree_all_gather(extra, self.axis_name)
+        if isinstance(repertoire, ExtractRepertoire):
+            return ExtractOffer.of(sources, extra, n)
+        if isinstance(repertoire, AuroraRepertoire):
+            return AuroraOffer(ids, tree_all_gather(extra, self.axis_name))
+        return ids
+
     def _first_id(self, state_evaluations, n: int):
         if self.axis_name is None:
             return state_evaluations
@@ -368,12 +382,7 @@ class MAPElites(AbstractQDLoop[MAPElitesState, QDMetrics]):
                 "MAPElites.init: repertoire must be an eqx_qd.AbstractTessellation or an "
                 f"eqx_qd.AbstractRepertoire, got {type(repertoire).__name__}"
             )
-        # A sampled repertoire takes the scoring's extra (its samples) where others take ids.
-        offered = tree_all_gather(extra, self.axis_name) if sampled else ids_or_none
-        if isinstance(repertoire, AuroraRepertoire):  # its encoder observes the scoring's extra
-            offered = AuroraOffer(ids_or_none, tree_all_gather(extra, self.axis_name))
-        if extracting:  # the estimation buffers count the scorings behind each score
-            offered = ExtractOffer.of(None, extra, every[2].shape[0])
+        offered = self._offer(repertoire, ids_or_none, extra, every[2].shape[0])
         built, _ = empty.add(*every[:3], offered)
         passive = None
         if result is not None:
@@ -422,14 +431,8 @@ class MAPElites(AbstractQDLoop[MAPElitesState, QDMetrics]):
             (genotypes, descriptors, fitnesses, ids, emit_extra), self.axis_name
         )
         ids_or_none = all_ids if self.lineage else None
-        offered = ids_or_none
-        if isinstance(state.repertoire, AbstractSampledRepertoire):
-            offered = tree_all_gather(extra, self.axis_name)  # the samples it inserts by
-        elif isinstance(state.repertoire, ExtractRepertoire):  # which rows were extracted
-            sources = all_extra.sources if isinstance(all_extra, ExtractionExtra) else None
-            offered = ExtractOffer.of(sources, extra, all_f.shape[0])
-        elif isinstance(state.repertoire, AuroraRepertoire):
-            offered = AuroraOffer(ids_or_none, tree_all_gather(extra, self.axis_name))
+        sources = all_extra.sources if isinstance(all_extra, ExtractionExtra) else None
+        offered = self._offer(state.repertoire, ids_or_none, extra, all_f.shape[0], sources)
         repertoire, add_info = state.repertoire.add(all_g, all_d, all_f, offered)
         result = state.result
         if result is not None:

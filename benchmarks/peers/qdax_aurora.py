@@ -26,6 +26,8 @@ Usage: JAX_PLATFORMS=cpu python benchmarks/peers/qdax_aurora.py [--env walker2d_
 import argparse
 import functools
 import json
+import os
+import sys
 import time
 
 import jax
@@ -39,14 +41,8 @@ from qdax.tasks.brax.descriptor_extractors import get_aurora_encoding
 from qdax.utils import train_seq2seq
 
 
-def grid_figures(descriptors, fitnesses, offset, bins):
-    """QD-score and coverage of the elites' best per cell of a bins x bins grid of [0, 1]^2."""
-    ok = np.isfinite(fitnesses) & np.all(np.isfinite(descriptors), axis=1)
-    cells = np.clip((descriptors[ok] * bins).astype(int), 0, bins - 1)
-    best = {}
-    for c, f in zip(map(tuple, cells), fitnesses[ok]):
-        best[c] = max(best.get(c, -np.inf), f)
-    return float(sum(f + offset for f in best.values())), len(best) / bins**2
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hand_grid import grid_figures  # noqa: E402  (benchmarks/, beside this folder)
 
 
 def main():
