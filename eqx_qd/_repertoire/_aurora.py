@@ -318,7 +318,8 @@ class AuroraRepertoire(AbstractRepertoire):
     ) -> "AuroraRepertoire":
         """The archive rebuilt from its own elites under `l_value`, with `latent` as their
         learned descriptors (default: the stored ones): QDax's re-initialisation after each
-        retraining and size control. Elites keep their order, packed to the front."""
+        retraining and size control. Elites keep their order from the first slot (one that is
+        not kept leaves its slot empty)."""
         latent = self.latent if latent is None else latent
         empty_fit = jnp.full_like(self.fitnesses, -jnp.inf)
         slots, _, _ = aurora_slots(

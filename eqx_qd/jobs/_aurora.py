@@ -117,6 +117,11 @@ class AuroraConfig(PGAMEConfig):
                 f"repertoire {self.repertoire!r}: the aurora job's archive is AURORA's own "
                 "(set capacity, target_size and l_value instead)"
             )
+        if self.samples != 1:
+            raise ValueError(
+                f"samples {self.samples}: the AURORA archive's encoder reads one episode per "
+                "candidate (MAP-Elites-sampling is not offered on it)"
+            )
         if self.capacity is not None and self.capacity < 2:
             raise ValueError(f"capacity {self.capacity}: AURORA's archive needs 2 slots or more")
 

@@ -472,12 +472,15 @@ def test_the_map_elites_job_runs_the_qd_suite_by_name_at_its_own_size(tmp_path):
 
 
 def test_the_aurora_job_refuses_other_archives_and_presets_qdax_notebook():
-    """The aurora job's archive is AURORA's own: another `--repertoire`, or fewer than 2 slots,
-    is refused with the key named; `--preset qdax` is QDax's example notebook."""
+    """The aurora job's archive is AURORA's own: another `--repertoire`, fewer than 2 slots or
+    several samples a candidate are refused with the key named; `--preset qdax` is QDax's
+    example notebook, `--preset pga-qdax` its PGA-AURORA notebook."""
     with pytest.raises(ValueError, match="repertoire 'dns'.*AURORA's own"):
         jobs.AuroraConfig(repertoire="dns").check()
     with pytest.raises(ValueError, match="capacity 1"):
         jobs.AuroraConfig(capacity=1).check()
+    with pytest.raises(ValueError, match="samples 2: the AURORA archive's encoder"):
+        jobs.AuroraConfig(samples=2).check()
     qdax = jobs.AuroraConfig.preset("qdax")
     assert (qdax.env, qdax.episode_length, qdax.batch_size) == ("walker2d_uni", 250, 100)
     assert (qdax.evaluations - qdax.random_init) // qdax.batch_size == 250  # 50 loops of 5
