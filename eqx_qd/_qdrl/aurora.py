@@ -40,6 +40,11 @@ def _reconstruction_loss(nets, xs: Float[Array, "time width"]) -> Float[Array, "
     return jnp.mean((predicted - xs) ** 2)
 
 
+def _mean_loss(nets, xs: Float[Array, "batch time width"]) -> Float[Array, ""]:
+    """`_reconstruction_loss` averaged over a batch of (normalised) sequences."""
+    return jnp.mean(jax.vmap(lambda x: _reconstruction_loss(nets, x))(xs))
+
+
 @typing.final
 class SequenceAutoencoder(AbstractObservationEncoder):
     """An LSTM sequence autoencoder over each episode's observations, every `every`-th step's
@@ -161,8 +166,7 @@ class SequenceAutoencoder(AbstractObservationEncoder):
     def loss(self, observations: Float[Array, "batch length width"]) -> Float[Array, ""]:
         """The mean reconstruction error of a batch (normalised as `__call__` does)."""
         nets = (self.encoder_cell, self.decoder_cell, self.readout)
-        xs = self._normalised(observations)
-        return jnp.mean(jax.vmap(lambda x: _reconstruction_loss(nets, x))(xs))
+        return _mean_loss(nets, self._normalised(observations))
 
     def retrained(
         self,
@@ -191,8 +195,7 @@ class SequenceAutoencoder(AbstractObservationEncoder):
         xs = model._normalised(observations)
 
         def batch_loss(p, idx):
-            n = eqx.combine(p, static)
-            return jnp.mean(jax.vmap(lambda x: _reconstruction_loss(n, x))(xs[idx]))
+            return _mean_loss(eqx.combine(p, static), xs[idx])
 
         def one_step(carry, idx):
             p, state = carry

@@ -16,7 +16,7 @@ from jaxtyping import Array, Bool, Float, Int, ScalarLike
 
 from .. import _validate as check
 from .._custom_types import Extra, Genotypes, PRNGKey
-from .._knn import squared_distances
+from .._knn import k_nearest, squared_distances
 from .._misc import f32, is_none
 from ._base import (
     AbstractRepertoire,
@@ -69,15 +69,6 @@ class AuroraOffer(eqx.Module):
     scoring: Extra
 
 
-def _nearest_two(z, stored, filled):
-    """Distances from each row of `z` to its nearest and second-nearest filled rows of
-    `stored` (`inf` when there are none), and the nearest one's slot."""
-    sq = jnp.where(filled[None, :], squared_distances(z, stored), jnp.inf)
-    neg, idx = jax.lax.top_k(-sq, 2)
-    near = jnp.sqrt(jnp.maximum(-neg, 0.0))
-    return near[:, 0], near[:, 1], idx[:, 0].astype(jnp.int32)
-
-
 def aurora_slots(
     stored_latent: Float[Array, "capacity latent"],
     stored_fitnesses: Float[Array, " capacity"],
@@ -103,7 +94,8 @@ def aurora_slots(
     """
     batch, capacity = fitnesses.shape[0], stored_fitnesses.shape[0]
     filled = jnp.isfinite(stored_fitnesses)
-    first, second, nearest = _nearest_two(latent, stored_latent, filled)
+    near, idx = k_nearest(latent, stored_latent, lambda r: filled[None, :], 2, with_index=True)
+    first, second, nearest = near[:, 0], near[:, 1], idx[:, 0]
     novel = first > l_value
     # Free slots in order, taken by the valid novel candidates in batch order.
     free = jnp.argsort(filled, stable=True).astype(jnp.int32)
@@ -279,7 +271,6 @@ class AuroraRepertoire(AbstractRepertoire):
 
     def _placed(
         self,
-        base: "AuroraRepertoire",
         slots,
         genotypes,
         descriptors,
@@ -288,7 +279,7 @@ class AuroraRepertoire(AbstractRepertoire):
         observations,
         latent,
     ) -> "AuroraRepertoire":
-        """`base` with the rows whose slot is below capacity written there."""
+        """This archive with the rows whose slot is below capacity written there."""
         capacity = self.capacity
         source = jnp.arange(capacity, dtype=jnp.int32)
         source = source.at[slots].set(
@@ -304,14 +295,14 @@ class AuroraRepertoire(AbstractRepertoire):
             r.latent,
         )
         rows = (
-            pick(base.genotypes, genotypes),
-            pick(base.fitnesses, fitnesses),
-            pick(base.descriptors, descriptors),
-            None if extra is None else pick(base.extra, extra),
-            pick(base.observations, observations),
-            pick(base.latent, latent),
+            pick(self.genotypes, genotypes),
+            pick(self.fitnesses, fitnesses),
+            pick(self.descriptors, descriptors),
+            None if extra is None else pick(self.extra, extra),
+            pick(self.observations, observations),
+            pick(self.latent, latent),
         )
-        return eqx.tree_at(fields, base, rows, is_leaf=is_none)
+        return eqx.tree_at(fields, self, rows, is_leaf=is_none)
 
     def reinserted(
         self, latent: Float[Array, "capacity latent"] | None = None
@@ -326,8 +317,7 @@ class AuroraRepertoire(AbstractRepertoire):
             latent, empty_fit, latent, self.fitnesses, self.filled, self.l_value
         )
         base = eqx.tree_at(lambda r: r.fitnesses, self, empty_fit)
-        return self._placed(
-            base,
+        return base._placed(
             slots,
             self.genotypes,
             self.descriptors,
@@ -371,15 +361,11 @@ class AuroraRepertoire(AbstractRepertoire):
         control = at_loop_end & ~pronic & (loop % 2 == 1)
         epochs = jnp.where(loop - 1 > 100, self.later_epochs, self.epochs)
 
-        def first_size(r):  # QDax's first error: the initial archive's, before any control
-            r = r.retrained(epochs, key=train_key)
-            error = (r.num_filled - r.target_size).astype(jnp.float32)
-            return eqx.tree_at(lambda s: s.size_error, r, error)
-
         def trained(r):
-            return jax.lax.cond(
-                done == 0, first_size, lambda s: s.retrained(epochs, key=train_key), r
-            )
+            r = r.retrained(epochs, key=train_key)
+            # QDax's first error: the initial archive's after its training, before any control.
+            error = (r.num_filled - r.target_size).astype(jnp.float32)
+            return eqx.tree_at(lambda s: s.size_error, r, jnp.where(done == 0, error, r.size_error))
 
         def rest(r):
             return jax.lax.cond(control, lambda s: s.size_controlled(), lambda s: s, r)
@@ -419,7 +405,6 @@ class AuroraRepertoire(AbstractRepertoire):
         )
         near_f = jnp.where(jnp.isfinite(near), self.fitnesses[nearest], -jnp.inf)
         placed = self._placed(
-            self,
             slots,
             genotypes,
             descriptors.astype(jnp.float32),

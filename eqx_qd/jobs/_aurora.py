@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import jax.random as jr
 
 from .._custom_types import PRNGKey
+from .._metrics import qd_metrics
 from .._qdrl.aurora import SequenceAutoencoder
 from .._qdrl.pga_me import CONVENTIONS
 from .._repertoire._aurora import AuroraRepertoire
@@ -219,13 +220,12 @@ def aurora_figures(repertoire: AuroraRepertoire, qd_offset: float) -> dict[str, 
     """The AURORA archive's (`repertoire`'s) own figures, as QDax's notebook reports them:
     `size` (elites stored), `coverage` (over the capacity), `qd_score` (fitnesses plus
     `qd_offset` each), `max_fitness` and the distance threshold `l_value`."""
-    f = jnp.asarray(repertoire.fitnesses)
-    filled = jnp.isfinite(f)
+    metrics = qd_metrics(repertoire, qd_offset)
     return {
-        "size": int(jnp.sum(filled)),
-        "coverage": float(jnp.mean(filled)),
-        "qd_score": float(jnp.sum(jnp.where(filled, f + qd_offset, 0.0))),
-        "max_fitness": float(jnp.max(jnp.where(filled, f, -jnp.inf))),
+        "size": int(metrics.num_filled),
+        "coverage": float(metrics.coverage),
+        "qd_score": float(metrics.qd_score),
+        "max_fitness": float(metrics.max_fitness),
         "l_value": float(repertoire.l_value),
     }
 

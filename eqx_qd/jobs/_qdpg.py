@@ -35,8 +35,7 @@ from ._registry import ENVIRONMENTS
 def qdpg_split(batch_size: int, ga_fraction: float, diversity_fraction: float) -> tuple[int, ...]:
     """The quality, diversity and GA counts of a batch: `floor(fraction * batch_size)` for the
     GA and the diversity learner, the rest for the quality learner (`QDPGConfig` asks 2 of each
-    learner). QDax's
-    example, 100 with 0.33 and 0.33, is 34, 33 and 33."""
+    learner). QDax's example, 100 with 0.33 and 0.33, is 34, 33 and 33."""
     ga = int(ga_fraction * batch_size)
     diversity = int(diversity_fraction * batch_size)
     return batch_size - ga - diversity, diversity, ga
